@@ -1,0 +1,41 @@
+"""Command-line parsing shared by `cockpit` and the training worker.
+
+Bad input must produce one line naming the flag and what would be valid, then exit code 2;
+argparse's default prints the whole usage block first, which buries the message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import NoReturn
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line errors: `prog: error: message (see prog --help)`, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the one-line error and exit 2."""
+        sys.stderr.write(f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
+def _int_at_least(minimum: int, wanted: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace("_", ""))
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text!r}")
+        return value
+
+    return parse
+
+
+positive_int = _int_at_least(1, "a positive integer")
+"""argparse type: an integer > 0, underscores allowed (`1_000_000`)."""
+
+non_negative_int = _int_at_least(0, "an integer >= 0")
+"""argparse type: an integer >= 0."""

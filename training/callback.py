@@ -1,0 +1,195 @@
+"""`CockpitCallback`: an SB3 callback that reports a PPO run to the cockpit as job events.
+
+It works in any SB3 on-policy script, not just the cockpit's worker:
+
+    from training.callback import CockpitCallback
+    model.learn(1_000_000, callback=CockpitCallback.for_job_dir("runs/mine/jobs/0"))
+
+SB3 calls `on_rollout_start` when it starts collecting and `on_rollout_end` when the rollout
+buffer is full and training is about to start, so those two hooks mark the phases exactly. The
+loss statistics of a train phase sit in the SB3 logger until the next `dump_logs`, which comes
+after the next rollout, so they are read at the next `on_rollout_start`.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from stable_baselines3.common.callbacks import BaseCallback
+
+from training.events import EVENTS_FILE, EventWriter
+
+# SB3 logger keys of PPO's train phase, reported under their short names.
+_LOSS_KEYS = (
+    "loss",
+    "policy_gradient_loss",
+    "value_loss",
+    "entropy_loss",
+    "approx_kl",
+    "clip_fraction",
+    "explained_variance",
+    "learning_rate",
+    "clip_range",
+)
+
+
+class StopRequested(Exception):
+    """Raised between optimizer steps when a stop was requested during a train phase."""
+
+
+@dataclass
+class StopFlag:
+    """Set by a signal handler (or anyone) to ask the run to stop at the next step."""
+
+    requested: bool = False
+    reason: str = ""
+
+    def request(self, reason: str) -> None:
+        """Ask for a stop; the first reason given is kept."""
+        if not self.requested:
+            self.reason = reason
+        self.requested = True
+
+
+class CockpitCallback(BaseCallback):
+    """Emits `started`, `phase` and `progress` events, takes periodic checkpoints, and stops.
+
+    - `target_timesteps`: stop exactly when `num_timesteps` reaches it (SB3 alone would finish
+      the whole rollout and overshoot).
+    - `stop`: when its flag is set, stop at the next env step, or after the current optimizer
+      step if a train phase is running.
+    - `checkpoint`: called with the model at a rollout boundary (after training) whenever
+      `checkpoint_every` more steps have passed; it returns the checkpoint path and step.
+    - `started_extra`: more fields for the `started` event (config, resume details).
+    """
+
+    def __init__(
+        self,
+        events: EventWriter,
+        *,
+        target_timesteps: int | None = None,
+        stop: StopFlag | None = None,
+        checkpoint: Callable[[Any], tuple[str, int]] | None = None,
+        checkpoint_every: int = 0,
+        progress_interval: float = 1.0,
+        started_extra: Mapping[str, Any] | None = None,
+        emit_started: bool = True,
+    ) -> None:
+        super().__init__(verbose=0)
+        self.events = events
+        self.target_timesteps = target_timesteps
+        self.stop = stop or StopFlag()
+        self._checkpoint = checkpoint
+        self.checkpoint_every = checkpoint_every
+        self.progress_interval = progress_interval
+        self.started_extra = dict(started_extra or {})
+        self.emit_started = emit_started
+        self.iteration = 0
+        self.episodes = 0
+        self.phase: str | None = None
+        self._next_checkpoint = 0
+        self._last_progress_t = 0.0
+        self._last_progress_steps = 0
+        self._hook: Any = None
+
+    @classmethod
+    def for_job_dir(cls, job_dir: str | Path, **kwargs: Any) -> CockpitCallback:
+        """A callback writing to `<job_dir>/events.jsonl`, for use in a user's own script."""
+        return cls(EventWriter(Path(job_dir) / EVENTS_FILE), **kwargs)
+
+    def _on_training_start(self) -> None:
+        steps = self.num_timesteps
+        self._last_progress_t, self._last_progress_steps = time.monotonic(), steps
+        if self.checkpoint_every:
+            self._next_checkpoint = (steps // self.checkpoint_every + 1) * self.checkpoint_every
+        self._hook = self.model.policy.optimizer.register_step_post_hook(self._after_optimizer_step)
+        if self.emit_started:
+            self.events.started(
+                config=self.started_extra.pop("config", {}),
+                pid=os.getpid(),
+                device=str(self.model.device),
+                versions=self.started_extra.pop("versions", {}),
+                **self.started_extra,
+            )
+
+    def _after_optimizer_step(self, *_: Any) -> None:
+        if self.stop.requested:
+            raise StopRequested(self.stop.reason)
+
+    def _on_rollout_start(self) -> None:
+        if self.iteration > 0:
+            self.emit_progress(with_losses=True)
+            self._maybe_checkpoint()
+        self.phase = "rollout"
+        self.events.phase("rollout", iteration=self.iteration, num_timesteps=self.num_timesteps)
+
+    def _on_step(self) -> bool:
+        dones = self.locals.get("dones")
+        if dones is not None and dones.any():
+            infos = self.locals["infos"]
+            self.episodes += sum(1 for i in np.flatnonzero(dones) if "episode" in infos[i])
+        if time.monotonic() - self._last_progress_t >= self.progress_interval:
+            self.emit_progress(with_losses=False)
+        if self.stop.requested:
+            return False
+        if self.target_timesteps is None or self.num_timesteps < self.target_timesteps:
+            return True
+        # At the target: stopping on a rollout's last step would throw that whole rollout away
+        # untrained, so let SB3 finish it; its learn loop then ends on its own.
+        return self.locals.get("n_steps", -1) + 1 >= self.locals.get("n_rollout_steps", 0)
+
+    def _on_rollout_end(self) -> None:
+        self.iteration += 1
+        self.phase = "train"
+        self.events.phase("train", iteration=self.iteration, num_timesteps=self.num_timesteps)
+
+    def _on_training_end(self) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove the optimizer hook; safe to call more than once."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def _maybe_checkpoint(self) -> None:
+        if self._checkpoint is None or not self.checkpoint_every or self.num_timesteps < self._next_checkpoint:
+            return
+        self.save_checkpoint()
+        self._next_checkpoint = (self.num_timesteps // self.checkpoint_every + 1) * self.checkpoint_every
+
+    def save_checkpoint(self) -> None:
+        """Write a checkpoint now (if a checkpoint function was given) and emit its event."""
+        if self._checkpoint is not None:
+            path, step = self._checkpoint(self.model)
+            self.events.checkpoint(path=path, step=step)
+
+    def progress_stats(self, *, with_losses: bool) -> dict[str, Any]:
+        """The fields of a `progress` event as of now (also resets the SPS window)."""
+        now, steps = time.monotonic(), self.num_timesteps
+        elapsed = now - self._last_progress_t
+        sps = (steps - self._last_progress_steps) / elapsed if elapsed > 0 else 0.0
+        self._last_progress_t, self._last_progress_steps = now, steps
+        buffer = self.model.ep_info_buffer or []
+        stats: dict[str, Any] = {
+            "num_timesteps": steps,
+            "iteration": self.iteration,
+            "sps": round(sps, 1),
+            "ep_rew_mean": float(np.mean([e["r"] for e in buffer])) if buffer else None,
+            "ep_len_mean": float(np.mean([e["l"] for e in buffer])) if buffer else None,
+            "episodes": self.episodes,
+        }
+        if with_losses:
+            logged = dict(self.model.logger.name_to_value)
+            stats["losses"] = {k: float(logged[f"train/{k}"]) for k in _LOSS_KEYS if f"train/{k}" in logged}
+        return stats
+
+    def emit_progress(self, *, with_losses: bool) -> None:
+        """Emit a `progress` event now; `with_losses` adds the last train phase's statistics."""
+        self.events.progress(**self.progress_stats(with_losses=with_losses))

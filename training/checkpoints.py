@@ -1,0 +1,162 @@
+"""Crash-safe checkpoints in `<job dir>/checkpoints/`, keeping the newest two.
+
+A checkpoint is a directory `step-<step>-<time_ns>/` holding `model.zip` (SB3's own format),
+`vecnormalize.pkl` when observation/reward normalization is on, and `meta.json` with the step
+count and a SHA-256 of each file. It is built under a `.tmp-*` name, fsynced, and renamed into
+place, so a kill or a full disk leaves either the whole checkpoint or none. Loading verifies the
+hashes; a checkpoint that fails is moved to `checkpoints/corrupt/` and the one before it is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.vec_env import VecNormalize
+
+MODEL_FILE = "model.zip"
+VECNORM_FILE = "vecnormalize.pkl"
+META_FILE = "meta.json"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A complete checkpoint on disk: its directory and the step count it was taken at."""
+
+    path: Path
+    step: int
+
+    @property
+    def model_path(self) -> Path:
+        """The SB3 model archive, loadable with `PPO.load`."""
+        return self.path / MODEL_FILE
+
+    @property
+    def vecnormalize_path(self) -> Path | None:
+        """The VecNormalize statistics, or None when the run does not normalize."""
+        p = self.path / VECNORM_FILE
+        return p if p.exists() else None
+
+
+@dataclass(frozen=True)
+class CorruptCheckpoint:
+    """A checkpoint that failed verification, where it was moved, and why."""
+
+    path: Path
+    reason: str
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sort_key(path: Path) -> tuple[int, int]:
+    _, step, stamp = path.name.split("-")
+    return int(step), int(stamp)
+
+
+class CheckpointStore:
+    """The checkpoints of one job; `save` is atomic and prunes to the newest `keep`."""
+
+    def __init__(self, directory: Path, keep: int = 2) -> None:
+        self.directory = directory
+        self.keep = keep
+
+    def list(self) -> list[Path]:
+        """Complete checkpoint directories, oldest first (by step, then by write time)."""
+        if not self.directory.is_dir():
+            return []
+        found = [
+            p for p in self.directory.iterdir() if p.is_dir() and p.name.startswith("step-") and p.name.count("-") == 2
+        ]
+        return sorted(found, key=_sort_key)
+
+    def save(self, model: BaseAlgorithm, step: int, vecnormalize: VecNormalize | None = None) -> Checkpoint:
+        """Write `model` (and `vecnormalize`) as the checkpoint for `step`, atomically.
+
+        On any error (a full disk included) the partial files are removed and the previous
+        checkpoints are untouched; the error propagates.
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        name = f"step-{step:012d}-{time.time_ns()}"
+        tmp = self.directory / f".tmp-{name}"
+        try:
+            tmp.mkdir()
+            model.save(tmp / MODEL_FILE)
+            if vecnormalize is not None:
+                vecnormalize.save(tmp / VECNORM_FILE)
+            files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
+            (tmp / META_FILE).write_text(json.dumps({"step": step, "files": files}, indent=1))
+            for p in tmp.iterdir():
+                _fsync(p)
+            _fsync(tmp)
+            final = self.directory / name
+            os.rename(tmp, final)
+            _fsync(self.directory)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        self._prune()
+        return Checkpoint(final, step)
+
+    def _prune(self) -> None:
+        for old in self.list()[: -self.keep]:
+            shutil.rmtree(old, ignore_errors=True)
+        for stale in self.directory.glob(".tmp-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+
+    def verify(self, path: Path) -> Checkpoint:
+        """The checkpoint at `path` if its metadata parses and every file matches its hash.
+
+        Raises ValueError saying what is wrong otherwise.
+        """
+        try:
+            meta = json.loads((path / META_FILE).read_text())
+            step, files = int(meta["step"]), dict(meta["files"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"unreadable {META_FILE}: {exc}") from exc
+        if MODEL_FILE not in files:
+            raise ValueError(f"{META_FILE} lists no {MODEL_FILE}")
+        for fname, digest in files.items():
+            f = path / fname
+            if not f.is_file():
+                raise ValueError(f"{fname} is missing")
+            if _sha256(f) != digest:
+                raise ValueError(f"{fname} does not match its recorded SHA-256")
+        return Checkpoint(path, step)
+
+    def quarantine(self, path: Path, reason: str) -> CorruptCheckpoint:
+        """Move a bad checkpoint out of rotation into `corrupt/`, keeping it for inspection."""
+        target = self.directory / "corrupt" / path.name
+        target.parent.mkdir(exist_ok=True)
+        shutil.rmtree(target, ignore_errors=True)
+        os.rename(path, target)
+        return CorruptCheckpoint(target, reason)
+
+    def newest_valid(self) -> tuple[Checkpoint | None, list[CorruptCheckpoint]]:
+        """The newest checkpoint that verifies, and the newer ones that did not (quarantined)."""
+        corrupt: list[CorruptCheckpoint] = []
+        for path in reversed(self.list()):
+            try:
+                return self.verify(path), corrupt
+            except ValueError as exc:
+                corrupt.append(self.quarantine(path, str(exc)))
+        return None, corrupt

@@ -1,0 +1,67 @@
+"""Torch device choice, TF32, and the worker's CPU thread budget: the only GPU-specific code.
+
+Several workers share one machine, so each must stay inside its thread budget: OpenMP and MKL get
+one thread (set in the environment before numpy or torch load their thread pools), torch gets one
+intra-op thread unless told otherwise, and envpool gets the `--threads` budget.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Literal
+
+DeviceRequest = Literal["auto", "cpu", "cuda"]
+
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+
+class DeviceError(ValueError):
+    """The requested device cannot be used here; the message says what to use instead."""
+
+
+def limit_native_threads() -> None:
+    """Pin OpenMP/MKL/OpenBLAS pools to one thread; call before numpy or torch is imported."""
+    for var in THREAD_ENV_VARS:
+        os.environ[var] = "1"
+
+
+def apply_torch_threads(threads: int) -> None:
+    """Give torch `threads` intra-op threads and one inter-op thread."""
+    import torch
+
+    torch.set_num_threads(threads)
+    # Only settable before the first parallel op; a second call in one process is harmless.
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(1)
+
+
+def resolve_device(requested: DeviceRequest) -> str:
+    """`cuda` or `cpu` for a request of auto, cpu or cuda; `DeviceError` if CUDA is asked for but absent."""
+    import torch
+
+    if requested == "cpu":
+        return "cpu"
+    available = torch.cuda.is_available()
+    if requested == "cuda" and not available:
+        build = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA device or driver was found"
+        raise DeviceError(f"--device cuda: {build}; use --device auto or --device cpu")
+    return "cuda" if available else "cpu"
+
+
+def enable_tf32() -> None:
+    """Let matmuls and cuDNN convolutions use TF32 tensor cores (about 2x on Ampere and newer)."""
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    torch.set_float32_matmul_precision("high")
+
+
+def is_cuda_oom(exc: BaseException) -> bool:
+    """True when `exc` is torch's CUDA out-of-memory error (its own class, or the older message)."""
+    import torch
+
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and "CUDA out of memory" in str(exc)
+    )

@@ -1,0 +1,81 @@
+"""Building the vectorized training env: envpool when it has the id, gymnasium otherwise.
+
+envpool steps all envs in C++ threads inside the worker process. For ids it lacks, the fallback
+is gymnasium envs in SB3's `SubprocVecEnv` (one process per env, forkserver start), each wrapped
+in `Monitor` so episode statistics reach SB3 the same way.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import signal
+import warnings
+from typing import Literal
+
+import gymnasium as gym
+from gymnasium import spaces
+from stable_baselines3.common.preprocessing import is_image_space
+from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnv
+
+Backend = Literal["envpool", "gymnasium"]
+
+
+class UnknownEnvError(ValueError):
+    """Neither envpool nor gymnasium knows the env id; the message suggests close ids."""
+
+
+@functools.cache
+def _envpool_ids() -> frozenset[str]:
+    import envpool
+
+    return frozenset(envpool.list_all_envs())
+
+
+def backend_for(env_id: str) -> Backend:
+    """Which library will run `env_id`; raises `UnknownEnvError` with suggestions if neither."""
+    if env_id in _envpool_ids():
+        return "envpool"
+    if env_id in gym.registry:
+        return "gymnasium"
+    known = sorted(_envpool_ids() | set(gym.registry))
+    close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
+    hint = (
+        f"; did you mean {', '.join(close)}?" if close else "; e.g. CartPole-v1, LunarLander-v3, Pong-v5, Breakout-v5"
+    )
+    raise UnknownEnvError(f"--env {env_id!r}: neither envpool nor gymnasium has this environment{hint}")
+
+
+def _make_monitored(env_id: str, seed: int) -> gym.Env:
+    """Runs inside each SubprocVecEnv child."""
+    from stable_baselines3.common.monitor import Monitor
+
+    # Ctrl-C reaches the whole foreground process group; only the worker may react to it, or
+    # the children die first and the worker cannot step its env to a clean checkpoint.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    env = Monitor(gym.make(env_id))
+    env.reset(seed=seed)
+    env.action_space.seed(seed)
+    return env
+
+
+def make_vec_env(env_id: str, n_envs: int, *, seed: int, threads: int = 0) -> VecEnv:
+    """`n_envs` copies of `env_id` as one SB3 VecEnv, env i seeded with `seed + i`.
+
+    `threads` is envpool's worker-thread count (0 lets envpool pick); the gymnasium fallback uses
+    one process per env instead.
+    """
+    if backend_for(env_id) == "envpool":
+        from training.envpool_vec import EnvpoolVecEnv
+
+        with warnings.catch_warnings():
+            # envpool's Box spaces are float64-bounded; gymnasium warns once per space when it casts.
+            warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
+            return EnvpoolVecEnv.make(env_id, n_envs, seed=seed, num_threads=threads)
+    makers = [functools.partial(_make_monitored, env_id, seed + i) for i in range(n_envs)]
+    return SubprocVecEnv(makers, start_method="forkserver")
+
+
+def policy_for(observation_space: spaces.Space) -> Literal["MlpPolicy", "CnnPolicy"]:
+    """CnnPolicy for image observations (Atari frames), MlpPolicy for everything else."""
+    return "CnnPolicy" if is_image_space(observation_space, check_channels=False) else "MlpPolicy"

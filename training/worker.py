@@ -1,0 +1,320 @@
+"""One PPO training job: `python -m training.worker --preset P --timesteps T --job-dir DIR`.
+
+The worker trains stable-baselines3 PPO on envpool (gymnasium as the fallback), reports to the
+cockpit through `DIR/events.jsonl`, checkpoints to `DIR/checkpoints/`, and resumes from the newest
+valid checkpoint when `DIR` already holds one, ending at exactly `--timesteps` steps in total.
+SIGTERM or SIGINT stops it at the next step (or the next optimizer step when training), writes a
+checkpoint and a `finished` event with status `stopped`, and exits 0.
+
+Exit codes: 0 done or stopped, 1 training failed (an `error` event says why), 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from cockpit.arguments import ArgumentParser, non_negative_int, positive_int
+from cockpit.presets import Preset, PresetError, builtin_names, load
+from training.callback import CockpitCallback, StopFlag, StopRequested
+from training.device import DeviceError, limit_native_threads, resolve_device
+from training.envs import UnknownEnvError, backend_for
+from training.events import EVENTS_FILE, EventWriter
+
+PROGRESS_PRINT_INTERVAL = 5.0
+VERSIONED_PACKAGES = ("torch", "stable-baselines3", "envpool", "gymnasium", "numpy")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    """Everything a worker run needs, validated: the resolved preset and the job's own settings.
+
+    `timesteps` is the requested total rounded up to a whole number of vector steps (n_envs).
+    """
+
+    preset: Preset
+    env: str
+    backend: str
+    timesteps: int
+    job_dir: Path
+    seed: int
+    device: str
+    threads: int
+    torch_threads: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The config as recorded in the `started` event."""
+        return {
+            "preset": self.preset.as_dict(),
+            "env": self.env,
+            "backend": self.backend,
+            "timesteps": self.timesteps,
+            "job_dir": str(self.job_dir),
+            "seed": self.seed,
+            "device": self.device,
+            "threads": self.threads,
+            "torch_threads": self.torch_threads,
+        }
+
+
+def build_parser() -> ArgumentParser:
+    """The worker's command line."""
+    parser = ArgumentParser(
+        prog="python -m training.worker",
+        description="Train one PPO agent (stable-baselines3 on envpool) and report to the cockpit "
+        "through DIR/events.jsonl. Re-running on the same --job-dir resumes from its newest checkpoint.",
+        epilog="Example: python -m training.worker --preset cartpole --timesteps 100000 --job-dir runs/demo",
+    )
+    parser.add_argument(
+        "--preset",
+        default="cartpole",
+        metavar="P",
+        help=f"built-in preset ({', '.join(builtin_names())}) or a path to a .toml file (default: cartpole)",
+    )
+    parser.add_argument(
+        "--env", metavar="ENV", help="environment id, e.g. CartPole-v1 or Pong-v5 (default: the preset's env)"
+    )
+    parser.add_argument(
+        "--timesteps",
+        type=positive_int,
+        required=True,
+        metavar="T",
+        help="total environment steps to train for, across restarts",
+    )
+    parser.add_argument(
+        "--job-dir",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="where events.jsonl, checkpoints/ and the final model go",
+    )
+    parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="random seed (default: 0)")
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="torch device; auto picks cuda when available (default: auto)",
+    )
+    parser.add_argument(
+        "--threads", type=positive_int, metavar="K", help="envpool worker threads (default: min(n_envs, usable CPUs))"
+    )
+    parser.add_argument(
+        "--torch-threads",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="torch intra-op threads (default: 1, so parallel jobs do not oversubscribe)",
+    )
+    return parser
+
+
+def resolve_config(args: argparse.Namespace) -> JobConfig:
+    """Validate the arguments into a `JobConfig`; raises PresetError, UnknownEnvError or DeviceError."""
+    preset = load(args.preset)
+    env = args.env or preset.env
+    backend = backend_for(env)
+    device = resolve_device(args.device)
+    timesteps = math.ceil(args.timesteps / preset.n_envs) * preset.n_envs
+    threads = args.threads or max(1, min(preset.n_envs, len(os.sched_getaffinity(0))))
+    return JobConfig(preset, env, backend, timesteps, args.job_dir, args.seed, device, threads, args.torch_threads)
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of Python and the training stack, for the `started` event."""
+    versions = {"python": sys.version.split()[0]}
+    for name in VERSIONED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+class _ConsoleEvents(EventWriter):
+    """Writes events and also prints a short human line for them (progress at most every 5 s)."""
+
+    _last_print = 0.0
+
+    def emit(self, kind: Any, **fields: Any) -> dict[str, Any]:
+        event = super().emit(kind, **fields)
+        now = time.monotonic()
+        if kind == "progress" and now - self._last_print >= PROGRESS_PRINT_INTERVAL:
+            self._last_print = now
+            rew = event.get("ep_rew_mean")
+            rew_text = "n/a" if rew is None else f"{rew:.1f}"
+            print(
+                f"[worker] {event['num_timesteps']:>10,} steps  {event['sps']:>8.0f} sps  ep_rew_mean {rew_text}",
+                flush=True,
+            )
+        elif kind in ("checkpoint", "finished", "error"):
+            detail = {k: v for k, v in event.items() if k not in ("t", "kind")}
+            print(f"[worker] {kind}: {detail}", flush=True)
+        return event
+
+
+def _error_type(exc: BaseException) -> str:
+    from training.device import is_cuda_oom
+
+    return "cuda_oom" if is_cuda_oom(exc) else type(exc).__name__
+
+
+def _new_model(config: JobConfig, venv: Any) -> Any:
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.utils import LinearSchedule
+
+    from training.envs import policy_for
+
+    p = config.preset
+    learning_rate: Any = p.learning_rate
+    clip_range: Any = p.clip_range
+    if p.schedule == "linear":
+        learning_rate = LinearSchedule(p.learning_rate, 0.0, 1.0)
+        clip_range = LinearSchedule(p.clip_range, 0.0, 1.0)
+    activation = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[p.activation]
+    return PPO(
+        policy_for(venv.observation_space),
+        venv,
+        learning_rate=learning_rate,
+        n_steps=p.n_steps,
+        batch_size=p.batch_size,
+        n_epochs=p.n_epochs,
+        gamma=p.gamma,
+        gae_lambda=p.gae_lambda,
+        clip_range=clip_range,
+        ent_coef=p.ent_coef,
+        vf_coef=p.vf_coef,
+        max_grad_norm=p.max_grad_norm,
+        policy_kwargs={"net_arch": list(p.net_arch), "activation_fn": activation},
+        seed=config.seed,
+        device=config.device,
+        verbose=0,
+    )
+
+
+def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
+    """Build or resume the model, train to `config.timesteps`, checkpoint, and report. Returns 0."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from training.checkpoints import CheckpointStore
+    from training.device import apply_torch_threads, enable_tf32
+    from training.envs import make_vec_env
+
+    started = time.time()
+    apply_torch_threads(config.torch_threads)
+    if config.device == "cuda":
+        enable_tf32()
+    preset = config.preset
+    venv = make_vec_env(config.env, preset.n_envs, seed=config.seed, threads=config.threads)
+    store = CheckpointStore(config.job_dir / "checkpoints")
+
+    checkpoint, corrupt = store.newest_valid()
+    model = vecnorm = None
+    while checkpoint is not None:
+        try:
+            if checkpoint.vecnormalize_path is not None:
+                vecnorm = VecNormalize.load(str(checkpoint.vecnormalize_path), venv)
+            model = PPO.load(checkpoint.model_path, env=vecnorm or venv, device=config.device)
+            break
+        except Exception as exc:  # any failure to load means this checkpoint is unusable
+            vecnorm = None
+            corrupt.append(store.quarantine(checkpoint.path, f"failed to load: {type(exc).__name__}: {exc}"))
+            checkpoint, more = store.newest_valid()
+            corrupt.extend(more)
+    for bad in corrupt:
+        print(
+            f"[worker] warning: checkpoint {bad.path} is corrupt ({bad.reason}); using the one before it",
+            file=sys.stderr,
+        )
+    if model is None:
+        if preset.normalize:
+            vecnorm = VecNormalize(venv, gamma=preset.gamma)
+        model = _new_model(config, vecnorm or venv)
+
+    last_saved = checkpoint.step if checkpoint else None
+
+    def save(m: Any) -> tuple[str, int]:
+        nonlocal last_saved
+        saved = store.save(m, m.num_timesteps, vecnorm)
+        last_saved = saved.step
+        return str(saved.path), saved.step
+
+    events.started(
+        config=config.as_dict(),
+        pid=os.getpid(),
+        device=str(model.device),
+        versions=package_versions(),
+        resumed_from_step=last_saved,
+        corrupt_checkpoints=[{"path": str(c.path), "reason": c.reason} for c in corrupt],
+    )
+    callback = CockpitCallback(
+        events,
+        target_timesteps=config.timesteps,
+        stop=stop,
+        checkpoint=save,
+        checkpoint_every=preset.checkpoint_every,
+        emit_started=False,
+    )
+    remaining = config.timesteps - model.num_timesteps
+    if remaining > 0 and not stop.requested:
+        try:
+            model.learn(remaining, callback=callback, reset_num_timesteps=False, log_interval=1)
+        except StopRequested:
+            pass
+        finally:
+            callback.close()
+        callback.emit_progress(with_losses=True)
+    steps = model.num_timesteps
+    if steps > 0 and steps != last_saved:
+        callback.save_checkpoint()
+    status = "done" if steps >= config.timesteps else "stopped"
+    events.finished(status=status, steps=steps, duration=round(time.time() - started, 3))
+    venv.close()
+    return 0
+
+
+def _install_stop_handlers(stop: StopFlag) -> None:
+    def handler(signum: int, _frame: Any) -> None:
+        stop.request(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the worker; returns its exit code (0 done or stopped, 1 failed, 2 bad input)."""
+    stop = StopFlag()
+    _install_stop_handlers(stop)
+    limit_native_threads()
+    args = build_parser().parse_args(argv)
+    try:
+        config = resolve_config(args)
+    except (PresetError, UnknownEnvError, DeviceError) as exc:
+        if args.job_dir.is_dir():
+            # The supervisor made the job dir; it learns why this job cannot start from the event.
+            EventWriter(args.job_dir / EVENTS_FILE).error(type="invalid_config", message=str(exc))
+        print(f"python -m training.worker: error: {exc}", file=sys.stderr)
+        return 2
+
+    config.job_dir.mkdir(parents=True, exist_ok=True)
+    events = _ConsoleEvents(config.job_dir / EVENTS_FILE)
+    try:
+        return train(config, stop, events)
+    except Exception as exc:
+        events.error(type=_error_type(exc), message=f"{type(exc).__name__}: {exc}")
+        traceback.print_exc()
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
