@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 from training.events import EVENTS_FILE, EventWriter
+from training.stopping import StopFlag, StopRequested
 
 # SB3 logger keys of PPO's train phase, reported under their short names.
 _LOSS_KEYS = (
@@ -39,29 +39,11 @@ _LOSS_KEYS = (
 )
 
 
-class StopRequested(Exception):
-    """Raised between optimizer steps when a stop was requested during a train phase."""
-
-
-@dataclass
-class StopFlag:
-    """Set by a signal handler (or anyone) to ask the run to stop at the next step."""
-
-    requested: bool = False
-    reason: str = ""
-
-    def request(self, reason: str) -> None:
-        """Ask for a stop; the first reason given is kept."""
-        if not self.requested:
-            self.reason = reason
-        self.requested = True
-
-
 class CockpitCallback(BaseCallback):
     """Emits `started`, `phase` and `progress` events, takes periodic checkpoints, and stops.
 
-    - `target_timesteps`: stop exactly when `num_timesteps` reaches it (SB3 alone would finish
-      the whole rollout and overshoot).
+    - The run stops exactly at the total given to `learn` (SB3 alone finishes the whole rollout
+      and overshoots); with `reset_num_timesteps=False` that total includes the earlier steps.
     - `stop`: when its flag is set, stop at the next env step, or after the current optimizer
       step if a train phase is running.
     - `checkpoint`: called with the model at a rollout boundary (after training) whenever
@@ -73,7 +55,6 @@ class CockpitCallback(BaseCallback):
         self,
         events: EventWriter,
         *,
-        target_timesteps: int | None = None,
         stop: StopFlag | None = None,
         checkpoint: Callable[[Any], tuple[str, int]] | None = None,
         checkpoint_every: int = 0,
@@ -83,7 +64,7 @@ class CockpitCallback(BaseCallback):
     ) -> None:
         super().__init__(verbose=0)
         self.events = events
-        self.target_timesteps = target_timesteps
+        self.target_timesteps = 0
         self.stop = stop or StopFlag()
         self._checkpoint = checkpoint
         self.checkpoint_every = checkpoint_every
@@ -104,6 +85,8 @@ class CockpitCallback(BaseCallback):
         return cls(EventWriter(Path(job_dir) / EVENTS_FILE), **kwargs)
 
     def _on_training_start(self) -> None:
+        # learn()'s own total, already including earlier steps when resuming.
+        self.target_timesteps = int(self.locals["total_timesteps"])
         steps = self.num_timesteps
         self._last_progress_t, self._last_progress_steps = time.monotonic(), steps
         if self.checkpoint_every:
@@ -138,7 +121,7 @@ class CockpitCallback(BaseCallback):
             self.emit_progress(with_losses=False)
         if self.stop.requested:
             return False
-        if self.target_timesteps is None or self.num_timesteps < self.target_timesteps:
+        if self.num_timesteps < self.target_timesteps:
             return True
         # At the target: stopping on a rollout's last step would throw that whole rollout away
         # untrained, so let SB3 finish it; its learn loop then ends on its own.

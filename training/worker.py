@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import signal
 import sys
 import time
 import traceback
@@ -25,10 +24,12 @@ from typing import Any
 
 from cockpit.arguments import ArgumentParser, non_negative_int, positive_int
 from cockpit.presets import Preset, PresetError, builtin_names, load
-from training.callback import CockpitCallback, StopFlag, StopRequested
 from training.device import DeviceError, limit_native_threads, resolve_device
-from training.envs import UnknownEnvError, backend_for
 from training.events import EVENTS_FILE, EventWriter
+from training.stopping import StopFlag
+
+# numpy, torch, SB3 and gymnasium are imported inside functions: their thread pools size
+# themselves at import, so they must load only after `limit_native_threads()` has run.
 
 PROGRESS_PRINT_INTERVAL = 5.0
 VERSIONED_PACKAGES = ("torch", "stable-baselines3", "envpool", "gymnasium", "numpy")
@@ -119,6 +120,8 @@ def build_parser() -> ArgumentParser:
 
 def resolve_config(args: argparse.Namespace) -> JobConfig:
     """Validate the arguments into a `JobConfig`; raises PresetError, UnknownEnvError or DeviceError."""
+    from training.envs import backend_for
+
     preset = load(args.preset)
     env = args.env or preset.env
     backend = backend_for(env)
@@ -206,9 +209,11 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
     from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecNormalize
 
+    from training.callback import CockpitCallback
     from training.checkpoints import CheckpointStore
     from training.device import apply_torch_threads, enable_tf32
     from training.envs import make_vec_env
+    from training.stopping import StopRequested
 
     started = time.time()
     apply_torch_threads(config.torch_threads)
@@ -259,7 +264,6 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
     )
     callback = CockpitCallback(
         events,
-        target_timesteps=config.timesteps,
         stop=stop,
         checkpoint=save,
         checkpoint_every=preset.checkpoint_every,
@@ -283,19 +287,13 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
     return 0
 
 
-def _install_stop_handlers(stop: StopFlag) -> None:
-    def handler(signum: int, _frame: Any) -> None:
-        stop.request(signal.Signals(signum).name)
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the worker; returns its exit code (0 done or stopped, 1 failed, 2 bad input)."""
     stop = StopFlag()
-    _install_stop_handlers(stop)
+    stop.install_signal_handlers()
     limit_native_threads()
+    from training.envs import UnknownEnvError
+
     args = build_parser().parse_args(argv)
     try:
         config = resolve_config(args)

@@ -1,0 +1,288 @@
+"""Shared helpers for the hand-run benchmarks: fresh processes, worker runs, events, and tables.
+
+Every measurement runs in a fresh Python process, so thread pools, envpool threads and torch's
+lazy initialisation from one measurement never leak into the next:
+
+- `run_isolated("module:function", kwargs)` calls a function in a child process
+  (`python -m benchmarks.common module:function KWARGS_JSON RESULT_PATH`) and returns its
+  JSON-serialisable result;
+- `run_worker(...)` runs the real `python -m training.worker` and returns its parsed events.
+
+This module imports nothing heavy (no numpy, torch or envpool) at import time, so a child
+process decides itself when those load, exactly as the worker does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+OUTPUT_TAIL_CHARS = 4000
+
+
+class BenchmarkError(RuntimeError):
+    """A child process or worker run failed; the message carries the tail of its output."""
+
+
+# --- processes -------------------------------------------------------------------------------
+
+
+def usable_cpus() -> int:
+    """CPU cores this process may run on."""
+    return len(os.sched_getaffinity(0))
+
+
+def default_threads(n_envs: int) -> int:
+    """envpool threads the worker picks when `--threads` is not given: min(n_envs, usable CPUs)."""
+    return max(1, min(n_envs, usable_cpus()))
+
+
+def _run(cmd: list[str], *, timeout: float | None, what: str) -> str:
+    """Run `cmd` from the repo root, capturing its output; raise `BenchmarkError` if it fails."""
+    try:
+        proc = subprocess.run(
+            cmd,
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise BenchmarkError(f"{what} timed out after {timeout} s") from exc
+    if proc.returncode != 0:
+        tail = proc.stdout[-OUTPUT_TAIL_CHARS:]
+        raise BenchmarkError(f"{what} exited with {proc.returncode}:\n{tail}")
+    return proc.stdout
+
+
+def run_isolated(target: str, kwargs: dict[str, Any], *, timeout: float | None = None) -> Any:
+    """Call `target` ("package.module:function") with `kwargs` in a fresh Python process.
+
+    The function's return value must be JSON-serialisable; it is returned here.
+    """
+    with tempfile.TemporaryDirectory(prefix="bench-child-") as tmp:
+        result_path = Path(tmp) / "result.json"
+        cmd = [sys.executable, "-m", "benchmarks.common", target, json.dumps(kwargs), str(result_path)]
+        _run(cmd, timeout=timeout, what=f"child process {target}")
+        return json.loads(result_path.read_text(encoding="utf-8"))
+
+
+def _child_main(argv: Sequence[str]) -> int:
+    """Entry point of a `run_isolated` child: import the target, call it, write its result."""
+    target, kwargs_json, result_path = argv
+    module_name, _, func_name = target.partition(":")
+    func = getattr(importlib.import_module(module_name), func_name)
+    result = func(**json.loads(kwargs_json))
+    Path(result_path).write_text(json.dumps(result), encoding="utf-8")
+    return 0
+
+
+# --- the worker and its events ---------------------------------------------------------------
+
+
+def whole_rollouts(preset: str, timesteps: int) -> int:
+    """`timesteps` rounded up to a whole number of rollouts (n_envs × n_steps) of `preset`.
+
+    With whole rollouts the worker (which stops exactly at its target) and a bare `learn(T)`
+    (which always finishes its last rollout) collect and train on exactly the same data.
+    """
+    from cockpit.presets import load
+
+    rollout = load(preset).total_batch
+    return max(1, math.ceil(timesteps / rollout)) * rollout
+
+
+def worker_argv(
+    preset: str, timesteps: int, job_dir: Path | str, *, seed: int, threads: int | None, torch_threads: int, device: str
+) -> list[str]:
+    """The `training.worker` command-line arguments for one run (shared by worker and bare runs)."""
+    argv = ["--preset", preset, "--timesteps", str(timesteps), "--job-dir", str(job_dir)]
+    argv += ["--seed", str(seed), "--torch-threads", str(torch_threads), "--device", device]
+    if threads is not None:
+        argv += ["--threads", str(threads)]
+    return argv
+
+
+def run_worker(
+    preset: str,
+    timesteps: int,
+    *,
+    seed: int,
+    threads: int | None,
+    torch_threads: int = 1,
+    device: str = "auto",
+    job_root: Path | None = None,
+    timeout: float | None = None,
+) -> list[dict[str, Any]]:
+    """Run `python -m training.worker` to completion in a fresh job dir and return its events.
+
+    The job dir (with its checkpoints) is made under `job_root` (default: the system temp dir)
+    and deleted afterwards. Raises `BenchmarkError` unless the run ends with `finished: done`.
+    """
+    from training.events import EVENTS_FILE, read_events
+
+    if job_root is not None:
+        job_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bench-worker-", dir=job_root) as tmp:
+        job_dir = Path(tmp) / "job"
+        argv = worker_argv(
+            preset, timesteps, job_dir, seed=seed, threads=threads, torch_threads=torch_threads, device=device
+        )
+        output = _run([sys.executable, "-m", "training.worker", *argv], timeout=timeout, what="training.worker")
+        events = read_events(job_dir / EVENTS_FILE)
+    finished = [e for e in events if e["kind"] == "finished"]
+    if not finished or finished[-1].get("status") != "done":
+        raise BenchmarkError(f"training.worker did not finish its run:\n{output[-OUTPUT_TAIL_CHARS:]}")
+    return events
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Steps over seconds; `sps` is their ratio."""
+
+    steps: int
+    seconds: float
+
+    @property
+    def sps(self) -> float:
+        """Steps per second."""
+        return self.steps / self.seconds if self.seconds > 0 else 0.0
+
+
+def worker_throughput(events: list[dict[str, Any]]) -> Throughput:
+    """The whole run's throughput: `finished.steps` over `finished.t - started.t`."""
+    started = next(e for e in events if e["kind"] == "started")
+    finished = next(e for e in reversed(events) if e["kind"] == "finished")
+    return Throughput(int(finished["steps"]), float(finished["t"]) - float(started["t"]))
+
+
+def rollout_throughput(events: list[dict[str, Any]], *, skip: int = 0) -> Throughput:
+    """Rollout-phase throughput: steps collected over time spent, summed over rollout phases.
+
+    A rollout phase runs from its `phase: rollout` event to the next `phase: train` event; its
+    steps are the difference of their `num_timesteps`. A rollout not closed by a train phase
+    (cut short by the target or a stop) is left out, as are the first `skip` rollouts (warm-up).
+    """
+    phases = [e for e in events if e["kind"] == "phase"]
+    steps, seconds, seen = 0, 0.0, 0
+    for start, end in zip(phases, phases[1:]):
+        if start["phase"] != "rollout" or end["phase"] != "train":
+            continue
+        seen += 1
+        if seen <= skip:
+            continue
+        steps += int(end["num_timesteps"]) - int(start["num_timesteps"])
+        seconds += float(end["t"]) - float(start["t"])
+    return Throughput(steps, seconds)
+
+
+# --- stepping --------------------------------------------------------------------------------
+
+
+def action_sampler(action_space: Any, num_envs: int, seed: int) -> Any:
+    """A function returning a fresh batch of `num_envs` random valid actions on each call."""
+    import numpy as np
+    from gymnasium import spaces
+
+    rng = np.random.default_rng(seed)
+    if isinstance(action_space, spaces.Discrete):
+        low, high = int(action_space.start), int(action_space.start + action_space.n)
+        return lambda: rng.integers(low, high, size=num_envs)
+    if isinstance(action_space, spaces.Box):
+        low = np.broadcast_to(action_space.low, action_space.shape)
+        high = np.broadcast_to(action_space.high, action_space.shape)
+        shape = (num_envs, *action_space.shape)
+        return lambda: rng.uniform(low, high, size=shape).astype(action_space.dtype)
+    raise TypeError(f"unsupported action space {action_space!r}")
+
+
+def timed_steps(step: Any, sample: Any, *, steps: int, warmup: int) -> float:
+    """Call `step(sample())` `warmup` times untimed, then `steps` times; return the timed seconds."""
+    for _ in range(warmup):
+        step(sample())
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step(sample())
+    return time.perf_counter() - t0
+
+
+# --- statistics and output -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Median, minimum and maximum of repeated measurements."""
+
+    values: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        """The median value."""
+        return statistics.median(self.values)
+
+    @property
+    def spread(self) -> str:
+        """`min–max` of the values, formatted as SPS."""
+        return f"{fmt_sps(min(self.values))}–{fmt_sps(max(self.values))}"
+
+
+def fmt_sps(value: float) -> str:
+    """Steps per second with thousands separators."""
+    return f"{value:,.0f}"
+
+
+def fmt_ratio(value: float) -> str:
+    """A ratio to three decimals."""
+    return f"{value:.3f}"
+
+
+def log(message: str) -> None:
+    """A progress line on stderr, so the tables on stdout stay clean."""
+    print(f"[bench] {message}", file=sys.stderr, flush=True)
+
+
+def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, caption: str = "") -> None:
+    """Print one table with rich (first column left-aligned, the others right-aligned)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, caption=caption or None, caption_justify="left")
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i == 0 else "right")
+    for row in rows:
+        table.add_row(*row)
+    # Piped output gets a fixed width wide enough for every table rather than rich's 80 columns.
+    Console(width=None if sys.stdout.isatty() else 120).print(table)
+
+
+def add_common_args(parser: argparse.ArgumentParser, *, repeats: int) -> None:
+    """Add --repeats, --seed and --threads, which every benchmark takes."""
+    parser.add_argument(
+        "--repeats", type=int, default=repeats, metavar="N", help=f"measurements per figure (default: {repeats})"
+    )
+    parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed for every run (default: 0)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="K",
+        help="envpool threads for every run (default: the worker's own choice, min(n_envs, usable CPUs))",
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(_child_main(sys.argv[1:]))

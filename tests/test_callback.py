@@ -1,0 +1,103 @@
+"""CockpitCallback on a real (tiny) SB3 PPO run: phases, progress, exact targets, stops, checkpoints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from training.callback import CockpitCallback
+from training.events import EventWriter, read_events
+from training.stopping import StopFlag, StopRequested
+
+ROLLOUT = 64  # 4 envs x 16 steps in the tiny_ppo fixture
+
+
+def run(tmp_path: Path, model: Any, total: int, **kwargs: Any) -> tuple[CockpitCallback, list[dict]]:
+    events = EventWriter(tmp_path / "events.jsonl")
+    callback = CockpitCallback(events, **kwargs)
+    model.learn(total, callback=callback)
+    return callback, read_events(tmp_path / "events.jsonl")
+
+
+def test_phases_alternate_and_progress_carries_losses(tmp_path: Path, tiny_ppo) -> None:
+    model = tiny_ppo()
+    _, events = run(tmp_path, model, 3 * ROLLOUT, progress_interval=3600, started_extra={"config": {"x": 1}})
+    assert events[0]["kind"] == "started" and events[0]["config"] == {"x": 1} and events[0]["device"] == "cpu"
+    phases = [e for e in events if e["kind"] == "phase"]
+    assert [p["phase"] for p in phases] == ["rollout", "train"] * 3
+    assert [p["num_timesteps"] for p in phases] == [0, 64, 64, 128, 128, 192]
+    assert all(a["t"] <= b["t"] for a, b in zip(events, events[1:]))
+    progress = [e for e in events if e["kind"] == "progress"]
+    assert len(progress) == 2  # at the start of rollouts 2 and 3, after each train phase
+    assert {"value_loss", "policy_gradient_loss", "entropy_loss", "approx_kl", "clip_fraction"} <= set(
+        progress[0]["losses"]
+    )
+    assert progress[0]["num_timesteps"] == 64 and progress[0]["sps"] > 0
+    assert progress[-1]["episodes"] > 0 and progress[-1]["ep_rew_mean"] > 0
+
+
+def test_target_mid_rollout_stops_exactly(tmp_path: Path, tiny_ppo) -> None:
+    model = tiny_ppo()
+    run(tmp_path, model, 3 * ROLLOUT + 8)  # SB3 alone would collect 4 whole rollouts
+    assert model.num_timesteps == 3 * ROLLOUT + 8
+
+
+def test_target_on_a_rollout_boundary_still_trains_that_rollout(tmp_path: Path, tiny_ppo) -> None:
+    model = tiny_ppo()
+    _, events = run(tmp_path, model, 3 * ROLLOUT)
+    assert model.num_timesteps == 3 * ROLLOUT
+    assert [e["phase"] for e in events if e["kind"] == "phase"].count("train") == 3
+    assert model._n_updates == 3 * 2  # SB3 counts epochs: 3 updates x 2 epochs
+
+
+def test_stop_mid_rollout_ends_learning_at_the_next_step(tmp_path: Path, tiny_ppo) -> None:
+    model = tiny_ppo()
+    stop = StopFlag()
+
+    class StopAtStep(EventWriter):
+        def emit(self, kind: Any, **fields: Any) -> dict:
+            if kind == "phase" and fields["phase"] == "rollout" and fields["num_timesteps"] == ROLLOUT:
+                stop.request("SIGTERM")
+            return super().emit(kind, **fields)
+
+    callback = CockpitCallback(StopAtStep(tmp_path / "events.jsonl"), stop=stop)
+    model.learn(10 * ROLLOUT, callback=callback)
+    assert model.num_timesteps == ROLLOUT + 4  # one vector step of 4 envs into the second rollout
+
+
+def test_stop_during_training_raises_after_the_current_optimizer_step(tmp_path: Path, tiny_ppo) -> None:
+    model = tiny_ppo(n_epochs=10)
+    stop = StopFlag()
+    steps: list[int] = []
+    model.policy.optimizer.register_step_post_hook(lambda *_: steps.append(1))
+
+    class StopInTrain(EventWriter):
+        def emit(self, kind: Any, **fields: Any) -> dict:
+            if kind == "phase" and fields["phase"] == "train":
+                stop.request("SIGTERM")
+            return super().emit(kind, **fields)
+
+    callback = CockpitCallback(StopInTrain(tmp_path / "events.jsonl"), stop=stop)
+    with pytest.raises(StopRequested, match="SIGTERM"):
+        model.learn(10 * ROLLOUT, callback=callback)
+    callback.close()
+    assert len(steps) == 1  # 20 optimizer steps were due; the stop came after the first
+    assert model.num_timesteps == ROLLOUT
+    assert len(model.policy.optimizer._optimizer_step_post_hooks) == 1  # only the test's own hook is left
+
+
+def test_periodic_checkpoints_come_after_training(tmp_path: Path, tiny_ppo) -> None:
+    model = tiny_ppo()
+    saved: list[tuple[int, int]] = []
+
+    def checkpoint(m: Any) -> tuple[str, int]:
+        saved.append((m.num_timesteps, m._n_updates))
+        return f"ckpt-{m.num_timesteps}", m.num_timesteps
+
+    _, events = run(tmp_path, model, 6 * ROLLOUT, checkpoint=checkpoint, checkpoint_every=100)
+    # Checked at each rollout start: first at or past 100 steps, then past 200, 300.
+    assert [s for s, _ in saved] == [128, 256, 320]
+    assert all(updates == steps // ROLLOUT * 2 for steps, updates in saved)  # trained up to there
+    assert [e["step"] for e in events if e["kind"] == "checkpoint"] == [128, 256, 320]

@@ -1,0 +1,74 @@
+"""Checkpoints: atomic, verified, the newest two kept, and a corrupt newest one skipped."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+from stable_baselines3 import PPO
+from stable_baselines3.common.vec_env import VecNormalize
+
+from training.checkpoints import MODEL_FILE, CheckpointStore
+
+
+def test_save_keeps_the_newest_two_and_verifies(tmp_path: Path, tiny_ppo) -> None:
+    model = tiny_ppo()
+    store = CheckpointStore(tmp_path / "checkpoints")
+    saved = [store.save(model, step) for step in (64, 128, 192)]
+    assert store.list() == [saved[1].path, saved[2].path]
+    assert not saved[0].path.exists()
+    best, corrupt = store.newest_valid()
+    assert best == saved[2] and corrupt == []
+    assert PPO.load(best.model_path).n_steps == 16
+    assert not list(store.directory.glob(".tmp-*"))
+
+
+def test_a_corrupt_newest_checkpoint_falls_back_and_is_quarantined(tmp_path: Path, tiny_ppo) -> None:
+    model = tiny_ppo()
+    store = CheckpointStore(tmp_path / "checkpoints")
+    older = store.save(model, 64)
+    newer = store.save(model, 128)
+    with (newer.path / MODEL_FILE).open("r+b") as fh:
+        fh.seek(100)
+        fh.write(b"garbage")
+    best, corrupt = store.newest_valid()
+    assert best == older
+    assert len(corrupt) == 1 and "SHA-256" in corrupt[0].reason
+    assert corrupt[0].path.parent.name == "corrupt" and corrupt[0].path.exists()
+    # Quarantined checkpoints leave the rotation: the next save keeps the good older one.
+    store.save(model, 192)
+    assert [p.name.split("-")[1] for p in store.list()] == ["000000000064", "000000000192"]
+
+
+def test_missing_or_truncated_files_are_corrupt(tmp_path: Path, tiny_ppo) -> None:
+    store = CheckpointStore(tmp_path / "checkpoints")
+    only = store.save(tiny_ppo(), 64)
+    (only.path / "meta.json").write_text("{trunc")
+    assert store.newest_valid()[0] is None
+
+
+def test_a_failed_save_leaves_earlier_checkpoints_intact(tmp_path: Path, tiny_ppo, monkeypatch) -> None:
+    model = tiny_ppo()
+    store = CheckpointStore(tmp_path / "checkpoints")
+    good = store.save(model, 64)
+
+    def disk_full(*_args: object, **_kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(model, "save", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        store.save(model, 128)
+    assert store.list() == [good.path]
+    assert not list(store.directory.glob(".tmp-*"))
+    assert store.newest_valid() == (good, [])
+
+
+def test_vecnormalize_statistics_travel_with_the_model(tmp_path: Path, tiny_ppo) -> None:
+    model = tiny_ppo()
+    vecnorm = VecNormalize(model.get_env())
+    store = CheckpointStore(tmp_path / "checkpoints")
+    saved = store.save(model, 64, vecnorm)
+    assert saved.vecnormalize_path is not None
+    assert VecNormalize.load(str(saved.vecnormalize_path), model.get_env()).obs_rms.mean.shape == (4,)
+    assert store.save(model, 128).vecnormalize_path is None
