@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ def test_phases_alternate_and_progress_carries_losses(tmp_path: Path, tiny_ppo) 
     phases = [e for e in events if e["kind"] == "phase"]
     assert [p["phase"] for p in phases] == ["rollout", "train"] * 3
     assert [p["num_timesteps"] for p in phases] == [0, 64, 64, 128, 128, 192]
-    assert all(a["t"] <= b["t"] for a, b in zip(events, events[1:]))
+    assert all(a["t"] <= b["t"] for a, b in itertools.pairwise(events))
     progress = [e for e in events if e["kind"] == "progress"]
     assert len(progress) == 2  # at the start of rollouts 2 and 3, after each train phase
     assert {"value_loss", "policy_gradient_loss", "entropy_loss", "approx_kl", "clip_fraction"} <= set(

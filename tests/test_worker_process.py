@@ -1,0 +1,164 @@
+"""The real worker process: bad input, kill -9 and resume, SIGTERM, corrupt checkpoints, fallback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.workerproc import kinds, run_worker, start_worker, write_preset
+from training.checkpoints import MODEL_FILE, CheckpointStore
+from training.events import read_events
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--preset", "huge"], "preset 'huge': no such preset; choose one of cartpole, fast, heavy, beast"),
+        (["--env", "CartPol-v1"], "--env 'CartPol-v1': neither envpool nor gymnasium has this env"),
+        (["--timesteps", "-5"], "argument --timesteps: expected a positive integer, got '-5'"),
+        (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+        (["--device", "cuda"], "--device cuda: "),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path: Path, args: list[str], message: str) -> None:
+    job_dir = tmp_path / "job"
+    base = {"--timesteps": "1000", "--job-dir": str(job_dir)}
+    base.update(zip(args[::2], args[1::2], strict=True))
+    result = run_worker(*[part for pair in base.items() for part in pair])
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert not job_dir.exists()
+
+
+def test_a_bad_preset_file_names_the_file_and_key(tmp_path: Path) -> None:
+    preset = tmp_path / "bad.toml"
+    preset.write_text('env = "CartPole-v1"\nn_envs = 8\nn_steps = 32\nbatch_size = 100\nn_epochs = 2\n')
+    result = run_worker("--preset", str(preset), "--timesteps", "1000", "--job-dir", str(tmp_path / "job"))
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"python -m training.worker: error: {preset}: 'batch_size' 100 must divide n_envs x n_steps = 256; "
+        'try 64 or 128, or batch_size = "auto"'
+    )
+
+
+def test_an_existing_job_dir_gets_an_error_event_for_bad_input(tmp_path: Path) -> None:
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    result = run_worker("--env", "Nope-v0", "--timesteps", "1000", "--job-dir", str(job_dir))
+    assert result.returncode == 2
+    (event,) = kinds(read_events(job_dir / "events.jsonl"), "error")
+    assert event["type"] == "invalid_config" and "Nope-v0" in event["message"]
+
+
+@pytest.mark.slow
+def test_kill_9_then_restart_resumes_and_ends_exactly_at_the_target(tmp_path: Path) -> None:
+    preset = write_preset(tmp_path, checkpoint_every=2048)
+    job_dir = tmp_path / "job"
+    target = 40_000
+    first = start_worker(job_dir, "--preset", str(preset), "--timesteps", str(target))
+    events = first.wait_for(lambda ev: len(kinds(ev, "checkpoint")) >= 3)
+    os.kill(first.proc.pid, signal.SIGKILL)
+    first.finish()
+    killed_at = max(e["num_timesteps"] for e in kinds(first.events(), "phase"))
+    last_checkpoint = kinds(events, "checkpoint")[-1]["step"]
+    assert killed_at < target
+
+    second = start_worker(job_dir, "--preset", str(preset), "--timesteps", str(target))
+    assert second.finish() == 0, second.stderr()
+    events = second.events()
+    started = kinds(events, "started")
+    assert len(started) == 2
+    assert started[1]["resumed_from_step"] >= last_checkpoint
+    (finished,) = kinds(events, "finished")
+    assert finished["status"] == "done" and finished["steps"] == target
+    store = CheckpointStore(job_dir / "checkpoints")
+    assert len(store.list()) == 2
+    assert store.newest_valid()[0].step == target
+    # The second run's phases continue from the checkpoint, not from zero.
+    second_phases = [e for e in kinds(events, "phase") if e["t"] >= started[1]["t"]]
+    assert second_phases[0]["num_timesteps"] == started[1]["resumed_from_step"]
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_and_finishes_stopped(tmp_path: Path) -> None:
+    preset = write_preset(tmp_path, checkpoint_every=1_000_000)
+    job_dir = tmp_path / "job"
+    worker = start_worker(job_dir, "--preset", str(preset), "--timesteps", "1000000")
+    worker.wait_for(lambda ev: len(kinds(ev, "phase")) >= 6)
+    sent = time.monotonic()
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.finish(timeout=10) == 0, worker.stderr()
+    assert time.monotonic() - sent < 10
+    events = worker.events()
+    (finished,) = kinds(events, "finished")
+    (checkpoint,) = kinds(events, "checkpoint")
+    assert finished["status"] == "stopped" and 0 < finished["steps"] < 1_000_000
+    assert checkpoint["step"] == finished["steps"]
+    saved, corrupt = CheckpointStore(job_dir / "checkpoints").newest_valid()
+    assert saved is not None and saved.step == finished["steps"] and not corrupt
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_long_train_phase_stops_within_10s(tmp_path: Path) -> None:
+    # 1000 epochs of a 512x512 MLP over each rollout: one train phase takes far longer than 10 s.
+    preset = write_preset(tmp_path, checkpoint_every=1_000_000, n_epochs=1000, net_arch=(512, 512))
+    job_dir = tmp_path / "job"
+    worker = start_worker(job_dir, "--preset", str(preset), "--timesteps", "1000000")
+    worker.wait_for(lambda ev: any(e.get("phase") == "train" for e in ev))
+    time.sleep(1.0)
+    sent = time.monotonic()
+    worker.proc.send_signal(signal.SIGTERM)
+    assert worker.finish(timeout=10) == 0, worker.stderr()
+    assert time.monotonic() - sent < 10
+    events = worker.events()
+    (finished,) = kinds(events, "finished")
+    assert finished["status"] == "stopped" and finished["steps"] == 256
+    assert kinds(events, "phase")[-1]["phase"] == "train"  # the stop came mid-training
+    assert kinds(events, "checkpoint")[0]["step"] == 256
+
+
+@pytest.mark.slow
+def test_a_corrupt_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_path: Path) -> None:
+    preset = write_preset(tmp_path, checkpoint_every=1024)
+    job_dir = tmp_path / "job"
+    first = start_worker(job_dir, "--preset", str(preset), "--timesteps", "4096")
+    assert first.finish() == 0, first.stderr()
+    older, newest = CheckpointStore(job_dir / "checkpoints").list()
+    (newest / MODEL_FILE).write_bytes(b"torn")
+
+    second = start_worker(job_dir, "--preset", str(preset), "--timesteps", "6144")
+    assert second.finish() == 0, second.stderr()
+    started = kinds(second.events(), "started")[-1]
+    assert started["resumed_from_step"] == int(older.name.split("-")[1])
+    (bad,) = started["corrupt_checkpoints"]
+    assert newest.name in bad["path"] and "SHA-256" in bad["reason"]
+    assert "is corrupt" in second.stderr()
+    assert kinds(second.events(), "finished")[-1]["steps"] == 6144
+
+
+@pytest.mark.slow
+def test_a_finished_job_run_again_finishes_at_once(tmp_path: Path) -> None:
+    preset = write_preset(tmp_path)
+    job_dir = tmp_path / "job"
+    args = ("--preset", str(preset), "--timesteps", "1024")
+    assert start_worker(job_dir, *args).finish() == 0
+    assert start_worker(job_dir, *args).finish() == 0
+    finished = kinds(read_events(job_dir / "events.jsonl"), "finished")
+    assert [f["steps"] for f in finished] == [1024, 1024]
+    assert [f["status"] for f in finished] == ["done", "done"]
+
+
+@pytest.mark.slow
+def test_env_ids_envpool_lacks_fall_back_to_gymnasium(tmp_path: Path) -> None:
+    preset = tmp_path / "taxi.toml"
+    preset.write_text('env = "Taxi-v4"\nn_envs = 2\nn_steps = 64\nbatch_size = 64\nn_epochs = 1\n')
+    worker = start_worker(tmp_path / "job", "--preset", str(preset), "--timesteps", "512")
+    assert worker.finish() == 0, worker.stderr()
+    events = worker.events()
+    assert kinds(events, "started")[0]["config"]["backend"] == "gymnasium"
+    assert kinds(events, "finished")[0]["steps"] == 512
