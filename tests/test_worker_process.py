@@ -162,3 +162,40 @@ def test_env_ids_envpool_lacks_fall_back_to_gymnasium(tmp_path: Path) -> None:
     events = worker.events()
     assert kinds(events, "started")[0]["config"]["backend"] == "gymnasium"
     assert kinds(events, "finished")[0]["steps"] == 512
+
+
+@pytest.mark.slow
+def test_a_resumed_job_trains_with_the_current_presets_rollout_settings(tmp_path: Path) -> None:
+    job_dir = tmp_path / "job"
+    first = start_worker(job_dir, "--preset", str(write_preset(tmp_path)), "--timesteps", "2048")
+    assert first.finish() == 0, first.stderr()
+    # Same network, twice the rollout: n_steps 64 instead of 32 (8 envs).
+    bigger = tmp_path / "bigger.toml"
+    bigger.write_text(write_preset(tmp_path).read_text().replace("n_steps = 32", "n_steps = 64"))
+    second = start_worker(job_dir, "--preset", str(bigger), "--timesteps", "4096")
+    assert second.finish() == 0, second.stderr()
+    events = second.events()
+    resumed_at = kinds(events, "started")[-1]["t"]
+    trains = [e["num_timesteps"] for e in kinds(events, "phase") if e["phase"] == "train" and e["t"] > resumed_at]
+    assert trains == [2048 + 512 * k for k in range(1, 5)]
+
+
+@pytest.mark.slow
+def test_resuming_with_a_different_network_is_refused(tmp_path: Path) -> None:
+    job_dir = tmp_path / "job"
+    assert start_worker(job_dir, "--preset", str(write_preset(tmp_path)), "--timesteps", "1024").finish() == 0
+    wider = write_preset(tmp_path, net_arch=(128, 128))
+    result = run_worker("--preset", str(wider), "--timesteps", "2048", "--job-dir", str(job_dir))
+    assert result.returncode == 2
+    assert "the checkpoint's network is [64, 64] but preset 'test-preset' asks for [128, 128]" in result.stderr
+    assert kinds(read_events(job_dir / "events.jsonl"), "error")[-1]["type"] == "invalid_config"
+
+
+@pytest.mark.slow
+def test_atari_gets_a_cnn_policy(tmp_path: Path) -> None:
+    preset = tmp_path / "pong.toml"
+    preset.write_text('env = "Pong-v5"\nn_envs = 4\nn_steps = 32\nbatch_size = 64\nn_epochs = 1\n')
+    worker = start_worker(tmp_path / "job", "--preset", str(preset), "--timesteps", "256")
+    assert worker.finish() == 0, worker.stderr()
+    started = kinds(worker.events(), "started")[0]
+    assert started["policy"] == "ActorCriticCnnPolicy" and started["config"]["backend"] == "envpool"

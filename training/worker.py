@@ -170,49 +170,15 @@ def _error_type(exc: BaseException) -> str:
     return "cuda_oom" if is_cuda_oom(exc) else type(exc).__name__
 
 
-def _new_model(config: JobConfig, venv: Any) -> Any:
-    import torch
-    from stable_baselines3 import PPO
-    from stable_baselines3.common.utils import LinearSchedule
-
-    from training.envs import policy_for
-
-    p = config.preset
-    learning_rate: Any = p.learning_rate
-    clip_range: Any = p.clip_range
-    if p.schedule == "linear":
-        learning_rate = LinearSchedule(p.learning_rate, 0.0, 1.0)
-        clip_range = LinearSchedule(p.clip_range, 0.0, 1.0)
-    activation = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}[p.activation]
-    return PPO(
-        policy_for(venv.observation_space),
-        venv,
-        learning_rate=learning_rate,
-        n_steps=p.n_steps,
-        batch_size=p.batch_size,
-        n_epochs=p.n_epochs,
-        gamma=p.gamma,
-        gae_lambda=p.gae_lambda,
-        clip_range=clip_range,
-        ent_coef=p.ent_coef,
-        vf_coef=p.vf_coef,
-        max_grad_norm=p.max_grad_norm,
-        policy_kwargs={"net_arch": list(p.net_arch), "activation_fn": activation},
-        seed=config.seed,
-        device=config.device,
-        verbose=0,
-    )
-
-
 def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
     """Build or resume the model, train to `config.timesteps`, checkpoint, and report. Returns 0."""
-    from stable_baselines3 import PPO
     from stable_baselines3.common.vec_env import VecNormalize
 
     from training.callback import CockpitCallback
     from training.checkpoints import CheckpointStore
     from training.device import apply_torch_threads, enable_tf32
     from training.envs import make_vec_env
+    from training.model import new_model, resume
     from training.stopping import StopRequested
 
     started = time.time()
@@ -223,28 +189,14 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
     venv = make_vec_env(config.env, preset.n_envs, seed=config.seed, threads=config.threads)
     store = CheckpointStore(config.job_dir / "checkpoints")
 
-    checkpoint, corrupt = store.newest_valid()
-    model = vecnorm = None
-    while checkpoint is not None:
-        try:
-            if checkpoint.vecnormalize_path is not None:
-                vecnorm = VecNormalize.load(str(checkpoint.vecnormalize_path), venv)
-            model = PPO.load(checkpoint.model_path, env=vecnorm or venv, device=config.device)
-            break
-        except Exception as exc:  # any failure to load means this checkpoint is unusable
-            vecnorm = None
-            corrupt.append(store.quarantine(checkpoint.path, f"failed to load: {type(exc).__name__}: {exc}"))
-            checkpoint, more = store.newest_valid()
-            corrupt.extend(more)
-    for bad in corrupt:
-        print(
-            f"[worker] warning: checkpoint {bad.path} is corrupt ({bad.reason}); using the one before it",
-            file=sys.stderr,
-        )
+    resumed = resume(store, preset, venv, device=config.device)
+    for bad in resumed.corrupt:
+        print(f"[worker] warning: checkpoint {bad.path} is corrupt ({bad.reason}); using an older one", file=sys.stderr)
+    model, vecnorm, checkpoint = resumed.model, resumed.vecnormalize, resumed.checkpoint
     if model is None:
         if preset.normalize:
             vecnorm = VecNormalize(venv, gamma=preset.gamma)
-        model = _new_model(config, vecnorm or venv)
+        model = new_model(preset, vecnorm or venv, seed=config.seed, device=config.device)
 
     last_saved = checkpoint.step if checkpoint else None
 
@@ -260,7 +212,8 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
         device=str(model.device),
         versions=package_versions(),
         resumed_from_step=last_saved,
-        corrupt_checkpoints=[{"path": str(c.path), "reason": c.reason} for c in corrupt],
+        corrupt_checkpoints=[{"path": str(c.path), "reason": c.reason} for c in resumed.corrupt],
+        policy=type(model.policy).__name__,
     )
     callback = CockpitCallback(
         events,
@@ -280,7 +233,8 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
         callback.emit_progress(with_losses=True)
     steps = model.num_timesteps
     if steps > 0 and steps != last_saved:
-        callback.save_checkpoint()
+        path, step = save(model)
+        events.checkpoint(path=path, step=step)
     status = "done" if steps >= config.timesteps else "stopped"
     events.finished(status=status, steps=steps, duration=round(time.time() - started, 3))
     venv.close()
@@ -293,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     stop.install_signal_handlers()
     limit_native_threads()
     from training.envs import UnknownEnvError
+    from training.model import CheckpointMismatch
 
     args = build_parser().parse_args(argv)
     try:
@@ -308,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     events = _ConsoleEvents(config.job_dir / EVENTS_FILE)
     try:
         return train(config, stop, events)
+    except CheckpointMismatch as exc:
+        events.error(type="invalid_config", message=str(exc))
+        print(f"python -m training.worker: error: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:
         events.error(type=_error_type(exc), message=f"{type(exc).__name__}: {exc}")
         traceback.print_exc()

@@ -1,0 +1,45 @@
+"""The worker's failure path: an exception becomes an `error` event and exit code 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from training import worker
+from training.events import read_events
+from training.stopping import StopFlag
+
+
+@pytest.fixture(autouse=True)
+def keep_pytest_signal_handlers(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(StopFlag, "install_signal_handlers", lambda self: None)
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 4.00 GiB"), "cuda_oom"),
+        (ValueError("observation shape changed"), "ValueError"),
+    ],
+)
+def test_a_training_failure_is_an_error_event_and_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exc: Exception, kind: str
+) -> None:
+    def failing_train(*_args: object) -> int:
+        raise exc
+
+    monkeypatch.setattr(worker, "train", failing_train)
+    code = worker.main(["--timesteps", "1000", "--job-dir", str(tmp_path / "job")])
+    assert code == 1
+    (event,) = read_events(tmp_path / "job" / "events.jsonl")
+    assert event["kind"] == "error" and event["type"] == kind
+    assert str(exc) in event["message"]
+
+
+def test_timesteps_round_up_to_whole_vector_steps(tmp_path: Path) -> None:
+    args = worker.build_parser().parse_args(["--timesteps", "1001", "--job-dir", str(tmp_path)])
+    config = worker.resolve_config(args)
+    assert config.timesteps == 1008  # cartpole runs 8 envs
+    assert config.env == "CartPole-v1" and config.backend == "envpool" and config.device == "cpu"
