@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.workerproc import kinds, run_worker, start_worker, write_preset
+from tests.workerproc import Worker, kinds, run_worker, start_worker, write_preset
 from training.checkpoints import MODEL_FILE, CheckpointStore
 from training.events import read_events
 
@@ -84,18 +84,24 @@ def test_kill_9_then_restart_resumes_and_ends_exactly_at_the_target(tmp_path: Pa
     assert second_phases[0]["num_timesteps"] == started[1]["resumed_from_step"]
 
 
-@pytest.mark.slow
-def test_sigterm_checkpoints_and_finishes_stopped(tmp_path: Path) -> None:
-    preset = write_preset(tmp_path, checkpoint_every=1_000_000)
-    job_dir = tmp_path / "job"
-    worker = start_worker(job_dir, "--preset", str(preset), "--timesteps", "1000000")
-    worker.wait_for(lambda ev: len(kinds(ev, "phase")) >= 6)
+def sigterm_within_10s(worker: Worker) -> tuple[list[dict], dict]:
+    """SIGTERM the worker; it must exit 0 within 10 s. Returns its events and `finished` event."""
     sent = time.monotonic()
     worker.proc.send_signal(signal.SIGTERM)
     assert worker.finish(timeout=10) == 0, worker.stderr()
     assert time.monotonic() - sent < 10
     events = worker.events()
     (finished,) = kinds(events, "finished")
+    return events, finished
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_and_finishes_stopped(tmp_path: Path) -> None:
+    preset = write_preset(tmp_path, checkpoint_every=1_000_000)
+    job_dir = tmp_path / "job"
+    worker = start_worker(job_dir, "--preset", str(preset), "--timesteps", "1000000")
+    worker.wait_for(lambda ev: len(kinds(ev, "phase")) >= 6)
+    events, finished = sigterm_within_10s(worker)
     (checkpoint,) = kinds(events, "checkpoint")
     assert finished["status"] == "stopped" and 0 < finished["steps"] < 1_000_000
     assert checkpoint["step"] == finished["steps"]
@@ -111,12 +117,7 @@ def test_sigterm_during_a_long_train_phase_stops_within_10s(tmp_path: Path) -> N
     worker = start_worker(job_dir, "--preset", str(preset), "--timesteps", "1000000")
     worker.wait_for(lambda ev: any(e.get("phase") == "train" for e in ev))
     time.sleep(1.0)
-    sent = time.monotonic()
-    worker.proc.send_signal(signal.SIGTERM)
-    assert worker.finish(timeout=10) == 0, worker.stderr()
-    assert time.monotonic() - sent < 10
-    events = worker.events()
-    (finished,) = kinds(events, "finished")
+    events, finished = sigterm_within_10s(worker)
     assert finished["status"] == "stopped" and finished["steps"] == 256
     assert kinds(events, "phase")[-1]["phase"] == "train"  # the stop came mid-training
     assert kinds(events, "checkpoint")[0]["step"] == 256
