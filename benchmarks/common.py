@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import json
 import math
 import os
@@ -31,6 +32,7 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OUTPUT_TAIL_CHARS = 4000
+BUSY_LOAD = 0.5  # a 1-minute load average above this before a benchmark starts gets a warning
 
 
 class BenchmarkError(RuntimeError):
@@ -90,6 +92,27 @@ def _child_main(argv: Sequence[str]) -> int:
     result = func(**json.loads(kwargs_json))
     Path(result_path).write_text(json.dumps(result), encoding="utf-8")
     return 0
+
+
+# --- machine load ----------------------------------------------------------------------------
+
+
+def load_average() -> float:
+    """The 1-minute load average (other processes running here distort every figure)."""
+    return os.getloadavg()[0]
+
+
+def warn_if_busy() -> float:
+    """Log a warning when the machine is already busy; returns the 1-minute load average."""
+    load = load_average()
+    if load > BUSY_LOAD:
+        log(f"warning: 1-min load average is {load:.2f} on {usable_cpus()} CPUs before starting; figures will be noisy")
+    return load
+
+
+def load_caption(before: float) -> str:
+    """A table caption recording the load average before and after the benchmark."""
+    return f"1-min load average: {before:.2f} before, {load_average():.2f} after, on {usable_cpus()} usable CPUs."
 
 
 # --- the worker and its events ---------------------------------------------------------------
@@ -171,6 +194,18 @@ def worker_throughput(events: list[dict[str, Any]]) -> Throughput:
     return Throughput(int(finished["steps"]), float(finished["t"]) - float(started["t"]))
 
 
+def checkpoint_seconds(events: list[dict[str, Any]]) -> float:
+    """Time the worker spent writing checkpoints, estimated from its events.
+
+    The callback emits a `progress` event right before each periodic checkpoint, as does the
+    worker before its final one, so each `checkpoint` event's distance from the event before it
+    is (to within a write) the time that checkpoint took.
+    """
+    return sum(
+        float(cur["t"]) - float(prev["t"]) for prev, cur in itertools.pairwise(events) if cur["kind"] == "checkpoint"
+    )
+
+
 def rollout_throughput(events: list[dict[str, Any]], *, skip: int = 0) -> Throughput:
     """Rollout-phase throughput: steps collected over time spent, summed over rollout phases.
 
@@ -180,7 +215,7 @@ def rollout_throughput(events: list[dict[str, Any]], *, skip: int = 0) -> Throug
     """
     phases = [e for e in events if e["kind"] == "phase"]
     steps, seconds, seen = 0, 0.0, 0
-    for start, end in zip(phases, phases[1:]):
+    for start, end in itertools.pairwise(phases):
         if start["phase"] != "rollout" or end["phase"] != "train":
             continue
         seen += 1
@@ -236,9 +271,11 @@ class Summary:
         return statistics.median(self.values)
 
     @property
-    def spread(self) -> str:
-        """`min–max` of the values, formatted as SPS."""
-        return f"{fmt_sps(min(self.values))}–{fmt_sps(max(self.values))}"
+    def cell(self) -> str:
+        """The median SPS, followed by `(min–max)` when there was more than one measurement."""
+        if len(self.values) == 1:
+            return fmt_sps(self.median)
+        return f"{fmt_sps(self.median)} ({fmt_sps(min(self.values))}–{fmt_sps(max(self.values))})"
 
 
 def fmt_sps(value: float) -> str:
@@ -256,18 +293,20 @@ def log(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
-def print_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, caption: str = "") -> None:
-    """Print one table with rich (first column left-aligned, the others right-aligned)."""
+def print_table(
+    title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, text_columns: int = 1, caption: str = ""
+) -> None:
+    """Print one table with rich: the first `text_columns` columns left-aligned, the figures right-aligned."""
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=title, caption=caption or None, caption_justify="left")
     for i, header in enumerate(headers):
-        table.add_column(header, justify="left" if i == 0 else "right")
+        table.add_column(header, justify="left" if i < text_columns else "right")
     for row in rows:
         table.add_row(*row)
-    # Piped output gets a fixed width wide enough for every table rather than rich's 80 columns.
-    Console(width=None if sys.stdout.isatty() else 120).print(table)
+    # Piped output gets a fixed width wide enough for every table, not rich's 80 columns.
+    Console(width=None if sys.stdout.isatty() else 160).print(table)
 
 
 def add_common_args(parser: argparse.ArgumentParser, *, repeats: int) -> None:

@@ -17,6 +17,7 @@ def test_a_plain_sb3_script_reports_to_the_cockpit(tmp_path: Path) -> None:
     model.learn(1000, callback=CockpitCallback.for_job_dir(tmp_path / "job", progress_interval=3600))
     events = read_events(tmp_path / "job" / "events.jsonl")
     assert events[0]["kind"] == "started" and events[0]["device"] == "cpu"
+    assert events[0]["versions"]["stable-baselines3"] and events[0]["versions"]["torch"]
     assert model.num_timesteps == 1000  # stopped exactly at learn's total
     phases = [e["phase"] for e in events if e["kind"] == "phase"]
     assert phases[:4] == ["rollout", "train", "rollout", "train"]

@@ -14,8 +14,10 @@ after the next rollout, so they are read at the next `on_rollout_start`.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Callable, Mapping
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,8 @@ from stable_baselines3.common.callbacks import BaseCallback
 
 from training.events import EVENTS_FILE, EventWriter
 from training.stopping import StopFlag, StopRequested
+
+VERSIONED_PACKAGES = ("torch", "stable-baselines3", "envpool", "gymnasium", "numpy")
 
 # SB3 logger keys of PPO's train phase, reported under their short names.
 _LOSS_KEYS = (
@@ -37,6 +41,17 @@ _LOSS_KEYS = (
     "learning_rate",
     "clip_range",
 )
+
+
+def package_versions() -> dict[str, str]:
+    """Versions of Python and the training stack, for the `started` event."""
+    versions = {"python": sys.version.split()[0]}
+    for name in VERSIONED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
 
 
 class CockpitCallback(BaseCallback):
@@ -73,7 +88,6 @@ class CockpitCallback(BaseCallback):
         self.emit_started = emit_started
         self.iteration = 0
         self.episodes = 0
-        self.phase: str | None = None
         self._next_checkpoint = 0
         self._last_progress_t = 0.0
         self._last_progress_steps = 0
@@ -93,13 +107,8 @@ class CockpitCallback(BaseCallback):
             self._next_checkpoint = (steps // self.checkpoint_every + 1) * self.checkpoint_every
         self._hook = self.model.policy.optimizer.register_step_post_hook(self._after_optimizer_step)
         if self.emit_started:
-            self.events.started(
-                config=self.started_extra.pop("config", {}),
-                pid=os.getpid(),
-                device=str(self.model.device),
-                versions=self.started_extra.pop("versions", {}),
-                **self.started_extra,
-            )
+            extra = {"config": {}, "versions": package_versions(), **self.started_extra}
+            self.events.started(pid=os.getpid(), device=str(self.model.device), **extra)
 
     def _after_optimizer_step(self, *_: Any) -> None:
         if self.stop.requested:
@@ -109,7 +118,6 @@ class CockpitCallback(BaseCallback):
         if self.iteration > 0:
             self.emit_progress(with_losses=True)
             self._maybe_checkpoint()
-        self.phase = "rollout"
         self.events.phase("rollout", iteration=self.iteration, num_timesteps=self.num_timesteps)
 
     def _on_step(self) -> bool:
@@ -129,7 +137,6 @@ class CockpitCallback(BaseCallback):
 
     def _on_rollout_end(self) -> None:
         self.iteration += 1
-        self.phase = "train"
         self.events.phase("train", iteration=self.iteration, num_timesteps=self.num_timesteps)
 
     def _on_training_end(self) -> None:

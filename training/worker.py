@@ -18,7 +18,6 @@ import sys
 import time
 import traceback
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,6 @@ from training.stopping import StopFlag
 # themselves at import, so they must load only after `limit_native_threads()` has run.
 
 PROGRESS_PRINT_INTERVAL = 5.0
-VERSIONED_PACKAGES = ("torch", "stable-baselines3", "envpool", "gymnasium", "numpy")
 
 
 @dataclass(frozen=True)
@@ -131,17 +129,6 @@ def resolve_config(args: argparse.Namespace) -> JobConfig:
     return JobConfig(preset, env, backend, timesteps, args.job_dir, args.seed, device, threads, args.torch_threads)
 
 
-def package_versions() -> dict[str, str]:
-    """Versions of Python and the training stack, for the `started` event."""
-    versions = {"python": sys.version.split()[0]}
-    for name in VERSIONED_PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = "not installed"
-    return versions
-
-
 class _ConsoleEvents(EventWriter):
     """Writes events and also prints a short human line for them (progress at most every 5 s)."""
 
@@ -174,7 +161,7 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
     """Build or resume the model, train to `config.timesteps`, checkpoint, and report. Returns 0."""
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from training.callback import CockpitCallback
+    from training.callback import CockpitCallback, package_versions
     from training.checkpoints import CheckpointStore
     from training.device import apply_torch_threads, enable_tf32
     from training.envs import make_vec_env
