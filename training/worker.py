@@ -94,7 +94,7 @@ def build_parser() -> ArgumentParser:
         type=Path,
         required=True,
         metavar="DIR",
-        help="where events.jsonl, checkpoints/ and the final model go",
+        help="where events.jsonl and checkpoints/ go; the newest checkpoint is the final model",
     )
     parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="random seed (default: 0)")
     parser.add_argument(
