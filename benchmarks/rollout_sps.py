@@ -67,20 +67,10 @@ def raw_envpool(env_id: str, n_envs: int, threads: int, seed: int, steps: int, w
     from training.device import limit_native_threads
 
     limit_native_threads()
-    import envpool
+    from training.envpool_vec import EnvpoolVecEnv
 
-    from training.envpool_vec import ATARI_TRAINING_KWARGS, is_atari
-
-    kwargs = ATARI_TRAINING_KWARGS if is_atari(env_id) else {}
-    pool = envpool.make(
-        env_id,
-        env_type="gymnasium",
-        num_envs=n_envs,
-        batch_size=n_envs,
-        num_threads=threads,
-        seed=seed,
-        **kwargs,
-    )
+    # The worker's own pool (Atari: episodic life and clipped rewards), stepped raw, past the adapter.
+    pool = EnvpoolVecEnv.make(env_id, n_envs, seed=seed, num_threads=threads).pool
     pool.reset()
     seconds = timed_steps(pool.step, action_sampler(pool.action_space, n_envs, seed), steps=steps, warmup=warmup)
     return {"steps": n_envs * steps, "seconds": seconds}

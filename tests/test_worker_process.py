@@ -84,6 +84,15 @@ def test_kill_9_then_restart_resumes_and_ends_exactly_at_the_target(tmp_path: Pa
     assert second_phases[0]["num_timesteps"] == started[1]["resumed_from_step"]
 
 
+def run_small_preset(tmp_path: Path, *, env: str, n_envs: int, n_steps: int, timesteps: int) -> list[dict]:
+    """Run a one-epoch preset for `env` to completion (exit 0) and return its events."""
+    preset = tmp_path / "small.toml"
+    preset.write_text(f'env = "{env}"\nn_envs = {n_envs}\nn_steps = {n_steps}\nbatch_size = 64\nn_epochs = 1\n')
+    worker = start_worker(tmp_path / "job", "--preset", str(preset), "--timesteps", str(timesteps))
+    assert worker.finish() == 0, worker.stderr()
+    return worker.events()
+
+
 def sigterm_within_10s(worker: Worker) -> tuple[list[dict], dict]:
     """SIGTERM the worker; it must exit 0 within 10 s. Returns its events and `finished` event."""
     sent = time.monotonic()
@@ -156,11 +165,7 @@ def test_a_finished_job_run_again_finishes_at_once(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_env_ids_envpool_lacks_fall_back_to_gymnasium(tmp_path: Path) -> None:
-    preset = tmp_path / "taxi.toml"
-    preset.write_text('env = "Taxi-v4"\nn_envs = 2\nn_steps = 64\nbatch_size = 64\nn_epochs = 1\n')
-    worker = start_worker(tmp_path / "job", "--preset", str(preset), "--timesteps", "512")
-    assert worker.finish() == 0, worker.stderr()
-    events = worker.events()
+    events = run_small_preset(tmp_path, env="Taxi-v4", n_envs=2, n_steps=64, timesteps=512)
     assert kinds(events, "started")[0]["config"]["backend"] == "gymnasium"
     assert kinds(events, "finished")[0]["steps"] == 512
 
@@ -194,9 +199,6 @@ def test_resuming_with_a_different_network_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_atari_gets_a_cnn_policy(tmp_path: Path) -> None:
-    preset = tmp_path / "pong.toml"
-    preset.write_text('env = "Pong-v5"\nn_envs = 4\nn_steps = 32\nbatch_size = 64\nn_epochs = 1\n')
-    worker = start_worker(tmp_path / "job", "--preset", str(preset), "--timesteps", "256")
-    assert worker.finish() == 0, worker.stderr()
-    started = kinds(worker.events(), "started")[0]
+    events = run_small_preset(tmp_path, env="Pong-v5", n_envs=4, n_steps=32, timesteps=256)
+    started = kinds(events, "started")[0]
     assert started["policy"] == "ActorCriticCnnPolicy" and started["config"]["backend"] == "envpool"
