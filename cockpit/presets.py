@@ -58,6 +58,7 @@ class Preset:
     activation: Activation
     normalize: bool
     checkpoint_every: int
+    timesteps: int = 1_000_000
     batch_size_auto: bool = False
     batch_size_cap: int = DEFAULT_BATCH_SIZE_CAP
 
@@ -165,6 +166,7 @@ _KEYS: dict[str, _Key] = {
     "activation": _Key(_one_of("tanh", "relu"), "tanh"),
     "normalize": _Key(_boolean, False),
     "checkpoint_every": _Key(_positive_int, 100_000),
+    "timesteps": _Key(_positive_int, 1_000_000),
 }
 
 PRESET_KEYS: tuple[str, ...] = tuple(_KEYS)

@@ -90,16 +90,42 @@ def iter_events(path: Path) -> Iterator[dict[str, Any]]:
             for raw in fh:
                 if not raw.endswith(b"\n"):
                     break
-                try:
-                    event = json.loads(raw)
-                except ValueError:
-                    continue
-                if isinstance(event, dict) and "kind" in event and "t" in event:
+                event = _parse(raw)
+                if event is not None:
                     yield event
     except FileNotFoundError:
         return
 
 
+def _parse(raw: bytes) -> dict[str, Any] | None:
+    """One line as an event, or None if it is not a JSON object with `t` and `kind`."""
+    try:
+        event = json.loads(raw)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) and "kind" in event and "t" in event else None
+
+
 def read_events(path: Path) -> list[dict[str, Any]]:
     """All complete events in `path` (empty when the file does not exist yet)."""
     return list(iter_events(path))
+
+
+class EventTail:
+    """Reads the events appended to a file since the last call (for following a live job)."""
+
+    def __init__(self, path: Path, offset: int = 0) -> None:
+        self.path = path
+        self.offset = offset
+
+    def read_new(self) -> list[dict[str, Any]]:
+        """Complete events written since the previous call; a torn last line waits for its end."""
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        return [event for event in map(_parse, data[:end].splitlines()) if event is not None]

@@ -124,7 +124,7 @@ def resolve_config(args: argparse.Namespace) -> JobConfig:
     env = args.env or preset.env
     backend = backend_for(env)
     device = resolve_device(args.device)
-    timesteps = math.ceil(args.timesteps / preset.n_envs) * preset.n_envs
+    timesteps = math.ceil((args.timesteps or preset.timesteps) / preset.n_envs) * preset.n_envs
     threads = args.threads or max(1, min(preset.n_envs, len(os.sched_getaffinity(0))))
     return JobConfig(preset, env, backend, timesteps, args.job_dir, args.seed, device, threads, args.torch_threads)
 

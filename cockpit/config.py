@@ -1,0 +1,112 @@
+"""A validated run: what `cockpit run` will do, checked completely before anything starts."""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from cockpit.presets import Preset, PresetError, load
+
+RUN_LOG = "run.toml"
+
+
+class ConfigError(ValueError):
+    """Input that cannot start a run; the message is one line naming the flag, file or key."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a run needs, validated.
+
+    `agents` jobs with seeds `seed … seed + agents - 1` go through a queue, at most `jobs` at once.
+    `preset_arg` is what workers get as `--preset` (a built-in name or an absolute file path).
+    """
+
+    jobs: int
+    agents: int
+    preset: Preset
+    preset_arg: str
+    env: str
+    timesteps: int
+    seed: int
+    run_dir: Path
+    max_restarts: int
+    pin: bool
+    headless: bool
+    command_line: tuple[str, ...]
+
+    @property
+    def slots(self) -> int:
+        """Workers that can run at the same time."""
+        return min(self.jobs, self.agents)
+
+    @property
+    def seeds(self) -> list[int]:
+        """One seed per agent."""
+        return [self.seed + i for i in range(self.agents)]
+
+
+def default_run_dir(preset: Preset, env: str, now: float | None = None) -> Path:
+    """`runs/<UTC time>-<preset>-<env>`; the env id's slashes become dashes."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    return Path("runs") / f"{stamp}-{preset.name}-{env.replace('/', '-')}"
+
+
+def check_writable(run_dir: Path, flag: str = "--run-dir") -> None:
+    """Raise ConfigError unless `run_dir` exists as a writable directory or could be created."""
+    probe = run_dir
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe.exists() and not probe.is_dir():
+        raise ConfigError(f"{flag} {run_dir}: {probe} is a file, not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {run_dir}: {probe} is not writable; choose a directory you can write to")
+
+
+def build_spec(
+    *,
+    jobs: int,
+    agents: int | None,
+    preset: str,
+    env: str | None,
+    timesteps: int | None,
+    seed: int,
+    run_dir: Path | None,
+    max_restarts: int,
+    pin: bool,
+    headless: bool,
+    command_line: tuple[str, ...],
+    resuming: bool = False,
+) -> RunSpec:
+    """Validate the inputs of a run into a RunSpec; raises ConfigError (one line).
+
+    A new run refuses a run dir that already holds a run log; `resuming` expects one.
+    """
+    try:
+        resolved = load(preset)
+    except PresetError as exc:
+        raise ConfigError(str(exc)) from exc
+    preset_arg = str(Path(preset).resolve()) if resolved.source.endswith(".toml") and Path(preset).is_file() else preset
+    env_id = env or resolved.env
+    directory = run_dir or default_run_dir(resolved, env_id)
+    check_writable(directory)
+    if (directory / RUN_LOG).exists() and not resuming:
+        raise ConfigError(f"--run-dir {directory}: already holds a run; continue it with --resume {directory}")
+    return RunSpec(
+        jobs=jobs,
+        agents=agents or jobs,
+        preset=resolved,
+        preset_arg=preset_arg,
+        env=env_id,
+        timesteps=timesteps or resolved.timesteps,
+        seed=seed,
+        run_dir=directory,
+        max_restarts=max_restarts,
+        pin=pin,
+        headless=headless,
+        command_line=command_line,
+    )

@@ -1,0 +1,122 @@
+"""Job states and the one place that changes them.
+
+A job is one agent (one seed) of a run. Its state moves only through `Job.change_state`, which
+refuses transitions the table below does not allow, so the supervisor cannot reach an invalid
+state by accident (supervisord's discipline).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+
+class JobState(str, Enum):
+    """Where a job is in its life."""
+
+    QUEUED = "queued"  # waiting for a free slot
+    STARTING = "starting"  # process launched, no `started` event yet
+    RUNNING = "running"  # training
+    BACKOFF = "backoff"  # crashed; waiting to restart from its checkpoint
+    STOPPING = "stopping"  # asked to stop; waiting for it to checkpoint and exit
+    DONE = "done"  # reached its target
+    STOPPED = "stopped"  # stopped on request (resumable)
+    FAILED = "failed"  # crashed more often than the restart policy allows
+
+    @property
+    def terminal(self) -> bool:
+        """True for states a job does not leave without a command."""
+        return self in (JobState.DONE, JobState.STOPPED, JobState.FAILED)
+
+    @property
+    def holds_slot(self) -> bool:
+        """True while the job occupies one of the run's parallel slots (a back-off keeps its slot)."""
+        return self.live or self is JobState.BACKOFF
+
+    @property
+    def live(self) -> bool:
+        """True while a worker process exists for the job."""
+        return self in (JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
+
+
+_ALLOWED: dict[JobState, set[JobState]] = {
+    JobState.QUEUED: {JobState.STARTING, JobState.STOPPED, JobState.DONE},
+    JobState.STARTING: {
+        JobState.RUNNING,
+        JobState.STOPPING,
+        JobState.BACKOFF,
+        JobState.FAILED,
+        JobState.DONE,
+        JobState.STOPPED,
+    },
+    JobState.RUNNING: {JobState.STOPPING, JobState.BACKOFF, JobState.FAILED, JobState.DONE, JobState.STOPPED},
+    JobState.BACKOFF: {JobState.STARTING, JobState.STOPPED},
+    JobState.STOPPING: {JobState.STOPPED, JobState.DONE, JobState.FAILED},
+    JobState.DONE: {JobState.QUEUED},
+    JobState.STOPPED: {JobState.QUEUED},
+    JobState.FAILED: {JobState.QUEUED},
+}
+
+
+class InvalidTransition(RuntimeError):
+    """A state change the job life cycle does not allow (a supervisor bug)."""
+
+
+@dataclass
+class Job:
+    """One agent of a run, as the supervisor tracks it. Only the supervisor mutates it."""
+
+    id: str
+    seed: int
+    job_dir: Path
+    target: int
+    state: JobState = JobState.QUEUED
+    state_since: float = 0.0
+    handle: Any = None
+    slot: int | None = None
+    restarts: int = 0
+    launches: int = 0
+    restart_at: float = 0.0
+    stop_deadline: float = 0.0
+    stop_requested: bool = False
+    error: str | None = None
+    exit_reason: str | None = None
+    # Progress, from the job's events.
+    steps: int = 0
+    sps: float | None = None
+    ep_rew_mean: float | None = None
+    ep_len_mean: float | None = None
+    episodes: int = 0
+    device: str | None = None
+    phase: str | None = None
+    phase_since: float | None = None
+    checkpoints: int = 0
+    last_checkpoint_step: int | None = None
+    first_started_at: float | None = None
+    ended_at: float | None = None
+    active_seconds: float = 0.0
+    steps_at_first_start: int | None = None
+    # (time, phase) transitions, with phase None when the worker stopped; for phase accounting.
+    phases: list[tuple[float, str | None]] = field(default_factory=list)
+    # This launch's outcome events.
+    attempt_started_at: float | None = None
+    attempt_finished: dict[str, Any] | None = None
+    attempt_error: dict[str, Any] | None = None
+
+    def change_state(self, new: JobState, now: float) -> None:
+        """Move to `new`, or raise InvalidTransition if the life cycle does not allow it."""
+        if new is self.state:
+            return
+        if new not in _ALLOWED[self.state]:
+            raise InvalidTransition(f"job {self.id}: {self.state.value} -> {new.value} is not allowed")
+        self.state = new
+        self.state_since = now
+
+    @property
+    def mean_sps(self) -> float | None:
+        """Steps trained by this run's launches per second of their running time."""
+        if self.steps_at_first_start is None or self.active_seconds <= 0:
+            return None
+        return (self.steps - self.steps_at_first_start) / self.active_seconds

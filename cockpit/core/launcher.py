@@ -1,0 +1,152 @@
+"""Where a job's worker is started, signalled and reaped: the seam a Ray launcher will plug into.
+
+The supervisor only talks to a `Launcher`. `LocalLauncher` runs each worker as a subprocess in its
+own session (so a terminal's Ctrl-C reaches only the cockpit, which stops workers cleanly), with
+stdout and stderr in the job dir, the thread budget in its environment, optional CPU pinning, and
+PR_SET_PDEATHSIG so the kernel sends it SIGTERM if the cockpit dies, even by SIGKILL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from training.device import THREAD_ENV_VARS
+
+PR_SET_PDEATHSIG = 1
+STDOUT_LOG = "stdout.log"
+STDERR_LOG = "stderr.log"
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One worker to start: its arguments after `python -m training.worker`, and where it lives."""
+
+    job_id: str
+    worker_args: tuple[str, ...]
+    job_dir: Path
+    cpus: tuple[int, ...] | None = None
+
+
+@dataclass
+class WorkerHandle:
+    """A started worker, as its launcher identifies it."""
+
+    job_id: str
+    pid: int
+    job_dir: Path
+    process: object = field(repr=False, default=None)
+
+
+class Launcher(Protocol):
+    """Starts workers and reports on them; every method must return promptly."""
+
+    def launch(self, request: LaunchRequest) -> WorkerHandle:
+        """Start the worker; raise OSError if it cannot be started."""
+        ...
+
+    def terminate(self, handle: WorkerHandle) -> None:
+        """Ask the worker to checkpoint and stop (SIGTERM to the worker itself)."""
+        ...
+
+    def kill(self, handle: WorkerHandle) -> None:
+        """Kill the worker and everything it started, at once."""
+        ...
+
+    def poll(self, handle: WorkerHandle) -> int | None:
+        """The exit code once the worker has exited (negative: killed by that signal), else None."""
+        ...
+
+    def stderr_tail(self, handle: WorkerHandle, lines: int = 5) -> str:
+        """The last lines the worker wrote to stderr, for error messages."""
+        ...
+
+
+def _libc_prctl() -> Callable[..., int] | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+# Loaded once, before any fork: the child between fork and exec should do as little as possible.
+_PRCTL = _libc_prctl()
+
+
+def _child_setup(parent_pid: int, cpus: tuple[int, ...] | None) -> Callable[[], None]:
+    def setup() -> None:
+        if _PRCTL is not None:
+            _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
+            # The cockpit may have died between fork and prctl; then nobody will signal us.
+            if os.getppid() != parent_pid:
+                os._exit(1)
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+
+    return setup
+
+
+class LocalLauncher:
+    """Workers as local subprocesses (`python -m training.worker ...`)."""
+
+    def __init__(self, python: str = sys.executable, cwd: Path | None = None) -> None:
+        self.python = python
+        self.cwd = cwd
+
+    def launch(self, request: LaunchRequest) -> WorkerHandle:
+        """Start the worker in its own session with output appended to its job dir's logs."""
+        request.job_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **{var: "1" for var in THREAD_ENV_VARS}}
+        with (request.job_dir / STDOUT_LOG).open("ab") as out, (request.job_dir / STDERR_LOG).open("ab") as err:
+            proc = subprocess.Popen(
+                [self.python, "-m", "training.worker", *request.worker_args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=self.cwd,
+                env=env,
+                start_new_session=True,
+                preexec_fn=_child_setup(os.getpid(), request.cpus),
+            )
+        return WorkerHandle(request.job_id, proc.pid, request.job_dir, proc)
+
+    def terminate(self, handle: WorkerHandle) -> None:
+        """SIGTERM to the worker only: its gymnasium env processes must outlive its checkpoint."""
+        self._signal(lambda: os.kill(handle.pid, signal.SIGTERM))
+
+    def kill(self, handle: WorkerHandle) -> None:
+        """SIGKILL to the worker's whole process group (its session)."""
+        self._signal(lambda: os.killpg(handle.pid, signal.SIGKILL))
+
+    @staticmethod
+    def _signal(send: Callable[[], None]) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+            send()
+
+    def poll(self, handle: WorkerHandle) -> int | None:
+        """`Popen.poll()`: reaps the worker once it has exited."""
+        assert isinstance(handle.process, subprocess.Popen)
+        return handle.process.poll()
+
+    def stderr_tail(self, handle: WorkerHandle, lines: int = 5) -> str:
+        """The last `lines` non-empty lines of the job's stderr log."""
+        return log_tail(handle.job_dir / STDERR_LOG, lines)
+
+
+def log_tail(path: Path, lines: int = 5, max_bytes: int = 16_384) -> str:
+    """The last `lines` non-empty lines of a log file ("" if it does not exist)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(0, path.stat().st_size - max_bytes))
+            text = fh.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join([line for line in text.splitlines() if line.strip()][-lines:])

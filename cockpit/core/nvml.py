@@ -1,0 +1,176 @@
+"""The only code that talks to NVML (NVIDIA's `nvidia-ml-py`, imported as `pynvml`).
+
+Tests pass a scripted stand-in module as `nvml`; the product always uses the real one. Every read
+that a GPU or driver may not support (power, clocks, per-process data) degrades to None instead
+of failing the tick.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+# Clock-event (throttle) reason bits, as NVML defines them.
+THROTTLE_REASONS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clocks",
+}
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """The sampled GPU, for the run log."""
+
+    index: int
+    name: str
+    memory_total_bytes: int
+    driver: str
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """Device counters at one tick. `util_percent` is the mean of the NVML samples since the last
+    tick and `util_peak_percent` their maximum (the burst a 1 s poll would miss)."""
+
+    util_percent: float | None
+    util_peak_percent: float | None
+    mem_used_bytes: int
+    mem_total_bytes: int
+    power_w: float | None
+    temperature_c: float | None
+    sm_clock_mhz: int | None
+    throttle_reasons: tuple[str, ...]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class GpuReader:
+    """Reads one GPU through an initialised NVML module."""
+
+    def __init__(self, nvml: Any, index: int = 0) -> None:
+        self.nvml = nvml
+        self.handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        memory = nvml.nvmlDeviceGetMemoryInfo(self.handle)
+        self.info = GpuInfo(
+            index=index,
+            name=_text(nvml.nvmlDeviceGetName(self.handle)),
+            memory_total_bytes=int(memory.total),
+            driver=_text(nvml.nvmlSystemGetDriverVersion()),
+        )
+        self._last_util_us = 0
+        self._last_process_us = 0
+
+    def _try(self, fn: Callable[..., T], *args: Any) -> T | None:
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError:
+            return None
+
+    def utilization_samples(self) -> list[tuple[float, float]]:
+        """(Unix time, util %) samples NVML buffered since the previous call.
+
+        Falls back to one `nvmlDeviceGetUtilizationRates` reading, stamped now, when the buffer
+        has nothing new.
+        """
+        nvml = self.nvml
+        got = self._try(nvml.nvmlDeviceGetSamples, self.handle, nvml.NVML_GPU_UTILIZATION_SAMPLES, self._last_util_us)
+        fresh: list[tuple[float, float]] = []
+        if got is not None:
+            _, samples = got
+            for sample in samples:
+                stamp = int(sample.timeStamp)
+                if stamp > self._last_util_us:
+                    fresh.append((stamp / 1e6, float(sample.sampleValue.uiVal)))
+            if fresh:
+                self._last_util_us = max(int(s.timeStamp) for s in samples)
+        if not fresh:
+            rates = self._try(nvml.nvmlDeviceGetUtilizationRates, self.handle)
+            if rates is not None:
+                fresh.append((time.time(), float(rates.gpu)))
+        return sorted(fresh)
+
+    def read(self) -> tuple[GpuSample, list[tuple[float, float]]]:
+        """The device counters now, and the utilization samples since the last read."""
+        nvml, h = self.nvml, self.handle
+        util = self.utilization_samples()
+        values = [u for _, u in util]
+        memory = nvml.nvmlDeviceGetMemoryInfo(h)
+        power_mw = self._try(nvml.nvmlDeviceGetPowerUsage, h)
+        # NVML renamed "throttle reasons" to "clocks event reasons"; older bindings have only the first.
+        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        mask = self._try(reasons or nvml.nvmlDeviceGetCurrentClocksThrottleReasons, h) or 0
+        sample = GpuSample(
+            util_percent=sum(values) / len(values) if values else None,
+            util_peak_percent=max(values) if values else None,
+            mem_used_bytes=int(memory.used),
+            mem_total_bytes=int(memory.total),
+            power_w=power_mw / 1000.0 if power_mw is not None else None,
+            temperature_c=self._try(nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU),
+            sm_clock_mhz=self._try(nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM),
+            throttle_reasons=tuple(name for bit, name in THROTTLE_REASONS.items() if mask & bit and bit != 0x1),
+        )
+        return sample, util
+
+    def processes(self) -> dict[int, tuple[int | None, float | None]]:
+        """pid -> (GPU memory bytes, SM %) for the compute processes on this GPU."""
+        nvml, h = self.nvml, self.handle
+        result: dict[int, tuple[int | None, float | None]] = {}
+        for proc in self._try(nvml.nvmlDeviceGetComputeRunningProcesses, h) or []:
+            used = getattr(proc, "usedGpuMemory", None)
+            result[int(proc.pid)] = (int(used) if used is not None else None, None)
+        samples = self._try(nvml.nvmlDeviceGetProcessUtilization, h, self._last_process_us) or []
+        for sample in samples:
+            self._last_process_us = max(self._last_process_us, int(sample.timeStamp))
+            mem, _ = result.get(int(sample.pid), (None, None))
+            result[int(sample.pid)] = (mem, float(sample.smUtil))
+        return result
+
+    def close(self) -> None:
+        """Shut NVML down."""
+        self._try(self.nvml.nvmlShutdown)
+
+
+def _import_pynvml() -> ModuleType | None:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    return pynvml
+
+
+def open_gpu(nvml: Any = None, index: int = 0) -> tuple[GpuReader | None, str]:
+    """A reader for GPU `index` and "", or None and the reason there is no GPU telemetry."""
+    nvml = nvml if nvml is not None else _import_pynvml()
+    if nvml is None:
+        return None, "no GPU telemetry: nvidia-ml-py is not installed"
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        kind = type(exc).__name__
+        if "LibraryNotFound" in kind:
+            return None, "no GPU telemetry: NVML library not found (no NVIDIA driver installed)"
+        if "DriverNotLoaded" in kind:
+            return None, "no GPU telemetry: the NVIDIA driver is not loaded"
+        return None, f"no GPU telemetry: NVML failed to start ({exc})"
+    try:
+        if nvml.nvmlDeviceGetCount() <= index:
+            nvml.nvmlShutdown()
+            return None, "no GPU telemetry: no NVIDIA GPU found"
+        return GpuReader(nvml, index), ""
+    except nvml.NVMLError as exc:
+        nvml.nvmlShutdown()
+        return None, f"no GPU telemetry: {exc}"

@@ -1,0 +1,172 @@
+"""A run from start to exit: supervisor, sampler and run log wired together, views fed snapshots.
+
+The session loop runs on the main thread at 5 Hz: it ticks the supervisor, tells the sampler which
+processes to follow, hands the front end a fresh `RunState`, and rewrites `run.toml` every ~10 s.
+SIGINT and SIGTERM only ask the supervisor to stop (a second one kills the workers at once); the
+loop then waits for every job to checkpoint and exit, and writes the final run log.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from cockpit.config import RUN_LOG, RunSpec
+from cockpit.core.clock import Clock, SystemClock
+from cockpit.core.host import HostInfo, host_info, thread_budget
+from cockpit.core.jobs import JobState
+from cockpit.core.launcher import Launcher, LocalLauncher
+from cockpit.core.runlog import Recorder, phase_accounting, render, write_atomic
+from cockpit.core.state import RunState, RunStatus
+from cockpit.core.supervisor import Command, JobTemplate, Supervisor
+from cockpit.core.telemetry import Sampler
+from training.events import EVENTS_FILE, read_events
+
+TICK_S = 0.2
+RUN_LOG_EVERY_S = 10.0
+
+
+class View(Protocol):
+    """A front end: it renders snapshots and never owns run state."""
+
+    def update(self, state: RunState) -> None:
+        """Show the run as it is now (called at every tick)."""
+        ...
+
+    def close(self, state: RunState) -> None:
+        """Show the final state and release the terminal."""
+        ...
+
+
+EXIT_CODES = {RunStatus.DONE: 0, RunStatus.FAILED: 1, RunStatus.INTERRUPTED: 130}
+
+
+@dataclass
+class RunSession:
+    """One `cockpit run` (or `--resume`)."""
+
+    spec: RunSpec
+    sampler: Sampler
+    launcher: Launcher = field(default_factory=LocalLauncher)
+    clock: Clock = field(default_factory=SystemClock)
+    host: HostInfo = field(default_factory=host_info)
+    resume: bool = False
+
+    def __post_init__(self) -> None:
+        budget = thread_budget(self.spec.slots, self.host.physical_cores)
+        self.supervisor = Supervisor(
+            run_dir=self.spec.run_dir,
+            template=JobTemplate(self.spec.preset_arg, self.spec.env, self.spec.timesteps),
+            seeds=self.spec.seeds,
+            slots=self.spec.slots,
+            launcher=self.launcher,
+            budget=budget,
+            max_restarts=self.spec.max_restarts,
+            pin=self.spec.pin,
+            clock=self.clock,
+            preset_name=self.spec.preset.name,
+        )
+        self.recorder = Recorder(self.spec.run_dir)
+        self.sampler.on_sample = self.recorder
+        self.log_failure: str | None = None
+        if self.resume:
+            self._restore_jobs()
+
+    def _restore_jobs(self) -> None:
+        sup = self.supervisor
+        for job in sup.jobs.values():
+            events = read_events(job.job_dir / EVENTS_FILE)
+            sup.restore(job, events)
+            done = [e for e in events if e["kind"] == "finished" and e.get("status") == "done"]
+            if done and int(done[-1]["steps"]) >= job.target:
+                sup.queue.remove(job.id)
+                job.change_state(JobState.DONE, self.clock.time())
+                job.exit_reason = "done in an earlier session"
+
+    def submit(self, command: Command) -> None:
+        """Send a command to the supervisor (thread-safe); the TUI uses this too."""
+        self.supervisor.submit(command)
+
+    def snapshot(self) -> RunState:
+        """The run as it is now."""
+        return self.supervisor.snapshot(
+            self.sampler.latest(),
+            dict(self.sampler.peak_gpu_mem),
+            gpu=self.sampler.gpu_info,
+            gpu_status=self.sampler.gpu_status,
+        )
+
+    def write_run_log(self, state: RunState) -> None:
+        """Rewrite run.toml atomically; a failure (full disk) is recorded, not raised."""
+        phases = {job.id: list(job.phases) for job in self.supervisor.jobs.values()}
+        accounting = phase_accounting(phases, self.recorder, state.now)
+        try:
+            write_atomic(self.spec.run_dir / RUN_LOG, render(self.spec, state, self.host, accounting, self.recorder))
+            self.log_failure = None
+        except OSError as exc:
+            self.log_failure = f"run.toml not updated: {exc.strerror or exc}"
+            if self.log_failure not in self.supervisor.warnings:
+                self.supervisor.warnings.append(self.log_failure)
+
+    def run(self, view: View, *, on_tick: Callable[[RunState], Any] | None = None) -> RunState:
+        """Run every job to the end (or until interrupted) and return the final state."""
+        self.spec.run_dir.mkdir(parents=True, exist_ok=True)
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def on_signal(_signum: int, _frame: Any) -> None:
+            self.supervisor.interrupt()
+
+        for sig in previous:
+            signal.signal(sig, on_signal)
+        self.sampler.start()
+        last_log = None
+        next_tick = self.clock.monotonic()
+        try:
+            while True:
+                self.supervisor.tick()
+                self.sampler.set_jobs(self.supervisor.live_pids())
+                state = self.snapshot()
+                view.update(state)
+                if on_tick is not None:
+                    on_tick(state)
+                now = self.clock.monotonic()
+                if last_log is None or now - last_log >= RUN_LOG_EVERY_S:
+                    self.write_run_log(state)
+                    last_log = now
+                if self.supervisor.finished:
+                    break
+                next_tick += TICK_S
+                self.clock.sleep(next_tick - self.clock.monotonic())
+        finally:
+            self.sampler.stop()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        state = self.snapshot()
+        self.write_run_log(state)
+        self.recorder.close()
+        view.close(state)
+        return state
+
+
+def exit_code(state: RunState) -> int:
+    """0 when every job finished, 1 when some failed or were stopped, 130 when interrupted."""
+    return EXIT_CODES.get(state.status, 1)
+
+
+def resume_spec_args(run_dir: Path, recorded: dict[str, Any]) -> dict[str, Any]:
+    """The `build_spec` arguments recorded in an earlier run's run.toml `[config]`."""
+    config = recorded.get("config", {})
+    return {
+        "jobs": int(config["jobs"]),
+        "agents": int(config["agents"]),
+        "preset": str(config["preset"]),
+        "env": str(config["env"]),
+        "timesteps": int(config["timesteps"]),
+        "seed": int(config["seed"]),
+        "max_restarts": int(config["max_restarts"]),
+        "pin": bool(config.get("pin", False)),
+        "run_dir": run_dir,
+    }

@@ -1,0 +1,79 @@
+"""RunState: the immutable snapshot every front end renders (TUI, headless, report).
+
+Views never own state: they receive these snapshots and send `Command`s back through the
+supervisor's one command interface.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from cockpit.core.nvml import GpuInfo
+from cockpit.core.telemetry import Sample
+
+
+class RunStatus(str, Enum):
+    """The run as a whole."""
+
+    RUNNING = "running"
+    STOPPING = "stopping"  # interrupted; jobs are checkpointing
+    DONE = "done"  # every job reached its target
+    FAILED = "failed"  # every job ended, some failed or were stopped
+    INTERRUPTED = "interrupted"  # SIGINT/SIGTERM: unfinished jobs can be resumed
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One job as a front end shows it."""
+
+    id: str
+    seed: int
+    state: str
+    phase: str | None
+    phase_since: float | None
+    steps: int
+    target: int
+    sps: float | None
+    mean_sps: float | None
+    ep_rew_mean: float | None
+    restarts: int
+    checkpoints: int
+    last_checkpoint_step: int | None
+    error: str | None
+    exit_reason: str | None
+    pid: int | None
+    device: str | None
+    cpu_percent: float | None
+    rss_bytes: int | None
+    gpu_mem_bytes: int | None
+    peak_gpu_mem_bytes: int | None
+    started_at: float | None
+    ended_at: float | None
+
+    @property
+    def fraction(self) -> float:
+        """Progress towards the target, 0..1."""
+        return min(1.0, self.steps / self.target) if self.target else 0.0
+
+
+@dataclass(frozen=True)
+class RunState:
+    """The whole run at one moment."""
+
+    run_dir: str
+    preset: str
+    env: str
+    status: RunStatus
+    started_at: float
+    now: float
+    slots: int
+    jobs: tuple[JobView, ...]
+    sample: Sample | None
+    gpu: GpuInfo | None
+    gpu_status: str
+    warnings: tuple[str, ...]
+
+    def count(self, state: str) -> int:
+        """How many jobs are in `state`."""
+        return sum(1 for job in self.jobs if job.state == state)

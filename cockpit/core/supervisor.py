@@ -1,0 +1,387 @@
+"""The supervisor: a queue of jobs, at most N running, restarted with back-off, stopped cleanly.
+
+One thread owns all job state and advances it in `tick()`: it applies queued commands, follows
+each live job's event file, reaps exited workers (restarting crashed ones from their checkpoint
+after 1 s, 2 s, 4 s … up to `max_restarts`, then marking them failed), and starts queued jobs in
+free slots. Commands and interrupts may come from any thread (a signal handler, the TUI); they are
+only recorded there and acted on at the next tick. A plain `--jobs 4` run is a queue of 4 jobs
+with 4 slots; fleets add jobs to the same queue.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cockpit.core.clock import Clock, SystemClock
+from cockpit.core.host import ThreadBudget, pin_sets
+from cockpit.core.jobs import Job, JobState
+from cockpit.core.launcher import Launcher, LaunchRequest
+from cockpit.core.state import JobView, RunState, RunStatus
+from cockpit.core.telemetry import Sample
+from training.events import EVENTS_FILE, EventTail
+
+STOP_GRACE_S = 12.0
+
+
+@dataclass(frozen=True)
+class AddJob:
+    """Queue one more agent (next free seed when `seed` is None)."""
+
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class StopJob:
+    """Checkpoint and stop a job (it can be restarted later); dequeue it if it has not started."""
+
+    job_id: str
+
+
+@dataclass(frozen=True)
+class RestartJob:
+    """Stop a live job and queue it again, or queue a finished, stopped or failed one."""
+
+    job_id: str
+
+
+@dataclass(frozen=True)
+class KillJob:
+    """SIGKILL a live job at once (it resumes from its last checkpoint if restarted)."""
+
+    job_id: str
+
+
+Command = AddJob | StopJob | RestartJob | KillJob
+
+
+@dataclass(frozen=True)
+class JobTemplate:
+    """What every job of a run shares: worker arguments apart from seed and job dir."""
+
+    preset_arg: str
+    env: str
+    timesteps: int
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+class Supervisor:
+    """Runs a queue of jobs through `slots` parallel workers via a `Launcher`."""
+
+    def __init__(
+        self,
+        *,
+        run_dir: Path,
+        template: JobTemplate,
+        seeds: Iterable[int],
+        slots: int,
+        launcher: Launcher,
+        budget: ThreadBudget,
+        max_restarts: int = 3,
+        pin: bool = False,
+        clock: Clock | None = None,
+        preset_name: str = "",
+    ) -> None:
+        self.run_dir = run_dir
+        self.template = template
+        self.slots = slots
+        self.launcher = launcher
+        self.budget = budget
+        self.max_restarts = max_restarts
+        self.clock = clock or SystemClock()
+        self.preset_name = preset_name
+        self.jobs: dict[str, Job] = {}
+        self.queue: deque[str] = deque()
+        self._tails: dict[str, EventTail] = {}
+        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self._interrupt_requested = False
+        self._interrupted = False
+        self._kill_now = False
+        self.started_at = self.clock.time()
+        self.warnings: list[str] = [w for w in [budget.warning()] if w]
+        cpus = sorted(os.sched_getaffinity(0))
+        self._pins = pin_sets(slots, cpus) if pin else None
+        for seed in seeds:
+            self._add(seed)
+
+    # ----- commands (any thread) -----
+
+    def submit(self, command: Command) -> None:
+        """Queue a command; it takes effect at the next tick."""
+        self._commands.put(command)
+
+    def interrupt(self) -> None:
+        """Stop the run: every live job checkpoints and stops; a second call kills them now."""
+        if self._interrupt_requested:
+            self._kill_now = True
+        self._interrupt_requested = True
+
+    # ----- the loop (supervisor thread only) -----
+
+    def _add(self, seed: int) -> Job:
+        job_id = f"{len(self.jobs):03d}"
+        job = Job(job_id, seed, self.run_dir / "jobs" / job_id, self.template.timesteps)
+        job.state_since = self.clock.time()
+        self.jobs[job_id] = job
+        self._tails[job_id] = EventTail(job.job_dir / EVENTS_FILE)
+        self.queue.append(job_id)
+        return job
+
+    def restore(self, job: Job, events: list[dict[str, Any]]) -> None:
+        """Bring a job of an earlier (resumed) run up to date with the events it wrote then."""
+        for event in events:
+            self._apply(job, event)
+        self._tails[job.id].offset = (job.job_dir / EVENTS_FILE).stat().st_size if events else 0
+        job.attempt_finished = job.attempt_error = None
+        job.phase = None
+
+    def tick(self) -> None:
+        """Advance every job once: commands, events, exits, back-offs, free slots."""
+        now = self.clock.monotonic()
+        while True:
+            try:
+                self._handle(self._commands.get_nowait())
+            except queue.Empty:
+                break
+        if self._interrupt_requested and not self._interrupted:
+            self._interrupted = True
+            for job in self.jobs.values():
+                self._stop(job)
+        for job in self.jobs.values():
+            if job.handle is not None:
+                self._follow(job)
+        for job in self.jobs.values():
+            overdue = self._kill_now or now >= job.stop_deadline
+            if job.state is JobState.STOPPING and job.handle is not None and overdue:
+                self.launcher.kill(job.handle)
+            if job.state is JobState.BACKOFF and now >= job.restart_at and not self._interrupted:
+                self._launch(job)
+        while not self._interrupted and self.queue and self._busy_slots() < self.slots:
+            self._launch(self.jobs[self.queue.popleft()])
+
+    def _handle(self, command: Command) -> None:
+        if isinstance(command, AddJob):
+            next_seed = max((j.seed for j in self.jobs.values()), default=-1) + 1
+            self._add(command.seed if command.seed is not None else next_seed)
+            return
+        job = self.jobs.get(command.job_id)
+        if job is None:
+            self.warnings.append(f"no job {command.job_id!r}")
+            return
+        if isinstance(command, StopJob):
+            self._stop(job)
+        elif isinstance(command, KillJob):
+            if job.handle is not None:
+                job.stop_requested = True
+                job.change_state(JobState.STOPPING, self.clock.time())
+                self.launcher.kill(job.handle)
+        elif isinstance(command, RestartJob):
+            if job.state.live:
+                self._stop(job)
+                job.exit_reason = "restart"
+            elif job.state.terminal or job.state is JobState.BACKOFF:
+                self._requeue(job)
+
+    def _requeue(self, job: Job) -> None:
+        now = self.clock.time()
+        if job.state is JobState.BACKOFF:
+            job.change_state(JobState.STOPPED, now)
+        job.change_state(JobState.QUEUED, now)
+        job.error, job.stop_requested = None, False
+        self.queue.appendleft(job.id)
+
+    def _stop(self, job: Job) -> None:
+        now = self.clock.time()
+        if job.state is JobState.QUEUED:
+            self.queue.remove(job.id)
+            job.change_state(JobState.STOPPED, now)
+            job.exit_reason = "stopped before it started"
+        elif job.state is JobState.BACKOFF:
+            job.change_state(JobState.STOPPED, now)
+            job.slot = None
+        elif job.state in (JobState.STARTING, JobState.RUNNING):
+            job.stop_requested = True
+            job.change_state(JobState.STOPPING, now)
+            job.stop_deadline = self.clock.monotonic() + STOP_GRACE_S
+            self.launcher.terminate(job.handle)
+
+    def _busy_slots(self) -> int:
+        return sum(1 for j in self.jobs.values() if j.state.holds_slot)
+
+    def _free_slot(self) -> int:
+        taken = {j.slot for j in self.jobs.values() if j.slot is not None and j.state.holds_slot}
+        return next(i for i in range(self.slots + len(taken) + 1) if i not in taken)
+
+    def _launch(self, job: Job) -> None:
+        now = self.clock.time()
+        if job.slot is None:
+            job.slot = self._free_slot()
+        cpus = tuple(self._pins[job.slot % len(self._pins)]) if self._pins else None
+        # fmt: off
+        args = (
+            "--preset", self.template.preset_arg,
+            "--env", self.template.env,
+            "--timesteps", str(job.target),
+            "--job-dir", str(job.job_dir),
+            "--seed", str(job.seed),
+            "--threads", str(self.budget.threads_per_job),
+        )
+        # fmt: on
+        job.attempt_finished = job.attempt_error = None
+        job.launches += 1
+        try:
+            job.handle = self.launcher.launch(LaunchRequest(job.id, args, job.job_dir, cpus))
+        except OSError as exc:
+            job.error = f"could not start the worker: {exc}"
+            job.change_state(JobState.STARTING, now)
+            job.change_state(JobState.FAILED, now)
+            return
+        job.attempt_started_at = now
+        job.change_state(JobState.STARTING, now)
+
+    def _follow(self, job: Job) -> None:
+        for event in self._tails[job.id].read_new():
+            self._apply(job, event)
+        code = self.launcher.poll(job.handle)
+        if code is not None:
+            for event in self._tails[job.id].read_new():  # whatever it wrote just before exiting
+                self._apply(job, event)
+            self._exited(job, code)
+
+    def _apply(self, job: Job, event: dict[str, Any]) -> None:
+        kind, t = event["kind"], float(event["t"])
+        if kind == "started":
+            job.device = event.get("device")
+            job.steps = int(event.get("resumed_from_step") or 0)
+            if job.steps_at_first_start is None:
+                job.steps_at_first_start, job.first_started_at = job.steps, t
+            if job.state is JobState.STARTING:
+                job.change_state(JobState.RUNNING, self.clock.time())
+        elif kind == "phase":
+            job.phase, job.phase_since = event["phase"], t
+            job.phases.append((t, event["phase"]))
+            job.steps = int(event["num_timesteps"])
+        elif kind == "progress":
+            job.steps = int(event["num_timesteps"])
+            job.sps, job.ep_rew_mean = event.get("sps"), event.get("ep_rew_mean")
+            job.ep_len_mean, job.episodes = event.get("ep_len_mean"), int(event.get("episodes") or 0)
+        elif kind == "checkpoint":
+            job.checkpoints += 1
+            job.last_checkpoint_step = int(event["step"])
+        elif kind == "finished":
+            job.attempt_finished = event
+            job.steps = int(event["steps"])
+        elif kind == "error":
+            job.attempt_error = event
+
+    def _exited(self, job: Job, code: int) -> None:
+        now = self.clock.time()
+        handle, job.handle = job.handle, None
+        if job.attempt_started_at is not None:
+            job.active_seconds += now - job.attempt_started_at
+        if job.phase is not None:
+            job.phases.append((now, None))
+            job.phase = job.phase_since = None
+        finished = job.attempt_finished
+        if finished is not None and finished.get("status") == "done":
+            job.change_state(JobState.DONE, now)
+            job.exit_reason, job.ended_at, job.slot = "done", now, None
+            return
+        if job.stop_requested or finished is not None:
+            restart = job.exit_reason == "restart" and not self._interrupted
+            job.change_state(JobState.STOPPED, now)
+            job.ended_at, job.slot = now, None
+            job.exit_reason = "stopped" if finished is not None else _exit_reason(code)
+            if restart:
+                self._requeue(job)
+            return
+        if job.attempt_error is not None:
+            reason = f"{job.attempt_error.get('type')}: {job.attempt_error.get('message')}"
+        else:
+            tail = self.launcher.stderr_tail(handle, 1)
+            reason = _exit_reason(code) + (f": {tail}" if tail else "")
+        job.error = reason
+        if self._interrupted:
+            job.change_state(JobState.STOPPED, now)
+            job.exit_reason, job.ended_at, job.slot = _exit_reason(code), now, None
+        elif job.restarts < self.max_restarts:
+            job.restarts += 1
+            job.restart_at = self.clock.monotonic() + 2 ** (job.restarts - 1)
+            job.change_state(JobState.BACKOFF, now)
+            job.exit_reason = _exit_reason(code)
+        else:
+            job.change_state(JobState.FAILED, now)
+            job.exit_reason, job.ended_at, job.slot = f"failed after {job.restarts} restarts", now, None
+
+    # ----- results -----
+
+    @property
+    def finished(self) -> bool:
+        """True when no job will run again without a command (or, interrupted, none is live)."""
+        if self._interrupted:
+            return not any(j.state.live for j in self.jobs.values())
+        return all(j.state.terminal for j in self.jobs.values())
+
+    @property
+    def status(self) -> RunStatus:
+        """The run's status now."""
+        if self._interrupted:
+            return RunStatus.INTERRUPTED if self.finished else RunStatus.STOPPING
+        if not self.finished:
+            return RunStatus.RUNNING
+        return RunStatus.DONE if all(j.state is JobState.DONE for j in self.jobs.values()) else RunStatus.FAILED
+
+    def live_pids(self) -> dict[str, int]:
+        """Worker pid of each live job, for the sampler."""
+        return {j.id: j.handle.pid for j in self.jobs.values() if j.handle is not None}
+
+    def snapshot(
+        self, sample: Sample | None = None, peak_gpu_mem: dict[str, int] | None = None, **extra: Any
+    ) -> RunState:
+        """An immutable RunState for the front ends."""
+        views = []
+        # fmt: off
+        for job in self.jobs.values():
+            usage = sample.jobs.get(job.id) if sample is not None and job.handle is not None else None
+            views.append(
+                JobView(
+                    id=job.id, seed=job.seed, state=job.state.value, phase=job.phase, phase_since=job.phase_since,
+                    steps=job.steps, target=job.target, sps=job.sps, mean_sps=job.mean_sps,
+                    ep_rew_mean=job.ep_rew_mean, restarts=job.restarts, checkpoints=job.checkpoints,
+                    last_checkpoint_step=job.last_checkpoint_step, error=job.error, exit_reason=job.exit_reason,
+                    pid=job.handle.pid if job.handle is not None else None, device=job.device,
+                    cpu_percent=usage.cpu_percent if usage else None, rss_bytes=usage.rss_bytes if usage else None,
+                    gpu_mem_bytes=usage.gpu_mem_bytes if usage else None,
+                    peak_gpu_mem_bytes=(peak_gpu_mem or {}).get(job.id),
+                    started_at=job.first_started_at, ended_at=job.ended_at,
+                )
+            )
+        # fmt: on
+        return RunState(
+            run_dir=str(self.run_dir),
+            preset=self.preset_name,
+            env=self.template.env,
+            status=self.status,
+            started_at=self.started_at,
+            now=self.clock.time(),
+            slots=self.slots,
+            jobs=tuple(views),
+            sample=sample,
+            gpu=extra.get("gpu"),
+            gpu_status=extra.get("gpu_status", ""),
+            warnings=tuple(self.warnings),
+        )

@@ -1,0 +1,176 @@
+"""The headless front end: a live rich table on a terminal, plain timestamped lines otherwise.
+
+On a TTY (a local terminal, tmux, ssh -t) it redraws one table in place: a row per job with its
+status, phase, progress, SPS, return, restarts, CPU and GPU memory, and one GPU and CPU summary
+line. Without a TTY (nohup, a pipe, CI) it prints a line for each job state change as it happens
+and a progress line per live job every `every_s` seconds, each prefixed with the UTC time and the
+job id, so logs stay greppable.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
+
+from cockpit.core.state import JobView, RunState
+
+MIB = 1024 * 1024
+
+
+def _stamp(t: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def _mib(value: int | None) -> str:
+    return "-" if value is None else f"{value / MIB:,.0f} MiB"
+
+
+def system_line(state: RunState) -> str:
+    """One line: GPU utilization, memory, power, temperature (or why there is no GPU) and CPU."""
+    s = state.sample
+    if state.gpu is None:
+        gpu = state.gpu_status or "no GPU telemetry"
+    elif s is None or s.gpu is None:
+        gpu = f"GPU {state.gpu.name}: waiting for the first sample"
+    else:
+        g = s.gpu
+        throttle = f" throttled: {','.join(g.throttle_reasons)}" if g.throttle_reasons else ""
+        gpu = (
+            f"GPU {_num(g.util_percent)}% (peak {_num(g.util_peak_percent)}%)  "
+            f"mem {g.mem_used_bytes / MIB:,.0f}/{g.mem_total_bytes / MIB:,.0f} MiB  "
+            f"{_num(g.power_w)} W  {_num(g.temperature_c)} C  {_num(g.sm_clock_mhz)} MHz{throttle}"
+        )
+    if s is None:
+        return gpu
+    cores = " ".join(f"{c:.0f}" for c in s.cpu_percent)
+    ram = f"{s.ram_used_bytes / 1024**3:.1f}/{s.ram_total_bytes / 1024**3:.1f} GiB"
+    return f"{gpu}  |  CPU {s.cpu_total_percent:.0f}% [{cores}]  RAM {ram}"
+
+
+def job_line(job: JobView) -> str:
+    """A job's state and progress in one line (for plain output and summaries)."""
+    parts = [f"{job.state:<8}"]
+    if job.phase:
+        parts.append(f"{job.phase:<7}")
+    parts.append(f"{job.steps:,}/{job.target:,} ({job.fraction:.0%})")
+    if job.sps is not None and job.state in ("running", "stopping"):
+        parts.append(f"{job.sps:,.0f} sps")
+    if job.ep_rew_mean is not None:
+        parts.append(f"rew {job.ep_rew_mean:.1f}")
+    if job.restarts:
+        parts.append(f"restarts {job.restarts}")
+    if job.cpu_percent is not None:
+        parts.append(f"cpu {job.cpu_percent:.0f}%")
+    if job.gpu_mem_bytes is not None:
+        parts.append(f"gpu {_mib(job.gpu_mem_bytes)}")
+    if job.state in ("failed", "backoff") and job.error:
+        parts.append(f"error: {job.error}")
+    return "  ".join(parts)
+
+
+def jobs_table(state: RunState) -> Table:
+    """The live table: one row per job."""
+    table = Table(expand=False, pad_edge=False)
+    for name, justify in [("job", "left"), ("seed", "right"), ("status", "left"), ("phase", "left"),
+                          ("progress", "left"), ("steps", "right"), ("SPS", "right"), ("ep_rew_mean", "right"),
+                          ("restarts", "right"), ("CPU %", "right"), ("GPU mem", "right")]:  # fmt: skip
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for job in state.jobs:
+        status = Text(job.state, style={"failed": "bold red", "done": "green", "backoff": "yellow"}.get(job.state, ""))
+        table.add_row(
+            job.id,
+            str(job.seed),
+            status,
+            job.phase or "",
+            ProgressBar(total=max(job.target, 1), completed=job.steps, width=20),
+            f"{job.steps:,}/{job.target:,}",
+            _num(job.sps) if job.state in ("running", "stopping") else "-",
+            _num(job.ep_rew_mean, "{:.1f}"),
+            str(job.restarts),
+            _num(job.cpu_percent),
+            _mib(job.gpu_mem_bytes),
+        )
+    return table
+
+
+def summary_lines(state: RunState, run_log: str) -> list[str]:
+    """What the run ended with and why, for the last lines on screen."""
+    counts = ", ".join(f"{state.count(s)} {s}" for s in ("done", "failed", "stopped", "queued") if state.count(s))
+    lines = [f"run {state.status.value}: {counts} ({len(state.jobs)} jobs, {state.now - state.started_at:,.0f} s)"]
+    for job in state.jobs:
+        if job.state != "done":
+            why = job.error or job.exit_reason or "not started"
+            lines.append(f"  job {job.id} (seed {job.seed}) {job.state} at {job.steps:,}/{job.target:,} steps: {why}")
+    lines.append(f"run log: {run_log}")
+    return lines
+
+
+class HeadlessView:
+    """Renders RunState snapshots to a console, live on a TTY and as plain lines otherwise."""
+
+    def __init__(self, console: Console | None = None, every_s: float = 10.0) -> None:
+        self.console = console or Console()
+        self.every_s = every_s
+        self.live: Live | None = None
+        self._states: dict[str, str] = {}
+        self._last_plain = 0.0
+        self._warned: set[str] = set()
+
+    def _print_warnings(self, warnings: Iterable[str]) -> None:
+        for warning in warnings:
+            if warning not in self._warned:
+                self._warned.add(warning)
+                self._emit(f"[cockpit] {warning}")
+
+    def _emit(self, line: str) -> None:
+        if self.live is not None:
+            self.live.console.print(line, markup=False, highlight=False)
+        else:
+            self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    def _renderable(self, state: RunState) -> Group:
+        header = Text(f"cockpit  {state.preset} on {state.env}  {state.status.value}  {state.run_dir}", style="bold")
+        return Group(header, jobs_table(state), Text(system_line(state)))
+
+    def update(self, state: RunState) -> None:
+        """Redraw the table (TTY), or print state changes and periodic progress lines."""
+        self._print_warnings(state.warnings)
+        if self.console.is_terminal:
+            if self.live is None:
+                self.live = Live(self._renderable(state), console=self.console, refresh_per_second=4)
+                self.live.start()
+            else:
+                self.live.update(self._renderable(state))
+            return
+        now = state.now
+        for job in state.jobs:
+            before = self._states.get(job.id)
+            if before != job.state:
+                self._states[job.id] = job.state
+                change = f"{before} -> {job.state}" if before else job.state
+                self._emit(f"{_stamp(now)} [job {job.id}] {change}  {job_line(job)}")
+        if now - self._last_plain >= self.every_s:
+            self._last_plain = now
+            for job in state.jobs:
+                if job.state in ("running", "stopping"):
+                    self._emit(f"{_stamp(now)} [job {job.id}] {job_line(job)}")
+            self._emit(f"{_stamp(now)} [system] {system_line(state)}")
+
+    def close(self, state: RunState) -> None:
+        """Stop the live display and print the summary."""
+        self.update(state)
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+        for line in summary_lines(state, f"{state.run_dir}/run.toml"):
+            self._emit(line)
