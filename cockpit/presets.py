@@ -8,6 +8,7 @@ message names the file and each offending key, so a user fixes everything in one
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -108,6 +109,8 @@ def _number(low: float, high: float | None = None, *, low_inclusive: bool) -> Ca
     def check(value: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"must be {bound}, got {value!r}"
+        if not math.isfinite(value):
+            return f"must be {bound}, got {value}"
         too_low = value < low if low_inclusive else value <= low
         if too_low or (high is not None and value > high):
             return f"must be {bound}, got {value}"
@@ -218,6 +221,12 @@ def resolve(raw: Mapping[str, Any], *, name: str, source: str) -> Preset:
         auto = values["batch_size"] == "auto"
         if auto:
             values["batch_size"] = largest_divisor_at_most(total, values["batch_size_cap"])
+        if values["batch_size"] < 2:
+            # PPO normalizes advantages over each minibatch, which needs at least two samples.
+            problems.append(
+                f"'batch_size' resolves to {values['batch_size']} for n_envs x n_steps = {total}; PPO needs "
+                "minibatches of at least 2 (raise batch_size_cap or choose n_envs x n_steps with a divisor >= 2)"
+            )
         elif total % values["batch_size"]:
             near = " or ".join(str(d) for d in _nearby_divisors(total, values["batch_size"]))
             problems.append(
@@ -257,6 +266,8 @@ def load(spec: str) -> Preset:
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise PresetError(f"{spec}: cannot read preset file ({exc.strerror})") from exc
+        except UnicodeDecodeError as exc:
+            raise PresetError(f"{spec}: not a UTF-8 text file ({exc.reason} at byte {exc.start})") from exc
     else:
         if spec not in builtin_names():
             raise PresetError(

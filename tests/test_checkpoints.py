@@ -53,7 +53,8 @@ def test_a_failed_save_leaves_earlier_checkpoints_intact(tmp_path: Path, tiny_pp
     store = CheckpointStore(tmp_path / "checkpoints")
     good = store.save(model, 64)
 
-    def disk_full(*_args: object, **_kwargs: object) -> None:
+    def disk_full(path: Path, *_args: object, **_kwargs: object) -> None:
+        Path(path).write_bytes(b"PK\x03\x04 half a model")  # the disk fills up mid-write
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(model, "save", disk_full)

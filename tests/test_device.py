@@ -45,12 +45,3 @@ def test_cuda_oom_is_recognised() -> None:
     assert device.is_cuda_oom(RuntimeError("CUDA out of memory. Tried to allocate 20 MiB"))
     assert not device.is_cuda_oom(RuntimeError("shape mismatch"))
     assert not device.is_cuda_oom(MemoryError())
-
-
-def test_native_thread_pools_are_limited(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in device.THREAD_ENV_VARS:
-        monkeypatch.setenv(var, "16")
-    device.limit_native_threads()
-    import os
-
-    assert all(os.environ[var] == "1" for var in device.THREAD_ENV_VARS)

@@ -147,16 +147,37 @@ def test_atari_episodes_count_whole_games_with_raw_scores() -> None:
     assert results[1][0][0, 0, 0, 0] == 200  # the reset observation replaces the terminal one
 
 
-def test_real_breakout_reports_games_not_lives() -> None:
+def test_real_atari_reports_games_not_lives_and_raw_scores() -> None:
+    # Breakout has five lives; its bricks score 1, 4 and 7, which clipping turns into 1.
     venv = EnvpoolVecEnv.make("Breakout-v5", 2, seed=0)
     venv.reset()
     rng = np.random.default_rng(0)
     dones = 0
-    games = []
+    clipped = np.zeros(2)
+    games: list[tuple[float, float]] = []
     for _ in range(3000):
-        _, _, d, infos = venv.step(rng.integers(0, 4, size=2))
+        _, rewards, d, infos = venv.step(rng.integers(0, 4, size=2))
+        clipped += rewards
         dones += int(d.sum())
-        games += [info["episode"] for info in infos if "episode" in info]
+        for i, info in enumerate(infos):
+            if "episode" in info:
+                games.append((info["episode"]["r"], clipped[i]))
+                clipped[i] = 0
     assert games, "random play should finish at least one Breakout game in 3000 steps"
-    assert dones >= 5 * len(games)  # Breakout has five lives, each a training episode end
-    assert all(g["l"] > 0 and g["r"] >= 0 for g in games)
+    assert dones >= 5 * len(games)  # each lost life ends a training episode
+    assert all(raw >= clip for raw, clip in games)
+
+
+def test_real_space_invaders_scores_are_raw_not_clipped() -> None:
+    venv = EnvpoolVecEnv.make("SpaceInvaders-v5", 1, seed=0)
+    venv.reset()
+    rng = np.random.default_rng(0)
+    clipped, raw = 0.0, None
+    for _ in range(5000):
+        _, rewards, _, infos = venv.step(rng.integers(0, 6, size=1))
+        clipped += float(rewards[0])
+        if "episode" in infos[0]:
+            raw = infos[0]["episode"]["r"]
+            break
+    assert raw is not None, "random play should end a SpaceInvaders game in 5000 steps"
+    assert raw > 2 * clipped > 0  # invaders score 5-30 points each; clipped rewards are 1

@@ -39,3 +39,12 @@ def test_a_second_writer_appends(tmp_path: Path) -> None:
     EventWriter(path).error(type="invalid_config", message="bad")
     EventWriter(path).finished(status="stopped", steps=0, duration=0.0)
     assert [e["kind"] for e in read_events(path)] == ["error", "finished"]
+
+
+def test_a_new_writer_ends_a_torn_line_so_its_events_survive(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    EventWriter(path).phase("train", iteration=1, num_timesteps=64)
+    with path.open("a") as fh:
+        fh.write('{"t": 1.0, "kind": "progr')  # the previous worker was killed mid-write
+    EventWriter(path).started(config={}, pid=1, device="cpu", versions={})
+    assert [e["kind"] for e in read_events(path)] == ["phase", "started"]

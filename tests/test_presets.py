@@ -77,6 +77,9 @@ def test_largest_divisor_at_most(total: int, cap: int, expected: int) -> None:
         ('batch_size = "big"', "'batch_size' must be a positive integer or \"auto\", got 'big'"),
         ("batch_size = 100", "'batch_size' 100 must divide n_envs x n_steps = 256; try 64 or 128"),
         ("learning_rate = 0", "'learning_rate' must be a positive number, got 0"),
+        ("learning_rate = nan", "'learning_rate' must be a positive number, got nan"),
+        ("vf_coef = inf", "'vf_coef' must be a positive number, got inf"),
+        ("gamma = nan", "'gamma' must be in (0, 1], got nan"),
         ("learning_rate = -1e-3", "'learning_rate' must be a positive number, got -0.001"),
         ('learning_rate = "fast"', "'learning_rate' must be a positive number, got 'fast'"),
         ("gamma = 1.5", "'gamma' must be in (0, 1], got 1.5"),
@@ -119,3 +122,17 @@ def test_malformed_toml_and_missing_files_and_names(tmp_path: Path) -> None:
         load(str(tmp_path / "nope.toml"))
     with pytest.raises(PresetError, match="preset 'huge': no such preset; choose one of cartpole, fast, heavy, beast"):
         load("huge")
+
+
+def test_auto_batch_size_of_one_is_refused(tmp_path: Path) -> None:
+    text = MINIMAL.replace("n_envs = 4", "n_envs = 1").replace("n_steps = 64", "n_steps = 97")
+    path = write(tmp_path, text.replace("batch_size = 64", 'batch_size = "auto"\nbatch_size_cap = 50'))
+    with pytest.raises(PresetError, match="'batch_size' resolves to 1 for n_envs x n_steps = 97"):
+        load(str(path))
+
+
+def test_a_binary_file_is_a_clear_error(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(PresetError, match=r"p\.toml: not a UTF-8 text file"):
+        load(str(path))

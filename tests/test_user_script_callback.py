@@ -23,3 +23,4 @@ def test_a_plain_sb3_script_reports_to_the_cockpit(tmp_path: Path) -> None:
     assert phases[:4] == ["rollout", "train", "rollout", "train"]
     progress = [e for e in events if e["kind"] == "progress"]
     assert progress[-1]["episodes"] > 0 and progress[-1]["ep_len_mean"] > 0
+    assert events[-1]["kind"] == "finished" and events[-1]["status"] == "done" and events[-1]["steps"] == 1000

@@ -38,8 +38,9 @@ def test_a_training_failure_is_an_error_event_and_exit_1(
     assert str(exc) in event["message"]
 
 
-def test_timesteps_round_up_to_whole_vector_steps(tmp_path: Path) -> None:
-    args = worker.build_parser().parse_args(["--timesteps", "1001", "--job-dir", str(tmp_path)])
+def test_config_resolves_defaults_from_the_preset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    args = worker.build_parser().parse_args(["--job-dir", str(tmp_path)])
     config = worker.resolve_config(args)
-    assert config.timesteps == 1008  # cartpole runs 8 envs
+    assert config.timesteps == 100_000  # the cartpole preset's own default
     assert config.env == "CartPole-v1" and config.backend == "envpool" and config.device == "cpu"

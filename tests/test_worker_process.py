@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.workerproc import Worker, kinds, run_worker, start_worker, write_preset
 from training.checkpoints import MODEL_FILE, CheckpointStore
@@ -21,7 +22,12 @@ from training.events import read_events
         (["--env", "CartPol-v1"], "--env 'CartPol-v1': neither envpool nor gymnasium has this env"),
         (["--timesteps", "-5"], "argument --timesteps: expected a positive integer, got '-5'"),
         (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
-        (["--device", "cuda"], "--device cuda: "),
+        pytest.param(
+            ["--device", "cuda"],
+            "--device cuda: ",
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA"),
+        ),
+        (["--seed", "5000000000"], "--seed 5000000000: must be at most 2147483639"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path: Path, args: list[str], message: str) -> None:
@@ -74,6 +80,7 @@ def test_kill_9_then_restart_resumes_and_ends_exactly_at_the_target(tmp_path: Pa
     started = kinds(events, "started")
     assert len(started) == 2
     assert started[1]["resumed_from_step"] >= last_checkpoint
+    assert [s["torch_threads"] for s in started] == [1, 1]  # the thread budget reached torch
     (finished,) = kinds(events, "finished")
     assert finished["status"] == "done" and finished["steps"] == target
     store = CheckpointStore(job_dir / "checkpoints")
@@ -93,10 +100,10 @@ def run_small_preset(tmp_path: Path, *, env: str, n_envs: int, n_steps: int, tim
     return worker.events()
 
 
-def sigterm_within_10s(worker: Worker) -> tuple[list[dict], dict]:
-    """SIGTERM the worker; it must exit 0 within 10 s. Returns its events and `finished` event."""
+def signal_within_10s(worker: Worker, sig: signal.Signals = signal.SIGTERM) -> tuple[list[dict], dict]:
+    """Signal the worker; it must exit 0 within 10 s. Returns its events and `finished` event."""
     sent = time.monotonic()
-    worker.proc.send_signal(signal.SIGTERM)
+    worker.proc.send_signal(sig)
     assert worker.finish(timeout=10) == 0, worker.stderr()
     assert time.monotonic() - sent < 10
     events = worker.events()
@@ -105,12 +112,13 @@ def sigterm_within_10s(worker: Worker) -> tuple[list[dict], dict]:
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_and_finishes_stopped(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_checkpoints_and_finishes_stopped(tmp_path: Path, sig: signal.Signals) -> None:
     preset = write_preset(tmp_path, checkpoint_every=1_000_000)
     job_dir = tmp_path / "job"
     worker = start_worker(job_dir, "--preset", str(preset), "--timesteps", "1000000")
     worker.wait_for(lambda ev: len(kinds(ev, "phase")) >= 6)
-    events, finished = sigterm_within_10s(worker)
+    events, finished = signal_within_10s(worker, sig)
     (checkpoint,) = kinds(events, "checkpoint")
     assert finished["status"] == "stopped" and 0 < finished["steps"] < 1_000_000
     assert checkpoint["step"] == finished["steps"]
@@ -126,7 +134,7 @@ def test_sigterm_during_a_long_train_phase_stops_within_10s(tmp_path: Path) -> N
     worker = start_worker(job_dir, "--preset", str(preset), "--timesteps", "1000000")
     worker.wait_for(lambda ev: any(e.get("phase") == "train" for e in ev))
     time.sleep(1.0)
-    events, finished = sigterm_within_10s(worker)
+    events, finished = signal_within_10s(worker)
     assert finished["status"] == "stopped" and finished["steps"] == 256
     assert kinds(events, "phase")[-1]["phase"] == "train"  # the stop came mid-training
     assert kinds(events, "checkpoint")[0]["step"] == 256
@@ -187,13 +195,75 @@ def test_a_resumed_job_trains_with_the_current_presets_rollout_settings(tmp_path
 
 
 @pytest.mark.slow
+def test_a_resume_with_more_envs_ends_at_the_first_vector_step_past_the_target(tmp_path: Path) -> None:
+    job_dir = tmp_path / "job"
+    assert start_worker(job_dir, "--preset", str(write_preset(tmp_path)), "--timesteps", "1000").finish() == 0
+    wide = tmp_path / "wide.toml"
+    wide.write_text(write_preset(tmp_path).read_text().replace("n_envs = 8", "n_envs = 16"))
+    second = start_worker(job_dir, "--preset", str(wide), "--timesteps", "2000")
+    assert second.finish() == 0, second.stderr()
+    events = second.events()
+    started, finished = kinds(events, "started")[-1], kinds(events, "finished")[-1]
+    assert started["resumed_from_step"] == 1000
+    assert started["target_steps"] == 1000 + 63 * 16 == finished["steps"]  # 62.5 vector steps to go
+
+
+@pytest.mark.slow
+def test_a_resume_on_another_env_is_refused_and_keeps_the_checkpoints(tmp_path: Path) -> None:
+    job_dir = tmp_path / "job"
+    preset = write_preset(tmp_path)
+    assert start_worker(job_dir, "--preset", str(preset), "--timesteps", "1024").finish() == 0
+    before = CheckpointStore(job_dir / "checkpoints").list()
+    result = run_worker(
+        "--preset", str(preset), "--env", "Acrobot-v1", "--timesteps", "2048", "--job-dir", str(job_dir)
+    )
+    assert result.returncode == 2
+    assert "cannot continue under preset" in result.stderr and "another --env?" in result.stderr
+    assert CheckpointStore(job_dir / "checkpoints").list() == before
+    assert not (job_dir / "checkpoints" / "corrupt").exists()
+
+
+@pytest.mark.slow
+def test_normalized_runs_checkpoint_and_resume_their_statistics(tmp_path: Path) -> None:
+    job_dir = tmp_path / "job"
+    preset = tmp_path / "norm.toml"
+    preset.write_text(write_preset(tmp_path).read_text() + "normalize = true\n")
+    assert start_worker(job_dir, "--preset", str(preset), "--timesteps", "1024").finish() == 0
+    saved, _ = CheckpointStore(job_dir / "checkpoints").newest_valid()
+    assert saved.vecnormalize_path is not None
+    second = start_worker(job_dir, "--preset", str(preset), "--timesteps", "2048")
+    assert second.finish() == 0, second.stderr()
+    assert kinds(second.events(), "started")[-1]["resumed_from_step"] == 1024
+    # Resuming the same job without normalization would silently change its inputs: refused.
+    plain = run_worker("--preset", str(write_preset(tmp_path)), "--timesteps", "4096", "--job-dir", str(job_dir))
+    assert plain.returncode == 2 and "normalize" in plain.stderr
+
+
+@pytest.mark.slow
+def test_two_workers_cannot_share_a_job_dir(tmp_path: Path) -> None:
+    job_dir = tmp_path / "job"
+    first = start_worker(job_dir, "--preset", str(write_preset(tmp_path)), "--timesteps", "1000000")
+    first.wait_for(lambda ev: bool(kinds(ev, "started")))
+    second = run_worker("--timesteps", "1000", "--job-dir", str(job_dir))
+    assert second.returncode == 2 and "another worker is using it" in second.stderr
+    signal_within_10s(first)
+
+
+def test_a_job_dir_that_is_a_file_is_bad_input(tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_text("x")
+    result = run_worker("--timesteps", "1000", "--job-dir", str(target))
+    assert result.returncode == 2 and f"--job-dir {target}: is a file" in result.stderr
+
+
+@pytest.mark.slow
 def test_resuming_with_a_different_network_is_refused(tmp_path: Path) -> None:
     job_dir = tmp_path / "job"
     assert start_worker(job_dir, "--preset", str(write_preset(tmp_path)), "--timesteps", "1024").finish() == 0
     wider = write_preset(tmp_path, net_arch=(128, 128))
     result = run_worker("--preset", str(wider), "--timesteps", "2048", "--job-dir", str(job_dir))
     assert result.returncode == 2
-    assert "the checkpoint's network is [64, 64] but preset 'test-preset' asks for [128, 128]" in result.stderr
+    assert "its network is [64, 64], the preset's [128, 128]" in result.stderr
     assert kinds(read_events(job_dir / "events.jsonl"), "error")[-1]["type"] == "invalid_config"
 
 

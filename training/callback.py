@@ -64,6 +64,12 @@ class CockpitCallback(BaseCallback):
     - `checkpoint`: called with the model at a rollout boundary (after training) whenever
       `checkpoint_every` more steps have passed; it returns the checkpoint path and step.
     - `started_extra`: more fields for the `started` event (config, resume details).
+    - `emit_started` (standalone use, the default): the callback also reports `started` when
+      training starts and `finished` when `learn()` returns, and closes its event file. The
+      worker turns this off because it checkpoints before it reports the end.
+
+    A stop requested during a train phase raises `StopRequested` out of `learn()`; catch it to
+    save the model.
     """
 
     def __init__(
@@ -92,6 +98,7 @@ class CockpitCallback(BaseCallback):
         self._last_progress_t = 0.0
         self._last_progress_steps = 0
         self._hook: Any = None
+        self._t0 = 0.0
 
     @classmethod
     def for_job_dir(cls, job_dir: str | Path, **kwargs: Any) -> CockpitCallback:
@@ -103,6 +110,7 @@ class CockpitCallback(BaseCallback):
         self.target_timesteps = int(self.locals["total_timesteps"])
         steps = self.num_timesteps
         self._last_progress_t, self._last_progress_steps = time.monotonic(), steps
+        self._t0 = time.time()
         if self.checkpoint_every:
             self._next_checkpoint = (steps // self.checkpoint_every + 1) * self.checkpoint_every
         self._hook = self.model.policy.optimizer.register_step_post_hook(self._after_optimizer_step)
@@ -141,6 +149,10 @@ class CockpitCallback(BaseCallback):
 
     def _on_training_end(self) -> None:
         self.close()
+        if self.emit_started:
+            status = "done" if self.num_timesteps >= self.target_timesteps else "stopped"
+            self.events.finished(status=status, steps=self.num_timesteps, duration=round(time.time() - self._t0, 3))
+            self.events.close()
 
     def close(self) -> None:
         """Remove the optimizer hook; safe to call more than once."""

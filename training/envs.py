@@ -50,11 +50,12 @@ def _make_monitored(env_id: str, seed: int) -> gym.Env:
     """Runs inside each SubprocVecEnv child."""
     from stable_baselines3.common.monitor import Monitor
 
-    # Ctrl-C reaches the whole foreground process group; only the worker may react to it, or
-    # the children die first and the worker cannot step its env to a clean checkpoint.
+    # Ctrl-C (or a SIGTERM to the process group) reaches these children too; only the worker may
+    # react, or they die first and the worker cannot step its env to a clean checkpoint. They
+    # still end with the worker: their pipe to it closes.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     env = Monitor(gym.make(env_id))
-    env.reset(seed=seed)
     env.action_space.seed(seed)
     return env
 

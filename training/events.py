@@ -40,7 +40,11 @@ class EventWriter:
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        # A writer killed mid-line left a torn line; end it, or our first event would join it.
+        size = os.fstat(self._fd).st_size
+        if size and os.pread(self._fd, 1, size - 1) != b"\n":
+            os.write(self._fd, b"\n")
 
     def emit(self, kind: EventKind, **fields: Any) -> dict[str, Any]:
         """Write one event now and return it; `t` is added unless given."""

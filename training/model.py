@@ -2,16 +2,19 @@
 
 On resume the current preset's rollout and optimization settings replace the saved ones (so a
 job restarted with a new n_envs or batch size, as the advisor does, trains with them), but the
-network must be the one the checkpoint holds: weights cannot change shape.
+env's spaces, the network, its activation and observation normalization must be the ones the
+checkpoint was trained with.
 """
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from stable_baselines3 import PPO
+from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
@@ -23,7 +26,7 @@ _ACTIVATIONS: dict[str, type[torch.nn.Module]] = {"tanh": torch.nn.Tanh, "relu":
 
 
 class CheckpointMismatch(ValueError):
-    """The checkpoint cannot continue under this preset (its network differs)."""
+    """A good checkpoint that cannot continue under this preset or env (spaces or network differ)."""
 
 
 def ppo_hyperparameters(preset: Preset) -> dict[str, Any]:
@@ -70,36 +73,58 @@ class Resumed:
     corrupt: list[CorruptCheckpoint] = field(default_factory=list)
 
 
-def resume(store: CheckpointStore, preset: Preset, venv: VecEnv, *, device: str) -> Resumed:
-    """Load the newest checkpoint that verifies and loads; quarantine each one that does not.
+def _mismatches(data: dict[str, Any], checkpoint: Checkpoint, preset: Preset, venv: VecEnv) -> list[str]:
+    """What makes the checkpoint unable to continue under this preset and env (empty if nothing)."""
+    problems = []
+    if data.get("observation_space") != venv.observation_space or data.get("action_space") != venv.action_space:
+        problems.append(
+            f"its env has observation space {data.get('observation_space')} and action space "
+            f"{data.get('action_space')}, this env {venv.observation_space} and {venv.action_space} (another --env?)"
+        )
+    kwargs = data.get("policy_kwargs", {})
+    if list(kwargs.get("net_arch", [])) != list(preset.net_arch):
+        problems.append(f"its network is {list(kwargs.get('net_arch', []))}, the preset's {list(preset.net_arch)}")
+    if kwargs.get("activation_fn") is not _ACTIVATIONS[preset.activation]:
+        saved = getattr(kwargs.get("activation_fn"), "__name__", "?")
+        problems.append(f"its activation is {saved}, the preset's {preset.activation}")
+    if (checkpoint.vecnormalize_path is not None) != preset.normalize:
+        problems.append(f"it was trained with normalize = {not preset.normalize}, the preset says {preset.normalize}")
+    return problems
 
-    Raises `CheckpointMismatch` when the newest loadable checkpoint's network differs from the
-    preset's. Returns an empty `Resumed` (apart from `corrupt`) when there is nothing to resume.
+
+def resume(store: CheckpointStore, preset: Preset, venv: VecEnv, *, device: str) -> Resumed:
+    """Load the newest checkpoint that verifies and deserializes; quarantine each one that does not.
+
+    Raises `CheckpointMismatch` when that checkpoint cannot continue under this preset and env
+    (different spaces, network, activation or normalization): those checkpoints are good, so they
+    stay. Errors other than a corrupt file (out of memory, a bad device) propagate. Returns an
+    empty `Resumed` (apart from `corrupt`) when there is nothing to resume.
     """
     result = Resumed()
     checkpoint, result.corrupt = store.newest_valid()
     while checkpoint is not None:
         try:
-            vecnorm = None
+            data, _, _ = load_from_zip_file(checkpoint.model_path, device="cpu", load_data=True)
             if checkpoint.vecnormalize_path is not None:
-                vecnorm = VecNormalize.load(str(checkpoint.vecnormalize_path), venv)
-            model = PPO.load(
-                checkpoint.model_path,
-                env=vecnorm or venv,
-                device=device,
-                custom_objects=ppo_hyperparameters(preset),
-            )
-        except Exception as exc:  # whatever makes a checkpoint unloadable, the one before may do
+                with checkpoint.vecnormalize_path.open("rb") as fh:
+                    pickle.load(fh)
+        except Exception as exc:  # unreadable archive or pickle: the one before may do
             result.corrupt.append(store.quarantine(checkpoint.path, f"failed to load: {type(exc).__name__}: {exc}"))
             checkpoint, more = store.newest_valid()
             result.corrupt.extend(more)
             continue
-        saved_arch = list(model.policy_kwargs.get("net_arch", []))
-        if saved_arch != list(preset.net_arch):
+        problems = _mismatches(data or {}, checkpoint, preset, venv)
+        if problems:
             raise CheckpointMismatch(
-                f"{checkpoint.path}: the checkpoint's network is {saved_arch} but preset {preset.name!r} "
-                f"asks for {list(preset.net_arch)}; use a new --job-dir or the original network"
+                f"{checkpoint.path} cannot continue under preset {preset.name!r}: {'; '.join(problems)}; "
+                "use a new --job-dir, or the original preset and env"
             )
+        vecnorm = None
+        if checkpoint.vecnormalize_path is not None:
+            vecnorm = VecNormalize.load(str(checkpoint.vecnormalize_path), venv)
+        model = PPO.load(
+            checkpoint.model_path, env=vecnorm or venv, device=device, custom_objects=ppo_hyperparameters(preset)
+        )
         result.model, result.vecnormalize, result.checkpoint = model, vecnorm, checkpoint
         return result
     return result

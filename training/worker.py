@@ -12,6 +12,7 @@ Exit codes: 0 done or stopped, 1 training failed (an `error` event says why), 2 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import math
 import os
 import sys
@@ -31,13 +32,20 @@ from training.stopping import StopFlag
 # themselves at import, so they must load only after `limit_native_threads()` has run.
 
 PROGRESS_PRINT_INTERVAL = 5.0
+MAX_SEED = 2**31 - 1
+LOCK_FILE = ".lock"
+
+
+class WorkerInputError(ValueError):
+    """A flag value the worker cannot use; the message names the flag."""
 
 
 @dataclass(frozen=True)
 class JobConfig:
     """Everything a worker run needs, validated: the resolved preset and the job's own settings.
 
-    `timesteps` is the requested total rounded up to a whole number of vector steps (n_envs).
+    `timesteps` is the requested total; the run ends at the first whole vector step (n_envs envs)
+    at or past it.
     """
 
     preset: Preset
@@ -85,9 +93,8 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--timesteps",
         type=positive_int,
-        required=True,
         metavar="T",
-        help="total environment steps to train for, across restarts",
+        help="total environment steps to train for, across restarts (default: the preset's timesteps)",
     )
     parser.add_argument(
         "--job-dir",
@@ -117,14 +124,21 @@ def build_parser() -> ArgumentParser:
 
 
 def resolve_config(args: argparse.Namespace) -> JobConfig:
-    """Validate the arguments into a `JobConfig`; raises PresetError, UnknownEnvError or DeviceError."""
+    """Validate the arguments into a `JobConfig`.
+
+    Raises PresetError, WorkerInputError, UnknownEnvError or DeviceError, each with a one-line message.
+    """
     from training.envs import backend_for
 
     preset = load(args.preset)
+    if args.job_dir.exists() and not args.job_dir.is_dir():
+        raise WorkerInputError(f"--job-dir {args.job_dir}: is a file, not a directory")
+    if args.seed + preset.n_envs > MAX_SEED:
+        raise WorkerInputError(f"--seed {args.seed}: must be at most {MAX_SEED - preset.n_envs} (env seeds are 32-bit)")
     env = args.env or preset.env
     backend = backend_for(env)
     device = resolve_device(args.device)
-    timesteps = math.ceil((args.timesteps or preset.timesteps) / preset.n_envs) * preset.n_envs
+    timesteps = args.timesteps or preset.timesteps
     threads = args.threads or max(1, min(preset.n_envs, len(os.sched_getaffinity(0))))
     return JobConfig(preset, env, backend, timesteps, args.job_dir, args.seed, device, threads, args.torch_threads)
 
@@ -159,6 +173,7 @@ def _error_type(exc: BaseException) -> str:
 
 def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
     """Build or resume the model, train to `config.timesteps`, checkpoint, and report. Returns 0."""
+    import torch
     from stable_baselines3.common.vec_env import VecNormalize
 
     from training.callback import CockpitCallback, package_versions
@@ -173,59 +188,88 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
     if config.device == "cuda":
         enable_tf32()
     preset = config.preset
-    venv = make_vec_env(config.env, preset.n_envs, seed=config.seed, threads=config.threads)
     store = CheckpointStore(config.job_dir / "checkpoints")
+    # A resumed run must not replay the first run's env and action randomness from its start.
+    newest = store.list()
+    offset = int(newest[-1].name.split("-")[1]) if newest else 0
+    venv = make_vec_env(config.env, preset.n_envs, seed=config.seed + offset, threads=config.threads)
+    try:
+        resumed = resume(store, preset, venv, device=config.device)
+        for bad in resumed.corrupt:
+            warning = f"checkpoint {bad.path} is corrupt ({bad.reason}); using an older one"
+            print(f"[worker] warning: {warning}", file=sys.stderr)
+        model, vecnorm = resumed.model, resumed.vecnormalize
+        if model is None:
+            if preset.normalize:
+                vecnorm = VecNormalize(venv, gamma=preset.gamma)
+            model = new_model(preset, vecnorm or venv, seed=config.seed, device=config.device)
+        else:
+            model.set_random_seed(config.seed + model.num_timesteps)
+        last_saved = resumed.checkpoint.step if resumed.checkpoint else None
 
-    resumed = resume(store, preset, venv, device=config.device)
-    for bad in resumed.corrupt:
-        print(f"[worker] warning: checkpoint {bad.path} is corrupt ({bad.reason}); using an older one", file=sys.stderr)
-    model, vecnorm, checkpoint = resumed.model, resumed.vecnormalize, resumed.checkpoint
-    if model is None:
-        if preset.normalize:
-            vecnorm = VecNormalize(venv, gamma=preset.gamma)
-        model = new_model(preset, vecnorm or venv, seed=config.seed, device=config.device)
+        def save(m: Any) -> tuple[str, int]:
+            nonlocal last_saved
+            saved = store.save(m, m.num_timesteps, vecnorm)
+            last_saved = saved.step
+            return str(saved.path), saved.step
 
-    last_saved = checkpoint.step if checkpoint else None
+        # The first whole vector step at or past the target, counted from where this run starts
+        # (a resumed job may have run with another n_envs before).
+        target = (
+            model.num_timesteps
+            + math.ceil(max(0, config.timesteps - model.num_timesteps) / preset.n_envs) * preset.n_envs
+        )
+        events.started(
+            config=config.as_dict(),
+            pid=os.getpid(),
+            device=str(model.device),
+            versions=package_versions(),
+            resumed_from_step=last_saved,
+            target_steps=target,
+            corrupt_checkpoints=[{"path": str(c.path), "reason": c.reason} for c in resumed.corrupt],
+            policy=type(model.policy).__name__,
+            torch_threads=torch.get_num_threads(),
+        )
+        callback = CockpitCallback(
+            events, stop=stop, checkpoint=save, checkpoint_every=preset.checkpoint_every, emit_started=False
+        )
+        if target > model.num_timesteps and not stop.requested:
+            try:
+                model.learn(target - model.num_timesteps, callback=callback, reset_num_timesteps=False, log_interval=1)
+            except StopRequested:
+                pass
+            finally:
+                callback.close()
+            callback.emit_progress(with_losses=True)
+        steps = model.num_timesteps
+        if steps > 0 and steps != last_saved:
+            path, step = save(model)
+            events.checkpoint(path=path, step=step)
+        status = "done" if steps >= config.timesteps else "stopped"
+        events.finished(status=status, steps=steps, duration=round(time.time() - started, 3))
+        return 0
+    finally:
+        venv.close()
 
-    def save(m: Any) -> tuple[str, int]:
-        nonlocal last_saved
-        saved = store.save(m, m.num_timesteps, vecnorm)
-        last_saved = saved.step
-        return str(saved.path), saved.step
 
-    events.started(
-        config=config.as_dict(),
-        pid=os.getpid(),
-        device=str(model.device),
-        versions=package_versions(),
-        resumed_from_step=last_saved,
-        corrupt_checkpoints=[{"path": str(c.path), "reason": c.reason} for c in resumed.corrupt],
-        policy=type(model.policy).__name__,
-    )
-    callback = CockpitCallback(
-        events,
-        stop=stop,
-        checkpoint=save,
-        checkpoint_every=preset.checkpoint_every,
-        emit_started=False,
-    )
-    remaining = config.timesteps - model.num_timesteps
-    if remaining > 0 and not stop.requested:
-        try:
-            model.learn(remaining, callback=callback, reset_num_timesteps=False, log_interval=1)
-        except StopRequested:
-            pass
-        finally:
-            callback.close()
-        callback.emit_progress(with_losses=True)
-    steps = model.num_timesteps
-    if steps > 0 and steps != last_saved:
-        path, step = save(model)
-        events.checkpoint(path=path, step=step)
-    status = "done" if steps >= config.timesteps else "stopped"
-    events.finished(status=status, steps=steps, duration=round(time.time() - started, 3))
-    venv.close()
-    return 0
+def _input_error(message: str) -> int:
+    print(f"python -m training.worker: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _lock_job_dir(job_dir: Path) -> int | None:
+    """Hold an exclusive lock on the job dir for this process's life; None if another holds it.
+
+    Two workers on one dir would prune each other's checkpoints (a restart issued while the old
+    worker is still checkpointing its way out, say).
+    """
+    fd = os.open(job_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -239,21 +283,22 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         config = resolve_config(args)
-    except (PresetError, UnknownEnvError, DeviceError) as exc:
+    except (PresetError, WorkerInputError, UnknownEnvError, DeviceError) as exc:
         if args.job_dir.is_dir():
             # The supervisor made the job dir; it learns why this job cannot start from the event.
             EventWriter(args.job_dir / EVENTS_FILE).error(type="invalid_config", message=str(exc))
-        print(f"python -m training.worker: error: {exc}", file=sys.stderr)
-        return 2
+        return _input_error(str(exc))
 
     config.job_dir.mkdir(parents=True, exist_ok=True)
+    lock = _lock_job_dir(config.job_dir)
+    if lock is None:
+        return _input_error(f"--job-dir {config.job_dir}: another worker is using it")
     events = _ConsoleEvents(config.job_dir / EVENTS_FILE)
     try:
         return train(config, stop, events)
     except CheckpointMismatch as exc:
         events.error(type="invalid_config", message=str(exc))
-        print(f"python -m training.worker: error: {exc}", file=sys.stderr)
-        return 2
+        return _input_error(str(exc))
     except Exception as exc:
         events.error(type=_error_type(exc), message=f"{type(exc).__name__}: {exc}")
         traceback.print_exc()
