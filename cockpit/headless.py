@@ -57,9 +57,9 @@ def system_line(state: RunState) -> str:
     return f"{gpu}  |  CPU {s.cpu_total_percent:.0f}% [{cores}]  RAM {ram}"
 
 
-def job_line(job: JobView) -> str:
+def job_line(job: JobView, *, with_state: bool = True) -> str:
     """A job's state and progress in one line (for plain output and summaries)."""
-    parts = [f"{job.state:<8}"]
+    parts = [f"{job.state:<8}"] if with_state else []
     if job.phase:
         parts.append(f"{job.phase:<7}")
     parts.append(f"{job.steps:,}/{job.target:,} ({job.fraction:.0%})")
@@ -158,7 +158,7 @@ class HeadlessView:
             if before != job.state:
                 self._states[job.id] = job.state
                 change = f"{before} -> {job.state}" if before else job.state
-                self._emit(f"{_stamp(now)} [job {job.id}] {change}  {job_line(job)}")
+                self._emit(f"{_stamp(now)} [job {job.id}] {change}  {job_line(job, with_state=False)}")
         if now - self._last_plain >= self.every_s:
             self._last_plain = now
             for job in state.jobs:

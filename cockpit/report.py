@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cockpit.config import RUN_LOG, ConfigError
+from cockpit.console import output_console
 from cockpit.core.runlog import read_run_log
 from training.events import EVENTS_FILE, read_events
 
@@ -40,7 +41,7 @@ def _fmt(value: Any, spec: str = "{:,.1f}") -> str:
 
 def print_report(run_dir: Path, console: Console | None = None) -> None:
     """Print the run's config, host, GPU, per-job results and utilization by phase."""
-    console = console or Console()
+    console = console or output_console()
     log = load(run_dir)
     cfg, host, gpu, util = log.get("config", {}), log.get("host", {}), log.get("gpu", {}), log.get("utilization", {})
     live = log.get("status") in ("running", "stopping")

@@ -167,7 +167,7 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 
 def _phase_table(stats: Mapping[str, Any]) -> dict[str, Any]:
-    return {phase: asdict(s) for phase, s in stats.items()}
+    return {phase: {k: _round(v, 3) for k, v in asdict(s).items()} for phase, s in stats.items()}
 
 
 def render(

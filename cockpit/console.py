@@ -1,0 +1,14 @@
+"""The rich Console the command line prints with."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+PIPE_WIDTH = 160
+
+
+def output_console() -> Console:
+    """A console for stdout; piped output gets a wide fixed width instead of rich's 80 columns,
+    so tables are not truncated in logs and files."""
+    console = Console()
+    return console if console.is_terminal else Console(width=PIPE_WIDTH)

@@ -1,0 +1,222 @@
+"""The supervisor against a fake launcher and a fake clock: queue, back-off, stops, interrupts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from cockpit.core.host import thread_budget
+from cockpit.core.jobs import InvalidTransition, Job, JobState
+from cockpit.core.launcher import LaunchRequest, WorkerHandle
+from cockpit.core.state import RunStatus
+from cockpit.core.supervisor import STOP_GRACE_S, AddJob, JobTemplate, RestartJob, StopJob, Supervisor
+from training.events import EVENTS_FILE, EventWriter
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1_800_000_000.0
+
+    def time(self) -> float:
+        return self.t
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += max(0.0, seconds)
+
+
+@dataclass
+class FakeProcess:
+    request: LaunchRequest
+    exit_code: int | None = None
+    signals: list[str] = field(default_factory=list)
+
+
+class FakeLauncher:
+    """Records launches and signals; the test decides when each 'process' exits."""
+
+    def __init__(self) -> None:
+        self.processes: list[FakeProcess] = []
+
+    def launch(self, request: LaunchRequest) -> WorkerHandle:
+        proc = FakeProcess(request)
+        self.processes.append(proc)
+        return WorkerHandle(request.job_id, 10_000 + len(self.processes), request.job_dir, proc)
+
+    def terminate(self, handle: WorkerHandle) -> None:
+        handle.process.signals.append("TERM")
+
+    def kill(self, handle: WorkerHandle) -> None:
+        handle.process.signals.append("KILL")
+        handle.process.exit_code = -9
+
+    def poll(self, handle: WorkerHandle) -> int | None:
+        return handle.process.exit_code
+
+    def stderr_tail(self, handle: WorkerHandle, lines: int = 5) -> str:
+        return "RuntimeError: segfault in env"
+
+    def live(self, job_id: str) -> FakeProcess:
+        (proc,) = [p for p in self.processes if p.request.job_id == job_id and p.exit_code is None]
+        return proc
+
+
+def make(tmp_path: Path, agents: int = 2, slots: int = 2, max_restarts: int = 3):
+    clock, launcher = FakeClock(), FakeLauncher()
+    sup = Supervisor(
+        run_dir=tmp_path,
+        template=JobTemplate("cartpole", "CartPole-v1", 1000),
+        seeds=range(agents),
+        slots=slots,
+        launcher=launcher,
+        budget=thread_budget(slots, 2),
+        max_restarts=max_restarts,
+        clock=clock,
+    )
+    return sup, launcher, clock
+
+
+def events(sup: Supervisor, job_id: str) -> EventWriter:
+    return EventWriter(sup.jobs[job_id].job_dir / EVENTS_FILE)
+
+
+def finish(sup: Supervisor, launcher: FakeLauncher, job_id: str, status: str = "done", code: int = 0) -> None:
+    steps = 1000 if status == "done" else 480
+    events(sup, job_id).finished(status=status, steps=steps, duration=1.0)
+    launcher.live(job_id).exit_code = code
+
+
+def crash(sup: Supervisor, launcher: FakeLauncher, job_id: str, message: str | None = "boom") -> None:
+    if message:
+        events(sup, job_id).error(type="RuntimeError", message=message)
+    launcher.live(job_id).exit_code = 1
+
+
+def live_count(sup: Supervisor) -> int:
+    return sum(1 for j in sup.jobs.values() if j.state.live)
+
+
+def test_agents_queue_through_the_slots(tmp_path: Path) -> None:
+    sup, launcher, _ = make(tmp_path, agents=5, slots=2)
+    sup.tick()
+    assert [p.request.job_id for p in launcher.processes] == ["000", "001"]
+    args = launcher.processes[0].request.worker_args
+    assert args[args.index("--seed") + 1] == "0" and args[args.index("--threads") + 1] == "1"
+    finished: list[str] = []
+    while not sup.finished:
+        assert live_count(sup) <= 2
+        job_id = next(p.request.job_id for p in launcher.processes if p.exit_code is None)
+        events(sup, job_id).started(config={}, pid=1, device="cpu", versions={})
+        sup.tick()
+        finish(sup, launcher, job_id)
+        finished.append(job_id)
+        sup.tick()
+    assert finished == ["000", "001", "002", "003", "004"]
+    assert sup.status is RunStatus.DONE
+    assert [j.seed for j in sup.jobs.values()] == [0, 1, 2, 3, 4]
+
+
+def test_a_crashing_job_backs_off_1_2_4_s_then_fails_with_its_error(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, agents=1, slots=1, max_restarts=3)
+    sup.tick()
+    job = sup.jobs["000"]
+    for delay in (1, 2, 4):
+        crash(sup, launcher, "000")
+        sup.tick()
+        assert job.state is JobState.BACKOFF and job.error == "RuntimeError: boom"
+        clock.t += delay - 0.1
+        sup.tick()
+        assert job.state is JobState.BACKOFF  # not yet
+        clock.t += 0.1
+        sup.tick()
+        assert job.state is JobState.STARTING
+    crash(sup, launcher, "000", message=None)  # no error event: the stderr tail explains
+    sup.tick()
+    assert job.state is JobState.FAILED and job.restarts == 3 and len(launcher.processes) == 4
+    assert job.error == "exited with code 1: RuntimeError: segfault in env"
+    assert job.exit_reason == "failed after 3 restarts"
+    assert sup.finished and sup.status is RunStatus.FAILED
+
+
+def test_a_backoff_keeps_its_slot(tmp_path: Path) -> None:
+    sup, launcher, _ = make(tmp_path, agents=3, slots=2)
+    sup.tick()
+    crash(sup, launcher, "000")
+    sup.tick()
+    assert sup.jobs["000"].state is JobState.BACKOFF and sup.jobs["002"].state is JobState.QUEUED
+
+
+def test_stop_then_restart_a_job(tmp_path: Path) -> None:
+    sup, launcher, _ = make(tmp_path, agents=1, slots=1)
+    sup.tick()
+    sup.submit(StopJob("000"))
+    sup.tick()
+    job = sup.jobs["000"]
+    assert job.state is JobState.STOPPING and launcher.processes[0].signals == ["TERM"]
+    finish(sup, launcher, "000", status="stopped")
+    sup.tick()
+    assert job.state is JobState.STOPPED and job.exit_reason == "stopped" and job.restarts == 0
+    sup.submit(RestartJob("000"))
+    sup.tick()
+    assert job.state is JobState.STARTING and len(launcher.processes) == 2
+
+
+def test_add_job_takes_the_next_seed(tmp_path: Path) -> None:
+    sup, launcher, _ = make(tmp_path, agents=2, slots=3)
+    sup.submit(AddJob())
+    sup.tick()
+    assert [j.seed for j in sup.jobs.values()] == [0, 1, 2] and len(launcher.processes) == 3
+
+
+def test_interrupt_stops_everything_and_kills_what_outlives_the_grace(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, agents=3, slots=2)
+    sup.tick()
+    sup.interrupt()
+    sup.tick()
+    assert [p.signals for p in launcher.processes] == [["TERM"], ["TERM"]]
+    assert sup.jobs["002"].state is JobState.STOPPED  # never started; resumable later
+    finish(sup, launcher, "000", status="stopped")
+    sup.tick()
+    assert sup.status is RunStatus.STOPPING
+    clock.t += STOP_GRACE_S
+    sup.tick()
+    assert launcher.processes[1].signals == ["TERM", "KILL"]
+    sup.tick()
+    assert sup.finished and sup.status is RunStatus.INTERRUPTED
+    assert len(launcher.processes) == 2  # nothing new started
+
+
+def test_a_second_interrupt_kills_at_once(tmp_path: Path) -> None:
+    sup, launcher, _ = make(tmp_path, agents=1, slots=1)
+    sup.tick()
+    sup.interrupt()
+    sup.tick()
+    sup.interrupt()
+    sup.tick()
+    assert launcher.processes[0].signals == ["TERM", "KILL"]
+
+
+def test_states_change_only_along_the_life_cycle(tmp_path: Path) -> None:
+    job = Job("000", 0, tmp_path, 100)
+    with pytest.raises(InvalidTransition, match="queued -> running is not allowed"):
+        job.change_state(JobState.RUNNING, 0.0)
+    job.change_state(JobState.STARTING, 1.0)
+    assert job.state is JobState.STARTING and job.state_since == 1.0
+
+
+def test_progress_events_reach_the_snapshot(tmp_path: Path) -> None:
+    sup, _, _ = make(tmp_path, agents=1, slots=1)
+    sup.tick()
+    w = events(sup, "000")
+    w.started(config={}, pid=1, device="cpu", versions={}, resumed_from_step=None)
+    w.phase("rollout", iteration=0, num_timesteps=0)
+    w.progress(num_timesteps=256, sps=5000.0, ep_rew_mean=21.5, ep_len_mean=21.5, episodes=9)
+    w.checkpoint(path="x", step=256)
+    sup.tick()
+    (view,) = sup.snapshot().jobs
+    assert (view.state, view.phase, view.steps, view.sps, view.ep_rew_mean) == ("running", "rollout", 256, 5000.0, 21.5)
+    assert view.checkpoints == 1 and view.last_checkpoint_step == 256 and view.pid == 10_001

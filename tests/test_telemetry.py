@@ -1,0 +1,90 @@
+"""Telemetry through the scripted NVML stand-in, and the no-GPU path."""
+
+from __future__ import annotations
+
+import os
+
+from cockpit.core.nvml import open_gpu
+from cockpit.core.telemetry import Sampler
+from tests.fake_pynvml import GIB, FakeGpu, FakeNvml, NVMLError_LibraryNotFound
+
+
+class ManualClock:
+    def __init__(self, t: float = 1_800_000_000.0) -> None:
+        self.t = t
+
+    def time(self) -> float:
+        return self.t
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += max(0.0, seconds)
+
+
+def bursts(t: float) -> float:
+    """95% for the first 0.1 s of every second, 5% otherwise: bursts a 1 Hz poll would miss."""
+    return 95.0 if (t % 1.0) < 0.1 else 5.0
+
+
+def test_buffered_samples_catch_bursts_shorter_than_the_tick() -> None:
+    clock = ManualClock()
+    nvml = FakeNvml(FakeGpu(util_at=bursts, clock=clock.time, period=0.02))
+    gpu, status = open_gpu(nvml)
+    assert status == "" and gpu is not None
+    assert gpu.info.name == "NVIDIA GeForce RTX 4090 (fake)" and gpu.info.driver == "555.42"
+    seen = []
+    for _ in range(25):
+        clock.t += 0.2
+        sample, util = gpu.read()
+        seen.extend(util)
+        assert sample.mem_used_bytes == 3 * GIB and sample.power_w == 215.0 and sample.sm_clock_mhz == 2520
+        assert sample.throttle_reasons == ("sw_power_cap",)
+    stamps = [t for t, _ in seen]
+    assert stamps == sorted(stamps) and len(set(stamps)) == len(stamps)  # nothing read twice
+    assert max(u for _, u in seen) == 95.0  # the 100 ms bursts are there
+    assert 0.05 < sum(1 for _, u in seen if u == 95.0) / len(seen) < 0.15
+
+
+def test_an_empty_buffer_falls_back_to_utilization_rates() -> None:
+    clock = ManualClock()
+    nvml = FakeNvml(FakeGpu(util_at=lambda t: 42.0, clock=clock.time, period=10.0))
+    gpu, _ = open_gpu(nvml)
+    gpu.read()  # drains the buffer
+    _, util = gpu.read()
+    assert util == [(util[0][0], 42.0)]
+
+
+def test_no_driver_is_a_clear_status_and_cpu_sampling_goes_on() -> None:
+    nvml = FakeNvml(FakeGpu(util_at=bursts, clock=ManualClock().time, fail_init=NVMLError_LibraryNotFound))
+    gpu, status = open_gpu(nvml)
+    assert gpu is None and status == "no GPU telemetry: NVML library not found (no NVIDIA driver installed)"
+    sampler = Sampler(gpu=None, gpu_status=status)
+    sampler.set_jobs({"000": os.getpid()})
+    sample = sampler.tick()
+    assert sample.gpu is None and len(sample.cpu_percent) == os.cpu_count()
+    assert sample.jobs["000"].rss_bytes > 0 and sample.cost_s >= 0
+
+
+def test_the_real_pynvml_without_a_driver_says_so() -> None:
+    gpu, status = open_gpu()
+    if gpu is not None:  # a machine with a GPU: the real path works
+        gpu.close()
+        return
+    assert status.startswith("no GPU telemetry: ")
+
+
+def test_sampler_maps_gpu_memory_to_jobs_by_process_tree() -> None:
+    clock = ManualClock()
+    me = os.getpid()
+    nvml = FakeNvml(FakeGpu(util_at=bursts, clock=clock.time, processes=((me, 2 * GIB),)))
+    gpu, _ = open_gpu(nvml)
+    sampler = Sampler(gpu=gpu, clock=clock)
+    sampler.set_jobs({"000": me})
+    sample = sampler.tick()
+    assert sample.jobs["000"].gpu_mem_bytes == 2 * GIB
+    assert sampler.peak_gpu_mem["000"] == 2 * GIB
+    assert sample.gpu is not None and sample.util_samples
+    sampler.stop()
+    assert nvml.shutdown
