@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,8 +63,14 @@ def check_writable(run_dir: Path, flag: str = "--run-dir") -> None:
         probe = probe.parent
     if probe.exists() and not probe.is_dir():
         raise ConfigError(f"{flag} {run_dir}: {probe} is a file, not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {run_dir}: {probe} is not writable; choose a directory you can write to")
+    # Try it rather than trust os.access: root passes access checks on read-only or virtual mounts.
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"{flag} {run_dir}: cannot write in {probe} ({exc.strerror or exc}); choose a directory you can write to"
+        ) from exc
 
 
 def build_spec(

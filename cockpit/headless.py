@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
+from rich import box
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress_bar import ProgressBar
@@ -78,28 +79,54 @@ def job_line(job: JobView, *, with_state: bool = True) -> str:
     return "  ".join(parts)
 
 
-def jobs_table(state: RunState) -> Table:
-    """The live table: one row per job."""
-    table = Table(expand=False, pad_edge=False)
-    for name, justify in [("job", "left"), ("seed", "right"), ("status", "left"), ("phase", "left"),
-                          ("progress", "left"), ("steps", "right"), ("SPS", "right"), ("ep_rew_mean", "right"),
-                          ("restarts", "right"), ("CPU %", "right"), ("GPU mem", "right")]:  # fmt: skip
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+def _si(n: float) -> str:
+    """A count in at most 4 characters: 950, 4.1k, 525k, 1.0M."""
+    if n < 1000:
+        return f"{n:.0f}"
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.1f}{suffix}" if value < 10 else f"{value:.0f}{suffix}"
+    return f"{n:.0f}"
+
+
+WIDE = 120
+
+
+def jobs_table(state: RunState, width: int = WIDE) -> Table:
+    """The live table: one row per job. Under `WIDE` columns it drops the seed and compacts the
+    step counts so an 80-column terminal shows every figure whole; GPU memory only with a GPU."""
+    wide = width >= WIDE
+    columns = [("job", "left"), ("seed", "right"), ("status", "left"), ("phase", "left"), ("progress", "left"),
+               ("steps", "right"), ("SPS", "right"), ("ep_rew", "right"), ("rst", "right"), ("CPU%", "right"),
+               ("GPU mem", "right")]  # fmt: skip
+    keep = {name for name, _ in columns}
+    if not wide:
+        keep.discard("seed")
+    if state.gpu is None:
+        keep.discard("GPU mem")
+    table = Table(expand=False, pad_edge=False, box=box.SIMPLE_HEAD if not wide else box.HEAVY_HEAD)
+    for name, justify in columns:
+        if name in keep:
+            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    live = ("running", "stopping")
     for job in state.jobs:
         status = Text(job.state, style={"failed": "bold red", "done": "green", "backoff": "yellow"}.get(job.state, ""))
-        table.add_row(
-            job.id,
-            str(job.seed),
-            status,
-            job.phase or "",
-            ProgressBar(total=max(job.target, 1), completed=job.steps, width=20),
-            f"{job.steps:,}/{job.target:,}",
-            _num(job.sps) if job.state in ("running", "stopping") else "-",
-            _num(job.ep_rew_mean, "{:.1f}"),
-            str(job.restarts),
-            _num(job.cpu_percent),
-            _mib(job.gpu_mem_bytes),
-        )
+        steps = f"{job.steps:,}/{job.target:,}" if wide else f"{_si(job.steps)}/{_si(job.target)}"
+        cells = {
+            "job": job.id,
+            "seed": str(job.seed),
+            "status": status,
+            "phase": job.phase or "",
+            "progress": ProgressBar(total=max(job.target, 1), completed=job.steps, width=20 if wide else 8),
+            "steps": steps,
+            "SPS": (_num(job.sps) if wide else _si(job.sps)) if job.sps is not None and job.state in live else "-",
+            "ep_rew": _num(job.ep_rew_mean, "{:.1f}"),
+            "rst": str(job.restarts),
+            "CPU%": _num(job.cpu_percent),
+            "GPU mem": _mib(job.gpu_mem_bytes),
+        }
+        table.add_row(*(cells[name] for name, _ in columns if name in keep))
     return table
 
 
@@ -140,7 +167,7 @@ class HeadlessView:
 
     def _renderable(self, state: RunState) -> Group:
         header = Text(f"cockpit  {state.preset} on {state.env}  {state.status.value}  {state.run_dir}", style="bold")
-        return Group(header, jobs_table(state), Text(system_line(state)))
+        return Group(header, jobs_table(state, self.console.width), Text(system_line(state)))
 
     def update(self, state: RunState) -> None:
         """Redraw the table (TTY), or print state changes and periodic progress lines."""

@@ -1,0 +1,104 @@
+"""Running the real `cockpit run` as a subprocess, for end-to-end tests."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from cockpit.core.runlog import read_run_log
+from training.events import read_events
+
+SMALL_PRESET = """
+env = "CartPole-v1"
+n_envs = 8
+n_steps = 32
+batch_size = 256
+n_epochs = 4
+checkpoint_every = {checkpoint_every}
+timesteps = {timesteps}
+"""
+
+
+def small_preset(directory: Path, *, checkpoint_every: int = 2048, timesteps: int = 20_000) -> Path:
+    """A quick CartPole preset file."""
+    path = directory / "small.toml"
+    path.write_text(SMALL_PRESET.format(checkpoint_every=checkpoint_every, timesteps=timesteps))
+    return path
+
+
+@dataclass
+class Cockpit:
+    """A running `cockpit run` and its run dir."""
+
+    proc: subprocess.Popen
+    run_dir: Path
+    output: Path
+
+    def text(self) -> str:
+        return self.output.read_text()
+
+    def events(self, job_id: str) -> list[dict[str, Any]]:
+        return read_events(self.run_dir / "jobs" / job_id / "events.jsonl")
+
+    def run_log(self) -> dict[str, Any]:
+        return read_run_log(self.run_dir)
+
+    def workers(self) -> list[psutil.Process]:
+        """The cockpit's live worker processes (its direct children)."""
+        try:
+            return [p for p in psutil.Process(self.proc.pid).children() if p.status() != psutil.STATUS_ZOMBIE]
+        except psutil.Error:
+            return []
+
+    def wait_for(
+        self, condition: Callable[[], bool], timeout: float = 90.0, poll: Callable[[], None] | None = None
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if poll is not None:
+                poll()
+            if condition():
+                return
+            if self.proc.poll() is not None:
+                raise AssertionError(f"cockpit exited {self.proc.returncode} first:\n{self.text()[-3000:]}")
+            time.sleep(0.1)
+        raise AssertionError(f"timed out; output so far:\n{self.text()[-3000:]}")
+
+    def finish(self, timeout: float = 240.0) -> int:
+        return self.proc.wait(timeout=timeout)
+
+
+def start_cockpit(run_dir: Path, *args: str) -> Cockpit:
+    """`cockpit run --run-dir run_dir *args` with plain (non-TTY) output captured to a file."""
+    output = run_dir.parent / f"{run_dir.name}.out"
+    with output.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cockpit", "run", "--run-dir", str(run_dir), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    return Cockpit(proc, run_dir, output)
+
+
+def run_cockpit(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    """Run `cockpit *args` to completion, capturing its output."""
+    return subprocess.run([sys.executable, "-m", "cockpit", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def last_steps(events: list[dict[str, Any]]) -> int:
+    """The newest step count in a job's events."""
+    steps = 0
+    for e in events:
+        if e["kind"] in ("phase", "progress"):
+            steps = e["num_timesteps"]
+        elif e["kind"] == "finished":
+            steps = e["steps"]
+    return steps

@@ -1,0 +1,207 @@
+"""`cockpit run` end to end with real workers: restarts, failures, interrupts, resume, queueing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.cockpitproc import last_steps, run_cockpit, small_preset, start_cockpit
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--jobs", "0"], "argument --jobs: expected a positive integer, got '0'"),
+        (["--timesteps", "-5"], "argument --timesteps: expected a positive integer, got '-5'"),
+        (["--preset", "huge"], "preset 'huge': no such preset"),
+        (["--run-dir", "/sys/cockpit-run"], "--run-dir /sys/cockpit-run: cannot write in /sys"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path: Path, args: list[str], message: str) -> None:
+    run_dir = tmp_path / "run"
+    result = run_cockpit("run", *(["--run-dir", str(run_dir)] if "--run-dir" not in args else []), *args)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], result.stderr
+    assert not run_dir.exists() and result.stdout == ""
+
+
+def test_a_malformed_preset_file_is_bad_input(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('env = "CartPole-v1"\nn_envs = [8\n')
+    result = run_cockpit("run", "--preset", str(bad), "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 2 and f"{bad}: invalid TOML" in result.stderr
+    assert result.stderr.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+def test_a_run_dir_holding_a_run_is_not_overwritten(tmp_path: Path) -> None:
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "run.toml").write_text("schema_version = 1\n")
+    result = run_cockpit("run", "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 2 and "already holds a run; continue it with --resume" in result.stderr
+
+
+@pytest.mark.slow
+def test_plain_cockpit_run_trains_two_cartpole_jobs_to_the_end(tmp_path: Path) -> None:
+    cockpit = start_cockpit(tmp_path / "run")
+    assert cockpit.finish() == 0, cockpit.text()
+    log = cockpit.run_log()
+    assert log["status"] == "done" and log["config"]["preset"] == "cartpole" and log["config"]["jobs"] == 2
+    assert [(j["status"], j["steps"]) for j in log["jobs"]] == [("done", 100_000), ("done", 100_000)]
+    assert all(j["final_ep_rew_mean"] >= 475 for j in log["jobs"])
+    assert log["gpu"]["present"] is False and log["gpu"]["telemetry"].startswith("no GPU telemetry")
+    assert log["utilization"]["train_share"] > 0
+    assert log["jobs"][0]["phases"]["rollout"]["seconds"] > 0 and log["jobs"][0]["cpu_percent_mean"] > 0
+    out = cockpit.text()
+    assert "[job 000] starting -> running" in out and "run done: 2 done" in out
+    report = run_cockpit("report", str(tmp_path / "run"))
+    assert report.returncode == 0 and "time with at least one job training" in report.stdout
+
+
+@pytest.mark.slow
+def test_a_killed_worker_restarts_from_its_checkpoint_and_the_run_completes(tmp_path: Path) -> None:
+    preset = small_preset(tmp_path, checkpoint_every=2048, timesteps=30_000)
+    cockpit = start_cockpit(tmp_path / "run", "--preset", str(preset), "--jobs", "2")
+    cockpit.wait_for(lambda: any(e["kind"] == "checkpoint" for e in cockpit.events("000")))
+    events = cockpit.events("000")
+    (started,) = [e for e in events if e["kind"] == "started"]
+    killed_at = last_steps(events)
+    os.kill(started["pid"], signal.SIGKILL)
+    assert cockpit.finish() == 0, cockpit.text()
+    events = cockpit.events("000")
+    restarted = [e for e in events if e["kind"] == "started"][1]
+    # At most one checkpoint interval (plus the rollout it ends in) is lost.
+    assert killed_at - restarted["resumed_from_step"] <= 2048 + 256
+    log = cockpit.run_log()
+    job = log["jobs"][0]
+    assert job["restarts"] == 1 and job["status"] == "done" and job["steps"] == 30_000
+    assert "killed by SIGKILL" in cockpit.text()
+
+
+@pytest.mark.slow
+def test_a_job_that_fails_every_start_is_marked_failed_and_the_others_finish(tmp_path: Path) -> None:
+    preset = small_preset(tmp_path, checkpoint_every=512, timesteps=10_000)
+    run_dir = tmp_path / "run"
+    # Job 001 can never write a checkpoint: its checkpoints "directory" is a file.
+    (run_dir / "jobs" / "001").mkdir(parents=True)
+    (run_dir / "jobs" / "001" / "checkpoints").write_text("in the way")
+    cockpit = start_cockpit(run_dir, "--preset", str(preset), "--jobs", "2", "--max-restarts", "2")
+    assert cockpit.finish() == 1, cockpit.text()
+    log = cockpit.run_log()
+    good, bad = log["jobs"]
+    assert good["status"] == "done" and good["steps"] == 10_000
+    assert bad["status"] == "failed" and bad["restarts"] == 2 and bad["exit_reason"] == "failed after 2 restarts"
+    assert bad["error"].startswith("FileExistsError")
+    out = cockpit.text()
+    assert "run failed: 1 done, 1 failed" in out
+    assert "job 001 (seed 1) failed" in out and "FileExistsError" in out
+
+
+@pytest.mark.slow
+def test_sigint_checkpoints_every_job_and_resume_finishes_them(tmp_path: Path) -> None:
+    preset = small_preset(tmp_path, checkpoint_every=100_000, timesteps=60_000)
+    run_dir = tmp_path / "run"
+    cockpit = start_cockpit(run_dir, "--preset", str(preset), "--jobs", "2", "--agents", "3")
+    cockpit.wait_for(lambda: all(last_steps(cockpit.events(j)) > 2000 for j in ("000", "001")))
+    sent = time.monotonic()
+    cockpit.proc.send_signal(signal.SIGINT)
+    assert cockpit.finish(timeout=20) == 130
+    assert time.monotonic() - sent < 15
+    log = cockpit.run_log()
+    assert log["status"] == "interrupted"
+    stopped = {j["id"]: j["steps"] for j in log["jobs"]}
+    for job_id in ("000", "001"):
+        kinds = [e["kind"] for e in cockpit.events(job_id)]
+        assert kinds[-2:] == ["checkpoint", "finished"]
+    assert [j["status"] for j in log["jobs"]] == ["stopped", "stopped", "stopped"]
+    assert 0 < stopped["000"] < 60_000 and stopped["002"] == 0
+
+    resumed = subprocess.run(
+        [*cockpit.proc.args[:3], "run", "--resume", str(run_dir)], capture_output=True, text=True, timeout=240
+    )
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    log = cockpit.run_log()
+    assert log["status"] == "done" and [j["steps"] for j in log["jobs"]] == [60_000, 60_000, 60_000]
+    for job_id in ("000", "001"):
+        starts = [e for e in cockpit.events(job_id) if e["kind"] == "started"]
+        assert starts[-1]["resumed_from_step"] == stopped[job_id]
+
+
+@pytest.mark.slow
+def test_no_worker_outlives_a_killed_cockpit(tmp_path: Path) -> None:
+    preset = small_preset(tmp_path, timesteps=1_000_000)
+    cockpit = start_cockpit(tmp_path / "run", "--preset", str(preset), "--jobs", "2")
+    cockpit.wait_for(lambda: all(any(e["kind"] == "phase" for e in cockpit.events(j)) for j in ("000", "001")))
+    pids = [w.pid for w in cockpit.workers()]
+    assert len(pids) == 2
+    cockpit.proc.kill()
+    cockpit.finish()
+    time.sleep(5)
+    alive = [pid for pid in pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert alive == []
+
+
+@pytest.mark.slow
+def test_five_agents_through_two_slots(tmp_path: Path) -> None:
+    preset = small_preset(tmp_path, timesteps=4096)
+    cockpit = start_cockpit(tmp_path / "run", "--preset", str(preset), "--jobs", "2", "--agents", "5")
+    most = 0
+    while cockpit.proc.poll() is None:
+        most = max(most, len(cockpit.workers()))
+        time.sleep(0.05)
+    assert cockpit.proc.returncode == 0, cockpit.text()
+    assert most == 2
+    log = cockpit.run_log()
+    assert [j["seed"] for j in log["jobs"]] == [0, 1, 2, 3, 4]
+    assert all(j["status"] == "done" and j["steps"] == 4096 for j in log["jobs"])
+
+
+@pytest.mark.slow
+def test_more_env_threads_than_cores_is_a_warning_with_the_numbers(tmp_path: Path) -> None:
+    cores = psutil.cpu_count(logical=False) or 1
+    jobs = cores * 2
+    preset = small_preset(tmp_path, timesteps=512)
+    cockpit = start_cockpit(tmp_path / "run", "--preset", str(preset), "--jobs", str(jobs))
+    assert cockpit.finish() == 0, cockpit.text()
+    expected = f"{jobs} parallel jobs x 1 env thread(s) = {jobs} env threads on {cores} physical cores"
+    assert expected in cockpit.text()
+    assert expected in cockpit.run_log()["warnings"][0]
+
+
+@pytest.mark.slow
+def test_the_live_table_works_in_a_real_terminal_under_tmux(tmp_path: Path) -> None:
+    if shutil.which("tmux") is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux is missing: .ci/run installs it")
+        pytest.skip("tmux is not installed")
+    preset = small_preset(tmp_path, timesteps=1_000_000)
+    session = f"cockpit-test-{os.getpid()}"
+    command = f"{cockpit_command()} run --run-dir {tmp_path / 'run'} --preset {preset}; sleep 30"
+    tmux = ["tmux", "-L", session, "-f", "/dev/null"]  # a private server, untouched by the user's config
+    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "150", "-y", "30", command], check=True)
+    try:
+        screen = ""
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+            if " rollout " in screen or " train " in screen:  # a job's phase column, so jobs are live
+                break
+            time.sleep(0.5)
+        assert "status" in screen and "SPS" in screen and "ep_rew" in screen and "…" not in screen, screen
+        assert "running" in screen and "no GPU telemetry" in screen, screen
+        assert screen.count("\n") < 40, "a live table redraws in place; it must not scroll"
+    finally:
+        subprocess.run([*tmux, "kill-server"], check=False)
+
+
+def cockpit_command() -> str:
+    import sys
+
+    return f"{sys.executable} -m cockpit"
