@@ -66,3 +66,20 @@ def test_no_samples_means_no_figures() -> None:
     result = account({"000": job_phases(0.0, 1)}, [], [], end=T0 + 4)
     assert result.gpu_util_mean is None and result.jobs["000"]["train"].gpu_util_mean is None
     assert result.train_share == pytest.approx(0.25)
+
+
+def test_settling_in_steps_gives_the_same_result_as_all_at_once() -> None:
+    from cockpit.core.phases import PhaseAccountant
+
+    phases = {"000": job_phases(0.0, 4), "001": job_phases(1.5, 4)}
+    util = [(T0 + i * 0.1, float(i % 97)) for i in range(0, 175)]
+    cpu = [(T0 + i * 0.2, f"00{i % 2}", float(i % 50)) for i in range(0, 85)]
+    whole = account(phases, util, cpu, end=T0 + 17.5)
+    accountant = PhaseAccountant()
+    for start, cut in ((-1.0, 5.0), (5.0, 11.0), (11.0, 17.5)):
+        accountant.add_util([u for u in util if start <= u[0] - T0 < cut])
+        for t, job, c in cpu:
+            if start <= t - T0 < cut:
+                accountant.add_cpu(t, job, c)
+        accountant.settle(phases, T0 + cut - 1.0)  # the newest second waits for its phase events
+    assert accountant.result(phases, T0 + 17.5) == whole

@@ -10,10 +10,9 @@ at least one job was training (the overlap that parallel jobs are meant to creat
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-import numpy as np
 
 PHASES = ("rollout", "train")
 
@@ -63,7 +62,7 @@ class _Timeline:
 
 
 def _union_length(intervals: list[tuple[float, float]]) -> float:
-    total, current_start, current_end = 0.0, None, None
+    total, current_start, current_end = 0.0, 0.0, None
     for start, end in sorted(intervals):
         if current_end is None or start > current_end:
             if current_end is not None:
@@ -76,8 +75,110 @@ def _union_length(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def _mean(values: list[float]) -> float | None:
-    return float(np.mean(values)) if values else None
+class _Mean:
+    """A running sum and count."""
+
+    __slots__ = ("n", "total")
+
+    def __init__(self) -> None:
+        self.total, self.n = 0.0, 0
+
+    def add(self, value: float) -> None:
+        self.total += value
+        self.n += 1
+
+    @property
+    def value(self) -> float | None:
+        return self.total / self.n if self.n else None
+
+
+class PhaseAccountant:
+    """Accumulates accounting incrementally, so a run of days costs the same per update as a
+    run of minutes: samples are attributed once, when their phase is known, then dropped.
+
+    Samples arrive as soon as they are taken, but a job's phase event reaches the cockpit a
+    moment later, so `settle(phases, until)` only attributes samples older than `until`. GPU
+    utilization is kept as a 0-100 histogram, which gives exact percentiles of NVML's integer
+    readings without keeping the series. Feeding (`add_*`) and settling may run in different
+    threads.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._util: list[tuple[float, float]] = []
+        self._cpu: list[tuple[float, str, float]] = []
+        self._gpu_by: dict[tuple[str, str], _Mean] = {}
+        self._cpu_by: dict[tuple[str, str], _Mean] = {}
+        self._hist = [0] * 101
+        self._all, self._training, self._not_training = _Mean(), _Mean(), _Mean()
+
+    def add_util(self, samples: Sequence[tuple[float, float]]) -> None:
+        """GPU utilization samples `(Unix time, %)`."""
+        with self._lock:
+            self._util.extend(samples)
+
+    def add_cpu(self, t: float, job: str, percent: float) -> None:
+        """One job's CPU % at time t."""
+        with self._lock:
+            self._cpu.append((t, job, percent))
+
+    def settle(self, phases: Mapping[str, Transitions], until: float) -> None:
+        """Attribute every pending sample taken before `until` to the phases in `phases`."""
+        with self._lock:
+            util = [s for s in self._util if s[0] < until]
+            self._util = [s for s in self._util if s[0] >= until]
+            cpu = [s for s in self._cpu if s[0] < until]
+            self._cpu = [s for s in self._cpu if s[0] >= until]
+        timelines = {job: _Timeline(tr, until) for job, tr in phases.items() if tr}
+        for t, value in util:
+            current = {job: tl.at(t) for job, tl in timelines.items()}
+            if not any(current.values()):
+                continue  # before the first job started or after the last one ended
+            self._hist[min(100, max(0, round(value)))] += 1
+            self._all.add(value)
+            (self._training if "train" in current.values() else self._not_training).add(value)
+            for job, phase in current.items():
+                if phase is not None:
+                    self._gpu_by.setdefault((job, phase), _Mean()).add(value)
+        for t, job, value in cpu:
+            timeline = timelines.get(job)
+            phase = timeline.at(t) if timeline is not None else None
+            if phase is not None:
+                self._cpu_by.setdefault((job, phase), _Mean()).add(value)
+
+    def _percentile(self, q: float) -> float | None:
+        n = sum(self._hist)
+        if n == 0:
+            return None
+        rank, seen = q * n, 0
+        for value, count in enumerate(self._hist):
+            seen += count
+            if seen >= rank:
+                return float(value)
+        return 100.0
+
+    def result(self, phases: Mapping[str, Transitions], end: float, *, settle_until: float | None = None) -> Accounting:
+        """The accounting so far; samples before `settle_until` (default `end`) are attributed first."""
+        self.settle(phases, end if settle_until is None else settle_until)
+        timelines = {job: _Timeline(tr, end) for job, tr in phases.items() if tr}
+        jobs: dict[str, dict[str, PhaseStats]] = {}
+        for job, timeline in timelines.items():
+            jobs[job] = {}
+            for phase in PHASES:
+                seconds = sum(e - s for s, e in timeline.intervals(phase))
+                gpu, cpu = self._gpu_by.get((job, phase)), self._cpu_by.get((job, phase))
+                jobs[job][phase] = PhaseStats(seconds, gpu.value if gpu else None, cpu.value if cpu else None)
+        train = [span for tl in timelines.values() for span in tl.intervals("train")]
+        active = _union_length([span for tl in timelines.values() for p in PHASES for span in tl.intervals(p)])
+        return Accounting(
+            gpu_util_mean=self._all.value,
+            gpu_util_p50=self._percentile(0.50),
+            gpu_util_p95=self._percentile(0.95),
+            train_share=_union_length(train) / active if active > 0 else None,
+            gpu_util_while_training=self._training.value,
+            gpu_util_while_not_training=self._not_training.value,
+            jobs=jobs,
+        )
 
 
 def account(
@@ -86,37 +187,13 @@ def account(
     job_cpu: Sequence[tuple[float, str, float]],
     end: float,
 ) -> Accounting:
-    """Attribute GPU samples `(t, util %)` and job CPU readings `(t, job, cpu %)` to phases.
+    """Attribute GPU samples `(t, util %)` and job CPU readings `(t, job, cpu %)` to phases, at once.
 
     `phases` maps each job to its `(t, phase)` transitions (phase None when its worker stopped);
     a job's last phase lasts until `end`.
     """
-    timelines = {job: _Timeline(tr, end) for job, tr in phases.items() if tr}
-    jobs: dict[str, dict[str, PhaseStats]] = {}
-    for job, timeline in timelines.items():
-        jobs[job] = {}
-        for phase in PHASES:
-            spans = timeline.intervals(phase)
-            gpu = [u for t, u in gpu_util if any(s <= t < e for s, e in spans)]
-            cpu = [c for t, j, c in job_cpu if j == job and timeline.at(t) == phase]
-            jobs[job][phase] = PhaseStats(sum(e - s for s, e in spans), _mean(gpu), _mean(cpu))
-
-    train_spans = [span for tl in timelines.values() for span in tl.intervals("train")]
-    active = [span for tl in timelines.values() for p in PHASES for span in tl.intervals(p)]
-    active_length = _union_length(active)
-    while_training, not_training, in_run = [], [], []
-    for t, util in gpu_util:
-        if not any(s <= t < e for s, e in active):
-            continue
-        in_run.append(util)
-        (while_training if any(s <= t < e for s, e in train_spans) else not_training).append(util)
-    values = np.array(in_run) if in_run else None
-    return Accounting(
-        gpu_util_mean=float(values.mean()) if values is not None else None,
-        gpu_util_p50=float(np.percentile(values, 50)) if values is not None else None,
-        gpu_util_p95=float(np.percentile(values, 95)) if values is not None else None,
-        train_share=_union_length(train_spans) / active_length if active_length > 0 else None,
-        gpu_util_while_training=_mean(while_training),
-        gpu_util_while_not_training=_mean(not_training),
-        jobs=jobs,
-    )
+    accountant = PhaseAccountant()
+    accountant.add_util(gpu_util)
+    for t, job, percent in job_cpu:
+        accountant.add_cpu(t, job, percent)
+    return accountant.result(phases, end)

@@ -23,7 +23,7 @@ import tomli_w
 
 from cockpit.config import RUN_LOG, RunSpec
 from cockpit.core.host import HostInfo
-from cockpit.core.phases import Accounting, account
+from cockpit.core.phases import Accounting, PhaseAccountant
 from cockpit.core.state import RunState
 from cockpit.core.telemetry import Sample
 
@@ -33,6 +33,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 SCHEMA_VERSION = 1
+PHASE_EVENT_LAG_S = 5.0
 MIB = 1024 * 1024
 
 
@@ -78,8 +79,7 @@ class Recorder:
     run_dir: Path
     _files: dict[str, TextIO] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _util: list[tuple[float, float]] = field(default_factory=list)
-    _job_cpu: list[tuple[float, str, float]] = field(default_factory=list)
+    accountant: PhaseAccountant = field(default_factory=PhaseAccountant)
     _cpu_sums: dict[str, tuple[float, int]] = field(default_factory=dict)
     _cost_s: float = 0.0
     _ticks: int = 0
@@ -104,10 +104,11 @@ class Recorder:
 
     def __call__(self, sample: Sample) -> None:
         """Record one sample (the sampler's `on_sample`)."""
+        self.accountant.add_util(sample.util_samples)
+        for job, usage in sample.jobs.items():
+            self.accountant.add_cpu(sample.t, job, usage.cpu_percent)
         with self._lock:
-            self._util.extend(sample.util_samples)
             for job, usage in sample.jobs.items():
-                self._job_cpu.append((sample.t, job, usage.cpu_percent))
                 total, n = self._cpu_sums.get(job, (0.0, 0))
                 self._cpu_sums[job] = (total + usage.cpu_percent, n + 1)
             self._cost_s += sample.cost_s
@@ -138,11 +139,6 @@ class Recorder:
             util.writerow([f"{t:.6f}", _fmt(value)])
         for fh in self._files.values():
             fh.flush()
-
-    def series(self) -> tuple[list[tuple[float, float]], list[tuple[float, str, float]]]:
-        """Copies of the GPU utilization series and the per-job CPU series."""
-        with self._lock:
-            return list(self._util), list(self._job_cpu)
 
     def cpu_mean(self, job: str) -> float | None:
         """The job's mean CPU % over the samples taken while it was running."""
@@ -235,8 +231,8 @@ def _round(value: float | None, digits: int = 2) -> float | None:
 
 
 def phase_accounting(
-    phases: Mapping[str, list[tuple[float, str | None]]], recorder: Recorder, end: float
+    phases: Mapping[str, list[tuple[float, str | None]]], recorder: Recorder, end: float, *, final: bool = False
 ) -> Accounting:
-    """Phase accounting over everything the recorder has seen so far."""
-    util, job_cpu = recorder.series()
-    return account(phases, util, job_cpu, end)
+    """Phase accounting so far. Until the run is over (`final`), samples of the last
+    `PHASE_EVENT_LAG_S` wait: the phase events that say where they belong may not be read yet."""
+    return recorder.accountant.result(phases, end, settle_until=end if final else end - PHASE_EVENT_LAG_S)

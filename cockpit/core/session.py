@@ -99,10 +99,10 @@ class RunSession:
             gpu_status=self.sampler.gpu_status,
         )
 
-    def write_run_log(self, state: RunState) -> None:
+    def write_run_log(self, state: RunState, *, final: bool = False) -> None:
         """Rewrite run.toml atomically; a failure (full disk) is recorded, not raised."""
         phases = {job.id: list(job.phases) for job in self.supervisor.jobs.values()}
-        accounting = phase_accounting(phases, self.recorder, state.now)
+        accounting = phase_accounting(phases, self.recorder, state.now, final=final)
         try:
             write_atomic(self.spec.run_dir / RUN_LOG, render(self.spec, state, self.host, accounting, self.recorder))
             self.log_failure = None
@@ -145,7 +145,7 @@ class RunSession:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         state = self.snapshot()
-        self.write_run_log(state)
+        self.write_run_log(state, final=True)
         self.recorder.close()
         view.close(state)
         return state

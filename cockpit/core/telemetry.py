@@ -1,6 +1,7 @@
 """One sampler thread: GPU counters through NVML and CPU through psutil, on a drift-free 5 Hz beat.
 
-Each tick reads the GPU's device counters and every job's process tree (CPU % and RSS); GPU
+Each tick reads the GPU's device counters and every job's processes (CPU % and RSS; the process
+trees themselves are re-walked every 2 s); GPU
 utilization comes from NVML's own sample buffer (`nvmlDeviceGetSamples`) so bursts shorter than
 the 200 ms tick are still seen, and per-process GPU memory and SM % are read about once a second.
 Every sample is timestamped and records what the tick itself cost. With no NVML library or no
@@ -22,6 +23,7 @@ from cockpit.core.nvml import GpuInfo, GpuReader, GpuSample, open_gpu
 
 SAMPLE_HZ = 5.0
 PROCESS_GPU_EVERY_S = 1.0
+TREE_SCAN_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,8 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self._process_gpu: dict[int, tuple[int | None, float | None]] = {}
         self._next_process_gpu = 0.0
+        self._next_tree_scan = 0.0
+        self._scanned_pids: dict[str, int] = {}
         self.peak_gpu_mem: dict[str, int] = {}
         psutil.cpu_percent(percpu=True)  # the first call only sets the baseline
 
@@ -157,6 +161,10 @@ class Sampler:
             if self.clock.monotonic() >= self._next_process_gpu:
                 self._process_gpu = self.gpu.processes()
                 self._next_process_gpu = self.clock.monotonic() + PROCESS_GPU_EVERY_S
+        now = self.clock.monotonic()
+        if pids != self._scanned_pids or now >= self._next_tree_scan:
+            self._rescan_trees(pids)
+            self._scanned_pids, self._next_tree_scan = dict(pids), now + TREE_SCAN_S
         jobs = {job_id: self._job_usage(job_id, pid) for job_id, pid in pids.items()}
         for job_id in set(self._trees) - set(pids):
             del self._trees[job_id]
@@ -180,33 +188,56 @@ class Sampler:
             self.on_sample(sample)
         return sample
 
+    def _rescan_trees(self, pids: Mapping[str, int]) -> None:
+        """Find every job's descendants with one pass over the process table.
+
+        Walking /proc is the expensive part of a tick, and a worker's process tree rarely
+        changes (envpool uses threads), so it is done every `TREE_SCAN_S`, not at 5 Hz.
+        """
+        children: dict[int, list[int]] = {}
+        for proc in psutil.process_iter(["ppid"]):
+            children.setdefault(proc.info["ppid"] or 0, []).append(proc.pid)
+        for job_id, root_pid in pids.items():
+            tree = self._trees.get(job_id)
+            if tree is None or tree.root.pid != root_pid:
+                try:
+                    tree = self._trees[job_id] = _Tree(psutil.Process(root_pid))
+                except psutil.Error:
+                    self._trees.pop(job_id, None)
+                    continue
+            found, stack = [root_pid], [root_pid]
+            while stack:
+                for child in children.get(stack.pop(), []):
+                    found.append(child)
+                    stack.append(child)
+            members = {}
+            for member_pid in found:
+                known = tree.members.get(member_pid)
+                if known is None:
+                    try:
+                        known = tree.root if member_pid == root_pid else psutil.Process(member_pid)
+                    except psutil.Error:
+                        continue
+                members[member_pid] = known
+            tree.members = members
+
     def _job_usage(self, job_id: str, pid: int) -> JobUsage:
         tree = self._trees.get(job_id)
         if tree is None or tree.root.pid != pid:
-            try:
-                tree = self._trees[job_id] = _Tree(psutil.Process(pid))
-            except psutil.Error:
-                return JobUsage(0.0, 0)
-        try:
-            current = [tree.root, *tree.root.children(recursive=True)]
-        except psutil.Error:
-            current = [tree.root]
+            return JobUsage(0.0, 0)
         cpu, rss, gpu_mem, sm = 0.0, 0, None, None
-        alive: dict[int, psutil.Process] = {}
-        for proc in current:
-            known = tree.members.get(proc.pid, proc)
+        for member_pid, proc in list(tree.members.items()):
             try:
-                with known.oneshot():
+                with proc.oneshot():
                     # The first reading of a new process has no baseline and is 0.0, by design.
-                    cpu += known.cpu_percent(None)
-                    rss += known.memory_info().rss
+                    cpu += proc.cpu_percent(None)
+                    rss += proc.memory_info().rss
             except psutil.Error:
+                del tree.members[member_pid]
                 continue
-            alive[proc.pid] = known
-            mem, util = self._process_gpu.get(proc.pid, (None, None))
+            mem, util = self._process_gpu.get(member_pid, (None, None))
             if mem is not None:
                 gpu_mem = (gpu_mem or 0) + mem
             if util is not None:
                 sm = (sm or 0.0) + util
-        tree.members = alive
         return JobUsage(cpu, rss, gpu_mem, sm)

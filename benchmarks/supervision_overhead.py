@@ -1,0 +1,118 @@
+"""Supervision overhead: 2 jobs under `cockpit run --headless` against the same 2 workers bare.
+
+What it measures: the aggregate steps per second of two training jobs run by the cockpit
+(supervisor, 5 Hz sampler, run log, headless display) as a fraction of the same two workers
+started directly, side by side, with the same arguments. The goal is >= 0.98.
+
+How: each repeat runs both sides one after the other (alternating which goes first), in fresh
+processes. Aggregate SPS = the two jobs' steps together / (last `finished` - first `started`),
+from the jobs' own events, so process start-up and imports count on neither side. The bare
+workers get the envpool thread budget the cockpit would give them (physical cores // 2).
+
+Run from the repo root (defaults take about 3 minutes on 2 cores):
+    .venv/bin/python -m benchmarks.supervision_overhead
+    .venv/bin/python -m benchmarks.supervision_overhead --repeats 5 --timesteps 200000
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import psutil
+
+from benchmarks.common import Summary, fmt_ratio, fmt_sps, load_caption, log, print_table, warn_if_busy
+from training.events import EVENTS_FILE, read_events
+
+JOBS = 2
+
+
+def aggregate_sps(job_dirs: list[Path]) -> float:
+    """Both jobs' steps over the span from the first `started` to the last `finished`."""
+    starts, ends, steps = [], [], 0
+    for job_dir in job_dirs:
+        events = read_events(job_dir / EVENTS_FILE)
+        starts.append(next(e["t"] for e in events if e["kind"] == "started"))
+        finished = next(e for e in reversed(events) if e["kind"] == "finished")
+        ends.append(finished["t"])
+        steps += int(finished["steps"])
+    return steps / (max(ends) - min(starts))
+
+
+def cockpit_side(preset: str, timesteps: int, seed: int, root: Path) -> float:
+    """Aggregate SPS of `cockpit run --headless --jobs 2`."""
+    run_dir = root / "cockpit-run"
+    cmd = [sys.executable, "-m", "cockpit", "run", "--headless", "--jobs", str(JOBS), "--preset", preset,
+           "--timesteps", str(timesteps), "--seed", str(seed), "--run-dir", str(run_dir)]  # fmt: skip
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return aggregate_sps([run_dir / "jobs" / f"{i:03d}" for i in range(JOBS)])
+
+
+def bare_side(preset: str, timesteps: int, seed: int, root: Path, threads: int) -> float:
+    """Aggregate SPS of the same two workers started directly, side by side."""
+    job_dirs = [root / f"bare-{i}" for i in range(JOBS)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "training.worker",
+                "--preset",
+                preset,
+                "--timesteps",
+                str(timesteps),
+                "--job-dir",
+                str(job_dir),
+                "--seed",
+                str(seed + i),
+                "--threads",
+                str(threads),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for i, job_dir in enumerate(job_dirs)
+    ]
+    if any(p.wait() != 0 for p in procs):
+        raise RuntimeError("a bare worker failed")
+    return aggregate_sps(job_dirs)
+
+
+def main() -> int:
+    """Run the benchmark and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="cartpole")
+    parser.add_argument("--timesteps", type=int, default=100_000, help="steps per job (default: 100000)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    before = warn_if_busy()
+    threads = max(1, (psutil.cpu_count(logical=False) or 1) // JOBS)
+    cockpit: list[float] = []
+    bare: list[float] = []
+    for i in range(args.repeats):
+        order = ["cockpit", "bare"] if i % 2 == 0 else ["bare", "cockpit"]
+        for side in order:
+            with tempfile.TemporaryDirectory(prefix="bench-supervision-") as tmp:
+                if side == "cockpit":
+                    cockpit.append(cockpit_side(args.preset, args.timesteps, args.seed, Path(tmp)))
+                    log(f"repeat {i + 1}/{args.repeats}: cockpit {fmt_sps(cockpit[-1])} SPS")
+                else:
+                    bare.append(bare_side(args.preset, args.timesteps, args.seed, Path(tmp), threads))
+                    log(f"repeat {i + 1}/{args.repeats}: bare    {fmt_sps(bare[-1])} SPS")
+    c, b = Summary(tuple(cockpit)), Summary(tuple(bare))
+    ratio = c.median / b.median
+    print_table(
+        f"Supervision overhead: {JOBS} jobs under cockpit run --headless vs bare (median of {args.repeats})",
+        ["preset", "steps/job", "cockpit SPS (min–max)", "bare SPS (min–max)", "cockpit/bare", ">= 0.98"],
+        [[args.preset, f"{args.timesteps:,}", c.cell, b.cell, fmt_ratio(ratio), "ok" if ratio >= 0.98 else "BELOW"]],
+        caption=load_caption(before),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
