@@ -297,16 +297,16 @@ def print_table(
     title: str, headers: Sequence[str], rows: Sequence[Sequence[str]], *, text_columns: int = 1, caption: str = ""
 ) -> None:
     """Print one table with rich: the first `text_columns` columns left-aligned, the figures right-aligned."""
-    from rich.console import Console
     from rich.table import Table
+
+    from cockpit.console import output_console
 
     table = Table(title=title, caption=caption or None, caption_justify="left")
     for i, header in enumerate(headers):
         table.add_column(header, justify="left" if i < text_columns else "right")
     for row in rows:
         table.add_row(*row)
-    # Piped output gets a fixed width wide enough for every table, not rich's 80 columns.
-    Console(width=None if sys.stdout.isatty() else 160).print(table)
+    output_console().print(table)
 
 
 def add_common_args(parser: argparse.ArgumentParser, *, repeats: int) -> None:

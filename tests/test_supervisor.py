@@ -220,3 +220,17 @@ def test_progress_events_reach_the_snapshot(tmp_path: Path) -> None:
     (view,) = sup.snapshot().jobs
     assert (view.state, view.phase, view.steps, view.sps, view.ep_rew_mean) == ("running", "rollout", 256, 5000.0, 21.5)
     assert view.checkpoints == 1 and view.last_checkpoint_step == 256 and view.pid == 10_001
+
+
+def test_pinned_slots_pass_their_cpus_to_the_launcher(tmp_path: Path) -> None:
+    launcher = FakeLauncher()
+    sup = Supervisor(
+        run_dir=tmp_path, template=JobTemplate("cartpole", "CartPole-v1", 1000), seeds=range(3), slots=2,
+        launcher=launcher, budget=thread_budget(2, 2), pin=True, clock=FakeClock(),
+    )  # fmt: skip
+    sup.tick()
+    cpus = [p.request.cpus for p in launcher.processes]
+    assert len(cpus) == 2 and all(cpus) and not set(cpus[0]) & set(cpus[1] or ())
+    finish(sup, launcher, "000")
+    sup.tick()
+    assert launcher.processes[2].request.cpus == cpus[0]  # the freed slot's cores go to the next job

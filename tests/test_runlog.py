@@ -1,0 +1,39 @@
+"""The run log survives failures: atomic rewrites, and the TOML it renders round-trips."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from cockpit.core.host import pin_sets, thread_budget
+from cockpit.core.runlog import read_run_log, write_atomic
+
+
+def test_a_failed_rewrite_leaves_the_previous_run_log_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "run.toml"
+    write_atomic(path, 'status = "running"\n')
+
+    def full_disk(fd: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_atomic(path, 'status = "done"\n' + "x = 1\n" * 1000)
+    assert read_run_log(tmp_path) == {"status": "running"}
+    assert [p.name for p in tmp_path.iterdir()] == ["run.toml"]  # no temp file left behind
+
+
+def test_thread_budget_splits_physical_cores_and_warns_with_numbers() -> None:
+    assert thread_budget(2, 16).threads_per_job == 8 and thread_budget(2, 16).warning() is None
+    budget = thread_budget(4, 2)
+    assert budget.threads_per_job == 1 and budget.oversubscribed
+    assert budget.warning().startswith("warning: 4 parallel jobs x 1 env thread(s) = 4 env threads on 2 physical cores")
+
+
+def test_pinning_gives_each_slot_its_own_cpus() -> None:
+    assert pin_sets(2, [0, 1, 2, 3, 4, 5, 6, 7]) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert pin_sets(3, [0, 1, 2, 3, 4, 5, 6]) == [[0, 1], [2, 3], [4, 5]]
+    assert pin_sets(3, [0, 1]) == [[0], [1], [0]]  # more slots than CPUs: round-robin
