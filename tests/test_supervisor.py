@@ -12,21 +12,8 @@ from cockpit.core.jobs import InvalidTransition, Job, JobState
 from cockpit.core.launcher import LaunchRequest, WorkerHandle
 from cockpit.core.state import RunStatus
 from cockpit.core.supervisor import STOP_GRACE_S, AddJob, JobTemplate, RestartJob, StopJob, Supervisor
+from tests.fakeclock import FakeClock
 from training.events import EVENTS_FILE, EventWriter
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1_800_000_000.0
-
-    def time(self) -> float:
-        return self.t
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.t += max(0.0, seconds)
 
 
 @dataclass

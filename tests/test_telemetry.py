@@ -7,20 +7,7 @@ import os
 from cockpit.core.nvml import open_gpu
 from cockpit.core.telemetry import Sampler
 from tests.fake_pynvml import GIB, FakeGpu, FakeNvml, NVMLError_LibraryNotFound
-
-
-class ManualClock:
-    def __init__(self, t: float = 1_800_000_000.0) -> None:
-        self.t = t
-
-    def time(self) -> float:
-        return self.t
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.t += max(0.0, seconds)
+from tests.fakeclock import FakeClock
 
 
 def bursts(t: float) -> float:
@@ -29,7 +16,7 @@ def bursts(t: float) -> float:
 
 
 def test_buffered_samples_catch_bursts_shorter_than_the_tick() -> None:
-    clock = ManualClock()
+    clock = FakeClock()
     nvml = FakeNvml(FakeGpu(util_at=bursts, clock=clock.time, period=0.02))
     gpu, status = open_gpu(nvml)
     assert status == "" and gpu is not None
@@ -48,7 +35,7 @@ def test_buffered_samples_catch_bursts_shorter_than_the_tick() -> None:
 
 
 def test_an_empty_buffer_falls_back_to_utilization_rates() -> None:
-    clock = ManualClock()
+    clock = FakeClock()
     nvml = FakeNvml(FakeGpu(util_at=lambda t: 42.0, clock=clock.time, period=10.0))
     gpu, _ = open_gpu(nvml)
     gpu.read()  # drains the buffer
@@ -57,7 +44,7 @@ def test_an_empty_buffer_falls_back_to_utilization_rates() -> None:
 
 
 def test_no_driver_is_a_clear_status_and_cpu_sampling_goes_on() -> None:
-    nvml = FakeNvml(FakeGpu(util_at=bursts, clock=ManualClock().time, fail_init=NVMLError_LibraryNotFound))
+    nvml = FakeNvml(FakeGpu(util_at=bursts, clock=FakeClock().time, fail_init=NVMLError_LibraryNotFound))
     gpu, status = open_gpu(nvml)
     assert gpu is None and status == "no GPU telemetry: NVML library not found (no NVIDIA driver installed)"
     sampler = Sampler(gpu=None, gpu_status=status)
@@ -76,7 +63,7 @@ def test_the_real_pynvml_without_a_driver_says_so() -> None:
 
 
 def test_sampler_maps_gpu_memory_to_jobs_by_process_tree() -> None:
-    clock = ManualClock()
+    clock = FakeClock()
     me = os.getpid()
     nvml = FakeNvml(FakeGpu(util_at=bursts, clock=clock.time, processes=((me, 2 * GIB),)))
     gpu, _ = open_gpu(nvml)
