@@ -11,7 +11,7 @@ from cockpit.core.host import thread_budget
 from cockpit.core.jobs import InvalidTransition, Job, JobState
 from cockpit.core.launcher import LaunchRequest, WorkerHandle
 from cockpit.core.state import RunStatus
-from cockpit.core.supervisor import STOP_GRACE_S, AddJob, JobTemplate, RestartJob, StopJob, Supervisor
+from cockpit.core.supervisor import STOP_GRACE_S, AddJob, JobTemplate, KillJob, RestartJob, StopJob, Supervisor
 from tests.fakeclock import FakeClock
 from training.events import EVENTS_FILE, EventWriter
 
@@ -221,3 +221,17 @@ def test_pinned_slots_pass_their_cpus_to_the_launcher(tmp_path: Path) -> None:
     finish(sup, launcher, "000")
     sup.tick()
     assert launcher.processes[2].request.cpus == cpus[0]  # the freed slot's cores go to the next job
+
+
+def test_kill_job_stops_it_at_once_and_it_can_be_restarted(tmp_path: Path) -> None:
+    sup, launcher, _ = make(tmp_path, agents=1, slots=1)
+    sup.tick()
+    sup.submit(KillJob("000"))
+    sup.tick()
+    sup.tick()
+    job = sup.jobs["000"]
+    assert launcher.processes[0].signals == ["KILL"]
+    assert job.state is JobState.STOPPED and job.exit_reason == "killed by SIGKILL" and job.restarts == 0
+    sup.submit(RestartJob("000"))
+    sup.tick()
+    assert job.state is JobState.STARTING and len(launcher.processes) == 2
