@@ -75,11 +75,15 @@ def _cmd_run(args: argparse.Namespace) -> int:
     gpu, gpu_status = open_gpu()
     try:
         if args.resume is not None:
+            fixed = [flag for flag, value in (("--agents", args.agents), ("--preset", args.preset), ("--env", args.env),
+                     ("--timesteps", args.timesteps), ("--run-dir", args.run_dir)) if value is not None]  # fmt: skip
+            if fixed:
+                raise ConfigError(f"--resume continues a run with its recorded settings; drop {', '.join(fixed)}")
             try:
                 recorded = read_run_log(args.resume)
-            except (OSError, ValueError) as exc:
-                raise ConfigError(f"--resume {args.resume}: no readable run.toml there ({exc})") from exc
-            spec_args = resume_spec_args(args.resume, recorded)
+                spec_args = resume_spec_args(args.resume, recorded)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise ConfigError(f"--resume {args.resume}: no usable run.toml there ({exc!r})") from exc
             if args.jobs is not None:
                 spec_args["jobs"] = args.jobs
             spec = build_spec(**spec_args, headless=True, command_line=command_line, resuming=True)
@@ -96,8 +100,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"cockpit run: error: {exc}", file=sys.stderr)
         return 2
     session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), resume=args.resume is not None)
-    state = session.run(HeadlessView())
-    return exit_code(state)
+    try:
+        state = session.run(HeadlessView())
+    except ConfigError as exc:
+        print(f"cockpit run: error: {exc}", file=sys.stderr)
+        return 2
+    return exit_code(state, session.supervisor.interrupt_signal)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ from pathlib import Path
 from cockpit.presets import Preset, PresetError, load
 
 RUN_LOG = "run.toml"
+MAX_SEED = 2**31 - 1
 
 
 class ConfigError(ValueError):
@@ -98,13 +99,19 @@ def build_spec(
         raise ConfigError(str(exc)) from exc
     preset_arg = str(Path(preset).resolve()) if resolved.source.endswith(".toml") and Path(preset).is_file() else preset
     env_id = env or resolved.env
+    n_agents = agents or jobs
+    if seed + n_agents - 1 + resolved.n_envs > MAX_SEED:
+        raise ConfigError(
+            f"--seed {seed}: with {n_agents} agents of {resolved.n_envs} envs it must be at most "
+            f"{MAX_SEED - resolved.n_envs - n_agents + 1} (env seeds are 32-bit)"
+        )
     directory = run_dir or default_run_dir(resolved, env_id)
     check_writable(directory)
     if (directory / RUN_LOG).exists() and not resuming:
         raise ConfigError(f"--run-dir {directory}: already holds a run; continue it with --resume {directory}")
     return RunSpec(
         jobs=jobs,
-        agents=agents or jobs,
+        agents=n_agents,
         preset=resolved,
         preset_arg=preset_arg,
         env=env_id,

@@ -46,6 +46,7 @@ class FakeGpu:
     processes: tuple[tuple[int, int], ...] = ()
     fail_init: type[NVMLError] | None = None
     start: float | None = None
+    buffered: bool = True
 
 
 class FakeNvml:
@@ -87,6 +88,8 @@ class FakeNvml:
 
     def nvmlDeviceGetSamples(self, handle: str, kind: int, last_us: int) -> tuple[int, list[SimpleNamespace]]:
         self.sample_calls += 1
+        if not self.gpu.buffered:
+            raise NVMLError_NotSupported("scripted: no sample buffer")
         now = self.gpu.clock()
         start = self.gpu.start if self.gpu.start is not None else now - 1.0
         self.gpu.start = start

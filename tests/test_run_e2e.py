@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cockpit.core.state import RunStatus
 from tests.cockpitproc import last_steps, run_cockpit, small_preset, start_cockpit
 
 
@@ -205,3 +206,26 @@ def cockpit_command() -> str:
     import sys
 
     return f"{sys.executable} -m cockpit"
+
+
+def test_resume_refuses_flags_that_would_change_the_run(tmp_path: Path) -> None:
+    result = run_cockpit("run", "--resume", str(tmp_path), "--preset", "heavy", "--timesteps", "5")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "cockpit run: error: --resume continues a run with its recorded settings; drop --preset, --timesteps"
+    )
+
+
+def test_resume_of_a_directory_without_a_run_is_one_line(tmp_path: Path) -> None:
+    result = run_cockpit("run", "--resume", str(tmp_path))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert f"--resume {tmp_path}: no usable run.toml there" in result.stderr
+
+
+def test_interrupt_exit_codes_follow_the_signal() -> None:
+    from cockpit.core.session import exit_code
+    from tests.test_headless import T0, state
+
+    interrupted = state(T0, RunStatus.INTERRUPTED)
+    assert exit_code(interrupted, signal.SIGINT) == 130 and exit_code(interrupted, signal.SIGTERM) == 143
+    assert exit_code(state(T0, RunStatus.DONE)) == 0 and exit_code(state(T0, RunStatus.FAILED)) == 1

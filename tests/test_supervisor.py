@@ -19,6 +19,7 @@ from training.events import EVENTS_FILE, EventWriter
 @dataclass
 class FakeProcess:
     request: LaunchRequest
+    pid: int = 0
     exit_code: int | None = None
     signals: list[str] = field(default_factory=list)
 
@@ -30,9 +31,9 @@ class FakeLauncher:
         self.processes: list[FakeProcess] = []
 
     def launch(self, request: LaunchRequest) -> WorkerHandle:
-        proc = FakeProcess(request)
+        proc = FakeProcess(request, pid=10_001 + len(self.processes))
         self.processes.append(proc)
-        return WorkerHandle(request.job_id, 10_000 + len(self.processes), request.job_dir, proc)
+        return WorkerHandle(request.job_id, proc.pid, request.job_dir, proc)
 
     def terminate(self, handle: WorkerHandle) -> None:
         handle.process.signals.append("TERM")
@@ -73,7 +74,9 @@ def events(sup: Supervisor, job_id: str) -> EventWriter:
 
 def finish(sup: Supervisor, launcher: FakeLauncher, job_id: str, status: str = "done", code: int = 0) -> None:
     steps = 1000 if status == "done" else 480
-    events(sup, job_id).finished(status=status, steps=steps, duration=1.0)
+    writer = events(sup, job_id)
+    writer.started(config={}, pid=launcher.live(job_id).pid, device="cpu", versions={})
+    writer.finished(status=status, steps=steps, duration=1.0)
     launcher.live(job_id).exit_code = code
 
 
@@ -235,3 +238,45 @@ def test_kill_job_stops_it_at_once_and_it_can_be_restarted(tmp_path: Path) -> No
     sup.submit(RestartJob("000"))
     sup.tick()
     assert job.state is JobState.STARTING and len(launcher.processes) == 2
+
+
+def test_a_previous_workers_late_finished_event_is_not_this_attempts(tmp_path: Path) -> None:
+    sup, launcher, _ = make(tmp_path, agents=1, slots=1)
+    sup.tick()
+    events(sup, "000").finished(status="stopped", steps=480, duration=1.0)  # an old worker, still exiting
+    launcher.live("000").exit_code = 2  # this attempt found the job dir locked
+    sup.tick()
+    assert sup.jobs["000"].state is JobState.BACKOFF  # a crash to retry, not a clean stop
+
+
+def test_a_requeued_job_starts_over_with_a_fresh_restart_budget(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, agents=1, slots=1, max_restarts=1)
+    sup.tick()
+    crash(sup, launcher, "000")
+    sup.tick()
+    clock.t += 1
+    sup.tick()
+    crash(sup, launcher, "000")
+    sup.tick()
+    job = sup.jobs["000"]
+    assert job.state is JobState.FAILED and job.restarts == 1
+    sup.submit(RestartJob("000"))
+    sup.tick()
+    assert job.state is JobState.STARTING and job.restarts == 0 and job.ended_at is None
+    crash(sup, launcher, "000")
+    sup.tick()
+    assert job.state is JobState.BACKOFF  # not straight back to failed
+
+
+def test_restoring_a_resumed_job_closes_its_last_phase(tmp_path: Path) -> None:
+    sup, _, clock = make(tmp_path, agents=1, slots=1)
+    writer = events(sup, "000")
+    writer.emit("started", t=clock.t - 100, config={}, pid=1, device="cpu", versions={})
+    writer.emit("phase", t=clock.t - 90, phase="rollout", iteration=0, num_timesteps=0)
+    writer.emit("phase", t=clock.t - 80, phase="train", iteration=1, num_timesteps=256)
+    from training.events import read_events
+
+    job = sup.jobs["000"]
+    sup.restore(job, read_events(job.job_dir / EVENTS_FILE))
+    assert job.phases[-1] == (clock.t - 80, None) and job.phase is None
+    assert job.steps_at_first_start == 256

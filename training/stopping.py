@@ -5,9 +5,14 @@ Kept free of heavy imports so the worker can install its handlers before numpy a
 
 from __future__ import annotations
 
+import ctypes
+import os
 import signal
 from dataclasses import dataclass
 from types import FrameType
+
+PARENT_PID_ENV = "COCKPIT_PARENT_PID"
+PR_SET_PDEATHSIG = 1
 
 
 class StopRequested(Exception):
@@ -35,3 +40,21 @@ class StopFlag:
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
+
+
+def stop_with_parent(stop: StopFlag) -> None:
+    """When a cockpit started this process (`COCKPIT_PARENT_PID`), have the kernel send SIGTERM
+    when the cockpit dies, even by SIGKILL, so no worker outlives it. Call after
+    `install_signal_handlers`, so that SIGTERM means checkpoint-and-stop.
+
+    If the cockpit already died before this ran, the stop is requested at once.
+    """
+    parent = os.environ.get(PARENT_PID_ENV)
+    if not parent:
+        return
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: nothing to ask the kernel
+        return
+    if os.getppid() != int(parent):
+        stop.request("parent died")

@@ -26,7 +26,7 @@ from cockpit.arguments import ArgumentParser, non_negative_int, positive_int
 from cockpit.presets import Preset, PresetError, builtin_names, load
 from training.device import DeviceError, limit_native_threads, resolve_device
 from training.events import EVENTS_FILE, EventWriter
-from training.stopping import StopFlag
+from training.stopping import StopFlag, stop_with_parent
 
 # numpy, torch, SB3 and gymnasium are imported inside functions: their thread pools size
 # themselves at import, so they must load only after `limit_native_threads()` has run.
@@ -276,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the worker; returns its exit code (0 done or stopped, 1 failed, 2 bad input)."""
     stop = StopFlag()
     stop.install_signal_handlers()
+    stop_with_parent(stop)
     limit_native_threads()
     from training.envs import UnknownEnvError
     from training.model import CheckpointMismatch

@@ -102,6 +102,7 @@ class Job:
     phases: list[tuple[float, str | None]] = field(default_factory=list)
     # This launch's outcome events.
     attempt_started_at: float | None = None
+    attempt_started_seen: bool = False
     attempt_finished: dict[str, Any] | None = None
     attempt_error: dict[str, Any] | None = None
 

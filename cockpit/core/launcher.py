@@ -3,13 +3,13 @@
 The supervisor only talks to a `Launcher`. `LocalLauncher` runs each worker as a subprocess in its
 own session (so a terminal's Ctrl-C reaches only the cockpit, which stops workers cleanly), with
 stdout and stderr in the job dir, the thread budget in its environment, optional CPU pinning, and
-PR_SET_PDEATHSIG so the kernel sends it SIGTERM if the cockpit dies, even by SIGKILL.
+the cockpit's pid in `COCKPIT_PARENT_PID`, which makes the worker ask the kernel for SIGTERM
+(PR_SET_PDEATHSIG) if the cockpit dies, even by SIGKILL.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import subprocess
@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Protocol
 
 from training.device import THREAD_ENV_VARS
+from training.stopping import PARENT_PID_ENV
 
-PR_SET_PDEATHSIG = 1
 STDOUT_LOG = "stdout.log"
 STDERR_LOG = "stderr.log"
 
@@ -70,30 +70,6 @@ class Launcher(Protocol):
         ...
 
 
-def _libc_prctl() -> Callable[..., int] | None:
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-
-
-# Loaded once, before any fork: the child between fork and exec should do as little as possible.
-_PRCTL = _libc_prctl()
-
-
-def _child_setup(parent_pid: int, cpus: tuple[int, ...] | None) -> Callable[[], None]:
-    def setup() -> None:
-        if _PRCTL is not None:
-            _PRCTL(PR_SET_PDEATHSIG, signal.SIGTERM)
-            # The cockpit may have died between fork and prctl; then nobody will signal us.
-            if os.getppid() != parent_pid:
-                os._exit(1)
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-
-    return setup
-
-
 class LocalLauncher:
     """Workers as local subprocesses (`python -m training.worker ...`)."""
 
@@ -104,7 +80,12 @@ class LocalLauncher:
     def launch(self, request: LaunchRequest) -> WorkerHandle:
         """Start the worker in its own session with output appended to its job dir's logs."""
         request.job_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **{var: "1" for var in THREAD_ENV_VARS}}
+        env = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            PARENT_PID_ENV: str(os.getpid()),
+            **{var: "1" for var in THREAD_ENV_VARS},
+        }
         with (request.job_dir / STDOUT_LOG).open("ab") as out, (request.job_dir / STDERR_LOG).open("ab") as err:
             proc = subprocess.Popen(
                 [self.python, "-m", "training.worker", *request.worker_args],
@@ -114,8 +95,12 @@ class LocalLauncher:
                 cwd=self.cwd,
                 env=env,
                 start_new_session=True,
-                preexec_fn=_child_setup(os.getpid(), request.cpus),
             )
+        if request.cpus:
+            # Set from here rather than in a preexec_fn, which is unsafe in a threaded parent;
+            # the worker's threads start later and inherit the mask.
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(proc.pid, request.cpus)
         return WorkerHandle(request.job_id, proc.pid, request.job_dir, proc)
 
     def terminate(self, handle: WorkerHandle) -> None:

@@ -73,6 +73,7 @@ class GpuReader:
         )
         self._last_util_us = 0
         self._last_process_us = 0
+        self._buffered = True
 
     def _try(self, fn: Callable[..., T], *args: Any) -> T | None:
         try:
@@ -81,27 +82,30 @@ class GpuReader:
             return None
 
     def utilization_samples(self) -> list[tuple[float, float]]:
-        """(Unix time, util %) samples NVML buffered since the previous call.
+        """(Unix time, util %) samples NVML buffered since the previous call (often none).
 
-        Falls back to one `nvmlDeviceGetUtilizationRates` reading, stamped now, when the buffer
-        has nothing new.
+        Only on a GPU or driver without the sample buffer does it poll
+        `nvmlDeviceGetUtilizationRates` instead (one ~1 s average, stamped now); the two kinds
+        of reading are never mixed in one series.
         """
         nvml = self.nvml
-        got = self._try(nvml.nvmlDeviceGetSamples, self.handle, nvml.NVML_GPU_UTILIZATION_SAMPLES, self._last_util_us)
-        fresh: list[tuple[float, float]] = []
-        if got is not None:
-            _, samples = got
-            for sample in samples:
-                stamp = int(sample.timeStamp)
-                if stamp > self._last_util_us:
-                    fresh.append((stamp / 1e6, float(sample.sampleValue.uiVal)))
-            if fresh:
-                self._last_util_us = max(int(s.timeStamp) for s in samples)
-        if not fresh:
-            rates = self._try(nvml.nvmlDeviceGetUtilizationRates, self.handle)
-            if rates is not None:
-                fresh.append((time.time(), float(rates.gpu)))
-        return sorted(fresh)
+        if self._buffered:
+            try:
+                _, samples = nvml.nvmlDeviceGetSamples(
+                    self.handle, nvml.NVML_GPU_UTILIZATION_SAMPLES, self._last_util_us
+                )
+            except nvml.NVMLError as exc:
+                if "NotFound" in type(exc).__name__:
+                    return []  # nothing new since the last call: normal between NVML's own samples
+                self._buffered = False  # this GPU or driver has no sample buffer: poll instead
+            else:
+                fresh = [(int(s.timeStamp) / 1e6, float(s.sampleValue.uiVal)) for s in samples]
+                fresh = [(t, u) for t, u in fresh if t * 1e6 > self._last_util_us]
+                if samples:
+                    self._last_util_us = max(self._last_util_us, *(int(s.timeStamp) for s in samples))
+                return sorted(fresh)
+        rates = self._try(nvml.nvmlDeviceGetUtilizationRates, self.handle)
+        return [(time.time(), float(rates.gpu))] if rates is not None else []
 
     def read(self) -> tuple[GpuSample, list[tuple[float, float]]]:
         """The device counters now, and the utilization samples since the last read."""

@@ -84,6 +84,7 @@ class Recorder:
     _cost_s: float = 0.0
     _ticks: int = 0
     failed: str | None = None
+    closed: bool = False
 
     _HEADERS: ClassVar[dict[str, list[str]]] = {
         "samples.csv": ["t", "gpu_util", "gpu_util_peak", "gpu_mem_used_mib", "gpu_power_w", "gpu_temp_c",
@@ -113,7 +114,7 @@ class Recorder:
                 self._cpu_sums[job] = (total + usage.cpu_percent, n + 1)
             self._cost_s += sample.cost_s
             self._ticks += 1
-        if self.failed:
+        if self.failed or self.closed:
             return
         try:
             self._write(sample)
@@ -152,7 +153,8 @@ class Recorder:
             return self._cost_s, self._ticks
 
     def close(self) -> None:
-        """Close the CSV files."""
+        """Close the CSV files; samples arriving later (a slow last tick) are not written."""
+        self.closed = True
         for fh in self._files.values():
             fh.close()
         self._files.clear()
@@ -190,7 +192,7 @@ def render(
         "updated_at": iso(state.now),
         "duration_s": round(state.now - state.started_at, 3),
         "config": {
-            "jobs": spec.jobs, "agents": spec.agents, "preset": spec.preset_arg, "env": spec.env,
+            "jobs": spec.jobs, "agents": len(state.jobs), "preset": spec.preset_arg, "env": spec.env,
             "timesteps": spec.timesteps, "seed": spec.seed, "max_restarts": spec.max_restarts, "pin": spec.pin,
         },
         "host": {

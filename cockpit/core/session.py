@@ -8,24 +8,27 @@ loop then waits for every job to checkpoint and exit, and writes the final run l
 
 from __future__ import annotations
 
+import fcntl
+import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from cockpit.config import RUN_LOG, RunSpec
+from cockpit.config import RUN_LOG, ConfigError, RunSpec
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.host import HostInfo, host_info, thread_budget
 from cockpit.core.jobs import JobState
 from cockpit.core.launcher import Launcher, LocalLauncher
 from cockpit.core.runlog import Recorder, phase_accounting, render, write_atomic
 from cockpit.core.state import RunState, RunStatus
-from cockpit.core.supervisor import Command, JobTemplate, Supervisor
+from cockpit.core.supervisor import STOP_GRACE_S, Command, JobTemplate, Supervisor
 from cockpit.core.telemetry import Sampler
 from training.events import EVENTS_FILE, read_events
 
 TICK_S = 0.2
+LOCK_FILE = ".cockpit.lock"
 RUN_LOG_EVERY_S = 10.0
 
 
@@ -41,7 +44,7 @@ class View(Protocol):
         ...
 
 
-EXIT_CODES = {RunStatus.DONE: 0, RunStatus.FAILED: 1, RunStatus.INTERRUPTED: 130}
+EXIT_CODES = {RunStatus.DONE: 0, RunStatus.FAILED: 1}
 
 
 @dataclass
@@ -112,47 +115,85 @@ class RunSession:
                 self.supervisor.warnings.append(self.log_failure)
 
     def run(self, view: View, *, on_tick: Callable[[RunState], Any] | None = None) -> RunState:
-        """Run every job to the end (or until interrupted) and return the final state."""
+        """Run every job to the end (or until interrupted) and return the final state.
+
+        SIGINT, SIGTERM and SIGHUP (a dropped ssh session) all stop the run cleanly. If the loop
+        itself fails, the workers are stopped (then killed) before the error propagates, and
+        the run log still gets its final write.
+        """
         self.spec.run_dir.mkdir(parents=True, exist_ok=True)
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+        self._lock = os.open(self.spec.run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._lock)
+            raise ConfigError(f"{self.spec.run_dir}: another cockpit is running this run") from None
+        signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        previous = {sig: signal.getsignal(sig) for sig in signals}
 
-        def on_signal(_signum: int, _frame: Any) -> None:
-            self.supervisor.interrupt()
+        def on_signal(signum: int, _frame: Any) -> None:
+            self.supervisor.interrupt(signum)
 
-        for sig in previous:
+        for sig in signals:
             signal.signal(sig, on_signal)
         self.sampler.start()
-        last_log = None
-        next_tick = self.clock.monotonic()
         try:
-            while True:
-                self.supervisor.tick()
-                self.sampler.set_jobs(self.supervisor.live_pids())
+            try:
+                self._loop(view, on_tick)
+            except BaseException:
+                self._drain()
+                raise
+            finally:
+                self.sampler.stop()
                 state = self.snapshot()
-                view.update(state)
-                if on_tick is not None:
-                    on_tick(state)
-                now = self.clock.monotonic()
-                if last_log is None or now - last_log >= RUN_LOG_EVERY_S:
-                    self.write_run_log(state)
-                    last_log = now
-                if self.supervisor.finished:
-                    break
-                next_tick += TICK_S
-                self.clock.sleep(next_tick - self.clock.monotonic())
+                self.write_run_log(state, final=True)
+                self.recorder.close()
+            view.close(state)
+            return state
         finally:
-            self.sampler.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        state = self.snapshot()
-        self.write_run_log(state, final=True)
-        self.recorder.close()
-        view.close(state)
-        return state
+
+    def _loop(self, view: View, on_tick: Callable[[RunState], Any] | None) -> None:
+        last_log = None
+        next_tick = self.clock.monotonic()
+        while True:
+            self.supervisor.tick()
+            self.sampler.set_jobs(self.supervisor.live_pids())
+            state = self.snapshot()
+            view.update(state)
+            if on_tick is not None:
+                on_tick(state)
+            now = self.clock.monotonic()
+            if last_log is None or now - last_log >= RUN_LOG_EVERY_S:
+                self.write_run_log(state)
+                last_log = now
+            if self.supervisor.finished:
+                return
+            next_tick += TICK_S
+            self.clock.sleep(next_tick - self.clock.monotonic())
+
+    def _drain(self) -> None:
+        """Stop every worker after a failure of the loop itself: SIGTERM, then SIGKILL."""
+        sup = self.supervisor
+        sup.interrupt()
+        deadline = self.clock.monotonic() + STOP_GRACE_S + 1
+        while not sup.finished and self.clock.monotonic() < deadline:
+            try:
+                sup.tick()
+            except Exception:
+                break
+            self.clock.sleep(TICK_S)
+        for job in sup.jobs.values():
+            if job.handle is not None:
+                sup.launcher.kill(job.handle)
 
 
-def exit_code(state: RunState) -> int:
-    """0 when every job finished, 1 when some failed or were stopped, 130 when interrupted."""
+def exit_code(state: RunState, interrupt_signal: int = signal.SIGINT) -> int:
+    """0 when every job finished, 1 when some failed or were stopped, 128 + the signal number
+    (130 for Ctrl-C, 143 for SIGTERM) when interrupted."""
+    if state.status is RunStatus.INTERRUPTED:
+        return 128 + int(interrupt_signal)
     return EXIT_CODES.get(state.status, 1)
 
 

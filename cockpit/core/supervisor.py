@@ -111,6 +111,7 @@ class Supervisor:
         self._interrupt_requested = False
         self._interrupted = False
         self._kill_now = False
+        self.interrupt_signal = signal.SIGINT
         self.started_at = self.clock.time()
         self.warnings: list[str] = [w for w in [budget.warning()] if w]
         cpus = sorted(os.sched_getaffinity(0))
@@ -124,11 +125,12 @@ class Supervisor:
         """Queue a command; it takes effect at the next tick."""
         self._commands.put(command)
 
-    def interrupt(self) -> None:
+    def interrupt(self, signum: int = signal.SIGINT) -> None:
         """Stop the run: every live job checkpoints and stops; a second call kills them now."""
         if self._interrupt_requested:
             self._kill_now = True
         self._interrupt_requested = True
+        self.interrupt_signal = signum
 
     # ----- the loop (supervisor thread only) -----
 
@@ -147,7 +149,11 @@ class Supervisor:
             self._apply(job, event)
         self._tails[job.id].offset = (job.job_dir / EVENTS_FILE).stat().st_size if events else 0
         job.attempt_finished = job.attempt_error = None
-        job.phase = None
+        if job.phase is not None:  # the earlier session's last phase ended with that session
+            job.phases.append((float(events[-1]["t"]), None))
+        job.phase = job.phase_since = None
+        # Mean SPS covers what this session trains, over this session's running time.
+        job.steps_at_first_start, job.first_started_at = job.steps, None
 
     def tick(self) -> None:
         """Advance every job once: commands, events, exits, back-offs, free slots."""
@@ -201,7 +207,8 @@ class Supervisor:
         if job.state is JobState.BACKOFF:
             job.change_state(JobState.STOPPED, now)
         job.change_state(JobState.QUEUED, now)
-        job.error, job.stop_requested = None, False
+        job.error, job.stop_requested, job.exit_reason = None, False, None
+        job.restarts, job.ended_at, job.slot = 0, None, None
         self.queue.appendleft(job.id)
 
     def _stop(self, job: Job) -> None:
@@ -242,6 +249,7 @@ class Supervisor:
         )
         # fmt: on
         job.attempt_finished = job.attempt_error = None
+        job.attempt_started_seen = False
         job.launches += 1
         try:
             job.handle = self.launcher.launch(LaunchRequest(job.id, args, job.job_dir, cpus))
@@ -249,6 +257,7 @@ class Supervisor:
             job.error = f"could not start the worker: {exc}"
             job.change_state(JobState.STARTING, now)
             job.change_state(JobState.FAILED, now)
+            job.slot, job.ended_at = None, now
             return
         job.attempt_started_at = now
         job.change_state(JobState.STARTING, now)
@@ -265,6 +274,7 @@ class Supervisor:
     def _apply(self, job: Job, event: dict[str, Any]) -> None:
         kind, t = event["kind"], float(event["t"])
         if kind == "started":
+            job.attempt_started_seen = True
             job.device = event.get("device")
             job.steps = int(event.get("resumed_from_step") or 0)
             if job.steps_at_first_start is None:
@@ -282,7 +292,8 @@ class Supervisor:
         elif kind == "checkpoint":
             job.checkpoints += 1
             job.last_checkpoint_step = int(event["step"])
-        elif kind == "finished":
+        elif kind == "finished" and job.attempt_started_seen:
+            # A `finished` before this attempt's `started` is a previous worker's late word.
             job.attempt_finished = event
             job.steps = int(event["steps"])
         elif kind == "error":
@@ -339,7 +350,8 @@ class Supervisor:
     @property
     def status(self) -> RunStatus:
         """The run's status now."""
-        if self._interrupted:
+        all_done = all(j.state is JobState.DONE for j in self.jobs.values())
+        if self._interrupted and not all_done:
             return RunStatus.INTERRUPTED if self.finished else RunStatus.STOPPING
         if not self.finished:
             return RunStatus.RUNNING

@@ -140,13 +140,23 @@ class Sampler:
         # Drift-free: the next tick is scheduled from the previous target, not from "now".
         next_tick = self.clock.monotonic()
         while not self._stop.is_set():
-            self.tick()
+            try:
+                self.tick()
+            except Exception as exc:  # one bad read must not silently freeze every figure
+                self._lose_gpu(exc)
             next_tick += self.period
             delay = next_tick - self.clock.monotonic()
             if delay < 0:  # fell behind (suspend, overload): skip the missed beats
                 next_tick = self.clock.monotonic()
                 continue
             self._stop.wait(delay)
+
+    def _lose_gpu(self, exc: Exception) -> None:
+        """Carry on CPU-only after a GPU read failed (driver reset, GPU fell off the bus)."""
+        if self.gpu is not None:
+            self.gpu_status = f"no GPU telemetry: lost ({type(exc).__name__}: {exc})"
+            gpu, self.gpu = self.gpu, None
+            gpu.close()
 
     def tick(self) -> Sample:
         """Take one sample now (the thread calls this; tests may call it directly)."""
