@@ -139,9 +139,9 @@ def build_parser() -> ArgumentParser:
     run = sub.add_parser(
         "run",
         help="train N PPO agents in parallel, supervised, with a live table and a TOML run log",
-        description="Start PPO training workers (stable-baselines3 on envpool), at most --jobs at a time, "
-        "restart crashed ones from their checkpoints, sample the GPU (NVML, 5 Hz) and CPU, and write "
-        "RUN_DIR/run.toml. Ctrl-C checkpoints every job and stops; --resume RUN_DIR continues.",
+        description="Start PPO training workers (stable-baselines3 on envpool), at most --jobs at a time,\n"
+        "restart crashed ones from their checkpoints, sample the GPU (NVML, 5 Hz) and CPU, and\n"
+        "write RUN_DIR/run.toml. Ctrl-C checkpoints every job and stops; --resume RUN_DIR continues.",
         epilog="Examples:\n  cockpit run                          2 cartpole jobs on a CPU machine (heavy on a GPU)\n"
         "  cockpit run --jobs 4 --preset heavy\n  cockpit run --agents 20 --jobs 4 --timesteps 500000\n"
         "  cockpit run --resume runs/20261121T230000Z-heavy-LunarLander-v3",
