@@ -256,6 +256,18 @@ def timed_steps(step: Any, sample: Any, *, steps: int, warmup: int) -> float:
     return time.perf_counter() - t0
 
 
+def stepping_throughput(
+    step: Any, reset: Any, action_space: Any, n_envs: int, *, seed: int, steps: int, warmup: int
+) -> dict[str, float]:
+    """Reset, then time `steps` vector steps with random valid actions (after `warmup` untimed ones).
+
+    Returns `{"steps": env steps, "seconds": elapsed}`, the shape `run_isolated` children send back.
+    """
+    reset()
+    seconds = timed_steps(step, action_sampler(action_space, n_envs, seed), steps=steps, warmup=warmup)
+    return {"steps": n_envs * steps, "seconds": seconds}
+
+
 # --- statistics and output -------------------------------------------------------------------
 
 

@@ -35,7 +35,6 @@ from typing import Any
 
 from benchmarks.common import (
     Summary,
-    action_sampler,
     add_common_args,
     default_threads,
     fmt_ratio,
@@ -46,7 +45,7 @@ from benchmarks.common import (
     rollout_throughput,
     run_isolated,
     run_worker,
-    timed_steps,
+    stepping_throughput,
     warn_if_busy,
     whole_rollouts,
 )
@@ -71,9 +70,7 @@ def raw_envpool(env_id: str, n_envs: int, threads: int, seed: int, steps: int, w
 
     # The worker's own pool (Atari: episodic life and clipped rewards), stepped raw, past the adapter.
     pool = EnvpoolVecEnv.make(env_id, n_envs, seed=seed, num_threads=threads).pool
-    pool.reset()
-    seconds = timed_steps(pool.step, action_sampler(pool.action_space, n_envs, seed), steps=steps, warmup=warmup)
-    return {"steps": n_envs * steps, "seconds": seconds}
+    return stepping_throughput(pool.step, pool.reset, pool.action_space, n_envs, seed=seed, steps=steps, warmup=warmup)
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,6 @@ from typing import Any
 
 from benchmarks.common import (
     Summary,
-    action_sampler,
     add_common_args,
     default_threads,
     fmt_ratio,
@@ -45,7 +44,7 @@ from benchmarks.common import (
     log,
     print_table,
     run_isolated,
-    timed_steps,
+    stepping_throughput,
     warn_if_busy,
 )
 
@@ -102,10 +101,11 @@ def vecenv_steps(
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*precision lowered by casting.*")
         venv = make_venv(backend, env, n_envs, seed=seed, threads=threads)
-    venv.reset()
-    seconds = timed_steps(venv.step, action_sampler(venv.action_space, n_envs, seed), steps=steps, warmup=warmup)
+    result = stepping_throughput(
+        venv.step, venv.reset, venv.action_space, n_envs, seed=seed, steps=steps, warmup=warmup
+    )
     venv.close()
-    return {"steps": n_envs * steps, "seconds": seconds}
+    return result
 
 
 @dataclass(frozen=True)
