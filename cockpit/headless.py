@@ -20,20 +20,11 @@ from rich.table import Table
 from rich.text import Text
 
 from cockpit.core.state import JobView, RunState
-
-MIB = 1024 * 1024
+from cockpit.units import MIB, mib, num, si
 
 
 def _stamp(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
-
-
-def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
-    return "-" if value is None else fmt.format(value)
-
-
-def _mib(value: int | None) -> str:
-    return "-" if value is None else f"{value / MIB:,.0f} MiB"
 
 
 def system_line(state: RunState) -> str:
@@ -47,9 +38,9 @@ def system_line(state: RunState) -> str:
         g = s.gpu
         throttle = f" throttled: {','.join(g.throttle_reasons)}" if g.throttle_reasons else ""
         gpu = (
-            f"GPU {_num(g.util_percent)}% (peak {_num(g.util_peak_percent)}%)  "
+            f"GPU {num(g.util_percent)}% (peak {num(g.util_peak_percent)}%)  "
             f"mem {g.mem_used_bytes / MIB:,.0f}/{g.mem_total_bytes / MIB:,.0f} MiB  "
-            f"{_num(g.power_w)} W  {_num(g.temperature_c)} C  {_num(g.sm_clock_mhz)} MHz{throttle}"
+            f"{num(g.power_w)} W  {num(g.temperature_c)} C  {num(g.sm_clock_mhz)} MHz{throttle}"
         )
     if s is None:
         return gpu
@@ -73,21 +64,10 @@ def job_line(job: JobView, *, with_state: bool = True) -> str:
     if job.cpu_percent is not None:
         parts.append(f"cpu {job.cpu_percent:.0f}%")
     if job.gpu_mem_bytes is not None:
-        parts.append(f"gpu {_mib(job.gpu_mem_bytes)}")
+        parts.append(f"gpu {mib(job.gpu_mem_bytes)}")
     if job.state in ("failed", "backoff") and job.error:
         parts.append(f"error: {job.error}")
     return "  ".join(parts)
-
-
-def _si(n: float) -> str:
-    """A count in at most 4 characters: 950, 4.1k, 525k, 1.0M."""
-    if n < 1000:
-        return f"{n:.0f}"
-    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if n >= scale:
-            value = n / scale
-            return f"{value:.1f}{suffix}" if value < 10 else f"{value:.0f}{suffix}"
-    return f"{n:.0f}"
 
 
 WIDE = 120
@@ -112,7 +92,7 @@ def jobs_table(state: RunState, width: int = WIDE) -> Table:
     live = ("running", "stopping")
     for job in state.jobs:
         status = Text(job.state, style={"failed": "bold red", "done": "green", "backoff": "yellow"}.get(job.state, ""))
-        steps = f"{job.steps:,}/{job.target:,}" if wide else f"{_si(job.steps)}/{_si(job.target)}"
+        steps = f"{job.steps:,}/{job.target:,}" if wide else f"{si(job.steps)}/{si(job.target)}"
         cells = {
             "job": job.id,
             "seed": str(job.seed),
@@ -120,11 +100,11 @@ def jobs_table(state: RunState, width: int = WIDE) -> Table:
             "phase": job.phase or "",
             "progress": ProgressBar(total=max(job.target, 1), completed=job.steps, width=20 if wide else 8),
             "steps": steps,
-            "SPS": (_num(job.sps) if wide else _si(job.sps)) if job.sps is not None and job.state in live else "-",
-            "ep_rew": _num(job.ep_rew_mean, "{:.1f}"),
+            "SPS": (num(job.sps) if wide else si(job.sps)) if job.sps is not None and job.state in live else "-",
+            "ep_rew": num(job.ep_rew_mean, "{:.1f}"),
             "rst": str(job.restarts),
-            "CPU%": _num(job.cpu_percent),
-            "GPU mem": _mib(job.gpu_mem_bytes),
+            "CPU%": num(job.cpu_percent),
+            "GPU mem": mib(job.gpu_mem_bytes),
         }
         table.add_row(*(cells[name] for name, _ in columns if name in keep))
     return table

@@ -73,6 +73,8 @@ class RunState:
     gpu: GpuInfo | None
     gpu_status: str
     warnings: tuple[str, ...]
+    threads_per_job: int = 0  # env threads each job gets from the thread budget (0: unknown)
+    physical_cores: int = 0  # the cores that budget divides (0: unknown)
 
     def count(self, state: str) -> int:
         """How many jobs are in `state`."""

@@ -58,7 +58,12 @@ class KillJob:
     job_id: str
 
 
-Command = AddJob | StopJob | RestartJob | KillJob
+@dataclass(frozen=True)
+class StopAll:
+    """Checkpoint and stop every job and end the run (resumable, like Ctrl-C); twice kills them."""
+
+
+Command = AddJob | StopJob | RestartJob | KillJob | StopAll
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,9 @@ class Supervisor:
             self._launch(self.jobs[self.queue.popleft()])
 
     def _handle(self, command: Command) -> None:
+        if isinstance(command, StopAll):
+            self.interrupt()  # acted on later in this same tick
+            return
         if isinstance(command, AddJob):
             next_seed = max((j.seed for j in self.jobs.values()), default=-1) + 1
             self._add(command.seed if command.seed is not None else next_seed)
@@ -396,4 +404,6 @@ class Supervisor:
             gpu=extra.get("gpu"),
             gpu_status=extra.get("gpu_status", ""),
             warnings=tuple(self.warnings),
+            threads_per_job=self.budget.threads_per_job,
+            physical_cores=self.budget.physical_cores,
         )

@@ -1,0 +1,216 @@
+"""The main screen: GPU and phase lanes, CPU, jobs, advice, and the controls in the footer.
+
+It polls its `RunSource` at 5 Hz and redraws only when a new frame arrived. Controls go to the
+source as supervisor commands; nothing here keeps run state."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from cockpit.core.feed import Frame, Replay, RunSource, SourceError
+from cockpit.core.state import RunStatus
+from cockpit.core.supervisor import AddJob, Command, KillJob, RestartJob, StopAll, StopJob
+from cockpit.tui import cpu_panel, gpu_panel
+from cockpit.tui.advice_panel import AdvicePanel
+from cockpit.tui.cpu_panel import CpuPanel
+from cockpit.tui.detail_screen import JobDetailScreen
+from cockpit.tui.gpu_panel import GpuPanel
+from cockpit.tui.help_screen import HelpScreen
+from cockpit.tui.jobs_table import JobsTable
+from cockpit.tui.quit_screen import LEAVE, STOP_ALL, QuitScreen
+from cockpit.tui.replay_bar import ReplayBar
+
+POLL_S = 0.2
+MIN_TOP = 7
+CONTROLS = ("add", "stop", "restart", "kill", "stop_all")
+SCRUB = ("seek",)
+ENDED = (RunStatus.DONE, RunStatus.FAILED, RunStatus.INTERRUPTED)
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600:d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def header_line(frame: Frame, *, replay: bool) -> str:
+    """The run in one line: preset, env, status, counts, elapsed time and where it lives."""
+    state = frame.state
+    counts = "  ".join(f"{state.count(s)} {s}" for s in ("running", "queued", "done", "failed", "stopped")
+                       if state.count(s))  # fmt: skip
+    status = "replay" if replay else state.status.value
+    if frame.link_error:
+        status = f"{status} (disconnected: {frame.link_error})"
+    return f"cockpit  {state.preset} on {state.env}  {status}  {counts}  {_duration(state.now - state.started_at)}"
+
+
+class CockpitScreen(Screen[None]):
+    """The live (or replayed) run."""
+
+    BINDINGS = [  # noqa: RUF012
+        Binding("a", "add", "Add job"),
+        Binding("s", "stop", "Stop"),
+        Binding("r", "restart", "Restart"),
+        Binding("k", "kill", "Kill"),
+        Binding("S", "stop_all", "Stop all"),
+        Binding("question_mark", "help", "Help"),
+        Binding("q", "quit_run", "Quit"),
+        Binding("left", "seek(-5)", "-5 s", show=False, priority=True),
+        Binding("right", "seek(5)", "+5 s", show=False, priority=True),
+        Binding("left_square_bracket", "seek(-60)", "-60 s", show=False),
+        Binding("right_square_bracket", "seek(60)", "+60 s", show=False),
+        Binding("home", "seek(-1e12)", "start", show=False),
+        Binding("end", "seek(1e12)", "end", show=False),
+    ]
+
+    def __init__(self, source: RunSource) -> None:
+        super().__init__()
+        self.source = source
+        self.replay = isinstance(source, Replay)
+        self.frame: Frame | None = None
+        self.stopping_all = False
+
+    def compose(self) -> ComposeResult:
+        yield Static("connecting to the run…", id="run-header")
+        with Horizontal(id="top"):
+            yield GpuPanel(id="gpu")
+            yield CpuPanel(id="cpu")
+        yield JobsTable(id="jobs")
+        yield AdvicePanel(id="advice")
+        if self.replay:
+            yield ReplayBar(id="replay")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(JobsTable).focus()
+        self.poll()
+        self.set_interval(POLL_S, self.poll)
+
+    def poll(self) -> None:
+        """Take the source's newest frame and redraw if it is new."""
+        frame = self.source.frame()
+        if frame is None or frame is self.frame:
+            return
+        first = self.frame is None
+        self.frame = frame
+        self.set_class(frame.state.gpu is None, "-no-gpu")
+        with self.app.batch_update():
+            self._fit_top(frame)
+            self.query_one("#run-header", Static).update(header_line(frame, replay=self.replay))
+            self.query_one(GpuPanel).show(frame)
+            self.query_one(CpuPanel).show(frame)
+            self.query_one(JobsTable).show(frame.state)
+            self.query_one(AdvicePanel).show(frame.state)
+            if isinstance(self.source, Replay):
+                self.query_one(ReplayBar).show(self.source.span, frame.state.now)
+        if first or self._ended(frame) != self._ended_before:
+            self._ended_before = self._ended(frame)
+            self.refresh_bindings()
+        if self.stopping_all and self._ended(frame):
+            self.app.exit(frame)
+
+    _ended_before = False
+
+    def _fit_top(self, frame: Frame) -> None:
+        """Give the GPU and CPU panels the rows their content needs, at most half the screen,
+        so the jobs table keeps room at 80x24."""
+        needed = 2 + max(gpu_panel.rows_needed(frame), cpu_panel.rows_needed(frame))
+        height = max(MIN_TOP, min(needed, self.size.height // 2))
+        top = self.query_one("#top")
+        if top.styles.height is None or top.styles.height.value != height:
+            top.styles.height = height
+
+    def on_resize(self) -> None:
+        if self.frame is not None:
+            self._fit_top(self.frame)
+
+    @staticmethod
+    def _ended(frame: Frame) -> bool:
+        return frame.link_error is not None or frame.state.status in ENDED
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Controls only for a live run that has not ended; scrubbing only in a replay."""
+        if action in CONTROLS:
+            return not self.replay and self.frame is not None and not self._ended(self.frame)
+        if action in SCRUB:
+            return self.replay
+        return True
+
+    # ----- controls -----
+
+    def _send(self, command: Command, done: str) -> None:
+        try:
+            self.source.submit(command)
+        except SourceError as exc:
+            self.notify(str(exc), title="command not sent", severity="error")
+            return
+        self.notify(done)
+
+    def _selected(self) -> str | None:
+        job = self.query_one(JobsTable).selected_job
+        if job is None:
+            self.notify("no job selected", severity="warning")
+        return job
+
+    def action_add(self) -> None:
+        """Queue one more agent with the next seed."""
+        self._send(AddJob(), "job added (next seed, same preset)")
+
+    def action_stop(self) -> None:
+        """Checkpoint and stop the selected job."""
+        if (job := self._selected()) is not None:
+            self._send(StopJob(job), f"job {job}: stopping (checkpoint first)")
+
+    def action_restart(self) -> None:
+        """Restart the selected job from its checkpoint."""
+        if (job := self._selected()) is not None:
+            self._send(RestartJob(job), f"job {job}: restarting")
+
+    def action_kill(self) -> None:
+        """SIGKILL the selected job."""
+        if (job := self._selected()) is not None:
+            self._send(KillJob(job), f"job {job}: killed")
+
+    def action_stop_all(self) -> None:
+        """Checkpoint and stop every job; the run ends (resumable)."""
+        self._send(StopAll(), "stopping every job (each checkpoints first)")
+
+    def action_help(self) -> None:
+        """Show the help screen."""
+        self.app.push_screen(HelpScreen())
+
+    def action_seek(self, delta: float) -> None:
+        """Move the replay by `delta` seconds."""
+        if isinstance(self.source, Replay) and self.frame is not None:
+            start, end = self.source.span
+            self.source.seek(min(end, max(start, self.frame.state.now + delta)))
+            self.poll()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        """Enter on a job opens its detail screen."""
+        if event.row_key.value is not None:
+            self.app.push_screen(JobDetailScreen(self.source, event.row_key.value))
+
+    def action_quit_run(self) -> None:
+        """Quit; for a live run, first ask whether to stop the jobs or leave them running."""
+        if self.frame is None or self.replay or self._ended(self.frame):
+            self.app.exit(self.frame)
+            return
+
+        def chosen(choice: str | None) -> None:
+            if choice == LEAVE:
+                self.app.exit(self.frame)
+            elif choice == STOP_ALL:
+                self.stopping_all = True
+                self.action_stop_all()
+                self.notify("the cockpit closes when every job has stopped")
+
+        self.app.push_screen(QuitScreen(self.frame.state.run_dir), chosen)
+
+    @property
+    def left_running(self) -> bool:
+        """True when the viewer quits while the run goes on."""
+        return self.frame is not None and not self._ended(self.frame)

@@ -1,0 +1,79 @@
+"""The CPU panel: every core, then each job's CPU % against its share of the thread budget."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widget import Widget
+
+from cockpit.core.feed import Frame
+from cockpit.tui.timeaxis import bar_rows, hbar
+from cockpit.units import GIB, num
+
+LABEL_W = 6
+CORE_ROWS_MAX = 4  # more cores than this are drawn as a strip of vertical bars
+
+
+def rows_needed(frame: Frame) -> int:
+    """Content rows to show every core and every live job."""
+    sample = frame.state.sample
+    cores = len(sample.cpu_percent) if sample is not None else 0
+    live = sum(1 for job in frame.state.jobs if job.cpu_percent is not None)
+    core_rows = cores if 1 < cores <= CORE_ROWS_MAX else (2 if cores > 1 else 0)
+    return 2 + core_rows + (1 + live if live else 0)
+
+
+class CpuPanel(Widget):
+    """Renders the newest `Frame` given to `show()`; owns no run state."""
+
+    COMPONENT_CLASSES = {"cpu--bar", "cpu--over", "cpu--label", "cpu--title"}  # noqa: RUF012
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._frame: Frame | None = None
+
+    def show(self, frame: Frame) -> None:
+        """Draw this frame at the next refresh."""
+        self._frame = frame
+        self.refresh()
+
+    def render(self) -> Text:
+        frame = self._frame
+        if frame is None or frame.state.sample is None:
+            return Text("CPU: waiting for the first sample…")
+        state, sample = frame.state, frame.state.sample
+        label = self.get_component_rich_style("cpu--label", partial=True)
+        bar = self.get_component_rich_style("cpu--bar", partial=True)
+        over = self.get_component_rich_style("cpu--over", partial=True)
+        width = max(4, self.size.width - LABEL_W - 5)
+        ram = f"RAM {sample.ram_used_bytes / GIB:.1f}/{sample.ram_total_bytes / GIB:.1f} GiB"
+        title = self.get_component_rich_style("cpu--title", partial=True)
+        lines = [Text(f"CPU {sample.cpu_total_percent:.0f}%  {ram}", style=title)]
+        if state.threads_per_job:
+            budget = f"budget {state.threads_per_job} thread(s)/job, {state.physical_cores} cores"
+            lines.append(Text(budget, style=label))
+        cores = sample.cpu_percent
+        live = [job for job in state.jobs if job.cpu_percent is not None]
+        if 1 < len(cores) <= CORE_ROWS_MAX:
+            for i, pct in enumerate(cores):
+                line = Text(f"{'c' + str(i):<{LABEL_W}}", style=label).append(hbar(pct / 100, width), style=bar)
+                lines.append(line.append(f"{pct:4.0f}%"))
+        elif len(cores) > 1:
+            # Too many cores for a row each: one column per core, two rows tall.
+            for i, row in enumerate(bar_rows(list(cores), 2, 100.0)):
+                head = Text(f"{'cores' if i == 1 else '':<{LABEL_W}}", style=label)
+                lines.append(head.append(row, style=bar))
+        if live:
+            lines.append(Text("jobs: % of a core, bar = budget", style=label))
+        room = self.size.height - len(lines)
+        shown = live if len(live) <= room else live[: max(0, room - 1)]
+        for job in shown:
+            pct = job.cpu_percent or 0.0
+            budget = 100.0 * (state.threads_per_job or 1)
+            line = Text(f"{job.id:<{LABEL_W}}", style=label)
+            line.append(hbar(pct / budget, width), style=over if pct > budget * 1.05 else bar)
+            lines.append(line.append(f"{num(pct):>4}%"))
+        if len(shown) < len(live):
+            lines.append(Text(f"+{len(live) - len(shown)} more jobs", style=label))
+        text = Text("\n").join(lines)
+        text.no_wrap, text.overflow = True, "ellipsis"
+        return text

@@ -1,0 +1,119 @@
+"""A job's detail (Enter on a row): resolved config, learning curve, SPS over time, checkpoints,
+the event log and the stderr tail. The files are re-read every 2 s off the UI thread."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Label, Sparkline, Static
+
+from cockpit.core.feed import JobDetail, RunSource, SourceError
+from cockpit.units import num
+
+REFRESH_S = 2.0
+
+
+def _config_text(config: Any, indent: str = "") -> str:
+    lines = []
+    for key, value in config.items():
+        if isinstance(value, dict):
+            lines.append(f"{indent}{key}:")
+            lines.append(_config_text(value, indent + "  "))
+        else:
+            lines.append(f"{indent}{key} = {value}")
+    return "\n".join(lines)
+
+
+def _event_line(event: Any) -> str:
+    stamp = time.strftime("%H:%M:%S", time.localtime(float(event.get("t", 0))))
+    kind = event.get("kind")
+    if kind == "checkpoint":
+        what = f"checkpoint at step {event.get('step'):,}"
+    elif kind == "started":
+        resumed = event.get("resumed_from_step")
+        what = f"started on {event.get('device')}" + (f", resumed from step {resumed:,}" if resumed else "")
+    elif kind == "finished":
+        what = f"finished: {event.get('status')} at {event.get('steps'):,} steps"
+    elif kind == "error":
+        what = f"error {event.get('type')}: {event.get('message')}"
+    else:
+        what = str(kind)
+    return f"{stamp} {what}"
+
+
+class JobDetailScreen(Screen[None]):
+    """Everything about one job; escape goes back to the cockpit."""
+
+    BINDINGS = [Binding("escape,q", "app.pop_screen", "Back")]  # noqa: RUF012
+
+    def __init__(self, source: RunSource, job_id: str) -> None:
+        super().__init__()
+        self.source = source
+        self.job_id = job_id
+
+    def compose(self) -> ComposeResult:
+        yield Label(f"job {self.job_id}", id="detail-title")
+        with Horizontal(id="detail-body"):
+            with VerticalScroll(id="detail-config"):
+                yield Static("reading the job's files…", id="config")
+            with Vertical(id="detail-right"):
+                yield Label("ep_rew_mean over steps", id="curve-label")
+                yield Sparkline([], id="curve")
+                yield Label("SPS over time", id="sps-label")
+                yield Sparkline([], id="sps")
+                yield Static("", id="checkpoints")
+                yield Static("", id="events")
+                yield Static("", id="stderr")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.load()
+        self.set_interval(REFRESH_S, self.load)
+
+    @work(thread=True, exclusive=True)
+    def load(self) -> None:
+        """Read the job's files (in a thread) and show them."""
+        try:
+            detail = self.source.detail(self.job_id)
+        except SourceError as exc:
+            self.app.call_from_thread(self.query_one("#config", Static).update, f"cannot read job: {exc}")
+            return
+        self.app.call_from_thread(self.show, detail)
+
+    def show(self, detail: JobDetail) -> None:
+        """Fill every part of the screen from `detail`."""
+        frame = self.source.frame()
+        job = next((j for j in frame.state.jobs if j.id == self.job_id), None) if frame else None
+        title = f"job {self.job_id}  {detail.job_dir}"
+        if job is not None:
+            title += f"  {job.state}  {job.steps:,}/{job.target:,} steps  seed {job.seed}  restarts {job.restarts}"
+        self.query_one("#detail-title", Label).update(title)
+        self.query_one("#config", Static).update(
+            Text(_config_text(detail.config) if detail.config else "the worker has not started yet")
+        )
+        rewards = [r for _, r in detail.curve]
+        curve_label = "ep_rew_mean over steps: no episode finished yet"
+        if rewards:
+            curve_label = (f"ep_rew_mean over steps {detail.curve[0][0]:,}..{detail.curve[-1][0]:,}: "
+                           f"min {min(rewards):.1f}  max {max(rewards):.1f}  last {rewards[-1]:.1f}")  # fmt: skip
+        self.query_one("#curve-label", Label).update(curve_label)
+        self.query_one("#curve", Sparkline).data = rewards
+        sps = [v for _, v in detail.sps]
+        sps_label = "SPS over time: none yet"
+        if sps:
+            sps_label = f"SPS over time: last {num(sps[-1])}  max {num(max(sps))}"
+        self.query_one("#sps-label", Label).update(sps_label)
+        self.query_one("#sps", Sparkline).data = sps
+        checkpoints = "\n".join(f"  step {c.step:,}  {c.path}" for c in detail.checkpoints) or "  none yet"
+        self.query_one("#checkpoints", Static).update(Text(f"checkpoints\n{checkpoints}"))
+        events = "\n".join(_event_line(e) for e in detail.events[-12:]) or "none yet"
+        self.query_one("#events", Static).update(Text(f"events\n{events}"))
+        stderr = "\n".join(detail.stderr_tail[-8:]) or "empty"
+        self.query_one("#stderr", Static).update(Text(f"stderr tail\n{stderr}"))

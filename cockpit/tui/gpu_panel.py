@@ -1,0 +1,122 @@
+"""The GPU panel: utilization and memory over the last minute, and one phase lane per job below
+them on the same time axis, so a training burst lines up with the job that caused it."""
+
+from __future__ import annotations
+
+from rich.style import Style
+from rich.text import Text
+from textual.widget import Widget
+
+from cockpit.core.feed import WINDOW_S, Frame
+from cockpit.tui.timeaxis import bar_rows, bucket_max, dominant_phases
+from cockpit.units import GIB, num
+
+LABEL_W = 5
+UTIL_ROWS = 3
+LANE_STATES = ("starting", "running", "stopping")
+PHASE_CHARS = {"rollout": "░", "train": "█"}
+
+
+def live_jobs(frame: Frame) -> int:
+    """How many jobs have a lane."""
+    return sum(1 for job in frame.state.jobs if job.state in LANE_STATES)
+
+
+def rows_needed(frame: Frame) -> int:
+    """Content rows to show every lane."""
+    fixed = 2 + (UTIL_ROWS + 1 if frame.state.gpu is not None else 1)
+    return fixed + max(1, live_jobs(frame))
+
+
+class GpuPanel(Widget):
+    """Renders the newest `Frame` given to `show()`; owns no run state."""
+
+    COMPONENT_CLASSES = {"gpu--util", "gpu--mem", "gpu--label", "gpu--title", "lane--rollout", "lane--train"}  # noqa: RUF012
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._frame: Frame | None = None
+
+    def show(self, frame: Frame) -> None:
+        """Draw this frame at the next refresh."""
+        self._frame = frame
+        self.refresh()
+
+    def _style(self, name: str) -> Style:
+        return self.get_component_rich_style(name, partial=True)
+
+    def render(self) -> Text:
+        frame = self._frame
+        if frame is None:
+            return Text("waiting for the run's first sample…")
+        state = frame.state
+        width = max(8, self.size.width - LABEL_W)
+        right = state.now
+        left = right - WINDOW_S
+        label = self._style("gpu--label")
+        lines: list[Text] = []
+        sample = state.sample
+        gpu = sample.gpu if sample is not None else None
+        if state.gpu is None:
+            lines.append(Text("No GPU: training runs on the CPU", style=self._style("gpu--title")))
+            lines.append(Text(state.gpu_status or "no GPU telemetry", style=label))
+        else:
+            figures = ""
+            if gpu is not None:
+                mem = f"{gpu.mem_used_bytes / GIB:.1f}/{gpu.mem_total_bytes / GIB:.1f} GiB"
+                figures = f"  {num(gpu.util_percent)}%  {mem}  {num(gpu.power_w)} W  {num(gpu.temperature_c)} °C"
+            name = state.gpu.name.removeprefix("NVIDIA ").removeprefix("GeForce ")
+            room = self.size.width - len(figures)
+            head = Text(name[: max(0, room)], style=self._style("gpu--title")).append(figures)
+            head.truncate(self.size.width, overflow="ellipsis")
+            lines.append(head)
+            util_points: list[tuple[float, float]] = []
+            mem_points: list[tuple[float, float]] = []
+            for s in frame.samples:
+                if s.util_samples:
+                    util_points.extend(s.util_samples)
+                elif s.gpu is not None and s.gpu.util_percent is not None:
+                    util_points.append((s.t, s.gpu.util_percent))
+                if s.gpu is not None:
+                    mem_points.append((s.t, s.gpu.mem_used_bytes))
+            util_points.sort()
+            for i, row in enumerate(bar_rows(bucket_max(util_points, left, right, width), UTIL_ROWS, 100.0)):
+                line = Text("util " if i == 0 else "", style=label).append(" " * (LABEL_W - (5 if i == 0 else 0)))
+                lines.append(line.append(row, style=self._style("gpu--util")))
+            mem_total = float(state.gpu.memory_total_bytes)
+            mem_row = bar_rows(bucket_max(mem_points, left, right, width), 1, mem_total)[0]
+            lines.append(Text("mem  ", style=label).append(mem_row, style=self._style("gpu--mem")))
+        lines.extend(self._lanes(frame, left, right, width, self.size.height - len(lines) - 1))
+        axis = Text(f"{'':{LABEL_W}}-{WINDOW_S:.0f}s", style=label)
+        axis.append("  lanes: ", style=label).append("░ rollout", style=self._style("lane--rollout"))
+        axis.append(" ").append("█ train", style=self._style("lane--train"))
+        axis.pad_right(LABEL_W + width - axis.cell_len - 3)
+        lines.append(axis.append("now", style=label))
+        text = Text("\n").join(lines)
+        text.no_wrap, text.overflow = True, "ellipsis"
+        return text
+
+    def _lanes(self, frame: Frame, left: float, right: float, width: int, rows: int) -> list[Text]:
+        """One lane per live job, as many as fit; the rest are counted."""
+        live = [job for job in frame.state.jobs if job.state in LANE_STATES]
+        if rows <= 0:
+            return []
+        shown = live if len(live) <= rows else live[: rows - 1]
+        styles = {phase: self._style(f"lane--{phase}") for phase in PHASE_CHARS}
+        out = []
+        for job in shown:
+            cells = dominant_phases(frame.phases.get(job.id, ()), left, right, width, end=frame.state.now)
+            lane = Text(f"{job.id:<{LABEL_W}}", style=self._style("gpu--label"))
+            run_start = 0
+            for i in range(1, width + 1):
+                if i == width or cells[i] != cells[run_start]:
+                    phase = cells[run_start]
+                    char = PHASE_CHARS.get(phase or "", " ")
+                    lane.append(char * (i - run_start), style=styles.get(phase or "", Style()))
+                    run_start = i
+            out.append(lane)
+        if len(shown) < len(live):
+            out.append(Text(f"+{len(live) - len(shown)} more running jobs", style=self._style("gpu--label")))
+        if not live:
+            out.append(Text("no job running", style=self._style("gpu--label")))
+        return out

@@ -1,0 +1,133 @@
+"""Frozen run data and a scripted source for the TUI's Pilot and snapshot tests.
+
+The data is made up on purpose and only ever reaches a test: four jobs whose train phases (2 s
+every 8 s, staggered) line up with GPU utilization bursts, so a snapshot shows what the lanes are
+for. Everything is a pure function of its arguments, so snapshots are stable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from cockpit.core.feed import WINDOW_S, Checkpoint, Frame, JobDetail, SourceError
+from cockpit.core.nvml import GpuInfo, GpuSample
+from cockpit.core.state import JobView, RunState, RunStatus
+from cockpit.core.supervisor import Command
+from cockpit.core.telemetry import JobUsage, Sample
+
+NOW = 1_790_000_000.0
+GIB = 1024**3
+CYCLE_S, TRAIN_S = 8.0, 2.0
+
+
+def _phase_at(job: int, t: float) -> str:
+    offset = (t - NOW + 1000 * CYCLE_S + job * 1.3) % CYCLE_S
+    return "train" if offset < TRAIN_S else "rollout"
+
+
+def transitions(job: int, now: float = NOW) -> tuple[tuple[float, str | None], ...]:
+    """The job's phase changes over the window (every 0.5 s is fine enough for fixtures)."""
+    out: list[tuple[float, str | None]] = []
+    t = now - WINDOW_S - CYCLE_S
+    while t <= now:
+        phase = _phase_at(job, t)
+        if not out or out[-1][1] != phase:
+            out.append((round(t, 3), phase))
+        t += 0.5
+    return tuple(out)
+
+
+def job_view(i: int, *, gpu: bool, now: float = NOW, state: str = "running", **changes: object) -> JobView:
+    """Job `i` (id 00i) mid-run."""
+    view = JobView(
+        id=f"{i:03d}", seed=i, state=state, phase=_phase_at(i, now) if state == "running" else None,
+        phase_since=now - 1.0, steps=50_000 * (i + 1), target=1_000_000, sps=1500.0 + 100 * i, mean_sps=1450.0,
+        ep_rew_mean=-120.5 + 40 * i, restarts=i % 2, checkpoints=i, last_checkpoint_step=40_000 * i or None,
+        error=None, exit_reason=None, pid=4000 + i, device="cuda" if gpu else "cpu", cpu_percent=95.0 + i,
+        rss_bytes=900 * 1024**2, gpu_mem_bytes=(1 + i) * 512 * 1024**2 if gpu else None,
+        peak_gpu_mem_bytes=(1 + i) * 600 * 1024**2 if gpu else None, started_at=now - 600, ended_at=None,
+    )  # fmt: skip
+    return replace(view, **changes)  # type: ignore[arg-type]
+
+
+def sample(t: float, *, gpu: bool, jobs: int = 4, cores: int = 8) -> Sample:
+    """The telemetry at `t`: utilization high when any job trains."""
+    training = sum(1 for j in range(jobs) if _phase_at(j, t) == "train")
+    util = min(100.0, 8.0 + 45.0 * training)
+    g = GpuSample(util, util, (3 + training) * GIB, 12 * GIB, 90.0 + 2 * util, 61.0, 2500, ()) if gpu else None
+    cpu = tuple(min(100.0, 40.0 + 7.0 * ((k * 3 + int(t)) % 9)) for k in range(cores))
+    usage = {
+        f"{j:03d}": JobUsage(95.0 + j, 900 * 1024**2, (1 + j) * 512 * 1024**2 if gpu else None) for j in range(jobs)
+    }
+    return Sample(t, cpu, 11 * GIB, 24 * GIB, g, usage, 0.001, ((t, util),) if gpu else ())
+
+
+def frame(*, gpu: bool = True, jobs: int = 4, now: float = NOW, status: RunStatus = RunStatus.RUNNING,
+          warnings: tuple[str, ...] = (), **job_changes: object) -> Frame:  # fmt: skip
+    """A frozen frame of a run with `jobs` running jobs."""
+    samples = tuple(sample(now - WINDOW_S + k * 0.2, gpu=gpu, jobs=jobs) for k in range(1, int(WINDOW_S * 5) + 1))
+    state = RunState(
+        run_dir="runs/20261122T010000Z-heavy-LunarLander-v3", preset="heavy", env="LunarLander-v3", status=status,
+        started_at=now - 620, now=now, slots=jobs,
+        jobs=tuple(job_view(i, gpu=gpu, now=now, **job_changes) for i in range(jobs)), sample=samples[-1],
+        gpu=GpuInfo(0, "NVIDIA GeForce RTX 4070", 12 * GIB, "560.35") if gpu else None,
+        gpu_status="" if gpu else "no NVIDIA driver (NVML library not found)", warnings=warnings,
+        threads_per_job=2, physical_cores=8,
+    )  # fmt: skip
+    return Frame(state, samples, {f"{i:03d}": transitions(i, now) for i in range(jobs)})
+
+
+@dataclass
+class ScriptedSource:
+    """A RunSource whose frames a test sets; every command it receives is kept in `commands`."""
+
+    current: Frame | None
+    read_only: bool = False
+    commands: list[Command] = field(default_factory=list)
+    refuse: str | None = None  # when set, submit raises SourceError with this text
+    closed: bool = False
+
+    def frame(self) -> Frame | None:
+        return self.current
+
+    def submit(self, command: Command) -> None:
+        if self.refuse:
+            raise SourceError(self.refuse)
+        self.commands.append(command)
+
+    def detail(self, job_id: str) -> JobDetail:
+        return JobDetail(
+            job_id=job_id, job_dir=f"runs/x/jobs/{job_id}", config={"env": "LunarLander-v3", "preset": {"n_envs": 16}},
+            events=({"t": NOW - 600, "kind": "started", "device": "cuda", "resumed_from_step": None},
+                    {"t": NOW - 300, "kind": "checkpoint", "step": 40_000, "path": "cp"}),
+            stderr_tail=("UserWarning: something mild",),
+            curve=tuple((k * 10_000, -200.0 + 10 * k) for k in range(20)),
+            sps=tuple((NOW - 600 + k * 30, 1400.0 + k) for k in range(20)),
+            checkpoints=(Checkpoint(40_000, f"runs/x/jobs/{job_id}/checkpoints/step-40000-1", NOW - 300),),
+        )  # fmt: skip
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@dataclass
+class ScriptedReplay(ScriptedSource):
+    """A read-only source with a span, for the replay bar."""
+
+    read_only: bool = True
+    at: float = NOW
+    seeks: list[float] = field(default_factory=list)
+
+    @property
+    def span(self) -> tuple[float, float]:
+        return (NOW - 600, NOW)
+
+    def seek(self, t: float) -> None:
+        self.seeks.append(t)
+        self.at = t
+        self.current = frame(now=t, status=RunStatus.DONE if t >= NOW else RunStatus.RUNNING)
+
+
+def run_dir_name(frame: Frame) -> Path:
+    """The run directory of a frame, as a path."""
+    return Path(frame.state.run_dir)
