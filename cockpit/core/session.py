@@ -3,33 +3,39 @@
 The session loop runs on the main thread at 5 Hz: it ticks the supervisor, tells the sampler which
 processes to follow, hands the front end a fresh `RunState`, and rewrites `run.toml` every ~10 s.
 SIGINT and SIGTERM only ask the supervisor to stop (a second one kills the workers at once); the
-loop then waits for every job to checkpoint and exit, and writes the final run log.
+loop then waits for every job to checkpoint and exit, and writes the final run log. While it runs,
+the session serves its states, telemetry and phases on the run's control socket (`control.py`),
+where any number of viewers attach; it is their `ControlProvider`.
 """
 
 from __future__ import annotations
 
+import bisect
 import fcntl
 import os
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from cockpit.config import RUN_LOG, ConfigError, RunSpec
 from cockpit.core.clock import Clock, SystemClock
+from cockpit.core.control import ControlError, ControlServer
+from cockpit.core.feed import Transition, phases_since
 from cockpit.core.host import HostInfo, host_info, thread_budget
 from cockpit.core.jobs import JobState
 from cockpit.core.launcher import Launcher, LocalLauncher
 from cockpit.core.runlog import Recorder, phase_accounting, render, write_atomic
 from cockpit.core.state import RunState, RunStatus
 from cockpit.core.supervisor import STOP_GRACE_S, Command, JobTemplate, Supervisor
-from cockpit.core.telemetry import Sampler
+from cockpit.core.telemetry import Sample, Sampler
 from training.events import EVENTS_FILE, read_events
 
 TICK_S = 0.2
 LOCK_FILE = ".cockpit.lock"
 RUN_LOG_EVERY_S = 10.0
+CONTROL_LINGER_S = 1.0  # how long the final state stays served for viewers still polling
 
 
 class View(Protocol):
@@ -49,7 +55,11 @@ EXIT_CODES = {RunStatus.DONE: 0, RunStatus.FAILED: 1}
 
 @dataclass
 class RunSession:
-    """One `cockpit run` (or `--resume`)."""
+    """One `cockpit run` (or `--resume`).
+
+    With `serve` (the default), `run()` serves the run on its control socket; if the socket cannot
+    be set up, the run goes on unserved and says why in its warnings.
+    """
 
     spec: RunSpec
     sampler: Sampler
@@ -57,6 +67,7 @@ class RunSession:
     clock: Clock = field(default_factory=SystemClock)
     host: HostInfo = field(default_factory=host_info)
     resume: bool = False
+    serve: bool = True
 
     def __post_init__(self) -> None:
         budget = thread_budget(self.spec.slots, self.host.physical_cores)
@@ -75,6 +86,7 @@ class RunSession:
         self.recorder = Recorder(self.spec.run_dir)
         self.sampler.on_sample = self.recorder
         self.log_failure: str | None = None
+        self._latest: RunState | None = None  # written by the loop, read by control threads
         if self.resume:
             self._restore_jobs()
 
@@ -92,6 +104,24 @@ class RunSession:
     def submit(self, command: Command) -> None:
         """Send a command to the supervisor (thread-safe); the TUI uses this too."""
         self.supervisor.submit(command)
+
+    # ----- ControlProvider (called from the control server's threads) -----
+
+    def latest_state(self) -> RunState | None:
+        """The state of the latest tick (the final state once the run ended), None before the first."""
+        return self._latest
+
+    def samples_since(self, t: float) -> list[Sample]:
+        """The sampler's kept samples newer than `t`, oldest first."""
+        history = self.sampler.history()
+        return history[bisect.bisect_right(history, t, key=lambda sample: sample.t) :]
+
+    def phases_since(self, since: Mapping[str, float]) -> dict[str, list[Transition]]:
+        """For each job in `since`, its phase transitions after that time (`feed.phases_since`)."""
+        # The loop thread adds jobs and appends transitions while this runs: copying a dict or a
+        # list is one step under the GIL, so work on copies and never iterate the originals.
+        jobs = dict(self.supervisor.jobs)
+        return {job_id: phases_since(list(jobs[job_id].phases), t) for job_id, t in since.items() if job_id in jobs}
 
     def snapshot(self) -> RunState:
         """The run as it is now."""
@@ -136,6 +166,7 @@ class RunSession:
 
         for sig in signals:
             signal.signal(sig, on_signal)
+        server = self._serve() if self.serve else None
         self.sampler.start()
         try:
             try:
@@ -145,14 +176,26 @@ class RunSession:
                 raise
             finally:
                 self.sampler.stop()
-                state = self.snapshot()
+                state = self._latest = self.snapshot()
                 self.write_run_log(state, final=True)
                 self.recorder.close()
             view.close(state)
             return state
         finally:
+            if server is not None:
+                server.stop()  # lingers until attached viewers have fetched the final state
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def _serve(self) -> ControlServer | None:
+        """Start the control server; on failure warn and carry on (the run matters more than viewers)."""
+        server = ControlServer(self.spec.run_dir, self, linger_s=CONTROL_LINGER_S)
+        try:
+            server.start()
+        except (ControlError, OSError) as exc:
+            self.supervisor.warnings.append(f"no control socket, nothing can attach: {exc}")
+            return None
+        return server
 
     def _loop(self, view: View, on_tick: Callable[[RunState], Any] | None) -> None:
         last_log = None
@@ -160,7 +203,7 @@ class RunSession:
         while True:
             self.supervisor.tick()
             self.sampler.set_jobs(self.supervisor.live_pids())
-            state = self.snapshot()
+            state = self._latest = self.snapshot()
             view.update(state)
             if on_tick is not None:
                 on_tick(state)

@@ -1,0 +1,163 @@
+"""The JSON codec of the control socket: exact round trips, and bad input named by its key."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from cockpit.core.nvml import GpuInfo, GpuSample
+from cockpit.core.state import JobView, RunState, RunStatus
+from cockpit.core.supervisor import AddJob, Command, KillJob, RestartJob, StopAll, StopJob
+from cockpit.core.telemetry import JobUsage, Sample
+from cockpit.core.wire import (
+    decode_command,
+    decode_sample,
+    decode_state,
+    encode_command,
+    encode_sample,
+    encode_state,
+)
+
+
+def job_view(job_id: str, **overrides: Any) -> JobView:
+    values: dict[str, Any] = {
+        "id": job_id, "seed": 7, "state": "running", "phase": "rollout", "phase_since": 1_800_000_000.25,
+        "steps": 4096, "target": 100_000, "sps": 1234.5, "mean_sps": 1100.0, "ep_rew_mean": None,
+        "restarts": 1, "checkpoints": 2, "last_checkpoint_step": 2048, "error": None, "exit_reason": None,
+        "pid": 4242, "device": "cuda:0", "cpu_percent": 97.5, "rss_bytes": 1 << 30, "gpu_mem_bytes": None,
+        "peak_gpu_mem_bytes": None, "started_at": 1_799_999_990.0, "ended_at": None,
+    }  # fmt: skip
+    values.update(overrides)
+    return JobView(**values)
+
+
+def sample(t: float, *, gpu: bool) -> Sample:
+    return Sample(
+        t=t,
+        cpu_percent=(12.5, 99.0),
+        ram_used_bytes=8 << 30,
+        ram_total_bytes=64 << 30,
+        gpu=GpuSample(
+            util_percent=63.5,
+            util_peak_percent=98.0,
+            mem_used_bytes=3 << 30,
+            mem_total_bytes=24 << 30,
+            power_w=None,
+            temperature_c=61.0,
+            sm_clock_mhz=2520,
+            throttle_reasons=("sw_power_cap", "sw_thermal"),
+        )
+        if gpu
+        else None,
+        jobs={"000": JobUsage(97.5, 1 << 30, 512 << 20, 40.0), "001": JobUsage(3.0, 1 << 20)},
+        cost_s=0.0021,
+        util_samples=((t - 0.1, 50.0), (t, 98.0)) if gpu else (),
+    )
+
+
+def run_state(*, gpu: bool) -> RunState:
+    return RunState(
+        run_dir="/runs/r1",
+        preset="cartpole",
+        env="CartPole-v1",
+        status=RunStatus.STOPPING,
+        started_at=1_799_999_000.0,
+        now=1_800_000_000.5,
+        slots=2,
+        jobs=(job_view("000"), job_view("001", state="queued", phase=None, phase_since=None, pid=None)),
+        sample=sample(1_800_000_000.4, gpu=gpu),
+        gpu=GpuInfo(0, "NVIDIA GeForce RTX 4090", 24 << 30, "555.42") if gpu else None,
+        gpu_status="" if gpu else "no GPU telemetry: no NVML library",
+        warnings=("job 001: slow start",),
+    )
+
+
+def through_json(data: dict[str, Any]) -> Any:
+    return json.loads(json.dumps(data))
+
+
+@pytest.mark.parametrize("gpu", [True, False], ids=["gpu", "cpu-only"])
+def test_a_state_round_trips_exactly_through_json(gpu: bool) -> None:
+    state = run_state(gpu=gpu)
+    back = decode_state(through_json(encode_state(state)))
+    assert back == state
+    assert back.status is RunStatus.STOPPING and isinstance(back.jobs, tuple) and isinstance(back.warnings, tuple)
+    assert back.sample is not None and isinstance(back.sample.cpu_percent, tuple)
+    assert isinstance(back.sample.jobs["001"], JobUsage)
+    if gpu:
+        assert back.sample.gpu is not None and isinstance(back.sample.gpu.throttle_reasons, tuple)
+        assert all(isinstance(point, tuple) for point in back.sample.util_samples)
+
+
+def test_a_state_before_any_sample_round_trips() -> None:
+    state = RunState(
+        run_dir="r", preset="p", env="e", status=RunStatus.RUNNING, started_at=1.0, now=2.0, slots=1,
+        jobs=(), sample=None, gpu=None, gpu_status="", warnings=(),
+    )  # fmt: skip
+    assert decode_state(through_json(encode_state(state))) == state
+
+
+def test_a_sample_round_trips_on_its_own() -> None:
+    one = sample(5.0, gpu=True)
+    assert decode_sample(through_json(encode_sample(one))) == one
+
+
+def test_a_missing_or_malformed_key_is_named() -> None:
+    encoded = through_json(encode_state(run_state(gpu=True)))
+    del encoded["now"]
+    with pytest.raises(ValueError, match="'now'"):
+        decode_state(encoded)
+    encoded = through_json(encode_state(run_state(gpu=True)))
+    encoded["status"] = "exploded"
+    with pytest.raises(ValueError, match="'status'"):
+        decode_state(encoded)
+    encoded = through_json(encode_state(run_state(gpu=True)))
+    del encoded["sample"]["gpu"]["mem_used_bytes"]
+    with pytest.raises(ValueError, match="'mem_used_bytes'"):
+        decode_state(encoded)
+    with pytest.raises(ValueError, match="expected an object"):
+        decode_state([1, 2])
+
+
+def test_unknown_keys_from_a_newer_cockpit_are_ignored() -> None:
+    state = run_state(gpu=False)
+    encoded = through_json(encode_state(state))
+    encoded["from_the_future"] = 1
+    encoded["jobs"][0]["also_new"] = "x"
+    assert decode_state(encoded) == state
+
+
+@pytest.mark.parametrize(
+    ("command", "kind"),
+    [
+        (AddJob(), "add"),
+        (AddJob(12), "add"),
+        (StopJob("003"), "stop"),
+        (RestartJob("000"), "restart"),
+        (KillJob("001"), "kill"),
+        (StopAll(), "stop_all"),
+    ],
+)
+def test_commands_round_trip(command: Command, kind: str) -> None:
+    encoded = through_json(encode_command(command))
+    assert encoded["kind"] == kind
+    assert decode_command(encoded) == command
+
+
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        ({"job_id": "000"}, "'kind'"),
+        ({"kind": "explode"}, "'kind'"),
+        ({"kind": "stop"}, "'job_id'"),
+        ({"kind": "kill", "job_id": 3}, "'job_id'"),
+        ({"kind": "add", "seed": "7"}, "'seed'"),
+        ({"kind": "add", "seed": True}, "'seed'"),
+        ("stop", "expected an object"),
+    ],
+)
+def test_a_bad_command_raises_value_error_naming_the_key(data: Any, named: str) -> None:
+    with pytest.raises(ValueError, match=named):
+        decode_command(data)
