@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import errno
 import os
 from pathlib import Path
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from cockpit.core.host import pin_sets, thread_budget
-from cockpit.core.runlog import read_run_log, write_atomic
+from cockpit.core.runlog import Recorder, read_run_log, write_atomic
+from cockpit.core.telemetry import JobUsage, Sample
 
 
 def test_a_failed_rewrite_leaves_the_previous_run_log_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -37,3 +39,15 @@ def test_pinning_gives_each_slot_its_own_cpus() -> None:
     assert pin_sets(2, [0, 1, 2, 3, 4, 5, 6, 7]) == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert pin_sets(3, [0, 1, 2, 3, 4, 5, 6]) == [[0, 1], [2, 3], [4, 5]]
     assert pin_sets(3, [0, 1]) == [[0], [1], [0]]  # more slots than CPUs: round-robin
+
+
+def test_samples_csv_appends_per_core_cpu_after_the_existing_columns(tmp_path: Path) -> None:
+    recorder = Recorder(tmp_path)
+    recorder(Sample(t=100.0, cpu_percent=(12.34, 0.0, 100.0), ram_used_bytes=2**30, ram_total_bytes=2**32,
+                    gpu=None, jobs={"000": JobUsage(50.0, 2**20)}, cost_s=0.001))  # fmt: skip
+    recorder.close()
+    with (tmp_path / "samples.csv").open(newline="") as fh:
+        header, row = list(csv.reader(fh))
+    assert header == ["t", "gpu_util", "gpu_util_peak", "gpu_mem_used_mib", "gpu_power_w", "gpu_temp_c",
+                      "gpu_sm_mhz", "cpu_percent", "ram_used_mib", "cost_ms", "cpu_cores"]  # fmt: skip
+    assert row[0] == "100.000" and row[7] == "37.4" and row[-1] == "12.3 0.0 100.0"

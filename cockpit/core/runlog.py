@@ -4,7 +4,9 @@
 same directory, which is fsynced and renamed over the old one, so a crash, a kill or a full disk
 leaves the previous complete file, never a torn one. Samples are appended to CSV files
 (`samples.csv` per tick, `job_samples.csv` per job and tick, `gpu_util.csv` for every NVML
-utilization sample) for plots and replay; a torn last line there is skipped by readers.
+utilization sample) for plots and replay; a torn last line there is skipped by readers. Columns are
+only ever appended (`samples.csv`'s last, `cpu_cores`, is each core's CPU % separated by spaces), so
+readers go by header name and older files simply lack the newer columns.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ class Recorder:
 
     _HEADERS: ClassVar[dict[str, list[str]]] = {
         "samples.csv": ["t", "gpu_util", "gpu_util_peak", "gpu_mem_used_mib", "gpu_power_w", "gpu_temp_c",
-                        "gpu_sm_mhz", "cpu_percent", "ram_used_mib", "cost_ms"],
+                        "gpu_sm_mhz", "cpu_percent", "ram_used_mib", "cost_ms", "cpu_cores"],
         "job_samples.csv": ["t", "job", "cpu_percent", "rss_mib", "gpu_mem_mib", "gpu_sm_percent"],
         "gpu_util.csv": ["t", "util"],
     }  # fmt: skip
@@ -129,6 +131,7 @@ class Recorder:
             _fmt(g.mem_used_bytes / MIB if g else None), _fmt(g.power_w if g else None),
             _fmt(g.temperature_c if g else None), g.sm_clock_mhz if g and g.sm_clock_mhz is not None else "",
             _fmt(sample.cpu_total_percent), _fmt(sample.ram_used_bytes / MIB), _fmt(sample.cost_s * 1000, 3),
+            " ".join(f"{c:.1f}" for c in sample.cpu_percent),  # per core, space-separated, for replay
         ])  # fmt: skip
         jobs = self._writer("job_samples.csv")
         for job, u in sample.jobs.items():

@@ -1,0 +1,137 @@
+"""One job's detail, read from its directory alone: the same for a live run and a finished one.
+
+The job's `events.jsonl` can hold millions of lines after a long run, so it is streamed once and
+only bounded summaries are kept: the newest notable events, and curves thinned as they grow.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from cockpit.core.feed import Checkpoint, JobDetail, SourceError
+from cockpit.core.launcher import log_tail
+from training.events import EVENTS_FILE, iter_events
+
+NOTABLE_KINDS = frozenset({"started", "checkpoint", "finished", "error"})
+MAX_EVENTS = 50
+STDERR_LINES = 20
+MAX_POINTS = 500
+CHECKPOINTS_DIR = "checkpoints"
+
+P = TypeVar("P")
+
+
+class Thinned(Generic[P]):
+    """A series thinned while it streams in: at most about `2 * limit` points are ever held.
+
+    Points are kept at a stride that doubles whenever the held list grows past `2 * limit`, so
+    the kept points stay evenly spread over the whole series; the newest point is always kept.
+    """
+
+    def __init__(self, limit: int = MAX_POINTS) -> None:
+        self.limit = limit
+        self._stride = 1
+        self._count = 0
+        self._held: list[P] = []
+        self._last: P | None = None
+        self._last_held = False
+
+    def add(self, point: P) -> None:
+        """Offer the next point of the series."""
+        self._last_held = self._count % self._stride == 0
+        if self._last_held:
+            self._held.append(point)
+            if len(self._held) > 2 * self.limit:
+                self._held = self._held[::2]  # keeps the first point and every 2·stride-th after it
+                self._stride *= 2
+                self._last_held = self._count % self._stride == 0
+        self._count += 1
+        self._last = point
+
+    def points(self) -> tuple[P, ...]:
+        """At most `limit` points, evenly spread, the first and the newest included."""
+        held = list(self._held)
+        if self._count and not self._last_held:
+            held.append(self._last)  # type: ignore[arg-type]  # _count > 0: _last is a point
+        if len(held) <= self.limit:
+            return tuple(held)
+        if self.limit < 2:
+            return tuple(held[-self.limit :]) if self.limit else ()
+        n = len(held)
+        return tuple(held[round(i * (n - 1) / (self.limit - 1))] for i in range(self.limit))
+
+
+def _checkpoint_step(name: str) -> tuple[int, int] | None:
+    """(step, write time ns) of a `step-<step>-<ns>` directory name; None for anything else."""
+    parts = name.split("-")
+    if len(parts) != 3 or parts[0] != "step":
+        return None
+    try:
+        return int(parts[1]), int(parts[2])
+    except ValueError:
+        return None
+
+
+def _checkpoints_on_disk(job_dir: Path, event_times: Mapping[str, float]) -> tuple[Checkpoint, ...]:
+    """Complete checkpoints in the job's directory (`.tmp-*` and `corrupt/` are not), oldest first."""
+    directory = job_dir / CHECKPOINTS_DIR
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return ()
+    found = []
+    for path in entries:
+        key = _checkpoint_step(path.name)
+        if key is not None and path.is_dir():
+            found.append((key, path))
+    found.sort(key=lambda item: item[0])
+    return tuple(Checkpoint(step=key[0], path=str(path), t=event_times.get(path.name)) for key, path in found)
+
+
+def job_detail(run_dir: Path, job_id: str) -> JobDetail:
+    """The detail of job `job_id` of the run in `run_dir`, from `run_dir/jobs/<job_id>/` only.
+
+    `config` is the newest `started` event's config ({} before the first); `events` the newest
+    `MAX_EVENTS` notable events (started, checkpoint, finished, error), oldest first;
+    `stderr_tail` the last `STDERR_LINES` non-empty lines of stderr.log; `curve` and `sps` are
+    thinned to at most `MAX_POINTS` points (first and last kept), and skip progress events whose
+    value is null; `checkpoints` are the directories that exist now (pruned ones are gone), with
+    `t` from their checkpoint event when it was read. Raises SourceError naming the job and the
+    directory when there is no such job directory.
+    """
+    job_dir = run_dir / "jobs" / job_id
+    if job_id in ("", ".", "..") or "/" in job_id or not job_dir.is_dir():
+        raise SourceError(f"no job {job_id!r} in {run_dir}: {job_dir} does not exist")
+    config: Mapping[str, Any] = {}
+    notable: deque[Mapping[str, Any]] = deque(maxlen=MAX_EVENTS)
+    curve: Thinned[tuple[int, float]] = Thinned()
+    sps: Thinned[tuple[float, float]] = Thinned()
+    checkpoint_times: dict[str, float] = {}
+    for event in iter_events(job_dir / EVENTS_FILE):
+        kind = event["kind"]
+        if kind == "progress":
+            steps, reward, rate = event.get("num_timesteps"), event.get("ep_rew_mean"), event.get("sps")
+            if steps is not None and reward is not None:
+                curve.add((int(steps), float(reward)))
+            if rate is not None:
+                sps.add((float(event["t"]), float(rate)))
+        elif kind in NOTABLE_KINDS:
+            notable.append(event)
+            if kind == "started" and isinstance(event.get("config"), Mapping):
+                config = event["config"]
+            elif kind == "checkpoint" and event.get("path"):
+                checkpoint_times[Path(str(event["path"])).name] = float(event["t"])
+    stderr = log_tail(job_dir / "stderr.log", STDERR_LINES)
+    return JobDetail(
+        job_id=job_id,
+        job_dir=str(job_dir),
+        config=config,
+        events=tuple(notable),
+        stderr_tail=tuple(stderr.splitlines()),
+        curve=curve.points(),
+        sps=sps.points(),
+        checkpoints=_checkpoints_on_disk(job_dir, checkpoint_times),
+    )

@@ -1,0 +1,263 @@
+"""A replay shows a finished run, read from its files, as it was at any moment of it.
+
+The run below is synthetic but written by the real writers (EventWriter, Recorder, render):
+from T0 to T0+100, job 000 runs 10..60 and finishes done; job 001 starts at 30, fails with a
+CUDA OOM at 40, is restarted at 42 and is stopped by an interrupt at 90; job 002 never starts.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cockpit import presets
+from cockpit.config import RUN_LOG, RunSpec
+from cockpit.core.feed import WINDOW_S, Replay, SourceError
+from cockpit.core.host import HostInfo
+from cockpit.core.nvml import GpuInfo, GpuSample
+from cockpit.core.replay import NO_GPU_RECORDED, ReplaySource, open_replay
+from cockpit.core.runlog import MIB, Recorder, phase_accounting, render, write_atomic
+from cockpit.core.state import JobView, RunState, RunStatus
+from cockpit.core.supervisor import StopAll, StopJob
+from cockpit.core.telemetry import JobUsage, Sample
+from training.events import EVENTS_FILE, EventWriter
+
+T0 = 1_800_000_000.0
+END = T0 + 100
+GPU = GpuInfo(index=0, name="Test GPU", memory_total_bytes=8192 * MIB, driver="550.1")
+
+
+def _cores(i: int) -> tuple[float, ...]:
+    return (float(i % 7) + 0.5, 50.0, 99.9, 0.0)
+
+
+def _usage(i: int) -> dict[str, JobUsage]:
+    jobs = {}
+    if 10 <= i <= 60:
+        jobs["000"] = JobUsage(cpu_percent=100.0 + i, rss_bytes=(200 + i) * MIB, gpu_mem_bytes=(300 + i) * MIB)
+    if 30 <= i <= 90:
+        jobs["001"] = JobUsage(cpu_percent=90.0, rss_bytes=150 * MIB, gpu_mem_bytes=None)
+    return jobs
+
+
+def _sample(i: int, gpu: bool) -> Sample:
+    t = T0 + i
+    g = GpuSample(40.0 + i % 10, 80.0, (1000 + i) * MIB, GPU.memory_total_bytes, 120.0, 60.0, 1800, ()) if gpu else None
+    return Sample(t=t, cpu_percent=_cores(i), ram_used_bytes=(4000 + i) * MIB, ram_total_bytes=16 * 1024**3, gpu=g,
+                  jobs=_usage(i), cost_s=0.002, util_samples=((t - 0.5, 30.0), (t, 50.0)) if gpu else ())  # fmt: skip
+
+
+def _view(job_id: str, seed: int, state: str, **fields: Any) -> JobView:
+    base = dict(id=job_id, seed=seed, state=state, phase=None, phase_since=None, steps=0, target=1000, sps=None,
+                mean_sps=None, ep_rew_mean=None, restarts=0, checkpoints=0, last_checkpoint_step=None, error=None,
+                exit_reason=None, pid=None, device=None, cpu_percent=None, rss_bytes=None, gpu_mem_bytes=None,
+                peak_gpu_mem_bytes=None, started_at=None, ended_at=None)  # fmt: skip
+    return JobView(**{**base, **fields})
+
+
+def _write_events(run_dir: Path) -> None:
+    job0 = EventWriter(run_dir / "jobs" / "000" / EVENTS_FILE)
+    job0.started(t=T0 + 10, config={"env": "CartPole-v1", "threads": 2, "seed": 0}, pid=101, device="cpu",
+                 versions={}, resumed_from_step=None, target_steps=1024)  # fmt: skip
+    job0.emit("phase", t=T0 + 10.5, phase="rollout", iteration=0, num_timesteps=0)
+    job0.emit("phase", t=T0 + 12, phase="train", iteration=1, num_timesteps=256)
+    job0.progress(t=T0 + 12.5, num_timesteps=256, iteration=1, sps=100.0, ep_rew_mean=10.0)
+    job0.emit("phase", t=T0 + 13, phase="rollout", iteration=1, num_timesteps=256)
+    ckpt = run_dir / "jobs" / "000" / "checkpoints" / "step-000000000512-7"
+    ckpt.mkdir(parents=True)
+    job0.emit("checkpoint", t=T0 + 20, path=str(ckpt), step=512)
+    job0.progress(t=T0 + 30, num_timesteps=512, iteration=2, sps=200.0, ep_rew_mean=None)
+    job0.emit("finished", t=T0 + 60, status="done", steps=1024, duration=50.0)
+    job0.close()
+    job1 = EventWriter(run_dir / "jobs" / "001" / EVENTS_FILE)
+    job1.started(t=T0 + 30, config={"threads": 2}, pid=201, device="cuda:0", versions={}, resumed_from_step=None)
+    job1.emit("phase", t=T0 + 31, phase="rollout", iteration=0, num_timesteps=0)
+    job1.emit("error", t=T0 + 40, type="cuda_oom", message="CUDA out of memory")
+    job1.started(t=T0 + 42, config={"threads": 2}, pid=202, device="cuda:0", versions={}, resumed_from_step=0)
+    job1.emit("phase", t=T0 + 43, phase="rollout", iteration=0, num_timesteps=0)
+    job1.emit("phase", t=T0 + 50, phase="train", iteration=1, num_timesteps=128)
+    job1.emit("finished", t=T0 + 90, status="stopped", steps=128, duration=48.0)
+    job1.close()
+    with (run_dir / "jobs" / "001" / EVENTS_FILE).open("a") as fh:
+        fh.write('{"t": 1800000095.0, "kind": "phase", "pha')  # a worker killed mid-write
+    (run_dir / "jobs" / "002").mkdir(parents=True)
+
+
+def _build_run(run_dir: Path, *, gpu: bool = True) -> Path:
+    """The run described in the module docstring, in `run_dir`."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_events(run_dir)
+    recorder = Recorder(run_dir)
+    for i in range(101):
+        recorder(_sample(i, gpu))
+    recorder.close()
+    spec = RunSpec(jobs=2, agents=3, preset=presets.load("cartpole"), preset_arg="cartpole", env="CartPole-v1",
+                   timesteps=1000, seed=0, run_dir=run_dir, max_restarts=3, pin=False, headless=True,
+                   command_line=("cockpit", "run"))  # fmt: skip
+    jobs = (
+        _view("000", 0, "done", steps=1024, checkpoints=1, last_checkpoint_step=512, exit_reason="done",
+              mean_sps=20.48),
+        _view("001", 1, "stopped", steps=128, restarts=1, exit_reason="stopped", error="cuda_oom: CUDA out of memory"),
+        _view("002", 2, "stopped", exit_reason="stopped before it started"),
+    )  # fmt: skip
+    state = RunState(run_dir=str(run_dir), preset="cartpole", env="CartPole-v1", status=RunStatus.INTERRUPTED,
+                     started_at=T0 - 2, now=END + 1, slots=2, jobs=jobs, sample=None, gpu=GPU if gpu else None,
+                     gpu_status="" if gpu else "no GPU telemetry: nvidia-ml-py is not installed",
+                     warnings=("warning: oversubscribed",))  # fmt: skip
+    host = HostInfo("box", "Test CPU", 4, 4, 16 * 1024**3, "Linux")
+    accounting = phase_accounting({}, recorder, END, final=True)
+    write_atomic(run_dir / RUN_LOG, render(spec, state, host, accounting, recorder))
+    return run_dir
+
+
+@pytest.fixture
+def replay(tmp_path: Path) -> ReplaySource:
+    return open_replay(_build_run(tmp_path / "run"))
+
+
+def _at(replay: ReplaySource, t: float) -> dict[str, JobView]:
+    replay.seek(t)
+    frame = replay.frame()
+    assert frame.state.now == t
+    return {job.id: job for job in frame.state.jobs}
+
+
+def test_a_replay_is_a_read_only_replay_positioned_at_the_end(replay: ReplaySource) -> None:
+    assert isinstance(replay, Replay) and replay.read_only
+    assert replay.span == (T0, END)
+    assert replay.position == END
+    with pytest.raises(SourceError, match=r"run is a finished run: replay is read-only"):
+        replay.submit(StopJob("000"))
+    with pytest.raises(SourceError, match="read-only"):
+        replay.submit(StopAll())
+
+
+def test_seek_clamps_to_the_span(replay: ReplaySource) -> None:
+    replay.seek(T0 - 1000)
+    assert replay.position == T0 and replay.frame().state.now == T0
+    replay.seek(END + 1000)
+    assert replay.position == END
+
+
+def test_before_any_start_every_job_is_queued(replay: ReplaySource) -> None:
+    jobs = _at(replay, T0 + 5)
+    state = replay.frame().state
+    assert state.status is RunStatus.RUNNING and state.count("queued") == 3
+    assert jobs["000"].steps == 0 and jobs["000"].phase is None and jobs["000"].started_at is None
+    assert state.env == "CartPole-v1" and state.preset == "cartpole" and state.slots == 2
+    assert state.threads_per_job == 2 and state.physical_cores == 4
+    assert state.warnings == ("warning: oversubscribed",)
+
+
+def test_a_running_job_has_its_phase_progress_and_usage(replay: ReplaySource) -> None:
+    job = _at(replay, T0 + 12.2)["000"]
+    assert (job.state, job.phase, job.phase_since, job.steps, job.sps) == ("running", "train", T0 + 12, 256, None)
+    job = _at(replay, T0 + 25)["000"]
+    assert (job.state, job.phase, job.phase_since) == ("running", "rollout", T0 + 13)
+    assert (job.steps, job.sps, job.ep_rew_mean) == (256, 100.0, 10.0)
+    assert (job.checkpoints, job.last_checkpoint_step) == (1, 512)
+    assert (job.device, job.pid, job.started_at, job.ended_at) == ("cpu", 101, T0 + 10, None)
+    assert job.cpu_percent == 125.0 and job.rss_bytes == 225 * MIB and job.gpu_mem_bytes == 325 * MIB
+    assert job.peak_gpu_mem_bytes == 325 * MIB
+    assert job.mean_sps == pytest.approx(256 / 15)
+
+
+def test_a_crashed_job_backs_off_then_counts_its_restart(replay: ReplaySource) -> None:
+    job = _at(replay, T0 + 41)["001"]
+    assert (job.state, job.phase, job.restarts, job.error) == ("backoff", None, 0, "cuda_oom: CUDA out of memory")
+    job = _at(replay, T0 + 45)["001"]
+    assert (job.state, job.phase, job.phase_since, job.restarts, job.pid) == ("running", "rollout", T0 + 43, 1, 202)
+
+
+def test_finished_jobs_end_as_recorded(replay: ReplaySource) -> None:
+    jobs = _at(replay, T0 + 61)
+    assert (jobs["000"].state, jobs["000"].phase, jobs["000"].steps) == ("done", None, 1024)
+    assert (jobs["000"].exit_reason, jobs["000"].ended_at, jobs["000"].cpu_percent) == ("done", T0 + 60, None)
+    assert replay.frame().state.status is RunStatus.RUNNING
+    jobs = _at(replay, END)
+    state = replay.frame().state
+    assert state.status is RunStatus.INTERRUPTED
+    assert [(j.state, j.exit_reason) for j in state.jobs] == [
+        ("done", "done"), ("stopped", "stopped"), ("stopped", "stopped before it started"),
+    ]  # fmt: skip
+    assert jobs["001"].restarts == 1 and jobs["000"].mean_sps == 20.5  # run.toml rounds it
+
+
+def test_the_window_holds_the_last_minute_of_samples_and_phases(replay: ReplaySource) -> None:
+    replay.seek(T0 + 5)
+    frame = replay.frame()
+    assert [s.t for s in frame.samples] == [T0 + i for i in range(6)]
+    assert frame.phases == {"000": (), "001": (), "002": ()}
+    replay.seek(T0 + 70.5)
+    frame = replay.frame()
+    assert [s.t for s in frame.samples] == [T0 + i for i in range(11, 71)]
+    assert all(T0 + 70.5 - WINDOW_S < s.t <= T0 + 70.5 for s in frame.samples)
+    assert frame.phases["000"] == ((T0 + 10.5, "rollout"), (T0 + 12, "train"), (T0 + 13, "rollout"), (T0 + 60, None))
+    assert frame.phases["001"] == (
+        (T0 + 31, "rollout"), (T0 + 40, None), (T0 + 43, "rollout"), (T0 + 50, "train"),
+    )  # fmt: skip
+    replay.seek(END)
+    frame = replay.frame()
+    assert frame.phases["000"] == ((T0 + 13, "rollout"), (T0 + 60, None))
+    # The transition at the window's left edge (END - 60) comes first; the torn line is skipped.
+    assert frame.phases["001"] == ((T0 + 40, None), (T0 + 43, "rollout"), (T0 + 50, "train"), (T0 + 90, None))
+
+
+def test_samples_are_rebuilt_with_per_core_cpu_and_gpu(replay: ReplaySource) -> None:
+    replay.seek(T0 + 15.7)  # between ticks: the tick at or before it
+    sample = replay.frame().state.sample
+    assert sample is not None and sample.t == T0 + 15
+    assert sample.cpu_percent == _cores(15)
+    assert sample.ram_used_bytes == 4015 * MIB and sample.ram_total_bytes == 16 * 1024**3
+    assert sample.gpu is not None and sample.gpu.util_percent == 45.0 and sample.gpu.sm_clock_mhz == 1800
+    assert sample.gpu.mem_used_bytes == 1015 * MIB and sample.gpu.mem_total_bytes == GPU.memory_total_bytes
+    assert sample.util_samples == ((T0 + 14.5, 30.0), (T0 + 15, 50.0))
+    assert set(sample.jobs) == {"000"} and sample.jobs["000"].cpu_percent == 115.0
+    assert sample.cost_s == pytest.approx(0.002)
+    state = replay.frame().state
+    assert state.gpu == GPU and state.gpu_status == ""
+
+
+def test_a_run_without_gpu_or_per_core_columns_still_replays(tmp_path: Path) -> None:
+    run_dir = _build_run(tmp_path / "run", gpu=False)
+    # An older samples.csv without the cpu_cores column: the total is all there is.
+    lines = (run_dir / "samples.csv").read_text().splitlines()
+    (run_dir / "samples.csv").write_text("\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
+    replay = open_replay(run_dir)
+    replay.seek(T0 + 15)
+    state = replay.frame().state
+    assert state.sample is not None and state.sample.cpu_percent == (pytest.approx(sum(_cores(15)) / 4, abs=0.05),)
+    assert state.sample.gpu is None and state.gpu is None
+    assert state.gpu_status == "no GPU telemetry: nvidia-ml-py is not installed"
+    doc = (run_dir / RUN_LOG).read_text()
+    (run_dir / RUN_LOG).write_text(doc.split("[gpu]")[0])  # a run log without a gpu table at all
+    assert open_replay(run_dir).frame().state.gpu_status == NO_GPU_RECORDED
+
+
+def test_detail_is_read_from_the_job_directory(replay: ReplaySource) -> None:
+    detail = replay.detail("000")
+    assert detail.config == {"env": "CartPole-v1", "threads": 2, "seed": 0}
+    assert [(c.step, c.t) for c in detail.checkpoints] == [(512, T0 + 20)]
+    assert detail.curve == ((256, 10.0),)
+    with pytest.raises(SourceError, match="no job '009'"):
+        replay.detail("009")
+
+
+def test_a_directory_without_a_readable_run_log_is_one_line_error(tmp_path: Path) -> None:
+    with pytest.raises(SourceError, match=f"^{tmp_path}: not a run directory") as missing:
+        open_replay(tmp_path)
+    (tmp_path / RUN_LOG).write_text("status = \n[[[")
+    with pytest.raises(SourceError, match=f"^{tmp_path}: unreadable run.toml") as garbled:
+        open_replay(tmp_path)
+    for error in (missing, garbled):
+        assert "\n" not in str(error.value)
+
+
+def test_frames_are_cached_per_position(replay: ReplaySource) -> None:
+    replay.seek(T0 + 30)
+    first = replay.frame()
+    assert replay.frame() is first
+    replay.seek(T0 + 31)
+    assert replay.frame() is not first and replay.frame().link_error is None
