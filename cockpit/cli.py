@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich import box
 from rich.table import Table
@@ -12,6 +13,10 @@ from rich.table import Table
 from cockpit.arguments import ArgumentParser, non_negative_int, positive_int
 from cockpit.console import output_console
 from cockpit.presets import PRESET_KEYS, Preset, PresetError, builtin_names, load
+
+if TYPE_CHECKING:
+    from cockpit.config import RunSpec
+    from cockpit.core.feed import Frame, RunSource
 
 
 def presets_table(presets: list[Preset]) -> Table:
@@ -63,6 +68,53 @@ def _cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _interactive() -> bool:
+    """True when stdin and stdout are a terminal the TUI can take over."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def _background_args(spec: RunSpec, resume: Path | None, jobs: int | None) -> list[str]:
+    """`cockpit run --headless` arguments that reproduce a validated spec in the background."""
+    if resume is not None:
+        return ["--resume", str(resume), *(["--jobs", str(jobs)] if jobs is not None else [])]
+    # fmt: off
+    args = [
+        "--jobs", str(spec.jobs), "--agents", str(spec.agents), "--preset", spec.preset_arg, "--env", spec.env,
+        "--timesteps", str(spec.timesteps), "--seed", str(spec.seed), "--run-dir", str(spec.run_dir),
+        "--max-restarts", str(spec.max_restarts),
+    ]
+    # fmt: on
+    return [*args, "--pin"] if spec.pin else args
+
+
+def _view_in_tui(source: RunSource, *, who: str) -> int:
+    """Run the cockpit on `source`, then say what became of the run."""
+    from cockpit.tui.app import make_app
+
+    return _after_view(make_app(source).run(), source, who=who)
+
+
+def _after_view(frame: Frame | None, source: RunSource, *, who: str) -> int:
+    """The exit code and closing lines once the viewer quit: 0 when the run goes on without it
+    (or was a replay), else the run's own exit code (0 done, 1 failed, 130 stopped)."""
+    from cockpit.core.feed import Replay
+    from cockpit.core.session import EXIT_CODES
+    from cockpit.core.state import RunStatus
+    from cockpit.headless import summary_lines
+
+    if frame is None:
+        return 0
+    state = frame.state
+    if isinstance(source, Replay):
+        return 0
+    if frame.link_error is None and state.status in (RunStatus.RUNNING, RunStatus.STOPPING):
+        print(f"{who}: the run goes on in the background; see it again with: cockpit attach {state.run_dir}")
+        return 0
+    for line in summary_lines(state, f"{state.run_dir}/run.toml"):
+        print(line)
+    return EXIT_CODES.get(state.status, 130 if state.status is RunStatus.INTERRUPTED else 1)
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     from cockpit.config import ConfigError, build_spec
     from cockpit.core.nvml import open_gpu
@@ -72,6 +124,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from cockpit.headless import HeadlessView
 
     command_line = ("cockpit", *sys.argv[1:]) if args.argv is None else ("cockpit", *args.argv)
+    headless = args.headless or not _interactive()
     gpu, gpu_status = open_gpu()
     try:
         if args.resume is not None:
@@ -86,19 +139,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 raise ConfigError(f"--resume {args.resume}: no usable run.toml there ({exc!r})") from exc
             if args.jobs is not None:
                 spec_args["jobs"] = args.jobs
-            spec = build_spec(**spec_args, headless=True, command_line=command_line, resuming=True)
+            spec = build_spec(**spec_args, headless=headless, command_line=command_line, resuming=True)
         else:
             preset = args.preset or ("heavy" if gpu is not None else "cartpole")
             spec = build_spec(
                 jobs=args.jobs or 2, agents=args.agents, preset=preset, env=args.env, timesteps=args.timesteps,
                 seed=args.seed, run_dir=args.run_dir, max_restarts=args.max_restarts, pin=args.pin,
-                headless=True, command_line=command_line,
+                headless=headless, command_line=command_line,
             )  # fmt: skip
     except ConfigError as exc:
         if gpu is not None:
             gpu.close()
         print(f"cockpit run: error: {exc}", file=sys.stderr)
         return 2
+    if not headless:
+        if gpu is not None:
+            gpu.close()
+        return _run_in_tui(spec, args)
     session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), resume=args.resume is not None)
     try:
         state = session.run(HeadlessView())
@@ -106,6 +163,50 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"cockpit run: error: {exc}", file=sys.stderr)
         return 2
     return exit_code(state, session.supervisor.interrupt_signal)
+
+
+def _run_in_tui(spec: RunSpec, args: argparse.Namespace) -> int:
+    """Start the validated run in the background and open the cockpit on it."""
+    from cockpit.background import attach_when_ready, spawn
+    from cockpit.core.feed import SourceError
+
+    run = spawn(_background_args(spec, args.resume, args.jobs), spec.run_dir)
+    print(f"cockpit run: starting {spec.agents} job(s) in {spec.run_dir} (log: {run.log})", file=sys.stderr)
+    try:
+        source = attach_when_ready(run)
+    except SourceError as exc:
+        print(f"cockpit run: error: {exc}", file=sys.stderr)
+        return 2
+    return _view_in_tui(source, who="cockpit run")
+
+
+def _cmd_attach(args: argparse.Namespace) -> int:
+    from cockpit.core.feed import SourceError
+    from cockpit.tui.opener import open_run
+
+    try:
+        source = open_run(args.run_dir)
+    except SourceError as exc:
+        print(f"cockpit attach: error: {exc}", file=sys.stderr)
+        return 2
+    if not _interactive():
+        source.close()
+        print(f"cockpit attach: error: the cockpit needs a terminal; without one, read: cockpit report {args.run_dir}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    return _view_in_tui(source, who="cockpit attach")
+
+
+def _cmd_launcher(parser: ArgumentParser) -> int:
+    from cockpit.tui.app import make_app
+    from cockpit.tui.opener import LocalOpener
+
+    if not _interactive():
+        parser.print_help()
+        return 0
+    app = make_app(opener=LocalOpener())
+    frame = app.run()
+    return _after_view(frame, app.source, who="cockpit") if app.source is not None else 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -124,7 +225,9 @@ def build_parser() -> ArgumentParser:
     """The `cockpit` command and its subcommands."""
     parser = ArgumentParser(
         prog="cockpit",
-        description="Keep one GPU workstation busy with parallel PPO training jobs.",
+        description="Keep one GPU workstation busy with parallel PPO training jobs.\n"
+        "With no command on a terminal, cockpit opens the launcher: pick a preset, env and jobs, or reopen a run.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     presets = sub.add_parser(
@@ -160,7 +263,11 @@ def build_parser() -> ArgumentParser:
     run.add_argument(
         "--run-dir", type=Path, metavar="DIR", help="where the run goes (default: runs/<UTC time>-<preset>-<env>)"
     )
-    run.add_argument("--headless", action="store_true", help="plain terminal output (the default until the TUI lands)")
+    run.add_argument(
+        "--headless",
+        action="store_true",
+        help="no TUI: a live table on a terminal, plain lines otherwise (the default when not on a terminal)",
+    )
     run.add_argument("--pin", action="store_true", help="pin each parallel slot to its own CPU cores")
     run.add_argument(
         "--max-restarts",
@@ -171,6 +278,18 @@ def build_parser() -> ArgumentParser:
     )
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run's unfinished jobs")
     run.set_defaults(func=_cmd_run)
+
+    attach = sub.add_parser(
+        "attach",
+        help="open the cockpit on a run supervised elsewhere (tmux, nohup, another login), or replay a finished one",
+        description="Attach the cockpit to a live run through its control socket (RUN_DIR/cockpit.sock, mode 0600:\n"
+        "only you can connect). Several viewers may attach at once, and quitting one leaves the run going.\n"
+        "A finished run opens read-only as a replay, with a timeline to scrub.",
+        epilog="Example:\n  tmux new -d 'cockpit run --headless --jobs 4'   then   cockpit attach runs/<run>",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    attach.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's directory")
+    attach.set_defaults(func=_cmd_attach)
 
     report = sub.add_parser(
         "report",
@@ -188,6 +307,5 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.argv = argv
     if args.command is None:
-        parser.print_help()
-        return 0
+        return _cmd_launcher(parser)
     return args.func(args)

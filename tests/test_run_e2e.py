@@ -184,7 +184,7 @@ def test_the_live_table_works_in_a_real_terminal_under_tmux(tmp_path: Path) -> N
         pytest.skip("tmux is not installed")
     preset = small_preset(tmp_path, timesteps=1_000_000)
     session = f"cockpit-test-{os.getpid()}"
-    command = f"{cockpit_command()} run --run-dir {tmp_path / 'run'} --preset {preset}; sleep 30"
+    command = f"{cockpit_command()} run --headless --run-dir {tmp_path / 'run'} --preset {preset}; sleep 30"
     tmux = ["tmux", "-L", session, "-f", "/dev/null"]  # a private server, untouched by the user's config
     subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "150", "-y", "30", command], check=True)
     try:

@@ -62,8 +62,8 @@ class CockpitScreen(Screen[None]):
         Binding("right", "seek(5)", "+5 s", show=False, priority=True),
         Binding("left_square_bracket", "seek(-60)", "-60 s", show=False),
         Binding("right_square_bracket", "seek(60)", "+60 s", show=False),
-        Binding("home", "seek(-1e12)", "start", show=False),
-        Binding("end", "seek(1e12)", "end", show=False),
+        Binding("home", "seek(-1e12)", "start", show=False, priority=True),
+        Binding("end", "seek(1e12)", "end", show=False, priority=True),
     ]
 
     def __init__(self, source: RunSource) -> None:

@@ -8,6 +8,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from cockpit.core.feed import WINDOW_S, Frame
+from cockpit.core.state import JobView
 from cockpit.tui.timeaxis import bar_rows, bucket_max, dominant_phases
 from cockpit.units import GIB, num
 
@@ -17,15 +18,16 @@ LANE_STATES = ("starting", "running", "stopping")
 PHASE_CHARS = {"rollout": "░", "train": "█"}
 
 
-def live_jobs(frame: Frame) -> int:
-    """How many jobs have a lane."""
-    return sum(1 for job in frame.state.jobs if job.state in LANE_STATES)
+def lane_jobs(frame: Frame) -> list[JobView]:
+    """The jobs that get a lane: those running now, and those that ran within the window."""
+    return [job for job in frame.state.jobs
+            if job.state in LANE_STATES or any(phase for _, phase in frame.phases.get(job.id, ()))]  # fmt: skip
 
 
 def rows_needed(frame: Frame) -> int:
     """Content rows to show every lane."""
     fixed = 2 + (UTIL_ROWS + 1 if frame.state.gpu is not None else 1)
-    return fixed + max(1, live_jobs(frame))
+    return fixed + max(1, len(lane_jobs(frame)))
 
 
 class GpuPanel(Widget):
@@ -98,7 +100,7 @@ class GpuPanel(Widget):
 
     def _lanes(self, frame: Frame, left: float, right: float, width: int, rows: int) -> list[Text]:
         """One lane per live job, as many as fit; the rest are counted."""
-        live = [job for job in frame.state.jobs if job.state in LANE_STATES]
+        live = lane_jobs(frame)
         if rows <= 0:
             return []
         shown = live if len(live) <= rows else live[: rows - 1]
@@ -116,7 +118,7 @@ class GpuPanel(Widget):
                     run_start = i
             out.append(lane)
         if len(shown) < len(live):
-            out.append(Text(f"+{len(live) - len(shown)} more running jobs", style=self._style("gpu--label")))
+            out.append(Text(f"+{len(live) - len(shown)} more jobs", style=self._style("gpu--label")))
         if not live:
             out.append(Text("no job running", style=self._style("gpu--label")))
         return out

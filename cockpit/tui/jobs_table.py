@@ -9,12 +9,13 @@ from cockpit.core.state import JobView, RunState
 from cockpit.units import mib, num, si
 
 WIDE = 110
-# (key, label, shown in the narrow layout)
+# (key, label, shown in the narrow layout, width: fixed so rows do not jump as values grow; None fits the content)
 COLUMNS = (
-    ("id", "job", True), ("seed", "seed", False), ("env", "env", False), ("preset", "preset", False),
-    ("status", "status", True), ("phase", "phase", True), ("steps", "steps", True), ("sps", "SPS", True),
-    ("rew", "ep_rew", True), ("restarts", "rst", True), ("gpu", "GPU mem", False), ("cpu", "CPU%", True),
+    ("id", "job", True, 3), ("seed", "seed", False, 5), ("env", "env", False, None), ("preset", "preset", False, None),
+    ("status", "status", True, 8), ("phase", "phase", True, 7), ("steps", "steps", True, None), ("sps", "SPS", True, 6),
+    ("rew", "ep_rew", True, 7), ("restarts", "rst", True, 3), ("gpu", "GPU mem", False, 10), ("cpu", "CPU%", True, 4),
 )  # fmt: skip
+NUMERIC = ("steps", "sps", "rew", "restarts", "gpu", "cpu")
 STATUS_CLASS = {"failed": "error", "backoff": "warning", "done": "success", "stopping": "warning"}
 
 
@@ -22,7 +23,7 @@ def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str | Text]
     """A job's row, keyed by column."""
     live = job.state in ("running", "stopping")
     steps = f"{job.steps:,}/{job.target:,}" if wide else f"{si(job.steps)}/{si(job.target)}"
-    return {
+    row: dict[str, str | Text] = {
         "id": job.id,
         "seed": str(job.seed),
         "env": state.env,
@@ -36,6 +37,9 @@ def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str | Text]
         "gpu": mib(job.gpu_mem_bytes),
         "cpu": num(job.cpu_percent),
     }
+    for key in NUMERIC:
+        row[key] = Text(str(row[key]), justify="right")
+    return row
 
 
 class JobsTable(DataTable[str | Text]):
@@ -47,6 +51,11 @@ class JobsTable(DataTable[str | Text]):
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
         self._wide: bool | None = None
         self._shown: dict[str, dict[str, str | Text]] = {}
+        self._state: RunState | None = None
+
+    def on_resize(self) -> None:
+        if self._state is not None:
+            self.show(self._state)
 
     @property
     def selected_job(self) -> str | None:
@@ -59,18 +68,19 @@ class JobsTable(DataTable[str | Text]):
         selected = self.selected_job
         self.clear(columns=True)
         self._shown.clear()
-        for key, label, narrow in COLUMNS:
+        for key, label, narrow, width in COLUMNS:
             if wide or narrow:
-                self.add_column(label, key=key)
+                self.add_column(label, key=key, width=width)
         self._wide = wide
         self._reselect = selected
 
     def show(self, state: RunState) -> None:
         """Add new jobs' rows and rewrite the cells that changed."""
+        self._state = state
         wide = self.size.width >= WIDE
         if wide != self._wide:
             self._columns(wide)
-        keys = [key for key, _, narrow in COLUMNS if wide or narrow]
+        keys = [key for key, _, narrow, _ in COLUMNS if wide or narrow]
         for job in state.jobs:
             row = cells(job, state, wide=wide)
             status_class = STATUS_CLASS.get(job.state)
@@ -82,7 +92,7 @@ class JobsTable(DataTable[str | Text]):
             else:
                 for k in keys:
                     if before[k] != row[k]:
-                        self.update_cell(job.id, k, row[k])
+                        self.update_cell(job.id, k, row[k], update_width=True)
             self._shown[job.id] = row
         reselect = getattr(self, "_reselect", None)
         if reselect is not None and reselect in self._shown:

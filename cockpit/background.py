@@ -1,0 +1,69 @@
+"""A supervised run in the background: `cockpit run --headless` detached from the terminal, and
+the wait until its control socket answers.
+
+`cockpit run` on a terminal, and the launcher, start the run this way and then attach the TUI to
+it. The run lives in its own session, so quitting the viewer, a closed terminal or a dropped ssh
+login leaves it training; `cockpit attach RUN_DIR` finds it again.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from cockpit.core.control import AttachSource
+from cockpit.core.feed import SourceError
+from cockpit.core.launcher import log_tail
+
+LOG = "cockpit.log"
+ATTACH_TIMEOUT_S = 60.0
+
+
+@dataclass
+class BackgroundRun:
+    """A detached `cockpit run --headless` and where it writes."""
+
+    run_dir: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def log(self) -> Path:
+        """The run's console output (plain, timestamped lines)."""
+        return self.run_dir / LOG
+
+
+def spawn(run_args: Sequence[str], run_dir: Path) -> BackgroundRun:
+    """Start `cockpit run --headless *run_args` in a new session, output to RUN_DIR/cockpit.log."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with (run_dir / LOG).open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cockpit", "run", "--headless", *run_args],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    return BackgroundRun(run_dir, process)
+
+
+def attach_when_ready(run: BackgroundRun, timeout_s: float = ATTACH_TIMEOUT_S) -> AttachSource:
+    """Attach to the run once its control socket answers. If the run exits first (bad input, a
+    run dir another cockpit holds), raise SourceError with the last line it printed."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return AttachSource.connect(run.run_dir)
+        except SourceError:
+            code = run.process.poll()
+            if code is not None:
+                said = log_tail(run.log, 1) or f"exited with code {code}"
+                raise SourceError(said.removeprefix("cockpit run: error: ")) from None
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.1)
