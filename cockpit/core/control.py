@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from cockpit.core.detail import job_detail
+from cockpit.core.detail import JobDetails
 from cockpit.core.feed import WINDOW_S, Frame, FrameWindow, JobDetail, SourceError, Transition
 from cockpit.core.state import RunState
 from cockpit.core.supervisor import Command
@@ -371,6 +371,7 @@ class AttachSource:
     def __init__(self, run_dir: Path, path: Path, link: _Link, *, hz: float = POLL_HZ) -> None:
         """Use `connect()`."""
         self.run_dir = run_dir
+        self._details = JobDetails(run_dir)
         self.path = path
         self._link = link
         self._period = 1.0 / hz
@@ -432,7 +433,7 @@ class AttachSource:
 
     def detail(self, job_id: str) -> JobDetail:
         """The job's detail, read from its files (the run dir is on this machine)."""
-        return job_detail(self.run_dir, job_id)
+        return self._details(job_id)
 
     def close(self) -> None:
         """Stop polling and close the connection; the run goes on."""

@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 
 from cockpit.core.feed import Checkpoint, JobDetail, SourceError
 from cockpit.core.launcher import log_tail
-from training.events import EVENTS_FILE, iter_events
+from training.events import EVENTS_FILE, EventTail
 
 NOTABLE_KINDS = frozenset({"started", "checkpoint", "finished", "error"})
 MAX_EVENTS = 50
@@ -91,6 +91,72 @@ def _checkpoints_on_disk(job_dir: Path, event_times: Mapping[str, float]) -> tup
     return tuple(Checkpoint(step=key[0], path=str(path), t=event_times.get(path.name)) for key, path in found)
 
 
+class JobDetailReader:
+    """Follows one job's files: each `read()` parses only the events appended since the last one,
+    so a detail screen refreshing every 2 s stays cheap on a job with millions of events.
+
+    Raises SourceError naming the job and the directory when there is no such job directory.
+    """
+
+    def __init__(self, run_dir: Path, job_id: str) -> None:
+        self.job_dir = run_dir / "jobs" / job_id
+        if job_id in ("", ".", "..") or "/" in job_id or not self.job_dir.is_dir():
+            raise SourceError(f"no job {job_id!r} in {run_dir}: {self.job_dir} does not exist")
+        self.job_id = job_id
+        self._tail = EventTail(self.job_dir / EVENTS_FILE)
+        self._config: Mapping[str, Any] = {}
+        self._notable: deque[Mapping[str, Any]] = deque(maxlen=MAX_EVENTS)
+        self._curve: Thinned[tuple[int, float]] = Thinned()
+        self._sps: Thinned[tuple[float, float]] = Thinned()
+        self._checkpoint_times: dict[str, float] = {}
+
+    def _take(self, event: Mapping[str, Any]) -> None:
+        kind = event["kind"]
+        if kind == "progress":
+            steps, reward, rate = event.get("num_timesteps"), event.get("ep_rew_mean"), event.get("sps")
+            if steps is not None and reward is not None:
+                self._curve.add((int(steps), float(reward)))
+            if rate is not None:
+                self._sps.add((float(event["t"]), float(rate)))
+        elif kind in NOTABLE_KINDS:
+            self._notable.append(event)
+            if kind == "started" and isinstance(event.get("config"), Mapping):
+                self._config = event["config"]
+            elif kind == "checkpoint" and event.get("path"):
+                self._checkpoint_times[Path(str(event["path"])).name] = float(event["t"])
+
+    def read(self) -> JobDetail:
+        """The detail as the files are now (see `job_detail`)."""
+        for event in self._tail.read_new():
+            self._take(event)
+        stderr = log_tail(self.job_dir / "stderr.log", STDERR_LINES)
+        return JobDetail(
+            job_id=self.job_id,
+            job_dir=str(self.job_dir),
+            config=self._config,
+            events=tuple(self._notable),
+            stderr_tail=tuple(stderr.splitlines()),
+            curve=self._curve.points(),
+            sps=self._sps.points(),
+            checkpoints=_checkpoints_on_disk(self.job_dir, self._checkpoint_times),
+        )
+
+
+class JobDetails:
+    """One reader per job, kept for as long as the source that owns this lives."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._readers: dict[str, JobDetailReader] = {}
+
+    def __call__(self, job_id: str) -> JobDetail:
+        """The job's detail now (SourceError for an unknown job)."""
+        reader = self._readers.get(job_id)
+        if reader is None:
+            reader = self._readers[job_id] = JobDetailReader(self.run_dir, job_id)
+        return reader.read()
+
+
 def job_detail(run_dir: Path, job_id: str) -> JobDetail:
     """The detail of job `job_id` of the run in `run_dir`, from `run_dir/jobs/<job_id>/` only.
 
@@ -102,36 +168,4 @@ def job_detail(run_dir: Path, job_id: str) -> JobDetail:
     `t` from their checkpoint event when it was read. Raises SourceError naming the job and the
     directory when there is no such job directory.
     """
-    job_dir = run_dir / "jobs" / job_id
-    if job_id in ("", ".", "..") or "/" in job_id or not job_dir.is_dir():
-        raise SourceError(f"no job {job_id!r} in {run_dir}: {job_dir} does not exist")
-    config: Mapping[str, Any] = {}
-    notable: deque[Mapping[str, Any]] = deque(maxlen=MAX_EVENTS)
-    curve: Thinned[tuple[int, float]] = Thinned()
-    sps: Thinned[tuple[float, float]] = Thinned()
-    checkpoint_times: dict[str, float] = {}
-    for event in iter_events(job_dir / EVENTS_FILE):
-        kind = event["kind"]
-        if kind == "progress":
-            steps, reward, rate = event.get("num_timesteps"), event.get("ep_rew_mean"), event.get("sps")
-            if steps is not None and reward is not None:
-                curve.add((int(steps), float(reward)))
-            if rate is not None:
-                sps.add((float(event["t"]), float(rate)))
-        elif kind in NOTABLE_KINDS:
-            notable.append(event)
-            if kind == "started" and isinstance(event.get("config"), Mapping):
-                config = event["config"]
-            elif kind == "checkpoint" and event.get("path"):
-                checkpoint_times[Path(str(event["path"])).name] = float(event["t"])
-    stderr = log_tail(job_dir / "stderr.log", STDERR_LINES)
-    return JobDetail(
-        job_id=job_id,
-        job_dir=str(job_dir),
-        config=config,
-        events=tuple(notable),
-        stderr_tail=tuple(stderr.splitlines()),
-        curve=curve.points(),
-        sps=sps.points(),
-        checkpoints=_checkpoints_on_disk(job_dir, checkpoint_times),
-    )
+    return JobDetailReader(run_dir, job_id).read()

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.config import RUN_LOG
-from cockpit.core.detail import job_detail
+from cockpit.core.detail import JobDetails
 from cockpit.core.feed import WINDOW_S, Frame, JobDetail, SourceError, Transition, phases_since
 from cockpit.core.nvml import GpuInfo, GpuSample
 from cockpit.core.runlog import MIB, read_run_log
@@ -287,6 +287,7 @@ class ReplaySource:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
+        self._details = JobDetails(run_dir)
         self.read_only = True
         doc = _load_run_log(run_dir)
         config = doc.get("config") or {}
@@ -497,7 +498,7 @@ class ReplaySource:
 
     def detail(self, job_id: str) -> JobDetail:
         """The job's detail from its directory (see `job_detail`); SourceError for an unknown job."""
-        return job_detail(self.run_dir, job_id)
+        return self._details(job_id)
 
     def close(self) -> None:
         """Nothing to release: everything was read when the replay opened."""

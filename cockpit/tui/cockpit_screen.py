@@ -9,7 +9,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widget import Widget
+from textual.widgets import DataTable, Footer
 
 from cockpit.core.feed import Frame, Replay, RunSource, SourceError
 from cockpit.core.state import RunStatus
@@ -47,6 +48,24 @@ def header_line(frame: Frame, *, replay: bool) -> str:
     return f"cockpit  {state.preset} on {state.env}  {status}  {counts}  {_duration(state.now - state.started_at)}"
 
 
+class RunHeader(Widget):
+    """The run's one-line summary. A widget of its own rather than a Static: it changes at every
+    tick, and a Static's update() would re-lay-out the whole screen each time."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.line = "connecting to the run…"
+
+    def show(self, line: str) -> None:
+        """Draw `line` at the next refresh (only if it changed)."""
+        if line != self.line:
+            self.line = line
+            self.refresh()
+
+    def render(self) -> str:
+        return self.line
+
+
 class CockpitScreen(Screen[None]):
     """The live (or replayed) run."""
 
@@ -74,7 +93,7 @@ class CockpitScreen(Screen[None]):
         self.stopping_all = False
 
     def compose(self) -> ComposeResult:
-        yield Static("connecting to the run…", id="run-header")
+        yield RunHeader(id="run-header")
         with Horizontal(id="top"):
             yield GpuPanel(id="gpu")
             yield CpuPanel(id="cpu")
@@ -99,7 +118,7 @@ class CockpitScreen(Screen[None]):
         self.set_class(frame.state.gpu is None, "-no-gpu")
         with self.app.batch_update():
             self._fit_top(frame)
-            self.query_one("#run-header", Static).update(header_line(frame, replay=self.replay))
+            self.query_one(RunHeader).show(header_line(frame, replay=self.replay))
             self.query_one(GpuPanel).show(frame)
             self.query_one(CpuPanel).show(frame)
             self.query_one(JobsTable).show(frame.state)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widget import Widget
 
 from cockpit.core.feed import Frame
+from cockpit.tui.lines import LinesWidget
 from cockpit.tui.timeaxis import bar_rows, hbar
 from cockpit.units import GIB, num
 
@@ -22,7 +22,7 @@ def rows_needed(frame: Frame) -> int:
     return 2 + core_rows + (1 + live if live else 0)
 
 
-class CpuPanel(Widget):
+class CpuPanel(LinesWidget):
     """Renders the newest `Frame` given to `show()`; owns no run state."""
 
     COMPONENT_CLASSES = {"cpu--bar", "cpu--over", "cpu--label", "cpu--title"}  # noqa: RUF012
@@ -32,14 +32,14 @@ class CpuPanel(Widget):
         self._frame: Frame | None = None
 
     def show(self, frame: Frame) -> None:
-        """Draw this frame at the next refresh."""
+        """Draw this frame (only the rows that changed are repainted)."""
         self._frame = frame
-        self.refresh()
+        self.redraw()
 
-    def render(self) -> Text:
+    def lines(self) -> list[Text]:
         frame = self._frame
         if frame is None or frame.state.sample is None:
-            return Text("CPU: waiting for the first sample…")
+            return [Text("CPU: waiting for the first sample…")]
         state, sample = frame.state, frame.state.sample
         label = self.get_component_rich_style("cpu--label", partial=True)
         bar = self.get_component_rich_style("cpu--bar", partial=True)
@@ -74,6 +74,7 @@ class CpuPanel(Widget):
             lines.append(line.append(f"{num(pct):>4}%"))
         if len(shown) < len(live):
             lines.append(Text(f"+{len(live) - len(shown)} more jobs", style=label))
-        text = Text("\n").join(lines)
-        text.no_wrap, text.overflow = True, "ellipsis"
-        return text
+        width = self.size.width
+        for line in lines:
+            line.truncate(width, overflow="ellipsis")
+        return lines

@@ -3,12 +3,14 @@ them on the same time axis, so a training burst lines up with the job that cause
 
 from __future__ import annotations
 
+import math
+
 from rich.style import Style
 from rich.text import Text
-from textual.widget import Widget
 
 from cockpit.core.feed import WINDOW_S, Frame
 from cockpit.core.state import JobView
+from cockpit.tui.lines import LinesWidget
 from cockpit.tui.timeaxis import bar_rows, bucket_max, dominant_phases
 from cockpit.units import GIB, num
 
@@ -30,7 +32,7 @@ def rows_needed(frame: Frame) -> int:
     return fixed + max(1, len(lane_jobs(frame)))
 
 
-class GpuPanel(Widget):
+class GpuPanel(LinesWidget):
     """Renders the newest `Frame` given to `show()`; owns no run state."""
 
     COMPONENT_CLASSES = {"gpu--util", "gpu--mem", "gpu--label", "gpu--title", "lane--rollout", "lane--train"}  # noqa: RUF012
@@ -40,27 +42,30 @@ class GpuPanel(Widget):
         self._frame: Frame | None = None
 
     def show(self, frame: Frame) -> None:
-        """Draw this frame at the next refresh."""
+        """Draw this frame (only the rows that changed are repainted)."""
         self._frame = frame
-        self.refresh()
+        self.redraw()
 
     def _style(self, name: str) -> Style:
         return self.get_component_rich_style(name, partial=True)
 
-    def render(self) -> Text:
+    def lines(self) -> list[Text]:
         frame = self._frame
         if frame is None:
-            return Text("waiting for the run's first sample…")
+            return [Text("waiting for the run's first sample…")]
         state = frame.state
         width = max(8, self.size.width - LABEL_W)
-        right = state.now
+        # Buckets sit on fixed multiples of their width, not on "now": a column keeps its moment as
+        # time passes, so the picture slides a whole column at a time instead of shimmering.
+        step = WINDOW_S / width
+        right = (math.floor(state.now / step) + 1) * step
         left = right - WINDOW_S
         label = self._style("gpu--label")
         lines: list[Text] = []
         sample = state.sample
         gpu = sample.gpu if sample is not None else None
         if state.gpu is None:
-            lines.append(Text("No GPU: training runs on the CPU", style=self._style("gpu--title")))
+            lines.append(Text("No GPU: CPU training", style=self._style("gpu--title")))
             lines.append(Text(state.gpu_status or "no GPU telemetry", style=label))
         else:
             figures = ""
@@ -94,9 +99,10 @@ class GpuPanel(Widget):
         axis.append(" ").append("█ train", style=self._style("lane--train"))
         axis.pad_right(LABEL_W + width - axis.cell_len - 3)
         lines.append(axis.append("now", style=label))
-        text = Text("\n").join(lines)
-        text.no_wrap, text.overflow = True, "ellipsis"
-        return text
+        width = self.size.width
+        for line in lines:
+            line.truncate(width, overflow="ellipsis")
+        return lines
 
     def _lanes(self, frame: Frame, left: float, right: float, width: int, rows: int) -> list[Text]:
         """One lane per live job, as many as fit; the rest are counted."""

@@ -1,47 +1,64 @@
-"""The help screen (`?`): what each panel shows and what each key does."""
+"""The help screen (`?`): what each panel shows and what each key does.
+
+It is plain text in one Static rather than Markdown widgets: it opens on a machine whose cores
+are all busy training, and a few nodes restyle much faster than a Markdown tree."""
 
 from __future__ import annotations
 
+from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
-from textual.widgets import Markdown
+from textual.screen import Screen
+from textual.widgets import Static
 
-HELP = """\
-# cockpit
+PANELS = """\
+GPU panel: utilization (the peak in each column, from NVML's own sample buffer) and memory over the
+last 60 s. Below them, one lane per job on the same time axis: ░ rollout (CPU: env stepping and
+inference), █ train (PPO epochs: the GPU burst). When the █ cells line up with the utilization
+bursts and the gaps between them stay empty, more jobs would fill the gaps.
 
-**GPU panel**: utilization (peaks per column, from NVML's own 5 Hz+ sample buffer) and memory over
-the last 60 s. Below, one lane per running job on the same time axis: `░` rollout (CPU: env
-stepping and inference), `█` train (PPO epochs: the GPU burst). When the lanes' `█` line up with
-the utilization bursts and the gaps between them are empty, more jobs would fill the gaps.
+CPU panel: every core, then each job's process tree as % of one core; a full bar is its
+env-thread budget.
 
-**CPU panel**: every core, then each job's process tree as % of one core against its env-thread
-budget.
-
-**Jobs**: one row per job. Enter opens a job's detail: config, events, stderr, learning curve,
-SPS over time and checkpoints.
-
-| key | action |
-|---|---|
-| `a` | add a job (next seed, same preset) |
-| `s` | stop the selected job (it checkpoints, then stops) |
-| `r` | restart the selected job (from its checkpoint) |
-| `k` | kill the selected job now (SIGKILL; it resumes from its last checkpoint) |
-| `S` | stop all jobs: the run ends and can be resumed with `cockpit run --resume` |
-| `enter` | job detail |
-| `q` | quit: stop all jobs, or leave them running and `cockpit attach RUN_DIR` later |
-| `←` `→` `[` `]` | replay: scrub 5 s or 60 s |
-
-Press `escape` or `?` to close.
+Jobs: one row per job. Enter opens its detail: config, events, stderr, learning curve, SPS over
+time and checkpoints.
 """
 
+KEYS = (
+    ("a", "add a job (next seed, same preset)"),
+    ("s", "stop the selected job (it checkpoints, then stops)"),
+    ("r", "restart the selected job (from its checkpoint)"),
+    ("k", "kill the selected job now (SIGKILL; it resumes from its last checkpoint)"),
+    ("S", "stop all jobs: the run ends, resumable with cockpit run --resume RUN_DIR"),
+    ("enter", "job detail"),
+    ("q", "quit: stop all jobs, or leave them running and cockpit attach RUN_DIR later"),
+    ("← → [ ]", "replay: scrub 5 s or 60 s; home and end jump"),
+)
 
-class HelpScreen(ModalScreen[None]):
-    """A scrollable page of help."""
+
+def help_text() -> Table:
+    """The whole help page."""
+    keys = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
+    keys.add_column("key", no_wrap=True)
+    keys.add_column("action")
+    for key, action in KEYS:
+        keys.add_row(key, action)
+    page = Table.grid()
+    page.add_row(Text("cockpit\n", style="bold"))
+    page.add_row(Text(PANELS))
+    page.add_row(keys)
+    page.add_row(Text("\nPress escape or ? to close.", style="dim"))
+    return page
+
+
+class HelpScreen(Screen[None]):
+    """A scrollable page of help, full screen: a modal would re-render the busy cockpit beneath
+    it, dimmed, at every refresh."""
 
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]  # noqa: RUF012
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):
-            yield Markdown(HELP)
+            yield Static(help_text())

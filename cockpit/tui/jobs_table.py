@@ -81,6 +81,7 @@ class JobsTable(DataTable[str | Text]):
         if wide != self._wide:
             self._columns(wide)
         keys = [key for key, _, narrow, _ in COLUMNS if wide or narrow]
+        auto = {key for key, _, _, width in COLUMNS if width is None}
         for job in state.jobs:
             row = cells(job, state, wide=wide)
             status_class = STATUS_CLASS.get(job.state)
@@ -92,7 +93,7 @@ class JobsTable(DataTable[str | Text]):
             else:
                 for k in keys:
                     if before[k] != row[k]:
-                        self.update_cell(job.id, k, row[k], update_width=True)
+                        self.update_cell(job.id, k, row[k], update_width=k in auto)
             self._shown[job.id] = row
         reselect = getattr(self, "_reselect", None)
         if reselect is not None and reselect in self._shown:

@@ -1,0 +1,25 @@
+"""The local launcher's process settings, checked on a stand-in worker (a shell script)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import psutil
+
+from cockpit.core.launcher import WORKER_NICE, LaunchRequest, LocalLauncher
+
+
+def test_workers_run_nicer_than_the_cockpit_in_their_own_session(tmp_path: Path) -> None:
+    fake_python = tmp_path / "python"
+    fake_python.write_text("#!/bin/sh\nexec sleep 30\n")
+    fake_python.chmod(0o755)
+    launcher = LocalLauncher(python=str(fake_python))
+    handle = launcher.launch(LaunchRequest("000", (), tmp_path / "job", None))
+    try:
+        worker = psutil.Process(handle.pid)
+        assert worker.nice() == os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICE
+        assert os.getsid(handle.pid) == handle.pid
+    finally:
+        launcher.kill(handle)
+        assert handle.process.wait(timeout=5) < 0
