@@ -25,8 +25,7 @@ SIZE = (100, 30)
 
 
 def _cell(app, job: str, column: str) -> str:
-    table = app.screen.query_one(JobsTable)
-    return str(table.get_cell(job, column))
+    return app.screen.query_one(JobsTable).cell(job, column)
 
 
 async def test_each_control_reaches_the_supervisor() -> None:

@@ -10,7 +10,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import DataTable, Footer
+from textual.widgets import Footer
 
 from cockpit.core.feed import Frame, Replay, RunSource, SourceError
 from cockpit.core.state import RunStatus
@@ -208,10 +208,9 @@ class CockpitScreen(Screen[None]):
             self.source.seek(min(end, max(start, self.frame.state.now + delta)))
             self.poll()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_jobs_table_selected(self, event: JobsTable.Selected) -> None:
         """Enter on a job opens its detail screen."""
-        if event.row_key.value is not None:
-            self.app.push_screen(JobDetailScreen(self.source, event.row_key.value))
+        self.app.push_screen(JobDetailScreen(self.source, event.job_id))
 
     def action_quit_run(self) -> None:
         """Quit; for a live run, first ask whether to stop the jobs or leave them running."""

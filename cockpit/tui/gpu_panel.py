@@ -11,12 +11,13 @@ from rich.text import Text
 from cockpit.core.feed import WINDOW_S, Frame
 from cockpit.core.state import JobView
 from cockpit.tui.lines import LinesWidget
-from cockpit.tui.timeaxis import bar_rows, bucket_max, dominant_phases
+from cockpit.tui.timeaxis import LaneCells, bar_rows, bucket_max
 from cockpit.units import GIB, num
 
 LABEL_W = 5
 UTIL_ROWS = 3
 LANE_STATES = ("starting", "running", "stopping")
+SETTLE_S = 2.0  # phase events reach a viewer within a poll or two; older buckets no longer change
 PHASE_CHARS = {"rollout": "░", "train": "█"}
 
 
@@ -40,6 +41,7 @@ class GpuPanel(LinesWidget):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._frame: Frame | None = None
+        self._lane_cells: dict[str, LaneCells] = {}
 
     def show(self, frame: Frame) -> None:
         """Draw this frame (only the rows that changed are repainted)."""
@@ -113,7 +115,9 @@ class GpuPanel(LinesWidget):
         styles = {phase: self._style(f"lane--{phase}") for phase in PHASE_CHARS}
         out = []
         for job in shown:
-            cells = dominant_phases(frame.phases.get(job.id, ()), left, right, width, end=frame.state.now)
+            lane_cells = self._lane_cells.setdefault(job.id, LaneCells())
+            now = frame.state.now
+            cells = lane_cells.cells(frame.phases.get(job.id, ()), left, right, width, end=now, settled=now - SETTLE_S)
             lane = Text(f"{job.id:<{LABEL_W}}", style=self._style("gpu--label"))
             run_start = 0
             for i in range(1, width + 1):

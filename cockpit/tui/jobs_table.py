@@ -1,29 +1,41 @@
-"""The jobs table: a row per job under a stable key, cells rewritten only when they change."""
+"""The jobs table: a header and a row per job, with a cursor, drawn through the line API.
+
+Rows are keyed by job id and kept in the order jobs were added, so the cursor stays on its job as
+rows update. A DataTable re-rendered every cell of every row whenever one cell changed, which at
+5 Hz on a busy machine cost more than the rest of the screen together; here a row is rebuilt only
+when one of its cells changed, and only that row is repainted.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from rich.text import Text
-from textual.widgets import DataTable
+from textual import events
+from textual.binding import Binding
+from textual.message import Message
 
 from cockpit.core.state import JobView, RunState
+from cockpit.tui.lines import LinesWidget
 from cockpit.units import mib, num, si
 
 WIDE = 110
+GAP = "  "
 # (key, label, shown in the narrow layout, width: fixed so rows do not jump as values grow; None fits the content)
 COLUMNS = (
     ("id", "job", True, 3), ("seed", "seed", False, 5), ("env", "env", False, None), ("preset", "preset", False, None),
     ("status", "status", True, 8), ("phase", "phase", True, 7), ("steps", "steps", True, None), ("sps", "SPS", True, 6),
     ("rew", "ep_rew", True, 7), ("restarts", "rst", True, 3), ("gpu", "GPU mem", False, 10), ("cpu", "CPU%", True, 4),
 )  # fmt: skip
-NUMERIC = ("steps", "sps", "rew", "restarts", "gpu", "cpu")
+NUMERIC = frozenset({"steps", "sps", "rew", "restarts", "gpu", "cpu"})
 STATUS_CLASS = {"failed": "error", "backoff": "warning", "done": "success", "stopping": "warning"}
 
 
-def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str | Text]:
+def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
     """A job's row, keyed by column."""
     live = job.state in ("running", "stopping")
     steps = f"{job.steps:,}/{job.target:,}" if wide else f"{si(job.steps)}/{si(job.target)}"
-    row: dict[str, str | Text] = {
+    return {
         "id": job.id,
         "seed": str(job.seed),
         "env": state.env,
@@ -37,65 +49,120 @@ def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str | Text]
         "gpu": mib(job.gpu_mem_bytes),
         "cpu": num(job.cpu_percent),
     }
-    for key in NUMERIC:
-        row[key] = Text(str(row[key]), justify="right")
-    return row
 
 
-class JobsTable(DataTable[str | Text]):
-    """Shows `RunState.jobs`; the cursor stays on the same job as rows update."""
+class JobsTable(LinesWidget, can_focus=True):
+    """Shows `RunState.jobs`; up/down (or a click) moves the cursor, enter selects."""
 
-    COMPONENT_CLASSES = DataTable.COMPONENT_CLASSES | {"jobs--error", "jobs--warning", "jobs--success"}
+    COMPONENT_CLASSES = {  # noqa: RUF012
+        "jobs--header", "jobs--cursor", "jobs--odd", "jobs--error", "jobs--warning", "jobs--success",
+    }  # fmt: skip
+    BINDINGS = [  # noqa: RUF012
+        Binding("up", "move(-1)", "Up", show=False),
+        Binding("down", "move(1)", "Down", show=False),
+        Binding("pageup", "move(-10)", "Page up", show=False),
+        Binding("pagedown", "move(10)", "Page down", show=False),
+        Binding("home", "move(-1000000)", "First", show=False),
+        Binding("end", "move(1000000)", "Last", show=False),
+        Binding("enter", "select", "Detail", show=False),
+    ]
+
+    @dataclass
+    class Selected(Message):
+        """Enter on a job's row."""
+
+        job_id: str
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
-        self._wide: bool | None = None
-        self._shown: dict[str, dict[str, str | Text]] = {}
+        super().__init__(**kwargs)  # type: ignore[arg-type]
         self._state: RunState | None = None
+        self._cells: dict[str, dict[str, str]] = {}
+        self._order: list[str] = []
+        self.cursor = 0
+        self._offset = 0
 
-    def on_resize(self) -> None:
-        if self._state is not None:
-            self.show(self._state)
+    @property
+    def row_count(self) -> int:
+        """How many jobs the table holds."""
+        return len(self._order)
 
     @property
     def selected_job(self) -> str | None:
         """The id of the job under the cursor, if any."""
-        if not self.row_count:
-            return None
-        return self.coordinate_to_cell_key(self.cursor_coordinate).row_key.value
+        return self._order[self.cursor] if self._order else None
 
-    def _columns(self, wide: bool) -> None:
-        selected = self.selected_job
-        self.clear(columns=True)
-        self._shown.clear()
-        for key, label, narrow, width in COLUMNS:
-            if wide or narrow:
-                self.add_column(label, key=key, width=width)
-        self._wide = wide
-        self._reselect = selected
+    def cell(self, job_id: str, key: str) -> str:
+        """The text shown in a cell (for tests and tools)."""
+        return self._cells[job_id][key]
 
     def show(self, state: RunState) -> None:
-        """Add new jobs' rows and rewrite the cells that changed."""
+        """Take the new state; rows whose cells changed are repainted."""
         self._state = state
         wide = self.size.width >= WIDE
-        if wide != self._wide:
-            self._columns(wide)
-        keys = [key for key, _, narrow, _ in COLUMNS if wide or narrow]
-        auto = {key for key, _, _, width in COLUMNS if width is None}
         for job in state.jobs:
-            row = cells(job, state, wide=wide)
-            status_class = STATUS_CLASS.get(job.state)
-            if status_class:
-                row["status"] = Text(job.state, style=self.get_component_rich_style(f"jobs--{status_class}"))
-            before = self._shown.get(job.id)
-            if before is None:
-                self.add_row(*(row[k] for k in keys), key=job.id)
-            else:
-                for k in keys:
-                    if before[k] != row[k]:
-                        self.update_cell(job.id, k, row[k], update_width=k in auto)
-            self._shown[job.id] = row
-        reselect = getattr(self, "_reselect", None)
-        if reselect is not None and reselect in self._shown:
-            self.move_cursor(row=self.get_row_index(reselect))
-            self._reselect = None
+            if job.id not in self._cells:
+                self._order.append(job.id)
+            self._cells[job.id] = cells(job, state, wide=wide)
+        self.redraw()
+
+    def on_resize(self) -> None:
+        if self._state is not None:
+            self.show(self._state)
+        super().on_resize()
+
+    def _visible_rows(self) -> int:
+        return max(1, self.size.height - 1)
+
+    def lines(self) -> list[Text]:
+        wide = self.size.width >= WIDE
+        keys = [(key, label, width) for key, label, narrow, width in COLUMNS if wide or narrow]
+        widths = {}
+        for key, label, width in keys:
+            widths[key] = width or max([len(label), *(len(row[key]) for row in self._cells.values())])
+        header = Text(style=self.get_component_rich_style("jobs--header", partial=True))
+        for key, label, _ in keys:
+            header.append(" " + (label.rjust(widths[key]) if key in NUMERIC else label.ljust(widths[key])) + " ")
+        visible = self._visible_rows()
+        self.cursor = max(0, min(self.cursor, len(self._order) - 1))
+        if self.cursor < self._offset:
+            self._offset = self.cursor
+        elif self.cursor >= self._offset + visible:
+            self._offset = self.cursor - visible + 1
+        rows = [header]
+        for index in range(self._offset, min(len(self._order), self._offset + visible)):
+            row = self._cells[self._order[index]]
+            line = Text()
+            for key, _, _ in keys:
+                value = row[key][: widths[key]]
+                cell = value.rjust(widths[key]) if key in NUMERIC else value.ljust(widths[key])
+                status_class = STATUS_CLASS.get(value) if key == "status" else None
+                style = self.get_component_rich_style(f"jobs--{status_class}", partial=True) if status_class else ""
+                line.append(" ").append(cell, style=style).append(" ")
+            if index == self.cursor:
+                cursor = "jobs--cursor" if self.has_focus else "jobs--odd"
+                line.stylize(self.get_component_rich_style(cursor, partial=True))
+            elif index % 2:
+                line.stylize(self.get_component_rich_style("jobs--odd", partial=True))
+            rows.append(line)
+        return rows
+
+    def action_move(self, delta: int) -> None:
+        """Move the cursor by `delta` rows (clamped)."""
+        self.cursor = max(0, min(len(self._order) - 1, self.cursor + delta))
+        self.redraw()
+
+    def action_select(self) -> None:
+        """Open the job under the cursor."""
+        if self.selected_job is not None:
+            self.post_message(self.Selected(self.selected_job))
+
+    def on_click(self, event: events.Click) -> None:
+        if event.y >= 1 and self._order:
+            self.cursor = min(len(self._order) - 1, self._offset + event.y - 1)
+            self.redraw()
+
+    def on_focus(self) -> None:
+        self.redraw()
+
+    def on_blur(self) -> None:
+        self.redraw()

@@ -81,3 +81,41 @@ def hbar(fraction: float, width: int) -> str:
     full, part = divmod(eighths, 8)
     partial = "▏▎▍▌▋▊▉"[part - 1] if part else ""
     return ("█" * full + partial).ljust(width)
+
+
+class LaneCells:
+    """`dominant_phases` for one job's lane, frame after frame, computing only the buckets that can
+    still change. Buckets are identified by their absolute index (start / width), so a bucket
+    that ended before `settled` keeps its phase as the window slides."""
+
+    def __init__(self) -> None:
+        self._step = 0.0
+        self._final: dict[int, str | None] = {}
+
+    def cells(
+        self, transitions: Sequence[tuple[float, str | None]], left: float, right: float, width: int,
+        *, end: float, settled: float,
+    ) -> list[str | None]:  # fmt: skip
+        """Like `dominant_phases(transitions, left, right, width, end=end)`; buckets ending at or
+        before `settled` are remembered (transitions before it must not change any more)."""
+        if width <= 0 or right <= left:
+            return [None] * max(0, width)
+        step = (right - left) / width
+        if step != self._step:
+            self._step, self._final = step, {}
+        k0 = round(left / step)
+        out: list[str | None] = []
+        while len(out) < width and k0 + len(out) in self._final:
+            out.append(self._final[k0 + len(out)])
+        done = len(out)
+        if done < width:
+            start = left + done * step
+            first = max(0, bisect.bisect_right(transitions, start, key=lambda tr: tr[0]) - 1)
+            fresh = dominant_phases(transitions[first:], start, right, width - done, end=end)
+            for i, phase in enumerate(fresh):
+                if left + (done + i + 1) * step <= settled:
+                    self._final[k0 + done + i] = phase
+            out.extend(fresh)
+        for k in [k for k in self._final if k < k0]:
+            del self._final[k]
+        return out
