@@ -5,12 +5,14 @@ What it measures, on real runs (cartpole preset, CPU only):
    terminal (a private tmux server, 80x24). The viewer's own CPU time over `--seconds` seconds,
    as % of one core (goal: at most 5 %), next to the supervising cockpit's.
 2. Latency: a run of 16 agents (`--agents 16 --jobs 4`: 16 rows, 4 running), attached the same
-   way. For each repeat, a key is sent with `tmux send-keys` and capture-pane is polled (every
-   ~2 ms) until the screen shows its effect: `?` opens help and `?` closes it, `enter` opens the
-   job detail and `q` goes back, and `escape` does the same. The time includes tmux delivering
-   the key and the capture itself, so it is an upper bound on the TUI's own time (goal: at most
-   100 ms). A lone escape also waits out the terminal's ESCDELAY (Textual: 100 ms by default),
-   which tells it from the start of an escape sequence; that row shows it.
+   way. For each repeat, a key is sent with `tmux send-keys`, and the pane's output, streamed to
+   a file by `tmux pipe-pane`, is watched (every 1 ms, no process spawned) until the viewer has
+   written the change: `?` opens help and `?` closes it, `enter` opens the job detail and `q`
+   goes back, and `escape` does the same. The time starts before `send-keys` runs, so it includes
+   tmux delivering the key: an upper bound on the TUI's own time (goal: at most 100 ms). Polling
+   capture-pane instead would fork a tmux client every few ms and steal the very CPU measured.
+   A lone escape also waits out the terminal's ESCDELAY (Textual: 100 ms by default), which tells
+   it from the start of an escape sequence; that row shows it.
 3. A capture-pane screenshot of the main screen during the first run.
 
 Run from the repo root (about 2 minutes on 2 cores):
@@ -54,6 +56,10 @@ class Terminal:
 
     def send(self, key: str) -> None:
         subprocess.run([*self.tmux, "send-keys", "-t", self.name, key], check=True)
+
+    def stream_to(self, path: Path) -> None:
+        """Append everything the pane's program writes to `path`, from now on."""
+        subprocess.run([*self.tmux, "pipe-pane", "-t", self.name, "-o", f"cat >> {path}"], check=True)
 
     def pane_pid(self) -> int:
         out = subprocess.run([*self.tmux, "display", "-p", "-t", self.name, "#{pane_pid}"], capture_output=True,
@@ -118,39 +124,48 @@ def measure_cpu(tmp: Path, seconds: float) -> tuple[float, float, str]:
         stop(run)
 
 
-def key_latency(term: Terminal, key: str, shows: Callable[[str], bool]) -> float:
-    """Milliseconds from sending `key` until the screen satisfies `shows`."""
+def key_latency(term: Terminal, stream: Path, key: str, marker: bytes) -> float:
+    """Milliseconds from sending `key` until the viewer has written `marker` to the terminal."""
+    offset = stream.stat().st_size
     start = time.perf_counter()
     term.send(key)
     deadline = start + 5.0
-    while time.perf_counter() < deadline:
-        if shows(term.screen()):
-            return 1000 * (time.perf_counter() - start)
-        time.sleep(0.002)
-    raise RuntimeError(f"the screen never changed after {key!r}")
+    seen = b""
+    with stream.open("rb") as fh:
+        fh.seek(offset)
+        while time.perf_counter() < deadline:
+            seen = seen[-len(marker) :] + fh.read()
+            if marker in seen:
+                return 1000 * (time.perf_counter() - start)
+            time.sleep(0.001)
+    raise RuntimeError(f"the viewer never wrote {marker!r} after {key!r}")
 
 
 def measure_latency(tmp: Path, repeats: int) -> dict[str, list[float]]:
     """Key-to-screen times with 16 jobs in the table."""
     run = start_run(tmp / "keys", "--agents", "16", "--jobs", "4")
     term = None
+    main, detail, help_page = b"job  status", b"over steps", b"GPU panel: utilization"
     keys = {
-        "? (open help)": ("?", lambda s: "key | action" in s or "│ key" in s),
-        "? (close help)": ("?", lambda s: " job  status" in s),
-        "enter (job detail)": ("Enter", lambda s: "ep_rew_mean over steps" in s),
-        "q (back)": ("q", lambda s: " job  status" in s),
-        "enter (job detail again)": ("Enter", lambda s: "ep_rew_mean over steps" in s),
-        "escape (back, + ESCDELAY)": ("Escape", lambda s: " job  status" in s),
+        "? (open help)": ("?", help_page),
+        "? (close help)": ("?", main),
+        "enter (job detail)": ("Enter", detail),
+        "q (back)": ("q", main),
+        "enter (job detail again)": ("Enter", detail),
+        "escape (back, + ESCDELAY)": ("Escape", main),
     }
     times: dict[str, list[float]] = {name: [] for name in keys}
     try:
         term = attach(f"bench-keys-{os.getpid()}", tmp / "keys")
         wait(lambda: "4 running  12 queued" in term.screen(), 30, "16 jobs, 4 running")
+        stream = tmp / "pane.raw"
+        stream.touch()
+        term.stream_to(stream)
         time.sleep(2)
         for _ in range(repeats):
-            for name, (key, shows) in keys.items():
-                times[name].append(key_latency(term, key, shows))
-                time.sleep(0.2)
+            for name, (key, marker) in keys.items():
+                times[name].append(key_latency(term, stream, key, marker))
+                time.sleep(0.3)
         return times
     finally:
         if term is not None:

@@ -5,7 +5,9 @@ source as supervisor commands; nothing here keeps run state."""
 
 from __future__ import annotations
 
-from textual.app import ComposeResult
+import contextlib
+
+from textual.app import ComposeResult, ScreenStackError
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
@@ -91,6 +93,10 @@ class CockpitScreen(Screen[None]):
         self.replay = isinstance(source, Replay)
         self.frame: Frame | None = None
         self.stopping_all = False
+        # Screens made (and installed) once and pushed again: composing them anew is the slow part
+        # of a key press on a busy machine.
+        self._detail = JobDetailScreen(source, "")
+        self._names = {"help": f"help-{id(self)}", "detail": f"detail-{id(self)}"}
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="run-header")
@@ -104,6 +110,8 @@ class CockpitScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        self.app.install_screen(HelpScreen(), self._names["help"])
+        self.app.install_screen(self._detail, self._names["detail"])
         self.query_one(JobsTable).focus()
         self.poll()
         self.set_interval(POLL_S, self.poll)
@@ -149,6 +157,11 @@ class CockpitScreen(Screen[None]):
     @staticmethod
     def _ended(frame: Frame) -> bool:
         return frame.link_error is not None or frame.state.status in ENDED
+
+    def on_unmount(self) -> None:
+        for name in self._names.values():
+            with contextlib.suppress(ScreenStackError):  # the app is exiting with it still shown
+                self.app.uninstall_screen(name)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Controls only for a live run that has not ended; scrubbing only in a replay."""
@@ -199,7 +212,7 @@ class CockpitScreen(Screen[None]):
 
     def action_help(self) -> None:
         """Show the help screen."""
-        self.app.push_screen(HelpScreen())
+        self.app.push_screen(self._names["help"])
 
     def action_seek(self, delta: float) -> None:
         """Move the replay by `delta` seconds."""
@@ -210,7 +223,8 @@ class CockpitScreen(Screen[None]):
 
     def on_jobs_table_selected(self, event: JobsTable.Selected) -> None:
         """Enter on a job opens its detail screen."""
-        self.app.push_screen(JobDetailScreen(self.source, event.job_id))
+        self._detail.show_job(event.job_id)
+        self.app.push_screen(self._names["detail"])
 
     def action_quit_run(self) -> None:
         """Quit; for a live run, first ask whether to stop the jobs or leave them running."""

@@ -49,7 +49,10 @@ def _event_line(event: Any) -> str:
 
 
 class JobDetailScreen(Screen[None]):
-    """Everything about one job; escape goes back to the cockpit."""
+    """Everything about one job; escape goes back to the cockpit.
+
+    One instance serves every job (`show_job()` before pushing it): composing a screen costs more
+    than a frame's worth of time on a busy machine, so it is done once."""
 
     BINDINGS = [Binding("escape,q", "app.pop_screen", "Back")]  # noqa: RUF012
 
@@ -73,9 +76,23 @@ class JobDetailScreen(Screen[None]):
                 yield Static("", id="stderr")
         yield Footer()
 
+    def show_job(self, job_id: str) -> None:
+        """Switch to another job; its files are read when the screen is shown."""
+        if job_id != self.job_id:
+            self.job_id = job_id
+            if self.is_mounted:
+                self.query_one("#detail-title", Label).update(f"job {job_id}")
+                self.query_one("#config", Static).update("reading the job's files…")
+
     def on_mount(self) -> None:
+        self._timer = self.set_interval(REFRESH_S, self.load, pause=True)
+
+    def on_screen_resume(self) -> None:
         self.load()
-        self.set_interval(REFRESH_S, self.load)
+        self._timer.resume()
+
+    def on_screen_suspend(self) -> None:
+        self._timer.pause()
 
     @work(thread=True, exclusive=True)
     def load(self) -> None:

@@ -47,7 +47,9 @@ def help_text() -> Table:
         keys.add_row(key, action)
     page = Table.grid()
     page.add_row(Text("cockpit\n", style="bold"))
-    page.add_row(Text(PANELS))
+    # One line per paragraph, so the text wraps to the terminal instead of at 100 columns.
+    paragraphs = [" ".join(p.split()) for p in PANELS.split("\n\n")]
+    page.add_row(Text("\n\n".join(paragraphs)))
     page.add_row(keys)
     page.add_row(Text("\nPress escape or ? to close.", style="dim"))
     return page
