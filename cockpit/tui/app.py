@@ -7,6 +7,7 @@ whether the run ended or was left running.
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 from textual.app import App
@@ -29,6 +30,10 @@ class CockpitApp(App[Frame | None]):
         self.opener = opener
 
     def on_mount(self) -> None:
+        # Everything built so far (Textual, the stylesheet, the screens) lives as long as the app;
+        # moving it out of the collector's reach keeps full collections short, and with them the
+        # pauses a key press could land in.
+        self.call_after_refresh(gc.freeze)
         if self.source is not None:
             self.push_screen(CockpitScreen(self.source))
         elif self.opener is not None:

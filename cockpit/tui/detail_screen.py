@@ -88,7 +88,8 @@ class JobDetailScreen(Screen[None]):
         self._timer = self.set_interval(REFRESH_S, self.load, pause=True)
 
     def on_screen_resume(self) -> None:
-        self.load()
+        # Paint the screen first, then read the files: the key press shows at once.
+        self.call_after_refresh(self.load)
         self._timer.resume()
 
     def on_screen_suspend(self) -> None:
