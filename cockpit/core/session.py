@@ -144,10 +144,14 @@ class RunSession:
             if self.log_failure not in self.supervisor.warnings:
                 self.supervisor.warnings.append(self.log_failure)
 
-    def run(self, view: View, *, on_tick: Callable[[RunState], Any] | None = None) -> RunState:
+    def run(
+        self, view: View, *, on_tick: Callable[[RunState], Any] | None = None, handle_signals: bool = True
+    ) -> RunState:
         """Run every job to the end (or until interrupted) and return the final state.
 
-        SIGINT, SIGTERM and SIGHUP (a dropped ssh session) all stop the run cleanly. If the loop
+        SIGINT, SIGTERM and SIGHUP (a dropped ssh session) all stop the run cleanly; that needs the
+        main thread, so a session run elsewhere (a test beside a TUI) passes `handle_signals=False`
+        and is stopped with a `StopAll` command. If the loop
         itself fails, the workers are stopped (then killed) before the error propagates, and
         the run log still gets its final write.
         """
@@ -158,7 +162,7 @@ class RunSession:
         except BlockingIOError:
             os.close(self._lock)
             raise ConfigError(f"{self.spec.run_dir}: another cockpit is running this run") from None
-        signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if handle_signals else ()
         previous = {sig: signal.getsignal(sig) for sig in signals}
 
         def on_signal(signum: int, _frame: Any) -> None:

@@ -1,0 +1,82 @@
+"""The cockpit app on a real supervisor session: fake workers (a scripted launcher) and a scripted
+GPU (the fake pynvml), served over the control socket. Every key goes through the same path as
+`cockpit attach` and must change what the supervisor does."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from cockpit.config import build_spec
+from cockpit.core.control import AttachSource
+from cockpit.core.feed import SourceError
+from cockpit.core.nvml import open_gpu
+from cockpit.core.session import RunSession
+from cockpit.core.state import RunState, RunStatus
+from cockpit.core.supervisor import StopAll
+from cockpit.core.telemetry import Sampler
+from cockpit.tui.app import make_app
+from cockpit.tui.gpu_panel import GpuPanel
+from cockpit.tui.jobs_table import JobsTable
+from tests.fake_pynvml import FakeGpu, FakeNvml
+from tests.test_control import FakeWorkers, QuietView
+
+FAKE_GPU_NAME = "RTX 4090 (fake)"  # the GPU panel drops the "NVIDIA GeForce" prefix
+
+
+def _connect(run_dir: Path, timeout: float = 10.0) -> AttachSource:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return AttachSource.connect(run_dir, hz=20)
+        except SourceError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+async def _until(pilot, condition, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await pilot.pause(0.05)
+
+
+async def test_keys_drive_a_real_supervisor_and_stop_all_ends_the_run(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    spec = build_spec(
+        jobs=2, agents=3, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=run_dir,
+        max_restarts=0, pin=False, headless=True, command_line=("cockpit", "run"),
+    )  # fmt: skip
+    gpu, status = open_gpu(nvml=FakeNvml(FakeGpu(util_at=lambda t: 90.0 if int(t * 2) % 2 else 5.0, clock=time.time)))
+    assert gpu is not None, status
+    workers = FakeWorkers()
+    session = RunSession(spec, Sampler(gpu=gpu, gpu_status=status, hz=20), launcher=workers)
+    final: list[RunState] = []
+    runner = threading.Thread(target=lambda: final.append(session.run(QuietView(), handle_signals=False)))
+    runner.start()
+    try:
+        source = _connect(run_dir)
+        app = make_app(source)
+        async with app.run_test(size=(100, 30)) as pilot:
+            table = app.screen.query_one(JobsTable)
+            await _until(pilot, lambda: table.row_count == 3 and table.cell("001", "status") == "running")
+            assert table.cell("002", "status") == "queued"
+            gpu_text = "\n".join(line.plain for line in app.screen.query_one(GpuPanel).lines())
+            assert FAKE_GPU_NAME in gpu_text and "util" in gpu_text and "No GPU" not in gpu_text
+            await pilot.press("down", "s")  # stop job 001: its slot goes to the queued 002
+            await _until(pilot, lambda: table.cell("001", "status") == "stopped")
+            await _until(pilot, lambda: table.cell("002", "status") == "running")
+            await pilot.press("a")  # a fourth agent, next seed
+            await _until(pilot, lambda: table.row_count == 4)
+            assert table.cell("003", "status") == "queued"
+            await pilot.press("q", "s")  # quit, stopping every job
+            await _until(pilot, lambda: not app.is_running)
+        assert app.return_value is not None and app.return_value.state.status is RunStatus.INTERRUPTED
+    finally:
+        if runner.is_alive():  # a failed assertion must not leave the session running
+            session.submit(StopAll())
+        runner.join(timeout=20)
+    assert final and final[0].status is RunStatus.INTERRUPTED
+    assert [job.state for job in final[0].jobs] == ["stopped", "stopped", "stopped", "stopped"]
