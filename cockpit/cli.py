@@ -209,6 +209,18 @@ def _cmd_launcher(parser: ArgumentParser) -> int:
     return _after_view(frame, app.source, who="cockpit") if app.source is not None else 0
 
 
+def _cmd_recommend(args: argparse.Namespace) -> int:
+    from cockpit.config import ConfigError
+    from cockpit.recommend import recommend
+
+    try:
+        recommend(output_console(), preset=args.preset, env=args.env, jobs=args.jobs, run_dir=args.run_from)
+    except ConfigError as exc:
+        print(f"cockpit recommend: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from cockpit.config import ConfigError
     from cockpit.report import print_report
@@ -278,6 +290,22 @@ def build_parser() -> ArgumentParser:
     )
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run's unfinished jobs")
     run.set_defaults(func=_cmd_run)
+
+    rec = sub.add_parser(
+        "recommend",
+        help="advice for this machine: jobs, n_envs, batch size and preset, from hardware or a finished run",
+        description="Recommend the number of parallel jobs, n_envs, batch size and preset for this machine's\n"
+        "cores and GPU memory, before any run (hardware facts alone) or from a run's measurements\n"
+        "(--from RUN_DIR: utilization by phase, GPU memory peaks, CPU). Prints the numbers it used.",
+        epilog="Examples:\n  cockpit recommend\n  cockpit recommend --preset beast --jobs 4\n"
+        "  cockpit recommend --from runs/20261121T230000Z-heavy-LunarLander-v3",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    rec.add_argument("--preset", metavar="P", help="preset name or .toml file (default: the run's, or heavy/cartpole)")
+    rec.add_argument("--env", metavar="ENV", help="environment id (default: the preset's)")
+    rec.add_argument("--jobs", type=positive_int, metavar="N", help="parallel jobs planned (default: the run's, or 2)")
+    rec.add_argument("--from", dest="run_from", type=Path, metavar="RUN_DIR", help="use this run's measurements")
+    rec.set_defaults(func=_cmd_recommend)
 
     attach = sub.add_parser(
         "attach",

@@ -1,0 +1,295 @@
+"""The advisor: from hardware facts, the preset and what a run measured, what to change and why.
+
+Pure: no I/O, no clock. `advise()` takes plain data and returns `Advice` items, each naming the
+setting, its current and suggested value, the expected effect, and the reason with the numbers it
+was computed from. The seeds did these by hand: one job left the GPU idle through its rollouts,
+four jobs overlapped their phases (4 x 25 % -> 70-90 %), beast wanted about 16 cores, and the
+batch and env count were scaled up once an A100 was detected.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from cockpit.presets import Preset, largest_divisor_at_most
+
+GIB = 1024**3
+ENVS_PER_CORE = 4  # the seeds: heavy (32 envs) needs ~8 cores, beast (64 envs) ~16
+# Classic-control envs step in microseconds: one core keeps many of them fed.
+CHEAP_ENVS = ("CartPole", "Acrobot", "MountainCar", "Pendulum")
+CHEAP_ENVS_PER_CORE = 32
+GPU_MEM_BUDGET = 0.90  # jobs x per-job peak must stay at or under this share of GPU memory
+TARGET_GPU_UTIL = 85.0  # what overlapping jobs aim for: the seeds saw 70-90 %
+LOW_GPU_UTIL = 60.0
+BUSY_TRAIN_UTIL = 50.0
+CPU_SATURATED = 90.0
+CPU_HEADROOM = 80.0
+IDLE_GPU_UTIL = 30.0
+CPU_NET_MAX_UNITS = 256  # on the CPU, wider layers cost more than they teach an MLP policy
+
+
+@dataclass(frozen=True)
+class GpuModel:
+    """Defaults for a GPU family, from the seeds' experience."""
+
+    match: str
+    preset: str
+    jobs: int
+    note: str
+
+
+# Longest match first: "RTX 4070 Ti" must not read as a plain 4070.
+GPU_TABLE = (
+    GpuModel("A100", "beast", 8, "the seeds ran 8 parallel agents on an A100 80GB at 8.7 % memory"),
+    GpuModel("A40", "heavy", 4, "the seeds planned 4 parallel agents on an A40 48GB"),
+    GpuModel("4090", "heavy", 4, "24 GB: four heavy jobs overlap their train bursts"),
+    GpuModel("4070", "heavy", 4, "the seeds' RTX 4070: 4 heavy jobs took the GPU from 25 % to 70-90 %"),
+    GpuModel("3070", "fast", 2, "8 GB: the seeds' RTX 3070 used ~4 GB for one job"),
+)
+
+
+@dataclass(frozen=True)
+class Machine:
+    """The hardware the advice is for."""
+
+    physical_cores: int
+    logical_cores: int
+    ram_bytes: int
+    gpu_name: str | None = None  # None: no GPU
+    gpu_memory_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class JobMeasure:
+    """What one job of a run measured (None where it was not measured)."""
+
+    job_id: str
+    sps: float | None = None
+    train_share: float | None = None  # of its running time, 0..1
+    gpu_util_rollout: float | None = None
+    gpu_util_train: float | None = None
+    gpu_mem_peak_bytes: int | None = None
+    cpu_percent: float | None = None  # of one core
+    cuda_oom: bool = False
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """A run's measurements: its parallel jobs, the GPU's mean utilization and the CPU's."""
+
+    jobs: tuple[JobMeasure, ...] = ()
+    gpu_util_mean: float | None = None
+    gpu_util_while_training: float | None = None
+    cpu_percent_mean: float | None = None  # mean over cores, 0..100
+
+    @property
+    def peak_gpu_mem_bytes(self) -> int | None:
+        """The largest per-job GPU memory peak."""
+        peaks = [j.gpu_mem_peak_bytes for j in self.jobs if j.gpu_mem_peak_bytes is not None]
+        return max(peaks) if peaks else None
+
+    @property
+    def aggregate_sps(self) -> float | None:
+        """The jobs' SPS together."""
+        rates = [j.sps for j in self.jobs if j.sps is not None]
+        return sum(rates) if rates else None
+
+
+@dataclass(frozen=True)
+class Advice:
+    """One change: `setting` from `current` to `suggested`, what it should do, and why."""
+
+    setting: str  # "jobs", "n_envs", "batch_size", "net_arch", "preset", "device"
+    current: str
+    suggested: str
+    effect: str
+    reason: str
+    numbers: dict[str, float | int | str] = field(default_factory=dict, compare=False)
+
+    def line(self) -> str:
+        """One line for a console or a panel."""
+        return f"{self.setting}: {self.current} -> {self.suggested}. {self.effect} ({self.reason})"
+
+
+def gpu_model(name: str | None) -> GpuModel | None:
+    """The table's row for a GPU name, if any."""
+    if name is None:
+        return None
+    return next((row for row in GPU_TABLE if row.match in name), None)
+
+
+def envs_per_core(env: str) -> int:
+    """How many of an env's copies one physical core keeps stepping."""
+    return CHEAP_ENVS_PER_CORE if env.startswith(CHEAP_ENVS) else ENVS_PER_CORE
+
+
+def cores_needed(preset: Preset, jobs: int) -> float:
+    """Physical cores `jobs` jobs of `preset` keep busy stepping envs."""
+    return jobs * preset.n_envs / envs_per_core(preset.env)
+
+
+def max_jobs_for_cores(preset: Preset, physical_cores: int) -> int:
+    """The most parallel jobs whose envs the cores can step (at least 1)."""
+    return max(1, math.floor(physical_cores * envs_per_core(preset.env) / preset.n_envs))
+
+
+def max_jobs_for_gpu_memory(peak_bytes: int, total_bytes: int) -> int:
+    """The most jobs whose peaks fit in GPU_MEM_BUDGET of the GPU's memory (at least 1)."""
+    return max(1, math.floor(GPU_MEM_BUDGET * total_bytes / peak_bytes))
+
+
+def _pct(value: float) -> str:
+    return f"{value:.0f} %"
+
+
+def _cores(host: Machine, preset: Preset, jobs: int) -> list[Advice]:
+    need = cores_needed(preset, jobs)
+    if need <= host.physical_cores:
+        return []
+    fit_jobs = max_jobs_for_cores(preset, host.physical_cores)
+    per_core = envs_per_core(preset.env)
+    per_job_envs = max(1, host.physical_cores * per_core // jobs)
+    out = []
+    numbers = {"jobs": jobs, "n_envs": preset.n_envs, "cores_needed": need, "physical_cores": host.physical_cores}
+    reason = (f"{jobs} job(s) x {preset.n_envs} {preset.env} envs need ~{need:.0f} cores at {per_core} per core; "
+              f"this machine has {host.physical_cores} physical")  # fmt: skip
+    if fit_jobs < jobs:
+        effect = "envs stop contending for cores" + (
+            " (or lower n_envs, below)" if per_job_envs < preset.n_envs else ""
+        )
+        out.append(Advice("jobs", str(jobs), str(fit_jobs), effect, reason, numbers))
+    if per_job_envs < preset.n_envs:
+        envs = 1 << (per_job_envs.bit_length() - 1)  # a power of two keeps batch divisors easy
+        effect = f"or keep {jobs} job(s): they fit the cores with batch_size {_batch_for(preset, envs)}"
+        out.append(Advice("n_envs", str(preset.n_envs), str(envs), effect, reason, numbers))
+    return out
+
+
+def _batch_for(preset: Preset, n_envs: int, cap: int | None = None) -> int:
+    """The batch size to use with `n_envs`: the largest divisor of the new rollout at or under
+    the current batch size (or `cap`)."""
+    total = n_envs * preset.n_steps
+    return largest_divisor_at_most(total, cap if cap is not None else preset.batch_size)
+
+
+def _divisor(preset: Preset) -> list[Advice]:
+    total = preset.total_batch
+    if total % preset.batch_size == 0:
+        return []
+    fixed = largest_divisor_at_most(total, preset.batch_size)
+    return [Advice("batch_size", str(preset.batch_size), str(fixed), "every minibatch the same size",
+                   f"batch_size must divide n_envs x n_steps = {total}", {"total_batch": total})]  # fmt: skip
+
+
+def _oom(preset: Preset, measured: Measurements) -> list[Advice]:
+    hit = [j.job_id for j in measured.jobs if j.cuda_oom]
+    if not hit:
+        return []
+    half = largest_divisor_at_most(preset.total_batch, max(1, preset.batch_size // 2))
+    return [Advice("batch_size", str(preset.batch_size), str(half), "half the activation memory per minibatch",
+                   f"CUDA out of memory in job(s) {', '.join(hit)}; {half} still divides {preset.total_batch}",
+                   {"batch_size": preset.batch_size})]  # fmt: skip
+
+
+def _gpu_memory(host: Machine, jobs: int, measured: Measurements) -> list[Advice]:
+    peak, total = measured.peak_gpu_mem_bytes, host.gpu_memory_bytes
+    if peak is None or not total or jobs * peak <= GPU_MEM_BUDGET * total:
+        return []
+    fit = max_jobs_for_gpu_memory(peak, total)
+    reason = (f"{jobs} jobs x {peak / GIB:.1f} GiB peak = {jobs * peak / GIB:.1f} GiB, over "
+              f"{GPU_MEM_BUDGET:.0%} of {total / GIB:.0f} GiB")  # fmt: skip
+    return [Advice("jobs", str(jobs), str(fit), "no job runs out of GPU memory", reason,
+                   {"peak_gib": peak / GIB, "total_gib": total / GIB})]  # fmt: skip
+
+
+def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements) -> list[Advice]:
+    """Low mean GPU use but busy train bursts, with room to spare: more jobs fill the gaps."""
+    mean, burst, cpu = measured.gpu_util_mean, measured.gpu_util_while_training, measured.cpu_percent_mean
+    if host.gpu_name is None or mean is None or burst is None or cpu is None:
+        return []
+    if mean >= LOW_GPU_UTIL or burst < BUSY_TRAIN_UTIL or cpu >= CPU_HEADROOM:
+        return []
+    wanted = math.ceil(jobs * TARGET_GPU_UTIL / max(mean, 1.0))
+    caps = {"cores": max_jobs_for_cores(preset, host.physical_cores)}
+    peak = measured.peak_gpu_mem_bytes
+    if peak is not None and host.gpu_memory_bytes:
+        caps["GPU memory"] = max_jobs_for_gpu_memory(peak, host.gpu_memory_bytes)
+    suggested = min(wanted, *caps.values())
+    if suggested <= jobs:
+        return []
+    limit = min(caps, key=lambda k: caps[k])
+    capped = f"; {limit} cap it at {caps[limit]}" if caps[limit] < wanted else ""
+    reason = (f"GPU {_pct(mean)} on average but {_pct(burst)} while a job trains, CPU {_pct(cpu)}: "
+              f"{jobs} job(s) leave the GPU idle between train bursts{capped}")  # fmt: skip
+    return [Advice("jobs", str(jobs), str(suggested),
+                   f"train phases overlap: ~{min(100.0, mean * suggested / jobs):.0f} % GPU expected", reason,
+                   {"gpu_util_mean": mean, "gpu_util_train": burst, "cpu_percent": cpu})]  # fmt: skip
+
+
+def _cpu_bound(host: Machine, preset: Preset, jobs: int, measured: Measurements) -> list[Advice]:
+    cpu, gpu = measured.cpu_percent_mean, measured.gpu_util_mean
+    # Without a GPU the cores are the only thing to keep busy: saturating them is the goal.
+    if host.gpu_name is None or gpu is None or cpu is None or cpu < CPU_SATURATED or gpu >= IDLE_GPU_UTIL:
+        return []
+    reason = f"CPU {_pct(cpu)} across {host.logical_cores} logical cores, GPU {_pct(gpu)}: the envs are the bottleneck"
+    if jobs > 1:
+        return [Advice("jobs", str(jobs), str(jobs - 1), "less contention; each job steps faster", reason,
+                       {"cpu_percent": cpu})]  # fmt: skip
+    if preset.n_envs > 1:
+        envs = max(1, preset.n_envs // 2)
+        effect = f"less contention; batch_size {_batch_for(preset, envs)}"
+        return [Advice("n_envs", str(preset.n_envs), str(envs), effect, reason, {"cpu_percent": cpu})]
+    return []
+
+
+def _no_gpu(host: Machine, preset: Preset) -> list[Advice]:
+    if host.gpu_name is not None:
+        return []
+    widest = max(preset.net_arch) if preset.net_arch else 0
+    if widest <= CPU_NET_MAX_UNITS:
+        return []
+    net = ",".join(str(min(units, CPU_NET_MAX_UNITS // 4)) for units in preset.net_arch[:2])
+    reason = (f"no GPU: the policy trains on {host.physical_cores} CPU cores, and a "
+              f"{','.join(map(str, preset.net_arch))} MLP makes every train phase long")  # fmt: skip
+    return [Advice("net_arch", ",".join(map(str, preset.net_arch)), net,
+                   "MLP policy on the CPU: shorter train phases, more steps per second (try --preset cartpole)",
+                   reason, {"widest_layer": widest})]  # fmt: skip
+
+
+def _gpu_defaults(host: Machine, preset: Preset, jobs: int) -> list[Advice]:
+    model = gpu_model(host.gpu_name)
+    if model is None:
+        return []
+    out = []
+    if model.preset != preset.name and preset.name in ("fast", "heavy", "beast"):
+        out.append(Advice("preset", preset.name, model.preset, f"the usual work per rollout for a {model.match}",
+                          model.note, {"gpu": host.gpu_name or ""}))  # fmt: skip
+    fit = min(model.jobs, max_jobs_for_cores(preset, host.physical_cores))
+    if fit != jobs:
+        capped = "" if fit == model.jobs else f"; {host.physical_cores} physical cores fit {fit} of {model.jobs}"
+        out.append(Advice("jobs", str(jobs), str(fit), "enough parallel jobs to keep the GPU busy",
+                          model.note + capped, {"gpu": host.gpu_name or ""}))  # fmt: skip
+    return out
+
+
+def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | None = None) -> list[Advice]:
+    """What to change for `jobs` parallel jobs of `preset` on `host`, most pressing first.
+
+    Without measurements the advice comes from the hardware alone (core budget, GPU table, no
+    GPU, batch divisibility). With them it also covers an out-of-memory event, GPU memory per
+    job, idle gaps between train bursts, and a CPU-bound run. At most one item per setting is
+    returned: the first rule that fires wins (a hard limit before a nicety).
+    """
+    items = [*_divisor(preset), *_cores(host, preset, jobs)]
+    if measured is not None:
+        items += _oom(preset, measured) + _gpu_memory(host, jobs, measured)
+        items += _cpu_bound(host, preset, jobs, measured) + _overlap(host, preset, jobs, measured)
+    items += [*_no_gpu(host, preset), *_gpu_defaults(host, preset, jobs)]
+    seen: set[str] = set()
+    out = []
+    for item in items:
+        if item.setting not in seen:
+            seen.add(item.setting)
+            out.append(item)
+    return out

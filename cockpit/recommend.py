@@ -1,0 +1,128 @@
+"""`cockpit recommend`: the advisor's output for this machine, from its hardware alone or from a
+finished run's measurements, with every number it used."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import statistics
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from cockpit.config import ConfigError
+from cockpit.core.advisor import Advice, JobMeasure, Machine, Measurements, advise, cores_needed, envs_per_core
+from cockpit.core.host import host_info
+from cockpit.core.nvml import open_gpu
+from cockpit.core.runlog import read_run_log
+from cockpit.presets import Preset, PresetError, load
+
+MIB = 1024 * 1024
+
+
+def this_machine() -> Machine:
+    """Cores, RAM and GPU (through NVML, if it answers) of the machine we run on."""
+    host = host_info()
+    gpu, _status = open_gpu()
+    name = memory = None
+    if gpu is not None:
+        name, memory = gpu.info.name, gpu.info.memory_total_bytes
+        gpu.close()
+    return Machine(host.physical_cores, host.logical_cores, host.ram_bytes, name, memory)
+
+
+def _cpu_mean(run_dir: Path) -> float | None:
+    try:
+        with (run_dir / "samples.csv").open(encoding="utf-8", newline="") as fh:
+            values = [float(row["cpu_percent"]) for row in csv.DictReader(fh) if row.get("cpu_percent")]
+    except (OSError, ValueError, KeyError):
+        return None
+    return statistics.fmean(values) if values else None
+
+
+def measurements_from_run(run_dir: Path) -> tuple[dict[str, Any], Measurements]:
+    """A finished (or live) run's run.toml and what it measured; ConfigError when unreadable."""
+    try:
+        doc = read_run_log(run_dir)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--from {run_dir}: no readable run.toml ({exc})") from exc
+    jobs = []
+    for job in doc.get("jobs", []):
+        phases = job.get("phases", {})
+        train, rollout = phases.get("train", {}), phases.get("rollout", {})
+        total = (train.get("seconds") or 0.0) + (rollout.get("seconds") or 0.0)
+        peak = job.get("peak_gpu_mem_mib")
+        jobs.append(JobMeasure(
+            job_id=str(job.get("id")), sps=job.get("mean_sps"),
+            train_share=(train.get("seconds") or 0.0) / total if total else None,
+            gpu_util_rollout=rollout.get("gpu_util_mean"), gpu_util_train=train.get("gpu_util_mean"),
+            gpu_mem_peak_bytes=int(peak * MIB) if peak is not None else None,
+            cpu_percent=job.get("cpu_percent_mean"), cuda_oom="cuda_oom" in str(job.get("error") or ""),
+        ))  # fmt: skip
+    util = doc.get("utilization", {})
+    measured = Measurements(tuple(jobs), util.get("gpu_util_mean"), util.get("gpu_util_while_training"),
+                            _cpu_mean(run_dir))  # fmt: skip
+    return doc, measured
+
+
+def _numbers(machine: Machine, preset: Preset, jobs: int, measured: Measurements | None) -> Table:
+    table = Table(title="numbers used", title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    gpu = f"{machine.gpu_name}, {machine.gpu_memory_bytes / 1024**3:.0f} GiB" if machine.gpu_name else "none (CPU only)"
+    table.add_row("cores", f"{machine.physical_cores} physical, {machine.logical_cores} logical")
+    table.add_row("RAM", f"{machine.ram_bytes / 1024**3:.0f} GiB")
+    table.add_row("GPU", gpu)
+    table.add_row("preset", f"{preset.name}: {preset.env}, n_envs {preset.n_envs}, n_steps {preset.n_steps}, "
+                  f"batch {preset.batch_size}, net {','.join(map(str, preset.net_arch))}")  # fmt: skip
+    per_core = envs_per_core(preset.env)
+    table.add_row("jobs", f"{jobs} (their envs need ~{cores_needed(preset, jobs):.1f} cores at {per_core} per core)")
+    if measured is not None:
+        fmt = lambda v, unit="": "-" if v is None else f"{v:,.1f}{unit}"  # noqa: E731
+        table.add_row("measured GPU", f"{fmt(measured.gpu_util_mean, ' %')} mean, "
+                      f"{fmt(measured.gpu_util_while_training, ' %')} while training")  # fmt: skip
+        table.add_row("measured CPU", f"{fmt(measured.cpu_percent_mean, ' %')} mean over cores")
+        peak = measured.peak_gpu_mem_bytes
+        table.add_row("measured jobs", f"{len(measured.jobs)}, {fmt(measured.aggregate_sps)} SPS together, "
+                      f"peak GPU memory {fmt(peak / MIB if peak else None, ' MiB')}")  # fmt: skip
+    return table
+
+
+def advice_table(items: list[Advice]) -> Table:
+    """The advice as a table: setting, change, expected effect, reason."""
+    table = Table(title="advice", title_justify="left", box=box.SIMPLE_HEAD)
+    for column in ("setting", "change", "expected effect", "why"):
+        table.add_column(column, overflow="fold")
+    for item in items:
+        table.add_row(item.setting, f"{item.current} -> {item.suggested}", item.effect, item.reason)
+    return table
+
+
+def recommend(console: Console, *, preset: str | None, env: str | None, jobs: int | None, run_dir: Path | None,
+              machine: Machine | None = None) -> list[Advice]:  # fmt: skip
+    """Print the numbers and the advice; returns the advice. ConfigError on bad input."""
+    machine = machine or this_machine()
+    measured = None
+    if run_dir is not None:
+        doc, measured = measurements_from_run(run_dir)
+        config = doc.get("config", {})
+        preset = preset or str(config.get("preset"))
+        env = env or config.get("env")
+        jobs = jobs or int(config.get("jobs", 1))
+    try:
+        resolved = load(preset or ("heavy" if machine.gpu_name else "cartpole"))
+    except PresetError as exc:
+        raise ConfigError(str(exc)) from exc
+    if env:
+        resolved = dataclasses.replace(resolved, env=env)
+    jobs = jobs or 2
+    items = advise(machine, resolved, jobs, measured)
+    console.print(_numbers(machine, resolved, jobs, measured))
+    if items:
+        console.print(advice_table(items))
+    else:
+        console.print(f"Nothing to change: {jobs} job(s) of {resolved.name} on {resolved.env} fit this machine.")
+    return items

@@ -1,0 +1,64 @@
+"""`cockpit recommend`: from hardware alone, from a run's run.toml, and bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import tomli_w
+from rich.console import Console
+
+from cockpit.core.advisor import Machine
+from cockpit.recommend import measurements_from_run, recommend
+from tests.cockpitproc import run_cockpit
+
+GIB = 1024**3
+RTX_4070 = Machine(32, 64, 128 * GIB, "NVIDIA GeForce RTX 4070", 8 * GIB)
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    """A run.toml like a one-job heavy run on the seeds' RTX 4070: 25 % GPU, bursts to 80 %."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    job = {
+        "id": "000", "seed": 0, "status": "done", "mean_sps": 700.0, "peak_gpu_mem_mib": 1536,
+        "cpu_percent_mean": 380.0, "error": "",
+        "phases": {"rollout": {"seconds": 70.0, "gpu_util_mean": 10.0},
+                   "train": {"seconds": 30.0, "gpu_util_mean": 80.0}},
+    }  # fmt: skip
+    doc = {
+        "status": "done", "config": {"jobs": 1, "preset": "heavy", "env": "LunarLander-v3"}, "jobs": [job],
+        "utilization": {"gpu_util_mean": 25.0, "gpu_util_while_training": 80.0},
+    }  # fmt: skip
+    (run_dir / "run.toml").write_text(tomli_w.dumps(doc))
+    (run_dir / "samples.csv").write_text("t,cpu_percent\n1.0,35.0\n2.0,45.0\n")
+    return run_dir
+
+
+def test_measurements_come_from_the_run_log_and_samples(tmp_path: Path) -> None:
+    _, measured = measurements_from_run(_run_dir(tmp_path))
+    (job,) = measured.jobs
+    assert job.train_share == 0.3 and job.gpu_util_train == 80.0 and job.gpu_mem_peak_bytes == 1536 * 1024**2
+    assert measured.gpu_util_mean == 25.0 and measured.cpu_percent_mean == 40.0
+
+
+def test_recommend_from_a_run_prints_its_numbers_and_adds_jobs(tmp_path: Path) -> None:
+    console = Console(record=True, width=200)
+    items = recommend(console, preset=None, env=None, jobs=None, run_dir=_run_dir(tmp_path), machine=RTX_4070)
+    assert [(a.setting, a.current, a.suggested) for a in items] == [("jobs", "1", "4")]
+    text = console.export_text()
+    assert "measured GPU    25.0 % mean, 80.0 % while training" in text
+    assert "heavy: LunarLander-v3, n_envs 32" in text and "RTX 4070" in text
+
+
+def test_recommend_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
+    for args, message in ((["--preset", "huge"], "preset 'huge'"), (["--from", str(tmp_path)], "--from")):
+        result = run_cockpit("recommend", *args)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("cockpit recommend: error:") and message in lines[0]
+
+
+def test_recommend_for_this_machine_runs_and_names_the_cores() -> None:
+    result = run_cockpit("recommend")
+    assert result.returncode == 0, result.stderr
+    assert "numbers used" in result.stdout and "physical" in result.stdout
