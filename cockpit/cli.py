@@ -16,7 +16,9 @@ from cockpit.presets import PRESET_KEYS, Preset, PresetError, builtin_names, loa
 
 if TYPE_CHECKING:
     from cockpit.config import RunSpec
+    from cockpit.core.autotune import AutoTuner
     from cockpit.core.feed import Frame, RunSource
+    from cockpit.core.nvml import GpuReader
 
 
 def presets_table(presets: list[Preset]) -> Table:
@@ -73,18 +75,19 @@ def _interactive() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def _background_args(spec: RunSpec, resume: Path | None, jobs: int | None) -> list[str]:
+def _background_args(spec: RunSpec, args: argparse.Namespace) -> list[str]:
     """`cockpit run --headless` arguments that reproduce a validated spec in the background."""
-    if resume is not None:
-        return ["--resume", str(resume), *(["--jobs", str(jobs)] if jobs is not None else [])]
+    auto = ["--auto", "--auto-window", str(args.auto_window)] if args.auto else []
+    if args.resume is not None:
+        return ["--resume", str(args.resume), *(["--jobs", str(args.jobs)] if args.jobs is not None else []), *auto]
     # fmt: off
-    args = [
+    flags = [
         "--jobs", str(spec.jobs), "--agents", str(spec.agents), "--preset", spec.preset_arg, "--env", spec.env,
         "--timesteps", str(spec.timesteps), "--seed", str(spec.seed), "--run-dir", str(spec.run_dir),
         "--max-restarts", str(spec.max_restarts),
     ]
     # fmt: on
-    return [*args, "--pin"] if spec.pin else args
+    return [*flags, *auto, *(["--pin"] if spec.pin else [])]
 
 
 def _view_in_tui(source: RunSource, *, who: str) -> int:
@@ -143,9 +146,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         else:
             preset = args.preset or ("heavy" if gpu is not None else "cartpole")
             spec = build_spec(
-                jobs=args.jobs or 2, agents=args.agents, preset=preset, env=args.env, timesteps=args.timesteps,
-                seed=args.seed, run_dir=args.run_dir, max_restarts=args.max_restarts, pin=args.pin,
-                headless=headless, command_line=command_line,
+                jobs=args.jobs or (1 if args.auto else 2), agents=args.agents, preset=preset, env=args.env,
+                timesteps=args.timesteps, seed=args.seed, run_dir=args.run_dir, max_restarts=args.max_restarts,
+                pin=args.pin, headless=headless, command_line=command_line,
             )  # fmt: skip
     except ConfigError as exc:
         if gpu is not None:
@@ -156,7 +159,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if gpu is not None:
             gpu.close()
         return _run_in_tui(spec, args)
-    session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), resume=args.resume is not None)
+    auto = _auto_tuner(spec, gpu, args.auto_window) if args.auto else None
+    session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), resume=args.resume is not None, auto=auto)
     try:
         state = session.run(HeadlessView())
     except ConfigError as exc:
@@ -165,12 +169,27 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return exit_code(state, session.supervisor.interrupt_signal)
 
 
+def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float) -> AutoTuner:
+    """The --auto loop for this machine: capped by the cores the preset's envs need."""
+    import dataclasses
+
+    from cockpit.core.advisor import max_jobs_for_cores
+    from cockpit.core.autotune import AutoTuner
+    from cockpit.core.clock import SystemClock
+    from cockpit.core.host import host_info
+
+    preset = dataclasses.replace(spec.preset, env=spec.env)
+    return AutoTuner(SystemClock(), max_slots=max_jobs_for_cores(preset, host_info().physical_cores),
+                     gpu_memory_bytes=gpu.info.memory_total_bytes if gpu is not None else None,
+                     window_s=window_s, settle_s=window_s / 3)  # fmt: skip
+
+
 def _run_in_tui(spec: RunSpec, args: argparse.Namespace) -> int:
     """Start the validated run in the background and open the cockpit on it."""
     from cockpit.background import attach_when_ready, spawn
     from cockpit.core.feed import SourceError
 
-    run = spawn(_background_args(spec, args.resume, args.jobs), spec.run_dir)
+    run = spawn(_background_args(spec, args), spec.run_dir)
     print(f"cockpit run: starting {spec.agents} job(s) in {spec.run_dir} (log: {run.log})", file=sys.stderr)
     try:
         source = attach_when_ready(run)
@@ -259,6 +278,7 @@ def build_parser() -> ArgumentParser:
         "write RUN_DIR/run.toml. Ctrl-C checkpoints every job and stops; --resume RUN_DIR continues.",
         epilog="Examples:\n  cockpit run                          2 cartpole jobs on a CPU machine (heavy on a GPU)\n"
         "  cockpit run --jobs 4 --preset heavy\n  cockpit run --agents 20 --jobs 4 --timesteps 500000\n"
+        "  cockpit run --auto --agents 16       size the parallel jobs by measuring\n"
         "  cockpit run --resume runs/20261121T230000Z-heavy-LunarLander-v3",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -281,6 +301,19 @@ def build_parser() -> ArgumentParser:
         help="no TUI: a live table on a terminal, plain lines otherwise (the default when not on a terminal)",
     )
     run.add_argument("--pin", action="store_true", help="pin each parallel slot to its own CPU cores")
+    run.add_argument(
+        "--auto",
+        action="store_true",
+        help="find the number of parallel jobs: start at --jobs (default 1), add one per ~30 s window while "
+        "the aggregate SPS gains >= 5%% and cores and GPU memory allow, take back one that hurts",
+    )
+    run.add_argument(
+        "--auto-window",
+        type=positive_int,
+        default=30,
+        metavar="S",
+        help="seconds of each --auto measurement (default: 30; jobs settle for a third of it first)",
+    )
     run.add_argument(
         "--max-restarts",
         type=non_negative_int,

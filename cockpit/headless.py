@@ -151,7 +151,7 @@ class HeadlessView:
 
     def update(self, state: RunState) -> None:
         """Redraw the table (TTY), or print state changes and periodic progress lines."""
-        self._print_warnings(state.warnings)
+        self._print_warnings(state.warnings + state.advice)
         if self.console.is_terminal:
             if self.live is None:
                 self.live = Live(self._renderable(state), console=self.console, refresh_per_second=4)

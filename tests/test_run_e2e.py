@@ -229,3 +229,17 @@ def test_interrupt_exit_codes_follow_the_signal() -> None:
     interrupted = state(T0, RunStatus.INTERRUPTED)
     assert exit_code(interrupted, signal.SIGINT) == 130 and exit_code(interrupted, signal.SIGTERM) == 143
     assert exit_code(state(T0, RunStatus.DONE)) == 0 and exit_code(state(T0, RunStatus.FAILED)) == 1
+
+
+@pytest.mark.slow
+def test_auto_adds_jobs_by_measuring_and_logs_each_change(tmp_path: Path) -> None:
+    preset = small_preset(tmp_path, timesteps=60_000)
+    cockpit = start_cockpit(tmp_path / "run", "--auto", "--auto-window", "6", "--agents", "3", "--preset", str(preset))
+    assert cockpit.finish() == 0, cockpit.text()
+    advice = cockpit.run_log()["advice"]
+    first = advice[0]
+    assert (first["action"], first["jobs_before"], first["jobs_after"]) == ("add", 1, 2), advice
+    assert first["sps_before"] > 0 and first["at"].endswith("Z")
+    decided = [a for a in advice if a["action"] in ("keep", "remove", "stop")]
+    assert decided and all("sps_after" in a or a["action"] == "stop" for a in decided), advice
+    assert "[cockpit] auto: add (1 -> 2 jobs)" in cockpit.text()  # shown live too

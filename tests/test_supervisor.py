@@ -11,7 +11,16 @@ from cockpit.core.host import thread_budget
 from cockpit.core.jobs import InvalidTransition, Job, JobState
 from cockpit.core.launcher import LaunchRequest, WorkerHandle
 from cockpit.core.state import RunStatus
-from cockpit.core.supervisor import STOP_GRACE_S, AddJob, JobTemplate, KillJob, RestartJob, StopJob, Supervisor
+from cockpit.core.supervisor import (
+    STOP_GRACE_S,
+    AddJob,
+    JobTemplate,
+    KillJob,
+    RestartJob,
+    SetSlots,
+    StopJob,
+    Supervisor,
+)
 from tests.fakeclock import FakeClock
 from training.events import EVENTS_FILE, EventWriter
 
@@ -280,3 +289,25 @@ def test_restoring_a_resumed_job_closes_its_last_phase(tmp_path: Path) -> None:
     sup.restore(job, read_events(job.job_dir / EVENTS_FILE))
     assert job.phases[-1] == (clock.t - 80, None) and job.phase is None
     assert job.steps_at_first_start == 256
+
+
+def test_more_slots_start_queued_agents_and_fewer_requeue_the_newest(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, agents=4, slots=1)
+    sup.tick()
+    for step in range(1, 4):
+        clock.t += 1  # the jobs start in order 000, 001, 002
+        sup.submit(SetSlots(step + 1 if step < 3 else 3))
+        sup.tick()
+    assert [p.request.job_id for p in launcher.processes] == ["000", "001", "002"]
+    assert sup.slots == 3 and sup.jobs["003"].state is JobState.QUEUED
+    args = launcher.processes[-1].request.worker_args
+    assert args[args.index("--threads") + 1] == "1"  # 2 cores shared by 3 slots: 1 each at least
+    sup.submit(SetSlots(2))
+    sup.tick()
+    newest = sup.jobs["002"]
+    assert newest.state is JobState.STOPPING and launcher.live("002").signals == ["TERM"]
+    assert sup.jobs["000"].state is sup.jobs["001"].state is JobState.STARTING
+    finish(sup, launcher, "002", status="stopped")
+    sup.tick()
+    assert newest.state is JobState.QUEUED and list(sup.queue) == ["002", "003"]  # front of the queue
+    assert live_count(sup) == 2

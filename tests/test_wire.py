@@ -9,7 +9,7 @@ import pytest
 
 from cockpit.core.nvml import GpuInfo, GpuSample
 from cockpit.core.state import JobView, RunState, RunStatus
-from cockpit.core.supervisor import AddJob, Command, KillJob, RestartJob, StopAll, StopJob
+from cockpit.core.supervisor import AddJob, Command, KillJob, RestartJob, SetSlots, StopAll, StopJob
 from cockpit.core.telemetry import JobUsage, Sample
 from cockpit.core.wire import (
     decode_command,
@@ -138,6 +138,7 @@ def test_unknown_keys_from_a_newer_cockpit_are_ignored() -> None:
         (RestartJob("000"), "restart"),
         (KillJob("001"), "kill"),
         (StopAll(), "stop_all"),
+        (SetSlots(3), "set_slots"),
     ],
 )
 def test_commands_round_trip(command: Command, kind: str) -> None:
@@ -156,6 +157,7 @@ def test_commands_round_trip(command: Command, kind: str) -> None:
         ({"kind": "add", "seed": "7"}, "'seed'"),
         ({"kind": "add", "seed": True}, "'seed'"),
         ("stop", "expected an object"),
+        ({"kind": "set_slots", "slots": 0}, "'slots'"),
     ],
 )
 def test_a_bad_command_raises_value_error_naming_the_key(data: Any, named: str) -> None:

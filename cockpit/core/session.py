@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cockpit.config import RUN_LOG, ConfigError, RunSpec
+from cockpit.core.autotune import AutoTuner
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.control import ControlError, ControlServer
 from cockpit.core.feed import Transition, phases_since
@@ -68,6 +69,7 @@ class RunSession:
     host: HostInfo = field(default_factory=host_info)
     resume: bool = False
     serve: bool = True
+    auto: AutoTuner | None = None  # `--auto`: the loop that sizes the parallel jobs
 
     def __post_init__(self) -> None:
         budget = thread_budget(self.spec.slots, self.host.physical_cores)
@@ -130,14 +132,19 @@ class RunSession:
             dict(self.sampler.peak_gpu_mem),
             gpu=self.sampler.gpu_info,
             gpu_status=self.sampler.gpu_status,
+            advice=tuple(change.line() for change in self.auto.log) if self.auto is not None else (),
         )
+
+    def _advice_log(self) -> list[dict[str, Any]]:
+        return [change.as_dict() for change in self.auto.log] if self.auto is not None else []
 
     def write_run_log(self, state: RunState, *, final: bool = False) -> None:
         """Rewrite run.toml atomically; a failure (full disk) is recorded, not raised."""
         phases = {job.id: list(job.phases) for job in self.supervisor.jobs.values()}
         accounting = phase_accounting(phases, self.recorder, state.now, final=final)
         try:
-            write_atomic(self.spec.run_dir / RUN_LOG, render(self.spec, state, self.host, accounting, self.recorder))
+            text = render(self.spec, state, self.host, accounting, self.recorder, advice=self._advice_log())
+            write_atomic(self.spec.run_dir / RUN_LOG, text)
             self.log_failure = None
         except OSError as exc:
             self.log_failure = f"run.toml not updated: {exc.strerror or exc}"
@@ -208,6 +215,9 @@ class RunSession:
             self.supervisor.tick()
             self.sampler.set_jobs(self.supervisor.live_pids())
             state = self._latest = self.snapshot()
+            if self.auto is not None:
+                for command in self.auto.tick(state):
+                    self.supervisor.submit(command)
             view.update(state)
             if on_tick is not None:
                 on_tick(state)

@@ -75,6 +75,7 @@ class RunState:
     warnings: tuple[str, ...]
     threads_per_job: int = 0  # env threads each job gets from the thread budget (0: unknown)
     physical_cores: int = 0  # the cores that budget divides (0: unknown)
+    advice: tuple[str, ...] = ()  # the advisor's and the --auto loop's lines, newest last
 
     def count(self, state: str) -> int:
         """How many jobs are in `state`."""

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.core.clock import Clock, SystemClock
-from cockpit.core.host import ThreadBudget, pin_sets
+from cockpit.core.host import ThreadBudget, pin_sets, thread_budget
 from cockpit.core.jobs import Job, JobState
 from cockpit.core.launcher import Launcher, LaunchRequest
 from cockpit.core.state import JobView, RunState, RunStatus
@@ -63,7 +63,15 @@ class StopAll:
     """Checkpoint and stop every job and end the run (resumable, like Ctrl-C); twice kills them."""
 
 
-Command = AddJob | StopJob | RestartJob | KillJob | StopAll
+@dataclass(frozen=True)
+class SetSlots:
+    """Run at most `slots` jobs at once. Lowering it checkpoints and stops the most recently
+    started jobs, which go back to the front of the queue and resume when a slot frees."""
+
+    slots: int
+
+
+Command = AddJob | StopJob | RestartJob | KillJob | StopAll | SetSlots
 
 
 @dataclass(frozen=True)
@@ -188,6 +196,9 @@ class Supervisor:
         if isinstance(command, StopAll):
             self.interrupt()  # acted on later in this same tick
             return
+        if isinstance(command, SetSlots):
+            self._set_slots(max(1, command.slots))
+            return
         if isinstance(command, AddJob):
             next_seed = max((j.seed for j in self.jobs.values()), default=-1) + 1
             self._add(command.seed if command.seed is not None else next_seed)
@@ -209,6 +220,18 @@ class Supervisor:
                 job.exit_reason = "restart"
             elif job.state.terminal or job.state is JobState.BACKOFF:
                 self._requeue(job)
+
+    def _set_slots(self, slots: int) -> None:
+        self.slots = slots
+        self.budget = thread_budget(slots, self.budget.physical_cores)  # later launches get the new share
+        if self._pins is not None:
+            self._pins = pin_sets(slots, sorted(os.sched_getaffinity(0)))
+        running = [j for j in self.jobs.values() if j.state in (JobState.STARTING, JobState.RUNNING)]
+        running.sort(key=lambda j: j.attempt_started_at or 0.0)
+        excess = self._busy_slots() - slots
+        for job in reversed(running[len(running) - excess :] if excess > 0 else []):
+            self._stop(job)
+            job.exit_reason = "restart"  # back to the queue once it has checkpointed
 
     def _requeue(self, job: Job) -> None:
         now = self.clock.time()
@@ -406,4 +429,5 @@ class Supervisor:
             warnings=tuple(self.warnings),
             threads_per_job=self.budget.threads_per_job,
             physical_cores=self.budget.physical_cores,
+            advice=extra.get("advice", ()),
         )

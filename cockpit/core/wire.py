@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from cockpit.core.nvml import GpuInfo, GpuSample
 from cockpit.core.state import JobView, RunState, RunStatus
-from cockpit.core.supervisor import AddJob, Command, KillJob, RestartJob, StopAll, StopJob
+from cockpit.core.supervisor import AddJob, Command, KillJob, RestartJob, SetSlots, StopAll, StopJob
 from cockpit.core.telemetry import JobUsage, Sample
 
 T = TypeVar("T")
@@ -25,6 +25,7 @@ COMMAND_KINDS: dict[type, str] = {
     RestartJob: "restart",
     KillJob: "kill",
     StopAll: "stop_all",
+    SetSlots: "set_slots",
 }
 _JOB_COMMANDS: dict[str, type[StopJob | RestartJob | KillJob]] = {
     "stop": StopJob,
@@ -136,6 +137,7 @@ def decode_state(data: Any) -> RunState:
         sample=_optional(decode_sample),
         gpu=_optional(lambda gpu: _build(GpuInfo, gpu, "gpu")),
         warnings=_tuple,
+        advice=_tuple,
     )
 
 
@@ -155,6 +157,11 @@ def decode_command(data: Any) -> Command:
     kind = values["kind"]
     if kind == "stop_all":
         return StopAll()
+    if kind == "set_slots":
+        slots = values.get("slots")
+        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
+            raise ValueError(f"command 'set_slots': key 'slots' must be a positive integer, got {slots!r}")
+        return SetSlots(slots)
     if kind == "add":
         seed = values.get("seed")
         # bool is an int in Python, but `true` is not a seed.
