@@ -240,6 +240,23 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from cockpit.config import ConfigError
+    from cockpit.recommend import this_machine
+    from cockpit.tune import tune
+
+    try:
+        tune(output_console(), preset=args.preset, env=args.env, budget=args.budget, out=args.out,
+             machine=this_machine())  # fmt: skip
+    except ConfigError as exc:
+        print(f"cockpit tune: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # the trial's workers are already gone (run_trial kills them)
+        print("cockpit tune: interrupted; nothing written", file=sys.stderr)
+        return 130
+    return 0
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from cockpit.config import ConfigError
     from cockpit.report import print_report
@@ -339,6 +356,29 @@ def build_parser() -> ArgumentParser:
     rec.add_argument("--jobs", type=positive_int, metavar="N", help="parallel jobs planned (default: the run's, or 2)")
     rec.add_argument("--from", dest="run_from", type=Path, metavar="RUN_DIR", help="use this run's measurements")
     rec.set_defaults(func=_cmd_recommend)
+
+    tune = sub.add_parser(
+        "tune",
+        help="measure a few jobs x n_envs configurations within a time budget and write the fastest as a preset",
+        description="A time-boxed search, not an exhaustive one: from recommend's pick, it climbs over parallel\n"
+        "jobs x n_envs (the batch size follows, always a divisor of the rollout), running short trials\n"
+        "of real workers that measure the aggregate SPS and the CPU and GPU use. It prints every trial and\n"
+        "writes the winner as a preset TOML, with the --jobs to run it with.",
+        epilog="Examples:\n  cockpit tune --preset heavy --budget 10m\n"
+        "  cockpit tune --preset cartpole --env CartPole-v1 --budget 90s --out presets-mine/cp.toml",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    tune.add_argument(
+        "--preset", metavar="P", help="preset to start from (default: heavy with a GPU, cartpole without)"
+    )
+    tune.add_argument("--env", metavar="ENV", help="environment id (default: the preset's)")
+    tune.add_argument(
+        "--budget", default="5m", metavar="TIME", help="time for the whole search: 90s, 5m, 1h (default 5m)"
+    )
+    tune.add_argument(
+        "--out", type=Path, metavar="FILE", help="where the winner goes (default: tuned-<preset>-<env>.toml)"
+    )
+    tune.set_defaults(func=_cmd_tune)
 
     attach = sub.add_parser(
         "attach",

@@ -126,3 +126,9 @@ def recommend(console: Console, *, preset: str | None, env: str | None, jobs: in
     else:
         console.print(f"Nothing to change: {jobs} job(s) of {resolved.name} on {resolved.env} fit this machine.")
     return items
+
+
+def static_pick(machine: Machine, preset: Preset, jobs: int = 2) -> tuple[int, int]:
+    """(jobs, n_envs) after applying the hardware-only advice: `recommend`'s pick before any run."""
+    changes = {a.setting: a.suggested for a in advise(machine, preset, jobs)}
+    return int(changes.get("jobs", jobs)), int(changes.get("n_envs", preset.n_envs))

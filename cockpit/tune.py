@@ -1,0 +1,136 @@
+"""`cockpit tune`: a time-boxed search for the fastest jobs x n_envs (x batch) on this machine.
+
+It starts at `recommend`'s static pick and climbs (see `cockpit.core.search`), measuring each
+configuration with real workers (`cockpit.trials`), and stops when the climb ends or the next
+trial would overrun the budget. It prints every trial and writes the winner as a preset file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from cockpit.config import ConfigError
+from cockpit.core.advisor import Machine
+from cockpit.core.nvml import open_gpu
+from cockpit.core.runlog import write_atomic
+from cockpit.core.search import Config, HillClimb, Space
+from cockpit.presets import Preset, PresetError, load
+from cockpit.recommend import static_pick
+from cockpit.trials import Trial, preset_toml, run_trial
+
+STARTUP_S = 5.0  # a trial's worker start-up, before measuring (the first trial learns the real figure)
+UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
+
+
+def parse_budget(text: str) -> float:
+    """'90', '90s', '5m' or '1h' in seconds; ConfigError naming --budget otherwise."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not match or float(match.group(1)) <= 0:
+        raise ConfigError(f"--budget {text!r}: give a duration like 90s, 5m or 1h")
+    return float(match.group(1)) * UNITS[match.group(2)]
+
+
+def search_space(preset: Preset, physical_cores: int) -> Space:
+    """Up to twice as many jobs as cores, a quarter to four times the preset's envs."""
+    return Space(max_jobs=max(2, 2 * physical_cores), max_envs=preset.n_envs * 4, n_steps=preset.n_steps,
+                 batch_cap=preset.batch_size, min_envs=max(1, preset.n_envs // 4))  # fmt: skip
+
+
+def measure_seconds(budget_s: float) -> float:
+    """How long each trial measures: about an eighth of the budget, 5 to 60 s."""
+    return max(5.0, min(60.0, budget_s / 8 - STARTUP_S))
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """Every trial in order, and the winner."""
+
+    trials: tuple[Trial, ...]
+    best: Config
+    seconds: float
+
+
+def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path, console: Console | None = None,
+          start: Config | None = None) -> TuneResult:  # fmt: skip
+    """Run the hill climb within `budget_s` seconds (trials in `workdir`)."""
+    space = search_space(preset, machine.physical_cores)
+    if start is None:
+        jobs, n_envs = static_pick(machine, preset)
+        start = space.config(min(jobs, space.max_jobs), min(max(n_envs, space.min_envs), space.max_envs))
+    assert start is not None
+    measure_s = measure_seconds(budget_s)
+    search = HillClimb(space, start)
+    gpu, _ = open_gpu()
+    began, trials, durations = time.monotonic(), [], [measure_s + STARTUP_S]
+    try:
+        while (config := search.next()) is not None:
+            elapsed = time.monotonic() - began
+            if elapsed + max(durations) > budget_s:
+                break
+            trial = run_trial(preset, config, workdir=workdir / f"trial-{len(trials)}", measure_s=measure_s,
+                              physical_cores=machine.physical_cores, gpu=gpu)  # fmt: skip
+            trials.append(trial)
+            durations.append(trial.seconds)
+            search.measured(config, trial.sps)
+            if console is not None:
+                console.print(f"[{time.monotonic() - began:5.0f} s] {config.label():<28} {trial.sps:>9,.0f} SPS  "
+                              f"CPU {trial.cpu_percent:3.0f} %", highlight=False)  # fmt: skip
+    finally:
+        if gpu is not None:
+            gpu.close()
+    if search.best is None:
+        raise ConfigError(f"--budget {budget_s:.0f}s is too short for one trial (about {durations[0]:.0f} s here)")
+    return TuneResult(tuple(trials), search.best, time.monotonic() - began)
+
+
+def trials_table(result: TuneResult) -> Table:
+    """Every trial, the winner marked."""
+    table = Table(title="cockpit tune", title_justify="left", box=box.SIMPLE_HEAD)
+    for name, justify in (("jobs", "right"), ("n_envs", "right"), ("batch", "right"), ("SPS", "right"),
+                          ("CPU %", "right"), ("GPU %", "right"), ("", "left")):  # fmt: skip
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for t in result.trials:
+        gpu = f"{t.gpu_util:.0f}" if t.gpu_util is not None else "-"
+        mark = "<- best" if t.config == result.best else ""
+        table.add_row(str(t.config.jobs), str(t.config.n_envs), str(t.config.batch_size), f"{t.sps:,.0f}",
+                      f"{t.cpu_percent:.0f}", gpu, mark)  # fmt: skip
+    return table
+
+
+def tune(console: Console, *, preset: str | None, env: str | None, budget: str, out: Path | None,
+         machine: Machine) -> Path:  # fmt: skip
+    """`cockpit tune`: search, print, write the winner; returns the preset file written."""
+    budget_s = parse_budget(budget)
+    try:
+        resolved = load(preset or ("heavy" if machine.gpu_name else "cartpole"))
+    except PresetError as exc:
+        raise ConfigError(str(exc)) from exc
+    if env:
+        resolved = dataclasses.replace(resolved, env=env)
+    out = out or Path(f"tuned-{resolved.name}-{resolved.env.replace('/', '-')}.toml")
+    if out.exists() and not out.is_file():
+        raise ConfigError(f"--out {out}: not a file")
+    console.print(f"tuning {resolved.name} on {resolved.env} for {budget_s:.0f} s "
+                  f"({measure_seconds(budget_s):.0f} s per trial after start-up)", highlight=False)  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="cockpit-tune-") as tmp:
+        result = climb(resolved, machine, budget_s, workdir=Path(tmp), console=console)
+    console.print(trials_table(result))
+    best = next(t for t in result.trials if t.config == result.best)
+    note = (f"tuned by cockpit tune for {resolved.env}: {best.sps:,.0f} SPS with {best.config.jobs} parallel job(s); "
+            f"run it with: cockpit run --preset {out} --jobs {best.config.jobs}")  # fmt: skip
+    try:
+        write_atomic(out, preset_toml(dataclasses.replace(resolved, env=resolved.env), best.config, note))
+        load(str(out))  # what was written must load as a preset
+    except (OSError, PresetError) as exc:
+        raise ConfigError(f"--out {out}: {exc}") from exc
+    console.print(f"wrote {out} ({len(result.trials)} trials in {result.seconds:.0f} s). {note}", highlight=False)
+    return out

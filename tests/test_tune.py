@@ -1,0 +1,70 @@
+"""`cockpit tune`: the hill climb against scripted machines, the budget, and one real search."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cockpit.config import ConfigError
+from cockpit.core.search import Config, HillClimb, Space
+from cockpit.presets import load
+from cockpit.tune import parse_budget
+from tests.cockpitproc import run_cockpit
+
+SPACE = Space(max_jobs=4, max_envs=32, n_steps=32, batch_cap=256, min_envs=2)
+
+
+def climb_on(sps_of: dict[tuple[int, int], float], start: Config) -> tuple[Config, int]:
+    """Run the climb to its end on a scripted machine: the winner and how many trials it took."""
+    search = HillClimb(SPACE, start)
+    while (config := search.next()) is not None:
+        search.measured(config, sps_of.get((config.jobs, config.n_envs), 0.0))
+    assert search.best is not None
+    return search.best, len(search.results)
+
+
+def test_the_grid_is_every_jobs_and_power_of_two_envs_with_a_dividing_batch() -> None:
+    grid = SPACE.grid()
+    assert len(grid) == 4 * 5  # jobs 1..4 x envs 2, 4, 8, 16, 32
+    assert all((c.n_envs * 32) % c.batch_size == 0 and c.batch_size <= 256 for c in grid)
+    assert SPACE.config(1, 2) == Config(1, 2, 64) and SPACE.config(5, 8) is None
+
+
+def test_the_climb_finds_a_peak_away_from_the_start_in_fewer_trials_than_the_grid() -> None:
+    # two cores: 2 jobs x 16 envs is best; everything falls off around it
+    sps = {(j, e): 1000 * min(j, 2) * (1 - abs(e - 16) / 40) - 150 * max(0, j - 2) for j in range(1, 5)
+           for e in (2, 4, 8, 16, 32)}  # fmt: skip
+    best, trials = climb_on(sps, SPACE.config(1, 4))  # type: ignore[arg-type]
+    assert (best.jobs, best.n_envs) == (2, 16)
+    assert trials < len(SPACE.grid()) / 2
+
+
+def test_a_gain_within_noise_does_not_move_the_best() -> None:
+    search = HillClimb(SPACE, SPACE.config(2, 8))  # type: ignore[arg-type]
+    search.measured(SPACE.config(2, 8), 1000.0)  # type: ignore[arg-type]
+    search.measured(SPACE.config(3, 8), 1010.0)  # type: ignore[arg-type]  # +1 %: noise
+    assert search.best == SPACE.config(2, 8)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("5m", 300), ("1.5h", 5400)])
+def test_budgets(text: str, seconds: float) -> None:
+    assert parse_budget(text) == seconds
+
+
+def test_a_bad_budget_is_one_line_exit_2() -> None:
+    with pytest.raises(ConfigError, match="--budget '5 minutes'"):
+        parse_budget("5 minutes")
+    result = run_cockpit("tune", "--budget", "0s")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "--budget" in result.stderr
+
+
+@pytest.mark.slow
+def test_a_real_tune_on_cartpole_writes_a_preset_that_loads(tmp_path: Path) -> None:
+    out = tmp_path / "tuned.toml"
+    result = run_cockpit("tune", "--preset", "cartpole", "--env", "CartPole-v1", "--budget", "40s", "--out", str(out),
+                         timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    tuned = load(str(out))
+    assert tuned.env == "CartPole-v1" and (tuned.n_envs * tuned.n_steps) % tuned.batch_size == 0
+    assert "<- best" in result.stdout and "cockpit run --preset" in tuned.description
