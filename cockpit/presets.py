@@ -16,6 +16,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
+import tomli_w
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised only on Python 3.10
@@ -282,3 +284,9 @@ def load(spec: str) -> Preset:
     except tomllib.TOMLDecodeError as exc:
         raise PresetError(f"{source}: invalid TOML: {exc}") from exc
     return resolve(raw, name=name, source=source)
+
+
+def to_toml(preset: Preset) -> str:
+    """A preset file's text for `preset` (its concrete batch size, no `auto`)."""
+    values = preset.as_dict()
+    return tomli_w.dumps({key: values[key] for key in PRESET_KEYS if key != "batch_size_cap"})

@@ -20,12 +20,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import psutil
-import tomli_w
 
 from cockpit.core.host import thread_budget
 from cockpit.core.nvml import GpuReader
 from cockpit.core.search import Config
-from cockpit.presets import PRESET_KEYS, Preset
+from cockpit.presets import Preset, to_toml
 from training.events import EVENTS_FILE, EventTail
 
 START_TIMEOUT_S = 120.0
@@ -50,8 +49,7 @@ class Trial:
 
 def preset_toml(preset: Preset, config: Config, description: str) -> str:
     """`preset` with the configuration's n_envs and batch size, as a preset file's text."""
-    values = replace(preset, n_envs=config.n_envs, batch_size=config.batch_size, description=description).as_dict()
-    return tomli_w.dumps({key: values[key] for key in PRESET_KEYS if key in values and key != "batch_size_cap"})
+    return to_toml(replace(preset, n_envs=config.n_envs, batch_size=config.batch_size, description=description))
 
 
 def _progress(tail: EventTail, last: tuple[float, int] | None) -> tuple[tuple[float, int] | None, bool]:

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, Static
 
+from cockpit.core.advisor import Advice
 from cockpit.core.feed import RunSource
 from cockpit.core.runs import RecentRun
 from cockpit.core.state import RunStatus
-from cockpit.core.supervisor import AddJob, KillJob, RestartJob, StopAll, StopJob
+from cockpit.core.supervisor import AddJob, ApplyAdvice, KillJob, RestartJob, StopAll, StopJob
 from cockpit.tui.app import make_app
 from cockpit.tui.cockpit_screen import CockpitScreen
 from cockpit.tui.detail_screen import JobDetailScreen
@@ -33,6 +34,7 @@ async def test_each_control_reaches_the_supervisor() -> None:
     app = make_app(source)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
+        assert app.screen.check_action("apply_advice", ()) is False  # no advice, no A in the footer
         await pilot.press("a")
         await pilot.press("down", "s")  # cursor on job 001
         await pilot.press("r", "k", "S")
@@ -234,3 +236,20 @@ def test_main_screen_snapshot(snap_compare, gpu: bool) -> None:
     warnings = ("warning: 4 parallel jobs x 2 env thread(s) = 8 env threads on 2 physical cores",)
     app = make_app(ScriptedSource(frame(gpu=gpu, warnings=warnings)))
     assert snap_compare(app, terminal_size=(100, 30))
+
+
+async def test_advice_is_shown_with_its_reasons_and_the_selected_item_is_applied() -> None:
+    suggestions = (
+        Advice("jobs", "1", "4", "train phases overlap", "GPU 25 % on average but 80 % while a job trains"),
+        Advice("n_envs", "32", "16", "less contention", "CPU 97 % across 16 logical cores, GPU 12 %"),
+    )
+    source = ScriptedSource(replace(frame(), state=replace(frame().state, suggestions=suggestions)))
+    app = make_app(source)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        text = str(app.screen.query_one("#advice", Static).render())
+        assert "▶ jobs 1 -> 4: train phases overlap (GPU 25 % on average but 80 % while a job trains)" in text
+        assert app.screen.check_action("apply_advice", ()) is True  # the footer offers A
+        await pilot.press("v", "A")
+        await pilot.pause()
+    assert source.commands == [ApplyAdvice("n_envs", "16")]

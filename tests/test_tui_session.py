@@ -8,14 +8,19 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from cockpit.config import build_spec
 from cockpit.core.control import AttachSource
 from cockpit.core.feed import SourceError
 from cockpit.core.nvml import open_gpu
+from cockpit.core.runlog import read_run_log
 from cockpit.core.session import RunSession
 from cockpit.core.state import RunState, RunStatus
-from cockpit.core.supervisor import StopAll
+from cockpit.core.supervisor import ApplyAdvice, RestartJob, SetPreset, StopAll
 from cockpit.core.telemetry import Sampler
+from cockpit.presets import load
+from cockpit.tui.advice_panel import AdvicePanel
 from cockpit.tui.app import make_app
 from cockpit.tui.gpu_panel import GpuPanel
 from cockpit.tui.jobs_table import JobsTable
@@ -71,6 +76,16 @@ async def test_keys_drive_a_real_supervisor_and_stop_all_ends_the_run(tmp_path: 
             await pilot.press("a")  # a fourth agent, next seed
             await _until(pilot, lambda: table.row_count == 4)
             assert table.cell("003", "status") == "queued"
+            # the advisor read the fake RTX 4090 and this machine's cores: more parallel jobs
+            await _until(pilot, lambda: any(a.setting == "jobs" for a in source.frame().state.suggestions))
+            (jobs_advice,) = [a for a in source.frame().state.suggestions if a.setting == "jobs"]
+            assert jobs_advice.current == "2" and "4090" in jobs_advice.reason
+            while source.frame().state.suggestions[app.screen.query_one(AdvicePanel).selected].setting != "jobs":
+                await pilot.press("v")
+            await pilot.press("A")
+            wanted = int(jobs_advice.suggested)
+            await _until(pilot, lambda: source.frame().state.slots == wanted)
+            await _until(pilot, lambda: source.frame().state.count("running") == wanted)
             await pilot.press("q", "s")  # quit, stopping every job
             await _until(pilot, lambda: not app.is_running)
         assert app.return_value is not None and app.return_value.state.status is RunStatus.INTERRUPTED
@@ -79,4 +94,24 @@ async def test_keys_drive_a_real_supervisor_and_stop_all_ends_the_run(tmp_path: 
             session.submit(StopAll())
         runner.join(timeout=20)
     assert final and final[0].status is RunStatus.INTERRUPTED
-    assert [job.state for job in final[0].jobs] == ["stopped", "stopped", "stopped", "stopped"]
+    assert {job.state for job in final[0].jobs} == {"stopped"}
+    assert any(entry["action"] == "apply" for entry in read_run_log(run_dir)["advice"])
+
+
+def test_applying_n_envs_writes_a_preset_and_restarts_live_jobs_under_it(tmp_path: Path) -> None:
+    spec = build_spec(
+        jobs=2, agents=2, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=tmp_path / "run",
+        max_restarts=0, pin=False, headless=True, command_line=("cockpit", "run"),
+    )  # fmt: skip
+    session = RunSession(spec, Sampler(gpu=None, gpu_status="test", hz=20), launcher=FakeWorkers(), serve=False)
+    session.spec.run_dir.mkdir(parents=True)
+    session.supervisor.tick()
+    session.supervisor.tick()  # the fake workers wrote `started`: both jobs run
+    session._latest = session.snapshot()
+    session.submit(ApplyAdvice("n_envs", "16"))
+    commands = [session.supervisor._commands.get_nowait() for _ in range(3)]
+    assert isinstance(commands[0], SetPreset) and commands[1:] == [RestartJob("000"), RestartJob("001")]
+    written = load(commands[0].preset_arg)
+    assert (written.n_envs, written.batch_size, written.env) == (16, 256, "CartPole-v1")  # 16 x 32 = 512: 256 divides
+    with pytest.raises(ValueError, match="net_arch cannot change under running jobs"):
+        session.submit(ApplyAdvice("net_arch", "64,64"))

@@ -7,9 +7,20 @@ from typing import Any
 
 import pytest
 
+from cockpit.core.advisor import Advice
 from cockpit.core.nvml import GpuInfo, GpuSample
 from cockpit.core.state import JobView, RunState, RunStatus
-from cockpit.core.supervisor import AddJob, Command, KillJob, RestartJob, SetSlots, StopAll, StopJob
+from cockpit.core.supervisor import (
+    AddJob,
+    ApplyAdvice,
+    Command,
+    KillJob,
+    RestartJob,
+    SetPreset,
+    SetSlots,
+    StopAll,
+    StopJob,
+)
 from cockpit.core.telemetry import JobUsage, Sample
 from cockpit.core.wire import (
     decode_command,
@@ -71,6 +82,8 @@ def run_state(*, gpu: bool) -> RunState:
         gpu=GpuInfo(0, "NVIDIA GeForce RTX 4090", 24 << 30, "555.42") if gpu else None,
         gpu_status="" if gpu else "no GPU telemetry: no NVML library",
         warnings=("job 001: slow start",),
+        advice=("auto: add (1 -> 2 jobs): 4,842 SPS with 1 job(s)",),
+        suggestions=(Advice("jobs", "2", "4", "overlap", "GPU 25 %", {"gpu_util_mean": 25.0, "gpu": "x"}),),
     )
 
 
@@ -84,6 +97,7 @@ def test_a_state_round_trips_exactly_through_json(gpu: bool) -> None:
     back = decode_state(through_json(encode_state(state)))
     assert back == state
     assert back.status is RunStatus.STOPPING and isinstance(back.jobs, tuple) and isinstance(back.warnings, tuple)
+    assert isinstance(back.suggestions[0], Advice) and isinstance(back.advice, tuple)
     assert back.sample is not None and isinstance(back.sample.cpu_percent, tuple)
     assert isinstance(back.sample.jobs["001"], JobUsage)
     if gpu:
@@ -139,6 +153,8 @@ def test_unknown_keys_from_a_newer_cockpit_are_ignored() -> None:
         (KillJob("001"), "kill"),
         (StopAll(), "stop_all"),
         (SetSlots(3), "set_slots"),
+        (SetPreset("/runs/r1/preset-1.toml"), "set_preset"),
+        (ApplyAdvice("n_envs", "16"), "apply_advice"),
     ],
 )
 def test_commands_round_trip(command: Command, kind: str) -> None:

@@ -262,14 +262,16 @@ def _gpu_defaults(host: Machine, preset: Preset, jobs: int) -> list[Advice]:
     if model is None:
         return []
     out = []
+    memory = f", {host.gpu_memory_bytes / GIB:.0f} GB" if host.gpu_memory_bytes else ""
+    note = f"{host.gpu_name}{memory} detected; {model.note}"
     if model.preset != preset.name and preset.name in ("fast", "heavy", "beast"):
         out.append(Advice("preset", preset.name, model.preset, f"the usual work per rollout for a {model.match}",
-                          model.note, {"gpu": host.gpu_name or ""}))  # fmt: skip
+                          note, {"gpu": host.gpu_name or ""}))  # fmt: skip
     fit = min(model.jobs, max_jobs_for_cores(preset, host.physical_cores))
     if fit != jobs:
         capped = "" if fit == model.jobs else f"; {host.physical_cores} physical cores fit {fit} of {model.jobs}"
         out.append(Advice("jobs", str(jobs), str(fit), "enough parallel jobs to keep the GPU busy",
-                          model.note + capped, {"gpu": host.gpu_name or ""}))  # fmt: skip
+                          note + capped, {"gpu": host.gpu_name or ""}))  # fmt: skip
     return out
 
 

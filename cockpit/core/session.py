@@ -11,6 +11,7 @@ where any number of viewers attach; it is their `ControlProvider`.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import fcntl
 import os
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cockpit.config import RUN_LOG, ConfigError, RunSpec
+from cockpit.core.advisor import Advice, JobMeasure, Machine, Measurements, advise
 from cockpit.core.autotune import AutoTuner
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.control import ControlError, ControlServer
@@ -27,15 +29,28 @@ from cockpit.core.feed import Transition, phases_since
 from cockpit.core.host import HostInfo, host_info, thread_budget
 from cockpit.core.jobs import JobState
 from cockpit.core.launcher import Launcher, LocalLauncher
-from cockpit.core.runlog import Recorder, phase_accounting, render, write_atomic
+from cockpit.core.phases import Accounting
+from cockpit.core.runlog import Recorder, iso, phase_accounting, render, write_atomic
 from cockpit.core.state import RunState, RunStatus
-from cockpit.core.supervisor import STOP_GRACE_S, Command, JobTemplate, Supervisor
+from cockpit.core.supervisor import (
+    STOP_GRACE_S,
+    AddJob,
+    ApplyAdvice,
+    Command,
+    JobTemplate,
+    RestartJob,
+    SetPreset,
+    SetSlots,
+    Supervisor,
+)
 from cockpit.core.telemetry import Sample, Sampler
+from cockpit.presets import largest_divisor_at_most, to_toml
 from training.events import EVENTS_FILE, read_events
 
 TICK_S = 0.2
 LOCK_FILE = ".cockpit.lock"
-RUN_LOG_EVERY_S = 10.0
+RUN_LOG_EVERY_S = 10.0  # also how often the advisor looks at the run again
+ADVICE_CPU_SAMPLES = 300  # the last minute at 5 Hz
 CONTROL_LINGER_S = 1.0  # how long the final state stays served for viewers still polling
 
 
@@ -86,6 +101,9 @@ class RunSession:
             preset_name=self.spec.preset.name,
         )
         self.recorder = Recorder(self.spec.run_dir)
+        self._preset = dataclasses.replace(self.spec.preset, env=self.spec.env)
+        self._suggestions: tuple[Advice, ...] = ()
+        self._applied: list[dict[str, Any]] = []
         self.sampler.on_sample = self.recorder
         self.log_failure: str | None = None
         self._latest: RunState | None = None  # written by the loop, read by control threads
@@ -104,8 +122,48 @@ class RunSession:
                 job.exit_reason = "done in an earlier session"
 
     def submit(self, command: Command) -> None:
-        """Send a command to the supervisor (thread-safe); the TUI uses this too."""
+        """Send a command to the supervisor (thread-safe); the TUI uses this too. An
+        `ApplyAdvice` becomes the supervisor commands that carry it out; ValueError (one line)
+        for advice that cannot be applied to a running run."""
+        if isinstance(command, ApplyAdvice):
+            for step in self._apply(command):
+                self.supervisor.submit(step)
+            return
         self.supervisor.submit(command)
+
+    def _apply(self, advice: ApplyAdvice) -> list[Command]:
+        if advice.setting not in ("jobs", "n_envs", "batch_size"):
+            raise ValueError(f"{advice.setting} cannot change under running jobs: start a new run with it")
+        state = self._latest
+        try:
+            value = int(advice.suggested)
+        except ValueError:
+            value = 0
+        if state is None or value < 1:
+            raise ValueError(f"advice {advice.setting} -> {advice.suggested!r}: nothing to apply yet")
+        if advice.setting == "jobs":
+            missing = max(0, value - state.slots - state.count("queued"))
+            steps: list[Command] = [AddJob() for _ in range(missing)]
+            self._log_applied(advice)
+            return [*steps, SetSlots(value)]
+        preset = self._preset
+        if advice.setting == "n_envs":
+            batch = largest_divisor_at_most(value * preset.n_steps, preset.batch_size)
+            preset = dataclasses.replace(preset, n_envs=value, batch_size=batch)
+        elif preset.total_batch % value == 0:
+            preset = dataclasses.replace(preset, batch_size=value)
+        else:
+            raise ValueError(f"batch_size {value} does not divide n_envs x n_steps = {preset.total_batch}")
+        path = (self.spec.run_dir / f"preset-{len(self._applied) + 1}.toml").resolve()
+        write_atomic(path, to_toml(preset))
+        self._preset = preset
+        self._log_applied(advice)
+        # Each live job checkpoints and resumes under the new rollout and batch settings.
+        return [SetPreset(str(path)), *(RestartJob(j.id) for j in state.jobs if j.state in ("starting", "running"))]
+
+    def _log_applied(self, advice: ApplyAdvice) -> None:
+        self._applied.append({"at": iso(self.clock.time()), "action": "apply", "setting": advice.setting,
+                              "suggested": advice.suggested})  # fmt: skip
 
     # ----- ControlProvider (called from the control server's threads) -----
 
@@ -133,15 +191,39 @@ class RunSession:
             gpu=self.sampler.gpu_info,
             gpu_status=self.sampler.gpu_status,
             advice=tuple(change.line() for change in self.auto.log) if self.auto is not None else (),
+            suggestions=self._suggestions,
         )
 
     def _advice_log(self) -> list[dict[str, Any]]:
-        return [change.as_dict() for change in self.auto.log] if self.auto is not None else []
+        auto = [change.as_dict() for change in self.auto.log] if self.auto is not None else []
+        return sorted(auto + self._applied, key=lambda entry: str(entry["at"]))
+
+    def _measurements(self, state: RunState, accounting: Accounting) -> Measurements:
+        jobs = []
+        for job in state.jobs:
+            stats = accounting.jobs.get(job.id, {})
+            train, rollout = stats.get("train"), stats.get("rollout")
+            total = (train.seconds if train else 0.0) + (rollout.seconds if rollout else 0.0)
+            jobs.append(JobMeasure(
+                job.id, job.sps, train.seconds / total if train and total else None,
+                rollout.gpu_util_mean if rollout else None, train.gpu_util_mean if train else None,
+                job.peak_gpu_mem_bytes, job.cpu_percent, "cuda_oom" in (job.error or ""),
+            ))  # fmt: skip
+        recent = [s.cpu_total_percent for s in self.sampler.history()[-ADVICE_CPU_SAMPLES:]]
+        cpu = sum(recent) / len(recent) if recent else None
+        return Measurements(tuple(jobs), accounting.gpu_util_mean, accounting.gpu_util_while_training, cpu)
+
+    def _advise(self, state: RunState, accounting: Accounting) -> None:
+        gpu = self.sampler.gpu_info
+        machine = Machine(self.host.physical_cores, self.host.logical_cores, self.host.ram_bytes,
+                          gpu.name if gpu else None, gpu.memory_total_bytes if gpu else None)  # fmt: skip
+        self._suggestions = tuple(advise(machine, self._preset, state.slots, self._measurements(state, accounting)))
 
     def write_run_log(self, state: RunState, *, final: bool = False) -> None:
         """Rewrite run.toml atomically; a failure (full disk) is recorded, not raised."""
         phases = {job.id: list(job.phases) for job in self.supervisor.jobs.values()}
         accounting = phase_accounting(phases, self.recorder, state.now, final=final)
+        self._advise(state, accounting)
         try:
             text = render(self.spec, state, self.host, accounting, self.recorder, advice=self._advice_log())
             write_atomic(self.spec.run_dir / RUN_LOG, text)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from cockpit.core.advisor import Advice
 from cockpit.core.nvml import GpuInfo
 from cockpit.core.telemetry import Sample
 
@@ -75,7 +76,8 @@ class RunState:
     warnings: tuple[str, ...]
     threads_per_job: int = 0  # env threads each job gets from the thread budget (0: unknown)
     physical_cores: int = 0  # the cores that budget divides (0: unknown)
-    advice: tuple[str, ...] = ()  # the advisor's and the --auto loop's lines, newest last
+    advice: tuple[str, ...] = ()  # the --auto loop's decisions, newest last
+    suggestions: tuple[Advice, ...] = ()  # the advisor on this run's measurements, most pressing first
 
     def count(self, state: str) -> int:
         """How many jobs are in `state`."""

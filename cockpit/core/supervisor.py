@@ -15,7 +15,7 @@ import queue
 import signal
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,24 @@ class SetSlots:
     slots: int
 
 
-Command = AddJob | StopJob | RestartJob | KillJob | StopAll | SetSlots
+@dataclass(frozen=True)
+class SetPreset:
+    """Launch jobs from now on with this preset (a name or a file). Running jobs keep theirs until
+    restarted; a restarted job resumes its checkpoint under the new rollout and batch settings."""
+
+    preset_arg: str
+
+
+@dataclass(frozen=True)
+class ApplyAdvice:
+    """Apply an advisor item: `setting` to `suggested`. The session turns it into the commands
+    above (the supervisor itself does not know presets' contents)."""
+
+    setting: str
+    suggested: str
+
+
+Command = AddJob | StopJob | RestartJob | KillJob | StopAll | SetSlots | SetPreset | ApplyAdvice
 
 
 @dataclass(frozen=True)
@@ -198,6 +215,12 @@ class Supervisor:
             return
         if isinstance(command, SetSlots):
             self._set_slots(max(1, command.slots))
+            return
+        if isinstance(command, SetPreset):
+            self.template = replace(self.template, preset_arg=command.preset_arg)
+            return
+        if isinstance(command, ApplyAdvice):
+            self.warnings.append(f"advice {command.setting} -> {command.suggested} reached the supervisor unapplied")
             return
         if isinstance(command, AddJob):
             next_seed = max((j.seed for j in self.jobs.values()), default=-1) + 1
@@ -430,4 +453,5 @@ class Supervisor:
             threads_per_job=self.budget.threads_per_job,
             physical_cores=self.budget.physical_cores,
             advice=extra.get("advice", ()),
+            suggestions=extra.get("suggestions", ()),
         )

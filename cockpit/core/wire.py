@@ -12,9 +12,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, asdict, fields
 from typing import Any, TypeVar
 
+from cockpit.core.advisor import Advice
 from cockpit.core.nvml import GpuInfo, GpuSample
 from cockpit.core.state import JobView, RunState, RunStatus
-from cockpit.core.supervisor import AddJob, Command, KillJob, RestartJob, SetSlots, StopAll, StopJob
+from cockpit.core.supervisor import (
+    AddJob,
+    ApplyAdvice,
+    Command,
+    KillJob,
+    RestartJob,
+    SetPreset,
+    SetSlots,
+    StopAll,
+    StopJob,
+)
 from cockpit.core.telemetry import JobUsage, Sample
 
 T = TypeVar("T")
@@ -26,6 +37,8 @@ COMMAND_KINDS: dict[type, str] = {
     KillJob: "kill",
     StopAll: "stop_all",
     SetSlots: "set_slots",
+    SetPreset: "set_preset",
+    ApplyAdvice: "apply_advice",
 }
 _JOB_COMMANDS: dict[str, type[StopJob | RestartJob | KillJob]] = {
     "stop": StopJob,
@@ -122,6 +135,8 @@ def encode_state(state: RunState) -> dict[str, Any]:
         sample=encode_sample(state.sample) if state.sample is not None else None,
         gpu=asdict(state.gpu) if state.gpu is not None else None,
         warnings=list(state.warnings),
+        advice=list(state.advice),
+        suggestions=[asdict(item) for item in state.suggestions],
     )
     return encoded
 
@@ -138,6 +153,7 @@ def decode_state(data: Any) -> RunState:
         gpu=_optional(lambda gpu: _build(GpuInfo, gpu, "gpu")),
         warnings=_tuple,
         advice=_tuple,
+        suggestions=lambda items: tuple(_build(Advice, item, "suggestion") for item in _tuple(items)),
     )
 
 
@@ -157,6 +173,16 @@ def decode_command(data: Any) -> Command:
     kind = values["kind"]
     if kind == "stop_all":
         return StopAll()
+    if kind == "set_preset":
+        preset_arg = values.get("preset_arg")
+        if not isinstance(preset_arg, str) or not preset_arg:
+            raise ValueError(f"command 'set_preset': key 'preset_arg' must name a preset, got {preset_arg!r}")
+        return SetPreset(preset_arg)
+    if kind == "apply_advice":
+        setting, suggested = values.get("setting"), values.get("suggested")
+        if not isinstance(setting, str) or not isinstance(suggested, str):
+            raise ValueError("command 'apply_advice': keys 'setting' and 'suggested' must be strings")
+        return ApplyAdvice(setting, suggested)
     if kind == "set_slots":
         slots = values.get("slots")
         if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:

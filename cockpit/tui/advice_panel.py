@@ -1,5 +1,5 @@
-"""The advice panel: the --auto loop's decisions with their numbers, then what the supervisor
-warns about (an oversubscribed CPU thread budget, a run log that could not be written)."""
+"""The advice panel: the advisor's items for this run with their reasons (one selected, `A`
+applies it), the --auto loop's decisions, and what the supervisor warns about."""
 
 from __future__ import annotations
 
@@ -8,23 +8,34 @@ from textual.widgets import Static
 
 from cockpit.core.state import RunState
 
-MAX_ADVICE = 3
+MAX_AUTO = 2
 
 
 class AdvicePanel(Static):
-    """Shows the run's advice and warnings, newest last; redraws only when they change."""
+    """Shows advice and warnings; redraws only when they or the selection change."""
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__("", **kwargs)  # type: ignore[arg-type]
-        self._shown: tuple[str, ...] | None = None
+        self._shown: tuple[object, ...] | None = None
+        self.selected = 0
 
     def show(self, state: RunState) -> None:
-        """Display `state.advice` and `state.warnings` (or that there is nothing to act on)."""
-        lines = state.advice[-MAX_ADVICE:] + tuple(w.removeprefix("warning: ") for w in state.warnings)
-        if lines == self._shown:
+        """Display the state's suggestions, auto decisions and warnings."""
+        self.selected = min(self.selected, max(0, len(state.suggestions) - 1))
+        key = (state.suggestions, state.advice[-MAX_AUTO:], state.warnings, self.selected)
+        if key == self._shown:
             return
-        self._shown = lines
-        if not lines:
+        self._shown = key
+        lines = Text()
+        for i, item in enumerate(state.suggestions):
+            mark = "▶ " if i == self.selected else "  "
+            lines.append(mark, style="bold").append(f"{item.setting} {item.current} -> {item.suggested}", style="bold")
+            lines.append(f": {item.effect} ({item.reason})\n")
+        for line in state.advice[-MAX_AUTO:] + tuple(w.removeprefix("warning: ") for w in state.warnings):
+            lines.append(f"  {line}\n")
+        if not lines.plain:
             self.update(Text("Advice: nothing to act on.", style="dim"))
             return
-        self.update(Text("Advice\n", style="bold").append("\n".join(lines)))
+        lines.rstrip()
+        title = "Advice (v: next, A: apply)\n" if state.suggestions else "Advice\n"
+        self.update(Text(title, style="bold").append_text(lines))

@@ -16,7 +16,7 @@ from textual.widgets import Footer
 
 from cockpit.core.feed import Frame, Replay, RunSource, SourceError
 from cockpit.core.state import RunStatus
-from cockpit.core.supervisor import AddJob, Command, KillJob, RestartJob, StopAll, StopJob
+from cockpit.core.supervisor import AddJob, ApplyAdvice, Command, KillJob, RestartJob, StopAll, StopJob
 from cockpit.tui import cpu_panel, gpu_panel
 from cockpit.tui.advice_panel import AdvicePanel
 from cockpit.tui.cpu_panel import CpuPanel
@@ -29,7 +29,7 @@ from cockpit.tui.replay_bar import ReplayBar
 
 POLL_S = 0.2
 MIN_TOP = 7
-CONTROLS = ("add", "stop", "restart", "kill", "stop_all")
+CONTROLS = ("add", "stop", "restart", "kill", "stop_all", "apply_advice", "next_advice")
 SCRUB = ("seek",)
 ENDED = (RunStatus.DONE, RunStatus.FAILED, RunStatus.INTERRUPTED)
 
@@ -77,6 +77,8 @@ class CockpitScreen(Screen[None]):
         Binding("r", "restart", "Restart"),
         Binding("k", "kill", "Kill"),
         Binding("S", "stop_all", "Stop all"),
+        Binding("A", "apply_advice", "Apply advice"),
+        Binding("v", "next_advice", "Next advice", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit_run", "Quit"),
         Binding("left", "seek(-5)", "-5 s", show=False, priority=True),
@@ -133,13 +135,15 @@ class CockpitScreen(Screen[None]):
             self.query_one(AdvicePanel).show(frame.state)
             if isinstance(self.source, Replay):
                 self.query_one(ReplayBar).show(self.source.span, frame.state.now)
-        if first or self._ended(frame) != self._ended_before:
-            self._ended_before = self._ended(frame)
+        # Which keys the footer offers depends on these; refresh it only when they change.
+        offers = (self._ended(frame), bool(frame.state.suggestions))
+        if first or offers != self._offers:
+            self._offers = offers
             self.refresh_bindings()
         if self.stopping_all and self._ended(frame):
             self.app.exit(frame)
 
-    _ended_before = False
+    _offers: tuple[bool, bool] | None = None
 
     def _fit_top(self, frame: Frame) -> None:
         """Give the GPU and CPU panels the rows their content needs, at most half the screen,
@@ -166,7 +170,10 @@ class CockpitScreen(Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Controls only for a live run that has not ended; scrubbing only in a replay."""
         if action in CONTROLS:
-            return not self.replay and self.frame is not None and not self._ended(self.frame)
+            live = not self.replay and self.frame is not None and not self._ended(self.frame)
+            if action in ("apply_advice", "next_advice"):
+                return live and bool(self.frame and self.frame.state.suggestions)
+            return live
         if action in SCRUB:
             return self.replay
         return True
@@ -209,6 +216,21 @@ class CockpitScreen(Screen[None]):
     def action_stop_all(self) -> None:
         """Checkpoint and stop every job; the run ends (resumable)."""
         self._send(StopAll(), "stopping every job (each checkpoints first)")
+
+    def action_next_advice(self) -> None:
+        """Select the next advice item."""
+        if self.frame is not None and self.frame.state.suggestions:
+            panel = self.query_one(AdvicePanel)
+            panel.selected = (panel.selected + 1) % len(self.frame.state.suggestions)
+            panel.show(self.frame.state)
+
+    def action_apply_advice(self) -> None:
+        """Apply the selected advice item through the run's supervisor."""
+        if self.frame is None or not self.frame.state.suggestions:
+            return
+        panel = self.query_one(AdvicePanel)
+        item = self.frame.state.suggestions[min(panel.selected, len(self.frame.state.suggestions) - 1)]
+        self._send(ApplyAdvice(item.setting, item.suggested), f"applying {item.setting} -> {item.suggested}")
 
     def action_help(self) -> None:
         """Show the help screen."""
