@@ -101,6 +101,16 @@ def advice_table(items: list[Advice]) -> Table:
     return table
 
 
+def resolve_preset(preset: str | None, env: str | None, machine: Machine) -> Preset:
+    """The preset asked for (heavy with a GPU, cartpole without), on `env` if given; ConfigError
+    (one line) for an unknown or invalid preset."""
+    try:
+        resolved = load(preset or ("heavy" if machine.gpu_name else "cartpole"))
+    except PresetError as exc:
+        raise ConfigError(str(exc)) from exc
+    return dataclasses.replace(resolved, env=env) if env else resolved
+
+
 def recommend(console: Console, *, preset: str | None, env: str | None, jobs: int | None, run_dir: Path | None,
               machine: Machine | None = None) -> list[Advice]:  # fmt: skip
     """Print the numbers and the advice; returns the advice. ConfigError on bad input."""
@@ -112,12 +122,7 @@ def recommend(console: Console, *, preset: str | None, env: str | None, jobs: in
         preset = preset or str(config.get("preset"))
         env = env or config.get("env")
         jobs = jobs or int(config.get("jobs", 1))
-    try:
-        resolved = load(preset or ("heavy" if machine.gpu_name else "cartpole"))
-    except PresetError as exc:
-        raise ConfigError(str(exc)) from exc
-    if env:
-        resolved = dataclasses.replace(resolved, env=env)
+    resolved = resolve_preset(preset, env, machine)
     jobs = jobs or 2
     items = advise(machine, resolved, jobs, measured)
     console.print(_numbers(machine, resolved, jobs, measured))

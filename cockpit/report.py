@@ -8,20 +8,18 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from cockpit.config import RUN_LOG, ConfigError
+from cockpit.config import ConfigError
 from cockpit.console import output_console
-from cockpit.core.runlog import read_run_log
+from cockpit.core.runlog import open_run_log
 from training.events import EVENTS_FILE, read_events
 
 
 def load(run_dir: Path) -> dict[str, Any]:
     """The run log of `run_dir`; ConfigError (one line) if it is missing or unreadable."""
-    if not (run_dir / RUN_LOG).is_file():
-        raise ConfigError(f"{run_dir}: no {RUN_LOG} here; give a run directory (runs/<time>-<preset>-<env>)")
     try:
-        return read_run_log(run_dir)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"{run_dir / RUN_LOG}: unreadable run log: {exc}") from exc
+        return open_run_log(run_dir)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from exc
 
 
 def _live_steps(run_dir: Path, job_id: str) -> int | None:

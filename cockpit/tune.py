@@ -24,7 +24,7 @@ from cockpit.core.nvml import open_gpu
 from cockpit.core.runlog import write_atomic
 from cockpit.core.search import Config, HillClimb, Space
 from cockpit.presets import Preset, PresetError, load
-from cockpit.recommend import static_pick
+from cockpit.recommend import resolve_preset, static_pick
 from cockpit.trials import Trial, preset_toml, run_trial
 
 STARTUP_S = 5.0  # a trial's worker start-up, before measuring (the first trial learns the real figure)
@@ -110,12 +110,7 @@ def tune(console: Console, *, preset: str | None, env: str | None, budget: str, 
          machine: Machine) -> Path:  # fmt: skip
     """`cockpit tune`: search, print, write the winner; returns the preset file written."""
     budget_s = parse_budget(budget)
-    try:
-        resolved = load(preset or ("heavy" if machine.gpu_name else "cartpole"))
-    except PresetError as exc:
-        raise ConfigError(str(exc)) from exc
-    if env:
-        resolved = dataclasses.replace(resolved, env=env)
+    resolved = resolve_preset(preset, env, machine)
     out = out or Path(f"tuned-{resolved.name}-{resolved.env.replace('/', '-')}.toml")
     if out.exists() and not out.is_file():
         raise ConfigError(f"--out {out}: not a file")

@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cockpit.config import RUN_LOG
 from cockpit.core.detail import JobDetails
 from cockpit.core.feed import WINDOW_S, Frame, JobDetail, SourceError, Transition, phases_since
 from cockpit.core.nvml import GpuInfo, GpuSample
-from cockpit.core.runlog import MIB, read_run_log
+from cockpit.core.runlog import MIB, open_run_log
 from cockpit.core.state import JobView, RunState, RunStatus
 from cockpit.core.supervisor import Command
 from cockpit.core.telemetry import JobUsage, Sample
@@ -505,13 +504,10 @@ class ReplaySource:
 
 
 def _load_run_log(run_dir: Path) -> dict[str, Any]:
-    if not (run_dir / RUN_LOG).is_file():
-        raise SourceError(f"{run_dir}: not a run directory (no {RUN_LOG})")
     try:
-        return read_run_log(run_dir)
-    except (OSError, ValueError) as exc:
-        reason = " ".join(str(exc).split())
-        raise SourceError(f"{run_dir}: unreadable {RUN_LOG}: {reason}") from exc
+        return open_run_log(run_dir)
+    except ValueError as exc:
+        raise SourceError(str(exc)) from exc
 
 
 def open_replay(run_dir: Path) -> ReplaySource:

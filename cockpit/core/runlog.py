@@ -73,6 +73,17 @@ def read_run_log(run_dir: Path) -> dict[str, Any]:
         return tomllib.load(fh)
 
 
+def open_run_log(run_dir: Path) -> dict[str, Any]:
+    """Like `read_run_log`, for a directory a user named: ValueError with one line that says
+    whether it is no run directory at all or holds an unreadable run log."""
+    if not (run_dir / RUN_LOG).is_file():
+        raise ValueError(f"{run_dir}: not a run directory (no {RUN_LOG}; runs live in runs/<time>-<preset>-<env>)")
+    try:
+        return read_run_log(run_dir)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{run_dir}: unreadable {RUN_LOG}: {' '.join(str(exc).split())}") from exc
+
+
 @dataclass
 class Recorder:
     """Receives each telemetry sample: appends it to the CSV files and keeps the series that
