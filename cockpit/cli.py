@@ -173,13 +173,15 @@ def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float) -> AutoTu
     """The --auto loop for this machine: capped by the cores the preset's envs need."""
     import dataclasses
 
-    from cockpit.core.advisor import max_jobs_for_cores
+    from cockpit.core.advisor import envs_per_core, max_jobs_for_cores
     from cockpit.core.autotune import AutoTuner
     from cockpit.core.clock import SystemClock
     from cockpit.core.host import host_info
 
     preset = dataclasses.replace(spec.preset, env=spec.env)
-    return AutoTuner(SystemClock(), max_slots=max_jobs_for_cores(preset, host_info().physical_cores),
+    cores = host_info().physical_cores
+    return AutoTuner(SystemClock(), max_slots=max_jobs_for_cores(preset, cores), n_envs=preset.n_envs,
+                     env_capacity=envs_per_core(spec.env) * cores,
                      gpu_memory_bytes=gpu.info.memory_total_bytes if gpu is not None else None,
                      window_s=window_s, settle_s=window_s / 3)  # fmt: skip
 
@@ -321,8 +323,9 @@ def build_parser() -> ArgumentParser:
     run.add_argument(
         "--auto",
         action="store_true",
-        help="find the number of parallel jobs: start at --jobs (default 1), add one per ~30 s window while "
-        "the aggregate SPS gains >= 5%% and cores and GPU memory allow, take back one that hurts",
+        help="size the run by measuring: start at --jobs (default 1), add a job per ~30 s window while the "
+        "aggregate SPS gains >= 5%% and cores and GPU memory allow (take back one that hurts), then double "
+        "n_envs the same way (jobs checkpoint and resume with it)",
     )
     run.add_argument(
         "--auto-window",

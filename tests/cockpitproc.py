@@ -102,3 +102,37 @@ def last_steps(events: list[dict[str, Any]]) -> int:
         elif e["kind"] == "finished":
             steps = e["steps"]
     return steps
+
+
+class Tmux:
+    """A private tmux server (`-L`, no user config) with one session running `command`; skips
+    the test where tmux is missing, except in CI, whose `.ci/run` installs it."""
+
+    def __init__(self, name: str, command: str, size: tuple[int, int]) -> None:
+        import os
+        import shutil
+
+        import pytest
+
+        if shutil.which("tmux") is None:
+            if os.environ.get("CI"):
+                pytest.fail("tmux is missing: .ci/run installs it")
+            pytest.skip("tmux is not installed")
+        self.name = f"{name}-{os.getpid()}"
+        self.tmux = ["tmux", "-L", self.name, "-f", "/dev/null"]
+        subprocess.run([*self.tmux, "new-session", "-d", "-s", self.name, "-x", str(size[0]), "-y", str(size[1]),
+                        command], check=True)  # fmt: skip
+
+    def screen(self) -> str:
+        """The pane as text (capture-pane)."""
+        return subprocess.run(
+            [*self.tmux, "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
+        ).stdout
+
+    def send(self, key: str) -> None:
+        """Type a key into the pane."""
+        subprocess.run([*self.tmux, "send-keys", "-t", self.name, key], check=True)
+
+    def close(self) -> None:
+        """Kill the server and whatever still runs in it."""
+        subprocess.run([*self.tmux, "kill-server"], check=False)

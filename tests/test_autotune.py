@@ -10,7 +10,7 @@ from pytest import approx
 
 from cockpit.core.autotune import AutoTuner
 from cockpit.core.state import RunState, RunStatus
-from cockpit.core.supervisor import AddJob, Command, SetSlots
+from cockpit.core.supervisor import AddJob, ApplyAdvice, Command, SetSlots
 from tests.fakeclock import FakeClock
 from tests.tui_fakes import job_view
 
@@ -22,8 +22,12 @@ class ScriptedRun:
     """`agents` jobs, `slots` of them running; together they step at `sps_for(slots)`."""
 
     def __init__(self, clock: FakeClock, sps_for: Callable[[int], float], agents: int = 8, slots: int = 1,
-                 peak_gpu_mem: int | None = None) -> None:  # fmt: skip
-        self.clock, self.sps_for, self.agents, self.slots = clock, sps_for, agents, slots
+                 peak_gpu_mem: int | None = None, envs_factor: Callable[[int], float] = lambda n: 1.0,
+                 n_envs: int = 8) -> None:  # fmt: skip
+        self.clock, self.agents, self.slots = clock, agents, slots
+        self.sps_for = lambda slots: sps_for(slots) * envs_factor(self.n_envs)
+        self.n_envs = n_envs
+        self.applied: list[str] = []
         self.peak = peak_gpu_mem
         self.steps = [0.0] * agents
         self.started_at: dict[int, float] = {}
@@ -33,6 +37,11 @@ class ScriptedRun:
         for command in commands:
             if isinstance(command, SetSlots):
                 self.slots = command.slots
+            elif isinstance(command, ApplyAdvice):
+                assert command.setting == "n_envs"
+                self.n_envs = int(command.suggested)
+                self.applied.append(command.suggested)
+                self.started_at = {i: self.clock.monotonic() for i in self.started_at}  # checkpoint + restart
             elif isinstance(command, AddJob):
                 self.agents += 1
                 self.steps.append(0.0)
@@ -122,3 +131,23 @@ def test_windows_wait_for_new_workers_to_start() -> None:
     drive(tuner, run, 10 + 3 + 30 + 1)  # settle, start-up, one window
     (first,) = tuner.log
     assert first.action == "add" and abs(first.sps_before - 1000.0) < 10  # start-up time not counted
+
+
+def test_then_it_doubles_n_envs_while_that_gains_and_goes_back_when_it_hurts() -> None:
+    clock = FakeClock()
+    tuner = AutoTuner(clock=clock, max_slots=16, n_envs=8, env_capacity=256)  # 4 jobs: up to 64 envs each
+    factor = {8: 1.0, 16: 1.10, 32: 0.95}.get
+    run = ScriptedRun(clock, knee_at_3, envs_factor=lambda n: factor(n, 0.9))
+    drive(tuner, run, 800)
+    assert tuner.done and run.slots == 4  # the job count settled first, at the knee
+    assert run.applied == ["16", "32", "16"]  # 16 gained 10 %, 32 lost: back to 16
+    assert [c.action for c in tuner.log if c.action.startswith("envs")] == ["envs try", "envs keep", "envs try",
+                                                                            "envs back"]  # fmt: skip
+
+
+def test_n_envs_never_outgrow_the_cores() -> None:
+    clock = FakeClock()
+    tuner = AutoTuner(clock=clock, max_slots=2, n_envs=8, env_capacity=32)  # 2 jobs: 16 envs each at most
+    run = ScriptedRun(clock, lambda n: 1000.0 * n, envs_factor=lambda n: n / 8)  # more envs always help
+    drive(tuner, run, 800)
+    assert run.applied == ["16"] and "at most 16 envs per job" in tuner.log[-1].reason

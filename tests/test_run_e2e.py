@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -13,7 +12,7 @@ import psutil
 import pytest
 
 from cockpit.core.state import RunStatus
-from tests.cockpitproc import last_steps, run_cockpit, small_preset, start_cockpit
+from tests.cockpitproc import Tmux, last_steps, run_cockpit, small_preset, start_cockpit
 
 
 @pytest.mark.parametrize(
@@ -178,20 +177,14 @@ def test_more_env_threads_than_cores_is_a_warning_with_the_numbers(tmp_path: Pat
 
 @pytest.mark.slow
 def test_the_live_table_works_in_a_real_terminal_under_tmux(tmp_path: Path) -> None:
-    if shutil.which("tmux") is None:
-        if os.environ.get("CI"):
-            pytest.fail("tmux is missing: .ci/run installs it")
-        pytest.skip("tmux is not installed")
     preset = small_preset(tmp_path, timesteps=1_000_000)
-    session = f"cockpit-test-{os.getpid()}"
     command = f"{cockpit_command()} run --headless --run-dir {tmp_path / 'run'} --preset {preset}; sleep 30"
-    tmux = ["tmux", "-L", session, "-f", "/dev/null"]  # a private server, untouched by the user's config
-    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "150", "-y", "30", command], check=True)
+    term = Tmux("cockpit-test", command, (150, 30))
     try:
         screen = ""
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            screen = subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+            screen = term.screen()
             if " rollout " in screen or " train " in screen:  # a job's phase column, so jobs are live
                 break
             time.sleep(0.5)
@@ -199,7 +192,7 @@ def test_the_live_table_works_in_a_real_terminal_under_tmux(tmp_path: Path) -> N
         assert "running" in screen and "no GPU telemetry" in screen, screen
         assert screen.count("\n") < 40, "a live table redraws in place; it must not scroll"
     finally:
-        subprocess.run([*tmux, "kill-server"], check=False)
+        term.close()
 
 
 def cockpit_command() -> str:

@@ -3,10 +3,7 @@ run from a viewer that stops one job and leaves."""
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -20,7 +17,7 @@ from cockpit.core.feed import Frame, SourceError
 from cockpit.core.runlog import read_run_log
 from cockpit.tui.app import make_app
 from cockpit.tui.opener import open_run
-from tests.cockpitproc import run_cockpit, small_preset, start_cockpit
+from tests.cockpitproc import Tmux, run_cockpit, small_preset, start_cockpit
 
 
 def _wait(condition: Callable[[], object], timeout: float, what: str, detail: Callable[[], str] = str) -> None:
@@ -57,19 +54,11 @@ def _job_rows(screen: str) -> dict[str, str]:
 
 @pytest.mark.slow
 def test_cockpit_run_in_tmux_shows_phases_stops_a_job_and_quits_with_stop_all(tmp_path: Path) -> None:
-    if shutil.which("tmux") is None:
-        if os.environ.get("CI"):
-            pytest.fail("tmux is missing: .ci/run installs it")
-        pytest.skip("tmux is not installed")
     run_dir = tmp_path / "run"
-    session = f"cockpit-tui-{os.getpid()}"
     command = (f"{sys.executable} -m cockpit run --jobs 2 --preset cartpole --timesteps 2000000 --run-dir {run_dir}; "
                "echo EXIT=$?; sleep 60")  # fmt: skip
-    tmux = ["tmux", "-L", session, "-f", "/dev/null"]
-    subprocess.run([*tmux, "new-session", "-d", "-s", session, "-x", "80", "-y", "24", command], check=True)
-
-    def screen() -> str:
-        return subprocess.run([*tmux, "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
+    term = Tmux("cockpit-tui", command, (80, 24))
+    screen = term.screen
 
     try:
         seen: dict[str, set[str]] = {"000": set(), "001": set()}
@@ -87,13 +76,13 @@ def test_cockpit_run_in_tmux_shows_phases_stops_a_job_and_quits_with_stop_all(tm
         assert "Stop all" in shot, shot  # the footer shows the controls
         (tmp_path / "screen.txt").write_text(shot)
 
-        subprocess.run([*tmux, "send-keys", "-t", session, "s"], check=True)  # the cursor starts on job 000
+        term.send("s")  # the cursor starts on job 000
         _wait(lambda: "stopped" in _job_rows(screen()).get("000", ""), 60, "job 000 stopped", screen)
         assert " running" in _job_rows(screen())["001"]
 
-        subprocess.run([*tmux, "send-keys", "-t", session, "q"], check=True)
+        term.send("q")
         _wait(lambda: "Stop all jobs" in screen(), 10, "the quit dialog", screen)
-        subprocess.run([*tmux, "send-keys", "-t", session, "s"], check=True)
+        term.send("s")
         _wait(lambda: "EXIT=" in screen(), 90, "cockpit to exit after stop all", screen)
         assert "EXIT=130" in screen(), screen()
         _wait(lambda: not _processes_of(run_dir), 20, "every worker to exit", lambda: str(_processes_of(run_dir)))
@@ -102,7 +91,7 @@ def test_cockpit_run_in_tmux_shows_phases_stops_a_job_and_quits_with_stop_all(tm
         assert [job["status"] for job in log["jobs"]] == ["stopped", "stopped"]
         assert all(job["checkpoints"] >= 1 for job in log["jobs"]), log["jobs"]
     finally:
-        subprocess.run([*tmux, "kill-server"], check=False)
+        term.close()
         for proc in _processes_of(run_dir):
             proc.kill()
 

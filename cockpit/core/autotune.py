@@ -1,8 +1,10 @@
 """`cockpit run --auto`: find the number of parallel jobs by measuring, one job at a time.
 
 The loop the seeds ran by hand: measure the aggregate steps per second over a window (~30 s);
-add a job while that gains at least `MIN_GAIN` and the cores, GPU memory and queue allow; when an
-added job makes the aggregate worse, take it back out and stop there. Each window starts only
+add a job while that gains at least `MIN_GAIN` and the cores and GPU memory allow; when an added
+job makes the aggregate worse, take it back out. Then, with the job count settled, the same for
+each job's n_envs: double it (the jobs checkpoint and resume with it, the batch following) while
+that gains and the cores allow, and go back to the last good value when it hurts. Each window starts only
 after the jobs have settled (`settle_s` after a change, with every slot's job running), so a
 worker's start-up does not count against it. Every change is logged with the numbers before and
 after; the session writes the log into run.toml's advice and shows it live.
@@ -19,7 +21,7 @@ from cockpit.core.advisor import GPU_MEM_BUDGET
 from cockpit.core.clock import Clock
 from cockpit.core.runlog import iso
 from cockpit.core.state import RunState
-from cockpit.core.supervisor import AddJob, Command, SetSlots
+from cockpit.core.supervisor import AddJob, ApplyAdvice, Command, SetSlots
 
 WINDOW_S = 30.0
 SETTLE_S = 10.0
@@ -65,8 +67,11 @@ class AutoTuner:
     window_s: float = WINDOW_S
     settle_s: float = SETTLE_S
     min_gain: float = MIN_GAIN
+    n_envs: int | None = None  # the jobs' envs now; None: only the job count is tuned
+    env_capacity: int = 0  # envs the cores can step in all (the advisor's envs per core x cores)
     log: list[Change] = field(default_factory=list)
     done: bool = False
+    _stage: str = "jobs"  # "jobs", then "envs-base" (a window to measure from), then "envs"
     _settle_until: float | None = None
     _window_start: float | None = None
     _steps_start: int = 0
@@ -119,10 +124,41 @@ class AutoTuner:
             return []
         sps = (self._steps_total - self._steps_start) / (now - self._window_start)
         self._window_start, self._settle_until = None, None
-        command = self._decide(state, sps, self.clock.time())
+        if self._stage == "jobs":
+            command = self._decide(state, sps, self.clock.time())
+        else:
+            command = self._decide_envs(state, sps, self.clock.time())
         if isinstance(command, SetSlots) and command.slots > state.slots and state.count("queued") == 0:
             return [AddJob(), command]
         return [command] if command is not None else []
+
+    def _decide_envs(self, state: RunState, sps: float, now: float) -> ApplyAdvice | None:
+        n = self.n_envs
+        assert n is not None
+        cap = self.env_capacity // max(1, state.slots)
+        if self._stage == "envs":
+            before = self._previous_sps or 0.0
+            gain = sps / before - 1 if before > 0 else math.inf
+            if gain < 0:
+                back = n // 2
+                self.n_envs = back
+                worse = f"n_envs {n}: {sps:,.0f} SPS vs {before:,.0f} with {back} ({gain:+.0%}); back to {back}"
+                self._finish(Change(now, "envs back", state.slots, state.slots, before, sps, worse))
+                return ApplyAdvice("n_envs", str(back))
+            if gain < self.min_gain:
+                self._finish(Change(now, "envs keep", state.slots, state.slots, before, sps,
+                                    f"n_envs {n}: {gain:+.1%}, under {self.min_gain:.0%}: the knee"))  # fmt: skip
+                return None
+            self.log.append(Change(now, "envs keep", state.slots, state.slots, before, sps,
+                                   f"n_envs {n} gained {gain:+.0%}"))  # fmt: skip
+        if 2 * n > cap:
+            full = f"n_envs {n}: the cores step at most {cap} envs per job with {state.slots} job(s)"
+            self._finish(Change(now, "stop", state.slots, state.slots, None, sps, full))
+            return None
+        self._stage, self._previous_sps, self.n_envs = "envs", sps, 2 * n
+        self.log.append(Change(now, "envs try", state.slots, state.slots, sps, None,
+                               f"n_envs {n} -> {2 * n} at {sps:,.0f} SPS"))  # fmt: skip
+        return ApplyAdvice("n_envs", str(2 * n))
 
     def _decide(self, state: RunState, sps: float, now: float) -> SetSlots | None:
         slots, before = state.slots, self._previous_sps
@@ -147,4 +183,7 @@ class AutoTuner:
 
     def _finish(self, change: Change) -> None:
         self.log.append(change)
-        self.done = True
+        if self._stage == "jobs" and self.n_envs is not None:
+            self._stage = "envs-base"  # the next window measures the settled job count
+        else:
+            self.done = True

@@ -299,7 +299,7 @@ class RunSession:
             state = self._latest = self.snapshot()
             if self.auto is not None:
                 for command in self.auto.tick(state):
-                    self.supervisor.submit(command)
+                    self.submit(command)
             view.update(state)
             if on_tick is not None:
                 on_tick(state)
