@@ -7,8 +7,8 @@ trial would overrun the budget. It prints every trial and writes the winner as a
 
 from __future__ import annotations
 
-import dataclasses
 import re
+import statistics
 import tempfile
 import time
 from dataclasses import dataclass
@@ -28,6 +28,7 @@ from cockpit.recommend import resolve_preset, static_pick
 from cockpit.trials import Trial, preset_toml, run_trial
 
 STARTUP_S = 5.0  # a trial's worker start-up, before measuring (the first trial learns the real figure)
+CONFIRM = 2  # the leaders measured a second time before the pick: one short trial is noisy
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600}
 
 
@@ -46,8 +47,8 @@ def search_space(preset: Preset, physical_cores: int) -> Space:
 
 
 def measure_seconds(budget_s: float) -> float:
-    """How long each trial measures: about an eighth of the budget, 5 to 60 s."""
-    return max(5.0, min(60.0, budget_s / 8 - STARTUP_S))
+    """How long each trial measures: about a tenth of the budget, 5 to 60 s."""
+    return max(5.0, min(60.0, budget_s / 10 - STARTUP_S))
 
 
 @dataclass(frozen=True)
@@ -71,19 +72,27 @@ def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path, c
     search = HillClimb(space, start)
     gpu, _ = open_gpu()
     began, trials, durations = time.monotonic(), [], [measure_s + STARTUP_S]
+
+    def fits(trials_ahead: int) -> bool:
+        return time.monotonic() - began + trials_ahead * max(durations) <= budget_s
+
+    def measure(config: Config) -> None:
+        trial = run_trial(preset, config, workdir=workdir / f"trial-{len(trials)}", measure_s=measure_s,
+                          physical_cores=machine.physical_cores, gpu=gpu)  # fmt: skip
+        trials.append(trial)
+        durations.append(trial.seconds)
+        search.measured(config, trial.sps)
+        if console is not None:
+            console.print(f"[{time.monotonic() - began:5.0f} s] {config.label():<28} {trial.sps:>9,.0f} SPS  "
+                          f"CPU {trial.cpu_percent:3.0f} %", highlight=False)  # fmt: skip
+
     try:
-        while (config := search.next()) is not None:
-            elapsed = time.monotonic() - began
-            if elapsed + max(durations) > budget_s:
-                break
-            trial = run_trial(preset, config, workdir=workdir / f"trial-{len(trials)}", measure_s=measure_s,
-                              physical_cores=machine.physical_cores, gpu=gpu)  # fmt: skip
-            trials.append(trial)
-            durations.append(trial.seconds)
-            search.measured(config, trial.sps)
-            if console is not None:
-                console.print(f"[{time.monotonic() - began:5.0f} s] {config.label():<28} {trial.sps:>9,.0f} SPS  "
-                              f"CPU {trial.cpu_percent:3.0f} %", highlight=False)  # fmt: skip
+        # Climb while a trial fits and still leaves room to measure the two leaders again.
+        while (config := search.next()) is not None and fits(1 + CONFIRM):
+            measure(config)
+        for config in search.leaders(CONFIRM) if len(search.results) > 1 else []:
+            if fits(1):
+                measure(config)
     finally:
         if gpu is not None:
             gpu.close()
@@ -100,7 +109,7 @@ def trials_table(result: TuneResult) -> Table:
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for t in result.trials:
         gpu = f"{t.gpu_util:.0f}" if t.gpu_util is not None else "-"
-        mark = "<- best" if t.config == result.best else ""
+        mark = "<- best (mean of its trials)" if t.config == result.best else ""
         table.add_row(str(t.config.jobs), str(t.config.n_envs), str(t.config.batch_size), f"{t.sps:,.0f}",
                       f"{t.cpu_percent:.0f}", gpu, mark)  # fmt: skip
     return table
@@ -119,11 +128,11 @@ def tune(console: Console, *, preset: str | None, env: str | None, budget: str, 
     with tempfile.TemporaryDirectory(prefix="cockpit-tune-") as tmp:
         result = climb(resolved, machine, budget_s, workdir=Path(tmp), console=console)
     console.print(trials_table(result))
-    best = next(t for t in result.trials if t.config == result.best)
-    note = (f"tuned by cockpit tune for {resolved.env}: {best.sps:,.0f} SPS with {best.config.jobs} parallel job(s); "
-            f"run it with: cockpit run --preset {out} --jobs {best.config.jobs}")  # fmt: skip
+    best_sps = statistics.fmean(t.sps for t in result.trials if t.config == result.best)
+    note = (f"tuned by cockpit tune for {resolved.env}: {best_sps:,.0f} SPS with {result.best.jobs} parallel job(s); "
+            f"run it with: cockpit run --preset {out} --jobs {result.best.jobs}")  # fmt: skip
     try:
-        write_atomic(out, preset_toml(dataclasses.replace(resolved, env=resolved.env), best.config, note))
+        write_atomic(out, preset_toml(resolved, result.best, note))
         load(str(out))  # what was written must load as a preset
     except (OSError, PresetError) as exc:
         raise ConfigError(f"--out {out}: {exc}") from exc

@@ -68,3 +68,14 @@ def test_a_real_tune_on_cartpole_writes_a_preset_that_loads(tmp_path: Path) -> N
     tuned = load(str(out))
     assert tuned.env == "CartPole-v1" and (tuned.n_envs * tuned.n_steps) % tuned.batch_size == 0
     assert "<- best" in result.stdout and "cockpit run --preset" in tuned.description
+
+
+def test_the_leaders_measured_again_decide_by_their_means() -> None:
+    search = HillClimb(SPACE, SPACE.config(2, 8))  # type: ignore[arg-type]
+    lucky, steady = SPACE.config(2, 32), SPACE.config(2, 16)
+    search.measured(steady, 1000.0)  # type: ignore[arg-type]
+    search.measured(lucky, 1300.0)  # type: ignore[arg-type]  # one lucky short trial
+    assert search.best == lucky and search.leaders() == [lucky, steady]
+    search.measured(lucky, 700.0)  # type: ignore[arg-type]
+    search.measured(steady, 1040.0)  # type: ignore[arg-type]
+    assert search.best == steady  # 1020 on average against 1000
