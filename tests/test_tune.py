@@ -37,7 +37,7 @@ def test_the_climb_finds_a_peak_away_from_the_start_in_fewer_trials_than_the_gri
            for e in (2, 4, 8, 16, 32)}  # fmt: skip
     best, trials = climb_on(sps, SPACE.config(1, 4))  # type: ignore[arg-type]
     assert (best.jobs, best.n_envs) == (2, 16)
-    assert trials < len(SPACE.grid()) / 2
+    assert trials <= len(SPACE.grid()) // 2  # climbed to its end, with no budget cutting it short
 
 
 def test_a_gain_within_noise_does_not_move_the_best() -> None:

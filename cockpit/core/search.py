@@ -2,8 +2,9 @@
 
 Pure: it proposes configurations and is told what each measured; the caller runs the trials.
 It starts from the advisor's static pick and tries the neighbours of the best configuration so
-far (one more or one fewer job, twice or half the envs), moving whenever a neighbour beats the
-best by `MIN_GAIN`; it ends when no untried neighbour is left or the caller's budget runs out.
+far (one job more or fewer and twice or half the envs, together or alone), moving whenever a
+neighbour beats the best by `MIN_GAIN`; it ends when no untried neighbour is left or the caller's
+budget runs out.
 Short trials on a busy machine are noisy, so the caller then measures the leaders again
 (`leaders()`) and the answer is the best mean. An exhaustive grid measures every point; the
 climb measures the few on its path.
@@ -59,8 +60,11 @@ class Space:
         return [c for jobs in range(1, self.max_jobs + 1) for e in envs if (c := self.config(jobs, e))]
 
     def neighbours(self, c: Config) -> list[Config]:
-        """One job more or fewer, twice or half the envs."""
-        candidates = [self.config(c.jobs + 1, c.n_envs), self.config(c.jobs, c.n_envs * 2),
+        """Both at once first (one job more and twice the envs), then one job more, twice the
+        envs, and the same downwards. The diagonal first: on a machine with room to spare, more
+        jobs and more envs usually pay together, and a short budget affords only a few steps."""
+        candidates = [self.config(c.jobs + 1, c.n_envs * 2), self.config(c.jobs + 1, c.n_envs),
+                      self.config(c.jobs, c.n_envs * 2), self.config(c.jobs - 1, c.n_envs // 2),
                       self.config(c.jobs - 1, c.n_envs), self.config(c.jobs, c.n_envs // 2)]  # fmt: skip
         return [n for n in candidates if n is not None]
 
