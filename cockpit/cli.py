@@ -101,7 +101,7 @@ def _after_view(frame: Frame | None, source: RunSource, *, who: str) -> int:
     """The exit code and closing lines once the viewer quit: 0 when the run goes on without it
     (or was a replay), else the run's own exit code (0 done, 1 failed, 130 stopped)."""
     from cockpit.core.feed import Replay
-    from cockpit.core.session import EXIT_CODES
+    from cockpit.core.session import exit_code
     from cockpit.core.state import RunStatus
     from cockpit.headless import summary_lines
 
@@ -115,7 +115,7 @@ def _after_view(frame: Frame | None, source: RunSource, *, who: str) -> int:
         return 0
     for line in summary_lines(state, f"{state.run_dir}/run.toml"):
         print(line)
-    return EXIT_CODES.get(state.status, 130 if state.status is RunStatus.INTERRUPTED else 1)
+    return exit_code(state)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -14,7 +14,16 @@ from rich.console import Console
 from rich.table import Table
 
 from cockpit.config import ConfigError
-from cockpit.core.advisor import Advice, JobMeasure, Machine, Measurements, advise, cores_needed, envs_per_core
+from cockpit.core.advisor import (
+    Advice,
+    JobMeasure,
+    Machine,
+    Measurements,
+    advise,
+    cores_needed,
+    envs_per_core,
+    machine_of,
+)
 from cockpit.core.host import host_info
 from cockpit.core.nvml import open_gpu
 from cockpit.core.runlog import read_run_log
@@ -25,13 +34,11 @@ MIB = 1024 * 1024
 
 def this_machine() -> Machine:
     """Cores, RAM and GPU (through NVML, if it answers) of the machine we run on."""
-    host = host_info()
     gpu, _status = open_gpu()
-    name = memory = None
+    info = gpu.info if gpu is not None else None
     if gpu is not None:
-        name, memory = gpu.info.name, gpu.info.memory_total_bytes
         gpu.close()
-    return Machine(host.physical_cores, host.logical_cores, host.ram_bytes, name, memory)
+    return machine_of(host_info(), info)
 
 
 def _cpu_mean(run_dir: Path) -> float | None:

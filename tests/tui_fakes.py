@@ -7,7 +7,6 @@ for. Everything is a pure function of its arguments, so snapshots are stable."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from cockpit.core.feed import WINDOW_S, Checkpoint, Frame, JobDetail, SourceError
 from cockpit.core.nvml import GpuInfo, GpuSample
@@ -126,8 +125,3 @@ class ScriptedReplay(ScriptedSource):
         self.seeks.append(t)
         self.at = t
         self.current = frame(now=t, status=RunStatus.DONE if t >= NOW else RunStatus.RUNNING)
-
-
-def run_dir_name(frame: Frame) -> Path:
-    """The run directory of a frame, as a path."""
-    return Path(frame.state.run_dir)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from cockpit.core.host import HostInfo
+from cockpit.core.nvml import GpuInfo
 from cockpit.presets import Preset, largest_divisor_at_most
 
 GIB = 1024**3
@@ -110,6 +112,12 @@ class Advice:
     def line(self) -> str:
         """One line for a console or a panel."""
         return f"{self.setting}: {self.current} -> {self.suggested}. {self.effect} ({self.reason})"
+
+
+def machine_of(host: HostInfo, gpu: GpuInfo | None) -> Machine:
+    """The advisor's view of a host and its GPU (None: no GPU)."""
+    return Machine(host.physical_cores, host.logical_cores, host.ram_bytes,
+                   gpu.name if gpu else None, gpu.memory_total_bytes if gpu else None)  # fmt: skip
 
 
 def gpu_model(name: str | None) -> GpuModel | None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from cockpit.core.advisor import GPU_MEM_BUDGET
+from cockpit.core.advisor import max_jobs_for_gpu_memory
 from cockpit.core.clock import Clock
 from cockpit.core.runlog import iso
 from cockpit.core.state import RunState
@@ -91,7 +91,7 @@ class AutoTuner:
         peaks = [j.peak_gpu_mem_bytes for j in state.jobs if j.peak_gpu_mem_bytes]
         if not peaks or not self.gpu_memory_bytes:
             return None
-        return max(1, math.floor(GPU_MEM_BUDGET * self.gpu_memory_bytes / max(peaks)))
+        return max_jobs_for_gpu_memory(max(peaks), self.gpu_memory_bytes)
 
     def _why_not_add(self, state: RunState) -> str | None:
         if state.slots + 1 > self.max_slots:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cockpit.config import RUN_LOG, ConfigError, RunSpec
-from cockpit.core.advisor import Advice, JobMeasure, Machine, Measurements, advise
+from cockpit.core.advisor import Advice, JobMeasure, Measurements, advise, machine_of
 from cockpit.core.autotune import AutoTuner
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.control import ControlError, ControlServer
@@ -214,9 +214,7 @@ class RunSession:
         return Measurements(tuple(jobs), accounting.gpu_util_mean, accounting.gpu_util_while_training, cpu)
 
     def _advise(self, state: RunState, accounting: Accounting) -> None:
-        gpu = self.sampler.gpu_info
-        machine = Machine(self.host.physical_cores, self.host.logical_cores, self.host.ram_bytes,
-                          gpu.name if gpu else None, gpu.memory_total_bytes if gpu else None)  # fmt: skip
+        machine = machine_of(self.host, self.sampler.gpu_info)
         self._suggestions = tuple(advise(machine, self._preset, state.slots, self._measurements(state, accounting)))
 
     def write_run_log(self, state: RunState, *, final: bool = False) -> None:

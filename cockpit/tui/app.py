@@ -8,7 +8,6 @@ whether the run ended or was left running.
 from __future__ import annotations
 
 import gc
-from pathlib import Path
 
 from textual.app import App
 
@@ -54,8 +53,3 @@ class CockpitApp(App[Frame | None]):
 def make_app(source: RunSource | None = None, *, opener: Opener | None = None) -> CockpitApp:
     """The cockpit on `source`, or the launcher when only an `opener` is given."""
     return CockpitApp(source, opener)
-
-
-def run_dir_of(frame: Frame | None) -> Path | None:
-    """The run directory a frame belongs to."""
-    return Path(frame.state.run_dir) if frame is not None else None

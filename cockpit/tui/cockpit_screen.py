@@ -263,8 +263,3 @@ class CockpitScreen(Screen[None]):
                 self.notify("the cockpit closes when every job has stopped")
 
         self.app.push_screen(QuitScreen(self.frame.state.run_dir), chosen)
-
-    @property
-    def left_running(self) -> bool:
-        """True when the viewer quits while the run goes on."""
-        return self.frame is not None and not self._ended(self.frame)
