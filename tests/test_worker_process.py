@@ -172,6 +172,18 @@ def test_a_finished_job_run_again_finishes_at_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_a_new_or_resumed_worker_leaves_nothing_in_the_temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))  # SB3's default logger makes SB3-<time> dirs there
+    preset, job_dir = write_preset(tmp_path), tmp_path / "job"
+    assert start_worker(job_dir, "--preset", str(preset), "--timesteps", "1024").finish() == 0
+    assert start_worker(job_dir, "--preset", str(preset), "--timesteps", "2048").finish() == 0
+    assert [f["steps"] for f in kinds(read_events(job_dir / "events.jsonl"), "finished")] == [1024, 2048]
+    assert [p.name for p in temp.glob("SB3-*")] == []
+
+
+@pytest.mark.slow
 def test_env_ids_envpool_lacks_fall_back_to_gymnasium(tmp_path: Path) -> None:
     events = run_small_preset(tmp_path, env="Taxi-v4", n_envs=2, n_steps=64, timesteps=512)
     assert kinds(events, "started")[0]["config"]["backend"] == "gymnasium"

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 from stable_baselines3 import PPO
+from stable_baselines3.common.logger import Logger
 from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
@@ -50,9 +51,16 @@ def ppo_hyperparameters(preset: Preset) -> dict[str, Any]:
     }
 
 
+def _in_memory_logger(model: PPO) -> PPO:
+    """Give `model` a logger that keeps its values in memory only. Left to itself, every `learn()`
+    creates an empty `SB3-<timestamp>` directory in the system temp dir, one per job start."""
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
+
+
 def new_model(preset: Preset, venv: VecEnv, *, seed: int, device: str) -> PPO:
     """A fresh PPO for `venv` with the preset's settings; CnnPolicy for images, else MlpPolicy."""
-    return PPO(
+    model = PPO(
         policy_for(venv.observation_space),
         venv,
         policy_kwargs={"net_arch": list(preset.net_arch), "activation_fn": _ACTIVATIONS[preset.activation]},
@@ -61,6 +69,7 @@ def new_model(preset: Preset, venv: VecEnv, *, seed: int, device: str) -> PPO:
         verbose=0,
         **ppo_hyperparameters(preset),
     )
+    return _in_memory_logger(model)
 
 
 @dataclass
@@ -125,6 +134,6 @@ def resume(store: CheckpointStore, preset: Preset, venv: VecEnv, *, device: str)
         model = PPO.load(
             checkpoint.model_path, env=vecnorm or venv, device=device, custom_objects=ppo_hyperparameters(preset)
         )
-        result.model, result.vecnormalize, result.checkpoint = model, vecnorm, checkpoint
+        result.model, result.vecnormalize, result.checkpoint = _in_memory_logger(model), vecnorm, checkpoint
         return result
     return result
