@@ -4,6 +4,12 @@
 thread budget `cockpit run` would give them, waits until every one has stepped (start-up and
 imports are not measured), then measures for `measure_s` seconds: the aggregate steps per
 second from the workers' own events, the CPU use, and the GPU utilization when NVML answers.
+
+Each worker's rate is taken over whole rollout + train cycles, from one rollout start to a
+later one. A window cut at an arbitrary moment would count a cycle's steps without the rest of
+its train phase, which flatters configurations with long train phases (many envs) by up to a
+cycle's train time. When a worker has not closed a cycle within `measure_s`, the trial waits
+for it, up to `MAX_STRETCH` times as long.
 The workers are then killed; a trial leaves nothing running.
 """
 
@@ -16,8 +22,10 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -30,6 +38,7 @@ from training.events import EVENTS_FILE, EventTail
 START_TIMEOUT_S = 120.0
 POLL_S = 0.2
 FOREVER = 10**12  # timesteps: trials are stopped by the clock, never by the target
+MAX_STRETCH = 3.0  # a trial waits up to this many times `measure_s` for every worker to close a cycle
 
 
 class TrialError(RuntimeError):
@@ -52,14 +61,35 @@ def preset_toml(preset: Preset, config: Config, description: str) -> str:
     return to_toml(replace(preset, n_envs=config.n_envs, batch_size=config.batch_size, description=description))
 
 
-def _progress(tail: EventTail, last: tuple[float, int] | None) -> tuple[tuple[float, int] | None, bool]:
-    """The newest (t, num_timesteps) of a worker, and whether it has failed."""
-    failed = False
-    for event in tail.read_new():
-        if "num_timesteps" in event:
-            last = (float(event["t"]), int(event["num_timesteps"]))
-        failed |= event["kind"] == "error"
-    return last, failed
+@dataclass
+class Progress:
+    """One worker's step count as its events report it."""
+
+    latest: tuple[float, int] | None = None  # the newest (t, num_timesteps) of any event
+    rollout_starts: list[tuple[float, int]] = field(default_factory=list)  # (t, num_timesteps)
+    failed: bool = False
+
+    def feed(self, events: Iterable[dict[str, Any]]) -> None:
+        """Take in a worker's new events."""
+        for event in events:
+            if "num_timesteps" in event:
+                self.latest = (float(event["t"]), int(event["num_timesteps"]))
+                if event["kind"] == "phase" and event.get("phase") == "rollout":
+                    self.rollout_starts.append(self.latest)
+            self.failed |= event["kind"] == "error"
+
+    def cycles_since(self, t0: float) -> list[tuple[float, int]]:
+        """The rollout starts at or after `t0` (Unix time)."""
+        return [mark for mark in self.rollout_starts if mark[0] >= t0]
+
+    def rate(self, t0: float, start: tuple[float, int] | None) -> float:
+        """Steps per second since `t0`: over whole cycles when two rollout starts follow it, else
+        from `start` (the newest event before `t0`) to the newest event (0.0 without one)."""
+        marks = self.cycles_since(t0)
+        a, b = (marks[0], marks[-1]) if len(marks) >= 2 else (start, self.latest)
+        if a is None or b is None or b[0] <= a[0]:
+            return 0.0
+        return (b[1] - a[1]) / (b[0] - a[0])
 
 
 def run_trial(preset: Preset, config: Config, *, workdir: Path, measure_s: float, physical_cores: int,
@@ -81,35 +111,36 @@ def run_trial(preset: Preset, config: Config, *, workdir: Path, measure_s: float
                 procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                               start_new_session=True))  # fmt: skip
             tails.append(EventTail(job_dir / EVENTS_FILE))
-        last: list[tuple[float, int] | None] = [None] * config.jobs
+        progress = [Progress() for _ in tails]
+
+        def poll() -> None:
+            for i, tail in enumerate(tails):
+                progress[i].feed(tail.read_new())
+                if progress[i].failed or procs[i].poll() is not None:
+                    raise TrialError(f"{config.label()}: worker {i} failed; see {workdir / f'job-{i}.log'}")
+
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:  # every worker must have stepped before the clock starts
-            for i, tail in enumerate(tails):
-                last[i], failed = _progress(tail, last[i])
-                if failed or procs[i].poll() is not None:
-                    raise TrialError(f"{config.label()}: worker {i} failed; see {workdir / f'job-{i}.log'}")
-            if all(p is not None for p in last):
+            poll()
+            if all(p.latest is not None for p in progress):
                 break
             if time.monotonic() > deadline:
                 raise TrialError(f"{config.label()}: workers did not start within {START_TIMEOUT_S:.0f} s")
             time.sleep(POLL_S)
-        first = list(last)
+        t0, first = time.time(), [p.latest for p in progress]
         psutil.cpu_percent()
         utils: list[float] = []
-        end = time.monotonic() + measure_s
-        while time.monotonic() < end:
+        began = time.monotonic()
+        while (elapsed := time.monotonic() - began) < measure_s or (
+            elapsed < measure_s * MAX_STRETCH and any(len(p.cycles_since(t0)) < 2 for p in progress)
+        ):
             if gpu is not None:
                 with contextlib.suppress(Exception):  # a GPU that stops answering leaves utilization unknown
                     utils.extend(value for _, value in gpu.read()[1])
             time.sleep(POLL_S)
+            poll()
         cpu = psutil.cpu_percent()
-        for i, tail in enumerate(tails):
-            last[i], _ = _progress(tail, last[i])
-        sps = 0.0
-        for a, b in zip(first, last, strict=True):
-            assert a is not None and b is not None
-            if b[0] > a[0]:
-                sps += (b[1] - a[1]) / (b[0] - a[0])
+        sps = sum(p.rate(t0, start) for p, start in zip(progress, first, strict=True))
         return Trial(config, sps, cpu, statistics.fmean(utils) if utils else None, time.monotonic() - started)
     finally:
         for proc in procs:
