@@ -4,13 +4,15 @@ What it measures, per env, all in one run:
 1. The grid: every configuration of `tune`'s search space (parallel jobs x n_envs, the batch
    following) measured with the same real trials `tune` runs (`cockpit.trials`), each for
    `--measure` seconds after start-up. Its best aggregate SPS is the reference.
-2. `tune` itself (`cockpit.tune.climb`, the code behind the command) with a budget of
-   `--tune-share` (default 0.30) of the grid's wall time.
+2. `tune` itself: the probe of this machine's costs (`cockpit.costs`, run fresh into a
+   temporary cache, as a first-time user would) and the climb (`cockpit.tune.climb`, the code
+   behind the command) with a budget of `--tune-share` (default 0.30) of the grid's wall time
+   less the probe's. Tune's time is the probe's plus the climb's.
 3. The figures, as ratios:
    - tune's pick / grid best, both as the grid measured them (goal >= 0.95), and tune's time /
      the grid's time (goal <= 0.30);
    - tune's pick / the seeds' "before" setup (one job, one env, batch 32), measured the same way;
-   - recommend's static pick (hardware facts only) / grid best.
+   - recommend's static pick (hardware facts and the probe's costs) / grid best.
 
 CartPole runs the `cartpole` preset; Pong-v5 runs a CPU-sized Atari preset written here (8 envs,
 64 steps, batch 256, 2 epochs), since the GPU presets' rollouts take minutes on 2 cores.
@@ -23,6 +25,7 @@ Run from the repo root (about 20 minutes on 2 cores):
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -30,6 +33,7 @@ from pathlib import Path
 
 from benchmarks.common import fmt_ratio, load_caption, log, print_table, warn_if_busy
 from cockpit.core.search import Config
+from cockpit.costs import measured_costs
 from cockpit.presets import load
 from cockpit.recommend import static_pick, this_machine
 from cockpit.trials import run_trial
@@ -63,21 +67,28 @@ def bench_env(name: str, preset_spec: str, measure_s: float, tune_share: float, 
         log(f"  {config.label():<28} {trial.sps:>9,.0f} SPS")
     grid_s = time.monotonic() - began
     best = max(measured, key=lambda c: measured[c])
-    log(f"{name}: tune with a budget of {tune_share:.0%} of {grid_s:.0f} s")
-    result = climb(preset, machine, tune_share * grid_s, workdir=workdir / f"{name}-tune")
+    probe_began = time.monotonic()
+    costs = measured_costs(preset, machine.gpu_name)
+    probe_s = time.monotonic() - probe_began
+    log(f"{name}: probe {probe_s:.0f} s: {costs.describe()}")
+    log(f"{name}: tune with a budget of {tune_share:.0%} of {grid_s:.0f} s, less the probe's")
+    result = climb(preset, machine, tune_share * grid_s - probe_s, workdir=workdir / f"{name}-tune", costs=costs)
+    for trial in result.trials:
+        log(f"  tune: {trial.config.label():<28} {trial.sps:>9,.0f} SPS")
+    tune_s = probe_s + result.seconds
     picked = result.best
     before = run_trial(preset, BEFORE, workdir=workdir / f"{name}-before", measure_s=measure_s,
                        physical_cores=machine.physical_cores).sps  # fmt: skip
-    jobs, n_envs = static_pick(machine, preset)
+    jobs, n_envs = static_pick(machine, preset, costs=costs)
     static = space.config(min(jobs, space.max_jobs), min(max(n_envs, space.min_envs), space.max_envs))
     assert static is not None
     picked_sps = measured.get(picked, next(t.sps for t in result.trials if t.config == picked))
     return [
         [name, "grid best", best.label(), f"{measured[best]:,.0f}", "1.000", f"{grid_s:.0f}"],
         [name, "tune's pick", picked.label(), f"{picked_sps:,.0f}", fmt_ratio(picked_sps / measured[best]),
-         f"{result.seconds:.0f} ({fmt_ratio(result.seconds / grid_s)} of grid)"],
+         f"{tune_s:.0f} ({fmt_ratio(tune_s / grid_s)} of grid)"],
         [name, "recommend's static pick", static.label(), f"{measured[static]:,.0f}",
-         fmt_ratio(measured[static] / measured[best]), "0"],
+         fmt_ratio(measured[static] / measured[best]), f"{probe_s:.0f} (the probe)"],
         [name, "seeds' before (1 job, 1 env, batch 32)", BEFORE.label(), f"{before:,.0f}",
          fmt_ratio(before / measured[best]), "-"],
         [name, "tune's pick / before", "", "", fmt_ratio(picked_sps / before), ""],
@@ -93,6 +104,7 @@ def main() -> int:
     load_before = warn_if_busy()
     rows: list[list[str]] = []
     with tempfile.TemporaryDirectory(prefix="bench-tune-") as tmp:
+        os.environ["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")  # a fresh probe, timed as tune's
         pong = Path(tmp) / "pong-cpu.toml"
         pong.write_text(PONG_CPU)
         specs = {

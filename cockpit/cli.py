@@ -235,7 +235,8 @@ def _cmd_recommend(args: argparse.Namespace) -> int:
     from cockpit.recommend import recommend
 
     try:
-        recommend(output_console(), preset=args.preset, env=args.env, jobs=args.jobs, run_dir=args.run_from)
+        recommend(output_console(), preset=args.preset, env=args.env, jobs=args.jobs, run_dir=args.run_from,
+                  probe=not args.no_probe)  # fmt: skip
     except ConfigError as exc:
         print(f"cockpit recommend: error: {exc}", file=sys.stderr)
         return 2
@@ -349,7 +350,10 @@ def build_parser() -> ArgumentParser:
         help="advice for this machine: jobs, n_envs, batch size and preset, from hardware or a finished run",
         description="Recommend the number of parallel jobs, n_envs, batch size and preset for this machine's\n"
         "cores and GPU memory, before any run (hardware facts alone) or from a run's measurements\n"
-        "(--from RUN_DIR: utilization by phase, GPU memory peaks, CPU). Prints the numbers it used.",
+        "(--from RUN_DIR: utilization by phase, GPU memory peaks, CPU). Prints the numbers it used.\n\n"
+        "The first time for a preset and env it measures what one job costs here (5-15 s: a few\n"
+        "real PPO steps on 2 and 16 envs) and keeps the figures in ~/.cache/cockpit/costs.toml;\n"
+        "they size n_envs and the core budget. --no-probe uses the seeds' envs-per-core table.",
         epilog="Examples:\n  cockpit recommend\n  cockpit recommend --preset beast --jobs 4\n"
         "  cockpit recommend --from runs/20261121T230000Z-heavy-LunarLander-v3",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -358,6 +362,7 @@ def build_parser() -> ArgumentParser:
     rec.add_argument("--env", metavar="ENV", help="environment id (default: the preset's)")
     rec.add_argument("--jobs", type=positive_int, metavar="N", help="parallel jobs planned (default: the run's, or 2)")
     rec.add_argument("--from", dest="run_from", type=Path, metavar="RUN_DIR", help="use this run's measurements")
+    rec.add_argument("--no-probe", action="store_true", help="hardware facts and tables only: measure nothing")
     rec.set_defaults(func=_cmd_recommend)
 
     tune = sub.add_parser(

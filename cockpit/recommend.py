@@ -16,6 +16,7 @@ from rich.table import Table
 from cockpit.config import ConfigError
 from cockpit.core.advisor import (
     Advice,
+    Costs,
     JobMeasure,
     Machine,
     Measurements,
@@ -27,6 +28,7 @@ from cockpit.core.advisor import (
 from cockpit.core.host import host_info
 from cockpit.core.nvml import open_gpu
 from cockpit.core.runlog import read_run_log
+from cockpit.costs import measured_costs
 from cockpit.presets import Preset, PresetError, load
 
 MIB = 1024 * 1024
@@ -75,7 +77,7 @@ def measurements_from_run(run_dir: Path) -> tuple[dict[str, Any], Measurements]:
     return doc, measured
 
 
-def _numbers(machine: Machine, preset: Preset, jobs: int, measured: Measurements | None) -> Table:
+def _numbers(machine: Machine, preset: Preset, jobs: int, measured: Measurements | None, costs: Costs | None) -> Table:
     table = Table(title="numbers used", title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
@@ -85,8 +87,13 @@ def _numbers(machine: Machine, preset: Preset, jobs: int, measured: Measurements
     table.add_row("GPU", gpu)
     table.add_row("preset", f"{preset.name}: {preset.env}, n_envs {preset.n_envs}, n_steps {preset.n_steps}, "
                   f"batch {preset.batch_size}, net {','.join(map(str, preset.net_arch))}")  # fmt: skip
-    per_core = envs_per_core(preset.env)
-    table.add_row("jobs", f"{jobs} (their envs need ~{cores_needed(preset, jobs):.1f} cores at {per_core} per core)")
+    if costs is not None:
+        table.add_row("measured costs", costs.describe())
+        table.add_row("jobs", f"{jobs} (they keep ~{cores_needed(preset, jobs, costs):.1f} cores busy, measured)")
+    else:
+        per_core = envs_per_core(preset.env)
+        need = cores_needed(preset, jobs)
+        table.add_row("jobs", f"{jobs} (their envs need ~{need:.1f} cores at {per_core} per core)")
     if measured is not None:
         fmt = lambda v, unit="": "-" if v is None else f"{v:,.1f}{unit}"  # noqa: E731
         table.add_row("measured GPU", f"{fmt(measured.gpu_util_mean, ' %')} mean, "
@@ -118,9 +125,15 @@ def resolve_preset(preset: str | None, env: str | None, machine: Machine) -> Pre
     return dataclasses.replace(resolved, env=env) if env else resolved
 
 
+def costs_for(console: Console, machine: Machine, preset: Preset) -> Costs:
+    """This machine's measured costs for `preset` (a probe the first time, saying so)."""
+    return measured_costs(preset, machine.gpu_name, on_probe=lambda text: console.print(text, highlight=False))
+
+
 def recommend(console: Console, *, preset: str | None, env: str | None, jobs: int | None, run_dir: Path | None,
-              machine: Machine | None = None) -> list[Advice]:  # fmt: skip
-    """Print the numbers and the advice; returns the advice. ConfigError on bad input."""
+              machine: Machine | None = None, probe: bool = True) -> list[Advice]:  # fmt: skip
+    """Print the numbers and the advice; returns the advice. ConfigError on bad input. With
+    `probe`, the core budget and n_envs come from measured costs (`cockpit.costs`)."""
     machine = machine or this_machine()
     measured = None
     if run_dir is not None:
@@ -131,8 +144,9 @@ def recommend(console: Console, *, preset: str | None, env: str | None, jobs: in
         jobs = jobs or int(config.get("jobs", 1))
     resolved = resolve_preset(preset, env, machine)
     jobs = jobs or 2
-    items = advise(machine, resolved, jobs, measured)
-    console.print(_numbers(machine, resolved, jobs, measured))
+    costs = costs_for(console, machine, resolved) if probe else None
+    items = advise(machine, resolved, jobs, measured, costs)
+    console.print(_numbers(machine, resolved, jobs, measured, costs))
     if items:
         console.print(advice_table(items))
     else:
@@ -140,7 +154,8 @@ def recommend(console: Console, *, preset: str | None, env: str | None, jobs: in
     return items
 
 
-def static_pick(machine: Machine, preset: Preset, jobs: int = 2) -> tuple[int, int]:
-    """(jobs, n_envs) after applying the hardware-only advice: `recommend`'s pick before any run."""
-    changes = {a.setting: a.suggested for a in advise(machine, preset, jobs)}
+def static_pick(machine: Machine, preset: Preset, jobs: int = 2, costs: Costs | None = None) -> tuple[int, int]:
+    """(jobs, n_envs) after applying the advice that needs no run (hardware facts and the
+    probe's `costs`): `recommend`'s pick before any run."""
+    changes = {a.setting: a.suggested for a in advise(machine, preset, jobs, costs=costs)}
     return int(changes.get("jobs", jobs)), int(changes.get("n_envs", preset.n_envs))

@@ -1,8 +1,9 @@
 """`cockpit tune`: a time-boxed search for the fastest jobs x n_envs (x batch) on this machine.
 
-It starts at `recommend`'s static pick and climbs (see `cockpit.core.search`), measuring each
-configuration with real workers (`cockpit.trials`), and stops when the climb ends or the next
-trial would overrun the budget. It prints every trial and writes the winner as a preset file.
+It starts at `recommend`'s static pick, sized by this machine's measured costs (`cockpit.costs`),
+and climbs (see `cockpit.core.search`), measuring each configuration with real workers
+(`cockpit.trials`). It stops when the climb ends or the next trial would overrun the budget.
+It prints every trial and writes the winner as a preset file.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ from rich.console import Console
 from rich.table import Table
 
 from cockpit.config import ConfigError
-from cockpit.core.advisor import Machine
+from cockpit.core.advisor import Costs, Machine
 from cockpit.core.nvml import open_gpu
 from cockpit.core.runlog import write_atomic
 from cockpit.core.search import Config, HillClimb, Space
 from cockpit.presets import Preset, PresetError, load
-from cockpit.recommend import resolve_preset, static_pick
+from cockpit.recommend import costs_for, resolve_preset, static_pick
 from cockpit.trials import Trial, preset_toml, run_trial
 
 STARTUP_S = 5.0  # a trial's worker start-up, before measuring (the first trial learns the real figure)
@@ -61,11 +62,12 @@ class TuneResult:
 
 
 def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path, console: Console | None = None,
-          start: Config | None = None) -> TuneResult:  # fmt: skip
-    """Run the hill climb within `budget_s` seconds (trials in `workdir`)."""
+          start: Config | None = None, costs: Costs | None = None) -> TuneResult:  # fmt: skip
+    """Run the hill climb within `budget_s` seconds (trials in `workdir`), from `start` or else
+    from recommend's static pick (with the probe's `costs` when given)."""
     space = search_space(preset, machine.physical_cores)
     if start is None:
-        jobs, n_envs = static_pick(machine, preset)
+        jobs, n_envs = static_pick(machine, preset, costs=costs)
         start = space.config(min(jobs, space.max_jobs), min(max(n_envs, space.min_envs), space.max_envs))
     assert start is not None
     measure_s = measure_seconds(budget_s)
@@ -125,8 +127,9 @@ def tune(console: Console, *, preset: str | None, env: str | None, budget: str, 
         raise ConfigError(f"--out {out}: not a file")
     console.print(f"tuning {resolved.name} on {resolved.env} for {budget_s:.0f} s "
                   f"({measure_seconds(budget_s):.0f} s per trial after start-up)", highlight=False)  # fmt: skip
+    costs = costs_for(console, machine, resolved)
     with tempfile.TemporaryDirectory(prefix="cockpit-tune-") as tmp:
-        result = climb(resolved, machine, budget_s, workdir=Path(tmp), console=console)
+        result = climb(resolved, machine, budget_s, workdir=Path(tmp), console=console, costs=costs)
     console.print(trials_table(result))
     best_sps = statistics.fmean(t.sps for t in result.trials if t.config == result.best)
     note = (f"tuned by cockpit tune for {resolved.env}: {best_sps:,.0f} SPS with {result.best.jobs} parallel job(s); "

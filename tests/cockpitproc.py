@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -88,9 +89,10 @@ def start_cockpit(run_dir: Path, *args: str) -> Cockpit:
     return Cockpit(proc, run_dir, output)
 
 
-def run_cockpit(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
-    """Run `cockpit *args` to completion, capturing its output."""
-    return subprocess.run([sys.executable, "-m", "cockpit", *args], capture_output=True, text=True, timeout=timeout)
+def run_cockpit(*args: str, timeout: float = 60.0, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run `cockpit *args` to completion, capturing its output (`env` adds to the environment)."""
+    return subprocess.run([sys.executable, "-m", "cockpit", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})  # fmt: skip
 
 
 def last_steps(events: list[dict[str, Any]]) -> int:

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from cockpit.core.advisor import Advice, JobMeasure, Machine, Measurements, advise
-from cockpit.presets import load
+from cockpit.core.advisor import Advice, Costs, JobMeasure, Machine, Measurements, advise, cores_needed
+from cockpit.presets import Preset, load
 
 GIB = 1024**3
 Change = tuple[str, str]
@@ -107,3 +107,60 @@ def test_a_batch_that_does_not_divide_the_rollout_is_fixed_first() -> None:
 def test_without_a_gpu_a_saturated_cpu_is_the_goal_not_a_problem() -> None:
     full = Measurements((JobMeasure("000"), JobMeasure("001")), gpu_util_mean=None, cpu_percent_mean=98.0)
     assert advise(THIS_MACHINE, load("cartpole"), 2, full) == []
+
+
+# Costs as `training.probe` measured them on this 2-core machine (microseconds, one thread).
+CARTPOLE_COSTS = Costs("cpu", step_overhead_us=372, env_policy_us=5, env_step_us=7.8, train_sample_us=5)
+PONG_COSTS = Costs("cpu", step_overhead_us=760, env_policy_us=525, env_step_us=287, train_sample_us=985)
+
+
+def pong_cpu() -> Preset:
+    return replace(load("cartpole"), env="Pong-v5", n_steps=64, batch_size=256, n_epochs=2, net_arch=(256,))
+
+
+@pytest.mark.parametrize(
+    ("case", "host", "preset", "jobs", "costs", "expected"),
+    [
+        # CartPole's 20 epochs of a 64x64 MLP are cheap: at 8 envs the 372 us step overhead is 31 %
+        # of a sample's cost; 32 envs bring it to 10 %, and the cap is 4x the preset's 8
+        ("cartpole on 2 cores", THIS_MACHINE, load("cartpole"), 2, CARTPOLE_COSTS, {"n_envs": ("8", "32")}),
+        # Pong's CNN training dominates: more envs would barely dent the overhead
+        ("pong on 2 cores", THIS_MACHINE, pong_cpu(), 2, PONG_COSTS, {}),
+        # without a GPU each job's loop keeps a core busy: one job per core, not more, not fewer
+        ("pong, 4 jobs on 2 cores", THIS_MACHINE, pong_cpu(), 4, PONG_COSTS, {"jobs": ("4", "2")}),
+        ("pong, 2 jobs on 8 cores", Machine(8, 16, 32 * GIB), pong_cpu(), 2, PONG_COSTS, {"jobs": ("2", "8")}),
+        # with a GPU only the envs load the cores: 16 cores keep the table's 4 heavy jobs going (not
+        # just the 2 its envs-per-core guess allows), and a 900 us step overhead wants 64 envs
+        ("4070 heavy, measured", RTX_4070, load("heavy"), 1,
+         Costs("cuda", step_overhead_us=900, env_policy_us=30, env_step_us=25, train_sample_us=6),
+         {"jobs": ("1", "4"), "n_envs": ("32", "64")}),
+    ],
+)  # fmt: skip
+def test_advice_from_measured_costs(
+    case: str, host: Machine, preset: Preset, jobs: int, costs: Costs, expected: dict[str, Change]
+) -> None:
+    items = advise(host, preset, jobs, costs=costs)
+    got = {k: v for k, v in by_setting(items).items() if k in ("jobs", "n_envs")}
+    assert got == expected, (case, [a.line() for a in items])
+    for item in items:
+        assert item.reason and item.effect and item.current != item.suggested
+
+
+def test_more_envs_quote_the_measured_costs_and_the_expected_gain() -> None:
+    (item,) = [a for a in advise(THIS_MACHINE, load("cartpole"), 2, costs=CARTPOLE_COSTS) if a.setting == "n_envs"]
+    assert "372 us + 5.0 us per env" in item.reason and "20 epoch(s)" in item.reason
+    assert "from 31% to 10%" in item.effect and "batch_size 256" in item.effect
+    # 46.5 + 5 + 100 us per sample at 8 envs against 11.6 + 5 + 100 at 32: about +30 %
+    assert "+30%" in item.effect
+
+
+def test_the_envs_stop_growing_at_what_the_cores_can_step() -> None:
+    # With a GPU the envs are the cores' load: one core steps one job's envs at most, so with
+    # costly envs on 1 core the doubling stops before the overhead target.
+    costs = Costs("cuda", step_overhead_us=2000, env_policy_us=40, env_step_us=35, train_sample_us=1)
+    preset = replace(load("heavy"), n_envs=8)
+    one_core = Machine(1, 2, 8 * GIB, "NVIDIA GeForce RTX 4070", 8 * GIB)
+    items = by_setting(advise(one_core, preset, 1, costs=costs))
+    envs = int(items["n_envs"][1])
+    assert envs > 8 and cores_needed(replace(preset, n_envs=envs), 1, costs) <= 1
+    assert cores_needed(replace(preset, n_envs=envs * 2), 1, costs) > 1 or envs * 2 > 32

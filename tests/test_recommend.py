@@ -43,7 +43,8 @@ def test_measurements_come_from_the_run_log_and_samples(tmp_path: Path) -> None:
 
 def test_recommend_from_a_run_prints_its_numbers_and_adds_jobs(tmp_path: Path) -> None:
     console = Console(record=True, width=200)
-    items = recommend(console, preset=None, env=None, jobs=None, run_dir=_run_dir(tmp_path), machine=RTX_4070)
+    items = recommend(console, preset=None, env=None, jobs=None, run_dir=_run_dir(tmp_path), machine=RTX_4070,
+                      probe=False)  # fmt: skip
     assert [(a.setting, a.current, a.suggested) for a in items] == [("jobs", "1", "4")]
     text = console.export_text()
     assert "measured GPU    25.0 % mean, 80.0 % while training" in text
@@ -59,6 +60,21 @@ def test_recommend_bad_input_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 def test_recommend_for_this_machine_runs_and_names_the_cores() -> None:
-    result = run_cockpit("recommend")
+    result = run_cockpit("recommend", "--no-probe")
     assert result.returncode == 0, result.stderr
     assert "numbers used" in result.stdout and "physical" in result.stdout
+    assert "measured costs" not in result.stdout and "per core" in result.stdout
+
+
+def test_recommend_measures_this_machine_once_then_reads_the_cache(tmp_path: Path) -> None:
+    env = {"XDG_CACHE_HOME": str(tmp_path)}
+    first = run_cockpit("recommend", "--preset", "cartpole", "--jobs", "2", env=env)
+    assert first.returncode == 0, first.stderr
+    assert "measuring what a CartPole-v1 job costs on this machine" in first.stdout
+    assert "measured costs" in first.stdout and "us per env" in first.stdout
+    assert (tmp_path / "cockpit" / "costs.toml").is_file()
+    # the measured step overhead (hundreds of us) makes 8 CartPole envs per job too few
+    assert "n_envs" in first.stdout and "step overhead falls from" in first.stdout
+    second = run_cockpit("recommend", "--preset", "cartpole", "--jobs", "2", env=env)
+    assert second.returncode == 0 and "measuring" not in second.stdout
+    assert "measured costs" in second.stdout

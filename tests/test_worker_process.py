@@ -172,7 +172,9 @@ def test_a_finished_job_run_again_finishes_at_once(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_new_or_resumed_worker_leaves_nothing_in_the_temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_new_or_resumed_worker_leaves_nothing_in_the_temp_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     temp = tmp_path / "tmp"
     temp.mkdir()
     monkeypatch.setenv("TMPDIR", str(temp))  # SB3's default logger makes SB3-<time> dirs there

@@ -9,6 +9,7 @@ batch and env count were scaled up once an A100 was detected.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -29,6 +30,8 @@ CPU_SATURATED = 90.0
 CPU_HEADROOM = 80.0
 IDLE_GPU_UTIL = 30.0
 CPU_NET_MAX_UNITS = 256  # on the CPU, wider layers cost more than they teach an MLP policy
+STEP_OVERHEAD_SHARE = 0.10  # more envs per job until a rollout step's fixed cost is at most this share
+MAX_ENVS_SCALE = 4  # never more than this times the preset's envs: the rollout's length shapes learning
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,36 @@ class Measurements:
 
 
 @dataclass(frozen=True)
+class Costs:
+    """What one job of a preset costs on this machine, as a probe measured it (microseconds,
+    one thread; see `training.probe`)."""
+
+    device: str  # where the probe's policy ran: "cpu" or "cuda"
+    step_overhead_us: float  # a rollout step's fixed cost, whatever the number of envs
+    env_policy_us: float  # what each env adds to a rollout step: its step and its forward
+    env_step_us: float  # what each env adds to an env step alone
+    train_sample_us: float  # one sample through one training epoch
+
+    def sample_us(self, preset: Preset, n_envs: int) -> float:
+        """One sample's cost at `n_envs` envs: its share of the step overhead, its env step and
+        forward, and its training over the preset's epochs."""
+        return self.step_overhead_us / n_envs + self.env_policy_us + preset.n_epochs * self.train_sample_us
+
+    def cores_per_job(self, preset: Preset) -> float:
+        """Physical cores one job keeps busy. On the CPU a job's loop steps, infers and trains on
+        one core, one thing after another: all of it. With a GPU, its envs' share of each sample."""
+        if self.device == "cpu":
+            return 1.0
+        return min(1.0, self.env_step_us / self.sample_us(preset, preset.n_envs))
+
+    def describe(self) -> str:
+        """The measured numbers in one line."""
+        return (f"a rollout step costs {self.step_overhead_us:,.0f} us + {self.env_policy_us:,.1f} us per env "
+                f"(of which its env step {self.env_step_us:,.1f} us), training {self.train_sample_us:,.1f} us "
+                f"per sample per epoch, on the {self.device}")  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Advice:
     """One change: `setting` from `current` to `suggested`, what it should do, and why."""
 
@@ -132,14 +165,17 @@ def envs_per_core(env: str) -> int:
     return CHEAP_ENVS_PER_CORE if env.startswith(CHEAP_ENVS) else ENVS_PER_CORE
 
 
-def cores_needed(preset: Preset, jobs: int) -> float:
-    """Physical cores `jobs` jobs of `preset` keep busy stepping envs."""
+def cores_needed(preset: Preset, jobs: int, costs: Costs | None = None) -> float:
+    """Physical cores `jobs` jobs of `preset` keep busy: measured when `costs` are given, else
+    their envs at the table's `envs_per_core`."""
+    if costs is not None:
+        return jobs * costs.cores_per_job(preset)
     return jobs * preset.n_envs / envs_per_core(preset.env)
 
 
-def max_jobs_for_cores(preset: Preset, physical_cores: int) -> int:
-    """The most parallel jobs whose envs the cores can step (at least 1)."""
-    return max(1, math.floor(physical_cores * envs_per_core(preset.env) / preset.n_envs))
+def max_jobs_for_cores(preset: Preset, physical_cores: int, costs: Costs | None = None) -> int:
+    """The most parallel jobs the cores can keep going (at least 1)."""
+    return max(1, math.floor(physical_cores / cores_needed(preset, 1, costs) + 1e-9))
 
 
 def max_jobs_for_gpu_memory(peak_bytes: int, total_bytes: int) -> int:
@@ -151,15 +187,19 @@ def _pct(value: float) -> str:
     return f"{value:.0f} %"
 
 
-def _cores(host: Machine, preset: Preset, jobs: int) -> list[Advice]:
-    need = cores_needed(preset, jobs)
+def _cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> list[Advice]:
+    need = cores_needed(preset, jobs, costs)
     if need <= host.physical_cores:
-        return []
-    fit_jobs = max_jobs_for_cores(preset, host.physical_cores)
+        return _idle_cores(host, preset, jobs, costs)
+    fit_jobs = max_jobs_for_cores(preset, host.physical_cores, costs)
+    numbers = {"jobs": jobs, "n_envs": preset.n_envs, "cores_needed": need, "physical_cores": host.physical_cores}
+    if costs is not None:  # measured: fewer envs would not make a job's loop any lighter
+        reason = (f"{jobs} job(s) keep ~{need:.1f} cores busy, measured here: {costs.describe()}; "
+                  f"this machine has {host.physical_cores} physical")  # fmt: skip
+        return [Advice("jobs", str(jobs), str(fit_jobs), "jobs stop contending for cores", reason, numbers)]
     per_core = envs_per_core(preset.env)
     per_job_envs = max(1, host.physical_cores * per_core // jobs)
     out = []
-    numbers = {"jobs": jobs, "n_envs": preset.n_envs, "cores_needed": need, "physical_cores": host.physical_cores}
     reason = (f"{jobs} job(s) x {preset.n_envs} {preset.env} envs need ~{need:.0f} cores at {per_core} per core; "
               f"this machine has {host.physical_cores} physical")  # fmt: skip
     if fit_jobs < jobs:
@@ -172,6 +212,42 @@ def _cores(host: Machine, preset: Preset, jobs: int) -> list[Advice]:
         effect = f"or keep {jobs} job(s): they fit the cores with batch_size {_batch_for(preset, envs)}"
         out.append(Advice("n_envs", str(preset.n_envs), str(envs), effect, reason, numbers))
     return out
+
+
+def _idle_cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> list[Advice]:
+    """Without a GPU, measured costs: one job per core keeps every core busy."""
+    if costs is None or host.gpu_name is not None or costs.device != "cpu" or jobs >= host.physical_cores:
+        return []
+    reason = (f"no GPU: each job's loop keeps one core busy, and {host.physical_cores - jobs} of "
+              f"{host.physical_cores} physical cores would idle")  # fmt: skip
+    return [Advice("jobs", str(jobs), str(host.physical_cores), f"~{host.physical_cores / jobs:.1f}x the SPS",
+                   reason, {"jobs": jobs, "physical_cores": host.physical_cores})]  # fmt: skip
+
+
+def _amortize(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> list[Advice]:
+    """More envs per job while a rollout step's fixed cost is over `STEP_OVERHEAD_SHARE` of it:
+    each step then carries more samples for the same overhead."""
+    if costs is None:
+        return []
+
+    def overhead_share(n: int) -> float:
+        return costs.step_overhead_us / n / costs.sample_us(preset, n)
+
+    n, cap = preset.n_envs, preset.n_envs * MAX_ENVS_SCALE
+    while n * 2 <= cap and overhead_share(n) > STEP_OVERHEAD_SHARE:
+        bigger = dataclasses.replace(preset, n_envs=n * 2)
+        if cores_needed(bigger, jobs, costs) > host.physical_cores:
+            break
+        n *= 2
+    if n == preset.n_envs:
+        return []
+    gain = costs.sample_us(preset, preset.n_envs) / costs.sample_us(preset, n) - 1
+    effect = (f"~{gain:+.0%} SPS per job: the step overhead falls from {overhead_share(preset.n_envs):.0%} to "
+              f"{overhead_share(n):.0%} of a sample's cost; batch_size {_batch_for(preset, n)}")  # fmt: skip
+    reason = f"measured here: {costs.describe()}; {preset.n_epochs} epoch(s)"
+    numbers = {"step_overhead_us": costs.step_overhead_us, "env_policy_us": costs.env_policy_us,
+               "train_sample_us": costs.train_sample_us}  # fmt: skip
+    return [Advice("n_envs", str(preset.n_envs), str(n), effect, reason, numbers)]
 
 
 def _batch_for(preset: Preset, n_envs: int, cap: int | None = None) -> int:
@@ -211,7 +287,7 @@ def _gpu_memory(host: Machine, jobs: int, measured: Measurements) -> list[Advice
                    {"peak_gib": peak / GIB, "total_gib": total / GIB})]  # fmt: skip
 
 
-def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements) -> list[Advice]:
+def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements, costs: Costs | None) -> list[Advice]:
     """Low mean GPU use but busy train bursts, with room to spare: more jobs fill the gaps."""
     mean, burst, cpu = measured.gpu_util_mean, measured.gpu_util_while_training, measured.cpu_percent_mean
     if host.gpu_name is None or mean is None or burst is None or cpu is None:
@@ -219,7 +295,7 @@ def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements) -
     if mean >= LOW_GPU_UTIL or burst < BUSY_TRAIN_UTIL or cpu >= CPU_HEADROOM:
         return []
     wanted = math.ceil(jobs * TARGET_GPU_UTIL / max(mean, 1.0))
-    caps = {"cores": max_jobs_for_cores(preset, host.physical_cores)}
+    caps = {"cores": max_jobs_for_cores(preset, host.physical_cores, costs)}
     peak = measured.peak_gpu_mem_bytes
     if peak is not None and host.gpu_memory_bytes:
         caps["GPU memory"] = max_jobs_for_gpu_memory(peak, host.gpu_memory_bytes)
@@ -265,7 +341,7 @@ def _no_gpu(host: Machine, preset: Preset) -> list[Advice]:
                    reason, {"widest_layer": widest})]  # fmt: skip
 
 
-def _gpu_defaults(host: Machine, preset: Preset, jobs: int) -> list[Advice]:
+def _gpu_defaults(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> list[Advice]:
     model = gpu_model(host.gpu_name)
     if model is None:
         return []
@@ -275,7 +351,7 @@ def _gpu_defaults(host: Machine, preset: Preset, jobs: int) -> list[Advice]:
     if model.preset != preset.name and preset.name in ("fast", "heavy", "beast"):
         out.append(Advice("preset", preset.name, model.preset, f"the usual work per rollout for a {model.match}",
                           note, {"gpu": host.gpu_name or ""}))  # fmt: skip
-    fit = min(model.jobs, max_jobs_for_cores(preset, host.physical_cores))
+    fit = min(model.jobs, max_jobs_for_cores(preset, host.physical_cores, costs))
     if fit != jobs:
         capped = "" if fit == model.jobs else f"; {host.physical_cores} physical cores fit {fit} of {model.jobs}"
         out.append(Advice("jobs", str(jobs), str(fit), "enough parallel jobs to keep the GPU busy",
@@ -283,19 +359,22 @@ def _gpu_defaults(host: Machine, preset: Preset, jobs: int) -> list[Advice]:
     return out
 
 
-def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | None = None) -> list[Advice]:
+def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | None = None,
+           costs: Costs | None = None) -> list[Advice]:  # fmt: skip
     """What to change for `jobs` parallel jobs of `preset` on `host`, most pressing first.
 
     Without measurements the advice comes from the hardware alone (core budget, GPU table, no
-    GPU, batch divisibility). With them it also covers an out-of-memory event, GPU memory per
-    job, idle gaps between train bursts, and a CPU-bound run. At most one item per setting is
-    returned: the first rule that fires wins (a hard limit before a nicety).
+    GPU, batch divisibility). With a run's measurements it also covers an out-of-memory event,
+    GPU memory per job, idle gaps between train bursts, and a CPU-bound run. With a probe's
+    `costs` the core budget is measured rather than taken from a table, and it sizes n_envs so
+    that a rollout step's fixed cost stays small. At most one item per setting is returned: the
+    first rule that fires wins (a hard limit before a nicety).
     """
-    items = [*_divisor(preset), *_cores(host, preset, jobs)]
+    items = [*_divisor(preset), *_cores(host, preset, jobs, costs)]
     if measured is not None:
         items += _oom(preset, measured) + _gpu_memory(host, jobs, measured)
-        items += _cpu_bound(host, preset, jobs, measured) + _overlap(host, preset, jobs, measured)
-    items += [*_no_gpu(host, preset), *_gpu_defaults(host, preset, jobs)]
+        items += _cpu_bound(host, preset, jobs, measured) + _overlap(host, preset, jobs, measured, costs)
+    items += [*_amortize(host, preset, jobs, costs), *_no_gpu(host, preset), *_gpu_defaults(host, preset, jobs, costs)]
     seen: set[str] = set()
     out = []
     for item in items:

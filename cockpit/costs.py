@@ -1,0 +1,115 @@
+"""What a preset's job costs on this machine: run `training.probe` once, then remember it.
+
+The advisor sizes n_envs and the number of jobs from these costs (`advisor.Costs`) instead of a
+table of envs per core. A probe takes 5-15 s, so each result is kept in
+`$XDG_CACHE_HOME/cockpit/costs.toml` (default `~/.cache`), keyed by everything that changes it:
+the CPU model, the device, the env, the network and the batch size. The cache is written
+atomically; an unreadable one is ignored and rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from cockpit.config import ConfigError
+from cockpit.core.advisor import Costs
+from cockpit.core.runlog import write_atomic
+from cockpit.presets import Preset, to_toml
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
+
+PROBE_TIMEOUT_S = 300.0
+CACHE_FILE = "costs.toml"
+
+
+def cache_path() -> Path:
+    """Where measured costs are kept."""
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
+    return root / "cockpit" / CACHE_FILE
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo on Linux), or the platform's processor string."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cache_key(preset: Preset, gpu_name: str | None) -> str:
+    """What a measurement depends on, as one string."""
+    net = "x".join(map(str, preset.net_arch))
+    gpu = gpu_name or "no GPU"
+    return f"{cpu_model()} | {gpu} | {preset.env} | net {net} {preset.activation} | batch {preset.batch_size}"
+
+
+def _read_cache(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}
+
+
+def _costs(record: dict[str, Any]) -> Costs:
+    return Costs(str(record["device"]), float(record["step_overhead_us"]), float(record["env_policy_us"]),
+                 float(record["env_step_us"]), float(record["train_sample_us"]))  # fmt: skip
+
+
+def run_probe(preset: Preset, workdir: Path) -> dict[str, Any]:
+    """Run `python -m training.probe` on `preset`, on the device a worker would pick, and return
+    its JSON; ConfigError if it fails."""
+    preset_file = workdir / "probe-preset.toml"
+    preset_file.write_text(to_toml(preset), encoding="utf-8")
+    argv = [sys.executable, "-m", "training.probe", "--preset", str(preset_file)]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        raise ConfigError(f"measuring {preset.env}: the probe took over {PROBE_TIMEOUT_S:.0f} s") from exc
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ConfigError(f"measuring {preset.env}: the probe failed: {last}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def measured_costs(preset: Preset, gpu_name: str | None, *, on_probe: Callable[[str], None] | None = None,
+                   probe: Callable[[Preset, Path], dict[str, Any]] = run_probe) -> Costs:  # fmt: skip
+    """The costs of one job of `preset` on this machine (whose GPU is `gpu_name`, None for none),
+    from the cache or, the first time, from a probe (`on_probe` is told before it starts, since it
+    takes seconds). ConfigError if the probe fails."""
+    path, key = cache_path(), cache_key(preset, gpu_name)
+    cached = _read_cache(path).get(key)
+    if isinstance(cached, dict):
+        try:
+            return _costs(cached)
+        except (KeyError, TypeError, ValueError):
+            pass  # a record from another version: measure again
+    if on_probe is not None:
+        on_probe(f"measuring what a {preset.env} job costs on this machine (once; kept in {path})")
+    with tempfile.TemporaryDirectory(prefix="cockpit-probe-") as tmp:
+        record = {**probe(preset, Path(tmp)), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    costs = _costs(record)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, tomli_w.dumps({**_read_cache(path), key: record}))
+    except OSError:
+        pass  # an unwritable cache costs a probe next time, nothing more
+    return costs

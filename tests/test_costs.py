@@ -1,0 +1,89 @@
+"""Measured job costs: the probe (`training.probe`) and its cache (`cockpit.costs`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cockpit.config import ConfigError
+from cockpit.core.advisor import Costs
+from cockpit.costs import cache_path, measured_costs, run_probe
+from cockpit.presets import Preset, load
+
+RECORD = {"env": "CartPole-v1", "device": "cpu", "step_overhead_us": 372.0, "env_policy_us": 5.0,
+          "env_step_us": 7.8, "train_sample_us": 5.0, "batch_size": 256}  # fmt: skip
+
+
+class FakeProbe:
+    """Stands in for the probe subprocess; counts its calls."""
+
+    def __init__(self) -> None:
+        self.calls: list[Preset] = []
+
+    def __call__(self, preset: Preset, workdir: Path) -> dict[str, Any]:
+        assert workdir.is_dir()
+        self.calls.append(preset)
+        return dict(RECORD, env=preset.env)
+
+
+@pytest.fixture
+def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    return tmp_path
+
+
+def test_the_first_call_probes_and_says_so_later_ones_read_the_cache(cache_home: Path) -> None:
+    probe, told = FakeProbe(), []
+    first = measured_costs(load("cartpole"), None, on_probe=told.append, probe=probe)
+    assert first == Costs("cpu", 372.0, 5.0, 7.8, 5.0)
+    assert len(told) == 1 and "CartPole-v1" in told[0] and str(cache_path()) in told[0]
+    assert cache_path() == cache_home / "cockpit" / "costs.toml" and cache_path().is_file()
+    again = measured_costs(load("cartpole"), None, on_probe=told.append, probe=probe)
+    assert again == first and len(probe.calls) == 1 and len(told) == 1
+
+
+def test_what_changes_the_cost_is_in_the_key(cache_home: Path) -> None:
+    probe = FakeProbe()
+    cartpole = load("cartpole")
+    for preset, gpu in [(cartpole, None), (replace(cartpole, batch_size=128), None),
+                        (replace(cartpole, net_arch=(256, 256)), None), (replace(cartpole, env="Acrobot-v1"), None),
+                        (cartpole, "NVIDIA GeForce RTX 4090")]:  # fmt: skip
+        measured_costs(preset, gpu, probe=probe)
+    assert len(probe.calls) == 5
+    # n_envs, n_steps and epochs are not: the costs are per env, per step and per epoch
+    measured_costs(replace(cartpole, n_envs=32, n_steps=64, n_epochs=4), None, probe=probe)
+    assert len(probe.calls) == 5
+
+
+def test_an_unreadable_cache_is_measured_again_and_rewritten(cache_home: Path) -> None:
+    cache_path().parent.mkdir(parents=True)
+    cache_path().write_text("not [toml")
+    probe = FakeProbe()
+    measured_costs(load("cartpole"), None, probe=probe)
+    measured_costs(load("cartpole"), None, probe=probe)
+    assert len(probe.calls) == 1
+    assert "step_overhead_us = 372.0" in cache_path().read_text()
+
+
+def test_a_failing_probe_is_a_one_line_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"measuring Nope-v0: the probe failed: .*Nope-v0"):
+        run_probe(replace(load("cartpole"), env="Nope-v0"), tmp_path)
+
+
+@pytest.mark.slow
+def test_the_real_probe_measures_a_cartpole_job() -> None:
+    done = subprocess.run([sys.executable, "-m", "training.probe", "--preset", "cartpole"],
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    assert record["env"] == "CartPole-v1" and record["device"] == "cpu" and record["batch_size"] == 256
+    for key in ("step_overhead_us", "env_policy_us", "env_step_us", "train_sample_us"):
+        assert record[key] > 0, (key, record)
+    # a step's fixed cost (Python, one forward call) dwarfs one CartPole env's share of it
+    assert record["step_overhead_us"] > 5 * record["env_policy_us"]
