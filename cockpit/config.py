@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cockpit.envids import UnknownEnvError, backend_for
 from cockpit.presets import Preset, PresetError, load
 
 RUN_LOG = "run.toml"
@@ -74,6 +75,17 @@ def check_writable(run_dir: Path, flag: str = "--run-dir") -> None:
         ) from exc
 
 
+def checked_env(preset: Preset, env: str | None) -> str:
+    """The env id to train on (`env`, else the preset's); ConfigError naming where the id came
+    from (--env or the preset) when neither envpool nor gymnasium has it."""
+    env_id = env or preset.env
+    try:
+        backend_for(env_id, source="--env" if env else f"preset {preset.source}: env")
+    except UnknownEnvError as exc:
+        raise ConfigError(str(exc)) from exc
+    return env_id
+
+
 def build_spec(
     *,
     jobs: int,
@@ -98,7 +110,7 @@ def build_spec(
     except PresetError as exc:
         raise ConfigError(str(exc)) from exc
     preset_arg = str(Path(preset).resolve()) if resolved.source.endswith(".toml") and Path(preset).is_file() else preset
-    env_id = env or resolved.env
+    env_id = checked_env(resolved, env)
     n_agents = agents or jobs
     if seed + n_agents - 1 + resolved.n_envs > MAX_SEED:
         raise ConfigError(

@@ -13,7 +13,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from cockpit.config import ConfigError
+from cockpit.config import ConfigError, checked_env
 from cockpit.core.advisor import (
     Advice,
     Costs,
@@ -117,12 +117,12 @@ def advice_table(items: list[Advice]) -> Table:
 
 def resolve_preset(preset: str | None, env: str | None, machine: Machine) -> Preset:
     """The preset asked for (heavy with a GPU, cartpole without), on `env` if given; ConfigError
-    (one line) for an unknown or invalid preset."""
+    (one line) for an unknown or invalid preset or env."""
     try:
         resolved = load(preset or ("heavy" if machine.gpu_name else "cartpole"))
     except PresetError as exc:
         raise ConfigError(str(exc)) from exc
-    return dataclasses.replace(resolved, env=env) if env else resolved
+    return dataclasses.replace(resolved, env=checked_env(resolved, env))
 
 
 def costs_for(console: Console, machine: Machine, preset: Preset) -> Costs:

@@ -22,8 +22,10 @@ from tests.cockpitproc import Tmux, last_steps, run_cockpit, small_preset, start
         (["--timesteps", "-5"], "argument --timesteps: expected a positive integer, got '-5'"),
         (["--preset", "huge"], "preset 'huge': no such preset"),
         (["--run-dir", "/sys/cockpit-run"], "--run-dir /sys/cockpit-run: cannot write in /sys"),
+        (["--env", "CartPol-v1"], "--env 'CartPol-v1': neither envpool nor gymnasium has this environment; "
+                                  "did you mean CartPole-v1"),
     ],
-)
+)  # fmt: skip
 def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path: Path, args: list[str], message: str) -> None:
     run_dir = tmp_path / "run"
     result = run_cockpit("run", *(["--run-dir", str(run_dir)] if "--run-dir" not in args else []), *args)
@@ -39,6 +41,17 @@ def test_a_malformed_preset_file_is_bad_input(tmp_path: Path) -> None:
     result = run_cockpit("run", "--preset", str(bad), "--run-dir", str(tmp_path / "run"))
     assert result.returncode == 2 and f"{bad}: invalid TOML" in result.stderr
     assert result.stderr.count("\n") == 1 and not (tmp_path / "run").exists()
+
+
+def test_a_preset_files_unknown_env_names_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "typo.toml"
+    bad.write_text('env = "Pong-v9"\nn_envs = 8\nn_steps = 64\nbatch_size = 256\nn_epochs = 2\n')
+    for command in (("run", "--run-dir", str(tmp_path / "run")), ("recommend",), ("tune", "--budget", "1m")):
+        result = run_cockpit(*command, "--preset", str(bad))
+        assert result.returncode == 2, (command, result.stderr)
+        assert f"preset {bad}: env 'Pong-v9': neither envpool nor gymnasium" in result.stderr, command
+        assert result.stderr.count("\n") == 1 and result.stdout == "", (command, result.stdout)
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_run_dir_holding_a_run_is_not_overwritten(tmp_path: Path) -> None:
@@ -226,7 +239,9 @@ def test_interrupt_exit_codes_follow_the_signal() -> None:
 
 @pytest.mark.slow
 def test_auto_adds_jobs_by_measuring_and_logs_each_change(tmp_path: Path) -> None:
-    preset = small_preset(tmp_path, timesteps=60_000)
+    # Long enough that an agent finishing (and its successor starting) cannot end every window
+    # before the second decision on a loaded machine.
+    preset = small_preset(tmp_path, timesteps=150_000)
     cockpit = start_cockpit(tmp_path / "run", "--auto", "--auto-window", "6", "--agents", "3", "--preset", str(preset))
     assert cockpit.finish() == 0, cockpit.text()
     advice = cockpit.run_log()["advice"]

@@ -7,7 +7,6 @@ in `Monitor` so episode statistics reach SB3 the same way.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import signal
 import warnings
@@ -18,32 +17,7 @@ from gymnasium import spaces
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnv
 
-Backend = Literal["envpool", "gymnasium"]
-
-
-class UnknownEnvError(ValueError):
-    """Neither envpool nor gymnasium knows the env id; the message suggests close ids."""
-
-
-@functools.cache
-def _envpool_ids() -> frozenset[str]:
-    import envpool
-
-    return frozenset(envpool.list_all_envs())
-
-
-def backend_for(env_id: str) -> Backend:
-    """Which library will run `env_id`; raises `UnknownEnvError` with suggestions if neither."""
-    if env_id in _envpool_ids():
-        return "envpool"
-    if env_id in gym.registry:
-        return "gymnasium"
-    known = sorted(_envpool_ids() | set(gym.registry))
-    close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
-    hint = (
-        f"; did you mean {', '.join(close)}?" if close else "; e.g. CartPole-v1, LunarLander-v3, Pong-v5, Breakout-v5"
-    )
-    raise UnknownEnvError(f"--env {env_id!r}: neither envpool nor gymnasium has this environment{hint}")
+from cockpit.envids import backend_for
 
 
 def _make_monitored(env_id: str, seed: int) -> gym.Env:

@@ -128,7 +128,7 @@ def resolve_config(args: argparse.Namespace) -> JobConfig:
 
     Raises PresetError, WorkerInputError, UnknownEnvError or DeviceError, each with a one-line message.
     """
-    from training.envs import backend_for
+    from cockpit.envids import backend_for
 
     preset = load(args.preset)
     if args.job_dir.exists() and not args.job_dir.is_dir():
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     stop.install_signal_handlers()
     stop_with_parent(stop)
     limit_native_threads()
-    from training.envs import UnknownEnvError
+    from cockpit.envids import UnknownEnvError
     from training.model import CheckpointMismatch
 
     args = build_parser().parse_args(argv)
