@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +84,91 @@ def test_settling_in_steps_gives_the_same_result_as_all_at_once() -> None:
                 accountant.add_cpu(t, job, c)
         accountant.settle(phases, T0 + cut - 1.0)  # the newest second waits for its phase events
     assert accountant.result(phases, T0 + 17.5) == whole
+
+
+def test_folding_and_pruning_as_a_long_run_does_give_the_same_figures() -> None:
+    import random
+
+    from cockpit.core.phases import PhaseAccountant, prune
+
+    rng = random.Random(7)
+    full: dict[str, list[tuple[float, str | None]]] = {}
+    for job, start in (("000", 0.0), ("001", 0.7), ("002", 3.1)):
+        t, phase, transitions = T0 + start, "rollout", []
+        while t < T0 + 600:
+            transitions.append((t, phase))
+            t += rng.uniform(0.05, 2.0)
+            phase = "train" if phase == "rollout" else "rollout"
+        transitions.append((t, None))  # the worker stopped
+        full[job] = transitions
+    util = [(T0 + i * 0.2, float(i % 101)) for i in range(0, 3100)]
+    accountant, live = PhaseAccountant(), {job: [] for job in full}
+    longest = 0
+    before = 0.0
+    for now in (T0 + 10.0 * k for k in range(1, 63)):  # the session writes run.toml every 10 s
+        for job, transitions in full.items():
+            live[job].extend(tr for tr in transitions if before < tr[0] <= now)
+        accountant.add_util([u for u in util if before < u[0] <= now])
+        before = now
+        accountant.result(live, now, settle_until=now - 5.0)
+        for transitions in live.values():
+            prune(transitions, min(accountant.folded_until or now, now - 60.0))
+            longest = max(longest, len(transitions))
+    folded = accountant.result(live, T0 + 620.0)
+    whole = account(full, util, [], end=T0 + 620.0)
+    assert folded.train_share == pytest.approx(whole.train_share)
+    assert folded.gpu_util_while_training == pytest.approx(whole.gpu_util_while_training)
+    for job in full:
+        for phase in ("rollout", "train"):
+            assert folded.jobs[job][phase].seconds == pytest.approx(whole.jobs[job][phase].seconds), (job, phase)
+            assert folded.jobs[job][phase].gpu_util_mean == pytest.approx(whole.jobs[job][phase].gpu_util_mean)
+    # about 600 transitions per job went by; what is kept is about 70 s of them
+    assert sum(len(t) for t in full.values()) > 1500 and longest < 120
+
+
+def test_prune_keeps_the_phase_at_the_cut() -> None:
+    from cockpit.core.phases import prune
+
+    transitions: list[tuple[float, str | None]] = [(1.0, "rollout"), (2.0, "train"), (3.0, "rollout"), (4.0, "train")]
+    prune(transitions, 3.5)
+    assert transitions == [(3.0, "rollout"), (4.0, "train")]
+    prune(transitions, 0.5)  # nothing before the cut: nothing to drop
+    assert transitions == [(3.0, "rollout"), (4.0, "train")]
+    prune(transitions, 3.0)
+    assert transitions == [(3.0, "rollout"), (4.0, "train")]
+
+
+def test_a_long_session_keeps_only_recent_transitions_and_logs_every_second(tmp_path: Path) -> None:
+    from cockpit.config import build_spec
+    from cockpit.core.runlog import read_run_log
+    from cockpit.core.session import RunSession
+    from cockpit.core.telemetry import Sampler
+    from tests.fakeclock import FakeClock
+    from tests.test_control import FakeWorkers
+
+    spec = build_spec(
+        jobs=1, agents=1, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=tmp_path / "run",
+        max_restarts=0, pin=False, headless=True, command_line=("cockpit", "run"),
+    )  # fmt: skip
+    spec.run_dir.mkdir(parents=True)
+    clock = FakeClock(T0)
+    session = RunSession(spec, Sampler(gpu=None, gpu_status="test", hz=5), launcher=FakeWorkers(), clock=clock,
+                         serve=False)  # fmt: skip
+    (job,) = session.supervisor.jobs.values()
+    # An hour of a cartpole-like job: a 0.05 s rollout then a 0.05 s train phase, 20 times a second.
+    t = T0
+    for _ in range(360):
+        end = t + 10.0
+        while t < end:
+            job.phases += [(t, "rollout"), (t + 0.05, "train")]
+            t += 0.1
+        clock.t = t
+        session.write_run_log(session.snapshot())
+        assert len(job.phases) < 1400  # the last minute and the lag, not the hour
+    clock.t = t
+    session.write_run_log(session.snapshot(), final=True)
+    assert session.log_failure is None
+    logged = read_run_log(spec.run_dir)["jobs"][0]["phases"]
+    half = (t - T0) / 2  # about 1800 s each
+    assert logged["train"]["seconds"] == pytest.approx(half, rel=1e-3)
+    assert logged["rollout"]["seconds"] == pytest.approx(half, rel=1e-3)

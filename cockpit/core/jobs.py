@@ -99,6 +99,7 @@ class Job:
     active_seconds: float = 0.0
     steps_at_first_start: int | None = None
     # (time, phase) transitions, with phase None when the worker stopped; for phase accounting.
+    # The session prunes those summed up already and older than a viewer's window.
     phases: list[tuple[float, str | None]] = field(default_factory=list)
     # This launch's outcome events.
     attempt_started_at: float | None = None

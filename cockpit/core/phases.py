@@ -92,9 +92,42 @@ class _Mean:
         return self.total / self.n if self.n else None
 
 
+PhaseSeconds = dict[tuple[str, str], float]  # (job, phase) -> seconds
+
+
+def _slice(phases: Mapping[str, Transitions], start: float | None, end: float) -> tuple[PhaseSeconds, float, float]:
+    """Phase time in [start, end) (from the first transition when `start` is None): the seconds
+    of each (job, phase), and the lengths of the union of all train spans and of all spans."""
+    seconds: PhaseSeconds = {}
+    train, active = [], []
+    for job, transitions in phases.items():
+        if not transitions:
+            continue
+        timeline = _Timeline(transitions, end)
+        for phase in PHASES:
+            # A span runs to the next transition, which may come after `end`: clip both sides.
+            spans = [(s if start is None else max(s, start), min(e, end)) for s, e in timeline.intervals(phase)]
+            spans = [(s, e) for s, e in spans if e > s]
+            seconds[(job, phase)] = sum(e - s for s, e in spans)
+            active += spans
+            if phase == "train":
+                train += spans
+    return seconds, _union_length(train), _union_length(active)
+
+
+def prune(transitions: list[tuple[float, str | None]], before: float) -> None:
+    """Drop the transitions before `before` but the last of them (the phase at `before`), in
+    place: what `PhaseAccountant` has folded, a viewer's window has no use for either."""
+    keep_from = bisect.bisect_right(transitions, before, key=lambda tr: tr[0]) - 1
+    if keep_from > 0:
+        del transitions[:keep_from]
+
+
 class PhaseAccountant:
     """Accumulates accounting incrementally, so a run of days costs the same per update as a
-    run of minutes: samples are attributed once, when their phase is known, then dropped.
+    run of minutes: samples are attributed once, when their phase is known, then dropped, and
+    phase time is summed up to the settled moment (`folded_until`), after which the caller
+    may `prune` older transitions.
 
     Samples arrive as soon as they are taken, but a job's phase event reaches the cockpit a
     moment later, so `settle(phases, until)` only attributes samples older than `until`. GPU
@@ -111,6 +144,24 @@ class PhaseAccountant:
         self._cpu_by: dict[tuple[str, str], _Mean] = {}
         self._hist = [0] * 101
         self._all, self._training, self._not_training = _Mean(), _Mean(), _Mean()
+        self._folded_until: float | None = None
+        self._seconds: PhaseSeconds = {}
+        self._train_union = self._active_union = 0.0
+
+    @property
+    def folded_until(self) -> float | None:
+        """Phase time before this moment is summed up (None: nothing yet)."""
+        return self._folded_until
+
+    def _fold(self, phases: Mapping[str, Transitions], until: float) -> None:
+        if self._folded_until is not None and until <= self._folded_until:
+            return
+        seconds, train, active = _slice(phases, self._folded_until, until)
+        for key, value in seconds.items():
+            self._seconds[key] = self._seconds.get(key, 0.0) + value
+        self._train_union += train
+        self._active_union += active
+        self._folded_until = until
 
     def add_util(self, samples: Sequence[tuple[float, float]]) -> None:
         """GPU utilization samples `(Unix time, %)`."""
@@ -158,23 +209,29 @@ class PhaseAccountant:
         return 100.0
 
     def result(self, phases: Mapping[str, Transitions], end: float, *, settle_until: float | None = None) -> Accounting:
-        """The accounting so far; samples before `settle_until` (default `end`) are attributed first."""
-        self.settle(phases, end if settle_until is None else settle_until)
-        timelines = {job: _Timeline(tr, end) for job, tr in phases.items() if tr}
+        """The accounting so far; samples and phase time before `settle_until` (default `end`)
+        are settled first, and the phase time after it is added without being kept."""
+        until = end if settle_until is None else settle_until
+        self.settle(phases, until)
+        self._fold(phases, min(until, end))
+        recent, train, active = _slice(phases, self._folded_until, end)
+        train += self._train_union
+        active += self._active_union
+        seconds = dict(self._seconds)
+        for key, value in recent.items():
+            seconds[key] = seconds.get(key, 0.0) + value
         jobs: dict[str, dict[str, PhaseStats]] = {}
-        for job, timeline in timelines.items():
+        for job in dict.fromkeys(job for job, _ in seconds):
             jobs[job] = {}
             for phase in PHASES:
-                seconds = sum(e - s for s, e in timeline.intervals(phase))
                 gpu, cpu = self._gpu_by.get((job, phase)), self._cpu_by.get((job, phase))
-                jobs[job][phase] = PhaseStats(seconds, gpu.value if gpu else None, cpu.value if cpu else None)
-        train = [span for tl in timelines.values() for span in tl.intervals("train")]
-        active = _union_length([span for tl in timelines.values() for p in PHASES for span in tl.intervals(p)])
+                jobs[job][phase] = PhaseStats(seconds.get((job, phase), 0.0), gpu.value if gpu else None,
+                                              cpu.value if cpu else None)  # fmt: skip
         return Accounting(
             gpu_util_mean=self._all.value,
             gpu_util_p50=self._percentile(0.50),
             gpu_util_p95=self._percentile(0.95),
-            train_share=_union_length(train) / active if active > 0 else None,
+            train_share=train / active if active > 0 else None,
             gpu_util_while_training=self._training.value,
             gpu_util_while_not_training=self._not_training.value,
             jobs=jobs,

@@ -25,11 +25,11 @@ from cockpit.core.advisor import Advice, JobMeasure, Measurements, advise, machi
 from cockpit.core.autotune import AutoTuner
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.control import ControlError, ControlServer
-from cockpit.core.feed import Transition, phases_since
+from cockpit.core.feed import WINDOW_S, Transition, phases_since
 from cockpit.core.host import HostInfo, host_info, thread_budget
 from cockpit.core.jobs import JobState
 from cockpit.core.launcher import Launcher, LocalLauncher
-from cockpit.core.phases import Accounting
+from cockpit.core.phases import Accounting, prune
 from cockpit.core.runlog import Recorder, iso, phase_accounting, render, write_atomic
 from cockpit.core.state import RunState, RunStatus
 from cockpit.core.supervisor import (
@@ -221,6 +221,10 @@ class RunSession:
         """Rewrite run.toml atomically; a failure (full disk) is recorded, not raised."""
         phases = {job.id: list(job.phases) for job in self.supervisor.jobs.values()}
         accounting = phase_accounting(phases, self.recorder, state.now, final=final)
+        folded = self.recorder.accountant.folded_until
+        if folded is not None:  # keep what is not summed up yet, and what viewers still show
+            for job in self.supervisor.jobs.values():
+                prune(job.phases, min(folded, state.now - WINDOW_S))
         self._advise(state, accounting)
         try:
             text = render(self.spec, state, self.host, accounting, self.recorder, advice=self._advice_log())
