@@ -371,7 +371,8 @@ def build_parser() -> ArgumentParser:
         description="A time-boxed search, not an exhaustive one: from recommend's pick, it climbs over parallel\n"
         "jobs x n_envs (the batch size follows, always a divisor of the rollout), running short trials\n"
         "of real workers that measure the aggregate SPS and the CPU and GPU use. It prints every trial and\n"
-        "writes the winner as a preset TOML, with the --jobs to run it with.",
+        "writes the winner as a preset TOML, with the --jobs to run it with. Recommend's pick comes\n"
+        "from this machine's measured costs (measured once, 5-15 s of the budget; see recommend).",
         epilog="Examples:\n  cockpit tune --preset heavy --budget 10m\n"
         "  cockpit tune --preset cartpole --env CartPole-v1 --budget 90s --out presets-mine/cp.toml",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -99,7 +99,8 @@ def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path, c
         if gpu is not None:
             gpu.close()
     if search.best is None:
-        raise ConfigError(f"--budget {budget_s:.0f}s is too short for one trial (about {durations[0]:.0f} s here)")
+        raise ConfigError(f"--budget: {max(0.0, budget_s):.0f} s left for trials is too short for one "
+                          f"(about {durations[0]:.0f} s here)")  # fmt: skip
     return TuneResult(tuple(trials), search.best, time.monotonic() - began)
 
 
@@ -127,9 +128,11 @@ def tune(console: Console, *, preset: str | None, env: str | None, budget: str, 
         raise ConfigError(f"--out {out}: not a file")
     console.print(f"tuning {resolved.name} on {resolved.env} for {budget_s:.0f} s "
                   f"({measure_seconds(budget_s):.0f} s per trial after start-up)", highlight=False)  # fmt: skip
-    costs = costs_for(console, machine, resolved)
+    began = time.monotonic()
+    costs = costs_for(console, machine, resolved)  # a first-time probe spends some of the budget
     with tempfile.TemporaryDirectory(prefix="cockpit-tune-") as tmp:
-        result = climb(resolved, machine, budget_s, workdir=Path(tmp), console=console, costs=costs)
+        result = climb(resolved, machine, budget_s - (time.monotonic() - began), workdir=Path(tmp), console=console,
+                       costs=costs)  # fmt: skip
     console.print(trials_table(result))
     best_sps = statistics.fmean(t.sps for t in result.trials if t.config == result.best)
     note = (f"tuned by cockpit tune for {resolved.env}: {best_sps:,.0f} SPS with {result.best.jobs} parallel job(s); "

@@ -59,6 +59,14 @@ def test_a_bad_budget_is_one_line_exit_2() -> None:
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "--budget" in result.stderr
 
 
+def test_a_budget_too_short_for_one_trial_is_one_line_exit_2(tmp_path: Path) -> None:
+    out = tmp_path / "tuned.toml"
+    result = run_cockpit("tune", "--preset", "cartpole", "--budget", "3s", "--out", str(out), timeout=120)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and "s left for trials is too short for one" in result.stderr
+    assert not out.exists()
+
+
 @pytest.mark.slow
 def test_a_real_tune_on_cartpole_writes_a_preset_that_loads(tmp_path: Path) -> None:
     out = tmp_path / "tuned.toml"
