@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -79,7 +80,8 @@ def _background_args(spec: RunSpec, args: argparse.Namespace) -> list[str]:
     """`cockpit run --headless` arguments that reproduce a validated spec in the background."""
     auto = ["--auto", "--auto-window", str(args.auto_window)] if args.auto else []
     if args.resume is not None:
-        return ["--resume", str(args.resume), *(["--jobs", str(args.jobs)] if args.jobs is not None else []), *auto]
+        jobs = ["--jobs", str(args.jobs)] if args.jobs is not None else []
+        return ["--resume", str(args.resume), *jobs, *auto, "--typed", json.dumps(spec.command_line)]
     # fmt: off
     flags = [
         "--jobs", str(spec.jobs), "--agents", str(spec.agents), "--preset", spec.preset_arg, "--env", spec.env,
@@ -87,7 +89,7 @@ def _background_args(spec: RunSpec, args: argparse.Namespace) -> list[str]:
         "--max-restarts", str(spec.max_restarts),
     ]
     # fmt: on
-    return [*flags, *auto, *(["--pin"] if spec.pin else [])]
+    return [*flags, *auto, *(["--pin"] if spec.pin else []), "--typed", json.dumps(spec.command_line)]
 
 
 def _view_in_tui(source: RunSource, *, who: str) -> int:
@@ -127,6 +129,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from cockpit.headless import HeadlessView
 
     command_line = ("cockpit", *sys.argv[1:]) if args.argv is None else ("cockpit", *args.argv)
+    if args.typed is not None:
+        command_line = tuple(json.loads(args.typed))
     headless = args.headless or not _interactive()
     gpu, gpu_status = open_gpu()
     try:
@@ -321,6 +325,8 @@ def build_parser() -> ArgumentParser:
         help="no TUI: a live table on a terminal, plain lines otherwise (the default when not on a terminal)",
     )
     run.add_argument("--pin", action="store_true", help="pin each parallel slot to its own CPU cores")
+    # What the user typed, for run.toml, when `cockpit run` on a terminal runs itself in the background.
+    run.add_argument("--typed", metavar="JSON", help=argparse.SUPPRESS)
     run.add_argument(
         "--auto",
         action="store_true",

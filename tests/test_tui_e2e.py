@@ -88,6 +88,8 @@ def test_cockpit_run_in_tmux_shows_phases_stops_a_job_and_quits_with_stop_all(tm
         _wait(lambda: not _processes_of(run_dir), 20, "every worker to exit", lambda: str(_processes_of(run_dir)))
         log = read_run_log(run_dir)
         assert log["status"] == "interrupted" and log["ended_at"]
+        # what the user typed, not the background `cockpit run --headless ...` that ran it
+        assert log["command"] == f"cockpit run --jobs 2 --preset cartpole --timesteps 2000000 --run-dir {run_dir}"
         assert [job["status"] for job in log["jobs"]] == ["stopped", "stopped"]
         assert all(job["checkpoints"] >= 1 for job in log["jobs"]), log["jobs"]
     finally:
