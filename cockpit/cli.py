@@ -17,6 +17,7 @@ from cockpit.presets import PRESET_KEYS, Preset, PresetError, builtin_names, loa
 
 if TYPE_CHECKING:
     from cockpit.config import RunSpec
+    from cockpit.core.advisor import Costs
     from cockpit.core.autotune import AutoTuner
     from cockpit.core.feed import Frame, RunSource
     from cockpit.core.nvml import GpuReader
@@ -164,13 +165,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
             gpu.close()
         return _run_in_tui(spec, args)
     auto = _auto_tuner(spec, gpu, args.auto_window) if args.auto else None
-    session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), resume=args.resume is not None, auto=auto)
+    session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), resume=args.resume is not None, auto=auto,
+                         costs=_cached_costs(spec, gpu))  # fmt: skip
     try:
         state = session.run(HeadlessView())
     except ConfigError as exc:
         print(f"cockpit run: error: {exc}", file=sys.stderr)
         return 2
     return exit_code(state, session.supervisor.interrupt_signal)
+
+
+def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:
+    """The costs `recommend` or `tune` measured for this run's preset on this machine, if any:
+    a run never waits for a probe."""
+    import dataclasses
+
+    from cockpit.costs import cached_costs
+
+    return cached_costs(dataclasses.replace(spec.preset, env=spec.env), gpu.info.name if gpu is not None else None)
 
 
 def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float) -> AutoTuner:

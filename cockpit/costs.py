@@ -90,18 +90,24 @@ def run_probe(preset: Preset, workdir: Path) -> dict[str, Any]:
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+def cached_costs(preset: Preset, gpu_name: str | None) -> Costs | None:
+    """The costs measured earlier for `preset` on this machine, or None; never probes."""
+    record = _read_cache(cache_path()).get(cache_key(preset, gpu_name))
+    try:
+        return _costs(record) if isinstance(record, dict) else None
+    except (KeyError, TypeError, ValueError):
+        return None  # a record from another version
+
+
 def measured_costs(preset: Preset, gpu_name: str | None, *, on_probe: Callable[[str], None] | None = None,
                    probe: Callable[[Preset, Path], dict[str, Any]] = run_probe) -> Costs:  # fmt: skip
     """The costs of one job of `preset` on this machine (whose GPU is `gpu_name`, None for none),
     from the cache or, the first time, from a probe (`on_probe` is told before it starts, since it
     takes seconds). ConfigError if the probe fails."""
+    cached = cached_costs(preset, gpu_name)
+    if cached is not None:
+        return cached
     path, key = cache_path(), cache_key(preset, gpu_name)
-    cached = _read_cache(path).get(key)
-    if isinstance(cached, dict):
-        try:
-            return _costs(cached)
-        except (KeyError, TypeError, ValueError):
-            pass  # a record from another version: measure again
     if on_probe is not None:
         on_probe(f"measuring what a {preset.env} job costs on this machine (once; kept in {path})")
     with tempfile.TemporaryDirectory(prefix="cockpit-probe-") as tmp:

@@ -132,12 +132,21 @@ class HeadlessView:
         self._states: dict[str, str] = {}
         self._last_plain = 0.0
         self._warned: set[str] = set()
+        self._advised: dict[str, str] = {}  # setting -> the suggestion last printed for it
 
     def _print_warnings(self, warnings: Iterable[str]) -> None:
         for warning in warnings:
             if warning not in self._warned:
                 self._warned.add(warning)
                 self._emit(f"[cockpit] {warning}")
+
+    def _print_advice(self, state: RunState) -> None:
+        # Reasons quote live measurements that change at every look; print an item again only
+        # when what it suggests changes.
+        for item in state.suggestions:
+            if self._advised.get(item.setting) != item.suggested:
+                self._advised[item.setting] = item.suggested
+                self._emit(f"[cockpit] advice: {item.line()}")
 
     def _emit(self, line: str) -> None:
         if self.live is not None:
@@ -152,6 +161,7 @@ class HeadlessView:
     def update(self, state: RunState) -> None:
         """Redraw the table (TTY), or print state changes and periodic progress lines."""
         self._print_warnings(state.warnings + state.advice)
+        self._print_advice(state)
         if self.console.is_terminal:
             if self.live is None:
                 self.live = Live(self._renderable(state), console=self.console, refresh_per_second=4)

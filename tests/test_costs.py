@@ -13,7 +13,7 @@ import pytest
 
 from cockpit.config import ConfigError
 from cockpit.core.advisor import Costs
-from cockpit.costs import cache_path, measured_costs, run_probe
+from cockpit.costs import cache_path, cached_costs, measured_costs, run_probe
 from cockpit.presets import Preset, load
 
 RECORD = {"env": "CartPole-v1", "device": "cpu", "step_overhead_us": 372.0, "env_policy_us": 5.0,
@@ -87,3 +87,33 @@ def test_the_real_probe_measures_a_cartpole_job() -> None:
         assert record[key] > 0, (key, record)
     # a step's fixed cost (Python, one forward call) dwarfs one CartPole env's share of it
     assert record["step_overhead_us"] > 5 * record["env_policy_us"]
+
+
+def test_cached_costs_never_probe(cache_home: Path) -> None:
+    assert cached_costs(load("cartpole"), None) is None
+    measured_costs(load("cartpole"), None, probe=FakeProbe())
+    assert cached_costs(load("cartpole"), None) == Costs("cpu", 372.0, 5.0, 7.8, 5.0)
+    assert cached_costs(load("cartpole"), "NVIDIA A100-SXM4-80GB") is None
+
+
+@pytest.mark.parametrize("costs", [None, Costs("cpu", 372.0, 5.0, 7.8, 5.0)])
+def test_a_runs_live_advice_uses_the_measured_costs_when_there_are_some(tmp_path: Path, costs: Costs | None) -> None:
+    from cockpit.config import build_spec
+    from cockpit.core.session import RunSession
+    from cockpit.core.telemetry import Sampler
+    from tests.fakeclock import FakeClock
+    from tests.test_control import FakeWorkers
+
+    spec = build_spec(
+        jobs=2, agents=2, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=tmp_path / "run",
+        max_restarts=0, pin=False, headless=True, command_line=("cockpit", "run"),
+    )  # fmt: skip
+    spec.run_dir.mkdir(parents=True)
+    session = RunSession(spec, Sampler(gpu=None, gpu_status="test", hz=5), launcher=FakeWorkers(), clock=FakeClock(),
+                         serve=False, costs=costs)  # fmt: skip
+    session.write_run_log(session.snapshot())
+    changes = {(a.setting, a.current, a.suggested) for a in session.snapshot().suggestions}
+    if costs is None:
+        assert changes == set()
+    else:
+        assert changes == {("n_envs", "8", "32")}

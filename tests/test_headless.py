@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 
 from rich.console import Console
 
+from cockpit.core.advisor import Advice
 from cockpit.core.state import JobView, RunState, RunStatus
 from cockpit.headless import HeadlessView, jobs_table
 
@@ -64,3 +66,21 @@ def test_the_table_fits_80_columns_without_truncating() -> None:
     text = out.getvalue()
     assert "…" not in text and "525k/100k" in text and "12k" in text and "-123.4" in text
     assert max(len(line) for line in text.splitlines()) <= 80
+
+
+def test_live_advice_is_printed_when_what_it_suggests_changes() -> None:
+    out = io.StringIO()
+    view = HeadlessView(Console(file=out, width=300), every_s=1000.0)
+
+    def advised(now: float, suggested: str, reason: str) -> RunState:
+        item = Advice("n_envs", "8", suggested, "~+24% SPS per job", reason)
+        return replace(state(now, RunStatus.RUNNING), suggestions=(item,))
+
+    view.update(advised(T0, "32", "measured here: 410 us"))
+    view.update(advised(T0 + 10, "32", "measured here: 398 us"))  # same change, new numbers: not again
+    view.update(advised(T0 + 20, "16", "measured here: 398 us"))
+    lines = [line for line in out.getvalue().splitlines() if "advice" in line]
+    assert lines == [
+        "[cockpit] advice: n_envs: 8 -> 32. ~+24% SPS per job (measured here: 410 us)",
+        "[cockpit] advice: n_envs: 8 -> 16. ~+24% SPS per job (measured here: 398 us)",
+    ]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cockpit.config import RUN_LOG, ConfigError, RunSpec
-from cockpit.core.advisor import Advice, JobMeasure, Measurements, advise, machine_of
+from cockpit.core.advisor import Advice, Costs, JobMeasure, Measurements, advise, machine_of
 from cockpit.core.autotune import AutoTuner
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.control import ControlError, ControlServer
@@ -85,6 +85,7 @@ class RunSession:
     resume: bool = False
     serve: bool = True
     auto: AutoTuner | None = None  # `--auto`: the loop that sizes the parallel jobs
+    costs: Costs | None = None  # what a job of the preset costs here, if measured (`cockpit.costs`)
 
     def __post_init__(self) -> None:
         budget = thread_budget(self.spec.slots, self.host.physical_cores)
@@ -215,7 +216,8 @@ class RunSession:
 
     def _advise(self, state: RunState, accounting: Accounting) -> None:
         machine = machine_of(self.host, self.sampler.gpu_info)
-        self._suggestions = tuple(advise(machine, self._preset, state.slots, self._measurements(state, accounting)))
+        measured = self._measurements(state, accounting)
+        self._suggestions = tuple(advise(machine, self._preset, state.slots, measured, self.costs))
 
     def write_run_log(self, state: RunState, *, final: bool = False) -> None:
         """Rewrite run.toml atomically; a failure (full disk) is recorded, not raised."""
