@@ -131,7 +131,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     command_line = ("cockpit", *sys.argv[1:]) if args.argv is None else ("cockpit", *args.argv)
     if args.typed is not None:
-        command_line = tuple(json.loads(args.typed))
+        try:
+            typed = json.loads(args.typed)
+        except json.JSONDecodeError:
+            typed = None
+        if not (isinstance(typed, list) and typed and all(isinstance(word, str) for word in typed)):
+            print("cockpit run: error: --typed: give the command line as a JSON list of strings", file=sys.stderr)
+            return 2
+        command_line = tuple(typed)
     headless = args.headless or not _interactive()
     gpu, gpu_status = open_gpu()
     try:

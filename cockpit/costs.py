@@ -9,9 +9,10 @@ atomically; an unreadable one is ignored and rewritten.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import math
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,7 @@ import tomli_w
 
 from cockpit.config import ConfigError
 from cockpit.core.advisor import Costs
+from cockpit.core.host import cpu_model
 from cockpit.core.runlog import write_atomic
 from cockpit.presets import Preset, to_toml
 
@@ -43,22 +45,19 @@ def cache_path() -> Path:
     return root / "cockpit" / CACHE_FILE
 
 
-def cpu_model() -> str:
-    """The CPU's model name (from /proc/cpuinfo on Linux), or the platform's processor string."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+def _torch_version() -> str:
+    try:  # from the installed metadata: importing torch would cost seconds
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
 
 
 def cache_key(preset: Preset, gpu_name: str | None) -> str:
     """What a measurement depends on, as one string."""
     net = "x".join(map(str, preset.net_arch))
     gpu = gpu_name or "no GPU"
-    return f"{cpu_model()} | {gpu} | {preset.env} | net {net} {preset.activation} | batch {preset.batch_size}"
+    return (f"{cpu_model()} | {gpu} | torch {_torch_version()} | {preset.env} | net {net} {preset.activation} "
+            f"| batch {preset.batch_size}")  # fmt: skip
 
 
 def _read_cache(path: Path) -> dict[str, Any]:
@@ -70,8 +69,17 @@ def _read_cache(path: Path) -> dict[str, Any]:
 
 
 def _costs(record: dict[str, Any]) -> Costs:
-    return Costs(str(record["device"]), float(record["step_overhead_us"]), float(record["env_policy_us"]),
-                 float(record["env_step_us"]), float(record["train_sample_us"]))  # fmt: skip
+    """The advisor's `Costs` from a probe's record; ValueError for one that is incomplete or
+    not a measurement (a negative or non-finite time, no per-sample cost)."""
+    try:
+        costs = Costs(str(record["device"]), float(record["step_overhead_us"]), float(record["env_policy_us"]),
+                      float(record["env_step_us"]), float(record["train_sample_us"]))  # fmt: skip
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"incomplete record: {exc}") from exc
+    times = (costs.step_overhead_us, costs.env_policy_us, costs.env_step_us, costs.train_sample_us)
+    if not all(math.isfinite(t) and t >= 0 for t in times) or costs.env_policy_us + costs.train_sample_us <= 0:
+        raise ValueError(f"not a measurement: {record}")
+    return costs
 
 
 def run_probe(preset: Preset, workdir: Path) -> dict[str, Any]:
@@ -87,7 +95,13 @@ def run_probe(preset: Preset, workdir: Path) -> dict[str, Any]:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise ConfigError(f"measuring {preset.env}: the probe failed: {last}")
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    try:
+        record = json.loads((done.stdout.strip().splitlines() or [""])[-1])
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"measuring {preset.env}: the probe printed no result ({exc})") from exc
+    if not isinstance(record, dict):
+        raise ConfigError(f"measuring {preset.env}: the probe printed {record!r}, not a record")
+    return record
 
 
 def cached_costs(preset: Preset, gpu_name: str | None) -> Costs | None:
@@ -95,12 +109,12 @@ def cached_costs(preset: Preset, gpu_name: str | None) -> Costs | None:
     record = _read_cache(cache_path()).get(cache_key(preset, gpu_name))
     try:
         return _costs(record) if isinstance(record, dict) else None
-    except (KeyError, TypeError, ValueError):
-        return None  # a record from another version
+    except ValueError:
+        return None  # a record from another version, or a broken one: measure again
 
 
 def measured_costs(preset: Preset, gpu_name: str | None, *, on_probe: Callable[[str], None] | None = None,
-                   probe: Callable[[Preset, Path], dict[str, Any]] = run_probe) -> Costs:  # fmt: skip
+                   probe: Callable[[Preset, Path], dict[str, Any]] | None = None) -> Costs:  # fmt: skip
     """The costs of one job of `preset` on this machine (whose GPU is `gpu_name`, None for none),
     from the cache or, the first time, from a probe (`on_probe` is told before it starts, since it
     takes seconds). ConfigError if the probe fails."""
@@ -111,8 +125,11 @@ def measured_costs(preset: Preset, gpu_name: str | None, *, on_probe: Callable[[
     if on_probe is not None:
         on_probe(f"measuring what a {preset.env} job costs on this machine (once; kept in {path})")
     with tempfile.TemporaryDirectory(prefix="cockpit-probe-") as tmp:
-        record = {**probe(preset, Path(tmp)), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    costs = _costs(record)
+        record = {**(probe or run_probe)(preset, Path(tmp)), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    try:
+        costs = _costs(record)
+    except ValueError as exc:
+        raise ConfigError(f"measuring {preset.env}: {exc}") from exc
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, tomli_w.dumps({**_read_cache(path), key: record}))

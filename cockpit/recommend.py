@@ -125,9 +125,14 @@ def resolve_preset(preset: str | None, env: str | None, machine: Machine) -> Pre
     return dataclasses.replace(resolved, env=checked_env(resolved, env))
 
 
-def costs_for(console: Console, machine: Machine, preset: Preset) -> Costs:
-    """This machine's measured costs for `preset` (a probe the first time, saying so)."""
-    return measured_costs(preset, machine.gpu_name, on_probe=lambda text: console.print(text, highlight=False))
+def costs_for(console: Console, machine: Machine, preset: Preset) -> Costs | None:
+    """This machine's measured costs for `preset` (a probe the first time, saying so); None,
+    after saying why, when the probe fails: the advice then comes from the tables."""
+    try:
+        return measured_costs(preset, machine.gpu_name, on_probe=lambda text: console.print(text, highlight=False))
+    except ConfigError as exc:
+        console.print(f"{exc}; sizing from the tables instead", highlight=False, markup=False)
+        return None
 
 
 def recommend(console: Console, *, preset: str | None, env: str | None, jobs: int | None, run_dir: Path | None,

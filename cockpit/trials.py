@@ -9,7 +9,7 @@ Each worker's rate is taken over whole rollout + train cycles, from one rollout 
 later one. A window cut at an arbitrary moment would count a cycle's steps without the rest of
 its train phase, which flatters configurations with long train phases (many envs) by up to a
 cycle's train time. When a worker has not closed a cycle within `measure_s`, the trial waits
-for it, up to `MAX_STRETCH` times as long.
+for it, up to `MAX_STRETCH` times as long, and then takes its newest whole cycle.
 The workers are then killed; a trial leaves nothing running.
 """
 
@@ -84,8 +84,11 @@ class Progress:
 
     def rate(self, t0: float, start: tuple[float, int] | None) -> float:
         """Steps per second since `t0`: over whole cycles when two rollout starts follow it, else
-        from `start` (the newest event before `t0`) to the newest event (0.0 without one)."""
+        over the newest whole cycle, even one that began before `t0`, else from `start` (the
+        newest event before `t0`) to the newest event (0.0 without one)."""
         marks = self.cycles_since(t0)
+        if len(marks) < 2:
+            marks = self.rollout_starts[-2:]
         a, b = (marks[0], marks[-1]) if len(marks) >= 2 else (start, self.latest)
         if a is None or b is None or b[0] <= a[0]:
             return 0.0

@@ -164,3 +164,26 @@ def test_the_envs_stop_growing_at_what_the_cores_can_step() -> None:
     envs = int(items["n_envs"][1])
     assert envs > 8 and cores_needed(replace(preset, n_envs=envs), 1, costs) <= 1
     assert cores_needed(replace(preset, n_envs=envs * 2), 1, costs) > 1 or envs * 2 > 32
+
+
+def test_a_gpu_job_counts_its_rollout_share_of_a_core_and_never_zero() -> None:
+    heavy = load("heavy")
+    # an env step measured as free (noise clamps it to 0) must not make a job free
+    free_envs = Costs("cuda", step_overhead_us=100, env_policy_us=5, env_step_us=0.0, train_sample_us=2)
+    assert cores_needed(heavy, 1, free_envs) >= 0.25
+    items = advise(A100, heavy, 2, costs=free_envs)  # no ZeroDivisionError
+    assert all(item.reason for item in items)
+    # the rollout (Python loop, env steps, the forward's launch) is CPU work: 900/32 + 30 of 118 us
+    busy = Costs("cuda", step_overhead_us=900, env_policy_us=30, env_step_us=25, train_sample_us=6)
+    share = (900 / 32 + 30) / busy.sample_us(heavy, 32)
+    assert cores_needed(heavy, 4, busy) == pytest.approx(4 * share)
+
+
+def test_applied_envs_advice_cannot_compound_past_the_runs_cap() -> None:
+    costs = Costs("cpu", step_overhead_us=2000, env_policy_us=20, env_step_us=5, train_sample_us=10)
+    cartpole = load("cartpole")
+    first = by_setting(advise(THIS_MACHINE, cartpole, 2, costs=costs))["n_envs"]
+    assert first == ("8", "32")
+    applied = replace(cartpole, n_envs=32, batch_size=256)
+    assert "n_envs" in by_setting(advise(THIS_MACHINE, applied, 2, costs=costs))  # 32 -> 128 on its own
+    assert "n_envs" not in by_setting(advise(THIS_MACHINE, applied, 2, costs=costs, max_envs=32))

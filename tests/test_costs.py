@@ -13,6 +13,7 @@ import pytest
 
 from cockpit.config import ConfigError
 from cockpit.core.advisor import Costs
+from cockpit.core.host import HostInfo
 from cockpit.costs import cache_path, cached_costs, measured_costs, run_probe
 from cockpit.presets import Preset, load
 
@@ -109,11 +110,26 @@ def test_a_runs_live_advice_uses_the_measured_costs_when_there_are_some(tmp_path
         max_restarts=0, pin=False, headless=True, command_line=("cockpit", "run"),
     )  # fmt: skip
     spec.run_dir.mkdir(parents=True)
+    two_cores = HostInfo("box", "test CPU", physical_cores=2, logical_cores=2, ram_bytes=24 * 1024**3, os="Linux")
     session = RunSession(spec, Sampler(gpu=None, gpu_status="test", hz=5), launcher=FakeWorkers(), clock=FakeClock(),
-                         serve=False, costs=costs)  # fmt: skip
+                         host=two_cores, serve=False, costs=costs)  # fmt: skip
     session.write_run_log(session.snapshot())
     changes = {(a.setting, a.current, a.suggested) for a in session.snapshot().suggestions}
     if costs is None:
         assert changes == set()
     else:
         assert changes == {("n_envs", "8", "32")}
+
+
+NOT_MEASUREMENTS = [{"step_overhead_us": -1.0}, {"train_sample_us": float("nan")},
+                    {"env_policy_us": 0.0, "train_sample_us": 0.0}, {"device": None, "env_step_us": "x"}]  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", NOT_MEASUREMENTS)
+def test_a_probe_record_that_is_not_a_measurement_is_one_config_error(cache_home: Path, bad: dict[str, Any]) -> None:
+    def probe(preset: Preset, workdir: Path) -> dict[str, Any]:
+        return {**RECORD, **bad}
+
+    with pytest.raises(ConfigError, match="measuring CartPole-v1: "):
+        measured_costs(load("cartpole"), None, probe=probe)
+    assert cached_costs(load("cartpole"), None) is None  # nothing cached

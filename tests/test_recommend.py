@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import tomli_w
 from rich.console import Console
 
@@ -66,6 +67,7 @@ def test_recommend_for_this_machine_runs_and_names_the_cores() -> None:
     assert "measured costs" not in result.stdout and "per core" in result.stdout
 
 
+@pytest.mark.slow
 def test_recommend_measures_this_machine_once_then_reads_the_cache(tmp_path: Path) -> None:
     env = {"XDG_CACHE_HOME": str(tmp_path)}
     first = run_cockpit("recommend", "--preset", "cartpole", "--jobs", "2", env=env)
@@ -78,3 +80,23 @@ def test_recommend_measures_this_machine_once_then_reads_the_cache(tmp_path: Pat
     second = run_cockpit("recommend", "--preset", "cartpole", "--jobs", "2", env=env)
     assert second.returncode == 0 and "measuring" not in second.stdout
     assert "measured costs" in second.stdout
+
+
+def test_a_failing_probe_says_why_and_the_advice_comes_from_the_tables(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cockpit.costs
+    from cockpit.config import ConfigError
+
+    def broken(*_: object) -> dict:
+        raise ConfigError("measuring CartPole-v1: the probe failed: RuntimeError: boom")
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(cockpit.costs, "run_probe", broken)
+    console = Console(record=True, width=200)
+    two_cores = Machine(2, 2, 24 * GIB)
+    items = recommend(console, preset="cartpole", env=None, jobs=16, run_dir=None, machine=two_cores)
+    text = console.export_text()
+    assert "the probe failed: RuntimeError: boom; sizing from the tables instead" in text
+    assert "per core" in text and "measured costs" not in text
+    assert ("jobs", "16", "8") in [(a.setting, a.current, a.suggested) for a in items]  # 32 cartpole envs a core

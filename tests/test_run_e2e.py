@@ -24,6 +24,7 @@ from tests.cockpitproc import Tmux, last_steps, run_cockpit, small_preset, start
         (["--run-dir", "/sys/cockpit-run"], "--run-dir /sys/cockpit-run: cannot write in /sys"),
         (["--env", "CartPol-v1"], "--env 'CartPol-v1': neither envpool nor gymnasium has this environment; "
                                   "did you mean CartPole-v1"),
+        (["--typed", "[1, 2]"], "--typed: give the command line as a JSON list of strings"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path: Path, args: list[str], message: str) -> None:

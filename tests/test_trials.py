@@ -49,6 +49,16 @@ def test_cycles_that_began_before_the_clock_started_are_not_counted() -> None:
     assert progress.rate(1020.0, (1015.0, 2048)) == pytest.approx(2048 / 4)
 
 
+def test_a_cycle_longer_than_the_wait_is_taken_whole_even_if_it_began_before_the_clock() -> None:
+    progress = Progress()
+    progress.feed(worker(2, rollout_s=5.0, train_s=25.0, samples=3000))  # 30 s cycles
+    progress.feed([{"t": 1060.0, "kind": "phase", "phase": "rollout", "num_timesteps": 6000}])
+    progress.feed([{"t": 1062.0, "kind": "progress", "num_timesteps": 6600}])
+    # the clock started at 1040: only one rollout start (1060) since; the newest whole cycle is 1030-1060
+    assert len(progress.cycles_since(1040.0)) == 1
+    assert progress.rate(1040.0, (1035.0, 3000)) == pytest.approx(3000 / 30)
+
+
 def test_without_two_rollout_starts_it_falls_back_to_the_event_span() -> None:
     progress = Progress()
     progress.feed(cycle_events(1000.0, 0, rollout_s=10, train_s=10, samples=1000))

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import io
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import Console
 
 from cockpit.config import ConfigError
+from cockpit.core.advisor import Machine
 from cockpit.core.search import Config, HillClimb, Space
-from cockpit.presets import load
+from cockpit.presets import Preset, load
+from cockpit.trials import Trial
 from cockpit.tune import parse_budget
 from tests.cockpitproc import run_cockpit
 
@@ -57,6 +63,31 @@ def test_a_bad_budget_is_one_line_exit_2() -> None:
         parse_budget("5 minutes")
     result = run_cockpit("tune", "--budget", "0s")
     assert result.returncode == 2 and result.stderr.count("\n") == 1 and "--budget" in result.stderr
+
+
+def test_a_first_time_probe_is_paid_from_the_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import cockpit.tune
+    from cockpit.core.advisor import Costs
+    from cockpit.tune import TuneResult, tune
+
+    budgets: list[float] = []
+
+    def slow_probe(console: Console, machine: Machine, preset: Preset) -> Costs:
+        time.sleep(0.5)
+        return Costs("cpu", 372.0, 5.0, 7.8, 5.0)
+
+    def recording_climb(preset: Preset, machine: Machine, budget_s: float, **kwargs: Any) -> TuneResult:
+        budgets.append(budget_s)
+        config = SPACE.config(2, 32)
+        assert config is not None and kwargs["costs"] == Costs("cpu", 372.0, 5.0, 7.8, 5.0)
+        return TuneResult((Trial(config, 1000.0, 100.0, None, 10.0),), config, 10.0)
+
+    monkeypatch.setattr(cockpit.tune, "costs_for", slow_probe)
+    monkeypatch.setattr(cockpit.tune, "climb", recording_climb)
+    console, machine = Console(file=io.StringIO()), Machine(2, 2, 24 * 1024**3)
+    tune(console, preset="cartpole", env=None, budget="60s", out=tmp_path / "t.toml", machine=machine)
+    (budget,) = budgets
+    assert 58.0 < budget <= 59.5
 
 
 def test_a_budget_too_short_for_one_trial_is_one_line_exit_2(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """Measure what one PPO job of a preset costs on this machine: `python -m training.probe --preset P`.
 
-Prints one JSON object on stdout (times in microseconds, one thread, the device a worker would use):
+Prints one JSON object on stdout (times in microseconds, the device a worker would use, one
+thread: envpool's too, so the per-env figures are one core's; workers may step envs on more):
 
 - `step_overhead_us`: the fixed cost of one rollout step (SB3's Python loop, one policy forward
   call, one vectorized env call), whatever the number of envs;
@@ -26,7 +27,7 @@ from typing import Any
 
 from cockpit.arguments import ArgumentParser
 from cockpit.presets import Preset, PresetError, largest_divisor_at_most, load
-from training.device import DeviceError, apply_torch_threads, limit_native_threads, resolve_device
+from training.device import DeviceError, apply_torch_threads, enable_tf32, limit_native_threads, resolve_device
 
 SMALL, LARGE = 2, 16  # env counts: the step cost is a line through these two points
 MIN_STEPS = 128  # rollout steps timed per env count: fewer leave the per-env difference in the noise
@@ -144,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"python -m training.probe: error: {exc}", file=sys.stderr)
         return 2
     apply_torch_threads(1)
+    if device == "cuda":  # as the workers do
+        enable_tf32()
     print(json.dumps(probe(preset, device)))
     return 0
 

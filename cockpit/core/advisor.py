@@ -32,6 +32,7 @@ IDLE_GPU_UTIL = 30.0
 CPU_NET_MAX_UNITS = 256  # on the CPU, wider layers cost more than they teach an MLP policy
 STEP_OVERHEAD_SHARE = 0.10  # more envs per job until a rollout step's fixed cost is at most this share
 MAX_ENVS_SCALE = 4  # never more than this times the preset's envs: the rollout's length shapes learning
+MIN_GPU_JOB_CORES = 0.25  # the least of a core a GPU job is counted as keeping busy
 
 
 @dataclass(frozen=True)
@@ -119,10 +120,13 @@ class Costs:
 
     def cores_per_job(self, preset: Preset) -> float:
         """Physical cores one job keeps busy. On the CPU a job's loop steps, infers and trains on
-        one core, one thing after another: all of it. With a GPU, its envs' share of each sample."""
+        one core, one thing after another: all of it. With a GPU, its rollout's share of each
+        sample (the Python loop, the env steps, launching the forward pass), and never under
+        `MIN_GPU_JOB_CORES`: a train phase's Python loop needs the CPU too."""
         if self.device == "cpu":
             return 1.0
-        return min(1.0, self.env_step_us / self.sample_us(preset, preset.n_envs))
+        rollout = self.step_overhead_us / preset.n_envs + self.env_policy_us
+        return min(1.0, max(MIN_GPU_JOB_CORES, rollout / self.sample_us(preset, preset.n_envs)))
 
     def describe(self) -> str:
         """The measured numbers in one line."""
@@ -224,7 +228,7 @@ def _idle_cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -
                    reason, {"jobs": jobs, "physical_cores": host.physical_cores})]  # fmt: skip
 
 
-def _amortize(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> list[Advice]:
+def _amortize(host: Machine, preset: Preset, jobs: int, costs: Costs | None, max_envs: int | None) -> list[Advice]:
     """More envs per job while a rollout step's fixed cost is over `STEP_OVERHEAD_SHARE` of it:
     each step then carries more samples for the same overhead."""
     if costs is None:
@@ -233,7 +237,7 @@ def _amortize(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> 
     def overhead_share(n: int) -> float:
         return costs.step_overhead_us / n / costs.sample_us(preset, n)
 
-    n, cap = preset.n_envs, preset.n_envs * MAX_ENVS_SCALE
+    n, cap = preset.n_envs, max_envs or preset.n_envs * MAX_ENVS_SCALE
     while n * 2 <= cap and overhead_share(n) > STEP_OVERHEAD_SHARE:
         bigger = dataclasses.replace(preset, n_envs=n * 2)
         if cores_needed(bigger, jobs, costs) > host.physical_cores:
@@ -360,21 +364,24 @@ def _gpu_defaults(host: Machine, preset: Preset, jobs: int, costs: Costs | None)
 
 
 def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | None = None,
-           costs: Costs | None = None) -> list[Advice]:  # fmt: skip
+           costs: Costs | None = None, *, max_envs: int | None = None) -> list[Advice]:  # fmt: skip
     """What to change for `jobs` parallel jobs of `preset` on `host`, most pressing first.
 
     Without measurements the advice comes from the hardware alone (core budget, GPU table, no
     GPU, batch divisibility). With a run's measurements it also covers an out-of-memory event,
     GPU memory per job, idle gaps between train bursts, and a CPU-bound run. With a probe's
     `costs` the core budget is measured rather than taken from a table, and it sizes n_envs so
-    that a rollout step's fixed cost stays small. At most one item per setting is returned: the
-    first rule that fires wins (a hard limit before a nicety).
+    that a rollout step's fixed cost stays small, up to `max_envs` (default `MAX_ENVS_SCALE`
+    times the preset's; a live run passes the cap of the preset it started with, so that applied
+    advice cannot compound). At most one item per setting is returned: the first rule that fires
+    wins (a hard limit before a nicety).
     """
     items = [*_divisor(preset), *_cores(host, preset, jobs, costs)]
     if measured is not None:
         items += _oom(preset, measured) + _gpu_memory(host, jobs, measured)
         items += _cpu_bound(host, preset, jobs, measured) + _overlap(host, preset, jobs, measured, costs)
-    items += [*_amortize(host, preset, jobs, costs), *_no_gpu(host, preset), *_gpu_defaults(host, preset, jobs, costs)]
+    items += [*_amortize(host, preset, jobs, costs, max_envs), *_no_gpu(host, preset)]
+    items += _gpu_defaults(host, preset, jobs, costs)
     seen: set[str] = set()
     out = []
     for item in items:

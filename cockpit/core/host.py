@@ -21,7 +21,8 @@ class HostInfo:
     os: str
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """This CPU's model name (from /proc/cpuinfo on Linux), or the platform's processor string."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
@@ -37,7 +38,7 @@ def host_info() -> HostInfo:
     logical = psutil.cpu_count(logical=True) or os.cpu_count() or 1
     return HostInfo(
         hostname=platform.node(),
-        cpu_model=_cpu_model(),
+        cpu_model=cpu_model(),
         physical_cores=psutil.cpu_count(logical=False) or logical,
         logical_cores=logical,
         ram_bytes=psutil.virtual_memory().total,

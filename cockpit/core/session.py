@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cockpit.config import RUN_LOG, ConfigError, RunSpec
-from cockpit.core.advisor import Advice, Costs, JobMeasure, Measurements, advise, machine_of
+from cockpit.core.advisor import MAX_ENVS_SCALE, Advice, Costs, JobMeasure, Measurements, advise, machine_of
 from cockpit.core.autotune import AutoTuner
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.control import ControlError, ControlServer
@@ -217,7 +217,8 @@ class RunSession:
     def _advise(self, state: RunState, accounting: Accounting) -> None:
         machine = machine_of(self.host, self.sampler.gpu_info)
         measured = self._measurements(state, accounting)
-        self._suggestions = tuple(advise(machine, self._preset, state.slots, measured, self.costs))
+        cap = self.spec.preset.n_envs * MAX_ENVS_SCALE  # of the preset the run began with
+        self._suggestions = tuple(advise(machine, self._preset, state.slots, measured, self.costs, max_envs=cap))
 
     def write_run_log(self, state: RunState, *, final: bool = False) -> None:
         """Rewrite run.toml atomically; a failure (full disk) is recorded, not raised."""
