@@ -35,9 +35,9 @@ from benchmarks.common import fmt_ratio, load_caption, log, print_table, warn_if
 from cockpit.core.search import Config
 from cockpit.costs import measured_costs
 from cockpit.presets import load
-from cockpit.recommend import static_pick, this_machine
+from cockpit.recommend import this_machine
 from cockpit.trials import run_trial
-from cockpit.tune import climb, search_space
+from cockpit.tune import climb, search_space, start_config
 
 PONG_CPU = """
 description = "Pong on a CPU: small rollouts and few epochs so a trial sees whole updates"
@@ -79,9 +79,7 @@ def bench_env(name: str, preset_spec: str, measure_s: float, tune_share: float, 
     picked = result.best
     before = run_trial(preset, BEFORE, workdir=workdir / f"{name}-before", measure_s=measure_s,
                        physical_cores=machine.physical_cores).sps  # fmt: skip
-    jobs, n_envs = static_pick(machine, preset, costs=costs)
-    static = space.config(min(jobs, space.max_jobs), min(max(n_envs, space.min_envs), space.max_envs))
-    assert static is not None
+    static = start_config(preset, machine, costs)
     picked_sps = measured.get(picked, next(t.sps for t in result.trials if t.config == picked))
     return [
         [name, "grid best", best.label(), f"{measured[best]:,.0f}", "1.000", f"{grid_s:.0f}"],

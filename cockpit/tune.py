@@ -61,15 +61,22 @@ class TuneResult:
     seconds: float
 
 
+def start_config(preset: Preset, machine: Machine, costs: Costs | None = None) -> Config:
+    """Recommend's static pick (with the probe's `costs` when given), brought inside the
+    search space's bounds: where the climb starts."""
+    space = search_space(preset, machine.physical_cores)
+    jobs, n_envs = static_pick(machine, preset, costs=costs)
+    config = space.config(min(jobs, space.max_jobs), min(max(n_envs, space.min_envs), space.max_envs))
+    assert config is not None
+    return config
+
+
 def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path, console: Console | None = None,
           start: Config | None = None, costs: Costs | None = None) -> TuneResult:  # fmt: skip
     """Run the hill climb within `budget_s` seconds (trials in `workdir`), from `start` or else
     from recommend's static pick (with the probe's `costs` when given)."""
     space = search_space(preset, machine.physical_cores)
-    if start is None:
-        jobs, n_envs = static_pick(machine, preset, costs=costs)
-        start = space.config(min(jobs, space.max_jobs), min(max(n_envs, space.min_envs), space.max_envs))
-    assert start is not None
+    start = start or start_config(preset, machine, costs)
     measure_s = measure_seconds(budget_s)
     search = HillClimb(space, start)
     gpu, _ = open_gpu()

@@ -118,3 +118,13 @@ def test_the_leaders_measured_again_decide_by_their_means() -> None:
     search.measured(lucky, 700.0)  # type: ignore[arg-type]
     search.measured(steady, 1040.0)  # type: ignore[arg-type]
     assert search.best == steady  # 1020 on average against 1000
+
+
+def test_the_climb_starts_at_recommends_pick_inside_the_space() -> None:
+    from cockpit.core.advisor import Costs
+    from cockpit.tune import start_config
+
+    two_cores = Machine(2, 2, 24 * 1024**3)
+    measured = Costs("cpu", 372.0, 5.0, 7.8, 5.0)
+    assert start_config(load("cartpole"), two_cores, measured) == Config(2, 32, 256)
+    assert start_config(load("cartpole"), two_cores) == Config(2, 8, 256)  # the table: no n_envs rule
