@@ -112,10 +112,10 @@ def _env_step_us(env_id: str) -> float:
 
 def probe(preset: Preset, device: str) -> dict[str, Any]:
     """The measurements described in the module docstring, as a dict."""
+    large_preset = _probe_preset(preset, LARGE)
     small = _phase_times(_probe_preset(preset, SMALL), device)
-    large = _phase_times(_probe_preset(preset, LARGE), device)
-    n_steps = _probe_preset(preset, LARGE).n_steps
-    step_small, step_large = small[0] / n_steps, large[0] / n_steps
+    large = _phase_times(large_preset, device)
+    step_small, step_large = small[0] / large_preset.n_steps, large[0] / large_preset.n_steps
     per_env = max(0.0, (step_large - step_small) / (LARGE - SMALL))
     return {
         "env": preset.env,
@@ -124,7 +124,7 @@ def probe(preset: Preset, device: str) -> dict[str, Any]:
         "env_policy_us": round(per_env * 1e6, 2),
         "env_step_us": round(_env_step_us(preset.env), 2),
         "train_sample_us": round(large[1] / large[2] * 1e6, 2),
-        "batch_size": _probe_preset(preset, LARGE).batch_size,
+        "batch_size": large_preset.batch_size,
     }
 
 

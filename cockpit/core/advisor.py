@@ -194,7 +194,7 @@ def _pct(value: float) -> str:
 def _cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> list[Advice]:
     need = cores_needed(preset, jobs, costs)
     if need <= host.physical_cores:
-        return _idle_cores(host, preset, jobs, costs)
+        return []
     fit_jobs = max_jobs_for_cores(preset, host.physical_cores, costs)
     numbers = {"jobs": jobs, "n_envs": preset.n_envs, "cores_needed": need, "physical_cores": host.physical_cores}
     if costs is not None:  # measured: fewer envs would not make a job's loop any lighter
@@ -218,7 +218,7 @@ def _cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> lis
     return out
 
 
-def _idle_cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> list[Advice]:
+def _idle_cores(host: Machine, jobs: int, costs: Costs | None) -> list[Advice]:
     """Without a GPU, measured costs: one job per core keeps every core busy."""
     if costs is None or host.gpu_name is not None or costs.device != "cpu" or jobs >= host.physical_cores:
         return []
@@ -376,7 +376,7 @@ def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | No
     advice cannot compound). At most one item per setting is returned: the first rule that fires
     wins (a hard limit before a nicety).
     """
-    items = [*_divisor(preset), *_cores(host, preset, jobs, costs)]
+    items = [*_divisor(preset), *_cores(host, preset, jobs, costs), *_idle_cores(host, jobs, costs)]
     if measured is not None:
         items += _oom(preset, measured) + _gpu_memory(host, jobs, measured)
         items += _cpu_bound(host, preset, jobs, measured) + _overlap(host, preset, jobs, measured, costs)
