@@ -401,6 +401,17 @@ class FakeWorkers:
         return ""
 
 
+def scripted_session(run_dir: Path, *, jobs: int = 2, **session: Any) -> RunSession:
+    """An unserved session of `jobs` cartpole agents on `FakeWorkers`, its run dir made;
+    `session` sets RunSession's other fields (clock, host, costs...)."""
+    spec = build_spec(
+        jobs=jobs, agents=jobs, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=run_dir,
+        max_restarts=0, pin=False, headless=True, command_line=("cockpit", "run"),
+    )  # fmt: skip
+    run_dir.mkdir(parents=True)
+    return RunSession(spec, Sampler(gpu=None, gpu_status="test", hz=5), launcher=FakeWorkers(), serve=False, **session)
+
+
 class QuietView:
     def update(self, state: RunState) -> None:
         pass

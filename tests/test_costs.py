@@ -99,20 +99,11 @@ def test_cached_costs_never_probe(cache_home: Path) -> None:
 
 @pytest.mark.parametrize("costs", [None, Costs("cpu", 372.0, 5.0, 7.8, 5.0)])
 def test_a_runs_live_advice_uses_the_measured_costs_when_there_are_some(tmp_path: Path, costs: Costs | None) -> None:
-    from cockpit.config import build_spec
-    from cockpit.core.session import RunSession
-    from cockpit.core.telemetry import Sampler
     from tests.fakeclock import FakeClock
-    from tests.test_control import FakeWorkers
+    from tests.test_control import scripted_session
 
-    spec = build_spec(
-        jobs=2, agents=2, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=tmp_path / "run",
-        max_restarts=0, pin=False, headless=True, command_line=("cockpit", "run"),
-    )  # fmt: skip
-    spec.run_dir.mkdir(parents=True)
     two_cores = HostInfo("box", "test CPU", physical_cores=2, logical_cores=2, ram_bytes=24 * 1024**3, os="Linux")
-    session = RunSession(spec, Sampler(gpu=None, gpu_status="test", hz=5), launcher=FakeWorkers(), clock=FakeClock(),
-                         host=two_cores, serve=False, costs=costs)  # fmt: skip
+    session = scripted_session(tmp_path / "run", clock=FakeClock(), host=two_cores, costs=costs)
     session.write_run_log(session.snapshot())
     changes = {(a.setting, a.current, a.suggested) for a in session.snapshot().suggestions}
     if costs is None:

@@ -139,21 +139,12 @@ def test_prune_keeps_the_phase_at_the_cut() -> None:
 
 
 def test_a_long_session_keeps_only_recent_transitions_and_logs_every_second(tmp_path: Path) -> None:
-    from cockpit.config import build_spec
     from cockpit.core.runlog import read_run_log
-    from cockpit.core.session import RunSession
-    from cockpit.core.telemetry import Sampler
     from tests.fakeclock import FakeClock
-    from tests.test_control import FakeWorkers
+    from tests.test_control import scripted_session
 
-    spec = build_spec(
-        jobs=1, agents=1, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=tmp_path / "run",
-        max_restarts=0, pin=False, headless=True, command_line=("cockpit", "run"),
-    )  # fmt: skip
-    spec.run_dir.mkdir(parents=True)
     clock = FakeClock(T0)
-    session = RunSession(spec, Sampler(gpu=None, gpu_status="test", hz=5), launcher=FakeWorkers(), clock=clock,
-                         serve=False)  # fmt: skip
+    session = scripted_session(tmp_path / "run", jobs=1, clock=clock)
     (job,) = session.supervisor.jobs.values()
     # An hour of a cartpole-like job: a 0.05 s rollout then a 0.05 s train phase, 20 times a second.
     t = T0
@@ -168,7 +159,7 @@ def test_a_long_session_keeps_only_recent_transitions_and_logs_every_second(tmp_
     clock.t = t
     session.write_run_log(session.snapshot(), final=True)
     assert session.log_failure is None
-    logged = read_run_log(spec.run_dir)["jobs"][0]["phases"]
+    logged = read_run_log(session.spec.run_dir)["jobs"][0]["phases"]
     half = (t - T0) / 2  # about 1800 s each
     assert logged["train"]["seconds"] == pytest.approx(half, rel=1e-3)
     assert logged["rollout"]["seconds"] == pytest.approx(half, rel=1e-3)

@@ -25,7 +25,7 @@ from cockpit.tui.app import make_app
 from cockpit.tui.gpu_panel import GpuPanel
 from cockpit.tui.jobs_table import JobsTable
 from tests.fake_pynvml import FakeGpu, FakeNvml
-from tests.test_control import FakeWorkers, QuietView
+from tests.test_control import FakeWorkers, QuietView, scripted_session
 
 FAKE_GPU_NAME = "RTX 4090 (fake)"  # the GPU panel drops the "NVIDIA GeForce" prefix
 
@@ -99,12 +99,7 @@ async def test_keys_drive_a_real_supervisor_and_stop_all_ends_the_run(tmp_path: 
 
 
 def test_applying_n_envs_writes_a_preset_and_restarts_live_jobs_under_it(tmp_path: Path) -> None:
-    spec = build_spec(
-        jobs=2, agents=2, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=tmp_path / "run",
-        max_restarts=0, pin=False, headless=True, command_line=("cockpit", "run"),
-    )  # fmt: skip
-    session = RunSession(spec, Sampler(gpu=None, gpu_status="test", hz=20), launcher=FakeWorkers(), serve=False)
-    session.spec.run_dir.mkdir(parents=True)
+    session = scripted_session(tmp_path / "run")
     session.supervisor.tick()
     session.supervisor.tick()  # the fake workers wrote `started`: both jobs run
     session._latest = session.snapshot()
