@@ -124,7 +124,7 @@ def whole_rollouts(preset: str, timesteps: int) -> int:
     With whole rollouts the worker (which stops exactly at its target) and a bare `learn(T)`
     (which always finishes its last rollout) collect and train on exactly the same data.
     """
-    from cockpit.presets import load
+    from cockpit.contract.presets import load
 
     rollout = load(preset).total_batch
     return max(1, math.ceil(timesteps / rollout)) * rollout
@@ -157,7 +157,7 @@ def run_worker(
     The job dir (with its checkpoints) is made under `job_root` (default: the system temp dir)
     and deleted afterwards. Raises `BenchmarkError` unless the run ends with `finished: done`.
     """
-    from training.events import EVENTS_FILE, read_events
+    from cockpit.contract.events import EVENTS_FILE, read_events
 
     if job_root is not None:
         job_root.mkdir(parents=True, exist_ok=True)
@@ -311,7 +311,7 @@ def print_table(
     """Print one table with rich: the first `text_columns` columns left-aligned, the figures right-aligned."""
     from rich.table import Table
 
-    from cockpit.console import output_console
+    from cockpit.commands.console import output_console
 
     table = Table(title=title, caption=caption or None, caption_justify="left")
     for i, header in enumerate(headers):

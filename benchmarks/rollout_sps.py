@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print its table."""
-    from cockpit.presets import load
+    from cockpit.contract.presets import load
 
     args = build_parser().parse_args(argv)
     load_before = warn_if_busy()

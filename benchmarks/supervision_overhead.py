@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from benchmarks.common import Summary, fmt_ratio, fmt_sps, load_caption, log, print_table, warn_if_busy
-from training.events import EVENTS_FILE, read_events
+from cockpit.contract.events import EVENTS_FILE, read_events
 
 JOBS = 2
 

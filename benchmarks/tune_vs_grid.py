@@ -2,10 +2,10 @@
 
 What it measures, per env, all in one run:
 1. The grid: every configuration of `tune`'s search space (parallel jobs x n_envs, the batch
-   following) measured with the same real trials `tune` runs (`cockpit.trials`), each for
+   following) measured with the same real trials `tune` runs (`cockpit.core.trials`), each for
    `--measure` seconds after start-up. Its best aggregate SPS is the reference.
-2. `tune` itself: the probe of this machine's costs (`cockpit.costs`, run fresh into a
-   temporary cache, as a first-time user would) and the climb (`cockpit.tune.climb`, the code
+2. `tune` itself: the probe of this machine's costs (`cockpit.core.costs`, run fresh into a
+   temporary cache, as a first-time user would) and the climb (`cockpit.commands.tune.climb`, the code
    behind the command) with a budget of `--tune-share` (default 0.30) of the grid's wall time
    less the probe's. Tune's time is the probe's plus the climb's.
 3. The figures, as ratios:
@@ -32,12 +32,12 @@ import time
 from pathlib import Path
 
 from benchmarks.common import fmt_ratio, load_caption, log, print_table, warn_if_busy
+from cockpit.commands.recommend import this_machine
+from cockpit.commands.tune import climb, search_space, start_config
+from cockpit.contract.presets import load
+from cockpit.core.costs import measured_costs
 from cockpit.core.search import Config
-from cockpit.costs import measured_costs
-from cockpit.presets import load
-from cockpit.recommend import this_machine
-from cockpit.trials import run_trial
-from cockpit.tune import climb, search_space, start_config
+from cockpit.core.trials import run_trial
 
 PONG_CPU = """
 description = "Pong on a CPU: small rollouts and few epochs so a trial sees whole updates"

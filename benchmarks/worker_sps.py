@@ -9,7 +9,7 @@ repeats, bare first on odd ones).
 - Worker side: the real worker as a subprocess; SPS = finished.steps / (finished.t - started.t)
   from its events.jsonl. `started` comes after the env and model are built; `finished` after the
   final checkpoint, so the periodic and final checkpoints count against the worker.
-- Bare side: a child process resolves the same arguments with the worker's own `build_parser`
+- Bare side: a child process resolves the same arguments with the worker's own `WorkerArgs.parse`
   and `resolve_config`, calls `limit_native_threads` first as the worker does, builds the env
   with the worker's `make_vec_env` (EnvpoolVecEnv) and the model with `training.model.new_model`
   (what the worker's `train` calls for a fresh job), and times `model.learn(T)` alone.
@@ -62,11 +62,12 @@ def bare_ppo(argv: list[str]) -> dict[str, Any]:
 
     Returns the steps trained and the seconds `learn` took.
     """
+    from cockpit.contract.workerargs import WorkerArgs
     from training import worker
     from training.device import limit_native_threads
 
     limit_native_threads()  # before numpy and torch load, as in the worker's main()
-    config = worker.resolve_config(worker.build_parser().parse_args(argv))
+    config = worker.resolve_config(WorkerArgs.parse(argv))
 
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -114,7 +115,7 @@ class Result:
 
 def measure(preset: str, timesteps: int, args: argparse.Namespace) -> Result:
     """Run worker and bare training `args.repeats` times each, alternating, for one preset."""
-    from cockpit.presets import load
+    from cockpit.contract.presets import load
 
     total = whole_rollouts(preset, timesteps)
     worker_sps: list[float] = []

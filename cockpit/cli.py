@@ -1,298 +1,66 @@
-"""The `cockpit` command line."""
+"""The `cockpit` command line: it parses, then dispatches to one module per command."""
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich import box
-from rich.table import Table
-
-from cockpit.arguments import ArgumentParser, non_negative_int, positive_int
-from cockpit.console import output_console
-from cockpit.presets import PRESET_KEYS, Preset, PresetError, builtin_names, load
+from cockpit.contract.arguments import ArgumentParser, non_negative_int, positive_int
 
 if TYPE_CHECKING:
-    from cockpit.config import RunSpec
-    from cockpit.core.advisor import Costs
-    from cockpit.core.autotune import AutoTuner
-    from cockpit.core.feed import Frame, RunSource
-    from cockpit.core.nvml import GpuReader
+    from cockpit.views.frontends import TerminalFrontEnds
 
 
-def presets_table(presets: list[Preset]) -> Table:
-    """One column per preset and one row per resolved value, plus the derived batch figures."""
-    table = Table(title="cockpit presets", title_justify="left", box=box.SIMPLE_HEAD)
-    table.add_column("key", style="bold", no_wrap=True)
-    for preset in presets:
-        table.add_column(preset.name, justify="right", no_wrap=True)
-    derived = [
-        ("total batch", lambda p: f"{p.total_batch:,}"),
-        ("minibatches/epoch", lambda p: str(p.minibatches)),
-        ("grad steps/update", lambda p: f"{p.gradient_steps_per_update:,}"),
-    ]
-    hidden = {"description", "batch_size_cap"}
-    for key in PRESET_KEYS:
-        if key in hidden:
-            continue
-        cells = []
-        for preset in presets:
-            value = getattr(preset, key)
-            if key == "net_arch":
-                cells.append(",".join(map(str, value)))
-            elif key == "batch_size" and preset.batch_size_auto:
-                cells.append(f"{value:,} (auto, cap {preset.batch_size_cap:,})")
-            elif isinstance(value, bool):
-                cells.append(str(value).lower())
-            elif isinstance(value, int):
-                cells.append(f"{value:,}")
-            else:
-                cells.append(f"{value:g}" if isinstance(value, float) else str(value))
-        table.add_row(key, *cells)
-    table.add_section()
-    for label, fmt in derived:
-        table.add_row(label, *(fmt(p) for p in presets))
-    return table
+def _front_ends() -> TerminalFrontEnds:
+    from cockpit.views.frontends import TerminalFrontEnds
+
+    return TerminalFrontEnds()
 
 
 def _cmd_presets(args: argparse.Namespace) -> int:
-    specs = args.preset or builtin_names()
-    try:
-        presets = [load(spec) for spec in specs]
-    except PresetError as exc:
-        print(f"cockpit presets: error: {exc}", file=sys.stderr)
-        return 2
-    console = output_console()
-    console.print(presets_table(presets))
-    for preset in presets:
-        console.print(f"[bold]{preset.name}[/] ({preset.source}): {preset.description}")
-    return 0
+    from cockpit.commands import presets
 
-
-def _interactive() -> bool:
-    """True when stdin and stdout are a terminal the TUI can take over."""
-    return sys.stdin.isatty() and sys.stdout.isatty()
-
-
-def _background_args(spec: RunSpec, args: argparse.Namespace) -> list[str]:
-    """`cockpit run --headless` arguments that reproduce a validated spec in the background."""
-    auto = ["--auto", "--auto-window", str(args.auto_window)] if args.auto else []
-    if args.resume is not None:
-        jobs = ["--jobs", str(args.jobs)] if args.jobs is not None else []
-        return ["--resume", str(args.resume), *jobs, *auto, "--typed", json.dumps(spec.command_line)]
-    # fmt: off
-    flags = [
-        "--jobs", str(spec.jobs), "--agents", str(spec.agents), "--preset", spec.preset_arg, "--env", spec.env,
-        "--timesteps", str(spec.timesteps), "--seed", str(spec.seed), "--run-dir", str(spec.run_dir),
-        "--max-restarts", str(spec.max_restarts),
-    ]
-    # fmt: on
-    return [*flags, *auto, *(["--pin"] if spec.pin else []), "--typed", json.dumps(spec.command_line)]
-
-
-def _view_in_tui(source: RunSource, *, who: str) -> int:
-    """Run the cockpit on `source`, then say what became of the run."""
-    from cockpit.tui.app import make_app
-
-    return _after_view(make_app(source).run(), source, who=who)
-
-
-def _after_view(frame: Frame | None, source: RunSource, *, who: str) -> int:
-    """The exit code and closing lines once the viewer quit: 0 when the run goes on without it
-    (or was a replay), else the run's own exit code (0 done, 1 failed, 130 stopped)."""
-    from cockpit.core.feed import Replay
-    from cockpit.core.session import exit_code
-    from cockpit.core.state import RunStatus
-    from cockpit.headless import summary_lines
-
-    if frame is None:
-        return 0
-    state = frame.state
-    if isinstance(source, Replay):
-        return 0
-    if frame.link_error is None and state.status in (RunStatus.RUNNING, RunStatus.STOPPING):
-        print(f"{who}: the run goes on in the background; see it again with: cockpit attach {state.run_dir}")
-        return 0
-    for line in summary_lines(state, f"{state.run_dir}/run.toml"):
-        print(line)
-    return exit_code(state)
+    return presets.main(args.preset)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from cockpit.config import ConfigError, build_spec
-    from cockpit.core.nvml import open_gpu
-    from cockpit.core.runlog import read_run_log
-    from cockpit.core.session import RunSession, exit_code, resume_spec_args
-    from cockpit.core.telemetry import Sampler
-    from cockpit.headless import HeadlessView
+    from cockpit.commands import run
 
-    command_line = ("cockpit", *sys.argv[1:]) if args.argv is None else ("cockpit", *args.argv)
-    if args.typed is not None:
-        try:
-            typed = json.loads(args.typed)
-        except json.JSONDecodeError:
-            typed = None
-        if not (isinstance(typed, list) and typed and all(isinstance(word, str) for word in typed)):
-            print("cockpit run: error: --typed: give the command line as a JSON list of strings", file=sys.stderr)
-            return 2
-        command_line = tuple(typed)
-    headless = args.headless or not _interactive()
-    gpu, gpu_status = open_gpu()
-    try:
-        if args.resume is not None:
-            fixed = [flag for flag, value in (("--agents", args.agents), ("--preset", args.preset), ("--env", args.env),
-                     ("--timesteps", args.timesteps), ("--run-dir", args.run_dir)) if value is not None]  # fmt: skip
-            if fixed:
-                raise ConfigError(f"--resume continues a run with its recorded settings; drop {', '.join(fixed)}")
-            try:
-                recorded = read_run_log(args.resume)
-                spec_args = resume_spec_args(args.resume, recorded)
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                raise ConfigError(f"--resume {args.resume}: no usable run.toml there ({exc!r})") from exc
-            if args.jobs is not None:
-                spec_args["jobs"] = args.jobs
-            spec = build_spec(**spec_args, headless=headless, command_line=command_line, resuming=True)
-        else:
-            preset = args.preset or ("heavy" if gpu is not None else "cartpole")
-            spec = build_spec(
-                jobs=args.jobs or (1 if args.auto else 2), agents=args.agents, preset=preset, env=args.env,
-                timesteps=args.timesteps, seed=args.seed, run_dir=args.run_dir, max_restarts=args.max_restarts,
-                pin=args.pin, headless=headless, command_line=command_line,
-            )  # fmt: skip
-    except ConfigError as exc:
-        if gpu is not None:
-            gpu.close()
-        print(f"cockpit run: error: {exc}", file=sys.stderr)
-        return 2
-    if not headless:
-        if gpu is not None:
-            gpu.close()
-        return _run_in_tui(spec, args)
-    auto = _auto_tuner(spec, gpu, args.auto_window) if args.auto else None
-    session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), resume=args.resume is not None, auto=auto,
-                         costs=_cached_costs(spec, gpu))  # fmt: skip
-    try:
-        state = session.run(HeadlessView())
-    except ConfigError as exc:
-        print(f"cockpit run: error: {exc}", file=sys.stderr)
-        return 2
-    return exit_code(state, session.supervisor.interrupt_signal)
-
-
-def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:
-    """The costs `recommend` or `tune` measured for this run's preset on this machine, if any:
-    a run never waits for a probe."""
-    import dataclasses
-
-    from cockpit.costs import cached_costs
-
-    return cached_costs(dataclasses.replace(spec.preset, env=spec.env), gpu.info.name if gpu is not None else None)
-
-
-def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float) -> AutoTuner:
-    """The --auto loop for this machine: capped by the cores the preset's envs need."""
-    import dataclasses
-
-    from cockpit.core.advisor import envs_per_core, max_jobs_for_cores
-    from cockpit.core.autotune import AutoTuner
-    from cockpit.core.clock import SystemClock
-    from cockpit.core.host import host_info
-
-    preset = dataclasses.replace(spec.preset, env=spec.env)
-    cores = host_info().physical_cores
-    return AutoTuner(SystemClock(), max_slots=max_jobs_for_cores(preset, cores), n_envs=preset.n_envs,
-                     env_capacity=envs_per_core(spec.env) * cores,
-                     gpu_memory_bytes=gpu.info.memory_total_bytes if gpu is not None else None,
-                     window_s=window_s, settle_s=window_s / 3)  # fmt: skip
-
-
-def _run_in_tui(spec: RunSpec, args: argparse.Namespace) -> int:
-    """Start the validated run in the background and open the cockpit on it."""
-    from cockpit.background import attach_when_ready, spawn
-    from cockpit.core.feed import SourceError
-
-    run = spawn(_background_args(spec, args), spec.run_dir)
-    print(f"cockpit run: starting {spec.agents} job(s) in {spec.run_dir} (log: {run.log})", file=sys.stderr)
-    try:
-        source = attach_when_ready(run)
-    except SourceError as exc:
-        print(f"cockpit run: error: {exc}", file=sys.stderr)
-        return 2
-    return _view_in_tui(source, who="cockpit run")
+    return run.main(args, _front_ends())
 
 
 def _cmd_attach(args: argparse.Namespace) -> int:
-    from cockpit.core.feed import SourceError
-    from cockpit.tui.opener import open_run
+    from cockpit.commands import attach
 
-    try:
-        source = open_run(args.run_dir)
-    except SourceError as exc:
-        print(f"cockpit attach: error: {exc}", file=sys.stderr)
-        return 2
-    if not _interactive():
-        source.close()
-        print(f"cockpit attach: error: the cockpit needs a terminal; without one, read: cockpit report {args.run_dir}",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    return _view_in_tui(source, who="cockpit attach")
+    return attach.main(args.run_dir, _front_ends())
 
 
 def _cmd_launcher(parser: ArgumentParser) -> int:
-    from cockpit.tui.app import make_app
-    from cockpit.tui.opener import LocalOpener
+    from cockpit.commands.console import interactive
 
-    if not _interactive():
+    if not interactive():
         parser.print_help()
         return 0
-    app = make_app(opener=LocalOpener())
-    frame = app.run()
-    return _after_view(frame, app.source, who="cockpit") if app.source is not None else 0
+    return _front_ends().launcher()
 
 
 def _cmd_recommend(args: argparse.Namespace) -> int:
-    from cockpit.config import ConfigError
-    from cockpit.recommend import recommend
+    from cockpit.commands.recommend import main as recommend
 
-    try:
-        recommend(output_console(), preset=args.preset, env=args.env, jobs=args.jobs, run_dir=args.run_from,
-                  probe=not args.no_probe)  # fmt: skip
-    except ConfigError as exc:
-        print(f"cockpit recommend: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return recommend(preset=args.preset, env=args.env, jobs=args.jobs, run_dir=args.run_from, probe=not args.no_probe)
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from cockpit.config import ConfigError
-    from cockpit.recommend import this_machine
-    from cockpit.tune import tune
+    from cockpit.commands.tune import main as tune
 
-    try:
-        tune(output_console(), preset=args.preset, env=args.env, budget=args.budget, out=args.out,
-             machine=this_machine())  # fmt: skip
-    except ConfigError as exc:
-        print(f"cockpit tune: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # the trial's workers are already gone (run_trial kills them)
-        print("cockpit tune: interrupted; nothing written", file=sys.stderr)
-        return 130
-    return 0
+    return tune(preset=args.preset, env=args.env, budget=args.budget, out=args.out)
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from cockpit.config import ConfigError
-    from cockpit.report import print_report
+    from cockpit.commands.report import main as report
 
-    try:
-        print_report(args.run_dir)
-    except ConfigError as exc:
-        print(f"cockpit report: error: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return report(args.run_dir)
 
 
 def build_parser() -> ArgumentParser:

@@ -1,4 +1,4 @@
 """The built-in training presets, shipped as package data (one TOML file per preset).
 
-This package holds data only; `cockpit.presets` loads and validates the files.
+This package holds data only; `cockpit.contract.presets` loads and validates the files.
 """

@@ -13,8 +13,8 @@ from typing import Any
 
 import psutil
 
+from cockpit.contract.events import read_events
 from cockpit.core.runlog import read_run_log
-from training.events import read_events
 
 SMALL_PRESET = """
 env = "CartPole-v1"

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
+from cockpit.contract.presets import Preset, load
 from cockpit.core.advisor import Advice, Costs, JobMeasure, Machine, Measurements, advise, cores_needed
-from cockpit.presets import Preset, load
 
 GIB = 1024**3
 Change = tuple[str, str]

@@ -8,9 +8,10 @@ from dataclasses import replace
 
 from pytest import approx
 
+from cockpit.contract.commands import AddJob, ApplyAdvice, Command, SetSlots
+from cockpit.contract.states import RunStatus
 from cockpit.core.autotune import AutoTuner
-from cockpit.core.state import RunState, RunStatus
-from cockpit.core.supervisor import AddJob, ApplyAdvice, Command, SetSlots
+from cockpit.core.state import RunState
 from tests.fakeclock import FakeClock
 from tests.tui_fakes import job_view
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from cockpit.contract.events import EventWriter, read_events
 from training.callback import CockpitCallback
-from training.events import EventWriter, read_events
 from training.stopping import StopFlag, StopRequested
 
 ROLLOUT = 64  # 4 envs x 16 steps in the tiny_ppo fixture

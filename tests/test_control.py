@@ -18,16 +18,17 @@ from typing import Any
 
 import pytest
 
-from cockpit.config import build_spec
+from cockpit.contract.commands import Command, StopAll, StopJob
+from cockpit.contract.events import EVENTS_FILE, EventWriter
+from cockpit.contract.runspec import build_spec
+from cockpit.contract.states import RunStatus
 from cockpit.core import control
 from cockpit.core.control import AttachSource, ControlError, ControlServer, control_path, peer_uid
 from cockpit.core.feed import Frame, SourceError, Transition, phases_since
 from cockpit.core.launcher import LaunchRequest, WorkerHandle
 from cockpit.core.session import RunSession
-from cockpit.core.state import JobView, RunState, RunStatus
-from cockpit.core.supervisor import Command, StopAll, StopJob
+from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import Sample, Sampler
-from training.events import EVENTS_FILE, EventWriter
 
 T0 = 1_800_000_000.0
 
@@ -406,7 +407,7 @@ def scripted_session(run_dir: Path, *, jobs: int = 2, **session: Any) -> RunSess
     `session` sets RunSession's other fields (clock, host, costs...)."""
     spec = build_spec(
         jobs=jobs, agents=jobs, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=run_dir,
-        max_restarts=0, pin=False, headless=True, command_line=("cockpit", "run"),
+        max_restarts=0, pin=False, command_line=("cockpit", "run"),
     )  # fmt: skip
     run_dir.mkdir(parents=True)
     return RunSession(spec, Sampler(gpu=None, gpu_status="test", hz=5), launcher=FakeWorkers(), serve=False, **session)
@@ -424,7 +425,7 @@ def test_a_running_session_serves_frames_and_takes_commands(tmp_path: Path) -> N
     run_dir = tmp_path / "run"
     spec = build_spec(
         jobs=2, agents=2, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=run_dir,
-        max_restarts=0, pin=False, headless=True, command_line=("cockpit", "run"),
+        max_restarts=0, pin=False, command_line=("cockpit", "run"),
     )  # fmt: skip
     session = RunSession(spec, Sampler(gpu=None, gpu_status="no GPU telemetry: test", hz=20), launcher=FakeWorkers())
     seen: list[Frame] = []

@@ -1,4 +1,4 @@
-"""Measured job costs: the probe (`training.probe`) and its cache (`cockpit.costs`)."""
+"""Measured job costs: the probe (`training.probe`) and its cache (`cockpit.core.costs`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from cockpit.config import ConfigError
+from cockpit.contract.presets import Preset, load
+from cockpit.contract.runspec import ConfigError
 from cockpit.core.advisor import Costs
+from cockpit.core.costs import cache_path, cached_costs, measured_costs, run_probe
 from cockpit.core.host import HostInfo
-from cockpit.costs import cache_path, cached_costs, measured_costs, run_probe
-from cockpit.presets import Preset, load
 
 RECORD = {"env": "CartPole-v1", "device": "cpu", "step_overhead_us": 372.0, "env_policy_us": 5.0,
           "env_step_us": 7.8, "train_sample_us": 5.0, "batch_size": 256}  # fmt: skip

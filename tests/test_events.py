@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from training.events import EventWriter, read_events
+from cockpit.contract.events import EventWriter, read_events
 
 
 def test_events_are_strict_json_lines_with_time_and_kind(tmp_path: Path) -> None:

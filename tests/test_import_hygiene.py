@@ -25,7 +25,7 @@ def test_training_never_imports_textual_or_the_tui() -> None:
     loaded = _modules_loaded_by(
         ["training.worker", "training.callback", "training.envpool_vec", "training.checkpoints", "training.envs"]
     )
-    assert not any(m.startswith(("textual", "cockpit.tui")) for m in loaded)
+    assert not any(m.startswith(("textual", "cockpit.views.tui")) for m in loaded)
 
 
 def test_worker_module_defers_torch_until_thread_limits_are_set() -> None:
@@ -36,6 +36,6 @@ def test_worker_module_defers_torch_until_thread_limits_are_set() -> None:
 def test_the_headless_path_loads_neither_textual_nor_torch() -> None:
     # A headless run over ssh must not pay for the TUI, and the supervising process must not
     # carry torch's memory: only the workers train.
-    loaded = _modules_loaded_by(["cockpit.cli", "cockpit.headless", "cockpit.background", "cockpit.core.session"])
+    loaded = _modules_loaded_by(["cockpit.cli", "cockpit.views.headless", "cockpit.core.background", "cockpit.core.session"])
     assert not any(m == "textual" or m.startswith("textual.") for m in loaded)
     assert "torch" not in loaded

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import psutil
 
+from cockpit.contract.workerargs import WorkerArgs
 from cockpit.core.launcher import WORKER_NICE, LaunchRequest, LocalLauncher
 
 
@@ -15,7 +16,7 @@ def test_workers_run_nicer_than_the_cockpit_in_their_own_session(tmp_path: Path)
     fake_python.write_text("#!/bin/sh\nexec sleep 30\n")
     fake_python.chmod(0o755)
     launcher = LocalLauncher(python=str(fake_python))
-    handle = launcher.launch(LaunchRequest("000", (), tmp_path / "job", None))
+    handle = launcher.launch(LaunchRequest("000", WorkerArgs(tmp_path / "job")))
     try:
         worker = psutil.Process(handle.pid)
         assert worker.nice() == os.getpriority(os.PRIO_PROCESS, 0) + WORKER_NICE

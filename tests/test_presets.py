@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.presets import PresetError, builtin_names, largest_divisor_at_most, load
+from cockpit.contract.presets import PresetError, builtin_names, largest_divisor_at_most, load
 
 # The preset table of shared/seeds/004 (n_envs, n_steps, batch_size, n_epochs, network).
 SEED_TABLE = {

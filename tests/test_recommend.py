@@ -8,8 +8,8 @@ import pytest
 import tomli_w
 from rich.console import Console
 
+from cockpit.commands.recommend import measurements_from_run, recommend
 from cockpit.core.advisor import Machine
-from cockpit.recommend import measurements_from_run, recommend
 from tests.cockpitproc import run_cockpit
 
 GIB = 1024**3
@@ -85,14 +85,14 @@ def test_recommend_measures_this_machine_once_then_reads_the_cache(tmp_path: Pat
 def test_a_failing_probe_says_why_and_the_advice_comes_from_the_tables(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import cockpit.costs
-    from cockpit.config import ConfigError
+    import cockpit.core.costs
+    from cockpit.contract.runspec import ConfigError
 
     def broken(*_: object) -> dict:
         raise ConfigError("measuring CartPole-v1: the probe failed: RuntimeError: boom")
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(cockpit.costs, "run_probe", broken)
+    monkeypatch.setattr(cockpit.core.costs, "run_probe", broken)
     console = Console(record=True, width=200)
     two_cores = Machine(2, 2, 24 * GIB)
     items = recommend(console, preset="cartpole", env=None, jobs=16, run_dir=None, machine=two_cores)

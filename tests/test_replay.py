@@ -12,17 +12,18 @@ from typing import Any
 
 import pytest
 
-from cockpit import presets
-from cockpit.config import RUN_LOG, RunSpec
+from cockpit.contract import presets
+from cockpit.contract.commands import StopAll, StopJob
+from cockpit.contract.events import EVENTS_FILE, EventWriter
+from cockpit.contract.runspec import RUN_LOG, RestartPolicy, RunSpec
+from cockpit.contract.states import RunStatus
 from cockpit.core.feed import WINDOW_S, Replay, SourceError
 from cockpit.core.host import HostInfo
 from cockpit.core.nvml import GpuInfo, GpuSample
 from cockpit.core.replay import NO_GPU_RECORDED, ReplaySource, open_replay
 from cockpit.core.runlog import MIB, Recorder, phase_accounting, render, write_atomic
-from cockpit.core.state import JobView, RunState, RunStatus
-from cockpit.core.supervisor import StopAll, StopJob
+from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import JobUsage, Sample
-from training.events import EVENTS_FILE, EventWriter
 
 T0 = 1_800_000_000.0
 END = T0 + 100
@@ -94,7 +95,7 @@ def _build_run(run_dir: Path, *, gpu: bool = True) -> Path:
         recorder(_sample(i, gpu))
     recorder.close()
     spec = RunSpec(jobs=2, agents=3, preset=presets.load("cartpole"), preset_arg="cartpole", env="CartPole-v1",
-                   timesteps=1000, seed=0, run_dir=run_dir, max_restarts=3, pin=False, headless=True,
+                   timesteps=1000, seed=0, run_dir=run_dir, restart=RestartPolicy(max_restarts=3), pin=False,
                    command_line=("cockpit", "run"))  # fmt: skip
     jobs = (
         _view("000", 0, "done", steps=1024, checkpoints=1, last_checkpoint_step=512, exit_reason="done",

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cockpit.core.state import RunStatus
+from cockpit.contract.states import RunStatus
 from tests.cockpitproc import Tmux, last_steps, run_cockpit, small_preset, start_cockpit
 
 

@@ -7,22 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.contract.commands import AddJob, KillJob, RestartJob, SetSlots, StopJob
+from cockpit.contract.events import EVENTS_FILE, EventWriter
+from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.host import thread_budget
-from cockpit.core.jobs import InvalidTransition, Job, JobState
+from cockpit.core.jobs import InvalidTransition, Job
 from cockpit.core.launcher import LaunchRequest, WorkerHandle
-from cockpit.core.state import RunStatus
-from cockpit.core.supervisor import (
-    STOP_GRACE_S,
-    AddJob,
-    JobTemplate,
-    KillJob,
-    RestartJob,
-    SetSlots,
-    StopJob,
-    Supervisor,
-)
+from cockpit.core.supervisor import STOP_GRACE_S, JobTemplate, Supervisor
 from tests.fakeclock import FakeClock
-from training.events import EVENTS_FILE, EventWriter
 
 
 @dataclass
@@ -103,8 +95,8 @@ def test_agents_queue_through_the_slots(tmp_path: Path) -> None:
     sup, launcher, _ = make(tmp_path, agents=5, slots=2)
     sup.tick()
     assert [p.request.job_id for p in launcher.processes] == ["000", "001"]
-    args = launcher.processes[0].request.worker_args
-    assert args[args.index("--seed") + 1] == "0" and args[args.index("--threads") + 1] == "1"
+    args = launcher.processes[0].request.args
+    assert args.seed == 0 and args.threads == 1
     finished: list[str] = []
     while not sup.finished:
         assert live_count(sup) <= 2
@@ -283,7 +275,7 @@ def test_restoring_a_resumed_job_closes_its_last_phase(tmp_path: Path) -> None:
     writer.emit("started", t=clock.t - 100, config={}, pid=1, device="cpu", versions={})
     writer.emit("phase", t=clock.t - 90, phase="rollout", iteration=0, num_timesteps=0)
     writer.emit("phase", t=clock.t - 80, phase="train", iteration=1, num_timesteps=256)
-    from training.events import read_events
+    from cockpit.contract.events import read_events
 
     job = sup.jobs["000"]
     sup.restore(job, read_events(job.job_dir / EVENTS_FILE))
@@ -300,8 +292,7 @@ def test_more_slots_start_queued_agents_and_fewer_requeue_the_newest(tmp_path: P
         sup.tick()
     assert [p.request.job_id for p in launcher.processes] == ["000", "001", "002"]
     assert sup.slots == 3 and sup.jobs["003"].state is JobState.QUEUED
-    args = launcher.processes[-1].request.worker_args
-    assert args[args.index("--threads") + 1] == "1"  # 2 cores shared by 3 slots: 1 each at least
+    assert launcher.processes[-1].request.args.threads == 1  # 2 cores shared by 3 slots: 1 each at least
     sup.submit(SetSlots(2))
     sup.tick()
     newest = sup.jobs["002"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 
-from cockpit.tui.timeaxis import LaneCells, bar_rows, bucket_max, dominant_phases, hbar
+from cockpit.views.tui.timeaxis import LaneCells, bar_rows, bucket_max, dominant_phases, hbar
 
 
 def test_bucket_max_keeps_the_peak_of_each_bucket() -> None:

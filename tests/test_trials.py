@@ -1,4 +1,4 @@
-"""How a tune trial turns a worker's events into steps per second (`cockpit.trials.Progress`)."""
+"""How a tune trial turns a worker's events into steps per second (`cockpit.core.trials.Progress`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from cockpit.trials import Progress
+from cockpit.core.trials import Progress
 
 
 def cycle_events(t: float, steps: int, *, rollout_s: float, train_s: float, samples: int) -> list[dict[str, Any]]:

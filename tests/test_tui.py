@@ -8,18 +8,18 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, Static
 
+from cockpit.contract.commands import AddJob, ApplyAdvice, KillJob, RestartJob, StopAll, StopJob
+from cockpit.contract.states import RunStatus
 from cockpit.core.advisor import Advice
 from cockpit.core.feed import RunSource
 from cockpit.core.runs import RecentRun
-from cockpit.core.state import RunStatus
-from cockpit.core.supervisor import AddJob, ApplyAdvice, KillJob, RestartJob, StopAll, StopJob
-from cockpit.tui.app import make_app
-from cockpit.tui.cockpit_screen import CockpitScreen
-from cockpit.tui.detail_screen import JobDetailScreen
-from cockpit.tui.gpu_panel import GpuPanel
-from cockpit.tui.jobs_table import JobsTable
-from cockpit.tui.launcher_screen import LaunchChoice, LaunchError, LauncherScreen
-from cockpit.tui.quit_screen import QuitScreen
+from cockpit.views.tui.app import make_app
+from cockpit.views.tui.cockpit_screen import CockpitScreen
+from cockpit.views.tui.detail_screen import JobDetailScreen
+from cockpit.views.tui.gpu_panel import GpuPanel
+from cockpit.views.tui.jobs_table import JobsTable
+from cockpit.views.tui.launcher_screen import LaunchChoice, LaunchError, LauncherScreen
+from cockpit.views.tui.quit_screen import QuitScreen
 from tests.tui_fakes import NOW, ScriptedReplay, ScriptedSource, frame, job_view
 
 SIZE = (100, 30)

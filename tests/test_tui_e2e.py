@@ -15,8 +15,8 @@ import pytest
 from cockpit.core.control import AttachSource
 from cockpit.core.feed import Frame, SourceError
 from cockpit.core.runlog import read_run_log
-from cockpit.tui.app import make_app
-from cockpit.tui.opener import open_run
+from cockpit.views.tui.app import make_app
+from cockpit.views.tui.opener import open_run
 from tests.cockpitproc import Tmux, run_cockpit, small_preset, start_cockpit
 
 

@@ -10,20 +10,21 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.config import build_spec
+from cockpit.contract.commands import ApplyAdvice, RestartJob, SetPreset, StopAll
+from cockpit.contract.presets import load
+from cockpit.contract.runspec import build_spec
+from cockpit.contract.states import RunStatus
 from cockpit.core.control import AttachSource
 from cockpit.core.feed import SourceError
 from cockpit.core.nvml import open_gpu
 from cockpit.core.runlog import read_run_log
 from cockpit.core.session import RunSession
-from cockpit.core.state import RunState, RunStatus
-from cockpit.core.supervisor import ApplyAdvice, RestartJob, SetPreset, StopAll
+from cockpit.core.state import RunState
 from cockpit.core.telemetry import Sampler
-from cockpit.presets import load
-from cockpit.tui.advice_panel import AdvicePanel
-from cockpit.tui.app import make_app
-from cockpit.tui.gpu_panel import GpuPanel
-from cockpit.tui.jobs_table import JobsTable
+from cockpit.views.tui.advice_panel import AdvicePanel
+from cockpit.views.tui.app import make_app
+from cockpit.views.tui.gpu_panel import GpuPanel
+from cockpit.views.tui.jobs_table import JobsTable
 from tests.fake_pynvml import FakeGpu, FakeNvml
 from tests.test_control import FakeWorkers, QuietView, scripted_session
 
@@ -52,7 +53,7 @@ async def test_keys_drive_a_real_supervisor_and_stop_all_ends_the_run(tmp_path: 
     run_dir = tmp_path / "run"
     spec = build_spec(
         jobs=2, agents=3, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=run_dir,
-        max_restarts=0, pin=False, headless=True, command_line=("cockpit", "run"),
+        max_restarts=0, pin=False, command_line=("cockpit", "run"),
     )  # fmt: skip
     gpu, status = open_gpu(nvml=FakeNvml(FakeGpu(util_at=lambda t: 90.0 if int(t * 2) % 2 else 5.0, clock=time.time)))
     assert gpu is not None, status

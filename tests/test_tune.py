@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from cockpit.config import ConfigError
+from cockpit.commands.tune import parse_budget
+from cockpit.contract.presets import Preset, load
+from cockpit.contract.runspec import ConfigError
 from cockpit.core.advisor import Machine
 from cockpit.core.search import Config, HillClimb, Space
-from cockpit.presets import Preset, load
-from cockpit.trials import Trial
-from cockpit.tune import parse_budget
+from cockpit.core.trials import Trial
 from tests.cockpitproc import run_cockpit
 
 SPACE = Space(max_jobs=4, max_envs=32, n_steps=32, batch_cap=256, min_envs=2)
@@ -66,9 +66,9 @@ def test_a_bad_budget_is_one_line_exit_2() -> None:
 
 
 def test_a_first_time_probe_is_paid_from_the_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import cockpit.tune
+    import cockpit.commands.tune
+    from cockpit.commands.tune import TuneResult, tune
     from cockpit.core.advisor import Costs
-    from cockpit.tune import TuneResult, tune
 
     budgets: list[float] = []
 
@@ -82,8 +82,8 @@ def test_a_first_time_probe_is_paid_from_the_budget(tmp_path: Path, monkeypatch:
         assert config is not None and kwargs["costs"] == Costs("cpu", 372.0, 5.0, 7.8, 5.0)
         return TuneResult((Trial(config, 1000.0, 100.0, None, 10.0),), config, 10.0)
 
-    monkeypatch.setattr(cockpit.tune, "costs_for", slow_probe)
-    monkeypatch.setattr(cockpit.tune, "climb", recording_climb)
+    monkeypatch.setattr(cockpit.commands.tune, "costs_for", slow_probe)
+    monkeypatch.setattr(cockpit.commands.tune, "climb", recording_climb)
     console, machine = Console(file=io.StringIO()), Machine(2, 2, 24 * 1024**3)
     tune(console, preset="cartpole", env=None, budget="60s", out=tmp_path / "t.toml", machine=machine)
     (budget,) = budgets
@@ -121,8 +121,8 @@ def test_the_leaders_measured_again_decide_by_their_means() -> None:
 
 
 def test_the_climb_starts_at_recommends_pick_inside_the_space() -> None:
+    from cockpit.commands.tune import start_config
     from cockpit.core.advisor import Costs
-    from cockpit.tune import start_config
 
     two_cores = Machine(2, 2, 24 * 1024**3)
     measured = Costs("cpu", 372.0, 5.0, 7.8, 5.0)

@@ -7,10 +7,7 @@ from typing import Any
 
 import pytest
 
-from cockpit.core.advisor import Advice
-from cockpit.core.nvml import GpuInfo, GpuSample
-from cockpit.core.state import JobView, RunState, RunStatus
-from cockpit.core.supervisor import (
+from cockpit.contract.commands import (
     AddJob,
     ApplyAdvice,
     Command,
@@ -21,15 +18,14 @@ from cockpit.core.supervisor import (
     StopAll,
     StopJob,
 )
+from cockpit.contract.commands import decode as decode_command
+from cockpit.contract.commands import encode as encode_command
+from cockpit.contract.states import RunStatus
+from cockpit.core.advisor import Advice
+from cockpit.core.nvml import GpuInfo, GpuSample
+from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import JobUsage, Sample
-from cockpit.core.wire import (
-    decode_command,
-    decode_sample,
-    decode_state,
-    encode_command,
-    encode_sample,
-    encode_state,
-)
+from cockpit.core.wire import decode_sample, decode_state, encode_sample, encode_state
 
 
 def job_view(job_id: str, **overrides: Any) -> JobView:

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from cockpit.contract.events import read_events
+from cockpit.contract.workerargs import WorkerArgs
 from training import worker
-from training.events import read_events
 from training.stopping import StopFlag
 
 
@@ -40,7 +41,7 @@ def test_a_training_failure_is_an_error_event_and_exit_1(
 
 def test_config_resolves_defaults_from_the_preset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    args = worker.build_parser().parse_args(["--job-dir", str(tmp_path)])
+    args = WorkerArgs.parse(["--job-dir", str(tmp_path)])
     config = worker.resolve_config(args)
     assert config.timesteps == 100_000  # the cartpole preset's own default
     assert config.env == "CartPole-v1" and config.backend == "envpool" and config.device == "cpu"

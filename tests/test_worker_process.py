@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from cockpit.contract.events import read_events
 from tests.workerproc import Worker, kinds, run_worker, start_worker, write_preset
 from training.checkpoints import MODEL_FILE, CheckpointStore
-from training.events import read_events
 
 
 @pytest.mark.parametrize(

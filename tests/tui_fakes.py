@@ -8,10 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from cockpit.contract.commands import Command
+from cockpit.contract.states import RunStatus
 from cockpit.core.feed import WINDOW_S, Checkpoint, Frame, JobDetail, SourceError
 from cockpit.core.nvml import GpuInfo, GpuSample
-from cockpit.core.state import JobView, RunState, RunStatus
-from cockpit.core.supervisor import Command
+from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import JobUsage, Sample
 
 NOW = 1_790_000_000.0

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training.events import read_events
+from cockpit.contract.events import read_events
 
 CARTPOLE_PRESET = """
 env = "CartPole-v1"

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
-from training.events import EVENTS_FILE, EventWriter
+from cockpit.contract.events import EVENTS_FILE, EventWriter
 from training.stopping import StopFlag, StopRequested
 
 VERSIONED_PACKAGES = ("torch", "stable-baselines3", "envpool", "gymnasium", "numpy")

@@ -9,11 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Literal
 
-DeviceRequest = Literal["auto", "cpu", "cuda"]
-
-THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+from cockpit.contract.workerargs import THREAD_ENV_VARS, DeviceRequest
 
 
 class DeviceError(ValueError):

@@ -17,7 +17,7 @@ from gymnasium import spaces
 from stable_baselines3.common.preprocessing import is_image_space
 from stable_baselines3.common.vec_env import SubprocVecEnv, VecEnv
 
-from cockpit.envids import backend_for
+from cockpit.contract.envids import backend_for
 
 
 def _make_monitored(env_id: str, seed: int) -> gym.Env:

@@ -19,7 +19,7 @@ from stable_baselines3.common.save_util import load_from_zip_file
 from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
-from cockpit.presets import Preset
+from cockpit.contract.presets import Preset
 from training.checkpoints import Checkpoint, CheckpointStore, CorruptCheckpoint
 from training.envs import policy_for
 

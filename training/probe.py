@@ -25,8 +25,8 @@ import sys
 import time
 from typing import Any
 
-from cockpit.arguments import ArgumentParser
-from cockpit.presets import Preset, PresetError, largest_divisor_at_most, load
+from cockpit.contract.arguments import ArgumentParser
+from cockpit.contract.presets import Preset, PresetError, largest_divisor_at_most, load
 from training.device import DeviceError, apply_torch_threads, enable_tf32, limit_native_threads, resolve_device
 
 SMALL, LARGE = 2, 16  # env counts: the step cost is a line through these two points

@@ -11,7 +11,8 @@ import signal
 from dataclasses import dataclass
 from types import FrameType
 
-PARENT_PID_ENV = "COCKPIT_PARENT_PID"
+from cockpit.contract.workerargs import PARENT_PID_ENV
+
 PR_SET_PDEATHSIG = 1
 
 

@@ -11,7 +11,6 @@ Exit codes: 0 done or stopped, 1 training failed (an `error` event says why), 2 
 
 from __future__ import annotations
 
-import argparse
 import fcntl
 import math
 import os
@@ -22,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cockpit.arguments import ArgumentParser, non_negative_int, positive_int
-from cockpit.presets import Preset, PresetError, builtin_names, load
+from cockpit.contract.events import EVENTS_FILE, EventWriter
+from cockpit.contract.presets import Preset, PresetError, load
+from cockpit.contract.workerargs import WorkerArgs
 from training.device import DeviceError, limit_native_threads, resolve_device
-from training.events import EVENTS_FILE, EventWriter
 from training.stopping import StopFlag, stop_with_parent
 
 # numpy, torch, SB3 and gymnasium are imported inside functions: their thread pools size
@@ -73,62 +72,12 @@ class JobConfig:
         }
 
 
-def build_parser() -> ArgumentParser:
-    """The worker's command line."""
-    parser = ArgumentParser(
-        prog="python -m training.worker",
-        description="Train one PPO agent (stable-baselines3 on envpool) and report to the cockpit "
-        "through DIR/events.jsonl. Re-running on the same --job-dir resumes from its newest checkpoint.",
-        epilog="Example: python -m training.worker --preset cartpole --timesteps 100000 --job-dir runs/demo",
-    )
-    parser.add_argument(
-        "--preset",
-        default="cartpole",
-        metavar="P",
-        help=f"built-in preset ({', '.join(builtin_names())}) or a path to a .toml file (default: cartpole)",
-    )
-    parser.add_argument(
-        "--env", metavar="ENV", help="environment id, e.g. CartPole-v1 or Pong-v5 (default: the preset's env)"
-    )
-    parser.add_argument(
-        "--timesteps",
-        type=positive_int,
-        metavar="T",
-        help="total environment steps to train for, across restarts (default: the preset's timesteps)",
-    )
-    parser.add_argument(
-        "--job-dir",
-        type=Path,
-        required=True,
-        metavar="DIR",
-        help="where events.jsonl and checkpoints/ go; the newest checkpoint is the final model",
-    )
-    parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="random seed (default: 0)")
-    parser.add_argument(
-        "--device",
-        choices=("auto", "cpu", "cuda"),
-        default="auto",
-        help="torch device; auto picks cuda when available (default: auto)",
-    )
-    parser.add_argument(
-        "--threads", type=positive_int, metavar="K", help="envpool worker threads (default: min(n_envs, usable CPUs))"
-    )
-    parser.add_argument(
-        "--torch-threads",
-        type=positive_int,
-        default=1,
-        metavar="N",
-        help="torch intra-op threads (default: 1, so parallel jobs do not oversubscribe)",
-    )
-    return parser
-
-
-def resolve_config(args: argparse.Namespace) -> JobConfig:
+def resolve_config(args: WorkerArgs) -> JobConfig:
     """Validate the arguments into a `JobConfig`.
 
     Raises PresetError, WorkerInputError, UnknownEnvError or DeviceError, each with a one-line message.
     """
-    from cockpit.envids import backend_for
+    from cockpit.contract.envids import backend_for
 
     preset = load(args.preset)
     if args.job_dir.exists() and not args.job_dir.is_dir():
@@ -278,10 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     stop.install_signal_handlers()
     stop_with_parent(stop)
     limit_native_threads()
-    from cockpit.envids import UnknownEnvError
+    from cockpit.contract.envids import UnknownEnvError
     from training.model import CheckpointMismatch
 
-    args = build_parser().parse_args(argv)
+    args = WorkerArgs.parse(argv)
     try:
         config = resolve_config(args)
     except (PresetError, WorkerInputError, UnknownEnvError, DeviceError) as exc:

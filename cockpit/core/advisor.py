@@ -13,9 +13,10 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from cockpit.contract.commands import AdviceSetting
+from cockpit.contract.presets import Preset, largest_divisor_at_most
 from cockpit.core.host import HostInfo
 from cockpit.core.nvml import GpuInfo
-from cockpit.presets import Preset, largest_divisor_at_most
 
 GIB = 1024**3
 ENVS_PER_CORE = 4  # the seeds: heavy (32 envs) needs ~8 cores, beast (64 envs) ~16
@@ -139,12 +140,15 @@ class Costs:
 class Advice:
     """One change: `setting` from `current` to `suggested`, what it should do, and why."""
 
-    setting: str  # "jobs", "n_envs", "batch_size", "net_arch", "preset", "device"
+    setting: AdviceSetting
     current: str
     suggested: str
     effect: str
     reason: str
     numbers: dict[str, float | int | str] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "setting", AdviceSetting(self.setting))  # a plain string is accepted
 
     def line(self) -> str:
         """One line for a console or a panel."""

@@ -17,11 +17,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from cockpit.contract.commands import AddJob, AdviceSetting, ApplyAdvice, Command, SetSlots
+from cockpit.contract.states import JobState
 from cockpit.core.advisor import max_jobs_for_gpu_memory
 from cockpit.core.clock import Clock
 from cockpit.core.runlog import iso
 from cockpit.core.state import RunState
-from cockpit.core.supervisor import AddJob, ApplyAdvice, Command, SetSlots
 
 WINDOW_S = 30.0
 SETTLE_S = 10.0
@@ -104,8 +105,8 @@ class AutoTuner:
     def _settled(self, state: RunState, now: float) -> bool:
         if self._settle_until is None:
             self._settle_until = now + self.settle_s
-        running = state.count("running")
-        return now >= self._settle_until and running >= min(state.slots, running + state.count("queued"))
+        running = state.count(JobState.RUNNING)
+        return now >= self._settle_until and running >= min(state.slots, running + state.count(JobState.QUEUED))
 
     def tick(self, state: RunState) -> list[Command]:
         """Advance the loop with the run's newest state; the commands to submit, if it decided.
@@ -128,7 +129,7 @@ class AutoTuner:
             command = self._decide(state, sps, self.clock.time())
         else:
             command = self._decide_envs(state, sps, self.clock.time())
-        if isinstance(command, SetSlots) and command.slots > state.slots and state.count("queued") == 0:
+        if isinstance(command, SetSlots) and command.slots > state.slots and state.count(JobState.QUEUED) == 0:
             return [AddJob(), command]
         return [command] if command is not None else []
 
@@ -144,7 +145,7 @@ class AutoTuner:
                 self.n_envs = back
                 worse = f"n_envs {n}: {sps:,.0f} SPS vs {before:,.0f} with {back} ({gain:+.0%}); back to {back}"
                 self._finish(Change(now, "envs back", state.slots, state.slots, before, sps, worse))
-                return ApplyAdvice("n_envs", str(back))
+                return ApplyAdvice(AdviceSetting.N_ENVS, str(back))
             if gain < self.min_gain:
                 self._finish(Change(now, "envs keep", state.slots, state.slots, before, sps,
                                     f"n_envs {n}: {gain:+.1%}, under {self.min_gain:.0%}: the knee"))  # fmt: skip
@@ -158,7 +159,7 @@ class AutoTuner:
         self._stage, self._previous_sps, self.n_envs = "envs", sps, 2 * n
         self.log.append(Change(now, "envs try", state.slots, state.slots, sps, None,
                                f"n_envs {n} -> {2 * n} at {sps:,.0f} SPS"))  # fmt: skip
-        return ApplyAdvice("n_envs", str(2 * n))
+        return ApplyAdvice(AdviceSetting.N_ENVS, str(2 * n))
 
     def _decide(self, state: RunState, sps: float, now: float) -> SetSlots | None:
         slots, before = state.slots, self._previous_sps

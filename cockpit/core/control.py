@@ -28,12 +28,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
+from cockpit.contract.commands import Command
+from cockpit.contract.commands import decode as decode_command
+from cockpit.contract.commands import encode as encode_command
 from cockpit.core.detail import JobDetails
 from cockpit.core.feed import WINDOW_S, Frame, FrameWindow, JobDetail, SourceError, Transition
 from cockpit.core.state import RunState
-from cockpit.core.supervisor import Command
 from cockpit.core.telemetry import Sample
-from cockpit.core.wire import decode_command, decode_sample, decode_state, encode_command, encode_sample, encode_state
+from cockpit.core.wire import decode_sample, decode_state, encode_sample, encode_state
 
 PROTOCOL_VERSION = 1
 SOCKET_NAME = "cockpit.sock"

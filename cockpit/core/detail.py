@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from cockpit.contract.events import EVENTS_FILE, EventTail
 from cockpit.core.feed import Checkpoint, JobDetail, SourceError
 from cockpit.core.launcher import log_tail
-from training.events import EVENTS_FILE, EventTail
 
 NOTABLE_KINDS = frozenset({"started", "checkpoint", "finished", "error"})
 MAX_EVENTS = 50

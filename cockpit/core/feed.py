@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from cockpit.contract.commands import Command
 from cockpit.core.state import RunState
-from cockpit.core.supervisor import Command
 from cockpit.core.telemetry import Sample
 
 WINDOW_S = 60.0

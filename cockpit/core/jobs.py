@@ -8,38 +8,10 @@ state by accident (supervisord's discipline).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
-
-class JobState(str, Enum):
-    """Where a job is in its life."""
-
-    QUEUED = "queued"  # waiting for a free slot
-    STARTING = "starting"  # process launched, no `started` event yet
-    RUNNING = "running"  # training
-    BACKOFF = "backoff"  # crashed; waiting to restart from its checkpoint
-    STOPPING = "stopping"  # asked to stop; waiting for it to checkpoint and exit
-    DONE = "done"  # reached its target
-    STOPPED = "stopped"  # stopped on request (resumable)
-    FAILED = "failed"  # crashed more often than the restart policy allows
-
-    @property
-    def terminal(self) -> bool:
-        """True for states a job does not leave without a command."""
-        return self in (JobState.DONE, JobState.STOPPED, JobState.FAILED)
-
-    @property
-    def holds_slot(self) -> bool:
-        """True while the job occupies one of the run's parallel slots (a back-off keeps its slot)."""
-        return self.live or self is JobState.BACKOFF
-
-    @property
-    def live(self) -> bool:
-        """True while a worker process exists for the job."""
-        return self in (JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
-
+from cockpit.contract.states import JobState
 
 _ALLOWED: dict[JobState, set[JobState]] = {
     JobState.QUEUED: {JobState.STARTING, JobState.STOPPED, JobState.DONE},

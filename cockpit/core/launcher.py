@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from training.device import THREAD_ENV_VARS
-from training.stopping import PARENT_PID_ENV
+from cockpit.contract.workerargs import PARENT_PID_ENV, THREAD_ENV_VARS, WorkerArgs
 
 STDOUT_LOG = "stdout.log"
 STDERR_LOG = "stderr.log"
@@ -28,12 +27,16 @@ STDERR_LOG = "stderr.log"
 
 @dataclass(frozen=True)
 class LaunchRequest:
-    """One worker to start: its arguments after `python -m training.worker`, and where it lives."""
+    """One worker to start: its arguments (which name its job dir), and the CPUs it may use."""
 
     job_id: str
-    worker_args: tuple[str, ...]
-    job_dir: Path
+    args: WorkerArgs
     cpus: tuple[int, ...] | None = None
+
+    @property
+    def job_dir(self) -> Path:
+        """Where the worker writes its events, checkpoints and logs."""
+        return self.args.job_dir
 
 
 @dataclass
@@ -95,7 +98,7 @@ class LocalLauncher:
         }
         with (request.job_dir / STDOUT_LOG).open("ab") as out, (request.job_dir / STDERR_LOG).open("ab") as err:
             proc = subprocess.Popen(
-                [self.python, "-m", "training.worker", *request.worker_args],
+                request.args.command(self.python),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,

@@ -25,14 +25,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cockpit.contract.commands import Command
+from cockpit.contract.events import EVENTS_FILE, iter_events
+from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.detail import JobDetails
 from cockpit.core.feed import WINDOW_S, Frame, JobDetail, SourceError, Transition, phases_since
 from cockpit.core.nvml import GpuInfo, GpuSample
 from cockpit.core.runlog import MIB, open_run_log
-from cockpit.core.state import JobView, RunState, RunStatus
-from cockpit.core.supervisor import Command
+from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import JobUsage, Sample
-from training.events import EVENTS_FILE, iter_events
 
 NO_GPU_RECORDED = "no GPU recorded"
 TERMINAL_STATES = frozenset({"done", "stopped", "failed"})
@@ -246,7 +247,7 @@ class _JobHistory:
         return JobView(
             id=self.id,
             seed=self.seed,
-            state=state,
+            state=JobState(state),
             phase=phase,
             phase_since=phase_since,
             steps=steps,

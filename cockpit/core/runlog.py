@@ -23,7 +23,7 @@ from typing import Any, ClassVar, TextIO
 
 import tomli_w
 
-from cockpit.config import RUN_LOG, RunSpec
+from cockpit.contract.runspec import RUN_LOG, RunSpec
 from cockpit.core.host import HostInfo
 from cockpit.core.phases import Accounting, PhaseAccountant
 from cockpit.core.state import RunState
@@ -192,7 +192,7 @@ def render(
     advice: list[dict[str, Any]] | None = None,
 ) -> str:
     """The whole run.toml text for `state`."""
-    ended = state.now if state.status.value not in ("running", "stopping") else None
+    ended = state.now if not state.status.live else None
     gpu: dict[str, Any] = {"present": state.gpu is not None, "telemetry": state.gpu_status or "ok"}
     if state.gpu is not None:
         gpu.update(name=state.gpu.name, memory_total_mib=state.gpu.memory_total_bytes // MIB, driver=state.gpu.driver)
@@ -207,7 +207,7 @@ def render(
         "duration_s": round(state.now - state.started_at, 3),
         "config": {
             "jobs": spec.jobs, "agents": len(state.jobs), "preset": spec.preset_arg, "env": spec.env,
-            "timesteps": spec.timesteps, "seed": spec.seed, "max_restarts": spec.max_restarts, "pin": spec.pin,
+            "timesteps": spec.timesteps, "seed": spec.seed, "max_restarts": spec.restart.max_restarts, "pin": spec.pin,
         },
         "host": {
             "hostname": host.hostname, "cpu_model": host.cpu_model, "physical_cores": host.physical_cores,

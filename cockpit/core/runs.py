@@ -1,11 +1,14 @@
-"""The runs under a runs directory, newest first, as the launcher lists them."""
+"""Finding runs: the ones under a runs directory, newest first, and opening one to view."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from cockpit.config import RUN_LOG
+from cockpit.contract.runspec import RUN_LOG
+from cockpit.core.control import AttachSource
+from cockpit.core.feed import RunSource, SourceError
+from cockpit.core.replay import open_replay
 from cockpit.core.runlog import read_run_log
 
 
@@ -41,3 +44,13 @@ def recent_runs(root: Path, limit: int = 10) -> list[RecentRun]:
         if len(runs) >= limit:
             break
     return runs
+
+
+def open_run(run_dir: Path) -> RunSource:
+    """A live run's socket, or a replay of a finished one; SourceError when it is neither."""
+    try:
+        return AttachSource.connect(run_dir)
+    except SourceError as live_error:
+        if not (run_dir / RUN_LOG).exists():
+            raise live_error from None
+    return open_replay(run_dir)

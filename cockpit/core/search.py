@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cockpit.presets import largest_divisor_at_most
+from cockpit.contract.presets import largest_divisor_at_most
 
 MIN_GAIN = 0.02  # a neighbour must beat the best by this much: trials are noisy
 

@@ -20,32 +20,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from cockpit.config import RUN_LOG, ConfigError, RunSpec
+from cockpit.contract.commands import AddJob, AdviceSetting, ApplyAdvice, Command, RestartJob, SetPreset, SetSlots
+from cockpit.contract.events import EVENTS_FILE, read_events
+from cockpit.contract.presets import largest_divisor_at_most, to_toml
+from cockpit.contract.runspec import RUN_LOG, ConfigError, RunSpec
+from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.advisor import MAX_ENVS_SCALE, Advice, Costs, JobMeasure, Measurements, advise, machine_of
 from cockpit.core.autotune import AutoTuner
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.control import ControlError, ControlServer
 from cockpit.core.feed import WINDOW_S, Transition, phases_since
 from cockpit.core.host import HostInfo, host_info, thread_budget
-from cockpit.core.jobs import JobState
 from cockpit.core.launcher import Launcher, LocalLauncher
 from cockpit.core.phases import Accounting, prune
 from cockpit.core.runlog import Recorder, iso, phase_accounting, render, write_atomic
-from cockpit.core.state import RunState, RunStatus
-from cockpit.core.supervisor import (
-    STOP_GRACE_S,
-    AddJob,
-    ApplyAdvice,
-    Command,
-    JobTemplate,
-    RestartJob,
-    SetPreset,
-    SetSlots,
-    Supervisor,
-)
+from cockpit.core.state import RunState
+from cockpit.core.supervisor import STOP_GRACE_S, JobTemplate, Supervisor
 from cockpit.core.telemetry import Sample, Sampler
-from cockpit.presets import largest_divisor_at_most, to_toml
-from training.events import EVENTS_FILE, read_events
 
 TICK_S = 0.2
 LOCK_FILE = ".cockpit.lock"
@@ -85,7 +76,7 @@ class RunSession:
     resume: bool = False
     serve: bool = True
     auto: AutoTuner | None = None  # `--auto`: the loop that sizes the parallel jobs
-    costs: Costs | None = None  # what a job of the preset costs here, if measured (`cockpit.costs`)
+    costs: Costs | None = None  # what a job of the preset costs here, if measured (`cockpit.core.costs`)
 
     def __post_init__(self) -> None:
         budget = thread_budget(self.spec.slots, self.host.physical_cores)
@@ -96,7 +87,7 @@ class RunSession:
             slots=self.spec.slots,
             launcher=self.launcher,
             budget=budget,
-            max_restarts=self.spec.max_restarts,
+            max_restarts=self.spec.restart.max_restarts,
             pin=self.spec.pin,
             clock=self.clock,
             preset_name=self.spec.preset.name,
@@ -133,7 +124,7 @@ class RunSession:
         self.supervisor.submit(command)
 
     def _apply(self, advice: ApplyAdvice) -> list[Command]:
-        if advice.setting not in ("jobs", "n_envs", "batch_size"):
+        if not advice.setting.live:
             raise ValueError(f"{advice.setting} cannot change under running jobs: start a new run with it")
         state = self._latest
         try:
@@ -142,13 +133,13 @@ class RunSession:
             value = 0
         if state is None or value < 1:
             raise ValueError(f"advice {advice.setting} -> {advice.suggested!r}: nothing to apply yet")
-        if advice.setting == "jobs":
-            missing = max(0, value - state.slots - state.count("queued"))
+        if advice.setting is AdviceSetting.JOBS:
+            missing = max(0, value - state.slots - state.count(JobState.QUEUED))
             steps: list[Command] = [AddJob() for _ in range(missing)]
             self._log_applied(advice)
             return [*steps, SetSlots(value)]
         preset = self._preset
-        if advice.setting == "n_envs":
+        if advice.setting is AdviceSetting.N_ENVS:
             batch = largest_divisor_at_most(value * preset.n_steps, preset.batch_size)
             preset = dataclasses.replace(preset, n_envs=value, batch_size=batch)
         elif preset.total_batch % value == 0:
@@ -160,10 +151,10 @@ class RunSession:
         self._preset = preset
         self._log_applied(advice)
         # Each live job checkpoints and resumes under the new rollout and batch settings.
-        return [SetPreset(str(path)), *(RestartJob(j.id) for j in state.jobs if j.state in ("starting", "running"))]
+        return [SetPreset(str(path)), *(RestartJob(j.id) for j in state.jobs if j.state.active)]
 
     def _log_applied(self, advice: ApplyAdvice) -> None:
-        self._applied.append({"at": iso(self.clock.time()), "action": "apply", "setting": advice.setting,
+        self._applied.append({"at": iso(self.clock.time()), "action": "apply", "setting": advice.setting.value,
                               "suggested": advice.suggested})  # fmt: skip
 
     # ----- ControlProvider (called from the control server's threads) -----

@@ -7,21 +7,11 @@ supervisor's one command interface.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
+from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.advisor import Advice
 from cockpit.core.nvml import GpuInfo
 from cockpit.core.telemetry import Sample
-
-
-class RunStatus(str, Enum):
-    """The run as a whole."""
-
-    RUNNING = "running"
-    STOPPING = "stopping"  # interrupted; jobs are checkpointing
-    DONE = "done"  # every job reached its target
-    FAILED = "failed"  # every job ended, some failed or were stopped
-    INTERRUPTED = "interrupted"  # SIGINT/SIGTERM: unfinished jobs can be resumed
 
 
 @dataclass(frozen=True)
@@ -30,7 +20,7 @@ class JobView:
 
     id: str
     seed: int
-    state: str
+    state: JobState
     phase: str | None
     phase_since: float | None
     steps: int
@@ -51,6 +41,9 @@ class JobView:
     peak_gpu_mem_bytes: int | None
     started_at: float | None
     ended_at: float | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", JobState(self.state))  # a plain string is accepted
 
     @property
     def fraction(self) -> float:
@@ -79,6 +72,7 @@ class RunState:
     advice: tuple[str, ...] = ()  # the --auto loop's decisions, newest last
     suggestions: tuple[Advice, ...] = ()  # the advisor on this run's measurements, most pressing first
 
-    def count(self, state: str) -> int:
-        """How many jobs are in `state`."""
-        return sum(1 for job in self.jobs if job.state == state)
+    def count(self, state: JobState | str) -> int:
+        """How many jobs are in `state` (the enum or its value)."""
+        wanted = JobState(state)
+        return sum(1 for job in self.jobs if job.state is wanted)

@@ -19,76 +19,28 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from cockpit.contract.commands import (
+    AddJob,
+    ApplyAdvice,
+    Command,
+    KillJob,
+    RestartJob,
+    SetPreset,
+    SetSlots,
+    StopAll,
+    StopJob,
+)
+from cockpit.contract.events import EVENTS_FILE, EventTail
+from cockpit.contract.states import JobState, RunStatus
+from cockpit.contract.workerargs import WorkerArgs
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.host import ThreadBudget, pin_sets, thread_budget
-from cockpit.core.jobs import Job, JobState
+from cockpit.core.jobs import Job
 from cockpit.core.launcher import Launcher, LaunchRequest
-from cockpit.core.state import JobView, RunState, RunStatus
+from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import Sample
-from training.events import EVENTS_FILE, EventTail
 
 STOP_GRACE_S = 12.0
-
-
-@dataclass(frozen=True)
-class AddJob:
-    """Queue one more agent (next free seed when `seed` is None)."""
-
-    seed: int | None = None
-
-
-@dataclass(frozen=True)
-class StopJob:
-    """Checkpoint and stop a job (it can be restarted later); dequeue it if it has not started."""
-
-    job_id: str
-
-
-@dataclass(frozen=True)
-class RestartJob:
-    """Stop a live job and queue it again, or queue a finished, stopped or failed one."""
-
-    job_id: str
-
-
-@dataclass(frozen=True)
-class KillJob:
-    """SIGKILL a live job at once (it resumes from its last checkpoint if restarted)."""
-
-    job_id: str
-
-
-@dataclass(frozen=True)
-class StopAll:
-    """Checkpoint and stop every job and end the run (resumable, like Ctrl-C); twice kills them."""
-
-
-@dataclass(frozen=True)
-class SetSlots:
-    """Run at most `slots` jobs at once. Lowering it checkpoints and stops the most recently
-    started jobs, which go back to the front of the queue and resume when a slot frees."""
-
-    slots: int
-
-
-@dataclass(frozen=True)
-class SetPreset:
-    """Launch jobs from now on with this preset (a name or a file). Running jobs keep theirs until
-    restarted; a restarted job resumes its checkpoint under the new rollout and batch settings."""
-
-    preset_arg: str
-
-
-@dataclass(frozen=True)
-class ApplyAdvice:
-    """Apply an advisor item: `setting` to `suggested`. The session turns it into the commands
-    above (the supervisor itself does not know presets' contents)."""
-
-    setting: str
-    suggested: str
-
-
-Command = AddJob | StopJob | RestartJob | KillJob | StopAll | SetSlots | SetPreset | ApplyAdvice
 
 
 @dataclass(frozen=True)
@@ -292,21 +244,13 @@ class Supervisor:
         if job.slot is None:
             job.slot = self._free_slot()
         cpus = tuple(self._pins[job.slot % len(self._pins)]) if self._pins else None
-        # fmt: off
-        args = (
-            "--preset", self.template.preset_arg,
-            "--env", self.template.env,
-            "--timesteps", str(job.target),
-            "--job-dir", str(job.job_dir),
-            "--seed", str(job.seed),
-            "--threads", str(self.budget.threads_per_job),
-        )
-        # fmt: on
+        args = WorkerArgs(job.job_dir, preset=self.template.preset_arg, env=self.template.env, timesteps=job.target,
+                          seed=job.seed, threads=self.budget.threads_per_job)  # fmt: skip
         job.attempt_finished = job.attempt_error = None
         job.attempt_started_seen = False
         job.launches += 1
         try:
-            job.handle = self.launcher.launch(LaunchRequest(job.id, args, job.job_dir, cpus))
+            job.handle = self.launcher.launch(LaunchRequest(job.id, args, cpus))
         except OSError as exc:
             job.error = f"could not start the worker: {exc}"
             job.change_state(JobState.STARTING, now)
@@ -425,7 +369,7 @@ class Supervisor:
             usage = sample.jobs.get(job.id) if sample is not None and job.handle is not None else None
             views.append(
                 JobView(
-                    id=job.id, seed=job.seed, state=job.state.value, phase=job.phase, phase_since=job.phase_since,
+                    id=job.id, seed=job.seed, state=job.state, phase=job.phase, phase_since=job.phase_since,
                     steps=job.steps, target=job.target, sps=job.sps, mean_sps=job.mean_sps,
                     ep_rew_mean=job.ep_rew_mean, restarts=job.restarts, checkpoints=job.checkpoints,
                     last_checkpoint_step=job.last_checkpoint_step, error=job.error, exit_reason=job.exit_reason,

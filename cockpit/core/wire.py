@@ -1,4 +1,5 @@
-"""The JSON form of run states, samples and commands, as they cross the control socket.
+"""The JSON form of run states and samples, as they cross the control socket (commands have
+their codec in `cockpit.contract.commands`).
 
 Encoding gives plain dicts that `json.dumps` accepts; decoding rebuilds the exact frozen
 dataclasses (tuples as tuples, `RunStatus` as the enum, None kept). Decoding is strict about what
@@ -8,44 +9,17 @@ raises ValueError naming the key, and an unknown key (from a newer cockpit) is i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import MISSING, asdict, fields
 from typing import Any, TypeVar
 
+from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.advisor import Advice
 from cockpit.core.nvml import GpuInfo, GpuSample
-from cockpit.core.state import JobView, RunState, RunStatus
-from cockpit.core.supervisor import (
-    AddJob,
-    ApplyAdvice,
-    Command,
-    KillJob,
-    RestartJob,
-    SetPreset,
-    SetSlots,
-    StopAll,
-    StopJob,
-)
+from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import JobUsage, Sample
 
 T = TypeVar("T")
-
-COMMAND_KINDS: dict[type, str] = {
-    AddJob: "add",
-    StopJob: "stop",
-    RestartJob: "restart",
-    KillJob: "kill",
-    StopAll: "stop_all",
-    SetSlots: "set_slots",
-    SetPreset: "set_preset",
-    ApplyAdvice: "apply_advice",
-}
-_JOB_COMMANDS: dict[str, type[StopJob | RestartJob | KillJob]] = {
-    "stop": StopJob,
-    "restart": RestartJob,
-    "kill": KillJob,
-}
-
 
 def _object(data: Any, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
@@ -148,55 +122,10 @@ def decode_state(data: Any) -> RunState:
         data,
         "state",
         status=RunStatus,
-        jobs=lambda jobs: tuple(_build(JobView, job, "job") for job in _tuple(jobs)),
+        jobs=lambda jobs: tuple(_build(JobView, job, "job", state=JobState) for job in _tuple(jobs)),
         sample=_optional(decode_sample),
         gpu=_optional(lambda gpu: _build(GpuInfo, gpu, "gpu")),
         warnings=_tuple,
         advice=_tuple,
         suggestions=lambda items: tuple(_build(Advice, item, "suggestion") for item in _tuple(items)),
     )
-
-
-# ----- commands -----
-
-
-def encode_command(command: Command) -> dict[str, Any]:
-    """`{"kind": "add"|"stop"|"restart"|"kill"|"stop_all", ...the command's fields}`."""
-    return {"kind": COMMAND_KINDS[type(command)], **asdict(command)}
-
-
-def decode_command(data: Any) -> Command:
-    """The Command that `encode_command` encoded; ValueError names the missing or bad key."""
-    values: Mapping[str, Any] = _object(data, "command")
-    if "kind" not in values:
-        raise ValueError("command: missing key 'kind'")
-    kind = values["kind"]
-    if kind == "stop_all":
-        return StopAll()
-    if kind == "set_preset":
-        preset_arg = values.get("preset_arg")
-        if not isinstance(preset_arg, str) or not preset_arg:
-            raise ValueError(f"command 'set_preset': key 'preset_arg' must name a preset, got {preset_arg!r}")
-        return SetPreset(preset_arg)
-    if kind == "apply_advice":
-        setting, suggested = values.get("setting"), values.get("suggested")
-        if not isinstance(setting, str) or not isinstance(suggested, str):
-            raise ValueError("command 'apply_advice': keys 'setting' and 'suggested' must be strings")
-        return ApplyAdvice(setting, suggested)
-    if kind == "set_slots":
-        slots = values.get("slots")
-        if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
-            raise ValueError(f"command 'set_slots': key 'slots' must be a positive integer, got {slots!r}")
-        return SetSlots(slots)
-    if kind == "add":
-        seed = values.get("seed")
-        # bool is an int in Python, but `true` is not a seed.
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-            raise ValueError(f"command 'add': key 'seed' must be a non-negative integer or null, got {seed!r}")
-        return AddJob(seed)
-    if kind in _JOB_COMMANDS:
-        job_id = values.get("job_id")
-        if not isinstance(job_id, str) or not job_id:
-            raise ValueError(f"command {kind!r}: key 'job_id' must be a job id string, got {job_id!r}")
-        return _JOB_COMMANDS[kind](job_id)
-    raise ValueError(f"command: key 'kind' must be one of {', '.join(COMMAND_KINDS.values())}, got {kind!r}")

@@ -8,6 +8,7 @@ login leaves it training; `cockpit attach RUN_DIR` finds it again.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cockpit.contract.runspec import RunSpec
 from cockpit.core.control import AttachSource
 from cockpit.core.feed import SourceError
 from cockpit.core.launcher import log_tail
@@ -35,6 +37,24 @@ class BackgroundRun:
     def log(self) -> Path:
         """The run's console output (plain, timestamped lines)."""
         return self.run_dir / LOG
+
+
+def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | None = None) -> list[str]:
+    """`cockpit run --headless` arguments that carry out the validated `spec` (`resume`: continue
+    the run in `spec.run_dir`; `auto_window_s`: with --auto). run.toml records what the user typed
+    (`spec.command_line`), not these."""
+    auto = ["--auto", "--auto-window", str(auto_window_s)] if auto_window_s is not None else []
+    typed = ["--typed", json.dumps(spec.command_line)]
+    if resume:
+        return ["--resume", str(spec.run_dir), "--jobs", str(spec.jobs), *auto, *typed]
+    # fmt: off
+    flags = [
+        "--jobs", str(spec.jobs), "--agents", str(spec.agents), "--preset", spec.preset_arg, "--env", spec.env,
+        "--timesteps", str(spec.timesteps), "--seed", str(spec.seed), "--run-dir", str(spec.run_dir),
+        "--max-restarts", str(spec.restart.max_restarts),
+    ]
+    # fmt: on
+    return [*flags, *auto, *(["--pin"] if spec.pin else []), *typed]
 
 
 def spawn(run_args: Sequence[str], run_dir: Path) -> BackgroundRun:

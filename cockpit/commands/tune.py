@@ -1,8 +1,8 @@
 """`cockpit tune`: a time-boxed search for the fastest jobs x n_envs (x batch) on this machine.
 
-It starts at `recommend`'s static pick, sized by this machine's measured costs (`cockpit.costs`),
+It starts at `recommend`'s static pick, sized by this machine's measured costs (`cockpit.core.costs`),
 and climbs (see `cockpit.core.search`), measuring each configuration with real workers
-(`cockpit.trials`). It stops when the climb ends or the next trial would overrun the budget.
+(`cockpit.core.trials`). It stops when the climb ends or the next trial would overrun the budget.
 It prints every trial and writes the winner as a preset file.
 """
 
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -19,14 +20,15 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from cockpit.config import ConfigError
+from cockpit.commands.console import output_console
+from cockpit.commands.recommend import costs_for, resolve_preset, static_pick, this_machine
+from cockpit.contract.presets import Preset, PresetError, load
+from cockpit.contract.runspec import ConfigError
 from cockpit.core.advisor import Costs, Machine
 from cockpit.core.nvml import open_gpu
 from cockpit.core.runlog import write_atomic
 from cockpit.core.search import Config, HillClimb, Space
-from cockpit.presets import Preset, PresetError, load
-from cockpit.recommend import costs_for, resolve_preset, static_pick
-from cockpit.trials import Trial, preset_toml, run_trial
+from cockpit.core.trials import Trial, preset_toml, run_trial
 
 STARTUP_S = 5.0  # a trial's worker start-up, before measuring (the first trial learns the real figure)
 CONFIRM = 2  # the leaders measured a second time before the pick: one short trial is noisy
@@ -151,3 +153,16 @@ def tune(console: Console, *, preset: str | None, env: str | None, budget: str, 
         raise ConfigError(f"--out {out}: {exc}") from exc
     console.print(f"wrote {out} ({len(result.trials)} trials in {result.seconds:.0f} s). {note}", highlight=False)
     return out
+
+
+def main(*, preset: str | None, env: str | None, budget: str, out: Path | None) -> int:
+    """`cockpit tune` on stdout; returns the exit code (2 on bad input, 130 when interrupted)."""
+    try:
+        tune(output_console(), preset=preset, env=env, budget=budget, out=out, machine=this_machine())
+    except ConfigError as exc:
+        print(f"cockpit tune: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # the trial's workers are already gone (run_trial kills them)
+        print("cockpit tune: interrupted; nothing written", file=sys.stderr)
+        return 130
+    return 0

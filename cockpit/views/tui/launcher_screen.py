@@ -14,10 +14,10 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Static
 
+from cockpit.contract.presets import Preset, PresetError, builtin_names, load
 from cockpit.core.feed import RunSource
 from cockpit.core.host import thread_budget
 from cockpit.core.runs import RecentRun
-from cockpit.presets import Preset, PresetError, builtin_names, load
 
 
 @dataclass(frozen=True)

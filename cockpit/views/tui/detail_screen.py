@@ -15,7 +15,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, Sparkline, Static
 
 from cockpit.core.feed import JobDetail, RunSource, SourceError
-from cockpit.units import num
+from cockpit.views.units import num
 
 REFRESH_S = 2.0
 

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cockpit.envids import UnknownEnvError, backend_for
-from cockpit.presets import Preset, PresetError, load
+from cockpit.contract.envids import UnknownEnvError, backend_for
+from cockpit.contract.presets import Preset, PresetError, load
 
 RUN_LOG = "run.toml"
 MAX_SEED = 2**31 - 1
@@ -16,6 +16,22 @@ MAX_SEED = 2**31 - 1
 
 class ConfigError(ValueError):
     """Input that cannot start a run; the message is one line naming the flag, file or key."""
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """When a crashed job is started again, as data (supervisord's retries, back-off and startsecs).
+
+    The n-th restart in a row waits `backoff_s · 2^(n-1)` seconds, at most `backoff_max_s`. After
+    `max_restarts` restarts in a row the next crash marks the job failed. A job that ran at least
+    `healthy_uptime_s` before it crashed starts its count again: a week-long job that crashes now
+    and then, each time after hours of healthy training, is never failed for it.
+    """
+
+    max_restarts: int = 3
+    healthy_uptime_s: float = 300.0
+    backoff_s: float = 1.0
+    backoff_max_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -34,9 +50,8 @@ class RunSpec:
     timesteps: int
     seed: int
     run_dir: Path
-    max_restarts: int
+    restart: RestartPolicy
     pin: bool
-    headless: bool
     command_line: tuple[str, ...]
 
     @property
@@ -97,8 +112,8 @@ def build_spec(
     run_dir: Path | None,
     max_restarts: int,
     pin: bool,
-    headless: bool,
     command_line: tuple[str, ...],
+    healthy_uptime_s: float = RestartPolicy.healthy_uptime_s,
     resuming: bool = False,
 ) -> RunSpec:
     """Validate the inputs of a run into a RunSpec; raises ConfigError (one line).
@@ -130,8 +145,7 @@ def build_spec(
         timesteps=timesteps or resolved.timesteps,
         seed=seed,
         run_dir=directory,
-        max_restarts=max_restarts,
+        restart=RestartPolicy(max_restarts, healthy_uptime_s),
         pin=pin,
-        headless=headless,
         command_line=command_line,
     )

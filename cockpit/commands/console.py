@@ -1,6 +1,8 @@
-"""The rich Console the command line prints with."""
+"""The rich Console the command line prints with, and whether a terminal is there to take over."""
 
 from __future__ import annotations
+
+import sys
 
 from rich.console import Console
 
@@ -12,3 +14,8 @@ def output_console() -> Console:
     so tables are not truncated in logs and files."""
     console = Console()
     return console if console.is_terminal else Console(width=PIPE_WIDTH)
+
+
+def interactive() -> bool:
+    """True when stdin and stdout are a terminal the TUI can take over."""
+    return sys.stdin.isatty() and sys.stdout.isatty()

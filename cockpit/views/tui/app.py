@@ -12,8 +12,8 @@ import gc
 from textual.app import App
 
 from cockpit.core.feed import Frame, RunSource
-from cockpit.tui.cockpit_screen import CockpitScreen
-from cockpit.tui.launcher_screen import LauncherScreen, Opener
+from cockpit.views.tui.cockpit_screen import CockpitScreen
+from cockpit.views.tui.launcher_screen import LauncherScreen, Opener
 
 
 class CockpitApp(App[Frame | None]):

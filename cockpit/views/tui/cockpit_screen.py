@@ -14,24 +14,23 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
 
+from cockpit.contract.commands import AddJob, ApplyAdvice, Command, KillJob, RestartJob, StopAll, StopJob
+from cockpit.contract.states import JobState
 from cockpit.core.feed import Frame, Replay, RunSource, SourceError
-from cockpit.core.state import RunStatus
-from cockpit.core.supervisor import AddJob, ApplyAdvice, Command, KillJob, RestartJob, StopAll, StopJob
-from cockpit.tui import cpu_panel, gpu_panel
-from cockpit.tui.advice_panel import AdvicePanel
-from cockpit.tui.cpu_panel import CpuPanel
-from cockpit.tui.detail_screen import JobDetailScreen
-from cockpit.tui.gpu_panel import GpuPanel
-from cockpit.tui.help_screen import HelpScreen
-from cockpit.tui.jobs_table import JobsTable
-from cockpit.tui.quit_screen import LEAVE, STOP_ALL, QuitScreen
-from cockpit.tui.replay_bar import ReplayBar
+from cockpit.views.tui import cpu_panel, gpu_panel
+from cockpit.views.tui.advice_panel import AdvicePanel
+from cockpit.views.tui.cpu_panel import CpuPanel
+from cockpit.views.tui.detail_screen import JobDetailScreen
+from cockpit.views.tui.gpu_panel import GpuPanel
+from cockpit.views.tui.help_screen import HelpScreen
+from cockpit.views.tui.jobs_table import JobsTable
+from cockpit.views.tui.quit_screen import LEAVE, STOP_ALL, QuitScreen
+from cockpit.views.tui.replay_bar import ReplayBar
 
 POLL_S = 0.2
 MIN_TOP = 7
 CONTROLS = ("add", "stop", "restart", "kill", "stop_all", "apply_advice", "next_advice")
 SCRUB = ("seek",)
-ENDED = (RunStatus.DONE, RunStatus.FAILED, RunStatus.INTERRUPTED)
 
 
 def _duration(seconds: float) -> str:
@@ -42,7 +41,7 @@ def _duration(seconds: float) -> str:
 def header_line(frame: Frame, *, replay: bool) -> str:
     """The run in one line: preset, env, status, counts, elapsed time and where it lives."""
     state = frame.state
-    counts = "  ".join(f"{state.count(s)} {s}" for s in ("running", "queued", "done", "failed", "stopped")
+    counts = "  ".join(f"{state.count(s)} {s}" for s in (JobState.RUNNING, JobState.QUEUED, JobState.DONE, JobState.FAILED, JobState.STOPPED)
                        if state.count(s))  # fmt: skip
     status = "replay" if replay else state.status.value
     if frame.link_error:
@@ -160,7 +159,7 @@ class CockpitScreen(Screen[None]):
 
     @staticmethod
     def _ended(frame: Frame) -> bool:
-        return frame.link_error is not None or frame.state.status in ENDED
+        return frame.link_error is not None or not frame.state.status.live
 
     def on_unmount(self) -> None:
         for name in self._names.values():

@@ -23,11 +23,11 @@ from typing import Any
 
 import tomli_w
 
-from cockpit.config import ConfigError
+from cockpit.contract.presets import Preset, to_toml
+from cockpit.contract.runspec import ConfigError
 from cockpit.core.advisor import Costs
 from cockpit.core.host import cpu_model
 from cockpit.core.runlog import write_atomic
-from cockpit.presets import Preset, to_toml
 
 if sys.version_info >= (3, 11):
     import tomllib

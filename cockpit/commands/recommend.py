@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from cockpit.config import ConfigError, checked_env
+from cockpit.commands.console import output_console
+from cockpit.contract.presets import Preset, PresetError, load
+from cockpit.contract.runspec import ConfigError, checked_env
 from cockpit.core.advisor import (
     Advice,
     Costs,
@@ -25,11 +28,10 @@ from cockpit.core.advisor import (
     envs_per_core,
     machine_of,
 )
+from cockpit.core.costs import measured_costs
 from cockpit.core.host import host_info
 from cockpit.core.nvml import open_gpu
 from cockpit.core.runlog import read_run_log
-from cockpit.costs import measured_costs
-from cockpit.presets import Preset, PresetError, load
 
 MIB = 1024 * 1024
 
@@ -138,7 +140,7 @@ def costs_for(console: Console, machine: Machine, preset: Preset) -> Costs | Non
 def recommend(console: Console, *, preset: str | None, env: str | None, jobs: int | None, run_dir: Path | None,
               machine: Machine | None = None, probe: bool = True) -> list[Advice]:  # fmt: skip
     """Print the numbers and the advice; returns the advice. ConfigError on bad input. With
-    `probe`, the core budget and n_envs come from measured costs (`cockpit.costs`)."""
+    `probe`, the core budget and n_envs come from measured costs (`cockpit.core.costs`)."""
     machine = machine or this_machine()
     measured = None
     if run_dir is not None:
@@ -164,3 +166,13 @@ def static_pick(machine: Machine, preset: Preset, jobs: int = 2, costs: Costs | 
     probe's `costs`): `recommend`'s pick before any run."""
     changes = {a.setting: a.suggested for a in advise(machine, preset, jobs, costs=costs)}
     return int(changes.get("jobs", jobs)), int(changes.get("n_envs", preset.n_envs))
+
+
+def main(*, preset: str | None, env: str | None, jobs: int | None, run_dir: Path | None, probe: bool) -> int:
+    """`cockpit recommend` on stdout; returns the exit code (2 with one line on bad input)."""
+    try:
+        recommend(output_console(), preset=preset, env=env, jobs=jobs, run_dir=run_dir, probe=probe)
+    except ConfigError as exc:
+        print(f"cockpit recommend: error: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -19,8 +19,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from cockpit.contract.states import JobState
 from cockpit.core.state import JobView, RunState
-from cockpit.units import MIB, mib, num, si
+from cockpit.views.units import MIB, mib, num, si
 
 
 def _stamp(t: float) -> str:
@@ -55,7 +56,7 @@ def job_line(job: JobView, *, with_state: bool = True) -> str:
     if job.phase:
         parts.append(f"{job.phase:<7}")
     parts.append(f"{job.steps:,}/{job.target:,} ({job.fraction:.0%})")
-    if job.sps is not None and job.state in ("running", "stopping"):
+    if job.sps is not None and job.state.stepping:
         parts.append(f"{job.sps:,.0f} sps")
     if job.ep_rew_mean is not None:
         parts.append(f"rew {job.ep_rew_mean:.1f}")
@@ -89,7 +90,6 @@ def jobs_table(state: RunState, width: int = WIDE) -> Table:
     for name, justify in columns:
         if name in keep:
             table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    live = ("running", "stopping")
     for job in state.jobs:
         status = Text(job.state, style={"failed": "bold red", "done": "green", "backoff": "yellow"}.get(job.state, ""))
         steps = f"{job.steps:,}/{job.target:,}" if wide else f"{si(job.steps)}/{si(job.target)}"
@@ -100,7 +100,7 @@ def jobs_table(state: RunState, width: int = WIDE) -> Table:
             "phase": job.phase or "",
             "progress": ProgressBar(total=max(job.target, 1), completed=job.steps, width=20 if wide else 8),
             "steps": steps,
-            "SPS": (num(job.sps) if wide else si(job.sps)) if job.sps is not None and job.state in live else "-",
+            "SPS": (num(job.sps) if wide else si(job.sps)) if job.sps is not None and job.state.stepping else "-",
             "ep_rew": num(job.ep_rew_mean, "{:.1f}"),
             "rst": str(job.restarts),
             "CPU%": num(job.cpu_percent),
@@ -112,10 +112,11 @@ def jobs_table(state: RunState, width: int = WIDE) -> Table:
 
 def summary_lines(state: RunState, run_log: str) -> list[str]:
     """What the run ended with and why, for the last lines on screen."""
-    counts = ", ".join(f"{state.count(s)} {s}" for s in ("done", "failed", "stopped", "queued") if state.count(s))
+    shown = (JobState.DONE, JobState.FAILED, JobState.STOPPED, JobState.QUEUED)
+    counts = ", ".join(f"{state.count(s)} {s}" for s in shown if state.count(s))
     lines = [f"run {state.status.value}: {counts} ({len(state.jobs)} jobs, {state.now - state.started_at:,.0f} s)"]
     for job in state.jobs:
-        if job.state != "done":
+        if job.state is not JobState.DONE:
             why = job.error or job.exit_reason or "not started"
             lines.append(f"  job {job.id} (seed {job.seed}) {job.state} at {job.steps:,}/{job.target:,} steps: {why}")
     lines.append(f"run log: {run_log}")
@@ -179,7 +180,7 @@ class HeadlessView:
         if now - self._last_plain >= self.every_s:
             self._last_plain = now
             for job in state.jobs:
-                if job.state in ("running", "stopping"):
+                if job.state.stepping:
                     self._emit(f"{_stamp(now)} [job {job.id}] {job_line(job)}")
             self._emit(f"{_stamp(now)} [system] {system_line(state)}")
 

@@ -5,26 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cockpit.background import attach_when_ready, spawn
-from cockpit.config import ConfigError, build_spec
-from cockpit.core.control import AttachSource
+from cockpit.contract.runspec import ConfigError, build_spec
+from cockpit.core.background import attach_when_ready, headless_argv, spawn
 from cockpit.core.feed import RunSource, SourceError
 from cockpit.core.host import host_info
-from cockpit.core.replay import open_replay
-from cockpit.core.runs import RecentRun, recent_runs
-from cockpit.tui.launcher_screen import LaunchChoice, LaunchError
+from cockpit.core.runs import RecentRun, open_run, recent_runs
+from cockpit.views.tui.launcher_screen import LaunchChoice, LaunchError
 
 RUNS = Path("runs")
-
-
-def open_run(run_dir: Path) -> RunSource:
-    """A live run's socket, or a replay of a finished one; SourceError when it is neither."""
-    try:
-        return AttachSource.connect(run_dir)
-    except SourceError as live_error:
-        if not (run_dir / "run.toml").exists():
-            raise live_error from None
-    return open_replay(run_dir)
 
 
 class LocalOpener:
@@ -36,19 +24,18 @@ class LocalOpener:
 
     def start(self, choice: LaunchChoice) -> RunSource:
         """Validate, spawn, attach; LaunchError (one line) on bad input or a run that dies early."""
+        # run.toml records the `cockpit run` line that would have started the same run.
+        typed = ["cockpit", "run", "--jobs", str(choice.jobs), "--preset", choice.preset]
+        typed += ["--env", choice.env] if choice.env else []
+        typed += ["--timesteps", str(choice.timesteps)] if choice.timesteps else []
         try:
             spec = build_spec(jobs=choice.jobs, agents=None, preset=choice.preset, env=choice.env,
                               timesteps=choice.timesteps, seed=0, run_dir=None, max_restarts=3, pin=False,
-                              headless=True, command_line=("cockpit",))  # fmt: skip
+                              command_line=tuple(typed))  # fmt: skip
         except ConfigError as exc:
             raise LaunchError(str(exc)) from None
-        args = ["--jobs", str(choice.jobs), "--preset", choice.preset, "--run-dir", str(spec.run_dir)]
-        if choice.env:
-            args += ["--env", choice.env]
-        if choice.timesteps:
-            args += ["--timesteps", str(choice.timesteps)]
         try:
-            return attach_when_ready(spawn(args, spec.run_dir))
+            return attach_when_ready(spawn(headless_argv(spec), spec.run_dir))
         except SourceError as exc:
             raise LaunchError(str(exc)) from None
 

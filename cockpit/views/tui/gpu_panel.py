@@ -10,13 +10,12 @@ from rich.text import Text
 
 from cockpit.core.feed import WINDOW_S, Frame
 from cockpit.core.state import JobView
-from cockpit.tui.lines import LinesWidget
-from cockpit.tui.timeaxis import LaneCells, bar_rows, bucket_max
-from cockpit.units import GIB, num
+from cockpit.views.tui.lines import LinesWidget
+from cockpit.views.tui.timeaxis import LaneCells, bar_rows, bucket_max
+from cockpit.views.units import GIB, num
 
 LABEL_W = 5
 UTIL_ROWS = 3
-LANE_STATES = ("starting", "running", "stopping")
 SETTLE_S = 2.0  # phase events reach a viewer within a poll or two; older buckets no longer change
 PHASE_CHARS = {"rollout": "░", "train": "█"}
 
@@ -24,7 +23,7 @@ PHASE_CHARS = {"rollout": "░", "train": "█"}
 def lane_jobs(frame: Frame) -> list[JobView]:
     """The jobs that get a lane: those running now, and those that ran within the window."""
     return [job for job in frame.state.jobs
-            if job.state in LANE_STATES or any(phase for _, phase in frame.phases.get(job.id, ()))]  # fmt: skip
+            if job.state.live or any(phase for _, phase in frame.phases.get(job.id, ()))]  # fmt: skip
 
 
 def rows_needed(frame: Frame) -> int:

@@ -16,8 +16,8 @@ from textual.binding import Binding
 from textual.message import Message
 
 from cockpit.core.state import JobView, RunState
-from cockpit.tui.lines import LinesWidget
-from cockpit.units import mib, num, si
+from cockpit.views.tui.lines import LinesWidget
+from cockpit.views.units import mib, num, si
 
 WIDE = 110
 GAP = "  "
@@ -33,7 +33,7 @@ STATUS_CLASS = {"failed": "error", "backoff": "warning", "done": "success", "sto
 
 def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
     """A job's row, keyed by column."""
-    live = job.state in ("running", "stopping")
+    live = job.state.stepping
     steps = f"{job.steps:,}/{job.target:,}" if wide else f"{si(job.steps)}/{si(job.target)}"
     return {
         "id": job.id,

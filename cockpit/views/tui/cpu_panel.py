@@ -5,9 +5,9 @@ from __future__ import annotations
 from rich.text import Text
 
 from cockpit.core.feed import Frame
-from cockpit.tui.lines import LinesWidget
-from cockpit.tui.timeaxis import bar_rows, hbar
-from cockpit.units import GIB, num
+from cockpit.views.tui.lines import LinesWidget
+from cockpit.views.tui.timeaxis import bar_rows, hbar
+from cockpit.views.units import GIB, num
 
 LABEL_W = 6
 CORE_ROWS_MAX = 4  # more cores than this are drawn as a strip of vertical bars

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from cockpit.config import ConfigError
-from cockpit.console import output_console
+from cockpit.commands.console import output_console
+from cockpit.contract.events import EVENTS_FILE, read_events
+from cockpit.contract.runspec import ConfigError
 from cockpit.core.runlog import open_run_log
-from training.events import EVENTS_FILE, read_events
 
 
 def load(run_dir: Path) -> dict[str, Any]:
@@ -87,3 +88,13 @@ def print_report(run_dir: Path, console: Console | None = None) -> None:
         console.print(f"time with at least one job training: {util['train_share']:.0%}")
     for warning in log.get("warnings", []):
         console.print(f"[yellow]warning:[/] {warning}")
+
+
+def main(run_dir: Path) -> int:
+    """`cockpit report` on stdout; returns the exit code (2 with one line for no readable run)."""
+    try:
+        print_report(run_dir)
+    except ConfigError as exc:
+        print(f"cockpit report: error: {exc}", file=sys.stderr)
+        return 2
+    return 0

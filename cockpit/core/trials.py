@@ -29,11 +29,11 @@ from typing import Any
 
 import psutil
 
+from cockpit.contract.events import EVENTS_FILE, EventTail
+from cockpit.contract.presets import Preset, to_toml
 from cockpit.core.host import thread_budget
 from cockpit.core.nvml import GpuReader
 from cockpit.core.search import Config
-from cockpit.presets import Preset, to_toml
-from training.events import EVENTS_FILE, EventTail
 
 START_TIMEOUT_S = 120.0
 POLL_S = 0.2

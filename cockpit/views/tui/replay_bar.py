@@ -7,7 +7,7 @@ import time
 from rich.text import Text
 from textual.widget import Widget
 
-from cockpit.tui.timeaxis import hbar
+from cockpit.views.tui.timeaxis import hbar
 
 
 def _clock(t: float) -> str:

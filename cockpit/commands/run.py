@@ -1,0 +1,149 @@
+"""`cockpit run`: validate a run, then supervise it here (headless) or in the background under
+the cockpit.
+
+On a terminal the run is started as `cockpit run --headless` in its own session and the TUI
+attaches to it, so quitting the viewer leaves the jobs training. Piped, under nohup or with
+`--headless`, this process is the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from typing import TYPE_CHECKING, Protocol
+
+from cockpit.commands.console import interactive
+from cockpit.contract.runspec import ConfigError, RunSpec, build_spec
+from cockpit.core.feed import RunSource
+from cockpit.core.nvml import GpuReader
+from cockpit.core.session import View
+
+if TYPE_CHECKING:
+    from cockpit.core.advisor import Costs
+    from cockpit.core.autotune import AutoTuner
+
+
+class FrontEnds(Protocol):
+    """The views a command hands a run to; the command line supplies them (views sit above commands)."""
+
+    def headless(self) -> View:
+        """The plain view: a live table on a terminal, timestamped lines otherwise."""
+        ...
+
+    def watch(self, source: RunSource, *, who: str) -> int:
+        """The cockpit on `source` until the user quits; returns the exit code to end with."""
+        ...
+
+
+def _typed(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """What the user typed: `--typed` when a terminal `cockpit run` started this one, else argv;
+    None when `--typed` is not a JSON list of strings."""
+    if args.typed is None:
+        return ("cockpit", *sys.argv[1:]) if args.argv is None else ("cockpit", *args.argv)
+    try:
+        typed = json.loads(args.typed)
+    except json.JSONDecodeError:
+        return None
+    ok = isinstance(typed, list) and typed and all(isinstance(word, str) for word in typed)
+    return tuple(typed) if ok else None
+
+
+def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[str, ...]) -> RunSpec:
+    """The validated run the flags ask for; ConfigError (one line) on bad input."""
+    from cockpit.core.runlog import read_run_log
+    from cockpit.core.session import resume_spec_args
+
+    if args.resume is None:
+        preset = args.preset or ("heavy" if gpu is not None else "cartpole")
+        return build_spec(
+            jobs=args.jobs or (1 if args.auto else 2), agents=args.agents, preset=preset, env=args.env,
+            timesteps=args.timesteps, seed=args.seed, run_dir=args.run_dir, max_restarts=args.max_restarts,
+            pin=args.pin, command_line=command_line,
+        )  # fmt: skip
+    fixed = [flag for flag, value in (("--agents", args.agents), ("--preset", args.preset), ("--env", args.env),
+             ("--timesteps", args.timesteps), ("--run-dir", args.run_dir)) if value is not None]  # fmt: skip
+    if fixed:
+        raise ConfigError(f"--resume continues a run with its recorded settings; drop {', '.join(fixed)}")
+    try:
+        spec_args = resume_spec_args(args.resume, read_run_log(args.resume))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ConfigError(f"--resume {args.resume}: no usable run.toml there ({exc!r})") from exc
+    if args.jobs is not None:
+        spec_args["jobs"] = args.jobs
+    return build_spec(**spec_args, command_line=command_line, resuming=True)
+
+
+def main(args: argparse.Namespace, front: FrontEnds) -> int:
+    """Carry out `cockpit run` as parsed; returns the exit code (0 done, 1 failed, 2 bad input,
+    128 + the signal when interrupted)."""
+    from cockpit.core.nvml import open_gpu
+    from cockpit.core.session import RunSession, exit_code
+    from cockpit.core.telemetry import Sampler
+
+    command_line = _typed(args)
+    if command_line is None:
+        print("cockpit run: error: --typed: give the command line as a JSON list of strings", file=sys.stderr)
+        return 2
+    headless = args.headless or not interactive()
+    gpu, gpu_status = open_gpu()
+    try:
+        spec = _spec(args, gpu, command_line)
+    except ConfigError as exc:
+        if gpu is not None:
+            gpu.close()
+        print(f"cockpit run: error: {exc}", file=sys.stderr)
+        return 2
+    if not headless:
+        if gpu is not None:
+            gpu.close()
+        return _run_in_background(spec, args, front)
+    auto = _auto_tuner(spec, gpu, args.auto_window) if args.auto else None
+    session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), resume=args.resume is not None, auto=auto,
+                         costs=_cached_costs(spec, gpu))  # fmt: skip
+    try:
+        state = session.run(front.headless())
+    except ConfigError as exc:
+        print(f"cockpit run: error: {exc}", file=sys.stderr)
+        return 2
+    return exit_code(state, session.supervisor.interrupt_signal)
+
+
+def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:
+    """The costs `recommend` or `tune` measured for this run's preset on this machine, if any:
+    a run never waits for a probe."""
+    from cockpit.core.costs import cached_costs
+
+    return cached_costs(dataclasses.replace(spec.preset, env=spec.env), gpu.info.name if gpu is not None else None)
+
+
+def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float) -> AutoTuner:
+    """The --auto loop for this machine: capped by the cores the preset's envs need."""
+    from cockpit.core.advisor import envs_per_core, max_jobs_for_cores
+    from cockpit.core.autotune import AutoTuner
+    from cockpit.core.clock import SystemClock
+    from cockpit.core.host import host_info
+
+    preset = dataclasses.replace(spec.preset, env=spec.env)
+    cores = host_info().physical_cores
+    return AutoTuner(SystemClock(), max_slots=max_jobs_for_cores(preset, cores), n_envs=preset.n_envs,
+                     env_capacity=envs_per_core(spec.env) * cores,
+                     gpu_memory_bytes=gpu.info.memory_total_bytes if gpu is not None else None,
+                     window_s=window_s, settle_s=window_s / 3)  # fmt: skip
+
+
+def _run_in_background(spec: RunSpec, args: argparse.Namespace, front: FrontEnds) -> int:
+    """Start the validated run in the background and open the cockpit on it."""
+    from cockpit.core.background import attach_when_ready, headless_argv, spawn
+    from cockpit.core.feed import SourceError
+
+    argv = headless_argv(spec, resume=args.resume is not None, auto_window_s=args.auto_window if args.auto else None)
+    run = spawn(argv, spec.run_dir)
+    print(f"cockpit run: starting {spec.agents} job(s) in {spec.run_dir} (log: {run.log})", file=sys.stderr)
+    try:
+        source = attach_when_ready(run)
+    except SourceError as exc:
+        print(f"cockpit run: error: {exc}", file=sys.stderr)
+        return 2
+    return front.watch(source, who="cockpit run")

@@ -1,0 +1,127 @@
+"""The worker's arguments: one type, to and from its command line, and its environment contract.
+
+Everything that starts a worker (the supervisor, tune's trials, a user by hand) builds a
+`WorkerArgs` and turns it into argv with `to_argv`; the worker turns argv back into the same type
+with `parse`. The parser lives here so the flags, their defaults and their help have one home.
+
+The launcher and the worker also agree on two environment variables: `PARENT_PID_ENV` (the
+supervising process, whose death the worker follows) and `THREAD_ENV_VARS` (native thread pools
+pinned to one thread before numpy or torch load).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, cast
+
+from cockpit.contract.arguments import ArgumentParser, non_negative_int, positive_int
+from cockpit.contract.presets import builtin_names
+
+WORKER_MODULE = "training.worker"
+PARENT_PID_ENV = "COCKPIT_PARENT_PID"
+THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+
+DeviceRequest = Literal["auto", "cpu", "cuda"]
+DEVICES: tuple[DeviceRequest, ...] = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class WorkerArgs:
+    """One worker's command line, as data. None means "the worker's default"."""
+
+    job_dir: Path
+    preset: str = "cartpole"
+    env: str | None = None
+    timesteps: int | None = None
+    seed: int = 0
+    device: DeviceRequest = "auto"
+    threads: int | None = None
+    torch_threads: int = 1
+
+    def to_argv(self) -> tuple[str, ...]:
+        """The flags after `python -m training.worker`; `parse(to_argv())` gives this back."""
+        argv = ["--preset", self.preset]
+        if self.env is not None:
+            argv += ["--env", self.env]
+        if self.timesteps is not None:
+            argv += ["--timesteps", str(self.timesteps)]
+        argv += ["--job-dir", str(self.job_dir), "--seed", str(self.seed)]
+        if self.device != "auto":
+            argv += ["--device", self.device]
+        if self.threads is not None:
+            argv += ["--threads", str(self.threads)]
+        if self.torch_threads != 1:
+            argv += ["--torch-threads", str(self.torch_threads)]
+        return tuple(argv)
+
+    def command(self, python: str) -> list[str]:
+        """The whole command line that runs this worker with the interpreter `python`."""
+        return [python, "-m", WORKER_MODULE, *self.to_argv()]
+
+    @classmethod
+    def parse(cls, argv: Sequence[str] | None = None) -> WorkerArgs:
+        """The worker's arguments from argv (sys.argv[1:] when None); bad input prints one line
+        naming the flag and exits 2."""
+        ns = build_parser().parse_args(None if argv is None else list(argv))
+        return cls(
+            job_dir=ns.job_dir,
+            preset=ns.preset,
+            env=ns.env,
+            timesteps=ns.timesteps,
+            seed=ns.seed,
+            device=cast(DeviceRequest, ns.device),
+            threads=ns.threads,
+            torch_threads=ns.torch_threads,
+        )
+
+
+def build_parser() -> ArgumentParser:
+    """The worker's command line, with its help."""
+    parser = ArgumentParser(
+        prog=f"python -m {WORKER_MODULE}",
+        description="Train one PPO agent (stable-baselines3 on envpool) and report to the cockpit "
+        "through DIR/events.jsonl. Re-running on the same --job-dir resumes from its newest checkpoint.",
+        epilog=f"Example: python -m {WORKER_MODULE} --preset cartpole --timesteps 100000 --job-dir runs/demo",
+    )
+    parser.add_argument(
+        "--preset",
+        default="cartpole",
+        metavar="P",
+        help=f"built-in preset ({', '.join(builtin_names())}) or a path to a .toml file (default: cartpole)",
+    )
+    parser.add_argument(
+        "--env", metavar="ENV", help="environment id, e.g. CartPole-v1 or Pong-v5 (default: the preset's env)"
+    )
+    parser.add_argument(
+        "--timesteps",
+        type=positive_int,
+        metavar="T",
+        help="total environment steps to train for, across restarts (default: the preset's timesteps)",
+    )
+    parser.add_argument(
+        "--job-dir",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="where events.jsonl and checkpoints/ go; the newest checkpoint is the final model",
+    )
+    parser.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="random seed (default: 0)")
+    parser.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="torch device; auto picks cuda when available (default: auto)",
+    )
+    parser.add_argument(
+        "--threads", type=positive_int, metavar="K", help="envpool worker threads (default: min(n_envs, usable CPUs))"
+    )
+    parser.add_argument(
+        "--torch-threads",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="torch intra-op threads (default: 1, so parallel jobs do not oversubscribe)",
+    )
+    return parser
