@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cockpit.contract.events import Event
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OUTPUT_TAIL_CHARS = 4000
 BUSY_LOAD = 0.5  # a 1-minute load average above this before a benchmark starts gets a warning
@@ -134,11 +136,13 @@ def worker_argv(
     preset: str, timesteps: int, job_dir: Path | str, *, seed: int, threads: int | None, torch_threads: int, device: str
 ) -> list[str]:
     """The `training.worker` command-line arguments for one run (shared by worker and bare runs)."""
-    argv = ["--preset", preset, "--timesteps", str(timesteps), "--job-dir", str(job_dir)]
-    argv += ["--seed", str(seed), "--torch-threads", str(torch_threads), "--device", device]
-    if threads is not None:
-        argv += ["--threads", str(threads)]
-    return argv
+    from cockpit.contract.workerargs import DEVICES, WorkerArgs
+
+    if device not in DEVICES:
+        raise BenchmarkError(f"--device {device}: expected one of {', '.join(DEVICES)}")
+    args = WorkerArgs(Path(job_dir), preset=preset, timesteps=timesteps, seed=seed, device=device,  # type: ignore[arg-type]
+                      threads=threads, torch_threads=torch_threads)  # fmt: skip
+    return list(args.to_argv())
 
 
 def run_worker(
@@ -151,13 +155,13 @@ def run_worker(
     device: str = "auto",
     job_root: Path | None = None,
     timeout: float | None = None,
-) -> list[dict[str, Any]]:
+) -> list[Event]:
     """Run `python -m training.worker` to completion in a fresh job dir and return its events.
 
     The job dir (with its checkpoints) is made under `job_root` (default: the system temp dir)
     and deleted afterwards. Raises `BenchmarkError` unless the run ends with `finished: done`.
     """
-    from cockpit.contract.events import EVENTS_FILE, read_events
+    from cockpit.contract.events import EVENTS_FILE, FinishedEvent, of_kind, read_events
 
     if job_root is not None:
         job_root.mkdir(parents=True, exist_ok=True)
@@ -168,8 +172,8 @@ def run_worker(
         )
         output = _run([sys.executable, "-m", "training.worker", *argv], timeout=timeout, what="training.worker")
         events = read_events(job_dir / EVENTS_FILE)
-    finished = [e for e in events if e["kind"] == "finished"]
-    if not finished or finished[-1].get("status") != "done":
+    finished = of_kind(events, FinishedEvent)
+    if not finished or finished[-1].status != "done":
         raise BenchmarkError(f"training.worker did not finish its run:\n{output[-OUTPUT_TAIL_CHARS:]}")
     return events
 
@@ -187,42 +191,43 @@ class Throughput:
         return self.steps / self.seconds if self.seconds > 0 else 0.0
 
 
-def worker_throughput(events: list[dict[str, Any]]) -> Throughput:
+def worker_throughput(events: list[Event]) -> Throughput:
     """The whole run's throughput: `finished.steps` over `finished.t - started.t`."""
-    started = next(e for e in events if e["kind"] == "started")
-    finished = next(e for e in reversed(events) if e["kind"] == "finished")
-    return Throughput(int(finished["steps"]), float(finished["t"]) - float(started["t"]))
+    from cockpit.contract.events import FinishedEvent, StartedEvent, of_kind
+
+    started = of_kind(events, StartedEvent)[0]
+    finished = of_kind(events, FinishedEvent)[-1]
+    return Throughput(finished.steps, finished.t - started.t)
 
 
-def checkpoint_seconds(events: list[dict[str, Any]]) -> float:
+def checkpoint_seconds(events: list[Event]) -> float:
     """Time the worker spent writing checkpoints, estimated from its events.
 
     The callback emits a `progress` event right before each periodic checkpoint, as does the
     worker before its final one, so each `checkpoint` event's distance from the event before it
     is (to within a write) the time that checkpoint took.
     """
-    return sum(
-        float(cur["t"]) - float(prev["t"]) for prev, cur in itertools.pairwise(events) if cur["kind"] == "checkpoint"
-    )
+    return sum(cur.t - prev.t for prev, cur in itertools.pairwise(events) if cur.kind == "checkpoint")
 
 
-def rollout_throughput(events: list[dict[str, Any]], *, skip: int = 0) -> Throughput:
+def rollout_throughput(events: list[Event], *, skip: int = 0) -> Throughput:
     """Rollout-phase throughput: steps collected over time spent, summed over rollout phases.
 
     A rollout phase runs from its `phase: rollout` event to the next `phase: train` event; its
     steps are the difference of their `num_timesteps`. A rollout not closed by a train phase
     (cut short by the target or a stop) is left out, as are the first `skip` rollouts (warm-up).
     """
-    phases = [e for e in events if e["kind"] == "phase"]
+    from cockpit.contract.events import PhaseEvent, of_kind
+
     steps, seconds, seen = 0, 0.0, 0
-    for start, end in itertools.pairwise(phases):
-        if start["phase"] != "rollout" or end["phase"] != "train":
+    for start, end in itertools.pairwise(of_kind(events, PhaseEvent)):
+        if start.phase != "rollout" or end.phase != "train":
             continue
         seen += 1
         if seen <= skip:
             continue
-        steps += int(end["num_timesteps"]) - int(start["num_timesteps"])
-        seconds += float(end["t"]) - float(start["t"])
+        steps += end.num_timesteps - start.num_timesteps
+        seconds += end.t - start.t
     return Throughput(steps, seconds)
 
 

@@ -49,6 +49,7 @@ from benchmarks.common import (
     warn_if_busy,
     whole_rollouts,
 )
+from cockpit.contract.events import PhaseEvent, of_kind
 
 PONG_PRESET = """\
 description = "benchmark only: a short Pong-v5 run for rollout-phase SPS"
@@ -110,7 +111,8 @@ def measure(case: Case, args: argparse.Namespace) -> Result:
         for side in ("rollout", "raw") if i % 2 == 0 else ("raw", "rollout"):
             if side == "rollout":
                 events = run_worker(case.preset, case.timesteps, seed=args.seed, threads=threads)
-                rollouts = sum(1 for e in events if e["kind"] == "phase" and e["phase"] == "train") - args.skip_rollouts
+                trains = sum(1 for e in of_kind(events, PhaseEvent) if e.phase == "train")
+                rollouts = trains - args.skip_rollouts
                 sps = rollout_throughput(events, skip=args.skip_rollouts).sps
                 rollout_sps.append(sps)
             else:

@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from benchmarks.common import load_caption, print_table, warn_if_busy
-from cockpit.core.runlog import read_run_log
+from cockpit.contract.runrecord import read
 
 
 def cpu_seconds(proc: psutil.Process) -> float:
@@ -55,10 +55,9 @@ def main() -> int:
         cpu1, t1 = cpu_seconds(me), time.monotonic()
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
-        log = read_run_log(run_dir)
+        log = read(run_dir)
     per_minute = (cpu1 - cpu0) / (t1 - t0) * 60
-    util = log["utilization"]
-    tick_ms = util.get("sampler_cost_ms_mean")
+    tick_ms = log.utilization.sampler_cost_ms_mean if log.utilization is not None else None
     sampler_per_minute = tick_ms / 1000 * 5 * 60 if tick_ms is not None else None
     print_table(
         "Cockpit process CPU while supervising 2 jobs (headless, 5 Hz)",
@@ -74,7 +73,7 @@ def main() -> int:
             ]
         ],
         text_columns=1,
-        caption=load_caption(before) + f" GPU telemetry: {log['gpu'].get('telemetry')}.",
+        caption=load_caption(before) + f" GPU telemetry: {log.gpu.telemetry if log.gpu else '-'}.",
     )
     return 0
 

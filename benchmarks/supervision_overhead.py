@@ -25,7 +25,9 @@ from pathlib import Path
 import psutil
 
 from benchmarks.common import Summary, fmt_ratio, fmt_sps, load_caption, log, print_table, warn_if_busy
-from cockpit.contract.events import EVENTS_FILE, read_events
+from cockpit.contract.events import EVENTS_FILE, FinishedEvent, StartedEvent, of_kind, read_events
+from cockpit.contract.rundir import RunDir
+from cockpit.contract.workerargs import WorkerArgs
 
 JOBS = 2
 
@@ -35,10 +37,10 @@ def aggregate_sps(job_dirs: list[Path]) -> float:
     starts, ends, steps = [], [], 0
     for job_dir in job_dirs:
         events = read_events(job_dir / EVENTS_FILE)
-        starts.append(next(e["t"] for e in events if e["kind"] == "started"))
-        finished = next(e for e in reversed(events) if e["kind"] == "finished")
-        ends.append(finished["t"])
-        steps += int(finished["steps"])
+        starts.append(of_kind(events, StartedEvent)[0].t)
+        finished = of_kind(events, FinishedEvent)[-1]
+        ends.append(finished.t)
+        steps += finished.steps
     return steps / (max(ends) - min(starts))
 
 
@@ -48,7 +50,7 @@ def cockpit_side(preset: str, timesteps: int, seed: int, root: Path) -> float:
     cmd = [sys.executable, "-m", "cockpit", "run", "--headless", "--jobs", str(JOBS), "--preset", preset,
            "--timesteps", str(timesteps), "--seed", str(seed), "--run-dir", str(run_dir)]  # fmt: skip
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return aggregate_sps([run_dir / "jobs" / f"{i:03d}" for i in range(JOBS)])
+    return aggregate_sps([RunDir(run_dir).job(f"{i:03d}").path for i in range(JOBS)])
 
 
 def bare_side(preset: str, timesteps: int, seed: int, root: Path, threads: int) -> float:
@@ -56,21 +58,9 @@ def bare_side(preset: str, timesteps: int, seed: int, root: Path, threads: int) 
     job_dirs = [root / f"bare-{i}" for i in range(JOBS)]
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "training.worker",
-                "--preset",
-                preset,
-                "--timesteps",
-                str(timesteps),
-                "--job-dir",
-                str(job_dir),
-                "--seed",
-                str(seed + i),
-                "--threads",
-                str(threads),
-            ],
+            WorkerArgs(job_dir, preset=preset, timesteps=timesteps, seed=seed + i, threads=threads).command(
+                sys.executable
+            ),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

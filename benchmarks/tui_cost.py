@@ -36,6 +36,7 @@ from pathlib import Path
 import psutil
 
 from benchmarks.common import fmt_ratio, load_caption, log, print_table, warn_if_busy
+from cockpit.contract.rundir import RunDir
 
 CPU_GOAL_PERCENT = 5.0
 LATENCY_GOAL_MS = 100.0
@@ -90,7 +91,7 @@ def start_run(run_dir: Path, *args: str) -> subprocess.Popen[bytes]:
 
 def attach(name: str, run_dir: Path) -> Terminal:
     """`cockpit attach` in a fresh terminal, once the run answers and its jobs run."""
-    wait(lambda: (run_dir / "cockpit.sock").exists(), 60, "the run's control socket")
+    wait(lambda: RunDir(run_dir).socket.exists(), 60, "the run's control socket")
     term = Terminal(name, f"{sys.executable} -m cockpit attach {run_dir}")
     wait(lambda: term.screen().count(" running ") >= 4, 120, "4 running jobs on screen")
     return term

@@ -131,7 +131,7 @@ def measure(preset: str, timesteps: int, args: argparse.Namespace) -> Result:
                 run = worker_throughput(events)
                 sps = run.sps
                 worker_sps.append(sps)
-                checkpoints = sum(1 for e in events if e["kind"] == "checkpoint")
+                checkpoints = sum(1 for e in events if e.kind == "checkpoint")
                 ckpt = checkpoint_seconds(events)
                 checkpoint_share.append(ckpt / run.seconds)
                 without_checkpoints.append(Throughput(run.steps, run.seconds - ckpt).sps)

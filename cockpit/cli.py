@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cockpit.contract.arguments import ArgumentParser, non_negative_int, positive_int
+from cockpit.contract.arguments import ArgumentParser, non_negative_int, positive_float, positive_int
 
 if TYPE_CHECKING:
     from cockpit.views.frontends import TerminalFrontEnds
@@ -133,7 +133,16 @@ def build_parser() -> ArgumentParser:
         type=non_negative_int,
         default=3,
         metavar="K",
-        help="restarts of a crashed job before it is marked failed (default: 3; back-off 1 s, 2 s, 4 s...)",
+        help="restarts in a row of a crashed job before it is marked failed (default: 3; back-off 1 s, 2 s, "
+        "4 s... up to 60 s); see --healthy-uptime",
+    )
+    run.add_argument(
+        "--healthy-uptime",
+        type=positive_float,
+        default=300.0,  # RestartPolicy.healthy_uptime_s, spelled out: importing runspec here slows every command
+        metavar="S",
+        help="seconds after which a crash no longer counts as a crash loop: a crashed job that had run this "
+        "long restarts with a fresh count of --max-restarts (default: 300)",
     )
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run's unfinished jobs")
     run.set_defaults(func=_cmd_run)

@@ -14,7 +14,7 @@ from typing import Any
 import psutil
 
 from cockpit.contract.events import read_events
-from cockpit.core.runlog import read_run_log
+from cockpit.contract.runrecord import RunRecord, read
 
 SMALL_PRESET = """
 env = "CartPole-v1"
@@ -48,8 +48,8 @@ class Cockpit:
     def events(self, job_id: str) -> list[dict[str, Any]]:
         return read_events(self.run_dir / "jobs" / job_id / "events.jsonl")
 
-    def run_log(self) -> dict[str, Any]:
-        return read_run_log(self.run_dir)
+    def run_log(self) -> RunRecord:
+        return read(self.run_dir)
 
     def workers(self) -> list[psutil.Process]:
         """The cockpit's live worker processes (its direct children)."""
@@ -99,10 +99,10 @@ def last_steps(events: list[dict[str, Any]]) -> int:
     """The newest step count in a job's events."""
     steps = 0
     for e in events:
-        if e["kind"] in ("phase", "progress"):
-            steps = e["num_timesteps"]
-        elif e["kind"] == "finished":
-            steps = e["steps"]
+        if e.kind in ("phase", "progress"):
+            steps = e.num_timesteps
+        elif e.kind == "finished":
+            steps = e.steps
     return steps
 
 

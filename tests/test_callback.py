@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cockpit.contract.events import EventWriter, read_events
+from cockpit.contract.events import E, EventWriter, PhaseEvent, read_events
 from training.callback import CockpitCallback
 from training.stopping import StopFlag, StopRequested
 
@@ -25,18 +25,18 @@ def run(tmp_path: Path, model: Any, total: int, **kwargs: Any) -> tuple[CockpitC
 def test_phases_alternate_and_progress_carries_losses(tmp_path: Path, tiny_ppo) -> None:
     model = tiny_ppo()
     _, events = run(tmp_path, model, 3 * ROLLOUT, progress_interval=3600, started_extra={"config": {"x": 1}})
-    assert events[0]["kind"] == "started" and events[0]["config"] == {"x": 1} and events[0]["device"] == "cpu"
-    phases = [e for e in events if e["kind"] == "phase"]
-    assert [p["phase"] for p in phases] == ["rollout", "train"] * 3
-    assert [p["num_timesteps"] for p in phases] == [0, 64, 64, 128, 128, 192]
-    assert all(a["t"] <= b["t"] for a, b in itertools.pairwise(events))
-    progress = [e for e in events if e["kind"] == "progress"]
+    assert events[0].kind == "started" and events[0].config == {"x": 1} and events[0].device == "cpu"
+    phases = [e for e in events if e.kind == "phase"]
+    assert [p.phase for p in phases] == ["rollout", "train"] * 3
+    assert [p.num_timesteps for p in phases] == [0, 64, 64, 128, 128, 192]
+    assert all(a.t <= b.t for a, b in itertools.pairwise(events))
+    progress = [e for e in events if e.kind == "progress"]
     assert len(progress) == 2  # at the start of rollouts 2 and 3, after each train phase
     assert {"value_loss", "policy_gradient_loss", "entropy_loss", "approx_kl", "clip_fraction"} <= set(
-        progress[0]["losses"]
+        progress[0].losses
     )
-    assert progress[0]["num_timesteps"] == 64 and progress[0]["sps"] > 0
-    assert progress[-1]["episodes"] > 0 and progress[-1]["ep_rew_mean"] > 0
+    assert progress[0].num_timesteps == 64 and progress[0].sps > 0
+    assert progress[-1].episodes > 0 and progress[-1].ep_rew_mean > 0
 
 
 def test_target_mid_rollout_stops_exactly(tmp_path: Path, tiny_ppo) -> None:
@@ -49,7 +49,7 @@ def test_target_on_a_rollout_boundary_still_trains_that_rollout(tmp_path: Path, 
     model = tiny_ppo()
     _, events = run(tmp_path, model, 3 * ROLLOUT)
     assert model.num_timesteps == 3 * ROLLOUT
-    assert [e["phase"] for e in events if e["kind"] == "phase"].count("train") == 3
+    assert [e.phase for e in events if e.kind == "phase"].count("train") == 3
     assert model._n_updates == 3 * 2  # SB3 counts epochs: 3 updates x 2 epochs
 
 
@@ -58,10 +58,10 @@ def test_stop_mid_rollout_ends_learning_at_the_next_step(tmp_path: Path, tiny_pp
     stop = StopFlag()
 
     class StopAtStep(EventWriter):
-        def emit(self, kind: Any, **fields: Any) -> dict:
-            if kind == "phase" and fields["phase"] == "rollout" and fields["num_timesteps"] == ROLLOUT:
+        def emit(self, event: E) -> E:
+            if isinstance(event, PhaseEvent) and event.phase == "rollout" and event.num_timesteps == ROLLOUT:
                 stop.request("SIGTERM")
-            return super().emit(kind, **fields)
+            return super().emit(event)
 
     callback = CockpitCallback(StopAtStep(tmp_path / "events.jsonl"), stop=stop)
     model.learn(10 * ROLLOUT, callback=callback)
@@ -75,10 +75,10 @@ def test_stop_during_training_raises_after_the_current_optimizer_step(tmp_path: 
     model.policy.optimizer.register_step_post_hook(lambda *_: steps.append(1))
 
     class StopInTrain(EventWriter):
-        def emit(self, kind: Any, **fields: Any) -> dict:
-            if kind == "phase" and fields["phase"] == "train":
+        def emit(self, event: E) -> E:
+            if isinstance(event, PhaseEvent) and event.phase == "train":
                 stop.request("SIGTERM")
-            return super().emit(kind, **fields)
+            return super().emit(event)
 
     callback = CockpitCallback(StopInTrain(tmp_path / "events.jsonl"), stop=stop)
     with pytest.raises(StopRequested, match="SIGTERM"):
@@ -101,4 +101,4 @@ def test_periodic_checkpoints_come_after_training(tmp_path: Path, tiny_ppo) -> N
     # Checked at each rollout start: first at or past 100 steps, then past 200, 300.
     assert [s for s, _ in saved] == [128, 256, 320]
     assert all(updates == steps // ROLLOUT * 2 for steps, updates in saved)  # trained up to there
-    assert [e["step"] for e in events if e["kind"] == "checkpoint"] == [128, 256, 320]
+    assert [e.step for e in events if e.kind == "checkpoint"] == [128, 256, 320]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.cli import main
+from cockpit.cli import build_parser, main
 
 
 def test_presets_lists_resolved_values_and_derived_batches(capsys: pytest.CaptureFixture[str]) -> None:
@@ -43,3 +43,32 @@ def test_unknown_subcommand_is_one_line_and_exit_2() -> None:
     result = subprocess.run([sys.executable, "-m", "cockpit", "fly"], capture_output=True, text=True, check=False)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and "invalid choice: 'fly'" in result.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "abc", "nan", "inf"])
+def test_a_bad_healthy_uptime_is_one_line_naming_the_flag_and_exit_2(
+    value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--headless", "--run-dir", str(tmp_path / "run"), "--healthy-uptime", value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--healthy-uptime" in err and repr(value) in err
+    assert not (tmp_path / "run").exists()  # nothing was started
+
+
+def test_healthy_uptime_reaches_the_spec_and_the_background_run(tmp_path: Path) -> None:
+    from cockpit.commands.run import _spec
+    from cockpit.contract.runspec import RestartPolicy
+    from cockpit.core.background import headless_argv
+
+    def spec_of(argv: list[str]) -> RestartPolicy:
+        return _spec(build_parser().parse_args(["run", *argv]), None, ("cockpit", "run")).restart
+
+    run_dir = ["--run-dir", str(tmp_path / "run")]
+    assert spec_of(run_dir) == RestartPolicy()  # the flag's default is the policy's
+    restart = spec_of([*run_dir, "--healthy-uptime", "90.5", "--max-restarts", "5"])
+    assert restart == RestartPolicy(max_restarts=5, healthy_uptime_s=90.5)
+    spec = _spec(build_parser().parse_args(["run", *run_dir, "--healthy-uptime", "1_800"]), None, ("cockpit",))
+    # A run the TUI starts in the background gets the same policy.
+    assert spec_of(headless_argv(spec)) == spec.restart == RestartPolicy(healthy_uptime_s=1800.0)

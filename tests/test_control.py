@@ -363,7 +363,7 @@ def test_detail_reads_the_job_files_and_then_only_what_was_appended(server: Cont
             fh.write(json.dumps(progress) + "\n")
         second = source.detail("001")
         assert second.curve == ((512, 21.5),) and second.sps == ((2.0, 900.0),)
-        assert [e["kind"] for e in second.events] == ["started"]
+        assert [e.kind for e in second.events] == ["started"]
         with pytest.raises(SourceError, match="no job '007'"):
             source.detail("007")
     finally:

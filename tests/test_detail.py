@@ -27,18 +27,16 @@ def _checkpoint_dir(job_dir: Path, step: int, ns: int) -> Path:
 def test_detail_reads_config_curves_checkpoints_and_stderr(tmp_path: Path) -> None:
     job_dir, events = _job(tmp_path)
     events.started(t=T0, config={"env": "CartPole-v1", "seed": 0}, pid=11, device="cpu", versions={})
-    events.emit("phase", t=T0, phase="rollout", iteration=0, num_timesteps=0)
+    events.phase(t=T0, phase="rollout", iteration=0, num_timesteps=0)
     for i in range(1, 4):
-        events.emit(
-            "checkpoint", t=T0 + 10 * i, path=f"runs/x/jobs/000/checkpoints/step-{i * 100:012d}-{i}", step=i * 100
-        )
+        events.checkpoint(t=T0 + 10 * i, path=f"runs/x/jobs/000/checkpoints/step-{i * 100:012d}-{i}", step=i * 100)
     events.progress(t=T0 + 1, num_timesteps=64, sps=None, ep_rew_mean=None)  # nothing to plot yet
     events.progress(t=T0 + 2, num_timesteps=128, sps=500.0, ep_rew_mean=None)
     events.progress(t=T0 + 3, num_timesteps=192, sps=600.0, ep_rew_mean=12.5)
-    events.emit("error", t=T0 + 40, type="cuda_oom", message="out of memory")
+    events.error(t=T0 + 40, type="cuda_oom", message="out of memory")
     events.started(t=T0 + 41, config={"env": "CartPole-v1", "seed": 0, "resumed": True}, pid=12, device="cpu",
                    versions={})  # fmt: skip
-    events.emit("finished", t=T0 + 50, status="done", steps=300, duration=9.0)
+    events.finished(t=T0 + 50, status="done", steps=300, duration=9.0)
     events.close()
     # Pruning removed step 100; a half-written and a corrupt checkpoint are not checkpoints.
     _checkpoint_dir(job_dir, 300, 3)
@@ -51,7 +49,7 @@ def test_detail_reads_config_curves_checkpoints_and_stderr(tmp_path: Path) -> No
 
     assert detail.job_id == "000" and detail.job_dir == str(job_dir)
     assert detail.config == {"env": "CartPole-v1", "seed": 0, "resumed": True}  # the newest start
-    assert [e["kind"] for e in detail.events] == [
+    assert [e.kind for e in detail.events] == [
         "started", "checkpoint", "checkpoint", "checkpoint", "error", "started", "finished",
     ]  # fmt: skip
     assert detail.curve == ((192, 12.5),)
@@ -65,16 +63,16 @@ def test_detail_keeps_the_newest_notable_events_and_thins_long_curves(tmp_path: 
     _, events = _job(tmp_path)
     events.started(t=T0, config={"n": 0}, pid=1, device="cpu", versions={})
     for i in range(5000):
-        events.emit("phase", t=T0 + i, phase="rollout", iteration=i, num_timesteps=i)
+        events.phase(t=T0 + i, phase="rollout", iteration=i, num_timesteps=i)
         events.progress(t=T0 + i, num_timesteps=i, sps=float(i), ep_rew_mean=float(-i))
     for i in range(MAX_EVENTS + 10):
-        events.emit("checkpoint", t=T0 + 6000 + i, path=f"ckpt-{i}", step=i)
+        events.checkpoint(t=T0 + 6000 + i, path=f"ckpt-{i}", step=i)
     events.close()
 
     detail = job_detail(tmp_path, "000")
 
     assert len(detail.events) == MAX_EVENTS
-    assert detail.events[0]["path"] == "ckpt-10" and detail.events[-1]["path"] == f"ckpt-{MAX_EVENTS + 9}"
+    assert detail.events[0].path == "ckpt-10" and detail.events[-1].path == f"ckpt-{MAX_EVENTS + 9}"
     assert detail.config == {"n": 0}  # its started event is long gone from `events`, not from `config`
     for series in (detail.curve, detail.sps):
         assert 2 <= len(series) <= MAX_POINTS

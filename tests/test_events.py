@@ -30,7 +30,7 @@ def test_reader_skips_a_torn_last_line_and_garbage(tmp_path: Path) -> None:
         fh.write("not json\n")
         fh.write('{"no_kind": 1, "t": 0}\n')
         fh.write('{"t": 1.0, "kind": "progress", "num_tim')
-    assert [e["kind"] for e in read_events(path)] == ["checkpoint"]
+    assert [e.kind for e in read_events(path)] == ["checkpoint"]
     assert read_events(tmp_path / "missing.jsonl") == []
 
 
@@ -38,7 +38,7 @@ def test_a_second_writer_appends(tmp_path: Path) -> None:
     path = tmp_path / "events.jsonl"
     EventWriter(path).error(type="invalid_config", message="bad")
     EventWriter(path).finished(status="stopped", steps=0, duration=0.0)
-    assert [e["kind"] for e in read_events(path)] == ["error", "finished"]
+    assert [e.kind for e in read_events(path)] == ["error", "finished"]
 
 
 def test_a_new_writer_ends_a_torn_line_so_its_events_survive(tmp_path: Path) -> None:
@@ -47,4 +47,4 @@ def test_a_new_writer_ends_a_torn_line_so_its_events_survive(tmp_path: Path) -> 
     with path.open("a") as fh:
         fh.write('{"t": 1.0, "kind": "progr')  # the previous worker was killed mid-write
     EventWriter(path).started(config={}, pid=1, device="cpu", versions={})
-    assert [e["kind"] for e in read_events(path)] == ["phase", "started"]
+    assert [e.kind for e in read_events(path)] == ["phase", "started"]

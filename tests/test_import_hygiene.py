@@ -36,6 +36,8 @@ def test_worker_module_defers_torch_until_thread_limits_are_set() -> None:
 def test_the_headless_path_loads_neither_textual_nor_torch() -> None:
     # A headless run over ssh must not pay for the TUI, and the supervising process must not
     # carry torch's memory: only the workers train.
-    loaded = _modules_loaded_by(["cockpit.cli", "cockpit.views.headless", "cockpit.core.background", "cockpit.core.session"])
+    headless = ["cockpit.cli", "cockpit.commands.run", "cockpit.views.headless", "cockpit.views.frontends",
+                "cockpit.core.background", "cockpit.core.session"]  # fmt: skip
+    loaded = _modules_loaded_by(headless)
     assert not any(m == "textual" or m.startswith("textual.") for m in loaded)
     assert "torch" not in loaded

@@ -3,15 +3,31 @@
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 from cockpit.core.nvml import open_gpu
-from cockpit.core.phases import account
+from cockpit.core.phases import Accounting, PhaseAccountant, Transitions
 from tests.fake_pynvml import FakeGpu, FakeNvml
 
 T0 = 1_800_000_000.0
+
+
+def account(
+    phases: Mapping[str, Transitions],
+    gpu_util: Sequence[tuple[float, float]],
+    job_cpu: Sequence[tuple[float, str, float]],
+    end: float,
+) -> Accounting:
+    """All of a run's GPU samples `(t, util %)` and job CPU readings `(t, job, cpu %)` through one
+    `PhaseAccountant` at once: the whole-run figures the incremental ones must match."""
+    accountant = PhaseAccountant()
+    accountant.add_util(gpu_util)
+    for t, job, percent in job_cpu:
+        accountant.add_cpu(t, job, percent)
+    return accountant.result(phases, end)
 
 
 def job_phases(offset: float, cycles: int) -> list[tuple[float, str | None]]:
@@ -139,7 +155,7 @@ def test_prune_keeps_the_phase_at_the_cut() -> None:
 
 
 def test_a_long_session_keeps_only_recent_transitions_and_logs_every_second(tmp_path: Path) -> None:
-    from cockpit.core.runlog import read_run_log
+    from cockpit.contract.runrecord import read
     from tests.fakeclock import FakeClock
     from tests.test_control import scripted_session
 
@@ -159,7 +175,7 @@ def test_a_long_session_keeps_only_recent_transitions_and_logs_every_second(tmp_
     clock.t = t
     session.write_run_log(session.snapshot(), final=True)
     assert session.log_failure is None
-    logged = read_run_log(session.spec.run_dir)["jobs"][0]["phases"]
+    logged = read(session.spec.run_dir).jobs[0].phases
     half = (t - T0) / 2  # about 1800 s each
-    assert logged["train"]["seconds"] == pytest.approx(half, rel=1e-3)
-    assert logged["rollout"]["seconds"] == pytest.approx(half, rel=1e-3)
+    assert logged["train"].seconds == pytest.approx(half, rel=1e-3)
+    assert logged["rollout"].seconds == pytest.approx(half, rel=1e-3)

@@ -5,10 +5,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import tomli_w
 from rich.console import Console
 
 from cockpit.commands.recommend import measurements_from_run, recommend
+from cockpit.contract.runrecord import (
+    ConfigRecord,
+    HostRecord,
+    JobRecord,
+    PhaseRecord,
+    RunRecord,
+    UtilizationRecord,
+    write,
+)
+from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.advisor import Machine
 from tests.cockpitproc import run_cockpit
 
@@ -20,17 +29,22 @@ def _run_dir(tmp_path: Path) -> Path:
     """A run.toml like a one-job heavy run on the seeds' RTX 4070: 25 % GPU, bursts to 80 %."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    job = {
-        "id": "000", "seed": 0, "status": "done", "mean_sps": 700.0, "peak_gpu_mem_mib": 1536,
-        "cpu_percent_mean": 380.0, "error": "",
-        "phases": {"rollout": {"seconds": 70.0, "gpu_util_mean": 10.0},
-                   "train": {"seconds": 30.0, "gpu_util_mean": 80.0}},
-    }  # fmt: skip
-    doc = {
-        "status": "done", "config": {"jobs": 1, "preset": "heavy", "env": "LunarLander-v3"}, "jobs": [job],
-        "utilization": {"gpu_util_mean": 25.0, "gpu_util_while_training": 80.0},
-    }  # fmt: skip
-    (run_dir / "run.toml").write_text(tomli_w.dumps(doc))
+    job = JobRecord(
+        id="000", seed=0, status=JobState.DONE, steps=1000, target=1000, restarts=0, checkpoints=0, mean_sps=700.0,
+        peak_gpu_mem_mib=1536, cpu_percent_mean=380.0, error="",
+        phases={"rollout": PhaseRecord(seconds=70.0, gpu_util_mean=10.0),
+                "train": PhaseRecord(seconds=30.0, gpu_util_mean=80.0)},
+    )  # fmt: skip
+    record = RunRecord(
+        command="cockpit run", status=RunStatus.DONE, started_at="2026-11-22T00:00:00Z",
+        updated_at="2026-11-22T00:01:40Z", duration_s=100.0,
+        config=ConfigRecord(jobs=1, agents=1, preset="heavy", env="LunarLander-v3", timesteps=1000, seed=0,
+                            max_restarts=3),
+        host=HostRecord(hostname="box", cpu_model="CPU", physical_cores=32, logical_cores=64, ram_gib=128.0,
+                        os="Linux"),
+        jobs=(job,), utilization=UtilizationRecord(gpu_util_mean=25.0, gpu_util_while_training=80.0, sampler_ticks=2),
+    )  # fmt: skip
+    write(run_dir, record)
     (run_dir / "samples.csv").write_text("t,cpu_percent\n1.0,35.0\n2.0,45.0\n")
     return run_dir
 

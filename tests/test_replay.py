@@ -15,13 +15,15 @@ import pytest
 from cockpit.contract import presets
 from cockpit.contract.commands import StopAll, StopJob
 from cockpit.contract.events import EVENTS_FILE, EventWriter
-from cockpit.contract.runspec import RUN_LOG, RestartPolicy, RunSpec
+from cockpit.contract.rundir import RunDir
+from cockpit.contract.runrecord import write
+from cockpit.contract.runspec import RestartPolicy, RunSpec
 from cockpit.contract.states import RunStatus
 from cockpit.core.feed import WINDOW_S, Replay, SourceError
 from cockpit.core.host import HostInfo
 from cockpit.core.nvml import GpuInfo, GpuSample
 from cockpit.core.replay import NO_GPU_RECORDED, ReplaySource, open_replay
-from cockpit.core.runlog import MIB, Recorder, phase_accounting, render, write_atomic
+from cockpit.core.runlog import MIB, Recorder, phase_accounting, record
 from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import JobUsage, Sample
 
@@ -62,24 +64,24 @@ def _write_events(run_dir: Path) -> None:
     job0 = EventWriter(run_dir / "jobs" / "000" / EVENTS_FILE)
     job0.started(t=T0 + 10, config={"env": "CartPole-v1", "threads": 2, "seed": 0}, pid=101, device="cpu",
                  versions={}, resumed_from_step=None, target_steps=1024)  # fmt: skip
-    job0.emit("phase", t=T0 + 10.5, phase="rollout", iteration=0, num_timesteps=0)
-    job0.emit("phase", t=T0 + 12, phase="train", iteration=1, num_timesteps=256)
+    job0.phase(t=T0 + 10.5, phase="rollout", iteration=0, num_timesteps=0)
+    job0.phase(t=T0 + 12, phase="train", iteration=1, num_timesteps=256)
     job0.progress(t=T0 + 12.5, num_timesteps=256, iteration=1, sps=100.0, ep_rew_mean=10.0)
-    job0.emit("phase", t=T0 + 13, phase="rollout", iteration=1, num_timesteps=256)
+    job0.phase(t=T0 + 13, phase="rollout", iteration=1, num_timesteps=256)
     ckpt = run_dir / "jobs" / "000" / "checkpoints" / "step-000000000512-7"
     ckpt.mkdir(parents=True)
-    job0.emit("checkpoint", t=T0 + 20, path=str(ckpt), step=512)
+    job0.checkpoint(t=T0 + 20, path=str(ckpt), step=512)
     job0.progress(t=T0 + 30, num_timesteps=512, iteration=2, sps=200.0, ep_rew_mean=None)
-    job0.emit("finished", t=T0 + 60, status="done", steps=1024, duration=50.0)
+    job0.finished(t=T0 + 60, status="done", steps=1024, duration=50.0)
     job0.close()
     job1 = EventWriter(run_dir / "jobs" / "001" / EVENTS_FILE)
     job1.started(t=T0 + 30, config={"threads": 2}, pid=201, device="cuda:0", versions={}, resumed_from_step=None)
-    job1.emit("phase", t=T0 + 31, phase="rollout", iteration=0, num_timesteps=0)
-    job1.emit("error", t=T0 + 40, type="cuda_oom", message="CUDA out of memory")
+    job1.phase(t=T0 + 31, phase="rollout", iteration=0, num_timesteps=0)
+    job1.error(t=T0 + 40, type="cuda_oom", message="CUDA out of memory")
     job1.started(t=T0 + 42, config={"threads": 2}, pid=202, device="cuda:0", versions={}, resumed_from_step=0)
-    job1.emit("phase", t=T0 + 43, phase="rollout", iteration=0, num_timesteps=0)
-    job1.emit("phase", t=T0 + 50, phase="train", iteration=1, num_timesteps=128)
-    job1.emit("finished", t=T0 + 90, status="stopped", steps=128, duration=48.0)
+    job1.phase(t=T0 + 43, phase="rollout", iteration=0, num_timesteps=0)
+    job1.phase(t=T0 + 50, phase="train", iteration=1, num_timesteps=128)
+    job1.finished(t=T0 + 90, status="stopped", steps=128, duration=48.0)
     job1.close()
     with (run_dir / "jobs" / "001" / EVENTS_FILE).open("a") as fh:
         fh.write('{"t": 1800000095.0, "kind": "phase", "pha')  # a worker killed mid-write
@@ -109,7 +111,7 @@ def _build_run(run_dir: Path, *, gpu: bool = True) -> Path:
                      warnings=("warning: oversubscribed",))  # fmt: skip
     host = HostInfo("box", "Test CPU", 4, 4, 16 * 1024**3, "Linux")
     accounting = phase_accounting({}, recorder, END, final=True)
-    write_atomic(run_dir / RUN_LOG, render(spec, state, host, accounting, recorder))
+    write(run_dir, record(spec, state, host, accounting, recorder))
     return run_dir
 
 
@@ -232,8 +234,8 @@ def test_a_run_without_gpu_or_per_core_columns_still_replays(tmp_path: Path) -> 
     assert state.sample is not None and state.sample.cpu_percent == (pytest.approx(sum(_cores(15)) / 4, abs=0.05),)
     assert state.sample.gpu is None and state.gpu is None
     assert state.gpu_status == "no GPU telemetry: nvidia-ml-py is not installed"
-    doc = (run_dir / RUN_LOG).read_text()
-    (run_dir / RUN_LOG).write_text(doc.split("[gpu]")[0])  # a run log without a gpu table at all
+    doc = RunDir(run_dir).run_toml.read_text()
+    RunDir(run_dir).run_toml.write_text(doc.split("[gpu]")[0])  # a run log without a gpu table at all
     assert open_replay(run_dir).frame().state.gpu_status == NO_GPU_RECORDED
 
 
@@ -249,7 +251,7 @@ def test_detail_is_read_from_the_job_directory(replay: ReplaySource) -> None:
 def test_a_directory_without_a_readable_run_log_is_one_line_error(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match=f"^{tmp_path}: not a run directory") as missing:
         open_replay(tmp_path)
-    (tmp_path / RUN_LOG).write_text("status = \n[[[")
+    RunDir(tmp_path).run_toml.write_text("status = \n[[[")
     with pytest.raises(SourceError, match=f"^{tmp_path}: unreadable run.toml") as garbled:
         open_replay(tmp_path)
     for error in (missing, garbled):

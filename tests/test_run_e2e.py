@@ -67,12 +67,12 @@ def test_plain_cockpit_run_trains_two_cartpole_jobs_to_the_end(tmp_path: Path) -
     cockpit = start_cockpit(tmp_path / "run")
     assert cockpit.finish() == 0, cockpit.text()
     log = cockpit.run_log()
-    assert log["status"] == "done" and log["config"]["preset"] == "cartpole" and log["config"]["jobs"] == 2
-    assert [(j["status"], j["steps"]) for j in log["jobs"]] == [("done", 100_000), ("done", 100_000)]
-    assert all(j["final_ep_rew_mean"] >= 475 for j in log["jobs"])
-    assert log["gpu"]["present"] is False and log["gpu"]["telemetry"].startswith("no GPU telemetry")
-    assert log["utilization"]["train_share"] > 0
-    assert log["jobs"][0]["phases"]["rollout"]["seconds"] > 0 and log["jobs"][0]["cpu_percent_mean"] > 0
+    assert log.status == "done" and log.config.preset == "cartpole" and log.config.jobs == 2
+    assert [(j.status, j.steps) for j in log.jobs] == [("done", 100_000), ("done", 100_000)]
+    assert all(j.final_ep_rew_mean >= 475 for j in log.jobs)
+    assert log.gpu.present is False and log.gpu.telemetry.startswith("no GPU telemetry")
+    assert log.utilization.train_share > 0
+    assert log.jobs[0].phases["rollout"].seconds > 0 and log.jobs[0].cpu_percent_mean > 0
     out = cockpit.text()
     assert "[job 000] starting -> running" in out and "run done: 2 done" in out
     report = run_cockpit("report", str(tmp_path / "run"))
@@ -83,19 +83,19 @@ def test_plain_cockpit_run_trains_two_cartpole_jobs_to_the_end(tmp_path: Path) -
 def test_a_killed_worker_restarts_from_its_checkpoint_and_the_run_completes(tmp_path: Path) -> None:
     preset = small_preset(tmp_path, checkpoint_every=2048, timesteps=30_000)
     cockpit = start_cockpit(tmp_path / "run", "--preset", str(preset), "--jobs", "2")
-    cockpit.wait_for(lambda: any(e["kind"] == "checkpoint" for e in cockpit.events("000")))
+    cockpit.wait_for(lambda: any(e.kind == "checkpoint" for e in cockpit.events("000")))
     events = cockpit.events("000")
-    (started,) = [e for e in events if e["kind"] == "started"]
+    (started,) = [e for e in events if e.kind == "started"]
     killed_at = last_steps(events)
-    os.kill(started["pid"], signal.SIGKILL)
+    os.kill(started.pid, signal.SIGKILL)
     assert cockpit.finish() == 0, cockpit.text()
     events = cockpit.events("000")
-    restarted = [e for e in events if e["kind"] == "started"][1]
+    restarted = [e for e in events if e.kind == "started"][1]
     # At most one checkpoint interval (plus the rollout it ends in) is lost.
-    assert killed_at - restarted["resumed_from_step"] <= 2048 + 256
+    assert killed_at - restarted.resumed_from_step <= 2048 + 256
     log = cockpit.run_log()
-    job = log["jobs"][0]
-    assert job["restarts"] == 1 and job["status"] == "done" and job["steps"] == 30_000
+    job = log.jobs[0]
+    assert job.restarts == 1 and job.status == "done" and job.steps == 30_000
     assert "killed by SIGKILL" in cockpit.text()
 
 
@@ -109,10 +109,10 @@ def test_a_job_that_fails_every_start_is_marked_failed_and_the_others_finish(tmp
     cockpit = start_cockpit(run_dir, "--preset", str(preset), "--jobs", "2", "--max-restarts", "2")
     assert cockpit.finish() == 1, cockpit.text()
     log = cockpit.run_log()
-    good, bad = log["jobs"]
-    assert good["status"] == "done" and good["steps"] == 10_000
-    assert bad["status"] == "failed" and bad["restarts"] == 2 and bad["exit_reason"] == "failed after 2 restarts"
-    assert bad["error"].startswith("FileExistsError")
+    good, bad = log.jobs
+    assert good.status == "done" and good.steps == 10_000
+    assert bad.status == "failed" and bad.restarts == 2 and bad.exit_reason == "failed after 2 restarts"
+    assert bad.error.startswith("FileExistsError")
     out = cockpit.text()
     assert "run failed: 1 done, 1 failed" in out
     assert "job 001 (seed 1) failed" in out and "FileExistsError" in out
@@ -129,12 +129,12 @@ def test_sigint_checkpoints_every_job_and_resume_finishes_them(tmp_path: Path) -
     assert cockpit.finish(timeout=20) == 130
     assert time.monotonic() - sent < 15
     log = cockpit.run_log()
-    assert log["status"] == "interrupted"
-    stopped = {j["id"]: j["steps"] for j in log["jobs"]}
+    assert log.status == "interrupted"
+    stopped = {j.id: j.steps for j in log.jobs}
     for job_id in ("000", "001"):
-        kinds = [e["kind"] for e in cockpit.events(job_id)]
+        kinds = [e.kind for e in cockpit.events(job_id)]
         assert kinds[-2:] == ["checkpoint", "finished"]
-    assert [j["status"] for j in log["jobs"]] == ["stopped", "stopped", "stopped"]
+    assert [j.status for j in log.jobs] == ["stopped", "stopped", "stopped"]
     assert 0 < stopped["000"] < 60_000 and stopped["002"] == 0
 
     resumed = subprocess.run(
@@ -142,17 +142,17 @@ def test_sigint_checkpoints_every_job_and_resume_finishes_them(tmp_path: Path) -
     )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     log = cockpit.run_log()
-    assert log["status"] == "done" and [j["steps"] for j in log["jobs"]] == [60_000, 60_000, 60_000]
+    assert log.status == "done" and [j.steps for j in log.jobs] == [60_000, 60_000, 60_000]
     for job_id in ("000", "001"):
-        starts = [e for e in cockpit.events(job_id) if e["kind"] == "started"]
-        assert starts[-1]["resumed_from_step"] == stopped[job_id]
+        starts = [e for e in cockpit.events(job_id) if e.kind == "started"]
+        assert starts[-1].resumed_from_step == stopped[job_id]
 
 
 @pytest.mark.slow
 def test_no_worker_outlives_a_killed_cockpit(tmp_path: Path) -> None:
     preset = small_preset(tmp_path, timesteps=1_000_000)
     cockpit = start_cockpit(tmp_path / "run", "--preset", str(preset), "--jobs", "2")
-    cockpit.wait_for(lambda: all(any(e["kind"] == "phase" for e in cockpit.events(j)) for j in ("000", "001")))
+    cockpit.wait_for(lambda: all(any(e.kind == "phase" for e in cockpit.events(j)) for j in ("000", "001")))
     pids = [w.pid for w in cockpit.workers()]
     assert len(pids) == 2
     cockpit.proc.kill()
@@ -173,8 +173,8 @@ def test_five_agents_through_two_slots(tmp_path: Path) -> None:
     assert cockpit.proc.returncode == 0, cockpit.text()
     assert most == 2
     log = cockpit.run_log()
-    assert [j["seed"] for j in log["jobs"]] == [0, 1, 2, 3, 4]
-    assert all(j["status"] == "done" and j["steps"] == 4096 for j in log["jobs"])
+    assert [j.seed for j in log.jobs] == [0, 1, 2, 3, 4]
+    assert all(j.status == "done" and j.steps == 4096 for j in log.jobs)
 
 
 @pytest.mark.slow
@@ -186,7 +186,7 @@ def test_more_env_threads_than_cores_is_a_warning_with_the_numbers(tmp_path: Pat
     assert cockpit.finish() == 0, cockpit.text()
     expected = f"{jobs} parallel jobs x 1 env thread(s) = {jobs} env threads on {cores} physical cores"
     assert expected in cockpit.text()
-    assert expected in cockpit.run_log()["warnings"][0]
+    assert expected in cockpit.run_log().warnings[0]
 
 
 @pytest.mark.slow
@@ -245,10 +245,10 @@ def test_auto_adds_jobs_by_measuring_and_logs_each_change(tmp_path: Path) -> Non
     preset = small_preset(tmp_path, timesteps=150_000)
     cockpit = start_cockpit(tmp_path / "run", "--auto", "--auto-window", "6", "--agents", "3", "--preset", str(preset))
     assert cockpit.finish() == 0, cockpit.text()
-    advice = cockpit.run_log()["advice"]
+    advice = cockpit.run_log().advice
     first = advice[0]
-    assert (first["action"], first["jobs_before"], first["jobs_after"]) == ("add", 1, 2), advice
-    assert first["sps_before"] > 0 and first["at"].endswith("Z")
-    decided = [a for a in advice if a["action"] in ("keep", "remove", "stop")]
-    assert decided and all("sps_after" in a or a["action"] == "stop" for a in decided), advice
+    assert (first.action, first.jobs_before, first.jobs_after) == ("add", 1, 2), advice
+    assert first.sps_before > 0 and first.at.endswith("Z")
+    decided = [a for a in advice if a.action in ("keep", "remove", "stop")]
+    assert decided and all(a.sps_after is not None or a.action == "stop" for a in decided), advice
     assert "[cockpit] auto: add (1 -> 2 jobs)" in cockpit.text()  # shown live too

@@ -1,31 +1,13 @@
-"""The run log survives failures: atomic rewrites, and the TOML it renders round-trips."""
+"""The run log's samples and the thread budget (run.toml itself: tests/test_runrecord.py)."""
 
 from __future__ import annotations
 
 import csv
-import errno
-import os
 from pathlib import Path
 
-import pytest
-
 from cockpit.core.host import pin_sets, thread_budget
-from cockpit.core.runlog import Recorder, read_run_log, write_atomic
+from cockpit.core.runlog import Recorder
 from cockpit.core.telemetry import JobUsage, Sample
-
-
-def test_a_failed_rewrite_leaves_the_previous_run_log_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    path = tmp_path / "run.toml"
-    write_atomic(path, 'status = "running"\n')
-
-    def full_disk(fd: int) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(os, "fsync", full_disk)
-    with pytest.raises(OSError, match="No space left"):
-        write_atomic(path, 'status = "done"\n' + "x = 1\n" * 1000)
-    assert read_run_log(tmp_path) == {"status": "running"}
-    assert [p.name for p in tmp_path.iterdir()] == ["run.toml"]  # no temp file left behind
 
 
 def test_thread_budget_splits_physical_cores_and_warns_with_numbers() -> None:

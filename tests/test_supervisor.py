@@ -9,6 +9,7 @@ import pytest
 
 from cockpit.contract.commands import AddJob, KillJob, RestartJob, SetSlots, StopJob
 from cockpit.contract.events import EVENTS_FILE, EventWriter
+from cockpit.contract.runspec import RestartPolicy
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.host import thread_budget
 from cockpit.core.jobs import InvalidTransition, Job
@@ -54,7 +55,7 @@ class FakeLauncher:
         return proc
 
 
-def make(tmp_path: Path, agents: int = 2, slots: int = 2, max_restarts: int = 3):
+def make(tmp_path: Path, agents: int = 2, slots: int = 2, restart: RestartPolicy | None = None):
     clock, launcher = FakeClock(), FakeLauncher()
     sup = Supervisor(
         run_dir=tmp_path,
@@ -63,7 +64,7 @@ def make(tmp_path: Path, agents: int = 2, slots: int = 2, max_restarts: int = 3)
         slots=slots,
         launcher=launcher,
         budget=thread_budget(slots, 2),
-        max_restarts=max_restarts,
+        restart=restart or RestartPolicy(),
         clock=clock,
     )
     return sup, launcher, clock
@@ -112,7 +113,7 @@ def test_agents_queue_through_the_slots(tmp_path: Path) -> None:
 
 
 def test_a_crashing_job_backs_off_1_2_4_s_then_fails_with_its_error(tmp_path: Path) -> None:
-    sup, launcher, clock = make(tmp_path, agents=1, slots=1, max_restarts=3)
+    sup, launcher, clock = make(tmp_path, agents=1, slots=1, restart=RestartPolicy(max_restarts=3))
     sup.tick()
     job = sup.jobs["000"]
     for delay in (1, 2, 4):
@@ -251,7 +252,7 @@ def test_a_previous_workers_late_finished_event_is_not_this_attempts(tmp_path: P
 
 
 def test_a_requeued_job_starts_over_with_a_fresh_restart_budget(tmp_path: Path) -> None:
-    sup, launcher, clock = make(tmp_path, agents=1, slots=1, max_restarts=1)
+    sup, launcher, clock = make(tmp_path, agents=1, slots=1, restart=RestartPolicy(max_restarts=1))
     sup.tick()
     crash(sup, launcher, "000")
     sup.tick()
@@ -272,9 +273,9 @@ def test_a_requeued_job_starts_over_with_a_fresh_restart_budget(tmp_path: Path) 
 def test_restoring_a_resumed_job_closes_its_last_phase(tmp_path: Path) -> None:
     sup, _, clock = make(tmp_path, agents=1, slots=1)
     writer = events(sup, "000")
-    writer.emit("started", t=clock.t - 100, config={}, pid=1, device="cpu", versions={})
-    writer.emit("phase", t=clock.t - 90, phase="rollout", iteration=0, num_timesteps=0)
-    writer.emit("phase", t=clock.t - 80, phase="train", iteration=1, num_timesteps=256)
+    writer.started(t=clock.t - 100, config={}, pid=1, device="cpu", versions={})
+    writer.phase(t=clock.t - 90, phase="rollout", iteration=0, num_timesteps=0)
+    writer.phase(t=clock.t - 80, phase="train", iteration=1, num_timesteps=256)
     from cockpit.contract.events import read_events
 
     job = sup.jobs["000"]
@@ -302,3 +303,101 @@ def test_more_slots_start_queued_agents_and_fewer_requeue_the_newest(tmp_path: P
     sup.tick()
     assert newest.state is JobState.QUEUED and list(sup.queue) == ["002", "003"]  # front of the queue
     assert live_count(sup) == 2
+
+
+HOUR = 3600.0
+
+
+def crash_after(sup: Supervisor, launcher: FakeLauncher, clock: FakeClock, uptime: float) -> float | None:
+    """Let job 000's attempt run `uptime` seconds, crash it, and see it through the back-off;
+    returns the back-off it got (checked to the tick), or None when it was marked failed."""
+    job = sup.jobs["000"]
+    assert job.state in (JobState.STARTING, JobState.RUNNING)
+    clock.t += uptime
+    crash(sup, launcher, "000")
+    sup.tick()
+    if job.state is JobState.FAILED:
+        return None
+    assert job.state is JobState.BACKOFF
+    delay = job.restart_at - clock.monotonic()
+    clock.t += delay - 0.01
+    sup.tick()
+    assert job.state is JobState.BACKOFF  # not before its back-off is over
+    clock.t += 0.01
+    sup.tick()
+    assert job.state is JobState.STARTING
+    return delay
+
+
+def test_a_job_that_crashes_every_3_hours_for_3_days_is_never_failed(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, agents=1, slots=1, restart=RestartPolicy(max_restarts=3))
+    sup.tick()
+    job = sup.jobs["000"]
+    for crash_no in range(24):
+        # Each attempt resumes from the checkpoint the one before it wrote, and writes the next.
+        step = crash_no * 10_000
+        resumed = step or None
+        events(sup, "000").started(config={}, pid=1, device="cpu", versions={}, resumed_from_step=resumed)
+        sup.tick()
+        assert job.state is JobState.RUNNING and job.steps == step
+        events(sup, "000").checkpoint(path=f"ckpt_{step + 10_000}", step=step + 10_000)
+        assert crash_after(sup, launcher, clock, 3 * HOUR) == 1.0  # always the first restart in a row
+    assert job.restarts == 24 and job.restarts_in_a_row == 1 and job.last_checkpoint_step == 240_000
+    assert len(launcher.processes) == 25 and {p.request.args.job_dir for p in launcher.processes} == {job.job_dir}
+    assert not sup.finished and sup.status is RunStatus.RUNNING
+
+
+def test_a_job_that_crashes_2_s_after_each_start_fails_after_max_restarts(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, agents=1, slots=1, restart=RestartPolicy(max_restarts=3))
+    sup.tick()
+    delays = [crash_after(sup, launcher, clock, 2.0) for _ in range(4)]
+    job = sup.jobs["000"]
+    assert delays == [1.0, 2.0, 4.0, None]  # the back-off doubles, then the fourth crash fails it
+    assert job.state is JobState.FAILED and job.exit_reason == "failed after 3 restarts" and job.restarts == 3
+    assert len(launcher.processes) == 4 and sup.status is RunStatus.FAILED
+
+
+def test_the_back_off_doubles_up_to_its_cap(tmp_path: Path) -> None:
+    policy = RestartPolicy(max_restarts=6, backoff_s=0.5, backoff_max_s=5.0)
+    sup, launcher, clock = make(tmp_path, agents=1, slots=1, restart=policy)
+    sup.tick()
+    delays = [crash_after(sup, launcher, clock, 2.0) for _ in range(7)]
+    assert delays == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, None]
+    assert sup.jobs["000"].exit_reason == "failed after 6 restarts"
+
+
+def test_a_healthy_run_between_crashes_starts_a_fresh_count(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, agents=1, slots=1, restart=RestartPolicy(max_restarts=3))
+    sup.tick()
+    job = sup.jobs["000"]
+    assert [crash_after(sup, launcher, clock, 2.0) for _ in range(2)] == [1.0, 2.0]
+    assert crash_after(sup, launcher, clock, HOUR) == 1.0  # after an hour of training: restart 1 of 3 again
+    assert job.restarts == 3 and job.restarts_in_a_row == 1
+    assert [crash_after(sup, launcher, clock, 2.0) for _ in range(3)] == [2.0, 4.0, None]
+    assert job.state is JobState.FAILED and job.exit_reason == "failed after 3 restarts"
+    assert job.restarts == 5  # what the jobs table shows: every restart of the job in this run
+
+
+def test_healthy_uptime_is_the_policys_and_counts_from_the_launch(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, agents=1, slots=1, restart=RestartPolicy(max_restarts=2, healthy_uptime_s=60))
+    sup.tick()
+    for _ in range(3):
+        assert crash_after(sup, launcher, clock, 60.0) == 1.0  # exactly the healthy uptime: a fresh count
+    # The back-off is not uptime: 59 s from each launch is too soon, however long since the crash.
+    assert [crash_after(sup, launcher, clock, 59.0) for _ in range(2)] == [2.0, None]
+    assert sup.jobs["000"].exit_reason == "failed after 2 restarts"
+
+
+def test_a_requeued_job_starts_a_fresh_streak(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, agents=1, slots=1, restart=RestartPolicy(max_restarts=2))
+    sup.tick()
+    assert crash_after(sup, launcher, clock, 2.0) == 1.0
+    sup.submit(StopJob("000"))
+    sup.tick()
+    finish(sup, launcher, "000", status="stopped")
+    sup.tick()
+    sup.submit(RestartJob("000"))
+    sup.tick()
+    job = sup.jobs["000"]
+    assert job.state is JobState.STARTING and job.restarts == job.restarts_in_a_row == 0
+    assert [crash_after(sup, launcher, clock, 2.0) for _ in range(3)] == [1.0, 2.0, None]

@@ -12,9 +12,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cockpit.contract.runrecord import read
 from cockpit.core.control import AttachSource
 from cockpit.core.feed import Frame, SourceError
-from cockpit.core.runlog import read_run_log
 from cockpit.views.tui.app import make_app
 from cockpit.views.tui.opener import open_run
 from tests.cockpitproc import Tmux, run_cockpit, small_preset, start_cockpit
@@ -86,12 +86,12 @@ def test_cockpit_run_in_tmux_shows_phases_stops_a_job_and_quits_with_stop_all(tm
         _wait(lambda: "EXIT=" in screen(), 90, "cockpit to exit after stop all", screen)
         assert "EXIT=130" in screen(), screen()
         _wait(lambda: not _processes_of(run_dir), 20, "every worker to exit", lambda: str(_processes_of(run_dir)))
-        log = read_run_log(run_dir)
-        assert log["status"] == "interrupted" and log["ended_at"]
+        log = read(run_dir)
+        assert log.status == "interrupted" and log.ended_at
         # what the user typed, not the background `cockpit run --headless ...` that ran it
-        assert log["command"] == f"cockpit run --jobs 2 --preset cartpole --timesteps 2000000 --run-dir {run_dir}"
-        assert [job["status"] for job in log["jobs"]] == ["stopped", "stopped"]
-        assert all(job["checkpoints"] >= 1 for job in log["jobs"]), log["jobs"]
+        assert log.command == f"cockpit run --jobs 2 --preset cartpole --timesteps 2000000 --run-dir {run_dir}"
+        assert [job.status for job in log.jobs] == ["stopped", "stopped"]
+        assert all(job.checkpoints >= 1 for job in log.jobs), log.jobs
     finally:
         term.close()
         for proc in _processes_of(run_dir):
@@ -138,8 +138,8 @@ async def test_attach_stops_a_job_and_leaves_the_run_to_finish(tmp_path: Path) -
         assert not app.is_running
         assert cockpit.proc.poll() is None, "quitting the viewer must leave the run going"
         assert cockpit.finish(timeout=240) == 1  # one job stopped by hand, so not every job is done
-        log = read_run_log(cockpit.run_dir)
-        assert [job["status"] for job in log["jobs"]] == ["stopped", "done"]
+        log = read(cockpit.run_dir)
+        assert [job.status for job in log.jobs] == ["stopped", "done"]
         stopped = [e for e in cockpit.events("000") if e["kind"] == "finished"]
         assert stopped and stopped[-1]["status"] == "stopped"
     finally:

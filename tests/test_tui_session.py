@@ -12,12 +12,12 @@ import pytest
 
 from cockpit.contract.commands import ApplyAdvice, RestartJob, SetPreset, StopAll
 from cockpit.contract.presets import load
+from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import build_spec
 from cockpit.contract.states import RunStatus
 from cockpit.core.control import AttachSource
 from cockpit.core.feed import SourceError
 from cockpit.core.nvml import open_gpu
-from cockpit.core.runlog import read_run_log
 from cockpit.core.session import RunSession
 from cockpit.core.state import RunState
 from cockpit.core.telemetry import Sampler
@@ -96,7 +96,7 @@ async def test_keys_drive_a_real_supervisor_and_stop_all_ends_the_run(tmp_path: 
         runner.join(timeout=20)
     assert final and final[0].status is RunStatus.INTERRUPTED
     assert {job.state for job in final[0].jobs} == {"stopped"}
-    assert any(entry["action"] == "apply" for entry in read_run_log(run_dir)["advice"])
+    assert any(entry.action == "apply" for entry in read(run_dir).advice)
 
 
 def test_applying_n_envs_writes_a_preset_and_restarts_live_jobs_under_it(tmp_path: Path) -> None:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from rich.console import Console
 
@@ -128,3 +134,40 @@ def test_the_climb_starts_at_recommends_pick_inside_the_space() -> None:
     measured = Costs("cpu", 372.0, 5.0, 7.8, 5.0)
     assert start_config(load("cartpole"), two_cores, measured) == Config(2, 32, 256)
     assert start_config(load("cartpole"), two_cores) == Config(2, 8, 256)  # the table: no n_envs rule
+
+
+@pytest.mark.slow
+def test_kill_9_of_tune_mid_trial_leaves_no_worker_alive(tmp_path: Path) -> None:
+    """tune's trial workers follow the cockpit's death like a run's (the Launcher's parent-death
+    signal): killing tune with SIGKILL mid-trial must not leave them training."""
+    env = {**os.environ, "TMPDIR": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
+    tune = subprocess.Popen([sys.executable, "-m", "cockpit", "tune", "--preset", "cartpole", "--budget", "10m",
+                             "--out", str(tmp_path / "t.toml")], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        workers: list[psutil.Process] = []
+        while time.monotonic() < deadline:  # the probe comes first; then the first trial's workers step
+            stepping = [p for p in tmp_path.glob("cockpit-tune-*/trial-*/job-*/events.jsonl") if p.stat().st_size]
+            workers = [p for p in psutil.Process(tune.pid).children(recursive=True)
+                       if "training.worker" in " ".join(p.cmdline())]  # fmt: skip
+            if stepping and workers:
+                break
+            assert tune.poll() is None, "tune exited before its first trial"
+            time.sleep(0.2)
+        assert workers, "no trial worker started within 120 s"
+        os.kill(tune.pid, signal.SIGKILL)
+        tune.wait(timeout=10)
+        _, alive = psutil.wait_procs(workers, timeout=5)
+        assert not [p for p in alive if _running(p)], "trial workers outlived tune by more than 5 s"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(tune.pid, signal.SIGKILL)
+
+
+def _running(process: psutil.Process) -> bool:
+    """True unless the process is gone or a zombie (dead, only not yet reaped by its new parent)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

@@ -35,8 +35,8 @@ def test_a_training_failure_is_an_error_event_and_exit_1(
     code = worker.main(["--timesteps", "1000", "--job-dir", str(tmp_path / "job")])
     assert code == 1
     (event,) = read_events(tmp_path / "job" / "events.jsonl")
-    assert event["kind"] == "error" and event["type"] == kind
-    assert str(exc) in event["message"]
+    assert event.kind == "error" and event.type == kind
+    assert str(exc) in event.message
 
 
 def test_config_resolves_defaults_from_the_preset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cockpit.contract.events import read_events
+from cockpit.contract.events import PhaseEvent, read_events
 from tests.workerproc import Worker, kinds, run_worker, start_worker, write_preset
 from training.checkpoints import MODEL_FILE, CheckpointStore
 
@@ -58,7 +58,7 @@ def test_an_existing_job_dir_gets_an_error_event_for_bad_input(tmp_path: Path) -
     result = run_worker("--env", "Nope-v0", "--timesteps", "1000", "--job-dir", str(job_dir))
     assert result.returncode == 2
     (event,) = kinds(read_events(job_dir / "events.jsonl"), "error")
-    assert event["type"] == "invalid_config" and "Nope-v0" in event["message"]
+    assert event.type == "invalid_config" and "Nope-v0" in event.message
 
 
 @pytest.mark.slow
@@ -70,7 +70,7 @@ def test_kill_9_then_restart_resumes_and_ends_exactly_at_the_target(tmp_path: Pa
     events = first.wait_for(lambda ev: len(kinds(ev, "checkpoint")) >= 3)
     os.kill(first.proc.pid, signal.SIGKILL)
     first.finish()
-    killed_at = max(e["num_timesteps"] for e in kinds(first.events(), "phase"))
+    killed_at = max(e.num_timesteps for e in kinds(first.events(), "phase"))
     last_checkpoint = kinds(events, "checkpoint")[-1]["step"]
     assert killed_at < target
 
@@ -79,16 +79,16 @@ def test_kill_9_then_restart_resumes_and_ends_exactly_at_the_target(tmp_path: Pa
     events = second.events()
     started = kinds(events, "started")
     assert len(started) == 2
-    assert started[1]["resumed_from_step"] >= last_checkpoint
-    assert [s["torch_threads"] for s in started] == [1, 1]  # the thread budget reached torch
+    assert started[1].resumed_from_step >= last_checkpoint
+    assert [s.torch_threads for s in started] == [1, 1]  # the thread budget reached torch
     (finished,) = kinds(events, "finished")
-    assert finished["status"] == "done" and finished["steps"] == target
+    assert finished.status == "done" and finished.steps == target
     store = CheckpointStore(job_dir / "checkpoints")
     assert len(store.list()) == 2
     assert store.newest_valid()[0].step == target
     # The second run's phases continue from the checkpoint, not from zero.
-    second_phases = [e for e in kinds(events, "phase") if e["t"] >= started[1]["t"]]
-    assert second_phases[0]["num_timesteps"] == started[1]["resumed_from_step"]
+    second_phases = [e for e in kinds(events, "phase") if e.t >= started[1].t]
+    assert second_phases[0].num_timesteps == started[1].resumed_from_step
 
 
 def run_small_preset(tmp_path: Path, *, env: str, n_envs: int, n_steps: int, timesteps: int) -> list[dict]:
@@ -120,10 +120,10 @@ def test_a_stop_signal_checkpoints_and_finishes_stopped(tmp_path: Path, sig: sig
     worker.wait_for(lambda ev: len(kinds(ev, "phase")) >= 6)
     events, finished = signal_within_10s(worker, sig)
     (checkpoint,) = kinds(events, "checkpoint")
-    assert finished["status"] == "stopped" and 0 < finished["steps"] < 1_000_000
-    assert checkpoint["step"] == finished["steps"]
+    assert finished.status == "stopped" and 0 < finished.steps < 1_000_000
+    assert checkpoint.step == finished.steps
     saved, corrupt = CheckpointStore(job_dir / "checkpoints").newest_valid()
-    assert saved is not None and saved.step == finished["steps"] and not corrupt
+    assert saved is not None and saved.step == finished.steps and not corrupt
 
 
 @pytest.mark.slow
@@ -132,10 +132,10 @@ def test_sigterm_during_a_long_train_phase_stops_within_10s(tmp_path: Path) -> N
     preset = write_preset(tmp_path, checkpoint_every=1_000_000, n_epochs=1000, net_arch=(512, 512))
     job_dir = tmp_path / "job"
     worker = start_worker(job_dir, "--preset", str(preset), "--timesteps", "1000000")
-    worker.wait_for(lambda ev: any(e.get("phase") == "train" for e in ev))
+    worker.wait_for(lambda ev: any(isinstance(e, PhaseEvent) and e.phase == "train" for e in ev))
     time.sleep(1.0)
     events, finished = signal_within_10s(worker)
-    assert finished["status"] == "stopped" and finished["steps"] == 256
+    assert finished.status == "stopped" and finished.steps == 256
     assert kinds(events, "phase")[-1]["phase"] == "train"  # the stop came mid-training
     assert kinds(events, "checkpoint")[0]["step"] == 256
 
@@ -152,9 +152,9 @@ def test_a_corrupt_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_p
     second = start_worker(job_dir, "--preset", str(preset), "--timesteps", "6144")
     assert second.finish() == 0, second.stderr()
     started = kinds(second.events(), "started")[-1]
-    assert started["resumed_from_step"] == int(older.name.split("-")[1])
-    (bad,) = started["corrupt_checkpoints"]
-    assert newest.name in bad["path"] and "SHA-256" in bad["reason"]
+    assert started.resumed_from_step == int(older.name.split("-")[1])
+    (bad,) = started.corrupt_checkpoints
+    assert newest.name in bad.path and "SHA-256" in bad.reason
     assert "is corrupt" in second.stderr()
     assert kinds(second.events(), "finished")[-1]["steps"] == 6144
 
@@ -167,8 +167,8 @@ def test_a_finished_job_run_again_finishes_at_once(tmp_path: Path) -> None:
     assert start_worker(job_dir, *args).finish() == 0
     assert start_worker(job_dir, *args).finish() == 0
     finished = kinds(read_events(job_dir / "events.jsonl"), "finished")
-    assert [f["steps"] for f in finished] == [1024, 1024]
-    assert [f["status"] for f in finished] == ["done", "done"]
+    assert [f.steps for f in finished] == [1024, 1024]
+    assert [f.status for f in finished] == ["done", "done"]
 
 
 @pytest.mark.slow
@@ -181,7 +181,7 @@ def test_a_new_or_resumed_worker_leaves_nothing_in_the_temp_dir(
     preset, job_dir = write_preset(tmp_path), tmp_path / "job"
     assert start_worker(job_dir, "--preset", str(preset), "--timesteps", "1024").finish() == 0
     assert start_worker(job_dir, "--preset", str(preset), "--timesteps", "2048").finish() == 0
-    assert [f["steps"] for f in kinds(read_events(job_dir / "events.jsonl"), "finished")] == [1024, 2048]
+    assert [f.steps for f in kinds(read_events(job_dir / "events.jsonl"), "finished")] == [1024, 2048]
     assert [p.name for p in temp.glob("SB3-*")] == []
 
 
@@ -204,7 +204,7 @@ def test_a_resumed_job_trains_with_the_current_presets_rollout_settings(tmp_path
     assert second.finish() == 0, second.stderr()
     events = second.events()
     resumed_at = kinds(events, "started")[-1]["t"]
-    trains = [e["num_timesteps"] for e in kinds(events, "phase") if e["phase"] == "train" and e["t"] > resumed_at]
+    trains = [e.num_timesteps for e in kinds(events, "phase") if e.phase == "train" and e.t > resumed_at]
     assert trains == [2048 + 512 * k for k in range(1, 5)]
 
 
@@ -218,8 +218,8 @@ def test_a_resume_with_more_envs_ends_at_the_first_vector_step_past_the_target(t
     assert second.finish() == 0, second.stderr()
     events = second.events()
     started, finished = kinds(events, "started")[-1], kinds(events, "finished")[-1]
-    assert started["resumed_from_step"] == 1000
-    assert started["target_steps"] == 1000 + 63 * 16 == finished["steps"]  # 62.5 vector steps to go
+    assert started.resumed_from_step == 1000
+    assert started.target_steps == 1000 + 63 * 16 == finished.steps  # 62.5 vector steps to go
 
 
 @pytest.mark.slow
@@ -285,4 +285,4 @@ def test_resuming_with_a_different_network_is_refused(tmp_path: Path) -> None:
 def test_atari_gets_a_cnn_policy(tmp_path: Path) -> None:
     events = run_small_preset(tmp_path, env="Pong-v5", n_envs=4, n_steps=32, timesteps=256)
     started = kinds(events, "started")[0]
-    assert started["policy"] == "ActorCriticCnnPolicy" and started["config"]["backend"] == "envpool"
+    assert started.policy == "ActorCriticCnnPolicy" and started.config["backend"] == "envpool"

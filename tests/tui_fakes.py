@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from cockpit.contract.commands import Command
+from cockpit.contract.events import CheckpointEvent, StartedEvent
 from cockpit.contract.states import RunStatus
 from cockpit.core.feed import WINDOW_S, Checkpoint, Frame, JobDetail, SourceError
 from cockpit.core.nvml import GpuInfo, GpuSample
@@ -98,8 +99,7 @@ class ScriptedSource:
     def detail(self, job_id: str) -> JobDetail:
         return JobDetail(
             job_id=job_id, job_dir=f"runs/x/jobs/{job_id}", config={"env": "LunarLander-v3", "preset": {"n_envs": 16}},
-            events=({"t": NOW - 600, "kind": "started", "device": "cuda", "resumed_from_step": None},
-                    {"t": NOW - 300, "kind": "checkpoint", "step": 40_000, "path": "cp"}),
+            events=(StartedEvent(NOW - 600, pid=1, device="cuda"), CheckpointEvent(NOW - 300, path="cp", step=40_000)),
             stderr_tail=("UserWarning: something mild",),
             curve=tuple((k * 10_000, -200.0 + 10 * k) for k in range(20)),
             sps=tuple((NOW - 600 + k * 30, 1400.0 + k) for k in range(20)),

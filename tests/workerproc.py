@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cockpit.contract.events import read_events
+from cockpit.contract.events import Event, read_events
 
 CARTPOLE_PRESET = """
 env = "CartPole-v1"
@@ -41,10 +41,10 @@ class Worker:
     proc: subprocess.Popen
     job_dir: Path
 
-    def events(self) -> list[dict[str, Any]]:
+    def events(self) -> list[Event]:
         return read_events(self.job_dir / "events.jsonl")
 
-    def wait_for(self, condition: Callable[[list[dict[str, Any]]], bool], timeout: float = 60.0) -> list[dict]:
+    def wait_for(self, condition: Callable[[list[Event]], bool], timeout: float = 60.0) -> list[Event]:
         """Poll the events until `condition` holds; fail if the process exits or time runs out."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -80,6 +80,6 @@ def run_worker(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 
-def kinds(events: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+def kinds(events: list[Event], kind: str) -> list[Any]:
     """The events of one kind."""
-    return [e for e in events if e["kind"] == kind]
+    return [e for e in events if e.kind == kind]

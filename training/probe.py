@@ -28,6 +28,7 @@ from typing import Any
 from cockpit.contract.arguments import ArgumentParser
 from cockpit.contract.presets import Preset, PresetError, largest_divisor_at_most, load
 from training.device import DeviceError, apply_torch_threads, enable_tf32, limit_native_threads, resolve_device
+from training.stopping import die_with_parent
 
 SMALL, LARGE = 2, 16  # env counts: the step cost is a line through these two points
 MIN_STEPS = 128  # rollout steps timed per env count: fewer leave the per-env difference in the noise
@@ -135,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--env", metavar="ENV", help="environment id (default: the preset's)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="torch device")
     args = parser.parse_args(argv)
+    die_with_parent()  # a probe of a killed `cockpit tune` or `recommend` measures for no one
     limit_native_threads()
     try:
         preset = load(args.preset)

@@ -43,6 +43,19 @@ class StopFlag:
         signal.signal(signal.SIGINT, handler)
 
 
+def _follow_parent(sig: signal.Signals) -> bool | None:
+    """Ask the kernel for `sig` when the cockpit named in `COCKPIT_PARENT_PID` dies. None when no
+    cockpit started this process (or this is not Linux), else whether that cockpit is still alive."""
+    parent = os.environ.get(PARENT_PID_ENV)
+    if not parent:
+        return None
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
+    except (OSError, AttributeError):  # not Linux: nothing to ask the kernel
+        return None
+    return os.getppid() == int(parent)
+
+
 def stop_with_parent(stop: StopFlag) -> None:
     """When a cockpit started this process (`COCKPIT_PARENT_PID`), have the kernel send SIGTERM
     when the cockpit dies, even by SIGKILL, so no worker outlives it. Call after
@@ -50,12 +63,12 @@ def stop_with_parent(stop: StopFlag) -> None:
 
     If the cockpit already died before this ran, the stop is requested at once.
     """
-    parent = os.environ.get(PARENT_PID_ENV)
-    if not parent:
-        return
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):  # not Linux: nothing to ask the kernel
-        return
-    if os.getppid() != int(parent):
+    if _follow_parent(signal.SIGTERM) is False:
         stop.request("parent died")
+
+
+def die_with_parent() -> None:
+    """For a process with nothing to save (the cost probe): SIGKILL when the cockpit that started
+    it dies, or at once if it already has."""
+    if _follow_parent(signal.SIGKILL) is False:
+        os.kill(os.getpid(), signal.SIGKILL)

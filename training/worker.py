@@ -21,8 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cockpit.contract.events import EVENTS_FILE, EventWriter
+from cockpit.contract.events import (
+    EVENTS_FILE,
+    CheckpointEvent,
+    CorruptCheckpoint,
+    E,
+    ErrorEvent,
+    EventWriter,
+    FinishedEvent,
+    ProgressEvent,
+    to_json,
+)
 from cockpit.contract.presets import Preset, PresetError, load
+from cockpit.contract.rundir import JobDir
 from cockpit.contract.workerargs import WorkerArgs
 from training.device import DeviceError, limit_native_threads, resolve_device
 from training.stopping import StopFlag, stop_with_parent
@@ -32,7 +43,6 @@ from training.stopping import StopFlag, stop_with_parent
 
 PROGRESS_PRINT_INTERVAL = 5.0
 MAX_SEED = 2**31 - 1
-LOCK_FILE = ".lock"
 
 
 class WorkerInputError(ValueError):
@@ -97,20 +107,17 @@ class _ConsoleEvents(EventWriter):
 
     _last_print = 0.0
 
-    def emit(self, kind: Any, **fields: Any) -> dict[str, Any]:
-        event = super().emit(kind, **fields)
+    def emit(self, event: E) -> E:
+        super().emit(event)
         now = time.monotonic()
-        if kind == "progress" and now - self._last_print >= PROGRESS_PRINT_INTERVAL:
+        if isinstance(event, ProgressEvent) and now - self._last_print >= PROGRESS_PRINT_INTERVAL:
             self._last_print = now
-            rew = event.get("ep_rew_mean")
-            rew_text = "n/a" if rew is None else f"{rew:.1f}"
-            print(
-                f"[worker] {event['num_timesteps']:>10,} steps  {event['sps']:>8.0f} sps  ep_rew_mean {rew_text}",
-                flush=True,
-            )
-        elif kind in ("checkpoint", "finished", "error"):
-            detail = {k: v for k, v in event.items() if k not in ("t", "kind")}
-            print(f"[worker] {kind}: {detail}", flush=True)
+            rew = "n/a" if event.ep_rew_mean is None else f"{event.ep_rew_mean:.1f}"
+            sps = "n/a" if event.sps is None else f"{event.sps:>8.0f}"
+            print(f"[worker] {event.num_timesteps:>10,} steps  {sps} sps  ep_rew_mean {rew}", flush=True)
+        elif isinstance(event, (CheckpointEvent, FinishedEvent, ErrorEvent)):
+            detail = {k: v for k, v in to_json(event).items() if k not in ("t", "kind")}
+            print(f"[worker] {event.kind}: {detail}", flush=True)
         return event
 
 
@@ -137,7 +144,7 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
     if config.device == "cuda":
         enable_tf32()
     preset = config.preset
-    store = CheckpointStore(config.job_dir / "checkpoints")
+    store = CheckpointStore(JobDir(config.job_dir).checkpoints)
     # A resumed run must not replay the first run's env and action randomness from its start.
     newest = store.list()
     offset = int(newest[-1].name.split("-")[1]) if newest else 0
@@ -175,7 +182,7 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
             versions=package_versions(),
             resumed_from_step=last_saved,
             target_steps=target,
-            corrupt_checkpoints=[{"path": str(c.path), "reason": c.reason} for c in resumed.corrupt],
+            corrupt_checkpoints=tuple(CorruptCheckpoint(str(c.path), c.reason) for c in resumed.corrupt),
             policy=type(model.policy).__name__,
             torch_threads=torch.get_num_threads(),
         )
@@ -212,7 +219,7 @@ def _lock_job_dir(job_dir: Path) -> int | None:
     Two workers on one dir would prune each other's checkpoints (a restart issued while the old
     worker is still checkpointing its way out, say).
     """
-    fd = os.open(job_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(JobDir(job_dir).lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -8,7 +8,6 @@ import dataclasses
 import statistics
 import sys
 from pathlib import Path
-from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -16,22 +15,23 @@ from rich.table import Table
 
 from cockpit.commands.console import output_console
 from cockpit.contract.presets import Preset, PresetError, load
+from cockpit.contract.rundir import RunDir
+from cockpit.contract.runrecord import RunRecord, RunRecordError, read
 from cockpit.contract.runspec import ConfigError, checked_env
 from cockpit.core.advisor import (
     Advice,
     Costs,
-    JobMeasure,
     Machine,
     Measurements,
     advise,
     cores_needed,
     envs_per_core,
+    job_measure,
     machine_of,
 )
 from cockpit.core.costs import measured_costs
 from cockpit.core.host import host_info
 from cockpit.core.nvml import open_gpu
-from cockpit.core.runlog import read_run_log
 
 MIB = 1024 * 1024
 
@@ -47,36 +47,30 @@ def this_machine() -> Machine:
 
 def _cpu_mean(run_dir: Path) -> float | None:
     try:
-        with (run_dir / "samples.csv").open(encoding="utf-8", newline="") as fh:
+        with RunDir(run_dir).samples.open(encoding="utf-8", newline="") as fh:
             values = [float(row["cpu_percent"]) for row in csv.DictReader(fh) if row.get("cpu_percent")]
     except (OSError, ValueError, KeyError):
         return None
     return statistics.fmean(values) if values else None
 
 
-def measurements_from_run(run_dir: Path) -> tuple[dict[str, Any], Measurements]:
-    """A finished (or live) run's run.toml and what it measured; ConfigError when unreadable."""
+def measurements_from_run(run_dir: Path) -> tuple[RunRecord, Measurements]:
+    """A finished (or live) run's record and what it measured: each job's mean SPS and CPU %,
+    the GPU over the run, and the CPU's mean over samples.csv. ConfigError (one line) when the
+    run's run.toml cannot be read."""
     try:
-        doc = read_run_log(run_dir)
-    except (OSError, ValueError) as exc:
-        raise ConfigError(f"--from {run_dir}: no readable run.toml ({exc})") from exc
-    jobs = []
-    for job in doc.get("jobs", []):
-        phases = job.get("phases", {})
-        train, rollout = phases.get("train", {}), phases.get("rollout", {})
-        total = (train.get("seconds") or 0.0) + (rollout.get("seconds") or 0.0)
-        peak = job.get("peak_gpu_mem_mib")
-        jobs.append(JobMeasure(
-            job_id=str(job.get("id")), sps=job.get("mean_sps"),
-            train_share=(train.get("seconds") or 0.0) / total if total else None,
-            gpu_util_rollout=rollout.get("gpu_util_mean"), gpu_util_train=train.get("gpu_util_mean"),
-            gpu_mem_peak_bytes=int(peak * MIB) if peak is not None else None,
-            cpu_percent=job.get("cpu_percent_mean"), cuda_oom="cuda_oom" in str(job.get("error") or ""),
-        ))  # fmt: skip
-    util = doc.get("utilization", {})
-    measured = Measurements(tuple(jobs), util.get("gpu_util_mean"), util.get("gpu_util_while_training"),
+        recorded = read(run_dir)
+    except RunRecordError as exc:
+        raise ConfigError(f"--from {exc}") from exc
+    jobs = tuple(
+        job_measure(job.id, sps=job.mean_sps, phases=job.phases, cpu_percent=job.cpu_percent_mean, error=job.error,
+                    gpu_mem_peak_bytes=job.peak_gpu_mem_mib * MIB if job.peak_gpu_mem_mib is not None else None)
+        for job in recorded.jobs
+    )  # fmt: skip
+    util = recorded.utilization
+    measured = Measurements(jobs, util.gpu_util_mean if util else None, util.gpu_util_while_training if util else None,
                             _cpu_mean(run_dir))  # fmt: skip
-    return doc, measured
+    return recorded, measured
 
 
 def _numbers(machine: Machine, preset: Preset, jobs: int, measured: Measurements | None, costs: Costs | None) -> Table:
@@ -144,11 +138,10 @@ def recommend(console: Console, *, preset: str | None, env: str | None, jobs: in
     machine = machine or this_machine()
     measured = None
     if run_dir is not None:
-        doc, measured = measurements_from_run(run_dir)
-        config = doc.get("config", {})
-        preset = preset or str(config.get("preset"))
-        env = env or config.get("env")
-        jobs = jobs or int(config.get("jobs", 1))
+        recorded, measured = measurements_from_run(run_dir)
+        preset = preset or recorded.config.preset
+        env = env or recorded.config.env
+        jobs = jobs or recorded.config.jobs
     resolved = resolve_preset(preset, env, machine)
     jobs = jobs or 2
     costs = costs_for(console, machine, resolved) if probe else None

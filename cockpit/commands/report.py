@@ -10,27 +10,29 @@ from rich.console import Console
 from rich.table import Table
 
 from cockpit.commands.console import output_console
-from cockpit.contract.events import EVENTS_FILE, read_events
+from cockpit.contract.events import FinishedEvent, PhaseEvent, ProgressEvent, read_events
+from cockpit.contract.rundir import RunDir
+from cockpit.contract.runrecord import RunRecord, RunRecordError, read
 from cockpit.contract.runspec import ConfigError
-from cockpit.core.runlog import open_run_log
 
 
-def load(run_dir: Path) -> dict[str, Any]:
-    """The run log of `run_dir`; ConfigError (one line) if it is missing or unreadable."""
+def load(run_dir: Path) -> RunRecord:
+    """The run record of `run_dir`; ConfigError (one line) if it is missing, unreadable or from
+    a newer cockpit."""
     try:
-        return open_run_log(run_dir)
-    except ValueError as exc:
+        return read(run_dir)
+    except RunRecordError as exc:
         raise ConfigError(str(exc)) from exc
 
 
 def _live_steps(run_dir: Path, job_id: str) -> int | None:
     """The newest step count in a job's events (fresher than run.toml while the run is live)."""
     steps = None
-    for event in read_events(run_dir / "jobs" / job_id / EVENTS_FILE):
-        if event["kind"] in ("phase", "progress"):
-            steps = int(event["num_timesteps"])
-        elif event["kind"] == "finished":
-            steps = int(event["steps"])
+    for event in read_events(RunDir(run_dir).job(job_id).events):
+        if isinstance(event, (PhaseEvent, ProgressEvent)):
+            steps = event.num_timesteps
+        elif isinstance(event, FinishedEvent):
+            steps = event.steps
     return steps
 
 
@@ -39,54 +41,56 @@ def _fmt(value: Any, spec: str = "{:,.1f}") -> str:
 
 
 def print_report(run_dir: Path, console: Console | None = None) -> None:
-    """Print the run's config, host, GPU, per-job results and utilization by phase."""
+    """Print the run's config, host, GPU, per-job results and utilization by phase; ConfigError
+    (one line) when `run_dir` holds no readable run.toml."""
     console = console or output_console()
     log = load(run_dir)
-    cfg, host, gpu, util = log.get("config", {}), log.get("host", {}), log.get("gpu", {}), log.get("utilization", {})
-    live = log.get("status") in ("running", "stopping")
-    console.print(f"[bold]{run_dir}[/]  status [bold]{log.get('status')}[/]  {log.get('command', '')}")
-    duration = _fmt(log.get("duration_s"), "{:,.0f}")
-    console.print(f"started {log.get('started_at')}  ended {log.get('ended_at', '-')}  duration {duration} s")
+    cfg, host, gpu, util = log.config, log.host, log.gpu, log.utilization
+    live = log.status.live
+    console.print(f"[bold]{run_dir}[/]  status [bold]{log.status}[/]  {log.command}")
+    duration = _fmt(log.duration_s, "{:,.0f}")
+    console.print(f"started {log.started_at}  ended {log.ended_at or '-'}  duration {duration} s")
     console.print(
-        f"{cfg.get('agents')} agents, {cfg.get('jobs')} at a time, preset {cfg.get('preset')} on {cfg.get('env')}, "
-        f"{_fmt(cfg.get('timesteps'), '{:,}')} steps each"
+        f"{cfg.agents} agents, {cfg.jobs} at a time, preset {cfg.preset} on {cfg.env}, "
+        f"{_fmt(cfg.timesteps, '{:,}')} steps each"
     )
     console.print(
-        f"host {host.get('hostname')}: {host.get('cpu_model')}, {host.get('physical_cores')} cores "
-        f"({host.get('logical_cores')} threads), {host.get('ram_gib')} GiB, {host.get('os')}"
+        f"host {host.hostname}: {host.cpu_model}, {host.physical_cores} cores "
+        f"({host.logical_cores} threads), {host.ram_gib} GiB, {host.os}"
     )
-    gpu_text = (
-        f"{gpu.get('name')}, {gpu.get('memory_total_mib')} MiB, driver {gpu.get('driver')}"
-        if gpu.get("present")
-        else gpu.get("telemetry", "none")
-    )
+    if gpu is None:
+        gpu_text = "none"
+    elif gpu.present:
+        gpu_text = f"{gpu.name}, {gpu.memory_total_mib} MiB, driver {gpu.driver}"
+    else:
+        gpu_text = gpu.telemetry
     console.print(f"GPU: {gpu_text}")
     table = Table(title="jobs" + (" (live: steps from the event files)" if live else ""), title_justify="left")
     for col in ("job", "seed", "status", "steps", "mean SPS", "ep_rew_mean", "restarts", "ckpts", "CPU %",
                 "GPU % rollout", "GPU % train", "peak GPU MiB", "reason"):  # fmt: skip
         table.add_column(col, justify="left" if col in ("job", "status", "reason") else "right")
-    for job in log.get("jobs", []):
-        steps = _live_steps(run_dir, job["id"]) if live else job.get("steps")
-        phases = job.get("phases", {})
+    for job in log.jobs:
+        steps = _live_steps(run_dir, job.id) if live else job.steps
+        rollout, train = job.phases.get("rollout"), job.phases.get("train")
         table.add_row(
-            job["id"], str(job.get("seed")), job.get("status", "?"),
-            f"{_fmt(steps, '{:,}')}/{_fmt(job.get('target'), '{:,}')}", _fmt(job.get("mean_sps"), "{:,.0f}"),
-            _fmt(job.get("final_ep_rew_mean")), str(job.get("restarts", 0)), str(job.get("checkpoints", 0)),
-            _fmt(job.get("cpu_percent_mean"), "{:.0f}"),
-            _fmt(phases.get("rollout", {}).get("gpu_util_mean"), "{:.0f}"),
-            _fmt(phases.get("train", {}).get("gpu_util_mean"), "{:.0f}"),
-            _fmt(job.get("peak_gpu_mem_mib"), "{:,}"), job.get("error") or job.get("exit_reason", ""),
+            job.id, str(job.seed), str(job.status),
+            f"{_fmt(steps, '{:,}')}/{_fmt(job.target, '{:,}')}", _fmt(job.mean_sps, "{:,.0f}"),
+            _fmt(job.final_ep_rew_mean), str(job.restarts), str(job.checkpoints),
+            _fmt(job.cpu_percent_mean, "{:.0f}"),
+            _fmt(rollout.gpu_util_mean if rollout else None, "{:.0f}"),
+            _fmt(train.gpu_util_mean if train else None, "{:.0f}"),
+            _fmt(job.peak_gpu_mem_mib, "{:,}"), job.error or job.exit_reason or "",
         )  # fmt: skip
     console.print(table)
-    if util.get("gpu_util_mean") is not None:
+    if util is not None and util.gpu_util_mean is not None:
         console.print(
-            f"GPU utilization: mean {_fmt(util.get('gpu_util_mean'))}%, p50 {_fmt(util.get('gpu_util_p50'))}%, "
-            f"p95 {_fmt(util.get('gpu_util_p95'))}%; while any job trains {_fmt(util.get('gpu_util_while_training'))}%,"
-            f" otherwise {_fmt(util.get('gpu_util_while_not_training'))}%"
+            f"GPU utilization: mean {_fmt(util.gpu_util_mean)}%, p50 {_fmt(util.gpu_util_p50)}%, "
+            f"p95 {_fmt(util.gpu_util_p95)}%; while any job trains {_fmt(util.gpu_util_while_training)}%,"
+            f" otherwise {_fmt(util.gpu_util_while_not_training)}%"
         )
-    if util.get("train_share") is not None:
-        console.print(f"time with at least one job training: {util['train_share']:.0%}")
-    for warning in log.get("warnings", []):
+    if util is not None and util.train_share is not None:
+        console.print(f"time with at least one job training: {util.train_share:.0%}")
+    for warning in log.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
 
 

@@ -52,7 +52,7 @@ def _typed(args: argparse.Namespace) -> tuple[str, ...] | None:
 
 def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[str, ...]) -> RunSpec:
     """The validated run the flags ask for; ConfigError (one line) on bad input."""
-    from cockpit.core.runlog import read_run_log
+    from cockpit.contract.runrecord import RunRecordError, read
     from cockpit.core.session import resume_spec_args
 
     if args.resume is None:
@@ -60,16 +60,16 @@ def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[s
         return build_spec(
             jobs=args.jobs or (1 if args.auto else 2), agents=args.agents, preset=preset, env=args.env,
             timesteps=args.timesteps, seed=args.seed, run_dir=args.run_dir, max_restarts=args.max_restarts,
-            pin=args.pin, command_line=command_line,
+            healthy_uptime_s=args.healthy_uptime, pin=args.pin, command_line=command_line,
         )  # fmt: skip
     fixed = [flag for flag, value in (("--agents", args.agents), ("--preset", args.preset), ("--env", args.env),
              ("--timesteps", args.timesteps), ("--run-dir", args.run_dir)) if value is not None]  # fmt: skip
     if fixed:
         raise ConfigError(f"--resume continues a run with its recorded settings; drop {', '.join(fixed)}")
     try:
-        spec_args = resume_spec_args(args.resume, read_run_log(args.resume))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ConfigError(f"--resume {args.resume}: no usable run.toml there ({exc!r})") from exc
+        spec_args = resume_spec_args(args.resume, read(args.resume))
+    except RunRecordError as exc:
+        raise ConfigError(f"--resume {args.resume}: no usable run.toml there ({exc})") from exc
     if args.jobs is not None:
         spec_args["jobs"] = args.jobs
     return build_spec(**spec_args, command_line=command_line, resuming=True)

@@ -22,11 +22,11 @@ from rich.table import Table
 
 from cockpit.commands.console import output_console
 from cockpit.commands.recommend import costs_for, resolve_preset, static_pick, this_machine
+from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.runspec import ConfigError
 from cockpit.core.advisor import Costs, Machine
 from cockpit.core.nvml import open_gpu
-from cockpit.core.runlog import write_atomic
 from cockpit.core.search import Config, HillClimb, Space
 from cockpit.core.trials import Trial, preset_toml, run_trial
 

@@ -39,3 +39,14 @@ positive_int = _int_at_least(1, "a positive integer")
 
 non_negative_int = _int_at_least(0, "an integer >= 0")
 """argparse type: an integer >= 0."""
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (`300`, `0.5`, `1_800`); not nan or inf."""
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        value = 0.0
+    if not 0.0 < value < float("inf"):  # also refuses nan, which compares false
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value

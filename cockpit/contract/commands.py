@@ -21,7 +21,6 @@ class AdviceSetting(str, Enum):
     BATCH_SIZE = "batch_size"
     NET_ARCH = "net_arch"
     PRESET = "preset"
-    DEVICE = "device"
 
     def __str__(self) -> str:
         # The value, in f-strings too (Python 3.12 formats a mixed-in enum by its name otherwise).

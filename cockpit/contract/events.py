@@ -1,9 +1,15 @@
 """The job event stream: JSON lines in `<job dir>/events.jsonl`, the worker-to-cockpit contract.
 
-Every event is one JSON object on one line with `t` (Unix time, seconds) and `kind`. Each line is
-written with a single `write(2)` on an `O_APPEND` descriptor, so it reaches the file as soon as it
-is emitted and concurrent writers never interleave inside a line. A process killed mid-write can
-leave a torn last line; `read_events` skips it. The schema is documented in `docs/events.md`.
+Every event is one JSON object on one line with `t` (Unix time, seconds) and `kind`, and is one
+frozen dataclass here (`StartedEvent` ... `ErrorEvent`). `EventWriter` is the one writer and
+`parse` the one reader of a line: everything that follows a job (the supervisor, replay, the job
+detail, tune's trials, report) gets typed events from it and never looks inside the JSON.
+
+Each line is written with a single `write(2)` on an `O_APPEND` descriptor, so it reaches the file
+as soon as it is emitted and concurrent writers never interleave inside a line. A process killed
+mid-write can leave a torn last line; readers skip it. A line that is complete but not a valid
+event (garbage, a field of the wrong type, a kind this version does not know) is skipped too and
+counted by `EventReader`. The schema is documented in `docs/events.md`.
 """
 
 from __future__ import annotations
@@ -12,15 +18,125 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal, TypeVar, cast, get_args
 
 EVENTS_FILE = "events.jsonl"
 
-EventKind = Literal["started", "phase", "progress", "checkpoint", "finished", "error"]
 Phase = Literal["rollout", "train"]
 FinishStatus = Literal["done", "stopped"]
+EventKind = Literal["started", "phase", "progress", "checkpoint", "finished", "error"]
+
+
+@dataclass(frozen=True)
+class CorruptCheckpoint:
+    """A checkpoint a resuming worker found corrupt and moved to `checkpoints/corrupt/`."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class StartedEvent:
+    """The job began (or resumed): its resolved config, pid, torch device and package versions.
+
+    `config` is the worker's resolved job config (`preset`, `env`, `backend`, `timesteps`,
+    `job_dir`, `seed`, `device`, `threads`, `torch_threads`); a user's own script may leave it empty.
+    """
+
+    kind: ClassVar[Literal["started"]] = "started"
+    t: float
+    pid: int | None = None
+    device: str | None = None
+    config: Mapping[str, Any] = field(default_factory=dict)
+    versions: Mapping[str, str] = field(default_factory=dict)
+    target_steps: int | None = None
+    policy: str | None = None
+    torch_threads: int | None = None
+    resumed_from_step: int | None = None
+    corrupt_checkpoints: tuple[CorruptCheckpoint, ...] = ()
+
+    @property
+    def threads(self) -> int | None:
+        """The env threads of the worker's config (its share of the run's thread budget), if known."""
+        value = self.config.get("threads")
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+@dataclass(frozen=True)
+class PhaseEvent:
+    """A rollout or train phase starts now; it lasts until the next phase or the job's outcome."""
+
+    kind: ClassVar[Literal["phase"]] = "phase"
+    t: float
+    phase: Phase
+    iteration: int
+    num_timesteps: int
+
+
+@dataclass(frozen=True)
+class ProgressEvent:
+    """Training progress; `losses` only after a train phase."""
+
+    kind: ClassVar[Literal["progress"]] = "progress"
+    t: float
+    num_timesteps: int
+    iteration: int | None = None
+    sps: float | None = None
+    ep_rew_mean: float | None = None
+    ep_len_mean: float | None = None
+    episodes: int | None = None
+    losses: Mapping[str, float | None] | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointEvent:
+    """A checkpoint was written completely (it is already renamed into place)."""
+
+    kind: ClassVar[Literal["checkpoint"]] = "checkpoint"
+    t: float
+    path: str
+    step: int
+
+
+@dataclass(frozen=True)
+class FinishedEvent:
+    """The job ended cleanly: `done` at its target, or `stopped` on request."""
+
+    kind: ClassVar[Literal["finished"]] = "finished"
+    t: float
+    status: FinishStatus
+    steps: int
+    duration: float | None = None
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    """The job failed; `type` is `cuda_oom`, `invalid_config` or the exception's class name."""
+
+    kind: ClassVar[Literal["error"]] = "error"
+    t: float
+    type: str
+    message: str
+
+    @property
+    def reason(self) -> str:
+        """`type: message`, as the cockpit shows a failure."""
+        return f"{self.type}: {self.message}"
+
+
+Event = StartedEvent | PhaseEvent | ProgressEvent | CheckpointEvent | FinishedEvent | ErrorEvent
+OutcomeEvent = FinishedEvent | ErrorEvent
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.kind: cls for cls in (StartedEvent, PhaseEvent, ProgressEvent, CheckpointEvent, FinishedEvent, ErrorEvent)
+}
+
+E = TypeVar("E", bound=Event)
+
+
+# ----- to and from JSON -----
 
 
 def _clean(value: Any) -> Any:
@@ -34,8 +150,129 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def to_json(event: Event) -> dict[str, Any]:
+    """The event as the JSON object written to the file: `t`, `kind`, then its fields."""
+    out: dict[str, Any] = {"t": event.t, "kind": event.kind}
+    for f in fields(event):
+        if f.name == "t":
+            continue
+        value = getattr(event, f.name)
+        if f.name == "corrupt_checkpoints":
+            value = [{"path": c.path, "reason": c.reason} for c in value]
+        elif isinstance(value, Mapping):
+            value = dict(value)
+        out[f.name] = value
+    return cast(dict[str, Any], _clean(out))
+
+
+class _Invalid(ValueError):
+    """A complete line that is not a valid event of a known kind."""
+
+
+def _number(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Invalid(f"{name}: expected a number, got {value!r}")
+    return float(value)
+
+
+def _integer(value: Any, name: str) -> int:
+    # Whole floats pass: a JSON writer may render 1e6 for a step count.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _Invalid(f"{name}: expected an integer, got {value!r}")
+    return value
+
+
+def _string(value: Any, name: str) -> str:
+    if not isinstance(value, str):
+        raise _Invalid(f"{name}: expected a string, got {value!r}")
+    return value
+
+
+def _mapping(value: Any, name: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _Invalid(f"{name}: expected an object, got {value!r}")
+    return value
+
+
+def _optional(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
+    return lambda value, name: None if value is None else check(value, name)
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[Any, str], str]:
+    def check(value: Any, name: str) -> str:
+        if value not in options:
+            raise _Invalid(f"{name}: expected one of {', '.join(options)}, got {value!r}")
+        return cast(str, value)
+
+    return check
+
+
+def _corrupt(value: Any, name: str) -> tuple[CorruptCheckpoint, ...]:
+    if not isinstance(value, list):
+        raise _Invalid(f"{name}: expected a list, got {value!r}")
+    return tuple(
+        CorruptCheckpoint(_string(item.get("path"), f"{name}.path"), _string(item.get("reason"), f"{name}.reason"))
+        for item in (_mapping(entry, name) for entry in value)
+    )
+
+
+def _losses(value: Any, name: str) -> Mapping[str, float | None]:
+    return {str(k): None if v is None else _number(v, f"{name}.{k}") for k, v in _mapping(value, name).items()}
+
+
+_CHECKS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
+    "started": {
+        "pid": _optional(_integer), "device": _optional(_string), "config": _mapping, "versions": _mapping,
+        "target_steps": _optional(_integer), "policy": _optional(_string), "torch_threads": _optional(_integer),
+        "resumed_from_step": _optional(_integer), "corrupt_checkpoints": _corrupt,
+    },
+    "phase": {"phase": _choice(get_args(Phase)), "iteration": _integer, "num_timesteps": _integer},
+    "progress": {
+        "num_timesteps": _integer, "iteration": _optional(_integer), "sps": _optional(_number),
+        "ep_rew_mean": _optional(_number), "ep_len_mean": _optional(_number), "episodes": _optional(_integer),
+        "losses": _optional(_losses),
+    },
+    "checkpoint": {"path": _string, "step": _integer},
+    "finished": {"status": _choice(get_args(FinishStatus)), "steps": _integer, "duration": _optional(_number)},
+    "error": {"type": _string, "message": _string},
+}  # fmt: skip
+
+
+def from_json(data: Any) -> Event:
+    """The event a decoded JSON object describes; ValueError names the kind and the bad field.
+    Fields this version does not know are ignored (newer writers may add some)."""
+    obj = _mapping(data, "event")
+    kind = obj.get("kind")
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise _Invalid(f"event: unknown kind {kind!r}")
+    values: dict[str, Any] = {"t": _number(obj.get("t"), f"{kind}.t")}
+    for name, check in _CHECKS[cls.kind].items():
+        if name in obj:
+            values[name] = check(obj[name], f"{kind}.{name}")
+    try:
+        return cls(**values)
+    except TypeError as exc:  # a required field is missing
+        raise _Invalid(f"{kind}: {exc}") from None
+
+
+def parse(line: bytes | str) -> Event | None:
+    """One line of an events file as an event, or None when it is not one: a torn or garbled line,
+    an invalid field, or a kind this version does not know."""
+    try:
+        return from_json(json.loads(line))
+    except ValueError:  # JSONDecodeError and _Invalid are both ValueErrors
+        return None
+
+
+# ----- writing -----
+
+
 class EventWriter:
-    """Appends events to one job's `events.jsonl`; each method is one event kind of the schema."""
+    """Appends events to one job's `events.jsonl`; `emit` writes any event, and each other method
+    builds one kind (with `t` now unless given) and emits it."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -46,84 +283,89 @@ class EventWriter:
         if size and os.pread(self._fd, 1, size - 1) != b"\n":
             os.write(self._fd, b"\n")
 
-    def emit(self, kind: EventKind, **fields: Any) -> dict[str, Any]:
-        """Write one event now and return it; `t` is added unless given."""
-        event = {"t": fields.pop("t", time.time()), "kind": kind, **fields}
-        line = json.dumps(_clean(event), allow_nan=False, separators=(",", ":")) + "\n"
+    def emit(self, event: E) -> E:
+        """Write `event` now, as one line in one `write(2)`, and return it."""
+        line = json.dumps(to_json(event), allow_nan=False, separators=(",", ":")) + "\n"
         os.write(self._fd, line.encode("utf-8"))
         return event
 
     def started(
-        self, *, config: Mapping[str, Any], pid: int, device: str, versions: Mapping[str, str], **extra: Any
-    ) -> None:
+        self,
+        *,
+        pid: int | None,
+        device: str | None,
+        config: Mapping[str, Any] | None = None,
+        versions: Mapping[str, str] | None = None,
+        target_steps: int | None = None,
+        policy: str | None = None,
+        torch_threads: int | None = None,
+        resumed_from_step: int | None = None,
+        corrupt_checkpoints: tuple[CorruptCheckpoint, ...] = (),
+        t: float | None = None,
+    ) -> StartedEvent:
         """The job began (or resumed): its resolved config, pid, torch device and package versions."""
-        self.emit("started", config=config, pid=pid, device=device, versions=versions, **extra)
+        event = StartedEvent(_now(t), pid, device, dict(config or {}), dict(versions or {}), target_steps, policy,
+                             torch_threads, resumed_from_step, tuple(corrupt_checkpoints))  # fmt: skip
+        return self.emit(event)
 
-    def phase(self, phase: Phase, *, iteration: int, num_timesteps: int) -> None:
+    def phase(self, phase: Phase, *, iteration: int, num_timesteps: int, t: float | None = None) -> PhaseEvent:
         """A rollout or train phase starts now; it lasts until the next phase or `finished`."""
-        self.emit("phase", phase=phase, iteration=iteration, num_timesteps=num_timesteps)
+        return self.emit(PhaseEvent(_now(t), phase, iteration, num_timesteps))
 
-    def progress(self, **stats: Any) -> None:
+    def progress(
+        self,
+        *,
+        num_timesteps: int,
+        iteration: int | None = None,
+        sps: float | None = None,
+        ep_rew_mean: float | None = None,
+        ep_len_mean: float | None = None,
+        episodes: int | None = None,
+        losses: Mapping[str, float | None] | None = None,
+        t: float | None = None,
+    ) -> ProgressEvent:
         """Training progress: num_timesteps, sps, ep_rew_mean, ep_len_mean, episodes, losses."""
-        self.emit("progress", **stats)
+        return self.emit(ProgressEvent(_now(t), num_timesteps, iteration, sps, ep_rew_mean, ep_len_mean, episodes,
+                                       dict(losses) if losses is not None else None))  # fmt: skip
 
-    def checkpoint(self, *, path: str, step: int) -> None:
+    def checkpoint(self, *, path: str, step: int, t: float | None = None) -> CheckpointEvent:
         """A checkpoint was written completely (it is already renamed into place)."""
-        self.emit("checkpoint", path=path, step=step)
+        return self.emit(CheckpointEvent(_now(t), path, step))
 
-    def finished(self, *, status: FinishStatus, steps: int, duration: float) -> None:
+    def finished(
+        self, *, status: FinishStatus, steps: int, duration: float | None = None, t: float | None = None
+    ) -> FinishedEvent:
         """The job ended cleanly: `done` at its target, or `stopped` on request."""
-        self.emit("finished", status=status, steps=steps, duration=duration)
+        return self.emit(FinishedEvent(_now(t), status, steps, duration))
 
-    def error(self, *, type: str, message: str) -> None:
+    def error(self, *, type: str, message: str, t: float | None = None) -> ErrorEvent:
         """The job failed; `type` is `cuda_oom`, `invalid_config` or the exception's class name."""
-        self.emit("error", type=type, message=message)
+        return self.emit(ErrorEvent(_now(t), type, message))
 
     def close(self) -> None:
         """Release the file descriptor; further emits fail."""
         os.close(self._fd)
 
 
-def iter_events(path: Path) -> Iterator[dict[str, Any]]:
-    """Yield the events in `path` in order, skipping lines that are not complete JSON objects.
-
-    A torn last line (the writer was killed mid-write) is the expected case of a bad line.
-    """
-    try:
-        with path.open("rb") as fh:
-            for raw in fh:
-                if not raw.endswith(b"\n"):
-                    break
-                event = _parse(raw)
-                if event is not None:
-                    yield event
-    except FileNotFoundError:
-        return
+def _now(t: float | None) -> float:
+    return time.time() if t is None else t
 
 
-def _parse(raw: bytes) -> dict[str, Any] | None:
-    """One line as an event, or None if it is not a JSON object with `t` and `kind`."""
-    try:
-        event = json.loads(raw)
-    except ValueError:
-        return None
-    return event if isinstance(event, dict) and "kind" in event and "t" in event else None
+# ----- reading -----
 
 
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """All complete events in `path` (empty when the file does not exist yet)."""
-    return list(iter_events(path))
-
-
-class EventTail:
-    """Reads the events appended to a file since the last call (for following a live job)."""
+class EventReader:
+    """Reads the events appended to a file since the last call (to follow a live job, or to read a
+    finished one in one go). A torn last line waits for its end; a complete line that is not a valid
+    event is skipped and counted in `skipped`."""
 
     def __init__(self, path: Path, offset: int = 0) -> None:
         self.path = path
         self.offset = offset
+        self.skipped = 0
 
-    def read_new(self) -> list[dict[str, Any]]:
-        """Complete events written since the previous call; a torn last line waits for its end."""
+    def read_new(self) -> list[Event]:
+        """Complete events written since the previous call ([] while the file does not exist)."""
         try:
             with self.path.open("rb") as fh:
                 fh.seek(self.offset)
@@ -132,4 +374,43 @@ class EventTail:
             return []
         end = data.rfind(b"\n") + 1
         self.offset += end
-        return [event for event in map(_parse, data[:end].splitlines()) if event is not None]
+        return self._parse_lines(data[:end].splitlines())
+
+    def __iter__(self) -> Iterator[Event]:
+        """Every complete event from the current offset on, streamed (a file may hold millions)."""
+        try:
+            fh = self.path.open("rb")
+        except FileNotFoundError:
+            return
+        with fh:
+            fh.seek(self.offset)
+            for raw in fh:
+                if not raw.endswith(b"\n"):
+                    break
+                self.offset += len(raw)
+                yield from self._parse_lines([raw])
+
+    def _parse_lines(self, lines: list[bytes]) -> list[Event]:
+        events = []
+        for raw in lines:
+            event = parse(raw)
+            if event is not None:
+                events.append(event)
+            elif raw.strip():
+                self.skipped += 1
+        return events
+
+
+def iter_events(path: Path) -> Iterator[Event]:
+    """The events in `path` in order, streamed; torn and invalid lines are skipped."""
+    return iter(EventReader(path))
+
+
+def read_events(path: Path) -> list[Event]:
+    """All complete events in `path` (empty when the file does not exist yet)."""
+    return list(iter_events(path))
+
+
+def of_kind(events: Iterator[Event] | list[Event], cls: type[E]) -> list[E]:
+    """The events of one kind, in order."""
+    return [event for event in events if isinstance(event, cls)]

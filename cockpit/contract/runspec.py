@@ -9,8 +9,8 @@ from pathlib import Path
 
 from cockpit.contract.envids import UnknownEnvError, backend_for
 from cockpit.contract.presets import Preset, PresetError, load
+from cockpit.contract.rundir import RunDir
 
-RUN_LOG = "run.toml"
 MAX_SEED = 2**31 - 1
 
 
@@ -134,7 +134,7 @@ def build_spec(
         )
     directory = run_dir or default_run_dir(resolved, env_id)
     check_writable(directory)
-    if (directory / RUN_LOG).exists() and not resuming:
+    if RunDir(directory).run_toml.exists() and not resuming:
         raise ConfigError(f"--run-dir {directory}: already holds a run; continue it with --resume {directory}")
     return RunSpec(
         jobs=jobs,

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from cockpit.contract.commands import AdviceSetting
 from cockpit.contract.presets import Preset, largest_divisor_at_most
@@ -101,6 +103,36 @@ class Measurements:
         """The jobs' SPS together."""
         rates = [j.sps for j in self.jobs if j.sps is not None]
         return sum(rates) if rates else None
+
+
+class PhaseFigures(Protocol):
+    """A job's time in one phase and the GPU meanwhile: a live run's `PhaseStats` or a recorded
+    run's `PhaseRecord`."""
+
+    @property
+    def seconds(self) -> float:
+        """Time spent in the phase."""
+        ...
+
+    @property
+    def gpu_util_mean(self) -> float | None:
+        """The GPU's mean utilization meanwhile, % (None without GPU telemetry)."""
+        ...
+
+
+def job_measure(job_id: str, *, sps: float | None, phases: Mapping[str, PhaseFigures], gpu_mem_peak_bytes: int | None,
+                cpu_percent: float | None, error: str | None) -> JobMeasure:  # fmt: skip
+    """What one job measured, for a live run and a recorded one alike: its SPS, CPU % and GPU
+    memory peak as given, its train share of rollout + train time and the GPU % in each (from
+    `phases`, by phase name), and whether its error was a CUDA out-of-memory."""
+    train, rollout = phases.get("train"), phases.get("rollout")
+    train_s = train.seconds if train is not None else 0.0
+    total = train_s + (rollout.seconds if rollout is not None else 0.0)
+    return JobMeasure(
+        job_id, sps, train_s / total if total else None,
+        rollout.gpu_util_mean if rollout is not None else None, train.gpu_util_mean if train is not None else None,
+        gpu_mem_peak_bytes, cpu_percent, "cuda_oom" in (error or ""),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -200,11 +232,16 @@ def _cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> lis
     if need <= host.physical_cores:
         return []
     fit_jobs = max_jobs_for_cores(preset, host.physical_cores, costs)
-    numbers = {"jobs": jobs, "n_envs": preset.n_envs, "cores_needed": need, "physical_cores": host.physical_cores}
+    numbers: dict[str, float | int | str] = {
+        "jobs": jobs,
+        "n_envs": preset.n_envs,
+        "cores_needed": need,
+        "physical_cores": host.physical_cores,
+    }
     if costs is not None:  # measured: fewer envs would not make a job's loop any lighter
         reason = (f"{jobs} job(s) keep ~{need:.1f} cores busy, measured here: {costs.describe()}; "
                   f"this machine has {host.physical_cores} physical")  # fmt: skip
-        return [Advice("jobs", str(jobs), str(fit_jobs), "jobs stop contending for cores", reason, numbers)]
+        return [Advice(AdviceSetting.JOBS, str(jobs), str(fit_jobs), "jobs stop contending for cores", reason, numbers)]
     per_core = envs_per_core(preset.env)
     per_job_envs = max(1, host.physical_cores * per_core // jobs)
     out = []
@@ -214,11 +251,11 @@ def _cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> lis
         effect = "envs stop contending for cores" + (
             " (or lower n_envs, below)" if per_job_envs < preset.n_envs else ""
         )
-        out.append(Advice("jobs", str(jobs), str(fit_jobs), effect, reason, numbers))
+        out.append(Advice(AdviceSetting.JOBS, str(jobs), str(fit_jobs), effect, reason, numbers))
     if per_job_envs < preset.n_envs:
         envs = 1 << (per_job_envs.bit_length() - 1)  # a power of two keeps batch divisors easy
         effect = f"or keep {jobs} job(s): they fit the cores with batch_size {_batch_for(preset, envs)}"
-        out.append(Advice("n_envs", str(preset.n_envs), str(envs), effect, reason, numbers))
+        out.append(Advice(AdviceSetting.N_ENVS, str(preset.n_envs), str(envs), effect, reason, numbers))
     return out
 
 
@@ -228,8 +265,9 @@ def _idle_cores(host: Machine, jobs: int, costs: Costs | None) -> list[Advice]:
         return []
     reason = (f"no GPU: each job's loop keeps one core busy, and {host.physical_cores - jobs} of "
               f"{host.physical_cores} physical cores would idle")  # fmt: skip
-    return [Advice("jobs", str(jobs), str(host.physical_cores), f"~{host.physical_cores / jobs:.1f}x the SPS",
-                   reason, {"jobs": jobs, "physical_cores": host.physical_cores})]  # fmt: skip
+    return [Advice(AdviceSetting.JOBS, str(jobs), str(host.physical_cores),
+                   f"~{host.physical_cores / jobs:.1f}x the SPS", reason,
+                   {"jobs": jobs, "physical_cores": host.physical_cores})]  # fmt: skip
 
 
 def _amortize(host: Machine, preset: Preset, jobs: int, costs: Costs | None, max_envs: int | None) -> list[Advice]:
@@ -253,9 +291,12 @@ def _amortize(host: Machine, preset: Preset, jobs: int, costs: Costs | None, max
     effect = (f"~{gain:+.0%} SPS per job: the step overhead falls from {overhead_share(preset.n_envs):.0%} to "
               f"{overhead_share(n):.0%} of a sample's cost; batch_size {_batch_for(preset, n)}")  # fmt: skip
     reason = f"measured here: {costs.describe()}; {preset.n_epochs} epoch(s)"
-    numbers = {"step_overhead_us": costs.step_overhead_us, "env_policy_us": costs.env_policy_us,
-               "train_sample_us": costs.train_sample_us}  # fmt: skip
-    return [Advice("n_envs", str(preset.n_envs), str(n), effect, reason, numbers)]
+    numbers: dict[str, float | int | str] = {
+        "step_overhead_us": costs.step_overhead_us,
+        "env_policy_us": costs.env_policy_us,
+        "train_sample_us": costs.train_sample_us,
+    }
+    return [Advice(AdviceSetting.N_ENVS, str(preset.n_envs), str(n), effect, reason, numbers)]
 
 
 def _batch_for(preset: Preset, n_envs: int, cap: int | None = None) -> int:
@@ -270,7 +311,7 @@ def _divisor(preset: Preset) -> list[Advice]:
     if total % preset.batch_size == 0:
         return []
     fixed = largest_divisor_at_most(total, preset.batch_size)
-    return [Advice("batch_size", str(preset.batch_size), str(fixed), "every minibatch the same size",
+    return [Advice(AdviceSetting.BATCH_SIZE, str(preset.batch_size), str(fixed), "every minibatch the same size",
                    f"batch_size must divide n_envs x n_steps = {total}", {"total_batch": total})]  # fmt: skip
 
 
@@ -279,7 +320,8 @@ def _oom(preset: Preset, measured: Measurements) -> list[Advice]:
     if not hit:
         return []
     half = largest_divisor_at_most(preset.total_batch, max(1, preset.batch_size // 2))
-    return [Advice("batch_size", str(preset.batch_size), str(half), "half the activation memory per minibatch",
+    return [Advice(AdviceSetting.BATCH_SIZE, str(preset.batch_size), str(half),
+                   "half the activation memory per minibatch",
                    f"CUDA out of memory in job(s) {', '.join(hit)}; {half} still divides {preset.total_batch}",
                    {"batch_size": preset.batch_size})]  # fmt: skip
 
@@ -291,7 +333,7 @@ def _gpu_memory(host: Machine, jobs: int, measured: Measurements) -> list[Advice
     fit = max_jobs_for_gpu_memory(peak, total)
     reason = (f"{jobs} jobs x {peak / GIB:.1f} GiB peak = {jobs * peak / GIB:.1f} GiB, over "
               f"{GPU_MEM_BUDGET:.0%} of {total / GIB:.0f} GiB")  # fmt: skip
-    return [Advice("jobs", str(jobs), str(fit), "no job runs out of GPU memory", reason,
+    return [Advice(AdviceSetting.JOBS, str(jobs), str(fit), "no job runs out of GPU memory", reason,
                    {"peak_gib": peak / GIB, "total_gib": total / GIB})]  # fmt: skip
 
 
@@ -314,7 +356,7 @@ def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements, c
     capped = f"; {limit} cap it at {caps[limit]}" if caps[limit] < wanted else ""
     reason = (f"GPU {_pct(mean)} on average but {_pct(burst)} while a job trains, CPU {_pct(cpu)}: "
               f"{jobs} job(s) leave the GPU idle between train bursts{capped}")  # fmt: skip
-    return [Advice("jobs", str(jobs), str(suggested),
+    return [Advice(AdviceSetting.JOBS, str(jobs), str(suggested),
                    f"train phases overlap: ~{min(100.0, mean * suggested / jobs):.0f} % GPU expected", reason,
                    {"gpu_util_mean": mean, "gpu_util_train": burst, "cpu_percent": cpu})]  # fmt: skip
 
@@ -326,12 +368,12 @@ def _cpu_bound(host: Machine, preset: Preset, jobs: int, measured: Measurements)
         return []
     reason = f"CPU {_pct(cpu)} across {host.logical_cores} logical cores, GPU {_pct(gpu)}: the envs are the bottleneck"
     if jobs > 1:
-        return [Advice("jobs", str(jobs), str(jobs - 1), "less contention; each job steps faster", reason,
+        return [Advice(AdviceSetting.JOBS, str(jobs), str(jobs - 1), "less contention; each job steps faster", reason,
                        {"cpu_percent": cpu})]  # fmt: skip
     if preset.n_envs > 1:
         envs = max(1, preset.n_envs // 2)
         effect = f"less contention; batch_size {_batch_for(preset, envs)}"
-        return [Advice("n_envs", str(preset.n_envs), str(envs), effect, reason, {"cpu_percent": cpu})]
+        return [Advice(AdviceSetting.N_ENVS, str(preset.n_envs), str(envs), effect, reason, {"cpu_percent": cpu})]
     return []
 
 
@@ -344,7 +386,7 @@ def _no_gpu(host: Machine, preset: Preset) -> list[Advice]:
     net = ",".join(str(min(units, CPU_NET_MAX_UNITS // 4)) for units in preset.net_arch[:2])
     reason = (f"no GPU: the policy trains on {host.physical_cores} CPU cores, and a "
               f"{','.join(map(str, preset.net_arch))} MLP makes every train phase long")  # fmt: skip
-    return [Advice("net_arch", ",".join(map(str, preset.net_arch)), net,
+    return [Advice(AdviceSetting.NET_ARCH, ",".join(map(str, preset.net_arch)), net,
                    "MLP policy on the CPU: shorter train phases, more steps per second (try --preset cartpole)",
                    reason, {"widest_layer": widest})]  # fmt: skip
 
@@ -357,12 +399,13 @@ def _gpu_defaults(host: Machine, preset: Preset, jobs: int, costs: Costs | None)
     memory = f", {host.gpu_memory_bytes / GIB:.0f} GB" if host.gpu_memory_bytes else ""
     note = f"{host.gpu_name}{memory} detected; {model.note}"
     if model.preset != preset.name and preset.name in ("fast", "heavy", "beast"):
-        out.append(Advice("preset", preset.name, model.preset, f"the usual work per rollout for a {model.match}",
-                          note, {"gpu": host.gpu_name or ""}))  # fmt: skip
+        out.append(Advice(AdviceSetting.PRESET, preset.name, model.preset,
+                          f"the usual work per rollout for a {model.match}", note,
+                          {"gpu": host.gpu_name or ""}))  # fmt: skip
     fit = min(model.jobs, max_jobs_for_cores(preset, host.physical_cores, costs))
     if fit != jobs:
         capped = "" if fit == model.jobs else f"; {host.physical_cores} physical cores fit {fit} of {model.jobs}"
-        out.append(Advice("jobs", str(jobs), str(fit), "enough parallel jobs to keep the GPU busy",
+        out.append(Advice(AdviceSetting.JOBS, str(jobs), str(fit), "enough parallel jobs to keep the GPU busy",
                           note + capped, {"gpu": host.gpu_name or ""}))  # fmt: skip
     return out
 

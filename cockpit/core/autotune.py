@@ -18,10 +18,10 @@ import math
 from dataclasses import dataclass, field
 
 from cockpit.contract.commands import AddJob, AdviceSetting, ApplyAdvice, Command, SetSlots
+from cockpit.contract.runrecord import AdviceRecord, iso
 from cockpit.contract.states import JobState
 from cockpit.core.advisor import max_jobs_for_gpu_memory
 from cockpit.core.clock import Clock
-from cockpit.core.runlog import iso
 from cockpit.core.state import RunState
 
 WINDOW_S = 30.0
@@ -45,13 +45,12 @@ class Change:
         """One line for a panel or a log."""
         return f"auto: {self.action} ({self.slots_before} -> {self.slots_after} jobs): {self.reason}"
 
-    def as_dict(self) -> dict[str, object]:
-        """For run.toml's advice log (no None values: TOML has no null)."""
-        data = {"at": iso(self.t), "action": self.action, "jobs_before": self.slots_before,
-                "jobs_after": self.slots_after, "sps_before": self.sps_before, "sps_after": self.sps_after,
-                "reason": self.reason}  # fmt: skip
-        return {k: (round(v, 1) if isinstance(v, float) and k.startswith("sps") else v)
-                for k, v in data.items() if v is not None}  # fmt: skip
+    def record(self) -> AdviceRecord:
+        """The decision as an entry of run.toml's advice log."""
+        before, after = self.sps_before, self.sps_after
+        return AdviceRecord(at=iso(self.t) or "", action=self.action, jobs_before=self.slots_before,
+                            jobs_after=self.slots_after, sps_before=round(before, 1) if before is not None else None,
+                            sps_after=round(after, 1) if after is not None else None, reason=self.reason)  # fmt: skip
 
 
 @dataclass
@@ -125,6 +124,7 @@ class AutoTuner:
             return []
         sps = (self._steps_total - self._steps_start) / (now - self._window_start)
         self._window_start, self._settle_until = None, None
+        command: SetSlots | ApplyAdvice | None
         if self._stage == "jobs":
             command = self._decide(state, sps, self.clock.time())
         else:

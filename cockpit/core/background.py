@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cockpit.contract.rundir import RunDir
 from cockpit.contract.runspec import RunSpec
 from cockpit.core.control import AttachSource
 from cockpit.core.feed import SourceError
 from cockpit.core.launcher import log_tail
 
-LOG = "cockpit.log"
 ATTACH_TIMEOUT_S = 60.0
 
 
@@ -36,7 +36,7 @@ class BackgroundRun:
     @property
     def log(self) -> Path:
         """The run's console output (plain, timestamped lines)."""
-        return self.run_dir / LOG
+        return RunDir(self.run_dir).log
 
 
 def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | None = None) -> list[str]:
@@ -51,7 +51,7 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
     flags = [
         "--jobs", str(spec.jobs), "--agents", str(spec.agents), "--preset", spec.preset_arg, "--env", spec.env,
         "--timesteps", str(spec.timesteps), "--seed", str(spec.seed), "--run-dir", str(spec.run_dir),
-        "--max-restarts", str(spec.restart.max_restarts),
+        "--max-restarts", str(spec.restart.max_restarts), "--healthy-uptime", repr(spec.restart.healthy_uptime_s),
     ]
     # fmt: on
     return [*flags, *auto, *(["--pin"] if spec.pin else []), *typed]
@@ -60,7 +60,7 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
 def spawn(run_args: Sequence[str], run_dir: Path) -> BackgroundRun:
     """Start `cockpit run --headless *run_args` in a new session, output to RUN_DIR/cockpit.log."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    with (run_dir / LOG).open("ab") as log:
+    with RunDir(run_dir).log.open("ab") as log:
         process = subprocess.Popen(
             [sys.executable, "-m", "cockpit", "run", "--headless", *run_args],
             stdin=subprocess.DEVNULL,

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 from cockpit.contract.commands import Command
 from cockpit.contract.commands import decode as decode_command
 from cockpit.contract.commands import encode as encode_command
+from cockpit.contract.rundir import RunDir
 from cockpit.core.detail import JobDetails
 from cockpit.core.feed import WINDOW_S, Frame, FrameWindow, JobDetail, SourceError, Transition
 from cockpit.core.state import RunState
@@ -38,7 +39,6 @@ from cockpit.core.telemetry import Sample
 from cockpit.core.wire import decode_sample, decode_state, encode_sample, encode_state
 
 PROTOCOL_VERSION = 1
-SOCKET_NAME = "cockpit.sock"
 # sun_path holds 108 bytes on Linux and 104 on macOS, terminator included; stay clear of both.
 MAX_SOCKET_PATH = 100
 PRIVATE_TMP = Path("/tmp")  # where the fallback directory goes without XDG_RUNTIME_DIR
@@ -62,7 +62,7 @@ def control_path(run_dir: Path) -> Path:
     (created 0700; ControlError if it exists but belongs to someone else or is not 0700).
     """
     run_dir = run_dir.resolve()
-    direct = run_dir / SOCKET_NAME
+    direct = RunDir(run_dir).socket
     if len(os.fsencode(direct)) <= MAX_SOCKET_PATH:
         return direct
     name = f"cockpit-{hashlib.sha256(os.fsencode(run_dir)).hexdigest()[:16]}.sock"
@@ -96,7 +96,7 @@ def peer_uid(conn: socket.socket) -> int:
     """The uid of the process at the other end of a connected AF_UNIX socket (Linux SO_PEERCRED)."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid
+    return int(uid)
 
 
 class ControlProvider(Protocol):
@@ -190,8 +190,9 @@ class ControlServer:
             self._unseen = set(self._pollers)
             self._cond.wait_for(lambda: not self._unseen, timeout=self.linger_s)
         self._stopping.set()
-        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:
-            wake.connect(os.fsencode(self.path))  # the accept thread wakes now, not at its next timeout
+        if self.path is not None:
+            with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as wake:
+                wake.connect(os.fsencode(self.path))  # the accept thread wakes now, not at its next timeout
         if self._accepter is not None:
             self._accepter.join(timeout=2 * ACCEPT_WAKE_S + 1)
         self._listener.close()

@@ -23,11 +23,12 @@ from typing import Any
 
 import tomli_w
 
+from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import Preset, to_toml
 from cockpit.contract.runspec import ConfigError
+from cockpit.contract.workerargs import PARENT_PID_ENV
 from cockpit.core.advisor import Costs
 from cockpit.core.host import cpu_model
-from cockpit.core.runlog import write_atomic
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -89,7 +90,8 @@ def run_probe(preset: Preset, workdir: Path) -> dict[str, Any]:
     preset_file.write_text(to_toml(preset), encoding="utf-8")
     argv = [sys.executable, "-m", "training.probe", "--preset", str(preset_file)]
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                              env={**os.environ, PARENT_PID_ENV: str(os.getpid())})  # fmt: skip
     except subprocess.TimeoutExpired as exc:
         raise ConfigError(f"measuring {preset.env}: the probe took over {PROBE_TIMEOUT_S:.0f} s") from exc
     if done.returncode != 0:

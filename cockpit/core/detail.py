@@ -11,15 +11,23 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from cockpit.contract.events import EVENTS_FILE, EventTail
+from cockpit.contract.events import (
+    CheckpointEvent,
+    ErrorEvent,
+    Event,
+    EventReader,
+    FinishedEvent,
+    ProgressEvent,
+    StartedEvent,
+)
+from cockpit.contract.rundir import JobDir, RunDir
 from cockpit.core.feed import Checkpoint, JobDetail, SourceError
 from cockpit.core.launcher import log_tail
 
-NOTABLE_KINDS = frozenset({"started", "checkpoint", "finished", "error"})
+NOTABLE = (StartedEvent, CheckpointEvent, FinishedEvent, ErrorEvent)
 MAX_EVENTS = 50
 STDERR_LINES = 20
 MAX_POINTS = 500
-CHECKPOINTS_DIR = "checkpoints"
 
 P = TypeVar("P")
 
@@ -77,7 +85,7 @@ def _checkpoint_step(name: str) -> tuple[int, int] | None:
 
 def _checkpoints_on_disk(job_dir: Path, event_times: Mapping[str, float]) -> tuple[Checkpoint, ...]:
     """Complete checkpoints in the job's directory (`.tmp-*` and `corrupt/` are not), oldest first."""
-    directory = job_dir / CHECKPOINTS_DIR
+    directory = JobDir(job_dir).checkpoints
     try:
         entries = list(directory.iterdir())
     except OSError:
@@ -99,37 +107,36 @@ class JobDetailReader:
     """
 
     def __init__(self, run_dir: Path, job_id: str) -> None:
-        self.job_dir = run_dir / "jobs" / job_id
+        self._files = RunDir(run_dir).job(job_id)
+        self.job_dir = self._files.path
         if job_id in ("", ".", "..") or "/" in job_id or not self.job_dir.is_dir():
             raise SourceError(f"no job {job_id!r} in {run_dir}: {self.job_dir} does not exist")
         self.job_id = job_id
-        self._tail = EventTail(self.job_dir / EVENTS_FILE)
+        self._tail = EventReader(self._files.events)
         self._config: Mapping[str, Any] = {}
-        self._notable: deque[Mapping[str, Any]] = deque(maxlen=MAX_EVENTS)
+        self._notable: deque[Event] = deque(maxlen=MAX_EVENTS)
         self._curve: Thinned[tuple[int, float]] = Thinned()
         self._sps: Thinned[tuple[float, float]] = Thinned()
         self._checkpoint_times: dict[str, float] = {}
 
-    def _take(self, event: Mapping[str, Any]) -> None:
-        kind = event["kind"]
-        if kind == "progress":
-            steps, reward, rate = event.get("num_timesteps"), event.get("ep_rew_mean"), event.get("sps")
-            if steps is not None and reward is not None:
-                self._curve.add((int(steps), float(reward)))
-            if rate is not None:
-                self._sps.add((float(event["t"]), float(rate)))
-        elif kind in NOTABLE_KINDS:
+    def _take(self, event: Event) -> None:
+        if isinstance(event, ProgressEvent):
+            if event.ep_rew_mean is not None:
+                self._curve.add((event.num_timesteps, event.ep_rew_mean))
+            if event.sps is not None:
+                self._sps.add((event.t, event.sps))
+        elif isinstance(event, NOTABLE):
             self._notable.append(event)
-            if kind == "started" and isinstance(event.get("config"), Mapping):
-                self._config = event["config"]
-            elif kind == "checkpoint" and event.get("path"):
-                self._checkpoint_times[Path(str(event["path"])).name] = float(event["t"])
+            if isinstance(event, StartedEvent):
+                self._config = event.config
+            elif isinstance(event, CheckpointEvent) and event.path:
+                self._checkpoint_times[Path(event.path).name] = event.t
 
     def read(self) -> JobDetail:
         """The detail as the files are now (see `job_detail`)."""
         for event in self._tail.read_new():
             self._take(event)
-        stderr = log_tail(self.job_dir / "stderr.log", STDERR_LINES)
+        stderr = log_tail(self._files.stderr_log, STDERR_LINES)
         return JobDetail(
             job_id=self.job_id,
             job_dir=str(self.job_dir),

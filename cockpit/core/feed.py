@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from cockpit.contract.commands import Command
+from cockpit.contract.events import Event
 from cockpit.core.state import RunState
 from cockpit.core.telemetry import Sample
 
@@ -66,7 +67,7 @@ class JobDetail:
     job_id: str
     job_dir: str
     config: Mapping[str, Any]
-    events: tuple[Mapping[str, Any], ...]
+    events: tuple[Event, ...]
     stderr_tail: tuple[str, ...]
     curve: tuple[tuple[int, float], ...]
     sps: tuple[tuple[float, float], ...]

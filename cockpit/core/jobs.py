@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cockpit.contract.events import ErrorEvent, FinishedEvent
 from cockpit.contract.states import JobState
 
 _ALLOWED: dict[JobState, set[JobState]] = {
@@ -48,8 +49,9 @@ class Job:
     state_since: float = 0.0
     handle: Any = None
     slot: int | None = None
-    restarts: int = 0
-    launches: int = 0
+    restarts: int = 0  # in this run, as the views and run.toml show them
+    # Restarts since the last attempt that ran `RestartPolicy.healthy_uptime_s`: what the policy counts.
+    restarts_in_a_row: int = 0
     restart_at: float = 0.0
     stop_deadline: float = 0.0
     stop_requested: bool = False
@@ -76,8 +78,8 @@ class Job:
     # This launch's outcome events.
     attempt_started_at: float | None = None
     attempt_started_seen: bool = False
-    attempt_finished: dict[str, Any] | None = None
-    attempt_error: dict[str, Any] | None = None
+    attempt_finished: FinishedEvent | None = None
+    attempt_error: ErrorEvent | None = None
 
     def change_state(self, new: JobState, now: float) -> None:
         """Move to `new`, or raise InvalidTransition if the life cycle does not allow it."""

@@ -19,10 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from cockpit.contract.rundir import JobDir
 from cockpit.contract.workerargs import PARENT_PID_ENV, THREAD_ENV_VARS, WorkerArgs
-
-STDOUT_LOG = "stdout.log"
-STDERR_LOG = "stderr.log"
 
 
 @dataclass(frozen=True)
@@ -96,7 +94,8 @@ class LocalLauncher:
             PARENT_PID_ENV: str(os.getpid()),
             **{var: "1" for var in THREAD_ENV_VARS},
         }
-        with (request.job_dir / STDOUT_LOG).open("ab") as out, (request.job_dir / STDERR_LOG).open("ab") as err:
+        files = JobDir(request.job_dir)
+        with files.stdout_log.open("ab") as out, files.stderr_log.open("ab") as err:
             proc = subprocess.Popen(
                 request.args.command(self.python),
                 stdin=subprocess.DEVNULL,
@@ -135,7 +134,7 @@ class LocalLauncher:
 
     def stderr_tail(self, handle: WorkerHandle, lines: int = 5) -> str:
         """The last `lines` non-empty lines of the job's stderr log."""
-        return log_tail(handle.job_dir / STDERR_LOG, lines)
+        return log_tail(JobDir(handle.job_dir).stderr_log, lines)
 
 
 def log_tail(path: Path, lines: int = 5, max_bytes: int = 16_384) -> str:

@@ -153,7 +153,8 @@ def _import_pynvml() -> ModuleType | None:
         import pynvml
     except ImportError:
         return None
-    return pynvml
+    module: ModuleType = pynvml  # nvidia-ml-py ships no type information: the import is Any
+    return module
 
 
 def open_gpu(nvml: Any = None, index: int = 0) -> tuple[GpuReader | None, str]:

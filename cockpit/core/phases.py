@@ -236,21 +236,3 @@ class PhaseAccountant:
             gpu_util_while_not_training=self._not_training.value,
             jobs=jobs,
         )
-
-
-def account(
-    phases: Mapping[str, Transitions],
-    gpu_util: Sequence[tuple[float, float]],
-    job_cpu: Sequence[tuple[float, str, float]],
-    end: float,
-) -> Accounting:
-    """Attribute GPU samples `(t, util %)` and job CPU readings `(t, job, cpu %)` to phases, at once.
-
-    `phases` maps each job to its `(t, phase)` transitions (phase None when its worker stopped);
-    a job's last phase lasts until `end`.
-    """
-    accountant = PhaseAccountant()
-    accountant.add_util(gpu_util)
-    for t, job, percent in job_cpu:
-        accountant.add_cpu(t, job, percent)
-    return accountant.result(phases, end)

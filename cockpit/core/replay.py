@@ -15,23 +15,31 @@ samples; `seek` + `frame` take about 0.1 ms.
 from __future__ import annotations
 
 import bisect
-import calendar
 import csv
 import io
 import math
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cockpit.contract.commands import Command
-from cockpit.contract.events import EVENTS_FILE, iter_events
+from cockpit.contract.events import (
+    CheckpointEvent,
+    ErrorEvent,
+    FinishedEvent,
+    PhaseEvent,
+    ProgressEvent,
+    StartedEvent,
+    iter_events,
+)
+from cockpit.contract.rundir import RunDir
+from cockpit.contract.runrecord import JobRecord, RunRecord, RunRecordError, read, unix
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.detail import JobDetails
 from cockpit.core.feed import WINDOW_S, Frame, JobDetail, SourceError, Transition, phases_since
 from cockpit.core.nvml import GpuInfo, GpuSample
-from cockpit.core.runlog import MIB, open_run_log
+from cockpit.core.runlog import MIB
 from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import JobUsage, Sample
 
@@ -54,16 +62,6 @@ def _num(row: Mapping[str, str | None], key: str) -> float | None:
     """A numeric cell, None when empty or absent; raises ValueError on a malformed one."""
     value = row.get(key)
     return float(value) if value else None
-
-
-def _unix(iso: Any) -> float | None:
-    """Unix time of run.toml's `YYYY-MM-DDTHH:MM:SSZ` strings (None when absent or malformed)."""
-    if not isinstance(iso, str):
-        return None
-    try:
-        return float(calendar.timegm(time.strptime(iso, "%Y-%m-%dT%H:%M:%SZ")))
-    except ValueError:
-        return None
 
 
 def _int(value: Any, default: int = 0) -> int:
@@ -103,7 +101,7 @@ class _JobHistory:
     id: str
     seed: int
     target: int
-    final: Mapping[str, Any]
+    final: JobRecord | None  # run.toml's record of the job; None for a job only on disk
     attempts: list[_Attempt] = field(default_factory=list)
     attempt_ts: list[float] = field(default_factory=list)
     outcomes: list[_Outcome] = field(default_factory=list)
@@ -134,45 +132,40 @@ class _JobHistory:
         """Index the job's event file, streamed (it may hold millions of lines)."""
         last_t = -math.inf
         for seq, event in enumerate(iter_events(path)):
-            try:
-                t = last_t = max(last_t, float(event["t"]))
-            except (TypeError, ValueError):
-                continue
-            kind = event["kind"]
+            t = last_t = max(last_t, event.t)
             current = self.attempts[-1] if self.attempts else None
-            if kind == "phase":
-                self._phase(t, event.get("phase"))
-                self._steps(t, event.get("num_timesteps"))
-            elif kind == "progress":
+            if isinstance(event, PhaseEvent):
+                self._phase(t, event.phase)
+                self._steps(t, event.num_timesteps)
+            elif isinstance(event, ProgressEvent):
                 self.progress_ts.append(t)
-                self.progress.append((event.get("sps"), event.get("ep_rew_mean")))
-                self._steps(t, event.get("num_timesteps"))
-            elif kind == "checkpoint":
+                self.progress.append((event.sps, event.ep_rew_mean))
+                self._steps(t, event.num_timesteps)
+            elif isinstance(event, CheckpointEvent):
                 self.checkpoint_ts.append(t)
-                self.checkpoint_steps.append(_int(event.get("step")))
-            elif kind == "started":
+                self.checkpoint_steps.append(event.step)
+            elif isinstance(event, StartedEvent):
                 # A start after an attempt that never finished cleanly is the supervisor's restart.
                 crashed = current is not None and not current.finished
                 if current is not None and current.end == math.inf:
                     current.end = t  # killed without a word
                 restarts = (current.restarts if current else 0) + crashed
-                config = event.get("config")
-                if self.threads is None and isinstance(config, Mapping):
-                    self.threads = _int(config.get("threads"), 0) or None
-                pid = event.get("pid")
-                attempt = _Attempt(seq, t, event.get("device"), pid if isinstance(pid, int) else None, restarts)
+                if self.threads is None:
+                    self.threads = event.threads
+                attempt = _Attempt(seq, t, event.device, event.pid, restarts)
                 self.attempts.append(attempt)
                 self.attempt_ts.append(t)
                 self._phase(t, None)
-                self._steps(t, event.get("resumed_from_step") or 0)
-            elif kind in ("finished", "error") and current is not None and current.end == math.inf:
+                self._steps(t, event.resumed_from_step or 0)
+            elif isinstance(event, (FinishedEvent, ErrorEvent)) and current is not None and current.end == math.inf:
                 # An outcome with no open attempt is a previous worker's late word: ignored.
-                if kind == "finished":
-                    status, error = str(event.get("status") or "stopped"), None
+                status: str
+                if isinstance(event, FinishedEvent):
+                    status, error = event.status, None
                     current.finished = True
-                    self._steps(t, event.get("steps"))
+                    self._steps(t, event.steps)
                 else:
-                    status, error = "failed", f"{event.get('type')}: {event.get('message')}"
+                    status, error = "failed", event.reason
                 current.end = t
                 self.outcomes.append(_Outcome(seq, t, status, error))
                 self.outcome_ts.append(t)
@@ -196,9 +189,9 @@ class _JobHistory:
         if outcome.status == "failed" and restarted:
             return "backoff", outcome.error, None  # a later start: the supervisor restarted it
         state = outcome.status
-        final = self.final.get("status")
-        if not restarted and final in TERMINAL_STATES:
-            state = str(final)  # e.g. an error while the run was interrupted ended as "stopped"
+        final = self.final.status if self.final is not None else None
+        if not restarted and final is not None and final.terminal:
+            state = final.value  # e.g. an error while the run was interrupted ended as "stopped"
         return state, outcome.error, outcome.status if outcome.status in ("done", "stopped") else None
 
     def view(self, t: float, at_end: bool, usage: JobUsage | None, run_end: float) -> JobView:
@@ -211,9 +204,9 @@ class _JobHistory:
         if outcome is not None and (attempt is None or outcome.seq < attempt.seq):
             outcome = None  # an earlier attempt's: this one has not ended yet
         state, error, exit_reason = self._status(attempt, outcome, restarted=n_starts < len(self.attempts))
-        if at_end and self.final.get("status"):
-            state = str(self.final["status"])
-            error, exit_reason = self.final.get("error"), self.final.get("exit_reason")
+        if at_end and self.final is not None:
+            state = self.final.status.value
+            error, exit_reason = self.final.error, self.final.exit_reason
         steps = self.steps[bisect.bisect_right(self.step_ts, cut) - 1] if self.step_ts and self.step_ts[0] <= cut else 0
         n_progress = bisect.bisect_right(self.progress_ts, cut)
         sps, reward = self.progress[n_progress - 1] if n_progress else (None, None)
@@ -235,14 +228,12 @@ class _JobHistory:
         peak = self.peaks[n_peaks - 1] if n_peaks else None
         restarts = attempt.restarts if attempt else 0
         last_checkpoint = self.checkpoint_steps[n_checkpoints - 1] if n_checkpoints else None
-        if at_end:
-            steps = _int(self.final.get("steps"), steps)
-            restarts = _int(self.final.get("restarts"), restarts)
-            n_checkpoints = _int(self.final.get("checkpoints"), n_checkpoints)
-            recorded_mean = self.final.get("mean_sps")
-            mean_sps = float(recorded_mean) if recorded_mean is not None else mean_sps
-            recorded_last = self.final.get("last_checkpoint_step")
-            last_checkpoint = _int(recorded_last) if recorded_last is not None else last_checkpoint
+        if at_end and self.final is not None:
+            final = self.final
+            steps, restarts, n_checkpoints = final.steps, final.restarts, final.checkpoints
+            mean_sps = final.mean_sps if final.mean_sps is not None else mean_sps
+            if final.last_checkpoint_step is not None:
+                last_checkpoint = final.last_checkpoint_step
         live = state == "running"
         return JobView(
             id=self.id,
@@ -289,45 +280,41 @@ class ReplaySource:
         self.run_dir = run_dir
         self._details = JobDetails(run_dir)
         self.read_only = True
-        doc = _load_run_log(run_dir)
-        config = doc.get("config") or {}
-        host = doc.get("host") or {}
-        gpu_table = doc.get("gpu")
+        self._files = RunDir(run_dir)
+        recorded = _load_run_log(run_dir)
+        config, host, gpu_table = recorded.config, recorded.host, recorded.gpu
         self._gpu: GpuInfo | None = None
-        if gpu_table and gpu_table.get("present"):
+        if gpu_table is not None and gpu_table.present:
             self._gpu = GpuInfo(
                 index=0,
-                name=str(gpu_table.get("name", "")),
-                memory_total_bytes=_int(gpu_table.get("memory_total_mib")) * MIB,
-                driver=str(gpu_table.get("driver", "")),
+                name=gpu_table.name or "",
+                memory_total_bytes=(gpu_table.memory_total_mib or 0) * MIB,
+                driver=gpu_table.driver or "",
             )
-        telemetry = gpu_table.get("telemetry") if gpu_table else None
+        telemetry = gpu_table.telemetry if gpu_table is not None else None
         # run.toml writes "ok" for a healthy GPU, where a live RunState has "".
-        self._gpu_status = "" if self._gpu is not None and telemetry == "ok" else str(telemetry or NO_GPU_RECORDED)
-        self._ram_total = int(float(host.get("ram_gib") or 0) * 1024**3)
+        self._gpu_status = "" if self._gpu is not None and telemetry == "ok" else telemetry or NO_GPU_RECORDED
+        self._ram_total = int(host.ram_gib * 1024**3)
         self._gpu_mem_total = self._gpu.memory_total_bytes if self._gpu else 0
         usage, usage_rows = self._read_job_samples()
         self._samples, self._sample_ts = self._read_samples(usage)
-        self._jobs = self._read_jobs(doc, usage_rows)
+        self._jobs = self._read_jobs(recorded, usage_rows)
         first_event = min((j.attempt_ts[0] for j in self._jobs if j.attempt_ts), default=None)
         last_event = max((j.step_ts[-1] for j in self._jobs if j.step_ts), default=None)
-        started = _unix(doc.get("started_at"))
-        ended = _unix(doc.get("ended_at")) or _unix(doc.get("updated_at"))
+        started = unix(recorded.started_at)
+        ended = unix(recorded.ended_at) or unix(recorded.updated_at)
         start = self._sample_ts[0] if self._sample_ts else started if started is not None else first_event or 0.0
         end = self._sample_ts[-1] if self._sample_ts else ended if ended is not None else last_event or start
         self._span = (start, max(start, end))
         for job in self._jobs:
             job.close(self._span[1])
-        try:
-            self._final_status = RunStatus(doc.get("status"))
-        except ValueError:
-            self._final_status = RunStatus.RUNNING
+        self._final_status = recorded.status
         self._started_at = started if started is not None else start
-        self._preset = str((doc.get("preset") or {}).get("name") or config.get("preset") or "")
-        self._env = str(config.get("env") or "")
-        self._slots = min(_int(config.get("jobs"), len(self._jobs)), _int(config.get("agents"), len(self._jobs)))
-        self._warnings = tuple(str(w) for w in doc.get("warnings") or ())
-        self._physical_cores = _int(host.get("physical_cores"))
+        self._preset = (recorded.preset.name if recorded.preset is not None else "") or config.preset
+        self._env = config.env
+        self._slots = min(config.jobs, config.agents)
+        self._warnings = recorded.warnings
+        self._physical_cores = host.physical_cores
         self._threads_per_job = next((j.threads for j in self._jobs if j.threads), 0)
         self._t = self._span[1]
         self._frame: Frame | None = None
@@ -338,7 +325,7 @@ class ReplaySource:
         """job_samples.csv by tick time (to rebuild each Sample's `jobs`) and as rows in file order."""
         usage: dict[float, dict[str, JobUsage]] = {}
         rows: list[tuple[float, str, JobUsage]] = []
-        for row in _csv_rows(self.run_dir / "job_samples.csv"):
+        for row in _csv_rows(self._files.job_samples):
             try:
                 t, job = float(row["t"]), row["job"]
                 gpu_mem = _num(row, "gpu_mem_mib")
@@ -358,7 +345,7 @@ class ReplaySource:
     def _read_samples(self, usage: Mapping[float, Mapping[str, JobUsage]]) -> tuple[list[Sample], list[float]]:
         """samples.csv (with gpu_util.csv's readings) rebuilt as Samples, and their times, sorted."""
         util: list[tuple[float, float]] = []
-        for row in _csv_rows(self.run_dir / "gpu_util.csv"):
+        for row in _csv_rows(self._files.gpu_util):
             try:
                 util.append((float(row["t"]), float(row["util"])))
             except (KeyError, TypeError, ValueError):
@@ -366,7 +353,7 @@ class ReplaySource:
         util.sort()
         util_ts = [t for t, _ in util]
         samples: list[Sample] = []
-        for row in _csv_rows(self.run_dir / "samples.csv"):
+        for row in _csv_rows(self._files.samples):
             try:
                 samples.append(self._sample(row, usage))
             except (KeyError, TypeError, ValueError):
@@ -411,26 +398,29 @@ class ReplaySource:
             cost_s=(_num(row, "cost_ms") or 0.0) / 1000,
         )
 
-    def _read_jobs(self, doc: Mapping[str, Any], usage_rows: list[tuple[float, str, JobUsage]]) -> list[_JobHistory]:
-        """Every job of run.toml and of `jobs/`, in run.toml's order, with its events indexed."""
-        records = {str(r.get("id")): r for r in doc.get("jobs") or () if isinstance(r, Mapping)}
-        jobs_dir = self.run_dir / "jobs"
+    def _read_jobs(self, recorded: RunRecord, usage_rows: list[tuple[float, str, JobUsage]]) -> list[_JobHistory]:
+        """Every job of run.toml and of `jobs/`, in run.toml's order, with its events indexed. A job
+        only on disk (a run.toml written before it started) gets seed 0 and the run's timesteps."""
+        records = {r.id: r for r in recorded.jobs}
+        jobs_dir = self._files.jobs
         on_disk = sorted(p.name for p in jobs_dir.iterdir() if p.is_dir()) if jobs_dir.is_dir() else []
         ids = list(records) + [j for j in on_disk if j not in records]
-        timesteps = (doc.get("config") or {}).get("timesteps")
         histories = []
         for job_id in ids:
-            record = records.get(job_id, {})
-            history = _JobHistory(job_id, _int(record.get("seed")), _int(record.get("target", timesteps)), record)
-            history.read(jobs_dir / job_id / EVENTS_FILE)
+            record = records.get(job_id)
+            if record is not None:
+                history = _JobHistory(job_id, record.seed, record.target, record)
+            else:
+                history = _JobHistory(job_id, 0, recorded.config.timesteps, None)
+            history.read(self._files.job(job_id).events)
             histories.append(history)
         by_id = {h.id: h for h in histories}
         for t, job_id, job_usage in usage_rows:
-            history = by_id.get(job_id)
-            if history is not None and job_usage.gpu_mem_bytes is not None:
-                peak = max(job_usage.gpu_mem_bytes, history.peaks[-1] if history.peaks else 0)
-                history.peak_ts.append(t)
-                history.peaks.append(peak)
+            found = by_id.get(job_id)
+            if found is not None and job_usage.gpu_mem_bytes is not None:
+                peak = max(job_usage.gpu_mem_bytes, found.peaks[-1] if found.peaks else 0)
+                found.peak_ts.append(t)
+                found.peaks.append(peak)
         return histories
 
     # ----- the Replay protocol -----
@@ -504,10 +494,10 @@ class ReplaySource:
         """Nothing to release: everything was read when the replay opened."""
 
 
-def _load_run_log(run_dir: Path) -> dict[str, Any]:
+def _load_run_log(run_dir: Path) -> RunRecord:
     try:
-        return open_run_log(run_dir)
-    except ValueError as exc:
+        return read(run_dir)
+    except RunRecordError as exc:
         raise SourceError(str(exc)) from exc
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from cockpit.contract.runspec import RUN_LOG
+from cockpit.contract.rundir import RUN_TOML, RunDir
+from cockpit.contract.runrecord import RunRecordError, read
 from cockpit.core.control import AttachSource
 from cockpit.core.feed import RunSource, SourceError
 from cockpit.core.replay import open_replay
-from cockpit.core.runlog import read_run_log
 
 
 @dataclass(frozen=True)
@@ -26,21 +26,20 @@ class RecentRun:
 
 def recent_runs(root: Path, limit: int = 10) -> list[RecentRun]:
     """Up to `limit` runs under `root` that have a readable run.toml, most recently updated first.
-    A run.toml that cannot be parsed is skipped: this is a menu, not a check."""
+    A run.toml that cannot be read (or is from a newer cockpit) is skipped: this is a menu, not a check."""
     try:
-        logs = sorted(root.glob(f"*/{RUN_LOG}"), key=lambda p: p.stat().st_mtime, reverse=True)
+        logs = sorted(root.glob(f"*/{RUN_TOML}"), key=lambda p: p.stat().st_mtime, reverse=True)
     except OSError:
         return []
     runs = []
     for log in logs:
         try:
-            doc = read_run_log(log.parent)
-            config = doc.get("config", {})
-            runs.append(RecentRun(log.parent, str(config.get("preset", "?")), str(config.get("env", "?")),
-                                  str(doc.get("status", "?")), int(config.get("agents", 0)),
-                                  str(doc.get("started_at", ""))))  # fmt: skip
-        except (OSError, ValueError, TypeError):
+            recorded = read(log.parent)
+        except RunRecordError:
             continue
+        config = recorded.config
+        runs.append(RecentRun(log.parent, config.preset, config.env, recorded.status.value, config.agents,
+                              recorded.started_at))  # fmt: skip
         if len(runs) >= limit:
             break
     return runs
@@ -51,6 +50,6 @@ def open_run(run_dir: Path) -> RunSource:
     try:
         return AttachSource.connect(run_dir)
     except SourceError as live_error:
-        if not (run_dir / RUN_LOG).exists():
+        if not RunDir(run_dir).run_toml.exists():
             raise live_error from None
     return open_replay(run_dir)

@@ -21,11 +21,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cockpit.contract.commands import AddJob, AdviceSetting, ApplyAdvice, Command, RestartJob, SetPreset, SetSlots
-from cockpit.contract.events import EVENTS_FILE, read_events
+from cockpit.contract.events import EVENTS_FILE, FinishedEvent, of_kind, read_events
+from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import largest_divisor_at_most, to_toml
-from cockpit.contract.runspec import RUN_LOG, ConfigError, RunSpec
+from cockpit.contract.rundir import RunDir
+from cockpit.contract.runrecord import AdviceRecord, RunRecord, iso
+from cockpit.contract.runrecord import write as write_record
+from cockpit.contract.runspec import ConfigError, RunSpec
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.core.advisor import MAX_ENVS_SCALE, Advice, Costs, JobMeasure, Measurements, advise, machine_of
+from cockpit.core.advisor import MAX_ENVS_SCALE, Advice, Costs, Measurements, advise, job_measure, machine_of
 from cockpit.core.autotune import AutoTuner
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.control import ControlError, ControlServer
@@ -33,13 +37,12 @@ from cockpit.core.feed import WINDOW_S, Transition, phases_since
 from cockpit.core.host import HostInfo, host_info, thread_budget
 from cockpit.core.launcher import Launcher, LocalLauncher
 from cockpit.core.phases import Accounting, prune
-from cockpit.core.runlog import Recorder, iso, phase_accounting, render, write_atomic
+from cockpit.core.runlog import Recorder, phase_accounting, record
 from cockpit.core.state import RunState
 from cockpit.core.supervisor import STOP_GRACE_S, JobTemplate, Supervisor
 from cockpit.core.telemetry import Sample, Sampler
 
 TICK_S = 0.2
-LOCK_FILE = ".cockpit.lock"
 RUN_LOG_EVERY_S = 10.0  # also how often the advisor looks at the run again
 ADVICE_CPU_SAMPLES = 300  # the last minute at 5 Hz
 CONTROL_LINGER_S = 1.0  # how long the final state stays served for viewers still polling
@@ -87,7 +90,7 @@ class RunSession:
             slots=self.spec.slots,
             launcher=self.launcher,
             budget=budget,
-            max_restarts=self.spec.restart.max_restarts,
+            restart=self.spec.restart,
             pin=self.spec.pin,
             clock=self.clock,
             preset_name=self.spec.preset.name,
@@ -95,7 +98,7 @@ class RunSession:
         self.recorder = Recorder(self.spec.run_dir)
         self._preset = dataclasses.replace(self.spec.preset, env=self.spec.env)
         self._suggestions: tuple[Advice, ...] = ()
-        self._applied: list[dict[str, Any]] = []
+        self._applied: list[AdviceRecord] = []
         self.sampler.on_sample = self.recorder
         self.log_failure: str | None = None
         self._latest: RunState | None = None  # written by the loop, read by control threads
@@ -107,8 +110,8 @@ class RunSession:
         for job in sup.jobs.values():
             events = read_events(job.job_dir / EVENTS_FILE)
             sup.restore(job, events)
-            done = [e for e in events if e["kind"] == "finished" and e.get("status") == "done"]
-            if done and int(done[-1]["steps"]) >= job.target:
+            done = [e for e in of_kind(events, FinishedEvent) if e.status == "done"]
+            if done and done[-1].steps >= job.target:
                 sup.queue.remove(job.id)
                 job.change_state(JobState.DONE, self.clock.time())
                 job.exit_reason = "done in an earlier session"
@@ -146,7 +149,7 @@ class RunSession:
             preset = dataclasses.replace(preset, batch_size=value)
         else:
             raise ValueError(f"batch_size {value} does not divide n_envs x n_steps = {preset.total_batch}")
-        path = (self.spec.run_dir / f"preset-{len(self._applied) + 1}.toml").resolve()
+        path = RunDir(self.spec.run_dir).preset_file(len(self._applied) + 1).resolve()
         write_atomic(path, to_toml(preset))
         self._preset = preset
         self._log_applied(advice)
@@ -154,8 +157,8 @@ class RunSession:
         return [SetPreset(str(path)), *(RestartJob(j.id) for j in state.jobs if j.state.active)]
 
     def _log_applied(self, advice: ApplyAdvice) -> None:
-        self._applied.append({"at": iso(self.clock.time()), "action": "apply", "setting": advice.setting.value,
-                              "suggested": advice.suggested})  # fmt: skip
+        self._applied.append(AdviceRecord(at=iso(self.clock.time()) or "", action="apply",
+                                          setting=advice.setting.value, suggested=advice.suggested))  # fmt: skip
 
     # ----- ControlProvider (called from the control server's threads) -----
 
@@ -186,24 +189,20 @@ class RunSession:
             suggestions=self._suggestions,
         )
 
-    def _advice_log(self) -> list[dict[str, Any]]:
-        auto = [change.as_dict() for change in self.auto.log] if self.auto is not None else []
-        return sorted(auto + self._applied, key=lambda entry: str(entry["at"]))
+    def _advice_log(self) -> list[AdviceRecord]:
+        auto = [change.record() for change in self.auto.log] if self.auto is not None else []
+        return sorted(auto + self._applied, key=lambda entry: entry.at)
 
     def _measurements(self, state: RunState, accounting: Accounting) -> Measurements:
-        jobs = []
-        for job in state.jobs:
-            stats = accounting.jobs.get(job.id, {})
-            train, rollout = stats.get("train"), stats.get("rollout")
-            total = (train.seconds if train else 0.0) + (rollout.seconds if rollout else 0.0)
-            jobs.append(JobMeasure(
-                job.id, job.sps, train.seconds / total if train and total else None,
-                rollout.gpu_util_mean if rollout else None, train.gpu_util_mean if train else None,
-                job.peak_gpu_mem_bytes, job.cpu_percent, "cuda_oom" in (job.error or ""),
-            ))  # fmt: skip
+        # Live, a job's SPS and CPU % are its latest, not its means: the advice follows the run now.
+        jobs = tuple(
+            job_measure(job.id, sps=job.sps, phases=accounting.jobs.get(job.id, {}),
+                        gpu_mem_peak_bytes=job.peak_gpu_mem_bytes, cpu_percent=job.cpu_percent, error=job.error)
+            for job in state.jobs
+        )  # fmt: skip
         recent = [s.cpu_total_percent for s in self.sampler.history()[-ADVICE_CPU_SAMPLES:]]
         cpu = sum(recent) / len(recent) if recent else None
-        return Measurements(tuple(jobs), accounting.gpu_util_mean, accounting.gpu_util_while_training, cpu)
+        return Measurements(jobs, accounting.gpu_util_mean, accounting.gpu_util_while_training, cpu)
 
     def _advise(self, state: RunState, accounting: Accounting) -> None:
         machine = machine_of(self.host, self.sampler.gpu_info)
@@ -221,8 +220,8 @@ class RunSession:
                 prune(job.phases, min(folded, state.now - WINDOW_S))
         self._advise(state, accounting)
         try:
-            text = render(self.spec, state, self.host, accounting, self.recorder, advice=self._advice_log())
-            write_atomic(self.spec.run_dir / RUN_LOG, text)
+            write_record(self.spec.run_dir, record(self.spec, state, self.host, accounting, self.recorder,
+                                                   advice=self._advice_log()))  # fmt: skip
             self.log_failure = None
         except OSError as exc:
             self.log_failure = f"run.toml not updated: {exc.strerror or exc}"
@@ -241,7 +240,7 @@ class RunSession:
         the run log still gets its final write.
         """
         self.spec.run_dir.mkdir(parents=True, exist_ok=True)
-        self._lock = os.open(self.spec.run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        self._lock = os.open(RunDir(self.spec.run_dir).lock, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -332,17 +331,21 @@ def exit_code(state: RunState, interrupt_signal: int = signal.SIGINT) -> int:
     return EXIT_CODES.get(state.status, 1)
 
 
-def resume_spec_args(run_dir: Path, recorded: dict[str, Any]) -> dict[str, Any]:
-    """The `build_spec` arguments recorded in an earlier run's run.toml `[config]`."""
-    config = recorded.get("config", {})
-    return {
-        "jobs": int(config["jobs"]),
-        "agents": int(config["agents"]),
-        "preset": str(config["preset"]),
-        "env": str(config["env"]),
-        "timesteps": int(config["timesteps"]),
-        "seed": int(config["seed"]),
-        "max_restarts": int(config["max_restarts"]),
-        "pin": bool(config.get("pin", False)),
+def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
+    """The `build_spec` arguments an earlier run recorded in its run.toml `[config]`;
+    `healthy_uptime_s` only when it was recorded (older files: `build_spec`'s default)."""
+    config = recorded.config
+    args: dict[str, Any] = {
+        "jobs": config.jobs,
+        "agents": config.agents,
+        "preset": config.preset,
+        "env": config.env,
+        "timesteps": config.timesteps,
+        "seed": config.seed,
+        "max_restarts": config.max_restarts,
+        "pin": config.pin,
         "run_dir": run_dir,
     }
+    if config.healthy_uptime_s is not None:
+        args["healthy_uptime_s"] = config.healthy_uptime_s
+    return args

@@ -1,11 +1,18 @@
 """The supervisor: a queue of jobs, at most N running, restarted with back-off, stopped cleanly.
 
 One thread owns all job state and advances it in `tick()`: it applies queued commands, follows
-each live job's event file, reaps exited workers (restarting crashed ones from their checkpoint
-after 1 s, 2 s, 4 s … up to `max_restarts`, then marking them failed), and starts queued jobs in
-free slots. Commands and interrupts may come from any thread (a signal handler, the TUI); they are
-only recorded there and acted on at the next tick. A plain `--jobs 4` run is a queue of 4 jobs
-with 4 slots; fleets add jobs to the same queue.
+each live job's event file, reaps exited workers, and starts queued jobs in free slots.
+
+A crashed job restarts from its checkpoint as its `RestartPolicy` says: the n-th restart in a row
+waits `backoff_s · 2^(n-1)` s (1 s, 2 s, 4 s … by default), at most `backoff_max_s`; the crash
+after `max_restarts` restarts in a row marks it failed. An attempt that ran `healthy_uptime_s`
+(from its launch, on the supervisor's clock) before crashing starts the count again, so a job
+that trains for days and crashes now and then is never failed for it, while one that cannot get
+going fails within seconds.
+
+Commands and interrupts may come from any thread (a signal handler, the TUI); they are only
+recorded there and acted on at the next tick. A plain `--jobs 4` run is a queue of 4 jobs with 4
+slots; fleets add jobs to the same queue.
 """
 
 from __future__ import annotations
@@ -30,7 +37,19 @@ from cockpit.contract.commands import (
     StopAll,
     StopJob,
 )
-from cockpit.contract.events import EVENTS_FILE, EventTail
+from cockpit.contract.events import (
+    EVENTS_FILE,
+    CheckpointEvent,
+    ErrorEvent,
+    Event,
+    EventReader,
+    FinishedEvent,
+    PhaseEvent,
+    ProgressEvent,
+    StartedEvent,
+)
+from cockpit.contract.rundir import RunDir
+from cockpit.contract.runspec import RestartPolicy
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.contract.workerargs import WorkerArgs
 from cockpit.core.clock import Clock, SystemClock
@@ -41,6 +60,7 @@ from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import Sample
 
 STOP_GRACE_S = 12.0
+DEFAULT_RESTART = RestartPolicy()  # frozen, so one instance can be every supervisor's default
 
 
 @dataclass(frozen=True)
@@ -62,7 +82,8 @@ def _exit_reason(code: int) -> str:
 
 
 class Supervisor:
-    """Runs a queue of jobs through `slots` parallel workers via a `Launcher`."""
+    """Runs a queue of jobs through `slots` parallel workers via a `Launcher`; crashed jobs
+    restart as `restart` says (see the module docstring)."""
 
     def __init__(
         self,
@@ -73,7 +94,7 @@ class Supervisor:
         slots: int,
         launcher: Launcher,
         budget: ThreadBudget,
-        max_restarts: int = 3,
+        restart: RestartPolicy = DEFAULT_RESTART,
         pin: bool = False,
         clock: Clock | None = None,
         preset_name: str = "",
@@ -83,17 +104,17 @@ class Supervisor:
         self.slots = slots
         self.launcher = launcher
         self.budget = budget
-        self.max_restarts = max_restarts
+        self.restart = restart
         self.clock = clock or SystemClock()
         self.preset_name = preset_name
         self.jobs: dict[str, Job] = {}
         self.queue: deque[str] = deque()
-        self._tails: dict[str, EventTail] = {}
+        self._tails: dict[str, EventReader] = {}
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._interrupt_requested = False
         self._interrupted = False
         self._kill_now = False
-        self.interrupt_signal = signal.SIGINT
+        self.interrupt_signal: int = signal.SIGINT
         self.started_at = self.clock.time()
         self.warnings: list[str] = [w for w in [budget.warning()] if w]
         cpus = sorted(os.sched_getaffinity(0))
@@ -118,21 +139,22 @@ class Supervisor:
 
     def _add(self, seed: int) -> Job:
         job_id = f"{len(self.jobs):03d}"
-        job = Job(job_id, seed, self.run_dir / "jobs" / job_id, self.template.timesteps)
+        files = RunDir(self.run_dir).job(job_id)
+        job = Job(job_id, seed, files.path, self.template.timesteps)
         job.state_since = self.clock.time()
         self.jobs[job_id] = job
-        self._tails[job_id] = EventTail(job.job_dir / EVENTS_FILE)
+        self._tails[job_id] = EventReader(files.events)
         self.queue.append(job_id)
         return job
 
-    def restore(self, job: Job, events: list[dict[str, Any]]) -> None:
+    def restore(self, job: Job, events: list[Event]) -> None:
         """Bring a job of an earlier (resumed) run up to date with the events it wrote then."""
         for event in events:
             self._apply(job, event)
         self._tails[job.id].offset = (job.job_dir / EVENTS_FILE).stat().st_size if events else 0
         job.attempt_finished = job.attempt_error = None
         if job.phase is not None:  # the earlier session's last phase ended with that session
-            job.phases.append((float(events[-1]["t"]), None))
+            job.phases.append((events[-1].t, None))
         job.phase = job.phase_since = None
         # Mean SPS covers what this session trains, over this session's running time.
         job.steps_at_first_start, job.first_started_at = job.steps, None
@@ -214,7 +236,8 @@ class Supervisor:
             job.change_state(JobState.STOPPED, now)
         job.change_state(JobState.QUEUED, now)
         job.error, job.stop_requested, job.exit_reason = None, False, None
-        job.restarts, job.ended_at, job.slot = 0, None, None
+        job.restarts = job.restarts_in_a_row = 0
+        job.ended_at, job.slot = None, None
         self.queue.appendleft(job.id)
 
     def _stop(self, job: Job) -> None:
@@ -248,7 +271,6 @@ class Supervisor:
                           seed=job.seed, threads=self.budget.threads_per_job)  # fmt: skip
         job.attempt_finished = job.attempt_error = None
         job.attempt_started_seen = False
-        job.launches += 1
         try:
             job.handle = self.launcher.launch(LaunchRequest(job.id, args, cpus))
         except OSError as exc:
@@ -269,32 +291,31 @@ class Supervisor:
                 self._apply(job, event)
             self._exited(job, code)
 
-    def _apply(self, job: Job, event: dict[str, Any]) -> None:
-        kind, t = event["kind"], float(event["t"])
-        if kind == "started":
+    def _apply(self, job: Job, event: Event) -> None:
+        if isinstance(event, StartedEvent):
             job.attempt_started_seen = True
-            job.device = event.get("device")
-            job.steps = int(event.get("resumed_from_step") or 0)
+            job.device = event.device
+            job.steps = event.resumed_from_step or 0
             if job.steps_at_first_start is None:
-                job.steps_at_first_start, job.first_started_at = job.steps, t
+                job.steps_at_first_start, job.first_started_at = job.steps, event.t
             if job.state is JobState.STARTING:
                 job.change_state(JobState.RUNNING, self.clock.time())
-        elif kind == "phase":
-            job.phase, job.phase_since = event["phase"], t
-            job.phases.append((t, event["phase"]))
-            job.steps = int(event["num_timesteps"])
-        elif kind == "progress":
-            job.steps = int(event["num_timesteps"])
-            job.sps, job.ep_rew_mean = event.get("sps"), event.get("ep_rew_mean")
-            job.ep_len_mean, job.episodes = event.get("ep_len_mean"), int(event.get("episodes") or 0)
-        elif kind == "checkpoint":
+        elif isinstance(event, PhaseEvent):
+            job.phase, job.phase_since = event.phase, event.t
+            job.phases.append((event.t, event.phase))
+            job.steps = event.num_timesteps
+        elif isinstance(event, ProgressEvent):
+            job.steps = event.num_timesteps
+            job.sps, job.ep_rew_mean = event.sps, event.ep_rew_mean
+            job.ep_len_mean, job.episodes = event.ep_len_mean, event.episodes or 0
+        elif isinstance(event, CheckpointEvent):
             job.checkpoints += 1
-            job.last_checkpoint_step = int(event["step"])
-        elif kind == "finished" and job.attempt_started_seen:
+            job.last_checkpoint_step = event.step
+        elif isinstance(event, FinishedEvent) and job.attempt_started_seen:
             # A `finished` before this attempt's `started` is a previous worker's late word.
             job.attempt_finished = event
-            job.steps = int(event["steps"])
-        elif kind == "error":
+            job.steps = event.steps
+        elif isinstance(event, ErrorEvent):
             job.attempt_error = event
 
     def _exited(self, job: Job, code: int) -> None:
@@ -306,7 +327,7 @@ class Supervisor:
             job.phases.append((now, None))
             job.phase = job.phase_since = None
         finished = job.attempt_finished
-        if finished is not None and finished.get("status") == "done":
+        if finished is not None and finished.status == "done":
             job.change_state(JobState.DONE, now)
             job.exit_reason, job.ended_at, job.slot = "done", now, None
             return
@@ -319,7 +340,7 @@ class Supervisor:
                 self._requeue(job)
             return
         if job.attempt_error is not None:
-            reason = f"{job.attempt_error.get('type')}: {job.attempt_error.get('message')}"
+            reason = job.attempt_error.reason
         else:
             tail = self.launcher.stderr_tail(handle, 1)
             reason = _exit_reason(code) + (f": {tail}" if tail else "")
@@ -327,14 +348,20 @@ class Supervisor:
         if self._interrupted:
             job.change_state(JobState.STOPPED, now)
             job.exit_reason, job.ended_at, job.slot = _exit_reason(code), now, None
-        elif job.restarts < self.max_restarts:
+            return
+        policy = self.restart
+        if job.attempt_started_at is not None and now - job.attempt_started_at >= policy.healthy_uptime_s:
+            job.restarts_in_a_row = 0  # this attempt was healthy: its crash is not part of a crash loop
+        if job.restarts_in_a_row < policy.max_restarts:
+            job.restarts_in_a_row += 1
             job.restarts += 1
-            job.restart_at = self.clock.monotonic() + 2 ** (job.restarts - 1)
+            delay = min(policy.backoff_max_s, policy.backoff_s * 2 ** (job.restarts_in_a_row - 1))
+            job.restart_at = self.clock.monotonic() + delay
             job.change_state(JobState.BACKOFF, now)
             job.exit_reason = _exit_reason(code)
         else:
             job.change_state(JobState.FAILED, now)
-            job.exit_reason, job.ended_at, job.slot = f"failed after {job.restarts} restarts", now, None
+            job.exit_reason, job.ended_at, job.slot = f"failed after {job.restarts_in_a_row} restarts", now, None
 
     # ----- results -----
 

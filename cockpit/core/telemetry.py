@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from cockpit.core.clock import Clock, SystemClock
-from cockpit.core.nvml import GpuInfo, GpuReader, GpuSample, open_gpu
+from cockpit.core.nvml import GpuInfo, GpuReader, GpuSample
 
 SAMPLE_HZ = 5.0
 PROCESS_GPU_EVERY_S = 1.0
@@ -96,12 +96,6 @@ class Sampler:
         self._scanned_pids: dict[str, int] = {}
         self.peak_gpu_mem: dict[str, int] = {}
         psutil.cpu_percent(percpu=True)  # the first call only sets the baseline
-
-    @classmethod
-    def create(cls, **kwargs: object) -> Sampler:
-        """A sampler on the first GPU if NVML can reach one, else CPU-only with the reason."""
-        gpu, status = open_gpu()
-        return cls(gpu=gpu, gpu_status=status, **kwargs)  # type: ignore[arg-type]
 
     @property
     def gpu_info(self) -> GpuInfo | None:

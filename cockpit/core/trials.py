@@ -10,28 +10,26 @@ later one. A window cut at an arbitrary moment would count a cycle's steps witho
 its train phase, which flatters configurations with long train phases (many envs) by up to a
 cycle's train time. When a worker has not closed a cycle within `measure_s`, the trial waits
 for it, up to `MAX_STRETCH` times as long, and then takes its newest whole cycle.
-The workers are then killed; a trial leaves nothing running.
+The workers run as a run's workers do (through the `Launcher`) and are then killed; a trial
+leaves nothing running, even when tune itself is killed (the workers' parent-death signal).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import psutil
 
-from cockpit.contract.events import EVENTS_FILE, EventTail
+from cockpit.contract.events import EVENTS_FILE, ErrorEvent, Event, EventReader, PhaseEvent, ProgressEvent
 from cockpit.contract.presets import Preset, to_toml
+from cockpit.contract.workerargs import WorkerArgs
 from cockpit.core.host import thread_budget
+from cockpit.core.launcher import Launcher, LaunchRequest, LocalLauncher, WorkerHandle
 from cockpit.core.nvml import GpuReader
 from cockpit.core.search import Config
 
@@ -39,6 +37,7 @@ START_TIMEOUT_S = 120.0
 POLL_S = 0.2
 FOREVER = 10**12  # timesteps: trials are stopped by the clock, never by the target
 MAX_STRETCH = 3.0  # a trial waits up to this many times `measure_s` for every worker to close a cycle
+KILL_WAIT_S = 10.0  # a SIGKILLed worker is reaped well within this
 
 
 class TrialError(RuntimeError):
@@ -69,14 +68,14 @@ class Progress:
     rollout_starts: list[tuple[float, int]] = field(default_factory=list)  # (t, num_timesteps)
     failed: bool = False
 
-    def feed(self, events: Iterable[dict[str, Any]]) -> None:
+    def feed(self, events: Iterable[Event]) -> None:
         """Take in a worker's new events."""
         for event in events:
-            if "num_timesteps" in event:
-                self.latest = (float(event["t"]), int(event["num_timesteps"]))
-                if event["kind"] == "phase" and event.get("phase") == "rollout":
+            if isinstance(event, (PhaseEvent, ProgressEvent)):
+                self.latest = (event.t, event.num_timesteps)
+                if isinstance(event, PhaseEvent) and event.phase == "rollout":
                     self.rollout_starts.append(self.latest)
-            self.failed |= event["kind"] == "error"
+            self.failed |= isinstance(event, ErrorEvent)
 
     def cycles_since(self, t0: float) -> list[tuple[float, int]]:
         """The rollout starts at or after `t0` (Unix time)."""
@@ -96,31 +95,36 @@ class Progress:
 
 
 def run_trial(preset: Preset, config: Config, *, workdir: Path, measure_s: float, physical_cores: int,
-              gpu: GpuReader | None = None) -> Trial:  # fmt: skip
-    """Measure `config` (see the module docstring); TrialError if a worker fails to run."""
+              gpu: GpuReader | None = None, launcher: Launcher | None = None) -> Trial:  # fmt: skip
+    """Measure `config` (see the module docstring); TrialError if a worker fails to run.
+
+    The workers start through `launcher` (a `LocalLauncher` by default) as a run's workers do: in
+    their own sessions, niced, and tied to this process by the parent-death signal, so a killed
+    `cockpit tune` leaves none of them training.
+    """
+    launcher = launcher or LocalLauncher()
     started = time.monotonic()
     workdir.mkdir(parents=True, exist_ok=True)
     preset_file = workdir / "preset.toml"
     preset_file.write_text(preset_toml(preset, config, f"tune trial {config.label()}"), encoding="utf-8")
     threads = thread_budget(config.jobs, physical_cores).threads_per_job
-    procs, tails = [], []
+    handles: list[WorkerHandle] = []
+    readers: list[EventReader] = []
     try:
         for i in range(config.jobs):
-            job_dir = workdir / f"job-{i}"
-            argv = [sys.executable, "-m", "training.worker", "--preset", str(preset_file), "--env", preset.env,
-                    "--timesteps", str(FOREVER), "--job-dir", str(job_dir), "--seed", str(i),
-                    "--threads", str(threads)]  # fmt: skip
-            with (workdir / f"job-{i}.log").open("wb") as log:
-                procs.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                              start_new_session=True))  # fmt: skip
-            tails.append(EventTail(job_dir / EVENTS_FILE))
-        progress = [Progress() for _ in tails]
+            args = WorkerArgs(workdir / f"job-{i}", preset=str(preset_file), env=preset.env, timesteps=FOREVER,
+                              seed=i, threads=threads)  # fmt: skip
+            handles.append(launcher.launch(LaunchRequest(f"trial-{i}", args)))
+            readers.append(EventReader(args.job_dir / EVENTS_FILE))
+        progress = [Progress() for _ in readers]
 
         def poll() -> None:
-            for i, tail in enumerate(tails):
-                progress[i].feed(tail.read_new())
-                if progress[i].failed or procs[i].poll() is not None:
-                    raise TrialError(f"{config.label()}: worker {i} failed; see {workdir / f'job-{i}.log'}")
+            for i, (reader, handle) in enumerate(zip(readers, handles, strict=True)):
+                progress[i].feed(reader.read_new())
+                if progress[i].failed or launcher.poll(handle) is not None:
+                    said = launcher.stderr_tail(handle, 1)
+                    raise TrialError(f"{config.label()}: worker {i} failed" + (f": {said}" if said else "")
+                                     + f"; see {handle.job_dir}")  # fmt: skip
 
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:  # every worker must have stepped before the clock starts
@@ -146,8 +150,8 @@ def run_trial(preset: Preset, config: Config, *, workdir: Path, measure_s: float
         sps = sum(p.rate(t0, start) for p, start in zip(progress, first, strict=True))
         return Trial(config, sps, cpu, statistics.fmean(utils) if utils else None, time.monotonic() - started)
     finally:
-        for proc in procs:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        for proc in procs:
-            proc.wait()
+        for handle in handles:
+            launcher.kill(handle)
+        deadline = time.monotonic() + KILL_WAIT_S
+        while any(launcher.poll(h) is None for h in handles) and time.monotonic() < deadline:
+            time.sleep(0.01)

@@ -21,6 +21,7 @@ from cockpit.core.telemetry import JobUsage, Sample
 
 T = TypeVar("T")
 
+
 def _object(data: Any, what: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"{what}: expected an object, got {type(data).__name__}")

@@ -5,6 +5,9 @@ Textual is imported only when the cockpit is actually opened, so a headless run 
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from cockpit.contract.rundir import RunDir
 from cockpit.core.feed import Frame, Replay, RunSource
 from cockpit.core.session import View, exit_code
 from cockpit.views.headless import HeadlessView, summary_lines
@@ -42,8 +45,6 @@ def after_view(frame: Frame | None, source: RunSource, *, who: str) -> int:
     if frame.link_error is None and state.status.live:
         print(f"{who}: the run goes on in the background; see it again with: cockpit attach {state.run_dir}")
         return 0
-    for line in summary_lines(state, f"{state.run_dir}/run.toml"):
+    for line in summary_lines(state, str(RunDir(Path(state.run_dir)).run_toml)):
         print(line)
     return exit_code(state)
-
-

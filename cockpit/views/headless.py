@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from pathlib import Path
 
 from rich import box
 from rich.console import Console, Group
@@ -19,6 +20,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
 from cockpit.core.state import JobView, RunState
 from cockpit.views.units import MIB, mib, num, si
@@ -190,5 +192,5 @@ class HeadlessView:
         if self.live is not None:
             self.live.stop()
             self.live = None
-        for line in summary_lines(state, f"{state.run_dir}/run.toml"):
+        for line in summary_lines(state, str(RunDir(Path(state.run_dir)).run_toml)):
             self._emit(line)

@@ -41,8 +41,8 @@ def _duration(seconds: float) -> str:
 def header_line(frame: Frame, *, replay: bool) -> str:
     """The run in one line: preset, env, status, counts, elapsed time and where it lives."""
     state = frame.state
-    counts = "  ".join(f"{state.count(s)} {s}" for s in (JobState.RUNNING, JobState.QUEUED, JobState.DONE, JobState.FAILED, JobState.STOPPED)
-                       if state.count(s))  # fmt: skip
+    shown = (JobState.RUNNING, JobState.QUEUED, JobState.DONE, JobState.FAILED, JobState.STOPPED)
+    counts = "  ".join(f"{state.count(s)} {s}" for s in shown if state.count(s))
     status = "replay" if replay else state.status.value
     if frame.link_error:
         status = f"{status} (disconnected: {frame.link_error})"

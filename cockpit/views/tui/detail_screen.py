@@ -14,6 +14,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Label, Sparkline, Static
 
+from cockpit.contract.events import CheckpointEvent, ErrorEvent, Event, FinishedEvent, StartedEvent
 from cockpit.core.feed import JobDetail, RunSource, SourceError
 from cockpit.views.units import num
 
@@ -31,20 +32,19 @@ def _config_text(config: Any, indent: str = "") -> str:
     return "\n".join(lines)
 
 
-def _event_line(event: Any) -> str:
-    stamp = time.strftime("%H:%M:%S", time.localtime(float(event.get("t", 0))))
-    kind = event.get("kind")
-    if kind == "checkpoint":
-        what = f"checkpoint at step {event.get('step'):,}"
-    elif kind == "started":
-        resumed = event.get("resumed_from_step")
-        what = f"started on {event.get('device')}" + (f", resumed from step {resumed:,}" if resumed else "")
-    elif kind == "finished":
-        what = f"finished: {event.get('status')} at {event.get('steps'):,} steps"
-    elif kind == "error":
-        what = f"error {event.get('type')}: {event.get('message')}"
+def _event_line(event: Event) -> str:
+    stamp = time.strftime("%H:%M:%S", time.localtime(event.t))
+    if isinstance(event, CheckpointEvent):
+        what = f"checkpoint at step {event.step:,}"
+    elif isinstance(event, StartedEvent):
+        resumed = event.resumed_from_step
+        what = f"started on {event.device}" + (f", resumed from step {resumed:,}" if resumed else "")
+    elif isinstance(event, FinishedEvent):
+        what = f"finished: {event.status} at {event.steps:,} steps"
+    elif isinstance(event, ErrorEvent):
+        what = f"error {event.reason}"
     else:
-        what = str(kind)
+        what = event.kind
     return f"{stamp} {what}"
 
 

@@ -20,7 +20,6 @@ from cockpit.views.tui.lines import LinesWidget
 from cockpit.views.units import mib, num, si
 
 WIDE = 110
-GAP = "  "
 # (key, label, shown in the narrow layout, width: fixed so rows do not jump as values grow; None fits the content)
 COLUMNS = (
     ("id", "job", True, 3), ("seed", "seed", False, 5), ("env", "env", False, None), ("preset", "preset", False, None),

@@ -1,0 +1,26 @@
+"""Writing the files other processes read: replaced whole and atomically, never torn.
+
+A reader (a viewer, `cockpit report`, the next `--resume`, a later `recommend`) may open the file at
+any moment, and the writer may be killed or run out of disk at any moment: either way the reader
+must find the previous complete file or the new one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` atomically (temp file in the same directory, fsync, rename);
+    raises OSError on failure, leaving the old file as it was and no temp file behind."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -1,0 +1,138 @@
+"""The run directory: every path a run leaves, named once.
+
+```
+<run dir>/
+  run.toml          the run record (`cockpit.contract.runrecord`), rewritten atomically
+  samples.csv       telemetry per sampler tick
+  job_samples.csv   telemetry per tick and job
+  gpu_util.csv      every NVML utilization sample
+  preset-<n>.toml   the n-th preset applied to the live run (advice that changed n_envs or batch_size)
+  cockpit.sock      the control socket, while the run is live
+  .cockpit.lock     held (flock) by the process that supervises the run
+  cockpit.log       the run's own output, when `cockpit run` started it in the background
+  jobs/<id>/        one job directory per job (`JobDir`)
+```
+
+A job directory is the worker's (`python -m training.worker --job-dir DIR`); it need not sit in a
+run directory, so `JobDir` stands alone:
+
+```
+<job dir>/
+  events.jsonl      the job's event stream (`cockpit.contract.events`)
+  checkpoints/      step-<step>-<ns>/ checkpoints, the newest two kept
+  stdout.log        the worker's output, when the cockpit started it
+  stderr.log
+  .lock             held (flock) by the worker using the directory
+```
+
+Every process (the cockpit run, its viewers, `report`, `recommend`, replay, the worker) names these
+paths through `RunDir` and `JobDir` and spells none of them itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from cockpit.contract.events import EVENTS_FILE
+
+RUN_TOML = "run.toml"
+SAMPLES_CSV = "samples.csv"
+JOB_SAMPLES_CSV = "job_samples.csv"
+GPU_UTIL_CSV = "gpu_util.csv"
+SOCKET = "cockpit.sock"
+RUN_LOCK = ".cockpit.lock"
+COCKPIT_LOG = "cockpit.log"
+JOBS = "jobs"
+CHECKPOINTS = "checkpoints"
+STDOUT_LOG = "stdout.log"
+STDERR_LOG = "stderr.log"
+JOB_LOCK = ".lock"
+
+
+@dataclass(frozen=True)
+class JobDir:
+    """One job's directory: its events, checkpoints, output logs and the worker's lock."""
+
+    path: Path
+
+    @property
+    def events(self) -> Path:
+        """`events.jsonl`: the worker appends, the cockpit follows."""
+        return self.path / EVENTS_FILE
+
+    @property
+    def checkpoints(self) -> Path:
+        """`checkpoints/`: one `step-<step>-<ns>/` directory per checkpoint."""
+        return self.path / CHECKPOINTS
+
+    @property
+    def stdout_log(self) -> Path:
+        """The worker's stdout, when the cockpit launched it."""
+        return self.path / STDOUT_LOG
+
+    @property
+    def stderr_log(self) -> Path:
+        """The worker's stderr, when the cockpit launched it (its tail explains a crash)."""
+        return self.path / STDERR_LOG
+
+    @property
+    def lock(self) -> Path:
+        """Held by the one worker allowed to use the directory at a time."""
+        return self.path / JOB_LOCK
+
+
+@dataclass(frozen=True)
+class RunDir:
+    """One run's directory (see the module docstring for the layout)."""
+
+    path: Path
+
+    @property
+    def run_toml(self) -> Path:
+        """The run record, `run.toml`."""
+        return self.path / RUN_TOML
+
+    @property
+    def samples(self) -> Path:
+        """`samples.csv`: one row per sampler tick."""
+        return self.path / SAMPLES_CSV
+
+    @property
+    def job_samples(self) -> Path:
+        """`job_samples.csv`: one row per tick and job."""
+        return self.path / JOB_SAMPLES_CSV
+
+    @property
+    def gpu_util(self) -> Path:
+        """`gpu_util.csv`: every NVML utilization sample."""
+        return self.path / GPU_UTIL_CSV
+
+    @property
+    def socket(self) -> Path:
+        """The control socket's place in the directory (`cockpit.core.control.control_path` falls
+        back elsewhere when this path is too long for an AF_UNIX address)."""
+        return self.path / SOCKET
+
+    @property
+    def lock(self) -> Path:
+        """Held by the process that supervises the run, so two never run it at once."""
+        return self.path / RUN_LOCK
+
+    @property
+    def log(self) -> Path:
+        """`cockpit.log`: the run's own output, when it was started in the background."""
+        return self.path / COCKPIT_LOG
+
+    @property
+    def jobs(self) -> Path:
+        """`jobs/`, holding one directory per job."""
+        return self.path / JOBS
+
+    def job(self, job_id: str) -> JobDir:
+        """The directory of job `job_id` (`jobs/<id>/`); it may not exist yet."""
+        return JobDir(self.jobs / job_id)
+
+    def preset_file(self, n: int) -> Path:
+        """`preset-<n>.toml`: the n-th preset applied to the live run (n from 1)."""
+        return self.path / f"preset-{n}.toml"

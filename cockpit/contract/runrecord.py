@@ -1,0 +1,350 @@
+"""The run record: `run.toml`, as typed records with one render and one read.
+
+`cockpit run` rewrites `<run dir>/run.toml` whole every ~10 s and at exit; everything else that
+looks at a run afterwards (`report`, replay, `recommend --from`, `run --resume`, the launcher's list
+of recent runs) reads it back. This module is the only place that turns a `RunRecord` into TOML
+(`render`, `write`) and TOML back into a `RunRecord` (`parse`, `read`); nobody else indexes the file.
+
+The file, top to bottom (absent keys are facts that were not known: TOML has no null):
+
+```
+schema_version, command, status, started_at, ended_at, updated_at, duration_s, warnings
+[config]        the run's settings: what `--resume` starts again with
+[host]          the machine
+[gpu]           the GPU, or why there is no GPU telemetry
+[preset]        the resolved preset (`cockpit.contract.presets.Preset`)
+[[jobs]]        one per job, with [jobs.phases.<phase>] (time, GPU % and CPU % by phase)
+[utilization]   the GPU over the run, by phase, and what the sampler cost
+[[advice]]      `--auto`'s decisions and applied advice, in time order
+```
+
+Versioning: `schema_version` is 1. A reader takes a file without one as version 1, ignores keys
+it does not know (a newer cockpit may add facts without a new version), and refuses a newer version
+with one line that says to upgrade. A change that would mislead an older reader (a key renamed, a
+meaning or unit changed, a key made required) needs a new version.
+
+Times are `YYYY-MM-DDTHH:MM:SSZ` strings (UTC); `iso` and `unix` convert.
+"""
+
+from __future__ import annotations
+
+import calendar
+import dataclasses
+import sys
+import time
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+import tomli_w
+
+from cockpit.contract.files import write_atomic
+from cockpit.contract.presets import Preset
+from cockpit.contract.rundir import RUN_TOML, RunDir
+from cockpit.contract.states import JobState, RunStatus
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
+
+SCHEMA_VERSION = 1
+ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+class RunRecordError(ValueError):
+    """A run.toml that cannot be read; the message is one line naming the run and what is wrong
+    (no run.toml, not TOML, a key of the wrong type, or a newer schema version)."""
+
+
+def iso(t: float | None) -> str | None:
+    """Unix time as run.toml writes it, `YYYY-MM-DDTHH:MM:SSZ` (None stays None)."""
+    return None if t is None else time.strftime(ISO_FORMAT, time.gmtime(t))
+
+
+def unix(text: str | None) -> float | None:
+    """Unix time of a run.toml time string; None when absent or malformed."""
+    if text is None:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(text, ISO_FORMAT)))
+    except ValueError:
+        return None
+
+
+# ----- the records -----
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConfigRecord:
+    """`[config]`: the run's settings, as `--resume` needs them to start it again.
+
+    `preset` is what workers got as `--preset` (a built-in name or an absolute file path).
+    `healthy_uptime_s` is absent in files written before it was recorded: the default then.
+    """
+
+    jobs: int
+    agents: int
+    preset: str
+    env: str
+    timesteps: int
+    seed: int
+    max_restarts: int
+    healthy_uptime_s: float | None = None
+    pin: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class HostRecord:
+    """`[host]`: the machine the run was on."""
+
+    hostname: str
+    cpu_model: str
+    physical_cores: int
+    logical_cores: int
+    ram_gib: float
+    os: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuRecord:
+    """`[gpu]`: the GPU (`present`), or why there was no GPU telemetry (`telemetry`; "ok" when
+    there was). Name, memory and driver are there only with a GPU."""
+
+    present: bool
+    telemetry: str
+    name: str | None = None
+    memory_total_mib: int | None = None
+    driver: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseRecord:
+    """`[jobs.phases.<phase>]`: a job's time in one phase and the GPU and CPU % meanwhile."""
+
+    seconds: float
+    gpu_util_mean: float | None = None
+    cpu_percent_mean: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobRecord:
+    """`[[jobs]]`: one job as the run left it (or as it was at `updated_at`, while live).
+
+    `mean_sps` is over the job's running time in its last session; `peak_gpu_mem_mib` and
+    `cpu_percent_mean` come from the sampler; `phases` is keyed by phase name (rollout, train).
+    """
+
+    id: str
+    seed: int
+    status: JobState
+    exit_reason: str | None = None
+    error: str | None = None
+    steps: int
+    target: int
+    duration_s: float | None = None
+    mean_sps: float | None = None
+    final_ep_rew_mean: float | None = None
+    restarts: int
+    checkpoints: int
+    last_checkpoint_step: int | None = None
+    peak_gpu_mem_mib: int | None = None
+    cpu_percent_mean: float | None = None
+    phases: Mapping[str, PhaseRecord] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class UtilizationRecord:
+    """`[utilization]`: GPU utilization over the run (mean, p50, p95), the share of time with at
+    least one job training, the GPU while training and not, and the sampler's own cost."""
+
+    gpu_util_mean: float | None = None
+    gpu_util_p50: float | None = None
+    gpu_util_p95: float | None = None
+    train_share: float | None = None
+    gpu_util_while_training: float | None = None
+    gpu_util_while_not_training: float | None = None
+    sampler_ticks: int
+    sampler_cost_ms_mean: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdviceRecord:
+    """`[[advice]]`: one change made to the live run, at `at`.
+
+    `--auto`'s decisions (`action` add, keep, remove, stop) carry the jobs and SPS before and after
+    and the reason; applied advice (`action` "apply") carries the setting and its suggested value.
+    """
+
+    at: str
+    action: str
+    jobs_before: int | None = None
+    jobs_after: int | None = None
+    sps_before: float | None = None
+    sps_after: float | None = None
+    reason: str | None = None
+    setting: str | None = None
+    suggested: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    """The whole of run.toml. `ended_at` is absent while the run is live; `gpu`, `preset` and
+    `utilization` are None only in files that lack those tables."""
+
+    schema_version: int = SCHEMA_VERSION
+    command: str
+    status: RunStatus
+    started_at: str
+    ended_at: str | None = None
+    updated_at: str
+    duration_s: float
+    config: ConfigRecord
+    host: HostRecord
+    gpu: GpuRecord | None = None
+    preset: Preset | None = None
+    jobs: tuple[JobRecord, ...] = ()
+    utilization: UtilizationRecord | None = None
+    warnings: tuple[str, ...] = ()
+    advice: tuple[AdviceRecord, ...] = ()
+
+
+# ----- rendering -----
+
+
+def _plain(value: Any) -> Any:
+    """Records as TOML-ready data in field order; None (an unknown fact) becomes an absent key."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        pairs = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+        return {name: _plain(v) for name, v in pairs if v is not None}
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value if v is not None]
+    return value
+
+
+def render(record: RunRecord) -> str:
+    """The text of run.toml for `record`: the only place that writes the format."""
+    return tomli_w.dumps(_plain(record))
+
+
+def write(run_dir: Path, record: RunRecord) -> None:
+    """Write `record` as `run_dir`'s run.toml atomically (a reader sees the old or the new file,
+    never a torn one); OSError when it cannot be written."""
+    write_atomic(RunDir(run_dir).run_toml, render(record))
+
+
+# ----- reading -----
+
+
+class _Invalid(ValueError):
+    """A value of the wrong type; the message names the key."""
+
+
+R = TypeVar("R")
+
+_KINDS: dict[type, str] = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def _decode(cls: type[R], data: Any, where: str) -> R:
+    """A record of type `cls` from a TOML table: each field checked against its type hint."""
+    if not isinstance(data, Mapping):
+        raise _Invalid(f"{where or 'run.toml'}: expected a table, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        key = f"{where}.{f.name}" if where else f.name
+        if f.name in data:
+            values[f.name] = _value(hints[f.name], data[f.name], key)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise _Invalid(f"missing key {key}")
+    return cls(**values)
+
+
+def _value(hint: Any, value: Any, key: str) -> Any:
+    """`value` checked (and converted: lists to tuples, strings to enums) against `hint`."""
+    origin, args = get_origin(hint), get_args(hint)
+    if origin in (Union, types.UnionType):
+        # Only `X | None` occurs, and TOML has no null: the value is an X.
+        (inner,) = (arg for arg in args if arg is not type(None))
+        return _value(inner, value, key)
+    if origin is Literal:
+        if value not in args:
+            raise _Invalid(f"{key}: expected one of {', '.join(map(repr, args))}, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise _Invalid(f"{key}: expected an array, got {value!r}")
+        return tuple(_value(args[0], item, f"{key}[{i}]") for i, item in enumerate(value))
+    if origin in (Mapping, dict):
+        if not isinstance(value, Mapping):
+            raise _Invalid(f"{key}: expected a table, got {value!r}")
+        return {str(k): _value(args[1], v, f"{key}.{k}") for k, v in value.items()}
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _decode(hint, value, key)
+    if isinstance(hint, type) and issubclass(hint, Enum):
+        try:
+            return hint(value)
+        except ValueError:
+            choices = ", ".join(repr(member.value) for member in hint)
+            raise _Invalid(f"{key}: expected one of {choices}, got {value!r}") from None
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _Invalid(f"{key}: expected {_KINDS[float]}, got {value!r}")
+        return float(value)
+    if hint in _KINDS:
+        # bool is an int in Python, not in TOML: `jobs = true` is no job count.
+        if not isinstance(value, hint) or (hint is int and isinstance(value, bool)):
+            raise _Invalid(f"{key}: expected {_KINDS[hint]}, got {value!r}")
+        return value
+    raise TypeError(f"run.toml field {key}: no reader for {hint!r}")  # a record this module cannot read
+
+
+def _version(doc: Mapping[str, Any], source: str) -> int:
+    version = doc.get("schema_version", 1)  # files from before the key existed are version 1
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise RunRecordError(f"{source}: invalid {RUN_TOML}: schema_version: expected a positive integer, "
+                             f"got {version!r}")  # fmt: skip
+    if version > SCHEMA_VERSION:
+        raise RunRecordError(
+            f"{source}: {RUN_TOML} written by a newer cockpit (schema_version {version}; this cockpit reads "
+            f"up to {SCHEMA_VERSION}): upgrade cockpit"
+        )
+    return version
+
+
+def parse(text: str, source: str) -> RunRecord:
+    """The RunRecord in run.toml's `text`; `source` (the run directory, as the user named it)
+    starts every error message. RunRecordError (one line) for text that is not TOML, a newer
+    schema version, a missing key or a value of the wrong type (naming the key)."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RunRecordError(f"{source}: unreadable {RUN_TOML}: {' '.join(str(exc).split())}") from None
+    _version(doc, source)
+    try:
+        return _decode(RunRecord, {**doc, "schema_version": SCHEMA_VERSION}, "")
+    except _Invalid as exc:
+        raise RunRecordError(f"{source}: invalid {RUN_TOML}: {' '.join(str(exc).split())}") from None
+
+
+def read(run_dir: Path) -> RunRecord:
+    """The RunRecord of the run in `run_dir`; RunRecordError (one line, starting with `run_dir`)
+    when there is no run.toml (not a run directory), it cannot be read, or `parse` refuses it."""
+    path = RunDir(run_dir).run_toml
+    if not path.is_file():
+        raise RunRecordError(f"{run_dir}: not a run directory (no {RUN_TOML}; runs live in runs/<time>-<preset>-<env>)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise RunRecordError(f"{run_dir}: unreadable {RUN_TOML}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise RunRecordError(f"{run_dir}: unreadable {RUN_TOML}: not UTF-8 text ({exc.reason})") from None
+    return parse(text, str(run_dir))
