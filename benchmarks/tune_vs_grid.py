@@ -32,11 +32,11 @@ import time
 from pathlib import Path
 
 from benchmarks.common import fmt_ratio, load_caption, log, print_table, warn_if_busy
-from cockpit.commands.recommend import this_machine
 from cockpit.commands.tune import climb, search_space, start_config
 from cockpit.contract.presets import load
 from cockpit.core.costs import measured_costs
 from cockpit.core.search import Config
+from cockpit.core.sizing import this_machine
 from cockpit.core.trials import run_trial
 
 PONG_CPU = """

@@ -19,7 +19,7 @@ def test_cartpole_preset_reaches_475_within_100k_steps(tmp_path: Path) -> None:
     worker = start_worker(job_dir, "--preset", "cartpole", "--timesteps", "100000", "--seed", "1")
     assert worker.finish(timeout=300) == 0, worker.stderr()
     events = worker.events()
-    assert kinds(events, "finished")[0]["steps"] == 100_000
+    assert kinds(events, "finished")[0].steps == 100_000
     best_training_mean = max(p.ep_rew_mean or 0 for p in kinds(events, "progress"))
     assert best_training_mean >= 475
 

@@ -140,8 +140,8 @@ async def test_attach_stops_a_job_and_leaves_the_run_to_finish(tmp_path: Path) -
         assert cockpit.finish(timeout=240) == 1  # one job stopped by hand, so not every job is done
         log = read(cockpit.run_dir)
         assert [job.status for job in log.jobs] == ["stopped", "done"]
-        stopped = [e for e in cockpit.events("000") if e["kind"] == "finished"]
-        assert stopped and stopped[-1]["status"] == "stopped"
+        stopped = [e for e in cockpit.events("000") if e.kind == "finished"]
+        assert stopped and stopped[-1].status == "stopped"
     finally:
         if cockpit.proc.poll() is None:
             cockpit.proc.kill()

@@ -71,7 +71,7 @@ def test_kill_9_then_restart_resumes_and_ends_exactly_at_the_target(tmp_path: Pa
     os.kill(first.proc.pid, signal.SIGKILL)
     first.finish()
     killed_at = max(e.num_timesteps for e in kinds(first.events(), "phase"))
-    last_checkpoint = kinds(events, "checkpoint")[-1]["step"]
+    last_checkpoint = kinds(events, "checkpoint")[-1].step
     assert killed_at < target
 
     second = start_worker(job_dir, "--preset", str(preset), "--timesteps", str(target))
@@ -136,8 +136,8 @@ def test_sigterm_during_a_long_train_phase_stops_within_10s(tmp_path: Path) -> N
     time.sleep(1.0)
     events, finished = signal_within_10s(worker)
     assert finished.status == "stopped" and finished.steps == 256
-    assert kinds(events, "phase")[-1]["phase"] == "train"  # the stop came mid-training
-    assert kinds(events, "checkpoint")[0]["step"] == 256
+    assert kinds(events, "phase")[-1].phase == "train"  # the stop came mid-training
+    assert kinds(events, "checkpoint")[0].step == 256
 
 
 @pytest.mark.slow
@@ -156,7 +156,7 @@ def test_a_corrupt_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_p
     (bad,) = started.corrupt_checkpoints
     assert newest.name in bad.path and "SHA-256" in bad.reason
     assert "is corrupt" in second.stderr()
-    assert kinds(second.events(), "finished")[-1]["steps"] == 6144
+    assert kinds(second.events(), "finished")[-1].steps == 6144
 
 
 @pytest.mark.slow
@@ -188,8 +188,8 @@ def test_a_new_or_resumed_worker_leaves_nothing_in_the_temp_dir(
 @pytest.mark.slow
 def test_env_ids_envpool_lacks_fall_back_to_gymnasium(tmp_path: Path) -> None:
     events = run_small_preset(tmp_path, env="Taxi-v4", n_envs=2, n_steps=64, timesteps=512)
-    assert kinds(events, "started")[0]["config"]["backend"] == "gymnasium"
-    assert kinds(events, "finished")[0]["steps"] == 512
+    assert kinds(events, "started")[0].config["backend"] == "gymnasium"
+    assert kinds(events, "finished")[0].steps == 512
 
 
 @pytest.mark.slow
@@ -203,7 +203,7 @@ def test_a_resumed_job_trains_with_the_current_presets_rollout_settings(tmp_path
     second = start_worker(job_dir, "--preset", str(bigger), "--timesteps", "4096")
     assert second.finish() == 0, second.stderr()
     events = second.events()
-    resumed_at = kinds(events, "started")[-1]["t"]
+    resumed_at = kinds(events, "started")[-1].t
     trains = [e.num_timesteps for e in kinds(events, "phase") if e.phase == "train" and e.t > resumed_at]
     assert trains == [2048 + 512 * k for k in range(1, 5)]
 
@@ -247,7 +247,7 @@ def test_normalized_runs_checkpoint_and_resume_their_statistics(tmp_path: Path) 
     assert saved.vecnormalize_path is not None
     second = start_worker(job_dir, "--preset", str(preset), "--timesteps", "2048")
     assert second.finish() == 0, second.stderr()
-    assert kinds(second.events(), "started")[-1]["resumed_from_step"] == 1024
+    assert kinds(second.events(), "started")[-1].resumed_from_step == 1024
     # Resuming the same job without normalization would silently change its inputs: refused.
     plain = run_worker("--preset", str(write_preset(tmp_path)), "--timesteps", "4096", "--job-dir", str(job_dir))
     assert plain.returncode == 2 and "normalize" in plain.stderr
@@ -278,7 +278,7 @@ def test_resuming_with_a_different_network_is_refused(tmp_path: Path) -> None:
     result = run_worker("--preset", str(wider), "--timesteps", "2048", "--job-dir", str(job_dir))
     assert result.returncode == 2
     assert "its network is [64, 64], the preset's [128, 128]" in result.stderr
-    assert kinds(read_events(job_dir / "events.jsonl"), "error")[-1]["type"] == "invalid_config"
+    assert kinds(read_events(job_dir / "events.jsonl"), "error")[-1].type == "invalid_config"
 
 
 @pytest.mark.slow

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from cockpit.commands.console import interactive
-from cockpit.commands.run import FrontEnds
+from cockpit.commands.frontends import FrontEnds
 from cockpit.core.feed import SourceError
 from cockpit.core.runs import open_run
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 
 from rich.console import Console
 
@@ -19,3 +20,8 @@ def output_console() -> Console:
 def interactive() -> bool:
     """True when stdin and stdout are a terminal the TUI can take over."""
     return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def say(console: Console) -> Callable[[str], None]:
+    """A line printer on `console` that prints text as it is (no markup, no highlighting)."""
+    return lambda text: console.print(text, highlight=False, markup=False)

@@ -4,7 +4,6 @@ finished run's measurements, with every number it used."""
 from __future__ import annotations
 
 import csv
-import dataclasses
 import statistics
 import sys
 from pathlib import Path
@@ -13,11 +12,11 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from cockpit.commands.console import output_console
-from cockpit.contract.presets import Preset, PresetError, load
+from cockpit.commands.console import output_console, say
+from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, RunRecordError, read
-from cockpit.contract.runspec import ConfigError, checked_env
+from cockpit.contract.runspec import ConfigError
 from cockpit.core.advisor import (
     Advice,
     Costs,
@@ -27,22 +26,10 @@ from cockpit.core.advisor import (
     cores_needed,
     envs_per_core,
     job_measure,
-    machine_of,
 )
-from cockpit.core.costs import measured_costs
-from cockpit.core.host import host_info
-from cockpit.core.nvml import open_gpu
+from cockpit.core.sizing import costs_for, resolve_preset, this_machine
 
 MIB = 1024 * 1024
-
-
-def this_machine() -> Machine:
-    """Cores, RAM and GPU (through NVML, if it answers) of the machine we run on."""
-    gpu, _status = open_gpu()
-    info = gpu.info if gpu is not None else None
-    if gpu is not None:
-        gpu.close()
-    return machine_of(host_info(), info)
 
 
 def _cpu_mean(run_dir: Path) -> float | None:
@@ -111,26 +98,6 @@ def advice_table(items: list[Advice]) -> Table:
     return table
 
 
-def resolve_preset(preset: str | None, env: str | None, machine: Machine) -> Preset:
-    """The preset asked for (heavy with a GPU, cartpole without), on `env` if given; ConfigError
-    (one line) for an unknown or invalid preset or env."""
-    try:
-        resolved = load(preset or ("heavy" if machine.gpu_name else "cartpole"))
-    except PresetError as exc:
-        raise ConfigError(str(exc)) from exc
-    return dataclasses.replace(resolved, env=checked_env(resolved, env))
-
-
-def costs_for(console: Console, machine: Machine, preset: Preset) -> Costs | None:
-    """This machine's measured costs for `preset` (a probe the first time, saying so); None,
-    after saying why, when the probe fails: the advice then comes from the tables."""
-    try:
-        return measured_costs(preset, machine.gpu_name, on_probe=lambda text: console.print(text, highlight=False))
-    except ConfigError as exc:
-        console.print(f"{exc}; sizing from the tables instead", highlight=False, markup=False)
-        return None
-
-
 def recommend(console: Console, *, preset: str | None, env: str | None, jobs: int | None, run_dir: Path | None,
               machine: Machine | None = None, probe: bool = True) -> list[Advice]:  # fmt: skip
     """Print the numbers and the advice; returns the advice. ConfigError on bad input. With
@@ -144,7 +111,7 @@ def recommend(console: Console, *, preset: str | None, env: str | None, jobs: in
         jobs = jobs or recorded.config.jobs
     resolved = resolve_preset(preset, env, machine)
     jobs = jobs or 2
-    costs = costs_for(console, machine, resolved) if probe else None
+    costs = costs_for(say(console), machine, resolved) if probe else None
     items = advise(machine, resolved, jobs, measured, costs)
     console.print(_numbers(machine, resolved, jobs, measured, costs))
     if items:
@@ -152,13 +119,6 @@ def recommend(console: Console, *, preset: str | None, env: str | None, jobs: in
     else:
         console.print(f"Nothing to change: {jobs} job(s) of {resolved.name} on {resolved.env} fit this machine.")
     return items
-
-
-def static_pick(machine: Machine, preset: Preset, jobs: int = 2, costs: Costs | None = None) -> tuple[int, int]:
-    """(jobs, n_envs) after applying the advice that needs no run (hardware facts and the
-    probe's `costs`): `recommend`'s pick before any run."""
-    changes = {a.setting: a.suggested for a in advise(machine, preset, jobs, costs=costs)}
-    return int(changes.get("jobs", jobs)), int(changes.get("n_envs", preset.n_envs))
 
 
 def main(*, preset: str | None, env: str | None, jobs: int | None, run_dir: Path | None, probe: bool) -> int:

@@ -12,29 +12,16 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from cockpit.commands.console import interactive
+from cockpit.commands.frontends import FrontEnds
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec
-from cockpit.core.feed import RunSource
 from cockpit.core.nvml import GpuReader
-from cockpit.core.session import View
 
 if TYPE_CHECKING:
     from cockpit.core.advisor import Costs
     from cockpit.core.autotune import AutoTuner
-
-
-class FrontEnds(Protocol):
-    """The views a command hands a run to; the command line supplies them (views sit above commands)."""
-
-    def headless(self) -> View:
-        """The plain view: a live table on a terminal, timestamped lines otherwise."""
-        ...
-
-    def watch(self, source: RunSource, *, who: str) -> int:
-        """The cockpit on `source` until the user quits; returns the exit code to end with."""
-        ...
 
 
 def _typed(args: argparse.Namespace) -> tuple[str, ...] | None:

@@ -20,14 +20,14 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from cockpit.commands.console import output_console
-from cockpit.commands.recommend import costs_for, resolve_preset, static_pick, this_machine
+from cockpit.commands.console import output_console, say
 from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.runspec import ConfigError
 from cockpit.core.advisor import Costs, Machine
 from cockpit.core.nvml import open_gpu
 from cockpit.core.search import Config, HillClimb, Space
+from cockpit.core.sizing import costs_for, resolve_preset, static_pick, this_machine
 from cockpit.core.trials import Trial, preset_toml, run_trial
 
 STARTUP_S = 5.0  # a trial's worker start-up, before measuring (the first trial learns the real figure)
@@ -138,7 +138,7 @@ def tune(console: Console, *, preset: str | None, env: str | None, budget: str, 
     console.print(f"tuning {resolved.name} on {resolved.env} for {budget_s:.0f} s "
                   f"({measure_seconds(budget_s):.0f} s per trial after start-up)", highlight=False)  # fmt: skip
     began = time.monotonic()
-    costs = costs_for(console, machine, resolved)  # a first-time probe spends some of the budget
+    costs = costs_for(say(console), machine, resolved)  # a first-time probe spends some of the budget
     with tempfile.TemporaryDirectory(prefix="cockpit-tune-") as tmp:
         result = climb(resolved, machine, budget_s - (time.monotonic() - began), workdir=Path(tmp), console=console,
                        costs=costs)  # fmt: skip

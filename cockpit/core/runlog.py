@@ -30,14 +30,13 @@ from cockpit.contract.runrecord import (
     UtilizationRecord,
     iso,
 )
-from cockpit.contract.runrecord import render as render_record
 from cockpit.contract.runspec import RunSpec
 from cockpit.core.host import HostInfo
 from cockpit.core.phases import Accounting, PhaseAccountant, PhaseStats
 from cockpit.core.state import RunState
 from cockpit.core.telemetry import Sample
 
-__all__ = ["MIB", "PHASE_EVENT_LAG_S", "Recorder", "iso", "phase_accounting", "record", "render"]
+__all__ = ["MIB", "PHASE_EVENT_LAG_S", "Recorder", "iso", "phase_accounting", "record"]
 
 PHASE_EVENT_LAG_S = 5.0
 MIB = 1024 * 1024
@@ -203,19 +202,6 @@ def record(
         warnings=(*state.warnings, *([recorder.failed] if recorder.failed else [])),
         advice=tuple(advice),
     )  # fmt: skip
-
-
-def render(
-    spec: RunSpec,
-    state: RunState,
-    host: HostInfo,
-    accounting: Accounting,
-    recorder: Recorder,
-    *,
-    advice: Sequence[AdviceRecord] = (),
-) -> str:
-    """The whole run.toml text for `state` (`record`, rendered by the contract)."""
-    return render_record(record(spec, state, host, accounting, recorder, advice=advice))
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:
