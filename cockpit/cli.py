@@ -60,7 +60,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from cockpit.commands.report import main as report
 
-    return report(args.run_dir)
+    return report(args.run_dir, as_json=args.json)
 
 
 def build_parser() -> ArgumentParser:
@@ -144,6 +144,16 @@ def build_parser() -> ArgumentParser:
         help="seconds after which a crash no longer counts as a crash loop: a crashed job that had run this "
         "long restarts with a fresh count of --max-restarts (default: 300)",
     )
+    run.add_argument(
+        "--stall-timeout",
+        type=positive_float,
+        default=None,  # RestartPolicy.stall_timeout_s: None derives it per job
+        metavar="S",
+        help="seconds without an event from a running worker (hung, or stopped by a signal) after which it is "
+        "killed and restarted from its checkpoint, as a crash counted by --max-restarts (default: 3x the "
+        "job's longest silence between events so far, at least 60 s; a worker reports every few seconds, "
+        "in train phases too)",
+    )
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run's unfinished jobs")
     run.set_defaults(func=_cmd_run)
 
@@ -209,6 +219,12 @@ def build_parser() -> ArgumentParser:
         description="Print a run's config, host, GPU, per-job results and utilization by phase.",
     )
     report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's directory")
+    report.add_argument(
+        "--json",
+        action="store_true",
+        help="print the run as one JSON object (live from its socket, else from its files): state, steps, "
+        "windowed SPS, ETA, restarts and reasons per job; schema in docs/report.schema.json",
+    )
     report.set_defaults(func=_cmd_report)
     return parser
 

@@ -102,3 +102,28 @@ def test_periodic_checkpoints_come_after_training(tmp_path: Path, tiny_ppo) -> N
     assert [s for s, _ in saved] == [128, 256, 320]
     assert all(updates == steps // ROLLOUT * 2 for steps, updates in saved)  # trained up to there
     assert [e.step for e in events if e.kind == "checkpoint"] == [128, 256, 320]
+
+
+def test_a_train_phase_sends_a_heartbeat_every_interval_from_its_optimizer_steps(
+    tmp_path: Path, tiny_ppo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import training.callback
+
+    model = tiny_ppo(n_epochs=10)  # 20 optimizer steps per train phase (64 samples, batches of 32)
+    now = [0.0]
+    model.policy.optimizer.register_step_post_hook(lambda *_: now.__setitem__(0, now[0] + 2.0))  # 2 s a step
+    monkeypatch.setattr(training.callback.time, "monotonic", lambda: now[0])
+    _, events = run(tmp_path, model, 3 * ROLLOUT, progress_interval=3600, heartbeat_interval=5.0)
+    beats = [e for e in events if e.kind == "heartbeat"]
+    # Each 40-s phase: a heartbeat 6, 12 ... 36 s in (the first step at or past 5 s since the last).
+    assert len(beats) == 3 * 6
+    assert {(b.phase, b.num_timesteps) for b in beats} == {("train", 64), ("train", 128), ("train", 192)}
+    kinds = [e.kind if e.kind != "phase" else e.phase for e in events]
+    # Only inside train phases: between a train phase's start and the next rollout's progress.
+    assert kinds[kinds.index("train") + 1 : kinds.index("train") + 7] == ["heartbeat"] * 6
+    assert "heartbeat" not in kinds[: kinds.index("train")]
+
+
+def test_short_train_phases_send_no_heartbeat(tmp_path: Path, tiny_ppo) -> None:
+    _, events = run(tmp_path, tiny_ppo(), 3 * ROLLOUT)  # each phase lasts milliseconds: nothing to say
+    assert not [e for e in events if e.kind == "heartbeat"]

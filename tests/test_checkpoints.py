@@ -73,3 +73,25 @@ def test_vecnormalize_statistics_travel_with_the_model(tmp_path: Path, tiny_ppo)
     assert saved.vecnormalize_path is not None
     assert VecNormalize.load(str(saved.vecnormalize_path), model.get_env()).obs_rms.mean.shape == (4,)
     assert store.save(model, 128).vecnormalize_path is None
+
+
+def test_a_full_disk_mid_save_prunes_nothing_and_the_newest_checkpoint_still_loads(
+    tmp_path: Path, tiny_ppo, monkeypatch
+) -> None:
+    model = tiny_ppo()
+    store = CheckpointStore(tmp_path / "checkpoints")
+    kept = [store.save(model, 64), store.save(model, 128)]  # as many as the store keeps
+
+    def disk_full(path: object, *_args: object, **_kwargs: object) -> None:
+        Path(str(path)).write_bytes(b"PK\x03\x04 half a model")
+        raise OSError(errno.ENOSPC, "No space left on device")  # as torch's stream writer raises it: no filename
+
+    monkeypatch.setattr(model, "save", disk_full)
+    with pytest.raises(OSError, match="No space left") as failed:
+        store.save(model, 192)
+    assert failed.value.filename == str(store.directory)  # the worker's disk_full message names it
+    assert store.list() == [k.path for k in kept]
+    assert not list(store.directory.glob(".tmp-*"))
+    best, corrupt = store.newest_valid()
+    assert best == kept[1] and corrupt == []
+    assert PPO.load(best.model_path).num_timesteps == model.num_timesteps

@@ -401,6 +401,9 @@ class FakeWorkers:
     def stderr_tail(self, handle: WorkerHandle, lines: int = 5) -> str:
         return ""
 
+    def stopped(self, handle: WorkerHandle) -> bool:
+        return False
+
 
 def scripted_session(run_dir: Path, *, jobs: int = 2, **session: Any) -> RunSession:
     """An unserved session of `jobs` cartpole agents on `FakeWorkers`, its run dir made;

@@ -42,7 +42,10 @@ def test_a_stopped_and_resumed_workers_stream_parses_completely_with_every_kind(
     reader = EventReader(job_dir / "events.jsonl")
     events = list(reader)
     assert len(events) == len(lines) and reader.skipped == 0  # every line is a valid event
-    assert {e.kind for e in events} == set(EVENT_TYPES)  # started, phase, progress, checkpoint, finished, error
+    # started, phase, progress, checkpoint, finished, error: every kind but `heartbeat`, which a
+    # worker sends only 5 s into a train phase; this run's last milliseconds (tests/test_callback.py
+    # has a train phase send them, and test_events.py round-trips one through the parser).
+    assert {e.kind for e in events} == set(EVENT_TYPES) - {"heartbeat"}
     for raw, event in zip(lines, events, strict=True):
         assert from_json(json.loads(raw)) == event
         assert parse(json.dumps(to_json(event))) == event  # the writer's form reads back the same

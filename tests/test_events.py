@@ -48,3 +48,30 @@ def test_a_new_writer_ends_a_torn_line_so_its_events_survive(tmp_path: Path) -> 
         fh.write('{"t": 1.0, "kind": "progr')  # the previous worker was killed mid-write
     EventWriter(path).started(config={}, pid=1, device="cpu", versions={})
     assert [e.kind for e in read_events(path)] == ["phase", "started"]
+
+
+def test_a_heartbeat_round_trips_and_readers_that_do_not_care_pass_over_it(tmp_path: Path) -> None:
+    from cockpit.commands.report import _live_steps
+    from cockpit.contract.events import HeartbeatEvent, parse
+    from cockpit.core.detail import job_detail
+    from cockpit.core.replay import _JobHistory
+
+    job_dir = tmp_path / "jobs" / "000"
+    writer = EventWriter(job_dir / "events.jsonl")
+    writer.started(config={}, pid=1, device="cpu", versions={}, t=1.0)
+    writer.phase("rollout", iteration=0, num_timesteps=0, t=2.0)
+    writer.phase("train", iteration=1, num_timesteps=64, t=3.0)
+    beat = writer.heartbeat("train", num_timesteps=64, t=8.0)
+    writer.progress(num_timesteps=64, sps=10.0, t=9.0)
+    writer.heartbeat("train", num_timesteps=99, t=10.0)  # a stray one says nothing about progress
+    assert beat == HeartbeatEvent(8.0, "train", 64)
+    assert parse(json.dumps({"t": 8.0, "kind": "heartbeat", "phase": "train", "num_timesteps": 64})) == beat
+    assert parse(b'{"t": 8.0, "kind": "heartbeat", "phase": "nap", "num_timesteps": 64}') is None
+    assert [e.kind for e in read_events(job_dir / "events.jsonl")].count("heartbeat") == 2
+
+    assert _live_steps(tmp_path, "000") == 64
+    history = _JobHistory(id="000", seed=0, target=128, final=None)
+    history.read(job_dir / "events.jsonl")
+    assert history.phases == [(2.0, "rollout"), (3.0, "train")]  # the train phase goes on through its heartbeats
+    assert list(zip(history.step_ts, history.steps, strict=True)) == [(1.0, 0), (2.0, 0), (3.0, 64), (9.0, 64)]
+    assert [e.kind for e in job_detail(tmp_path, "000").events] == ["started"]

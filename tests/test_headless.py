@@ -85,3 +85,20 @@ def test_live_advice_is_printed_when_what_it_suggests_changes() -> None:
         "[cockpit] advice: n_envs: 8 -> 32. ~+24% SPS per job (measured here: 410 us)",
         "[cockpit] advice: n_envs: 8 -> 16. ~+24% SPS per job (measured here: 398 us)",
     ]
+
+
+def test_the_etas_are_shown_in_the_table_the_lines_and_the_run_line() -> None:
+    running = job("000", "running", 40_000, phase="train", sps=34.1, eta_s=1758.0, rollout_sps=204.8)
+    live = replace(state(T0 + 20, RunStatus.RUNNING, running, job("001", "queued", 0)), eta_s=4690.0)
+    out = io.StringIO()
+    console = Console(file=out, width=80)
+    console.print(jobs_table(live, width=80))
+    text = out.getvalue()
+    assert "ETA" in text and "29m18s" in text and "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    out = io.StringIO()
+    view = HeadlessView(Console(file=out, width=200), every_s=10.0)
+    view.update(live)
+    lines = out.getvalue().splitlines()
+    assert lines[0].endswith("[job 000] running  train    40,000/100,000 (40%)  34 sps  eta 29m18s")
+    assert "2027-01-15T08:00:20Z [run] 34 sps  eta 1h18m" in lines

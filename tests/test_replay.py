@@ -26,6 +26,8 @@ from cockpit.core.replay import NO_GPU_RECORDED, ReplaySource, open_replay
 from cockpit.core.runlog import MIB, Recorder, phase_accounting, record
 from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import JobUsage, Sample
+from cockpit.core.throughput import Throughput
+from tests.cycles import script
 
 T0 = 1_800_000_000.0
 END = T0 + 100
@@ -159,7 +161,9 @@ def test_a_running_job_has_its_phase_progress_and_usage(replay: ReplaySource) ->
     assert (job.state, job.phase, job.phase_since, job.steps, job.sps) == ("running", "train", T0 + 12, 256, None)
     job = _at(replay, T0 + 25)["000"]
     assert (job.state, job.phase, job.phase_since) == ("running", "rollout", T0 + 13)
-    assert (job.steps, job.sps, job.ep_rew_mean) == (256, 100.0, 10.0)
+    assert (job.steps, job.rollout_sps, job.ep_rew_mean) == (256, 100.0, 10.0)
+    # The live SPS: one whole cycle (10.5..13), lowered by the one under way since 13 (12 s so far).
+    assert job.sps == pytest.approx(256 / 14.5) and job.eta_s == pytest.approx((1000 - 256) / (256 / 14.5))
     assert (job.checkpoints, job.last_checkpoint_step) == (1, 512)
     assert (job.device, job.pid, job.started_at, job.ended_at) == ("cpu", 101, T0 + 10, None)
     assert job.cpu_percent == 125.0 and job.rss_bytes == 225 * MIB and job.gpu_mem_bytes == 325 * MIB
@@ -264,3 +268,41 @@ def test_frames_are_cached_per_position(replay: ReplaySource) -> None:
     assert replay.frame() is first
     replay.seek(T0 + 31)
     assert replay.frame() is not first and replay.frame().link_error is None
+
+
+def test_replay_shows_the_live_throughput_the_supervisor_showed(tmp_path: Path) -> None:
+    # Seven 60 s cycles, then one with a 300 s train phase; the worker reports its rollout rate.
+    run_dir = tmp_path / "run"
+    run = script(T0 + 30, cycles=8, rollout_s=10, train_s=(50,) * 7 + (300,), steps_per_cycle=2048)
+    writer = EventWriter(run_dir / "jobs" / "000" / EVENTS_FILE)
+    for event in run.events:
+        writer.emit(event)
+    writer.close()
+    recorder = Recorder(run_dir)
+    recorder.close()
+    spec = RunSpec(jobs=1, agents=1, preset=presets.load("cartpole"), preset_arg="cartpole", env="CartPole-v1",
+                   timesteps=run.target, seed=0, run_dir=run_dir, restart=RestartPolicy(), pin=False,
+                   command_line=("cockpit", "run"))  # fmt: skip
+    job = _view("000", 0, "done", steps=run.target, target=run.target, exit_reason="done")
+    state = RunState(run_dir=str(run_dir), preset="cartpole", env="CartPole-v1", status=RunStatus.DONE,
+                     started_at=T0, now=run.end + 1, slots=1, jobs=(job,), sample=None, gpu=None,
+                     gpu_status="no GPU", warnings=())  # fmt: skip
+    host = HostInfo("box", "Test CPU", 4, 4, 16 * 1024**3, "Linux")
+    write(run_dir, record(spec, state, host, phase_accounting({}, recorder, run.end, final=True), recorder))
+    replay = open_replay(run_dir)
+    lowered = 0
+    for second in range(40, int(run.end - T0), 3):
+        t = T0 + second
+        shown = _at(replay, t)["000"]
+        # What the supervisor's tracker said at `t`, having read the events written by then.
+        live = Throughput()
+        live.feed_all(run.until(t))
+        expected = live.rate(t)
+        assert shown.state == "running"
+        assert shown.sps == (None if expected is None else pytest.approx(expected)), second
+        assert shown.eta_s == (None if expected is None else pytest.approx((run.target - shown.steps) / expected))
+        assert replay.frame().state.eta_s == shown.eta_s
+        if t >= run.cycle_starts[1]:
+            assert shown.sps is not None and shown.sps < 0.5 * run.rollout_rate
+            lowered += shown.sps < 0.95 * 2048 / 60
+    assert lowered > 50  # the long train phase lowered the figure, as it did live

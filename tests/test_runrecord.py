@@ -19,6 +19,7 @@ from rich.console import Console
 
 from cockpit.cli import main as cli_main
 from cockpit.commands.report import print_report
+from cockpit.contract import presets
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import (
     SCHEMA_VERSION,
@@ -30,11 +31,15 @@ from cockpit.contract.runrecord import (
     render,
     write,
 )
+from cockpit.contract.runspec import RestartPolicy, RunSpec
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.feed import SourceError
+from cockpit.core.host import HostInfo
 from cockpit.core.replay import open_replay
+from cockpit.core.runlog import Recorder, phase_accounting, record
 from cockpit.core.session import resume_spec_args
-from tests.test_replay import _build_run
+from cockpit.core.state import RunState
+from tests.test_replay import T0, _build_run, _view
 
 GOLDEN = Path(__file__).parent / "data" / "run-v1"
 
@@ -208,3 +213,27 @@ def test_config_records_the_restart_policy() -> None:
     assert "max_restarts = 5\nhealthy_uptime_s = 1800.0\npin = false\n" in text
     assert parse(text, "x").config == config
     assert isinstance(parse(text, "x"), RunRecord)
+
+
+def test_a_live_record_keeps_the_jobs_windowed_sps_and_the_etas(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    recorder = Recorder(run_dir)
+    spec = RunSpec(jobs=1, agents=2, preset=presets.load("cartpole"), preset_arg="cartpole", env="CartPole-v1",
+                   timesteps=1000, seed=0, run_dir=run_dir, restart=RestartPolicy(), pin=False,
+                   command_line=("cockpit", "run"))  # fmt: skip
+    jobs = (_view("000", 0, "running", steps=400, sps=34.1333, mean_sps=40.0, eta_s=17.578, rollout_sps=204.8),
+            _view("001", 1, "queued"))  # fmt: skip
+    state = RunState(run_dir=str(run_dir), preset="cartpole", env="CartPole-v1", status=RunStatus.RUNNING,
+                     started_at=T0, now=T0 + 60, slots=1, jobs=jobs, sample=None, gpu=None, gpu_status="no GPU",
+                     warnings=(), eta_s=46.873)  # fmt: skip
+    host = HostInfo("box", "Test CPU", 4, 4, 16 * 1024**3, "Linux")
+    write(run_dir, record(spec, state, host, phase_accounting({}, recorder, T0 + 60), recorder))
+    recorder.close()
+    text = RunDir(run_dir).run_toml.read_text()
+    recorded = read(run_dir)
+    assert recorded.eta_s == 46.9 and "\neta_s = 46.9\n" in text
+    running, queued = recorded.jobs
+    assert (running.mean_sps, running.sps_window, running.eta_s) == (40.0, 34.1, 17.6)
+    assert (queued.sps_window, queued.eta_s) == (None, None)  # absent: not training
+    assert render(recorded) == text

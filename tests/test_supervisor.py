@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from cockpit.core.host import thread_budget
 from cockpit.core.jobs import InvalidTransition, Job
 from cockpit.core.launcher import LaunchRequest, WorkerHandle
 from cockpit.core.supervisor import STOP_GRACE_S, JobTemplate, Supervisor
+from tests.cycles import script
 from tests.fakeclock import FakeClock
 
 
@@ -24,6 +26,7 @@ class FakeProcess:
     pid: int = 0
     exit_code: int | None = None
     signals: list[str] = field(default_factory=list)
+    stopped: bool = False  # process state T (SIGSTOP)
 
 
 class FakeLauncher:
@@ -49,6 +52,9 @@ class FakeLauncher:
 
     def stderr_tail(self, handle: WorkerHandle, lines: int = 5) -> str:
         return "RuntimeError: segfault in env"
+
+    def stopped(self, handle: WorkerHandle) -> bool:
+        return handle.process.stopped and handle.process.exit_code is None
 
     def live(self, job_id: str) -> FakeProcess:
         (proc,) = [p for p in self.processes if p.request.job_id == job_id and p.exit_code is None]
@@ -210,7 +216,11 @@ def test_progress_events_reach_the_snapshot(tmp_path: Path) -> None:
     w.checkpoint(path="x", step=256)
     sup.tick()
     (view,) = sup.snapshot().jobs
-    assert (view.state, view.phase, view.steps, view.sps, view.ep_rew_mean) == ("running", "rollout", 256, 5000.0, 21.5)
+    # The worker's own sps is its rollout rate, kept as such; the live SPS needs a whole cycle.
+    assert (view.state, view.phase, view.steps, view.rollout_sps, view.ep_rew_mean) == (
+        "running", "rollout", 256, 5000.0, 21.5
+    )  # fmt: skip
+    assert view.sps is None and view.eta_s is None
     assert view.checkpoints == 1 and view.last_checkpoint_step == 256 and view.pid == 10_001
 
 
@@ -401,3 +411,112 @@ def test_a_requeued_job_starts_a_fresh_streak(tmp_path: Path) -> None:
     job = sup.jobs["000"]
     assert job.state is JobState.STARTING and job.restarts == job.restarts_in_a_row == 0
     assert [crash_after(sup, launcher, clock, 2.0) for _ in range(3)] == [1.0, 2.0, None]
+
+
+def test_a_full_disk_pauses_the_job_without_restarts_and_a_restart_continues_it(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, agents=2, slots=2)
+    sup.tick()
+    job = sup.jobs["000"]
+    events(sup, "000").started(config={}, pid=1, device="cpu", versions={})
+    sup.tick()
+    path = job.job_dir / "checkpoints"
+    events(sup, "000").error(type="disk_full", message=f"3.0 MiB free on {path}: No space left on device")
+    launcher.live("000").exit_code = 3
+    sup.tick()
+    assert job.state is JobState.PAUSED and job.restarts == 0 and job.slot is None
+    assert job.error == f"disk full: 3.0 MiB free on {path}: No space left on device"
+    clock.t += 600  # no back-off, no relaunch: it waits for a restart command
+    sup.tick()
+    assert len(launcher.processes) == 2 and job.state is JobState.PAUSED
+    assert not sup.finished  # job 001 still runs; a paused job counts as ended, like a stopped one
+    finish(sup, launcher, "001")
+    sup.tick()
+    assert sup.finished and sup.status is RunStatus.FAILED
+    view = {j.id: j for j in sup.snapshot().jobs}["000"]
+    assert view.state is JobState.PAUSED and view.error.startswith("disk full: 3.0 MiB free on")
+    sup.submit(RestartJob("000"))
+    sup.tick()
+    assert job.state is JobState.STARTING and len(launcher.processes) == 3 and job.error is None
+    finish(sup, launcher, "000")
+    sup.tick()
+    assert job.state is JobState.DONE and sup.status is RunStatus.DONE
+
+
+def test_exit_code_3_alone_pauses_the_job_with_the_free_space(tmp_path: Path) -> None:
+    # The disk was too full for the worker's own error event: its exit code says it.
+    sup, launcher, _ = make(tmp_path, agents=1, slots=1)
+    sup.tick()
+    launcher.live("000").exit_code = 3
+    sup.tick()
+    job = sup.jobs["000"]
+    assert job.state is JobState.PAUSED and job.restarts == 0 and len(launcher.processes) == 1
+    assert re.fullmatch(rf"disk full: \d+\.\d MiB free on {re.escape(str(job.job_dir))}", job.error or "")
+    assert sup.finished and sup.status is RunStatus.FAILED
+
+
+def _scripted(tmp_path: Path, *, target: int, agents: int) -> tuple[Supervisor, FakeLauncher, FakeClock]:
+    clock, launcher = FakeClock(), FakeLauncher()
+    sup = Supervisor(
+        run_dir=tmp_path, template=JobTemplate("cartpole", "CartPole-v1", target), seeds=range(agents), slots=1,
+        launcher=launcher, budget=thread_budget(1, 2), clock=clock,
+    )  # fmt: skip
+    return sup, launcher, clock
+
+
+def test_the_live_sps_is_throughput_over_whole_cycles_and_the_etas_follow(tmp_path: Path) -> None:
+    # 10 s rollouts at 204.8 SPS (what the worker reports), 50 s train phases: 34.1 SPS in truth.
+    start = FakeClock().t
+    run = script(start + 30, cycles=20, rollout_s=10, train_s=50, steps_per_cycle=2048)
+    sup, _, clock = _scripted(tmp_path, target=run.target, agents=2)  # 1 slot: job 001 waits
+    sup.tick()
+    writer, pending, checked = events(sup, "000"), list(run.events[:-1]), 0
+    for second in range(int(run.end - start)):
+        clock.t = start + second
+        while pending and pending[0].t <= clock.t:
+            writer.emit(pending.pop(0))
+        sup.tick()
+        state = sup.snapshot()
+        view = state.jobs[0]
+        if clock.t < run.cycle_starts[1]:
+            assert view.sps is None and view.eta_s is None and state.eta_s is None  # no whole cycle yet
+            continue
+        assert view.sps == pytest.approx(run.whole_cycle_rate, rel=0.05)
+        assert view.rollout_sps in (None, pytest.approx(run.rollout_rate))
+        assert view.eta_s == pytest.approx((run.target - view.steps) / view.sps)
+        # The queued agent needs its whole target at the running job's rate, after it.
+        assert state.eta_s == pytest.approx(view.eta_s + run.target / view.sps)
+        if run.end - clock.t >= 600:
+            assert view.eta_s == pytest.approx(run.end - clock.t, rel=0.10)
+            checked += 1
+    assert checked > 500
+
+
+def test_a_restarted_job_measures_its_new_attempt_only(tmp_path: Path) -> None:
+    start = FakeClock().t
+    first = script(start + 30, cycles=3, rollout_s=10, train_s=50, steps_per_cycle=2048, finish=False)
+    sup, launcher, clock = _scripted(tmp_path, target=100 * 2048, agents=1)
+    sup.tick()
+    writer = events(sup, "000")
+    clock.t = start + 30 + 130
+    for event in first.until(clock.t):
+        writer.emit(event)
+    sup.tick()
+    assert sup.snapshot().jobs[0].sps == pytest.approx(2048 / 60)
+    crash(sup, launcher, "000")
+    sup.tick()
+    clock.t += 1.0  # the back-off
+    sup.tick()
+    assert len(launcher.processes) == 2
+    # The new worker takes 20 s to start, then steps twice as fast: only its own cycles count.
+    again = script(clock.t + 20, cycles=3, rollout_s=5, train_s=25, steps_per_cycle=2048, start_steps=4096)
+    for event in again.until(again.cycle_starts[1] - 1):
+        writer.emit(event)
+    clock.t = again.cycle_starts[1] - 1
+    sup.tick()
+    view = sup.snapshot().jobs[0]
+    assert view.state is JobState.RUNNING and view.sps is None and view.eta_s is None
+    for event in again.until(again.cycle_starts[1] + 1)[len(again.until(again.cycle_starts[1] - 1)) :]:
+        writer.emit(event)
+    clock.t = again.cycle_starts[1] + 1
+    sup.tick()
+    assert sup.snapshot().jobs[0].sps == pytest.approx(2048 / 30)

@@ -73,13 +73,17 @@ def run_state(*, gpu: bool) -> RunState:
         started_at=1_799_999_000.0,
         now=1_800_000_000.5,
         slots=2,
-        jobs=(job_view("000"), job_view("001", state="queued", phase=None, phase_since=None, pid=None)),
+        jobs=(
+            job_view("000", eta_s=77.5, rollout_sps=9000.0),
+            job_view("001", state="queued", phase=None, phase_since=None, pid=None),
+        ),
         sample=sample(1_800_000_000.4, gpu=gpu),
         gpu=GpuInfo(0, "NVIDIA GeForce RTX 4090", 24 << 30, "555.42") if gpu else None,
         gpu_status="" if gpu else "no GPU telemetry: no NVML library",
         warnings=("job 001: slow start",),
         advice=("auto: add (1 -> 2 jobs): 4,842 SPS with 1 job(s)",),
         suggestions=(Advice("jobs", "2", "4", "overlap", "GPU 25 %", {"gpu_util_mean": 25.0, "gpu": "x"}),),
+        eta_s=321.5,
     )
 
 
@@ -107,6 +111,17 @@ def test_a_state_before_any_sample_round_trips() -> None:
         jobs=(), sample=None, gpu=None, gpu_status="", warnings=(),
     )  # fmt: skip
     assert decode_state(through_json(encode_state(state))) == state
+
+
+def test_the_etas_and_rollout_sps_round_trip_and_default_to_unknown_from_an_older_cockpit() -> None:
+    state = run_state(gpu=False)
+    back = decode_state(through_json(encode_state(state)))
+    assert (back.eta_s, back.jobs[0].eta_s, back.jobs[0].rollout_sps) == (321.5, 77.5, 9000.0)
+    older = through_json(encode_state(state))
+    del older["eta_s"], older["jobs"][0]["eta_s"], older["jobs"][0]["rollout_sps"]
+    back = decode_state(older)
+    assert (back.eta_s, back.jobs[0].eta_s, back.jobs[0].rollout_sps) == (None, None, None)
+    assert back.jobs[0].sps == 1234.5
 
 
 def test_a_sample_round_trips_on_its_own() -> None:

@@ -47,6 +47,7 @@ def job_view(i: int, *, gpu: bool, now: float = NOW, state: str = "running", **c
         error=None, exit_reason=None, pid=4000 + i, device="cuda" if gpu else "cpu", cpu_percent=95.0 + i,
         rss_bytes=900 * 1024**2, gpu_mem_bytes=(1 + i) * 512 * 1024**2 if gpu else None,
         peak_gpu_mem_bytes=(1 + i) * 600 * 1024**2 if gpu else None, started_at=now - 600, ended_at=None,
+        eta_s=(1_000_000 - 50_000 * (i + 1)) / (1500.0 + 100 * i), rollout_sps=9000.0 + 100 * i,
     )  # fmt: skip
     return replace(view, **changes)  # type: ignore[arg-type]
 
@@ -73,7 +74,7 @@ def frame(*, gpu: bool = True, jobs: int = 4, now: float = NOW, status: RunStatu
         jobs=tuple(job_view(i, gpu=gpu, now=now, **job_changes) for i in range(jobs)), sample=samples[-1],
         gpu=GpuInfo(0, "NVIDIA GeForce RTX 4070", 12 * GIB, "560.35") if gpu else None,
         gpu_status="" if gpu else "no NVIDIA driver (NVML library not found)", warnings=warnings,
-        threads_per_job=2, physical_cores=8,
+        threads_per_job=2, physical_cores=8, eta_s=(1_000_000 - 50_000) / 1500.0,
     )  # fmt: skip
     return Frame(state, samples, {f"{i:03d}": transitions(i, now) for i in range(jobs)})
 

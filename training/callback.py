@@ -9,6 +9,11 @@ SB3 calls `on_rollout_start` when it starts collecting and `on_rollout_end` when
 buffer is full and training is about to start, so those two hooks mark the phases exactly. The
 loss statistics of a train phase sit in the SB3 logger until the next `dump_logs`, which comes
 after the next rollout, so they are read at the next `on_rollout_start`.
+
+A train phase reports nothing until it ends, and a first one can last minutes on a CPU; the
+cockpit calls a worker that writes no event for too long stalled and kills it. So during a train
+phase the optimizer's step hook emits a `heartbeat` event every `heartbeat_interval` seconds
+(the first that long into the phase): a silent worker is a hung one, not a slow one.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ from cockpit.contract.events import EVENTS_FILE, EventWriter
 from training.stopping import StopFlag, StopRequested
 
 VERSIONED_PACKAGES = ("torch", "stable-baselines3", "envpool", "gymnasium", "numpy")
+# Seconds between heartbeats in a train phase: far below the cockpit's 60-s minimum stall timeout,
+# and rare enough to cost nothing (one short line per 5 s of training).
+HEARTBEAT_INTERVAL_S = 5.0
 
 # SB3 logger keys of PPO's train phase, reported under their short names.
 _LOSS_KEYS = (
@@ -55,7 +63,7 @@ def package_versions() -> dict[str, str]:
 
 
 class CockpitCallback(BaseCallback):
-    """Emits `started`, `phase` and `progress` events, takes periodic checkpoints, and stops.
+    """Emits `started`, `phase`, `progress` and `heartbeat` events, takes periodic checkpoints, and stops.
 
     - The run stops exactly at the total given to `learn` (SB3 alone finishes the whole rollout
       and overshoots); with `reset_num_timesteps=False` that total includes the earlier steps.
@@ -64,6 +72,7 @@ class CockpitCallback(BaseCallback):
     - `checkpoint`: called with the model at a rollout boundary (after training) whenever
       `checkpoint_every` more steps have passed; it returns the checkpoint path and step.
     - `started_extra`: more fields for the `started` event (config, resume details).
+    - `heartbeat_interval`: seconds between `heartbeat` events during a train phase (see above).
     - `emit_started` (standalone use, the default): the callback also reports `started` when
       training starts and `finished` when `learn()` returns, and closes its event file. The
       worker turns this off because it checkpoints before it reports the end.
@@ -80,6 +89,7 @@ class CockpitCallback(BaseCallback):
         checkpoint: Callable[[Any], tuple[str, int]] | None = None,
         checkpoint_every: int = 0,
         progress_interval: float = 1.0,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         started_extra: Mapping[str, Any] | None = None,
         emit_started: bool = True,
     ) -> None:
@@ -90,6 +100,8 @@ class CockpitCallback(BaseCallback):
         self._checkpoint = checkpoint
         self.checkpoint_every = checkpoint_every
         self.progress_interval = progress_interval
+        self.heartbeat_interval = heartbeat_interval
+        self._last_heartbeat = 0.0  # monotonic: the train phase's start, then its last heartbeat
         self.started_extra = dict(started_extra or {})
         self.emit_started = emit_started
         self.iteration = 0
@@ -121,6 +133,10 @@ class CockpitCallback(BaseCallback):
     def _after_optimizer_step(self, *_: Any) -> None:
         if self.stop.requested:
             raise StopRequested(self.stop.reason)
+        now = time.monotonic()
+        if now - self._last_heartbeat >= self.heartbeat_interval:
+            self._last_heartbeat = now
+            self.events.heartbeat("train", num_timesteps=self.num_timesteps)
 
     def _on_rollout_start(self) -> None:
         if self.iteration > 0:
@@ -146,6 +162,7 @@ class CockpitCallback(BaseCallback):
     def _on_rollout_end(self) -> None:
         self.iteration += 1
         self.events.phase("train", iteration=self.iteration, num_timesteps=self.num_timesteps)
+        self._last_heartbeat = time.monotonic()  # the phase event just said it is alive
 
     def _on_training_end(self) -> None:
         self.close()

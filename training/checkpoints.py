@@ -93,9 +93,11 @@ class CheckpointStore:
         """Write `model` (and `vecnormalize`) as the checkpoint for `step`, atomically.
 
         On any error (a full disk included) the partial files are removed and the previous
-        checkpoints are untouched; the error propagates.
+        checkpoints are untouched; the error propagates. Only the last level of the checkpoint
+        directory is made: a job dir deleted under a running worker stays deleted (FileNotFoundError)
+        rather than coming back empty, somewhere nobody looks.
         """
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory.mkdir(exist_ok=True)
         name = f"step-{step:012d}-{time.time_ns()}"
         tmp = self.directory / f".tmp-{name}"
         try:
@@ -111,8 +113,10 @@ class CheckpointStore:
             final = self.directory / name
             os.rename(tmp, final)
             _fsync(self.directory)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
+            if isinstance(exc, OSError) and exc.filename is None:
+                exc.filename = str(self.directory)  # torch writes through a stream: say where it was going
             raise
         self._prune()
         return Checkpoint(final, step)

@@ -6,11 +6,16 @@ valid checkpoint when `DIR` already holds one, ending at exactly `--timesteps` s
 SIGTERM or SIGINT stops it at the next step (or the next optimizer step when training), writes a
 checkpoint and a `finished` event with status `stopped`, and exits 0.
 
-Exit codes: 0 done or stopped, 1 training failed (an `error` event says why), 2 bad input.
+Exit codes: 0 done or stopped, 1 training failed (an `error` event says why), 2 bad input, 3 disk
+full: a write (a checkpoint, an event, a log line) failed with ENOSPC or EDQUOT. The `error` event
+(type `disk_full`) then names the path and the free space when it can still be written; the exit
+code says it when it cannot, so the cockpit pauses the job rather than restarting it into the same
+full disk. The previous checkpoint is left whole (`training.checkpoints`).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import math
 import os
@@ -34,7 +39,7 @@ from cockpit.contract.events import (
 )
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.rundir import JobDir
-from cockpit.contract.workerargs import WorkerArgs
+from cockpit.contract.workerargs import DISK_FULL_ERROR, DISK_FULL_EXIT, WorkerArgs
 from training.device import DeviceError, limit_native_threads, resolve_device
 from training.stopping import StopFlag, stop_with_parent
 
@@ -121,10 +126,72 @@ class _ConsoleEvents(EventWriter):
         return event
 
 
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def _disk_full_error(exc: BaseException) -> OSError | None:
+    """The ENOSPC or EDQUOT OSError behind `exc`: itself, or one in its cause or context chain
+    (torch's zip writer raises a RuntimeError from a failed write, or the OSError with that
+    RuntimeError as its context)."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in DISK_FULL_ERRNOS:
+            return current
+        pending += [current.__cause__, current.__context__]
+    return None
+
+
+def _free_space(path: Path) -> str:
+    """The space left to an unprivileged writer on the filesystem holding `path` (or its nearest
+    existing parent), e.g. "3.0 MiB"; "unknown space" if even that cannot be read."""
+    for candidate in (path, *path.parents):
+        try:
+            st = os.statvfs(candidate)
+        except OSError:
+            continue
+        return f"{st.f_bavail * st.f_frsize / 2**20:.1f} MiB"
+    return "unknown space"
+
+
+def disk_full_message(exc: BaseException, job_dir: Path) -> str | None:
+    """For a write that failed for want of space: "<free> free on <path>: <strerror>", naming the
+    file when the error does (else the job dir); None for any other error."""
+    full = _disk_full_error(exc)
+    if full is None:
+        return None
+    path = Path(os.fsdecode(full.filename)) if isinstance(full.filename, (str, bytes)) else job_dir
+    return f"{_free_space(path)} free on {path}: {full.strerror or os.strerror(full.errno)}"
+
+
 def _error_type(exc: BaseException) -> str:
     from training.device import is_cuda_oom
 
+    if _disk_full_error(exc) is not None:
+        return DISK_FULL_ERROR
     return "cuda_oom" if is_cuda_oom(exc) else type(exc).__name__
+
+
+def _report_failure(events: EventWriter, exc: Exception, job_dir: Path) -> int:
+    """Report why training failed and return the exit code: DISK_FULL_EXIT for a full disk (also
+    when the report itself hits the full disk: the exit code alone then says so), else 1."""
+    full = disk_full_message(exc, job_dir)
+    try:
+        if full is not None:
+            events.error(type=DISK_FULL_ERROR, message=full)
+            print(f"[worker] error: disk full: {full}", file=sys.stderr, flush=True)
+            return DISK_FULL_EXIT
+        events.error(type=_error_type(exc), message=f"{type(exc).__name__}: {exc}")
+        traceback.print_exc()
+    except OSError as report_failed:
+        if full is not None or _disk_full_error(report_failed) is not None:
+            return DISK_FULL_EXIT
+        raise
+    return 1
 
 
 def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
@@ -229,7 +296,7 @@ def _lock_job_dir(job_dir: Path) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the worker; returns its exit code (0 done or stopped, 1 failed, 2 bad input)."""
+    """Run the worker; returns its exit code (0 done or stopped, 1 failed, 2 bad input, 3 disk full)."""
     stop = StopFlag()
     stop.install_signal_handlers()
     stop_with_parent(stop)
@@ -246,20 +313,23 @@ def main(argv: list[str] | None = None) -> int:
             EventWriter(args.job_dir / EVENTS_FILE).error(type="invalid_config", message=str(exc))
         return _input_error(str(exc))
 
-    config.job_dir.mkdir(parents=True, exist_ok=True)
-    lock = _lock_job_dir(config.job_dir)
-    if lock is None:
-        return _input_error(f"--job-dir {config.job_dir}: another worker is using it")
-    events = _ConsoleEvents(config.job_dir / EVENTS_FILE)
+    try:
+        config.job_dir.mkdir(parents=True, exist_ok=True)
+        lock = _lock_job_dir(config.job_dir)
+        if lock is None:
+            return _input_error(f"--job-dir {config.job_dir}: another worker is using it")
+        events = _ConsoleEvents(config.job_dir / EVENTS_FILE)
+    except OSError as exc:
+        if _disk_full_error(exc) is None:
+            raise
+        return DISK_FULL_EXIT  # nowhere to say more: not even the lock file or the event stream fit
     try:
         return train(config, stop, events)
     except CheckpointMismatch as exc:
         events.error(type="invalid_config", message=str(exc))
         return _input_error(str(exc))
     except Exception as exc:
-        events.error(type=_error_type(exc), message=f"{type(exc).__name__}: {exc}")
-        traceback.print_exc()
-        return 1
+        return _report_failure(events, exc, config.job_dir)
 
 
 if __name__ == "__main__":

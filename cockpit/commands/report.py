@@ -1,8 +1,11 @@
-"""`cockpit report RUN_DIR`: a readable summary of a finished or live run from its run log."""
+"""`cockpit report RUN_DIR`: a readable summary of a finished or live run from its run log, or
+(`--json`) the run as one JSON object for scripts and monitors."""
 
 from __future__ import annotations
 
+import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +15,11 @@ from rich.table import Table
 from cockpit.commands.console import output_console
 from cockpit.contract.events import FinishedEvent, PhaseEvent, ProgressEvent, read_events
 from cockpit.contract.rundir import RunDir
-from cockpit.contract.runrecord import RunRecord, RunRecordError, read
+from cockpit.contract.runrecord import RunRecord, RunRecordError, iso, read
 from cockpit.contract.runspec import ConfigError
+from cockpit.core.feed import Replay, SourceError
+from cockpit.core.runs import open_run
+from cockpit.core.state import RunState
 
 
 def load(run_dir: Path) -> RunRecord:
@@ -94,11 +100,93 @@ def print_report(run_dir: Path, console: Console | None = None) -> None:
         console.print(f"[yellow]warning:[/] {warning}")
 
 
-def main(run_dir: Path) -> int:
-    """`cockpit report` on stdout; returns the exit code (2 with one line for no readable run)."""
+def main(run_dir: Path, *, as_json: bool = False) -> int:
+    """`cockpit report` on stdout, as tables or (`as_json`) as one JSON object; returns the exit
+    code (2 with one line for no readable run)."""
     try:
-        print_report(run_dir)
+        if as_json:
+            print(json.dumps(json_report(run_dir), indent=2))
+        else:
+            print_report(run_dir)
     except ConfigError as exc:
         print(f"cockpit report: error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+# ----- report --json -----
+
+JSON_SCHEMA_VERSION = 1
+FIRST_FRAME_WAIT_S = 5.0
+
+
+def json_report(run_dir: Path) -> dict[str, Any]:
+    """The run as `report --json` prints it (schema: docs/report.schema.json, documented in
+    docs/report-json.md): from the run's control socket while it is live, else from its files.
+    ConfigError (one line) when `run_dir` is no run."""
+    try:
+        source = open_run(run_dir)
+    except SourceError as exc:
+        raise ConfigError(str(exc)) from exc
+    try:
+        frame = source.frame()
+        deadline = time.monotonic() + FIRST_FRAME_WAIT_S
+        while frame is None and time.monotonic() < deadline:  # attached before the run's first tick
+            time.sleep(0.05)
+            frame = source.frame()
+        if frame is None:
+            raise ConfigError(f"{run_dir}: the run answered but sent no state within {FIRST_FRAME_WAIT_S:.0f} s")
+        live = not isinstance(source, Replay)
+    finally:
+        source.close()
+    try:
+        command = read(run_dir).command
+    except RunRecordError:
+        command = ""  # a live run that has not written its first run.toml yet
+    return state_json(frame.state, live=live, command=command)
+
+
+def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
+    """`state` in report --json's schema (see `json_report`)."""
+    counts: dict[str, int] = {}
+    for job in state.jobs:
+        counts[job.state.value] = counts.get(job.state.value, 0) + 1
+    rates = [job.sps for job in state.jobs if job.sps is not None and job.state.stepping]
+    return {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "run_dir": state.run_dir,
+        "live": live,
+        "status": state.status.value,
+        "command": command,
+        "preset": state.preset,
+        "env": state.env,
+        "slots": state.slots,
+        "agents": len(state.jobs),
+        "started_at": iso(state.started_at),
+        "now": iso(state.now),
+        "sps": _round(sum(rates)) if rates else None,
+        "eta_s": _round(state.eta_s),
+        "counts": counts,
+        "jobs": [
+            {
+                "id": job.id,
+                "seed": job.seed,
+                "state": job.state.value,
+                "steps": job.steps,
+                "target": job.target,
+                "sps": _round(job.sps) if job.state.stepping else None,
+                "mean_sps": _round(job.mean_sps),
+                "eta_s": _round(job.eta_s),
+                "ep_rew_mean": job.ep_rew_mean,
+                "restarts": job.restarts,
+                "error": job.error,
+                "reason": job.exit_reason,
+            }
+            for job in state.jobs
+        ],
+        "warnings": list(state.warnings),
+    }
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 1)

@@ -4,13 +4,20 @@ the cockpit.
 On a terminal the run is started as `cockpit run --headless` in its own session and the TUI
 attaches to it, so quitting the viewer leaves the jobs training. Piped, under nohup or with
 `--headless`, this process is the run.
+
+Exit codes: 0 every job done; 1 some failed, were stopped or were paused (a full disk); 2 bad
+input (one line, nothing started); 3 the run directory was deleted, moved away or stayed
+unwritable mid-run: the workers were killed at once (nothing left to checkpoint into) and one
+line says so; 128 + the signal when interrupted (130 for Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import subprocess
 import sys
 from typing import TYPE_CHECKING
 
@@ -22,6 +29,9 @@ from cockpit.core.nvml import GpuReader
 if TYPE_CHECKING:
     from cockpit.core.advisor import Costs
     from cockpit.core.autotune import AutoTuner
+
+
+BACKGROUND_EXIT_WAIT_S = 2.0
 
 
 def _typed(args: argparse.Namespace) -> tuple[str, ...] | None:
@@ -47,7 +57,8 @@ def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[s
         return build_spec(
             jobs=args.jobs or (1 if args.auto else 2), agents=args.agents, preset=preset, env=args.env,
             timesteps=args.timesteps, seed=args.seed, run_dir=args.run_dir, max_restarts=args.max_restarts,
-            healthy_uptime_s=args.healthy_uptime, pin=args.pin, command_line=command_line,
+            healthy_uptime_s=args.healthy_uptime, stall_timeout_s=args.stall_timeout, pin=args.pin,
+            command_line=command_line,
         )  # fmt: skip
     fixed = [flag for flag, value in (("--agents", args.agents), ("--preset", args.preset), ("--env", args.env),
              ("--timesteps", args.timesteps), ("--run-dir", args.run_dir)) if value is not None]  # fmt: skip
@@ -59,14 +70,16 @@ def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[s
         raise ConfigError(f"--resume {args.resume}: no usable run.toml there ({exc})") from exc
     if args.jobs is not None:
         spec_args["jobs"] = args.jobs
+    if args.stall_timeout is not None:  # a resumed run may be given another stall timeout
+        spec_args["stall_timeout_s"] = args.stall_timeout
     return build_spec(**spec_args, command_line=command_line, resuming=True)
 
 
 def main(args: argparse.Namespace, front: FrontEnds) -> int:
     """Carry out `cockpit run` as parsed; returns the exit code (0 done, 1 failed, 2 bad input,
-    128 + the signal when interrupted)."""
+    3 run directory lost, 128 + the signal when interrupted)."""
     from cockpit.core.nvml import open_gpu
-    from cockpit.core.session import RunSession, exit_code
+    from cockpit.core.session import RUN_DIR_LOST_EXIT, RunSession, exit_code
     from cockpit.core.telemetry import Sampler
 
     command_line = _typed(args)
@@ -94,6 +107,9 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     except ConfigError as exc:
         print(f"cockpit run: error: {exc}", file=sys.stderr)
         return 2
+    if session.lost is not None:
+        print(f"cockpit run: error: {session.lost}", file=sys.stderr)
+        return RUN_DIR_LOST_EXIT
     return exit_code(state, session.supervisor.interrupt_signal)
 
 
@@ -133,4 +149,11 @@ def _run_in_background(spec: RunSpec, args: argparse.Namespace, front: FrontEnds
     except SourceError as exc:
         print(f"cockpit run: error: {exc}", file=sys.stderr)
         return 2
-    return front.watch(source, who="cockpit run")
+    code = front.watch(source, who="cockpit run")
+    exited = run.process.poll()
+    if exited is None and code != 0:
+        # The run is ending with the viewer: its own exit code says more than the last state the
+        # viewer saw (3: its directory was lost).
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            exited = run.process.wait(timeout=BACKGROUND_EXIT_WAIT_S)
+    return code if exited is None else exited

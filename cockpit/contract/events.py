@@ -1,7 +1,7 @@
 """The job event stream: JSON lines in `<job dir>/events.jsonl`, the worker-to-cockpit contract.
 
 Every event is one JSON object on one line with `t` (Unix time, seconds) and `kind`, and is one
-frozen dataclass here (`StartedEvent` ... `ErrorEvent`). `EventWriter` is the one writer and
+frozen dataclass here (`StartedEvent` ... `ErrorEvent`, `HeartbeatEvent`). `EventWriter` is the one writer and
 `parse` the one reader of a line: everything that follows a job (the supervisor, replay, the job
 detail, tune's trials, report) gets typed events from it and never looks inside the JSON.
 
@@ -27,7 +27,7 @@ EVENTS_FILE = "events.jsonl"
 
 Phase = Literal["rollout", "train"]
 FinishStatus = Literal["done", "stopped"]
-EventKind = Literal["started", "phase", "progress", "checkpoint", "finished", "error"]
+EventKind = Literal["started", "phase", "progress", "checkpoint", "finished", "error", "heartbeat"]
 
 
 @dataclass(frozen=True)
@@ -114,7 +114,8 @@ class FinishedEvent:
 
 @dataclass(frozen=True)
 class ErrorEvent:
-    """The job failed; `type` is `cuda_oom`, `invalid_config` or the exception's class name."""
+    """The job failed; `type` is `cuda_oom`, `invalid_config`, `disk_full` (a write failed for want of
+    space: the message names the path and the free space) or the exception's class name."""
 
     kind: ClassVar[Literal["error"]] = "error"
     t: float
@@ -127,10 +128,23 @@ class ErrorEvent:
         return f"{self.type}: {self.message}"
 
 
-Event = StartedEvent | PhaseEvent | ProgressEvent | CheckpointEvent | FinishedEvent | ErrorEvent
+@dataclass(frozen=True)
+class HeartbeatEvent:
+    """The worker is alive in a long phase that reports nothing else: during a train phase,
+    `CockpitCallback` emits one from its optimizer-step hook at most every few seconds, so that a
+    silent job means a hung one (see the supervisor's stall watch). Carries no progress."""
+
+    kind: ClassVar[Literal["heartbeat"]] = "heartbeat"
+    t: float
+    phase: Phase
+    num_timesteps: int
+
+
+Event = StartedEvent | PhaseEvent | ProgressEvent | CheckpointEvent | FinishedEvent | ErrorEvent | HeartbeatEvent
 OutcomeEvent = FinishedEvent | ErrorEvent
 EVENT_TYPES: dict[str, type[Event]] = {
-    cls.kind: cls for cls in (StartedEvent, PhaseEvent, ProgressEvent, CheckpointEvent, FinishedEvent, ErrorEvent)
+    cls.kind: cls
+    for cls in (StartedEvent, PhaseEvent, ProgressEvent, CheckpointEvent, FinishedEvent, ErrorEvent, HeartbeatEvent)
 }
 
 E = TypeVar("E", bound=Event)
@@ -237,6 +251,7 @@ _CHECKS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "checkpoint": {"path": _string, "step": _integer},
     "finished": {"status": _choice(get_args(FinishStatus)), "steps": _integer, "duration": _optional(_number)},
     "error": {"type": _string, "message": _string},
+    "heartbeat": {"phase": _choice(get_args(Phase)), "num_timesteps": _integer},
 }  # fmt: skip
 
 
@@ -341,6 +356,10 @@ class EventWriter:
     def error(self, *, type: str, message: str, t: float | None = None) -> ErrorEvent:
         """The job failed; `type` is `cuda_oom`, `invalid_config` or the exception's class name."""
         return self.emit(ErrorEvent(_now(t), type, message))
+
+    def heartbeat(self, phase: Phase, *, num_timesteps: int, t: float | None = None) -> HeartbeatEvent:
+        """The worker is alive in `phase` (a long train phase); nothing else has changed."""
+        return self.emit(HeartbeatEvent(_now(t), phase, num_timesteps))
 
     def close(self) -> None:
         """Release the file descriptor; further emits fail."""

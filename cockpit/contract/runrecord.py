@@ -8,7 +8,7 @@ of recent runs) reads it back. This module is the only place that turns a `RunRe
 The file, top to bottom (absent keys are facts that were not known: TOML has no null):
 
 ```
-schema_version, command, status, started_at, ended_at, updated_at, duration_s, warnings
+schema_version, command, status, started_at, ended_at, updated_at, duration_s, eta_s, warnings
 [config]        the run's settings: what `--resume` starts again with
 [host]          the machine
 [gpu]           the GPU, or why there is no GPU telemetry
@@ -85,6 +85,8 @@ class ConfigRecord:
 
     `preset` is what workers got as `--preset` (a built-in name or an absolute file path).
     `healthy_uptime_s` is absent in files written before it was recorded: the default then.
+    `stall_timeout_s` is there only when the run set `--stall-timeout`; absent, each job's timeout
+    was derived from its own silences (`RestartPolicy.stall_timeout`).
     """
 
     jobs: int
@@ -95,6 +97,7 @@ class ConfigRecord:
     seed: int
     max_restarts: int
     healthy_uptime_s: float | None = None
+    stall_timeout_s: float | None = None
     pin: bool = False
 
 
@@ -135,8 +138,11 @@ class PhaseRecord:
 class JobRecord:
     """`[[jobs]]`: one job as the run left it (or as it was at `updated_at`, while live).
 
-    `mean_sps` is over the job's running time in its last session; `peak_gpu_mem_mib` and
-    `cpu_percent_mean` come from the sampler; `phases` is keyed by phase name (rollout, train).
+    `mean_sps` is over the job's running time in its last session; `sps_window` (the live
+    throughput over recent whole rollout + train cycles) and `eta_s` (seconds to its target at that
+    rate) are as they were when the file was written, absent when unknown or the job was not
+    training; `peak_gpu_mem_mib` and `cpu_percent_mean` come from the sampler; `phases` is keyed
+    by phase name (rollout, train).
     """
 
     id: str
@@ -148,6 +154,8 @@ class JobRecord:
     target: int
     duration_s: float | None = None
     mean_sps: float | None = None
+    sps_window: float | None = None
+    eta_s: float | None = None
     final_ep_rew_mean: float | None = None
     restarts: int
     checkpoints: int
@@ -194,7 +202,9 @@ class AdviceRecord:
 @dataclass(frozen=True, kw_only=True)
 class RunRecord:
     """The whole of run.toml. `ended_at` is absent while the run is live; `gpu`, `preset` and
-    `utilization` are None only in files that lack those tables."""
+    `utilization` are None only in files that lack those tables. `eta_s` is the seconds until
+    every agent, queued ones included, would reach its target, as estimated when the file was
+    written (absent when unknown)."""
 
     schema_version: int = SCHEMA_VERSION
     command: str
@@ -203,6 +213,7 @@ class RunRecord:
     ended_at: str | None = None
     updated_at: str
     duration_s: float
+    eta_s: float | None = None
     config: ConfigRecord
     host: HostRecord
     gpu: GpuRecord | None = None

@@ -12,6 +12,12 @@ from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.rundir import RunDir
 
 MAX_SEED = 2**31 - 1
+# The default stall timeout (no --stall-timeout): this many times the job's longest silence so far,
+# and never less than STALL_MIN_S. A worker reports at least every second in a rollout and every
+# few seconds in a train phase (heartbeats), so its silences are short unless it is hung; the
+# floor covers a first checkpoint or a slow step before any history exists.
+STALL_FACTOR = 3.0
+STALL_MIN_S = 60.0
 
 
 class ConfigError(ValueError):
@@ -26,12 +32,26 @@ class RestartPolicy:
     `max_restarts` restarts in a row the next crash marks the job failed. A job that ran at least
     `healthy_uptime_s` before it crashed starts its count again: a week-long job that crashes now
     and then, each time after hours of healthy training, is never failed for it.
+
+    A running job whose worker has written no event for `stall_timeout_s` seconds is stalled: it is
+    killed (process group and all) and restarted like a crash, and that counts against
+    `max_restarts`. None (the default) derives the timeout from the job itself: `STALL_FACTOR`
+    times its longest silence between two events so far, at least `STALL_MIN_S`, so a job whose
+    phases are slow is never called stalled for being slow.
     """
 
     max_restarts: int = 3
     healthy_uptime_s: float = 300.0
     backoff_s: float = 1.0
     backoff_max_s: float = 60.0
+    stall_timeout_s: float | None = None
+
+    def stall_timeout(self, longest_silence_s: float) -> float:
+        """Seconds without an event after which a job whose longest silence so far was
+        `longest_silence_s` is stalled: `stall_timeout_s` when set, else the derived default."""
+        if self.stall_timeout_s is not None:
+            return self.stall_timeout_s
+        return max(STALL_MIN_S, STALL_FACTOR * longest_silence_s)
 
 
 @dataclass(frozen=True)
@@ -114,6 +134,7 @@ def build_spec(
     pin: bool,
     command_line: tuple[str, ...],
     healthy_uptime_s: float = RestartPolicy.healthy_uptime_s,
+    stall_timeout_s: float | None = None,
     resuming: bool = False,
 ) -> RunSpec:
     """Validate the inputs of a run into a RunSpec; raises ConfigError (one line).
@@ -145,7 +166,7 @@ def build_spec(
         timesteps=timesteps or resolved.timesteps,
         seed=seed,
         run_dir=directory,
-        restart=RestartPolicy(max_restarts, healthy_uptime_s),
+        restart=RestartPolicy(max_restarts, healthy_uptime_s, stall_timeout_s=stall_timeout_s),
         pin=pin,
         command_line=command_line,
     )

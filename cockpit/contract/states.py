@@ -15,11 +15,15 @@ class JobState(str, Enum):
     QUEUED = "queued"  # waiting for a free slot
     STARTING = "starting"  # process launched, no `started` event yet
     RUNNING = "running"  # training
+    # Live but silent past the stall timeout, or stopped by a signal: killed and restarted from its
+    # checkpoint once the timeout has passed, unless its events resume first (then running again).
+    STALLED = "stalled"
     BACKOFF = "backoff"  # crashed; waiting to restart from its checkpoint
     STOPPING = "stopping"  # asked to stop; waiting for it to checkpoint and exit
     DONE = "done"  # reached its target
     STOPPED = "stopped"  # stopped on request (resumable)
     FAILED = "failed"  # crashed more often than the restart policy allows
+    PAUSED = "paused"  # its disk is full: not restarted; `r` or `run --resume` continues it once there is room
 
     def __str__(self) -> str:
         # The value, in f-strings too (Python 3.12 formats a mixed-in enum by its name otherwise).
@@ -28,7 +32,7 @@ class JobState(str, Enum):
     @property
     def terminal(self) -> bool:
         """True for states a job does not leave without a command."""
-        return self in (JobState.DONE, JobState.STOPPED, JobState.FAILED)
+        return self in (JobState.DONE, JobState.STOPPED, JobState.FAILED, JobState.PAUSED)
 
     @property
     def holds_slot(self) -> bool:
@@ -38,7 +42,7 @@ class JobState(str, Enum):
     @property
     def live(self) -> bool:
         """True while a worker process exists for the job."""
-        return self in (JobState.STARTING, JobState.RUNNING, JobState.STOPPING)
+        return self in (JobState.STARTING, JobState.RUNNING, JobState.STALLED, JobState.STOPPING)
 
     @property
     def active(self) -> bool:

@@ -6,7 +6,10 @@ with `parse`. The parser lives here so the flags, their defaults and their help 
 
 The launcher and the worker also agree on two environment variables: `PARENT_PID_ENV` (the
 supervising process, whose death the worker follows) and `THREAD_ENV_VARS` (native thread pools
-pinned to one thread before numpy or torch load).
+pinned to one thread before numpy or torch load), and on how a full disk ends a worker: an `error`
+event of type `DISK_FULL_ERROR` and the exit code `DISK_FULL_EXIT` (the exit code alone when the
+event could not be written either), after which the supervisor pauses the job instead of
+restarting it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from cockpit.contract.presets import builtin_names
 WORKER_MODULE = "training.worker"
 PARENT_PID_ENV = "COCKPIT_PARENT_PID"
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+DISK_FULL_ERROR = "disk_full"  # the `error` event's type when a write failed with ENOSPC or EDQUOT
+DISK_FULL_EXIT = 3  # the worker's exit code then (0 done or stopped, 1 failed, 2 bad input)
 
 DeviceRequest = Literal["auto", "cpu", "cuda"]
 DEVICES: tuple[DeviceRequest, ...] = ("auto", "cpu", "cuda")

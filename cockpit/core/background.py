@@ -54,6 +54,8 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
         "--max-restarts", str(spec.restart.max_restarts), "--healthy-uptime", repr(spec.restart.healthy_uptime_s),
     ]
     # fmt: on
+    if spec.restart.stall_timeout_s is not None:  # none: the derived default, which the flag's absence means
+        flags += ["--stall-timeout", repr(spec.restart.stall_timeout_s)]
     return [*flags, *auto, *(["--pin"] if spec.pin else []), *typed]
 
 

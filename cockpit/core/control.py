@@ -197,7 +197,7 @@ class ControlServer:
             self._accepter.join(timeout=2 * ACCEPT_WAKE_S + 1)
         self._listener.close()
         if self.path is not None:
-            with contextlib.suppress(FileNotFoundError):
+            with contextlib.suppress(OSError):  # gone with its run dir, or that dir is now read-only
                 os.unlink(self.path)
         with self._cond:
             conns = dict(self._conns)

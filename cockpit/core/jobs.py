@@ -13,6 +13,7 @@ from typing import Any
 
 from cockpit.contract.events import ErrorEvent, FinishedEvent
 from cockpit.contract.states import JobState
+from cockpit.core.throughput import Throughput
 
 _ALLOWED: dict[JobState, set[JobState]] = {
     JobState.QUEUED: {JobState.STARTING, JobState.STOPPED, JobState.DONE},
@@ -23,13 +24,34 @@ _ALLOWED: dict[JobState, set[JobState]] = {
         JobState.FAILED,
         JobState.DONE,
         JobState.STOPPED,
+        JobState.PAUSED,
     },
-    JobState.RUNNING: {JobState.STOPPING, JobState.BACKOFF, JobState.FAILED, JobState.DONE, JobState.STOPPED},
+    JobState.RUNNING: {
+        JobState.STOPPING,
+        JobState.BACKOFF,
+        JobState.FAILED,
+        JobState.DONE,
+        JobState.STOPPED,
+        JobState.PAUSED,
+        JobState.STALLED,
+    },
+    # A stalled worker is killed (BACKOFF, or FAILED when the policy is spent), recovers when its
+    # events resume (RUNNING), or exits on its own or on a command like a running one.
+    JobState.STALLED: {
+        JobState.RUNNING,
+        JobState.STOPPING,
+        JobState.BACKOFF,
+        JobState.FAILED,
+        JobState.DONE,
+        JobState.STOPPED,
+        JobState.PAUSED,
+    },
     JobState.BACKOFF: {JobState.STARTING, JobState.STOPPED},
     JobState.STOPPING: {JobState.STOPPED, JobState.DONE, JobState.FAILED},
     JobState.DONE: {JobState.QUEUED},
     JobState.STOPPED: {JobState.QUEUED},
     JobState.FAILED: {JobState.QUEUED},
+    JobState.PAUSED: {JobState.QUEUED},  # continued by a restart command once the disk has room
 }
 
 
@@ -59,7 +81,9 @@ class Job:
     exit_reason: str | None = None
     # Progress, from the job's events.
     steps: int = 0
-    sps: float | None = None
+    rollout_sps: float | None = None  # the worker's `sps` of its newest progress event: its rollout rate
+    # The live throughput over whole cycles, of the current attempt (a `started` event restarts it).
+    throughput: Throughput = field(default_factory=Throughput)
     ep_rew_mean: float | None = None
     ep_len_mean: float | None = None
     episodes: int = 0
@@ -80,6 +104,15 @@ class Job:
     attempt_started_seen: bool = False
     attempt_finished: FinishedEvent | None = None
     attempt_error: ErrorEvent | None = None
+    # The stall watch: when (supervisor's monotonic clock) this attempt was launched or its last
+    # event was read, its longest silence between two events of one attempt (event times, over
+    # every attempt, resumed sessions' included), when it was seen stalled, and why it was killed.
+    last_event_at: float = 0.0
+    longest_silence_s: float = 0.0
+    last_event_t: float | None = None
+    stalled_at: float | None = None
+    reason_before_stall: str | None = None
+    stall_reason: str | None = None
 
     def change_state(self, new: JobState, now: float) -> None:
         """Move to `new`, or raise InvalidTransition if the life cycle does not allow it."""

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import psutil
+
 from cockpit.contract.rundir import JobDir
 from cockpit.contract.workerargs import PARENT_PID_ENV, THREAD_ENV_VARS, WorkerArgs
 
@@ -68,6 +70,11 @@ class Launcher(Protocol):
 
     def stderr_tail(self, handle: WorkerHandle, lines: int = 5) -> str:
         """The last lines the worker wrote to stderr, for error messages."""
+        ...
+
+    def stopped(self, handle: WorkerHandle) -> bool:
+        """True while the worker is stopped by a signal (SIGSTOP, SIGTSTP: process state T): it
+        cannot make progress until continued. False when it runs, sleeps, has exited or is unknown."""
         ...
 
 
@@ -135,6 +142,14 @@ class LocalLauncher:
     def stderr_tail(self, handle: WorkerHandle, lines: int = 5) -> str:
         """The last `lines` non-empty lines of the job's stderr log."""
         return log_tail(JobDir(handle.job_dir).stderr_log, lines)
+
+    def stopped(self, handle: WorkerHandle) -> bool:
+        """The worker's process state is T (stopped by a job-control signal). A tracer's stop (t: a
+        debugger or py-spy looking at it) is not counted: that pause is someone's intent and brief."""
+        try:
+            return bool(psutil.Process(handle.pid).status() == psutil.STATUS_STOPPED)
+        except psutil.Error:  # gone, a zombie being reaped, or not ours to look at
+            return False
 
 
 def log_tail(path: Path, lines: int = 5, max_bytes: int = 16_384) -> str:

@@ -42,9 +42,10 @@ from cockpit.core.nvml import GpuInfo, GpuSample
 from cockpit.core.runlog import MIB
 from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import JobUsage, Sample
+from cockpit.core.throughput import job_eta, live_rate, run_eta, window_start
 
 NO_GPU_RECORDED = "no GPU recorded"
-TERMINAL_STATES = frozenset({"done", "stopped", "failed"})
+TERMINAL_STATES = frozenset({"done", "stopped", "failed", "paused"})
 
 
 def _csv_rows(path: Path) -> Iterator[dict[str, str]]:
@@ -80,6 +81,7 @@ class _Attempt:
     device: str | None
     pid: int | None
     restarts: int  # restarts so far, this one included (a start after an attempt that did not finish)
+    first_rollout: int  # index of its first rollout start in `_JobHistory.rollout_ts`
     end: float = math.inf
     finished: bool = False
 
@@ -110,6 +112,8 @@ class _JobHistory:
     steps: list[int] = field(default_factory=list)
     progress_ts: list[float] = field(default_factory=list)
     progress: list[tuple[float | None, float | None]] = field(default_factory=list)  # (sps, ep_rew_mean)
+    rollout_ts: list[float] = field(default_factory=list)  # rollout starts, for the live throughput
+    rollout_steps: list[int] = field(default_factory=list)
     checkpoint_ts: list[float] = field(default_factory=list)
     checkpoint_steps: list[int] = field(default_factory=list)
     phases: list[Transition] = field(default_factory=list)
@@ -137,6 +141,9 @@ class _JobHistory:
             if isinstance(event, PhaseEvent):
                 self._phase(t, event.phase)
                 self._steps(t, event.num_timesteps)
+                if event.phase == "rollout":
+                    self.rollout_ts.append(t)
+                    self.rollout_steps.append(event.num_timesteps)
             elif isinstance(event, ProgressEvent):
                 self.progress_ts.append(t)
                 self.progress.append((event.sps, event.ep_rew_mean))
@@ -152,7 +159,7 @@ class _JobHistory:
                 restarts = (current.restarts if current else 0) + crashed
                 if self.threads is None:
                     self.threads = event.threads
-                attempt = _Attempt(seq, t, event.device, event.pid, restarts)
+                attempt = _Attempt(seq, t, event.device, event.pid, restarts, len(self.rollout_ts))
                 self.attempts.append(attempt)
                 self.attempt_ts.append(t)
                 self._phase(t, None)
@@ -209,7 +216,8 @@ class _JobHistory:
             error, exit_reason = self.final.error, self.final.exit_reason
         steps = self.steps[bisect.bisect_right(self.step_ts, cut) - 1] if self.step_ts and self.step_ts[0] <= cut else 0
         n_progress = bisect.bisect_right(self.progress_ts, cut)
-        sps, reward = self.progress[n_progress - 1] if n_progress else (None, None)
+        rollout_sps, reward = self.progress[n_progress - 1] if n_progress else (None, None)
+        sps = self._throughput(attempt, cut, steps, t if state == "running" else min(t, run_end))
         n_checkpoints = bisect.bisect_right(self.checkpoint_ts, cut)
         phase = phase_since = None
         if state == "running":
@@ -259,7 +267,24 @@ class _JobHistory:
             peak_gpu_mem_bytes=peak,
             started_at=first.t if first is not None and first.t <= cut else None,
             ended_at=_ended_at(attempt, outcome, run_end) if state in TERMINAL_STATES else None,
+            eta_s=job_eta(JobState(state), steps, self.target, sps),
+            rollout_sps=rollout_sps,
         )
+
+    def _throughput(self, attempt: _Attempt | None, cut: float, steps: int, now: float) -> float | None:
+        """The live throughput of `attempt` as the supervisor measured it at `now` (at most the
+        attempt's end): the same window over its rollout starts up to `cut`, the same rate."""
+        if attempt is None:
+            return None
+        hi = bisect.bisect_right(self.rollout_ts, cut)
+        start = window_start(self.rollout_ts, attempt.first_rollout, hi)
+        if start is None:
+            return None
+        # The newest step count up to `cut` is a phase or progress event's once two rollouts began.
+        latest = (self.step_ts[bisect.bisect_right(self.step_ts, cut) - 1], steps)
+        first = (self.rollout_ts[start], self.rollout_steps[start])
+        last = (self.rollout_ts[hi - 1], self.rollout_steps[hi - 1])
+        return live_rate(first, last, latest, min(now, attempt.end))
 
 
 def _ended_at(attempt: _Attempt | None, outcome: _Outcome | None, run_end: float) -> float | None:
@@ -479,6 +504,7 @@ class ReplaySource:
             warnings=self._warnings,
             threads_per_job=self._threads_per_job,
             physical_cores=self._physical_cores,
+            eta_s=run_eta(views, self._slots),
         )
         return Frame(state=state, samples=tuple(self._samples[lo:hi]), phases=phases)
 

@@ -11,6 +11,7 @@ header name and older files simply lack the newer columns.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import threading
 from collections.abc import Mapping, Sequence
@@ -128,7 +129,8 @@ class Recorder:
         """Close the CSV files; samples arriving later (a slow last tick) are not written."""
         self.closed = True
         for fh in self._files.values():
-            fh.close()
+            with contextlib.suppress(OSError):  # the last flush of a file on a full disk, or in a deleted dir
+                fh.close()
         self._files.clear()
 
 
@@ -167,10 +169,11 @@ def record(
         ended_at=iso(ended),
         updated_at=iso(state.now) or "",
         duration_s=round(state.now - state.started_at, 3),
+        eta_s=_round(state.eta_s, 1) if state.status.live else None,
         config=ConfigRecord(
             jobs=spec.jobs, agents=len(state.jobs), preset=spec.preset_arg, env=spec.env, timesteps=spec.timesteps,
             seed=spec.seed, max_restarts=spec.restart.max_restarts, healthy_uptime_s=spec.restart.healthy_uptime_s,
-            pin=spec.pin,
+            stall_timeout_s=spec.restart.stall_timeout_s, pin=spec.pin,
         ),
         host=HostRecord(
             hostname=host.hostname, cpu_model=host.cpu_model, physical_cores=host.physical_cores,
@@ -184,6 +187,9 @@ def record(
                 steps=j.steps, target=j.target,
                 duration_s=round((j.ended_at or state.now) - j.started_at, 3) if j.started_at else None,
                 mean_sps=round(j.mean_sps, 1) if j.mean_sps is not None else None,
+                # The live figures as they are now, for a job still training.
+                sps_window=_round(j.sps, 1) if j.state.stepping else None,
+                eta_s=_round(j.eta_s, 1) if j.state.stepping else None,
                 final_ep_rew_mean=j.ep_rew_mean, restarts=j.restarts, checkpoints=j.checkpoints,
                 last_checkpoint_step=j.last_checkpoint_step,
                 peak_gpu_mem_mib=j.peak_gpu_mem_bytes // MIB if j.peak_gpu_mem_bytes is not None else None,
@@ -199,7 +205,7 @@ def record(
             gpu_util_while_not_training=_round(accounting.gpu_util_while_not_training),
             sampler_ticks=ticks, sampler_cost_ms_mean=round(cost_s / ticks * 1000, 3) if ticks else None,
         ),
-        warnings=(*state.warnings, *([recorder.failed] if recorder.failed else [])),
+        warnings=(*state.warnings, *[w for w in [recorder.failed] if w and w not in state.warnings]),
         advice=tuple(advice),
     )  # fmt: skip
 

@@ -6,6 +6,11 @@ SIGINT and SIGTERM only ask the supervisor to stop (a second one kills the worke
 loop then waits for every job to checkpoint and exit, and writes the final run log. While it runs,
 the session serves its states, telemetry and phases on the run's control socket (`control.py`),
 where any number of viewers attach; it is their `ControlProvider`.
+
+The loop also watches the run directory (`rundirwatch.py`). When it is deleted, moved away,
+replaced or stays unwritable, the workers have nowhere left to checkpoint into: the session kills
+them at once, skips the final run log, and `run()` returns with `lost` saying what happened (the
+`run` command prints it in one line and exits `RUN_DIR_LOST_EXIT`).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from cockpit.core.feed import WINDOW_S, Transition, phases_since
 from cockpit.core.host import HostInfo, host_info, thread_budget
 from cockpit.core.launcher import Launcher, LocalLauncher
 from cockpit.core.phases import Accounting, prune
+from cockpit.core.rundirwatch import RunDirWatch
 from cockpit.core.runlog import Recorder, phase_accounting, record
 from cockpit.core.state import RunState
 from cockpit.core.supervisor import STOP_GRACE_S, JobTemplate, Supervisor
@@ -61,6 +67,7 @@ class View(Protocol):
 
 
 EXIT_CODES = {RunStatus.DONE: 0, RunStatus.FAILED: 1}
+RUN_DIR_LOST_EXIT = 3  # the run directory was deleted or became unwritable; the workers were killed
 
 
 @dataclass
@@ -102,6 +109,10 @@ class RunSession:
         self.sampler.on_sample = self.recorder
         self.log_failure: str | None = None
         self._latest: RunState | None = None  # written by the loop, read by control threads
+        self._watch: RunDirWatch | None = None  # from the start of `run()`
+        # Set when the run directory was lost: "run directory X was deleted ...; the workers were stopped ..."
+        self.lost: str | None = None
+        self._view_failure: str | None = None
         if self.resume:
             self._restore_jobs()
 
@@ -211,7 +222,11 @@ class RunSession:
         self._suggestions = tuple(advise(machine, self._preset, state.slots, measured, self.costs, max_envs=cap))
 
     def write_run_log(self, state: RunState, *, final: bool = False) -> None:
-        """Rewrite run.toml atomically; a failure (full disk) is recorded, not raised."""
+        """Rewrite run.toml atomically; a failure (full disk) is recorded, not raised. A sample
+        file that stopped growing (the recorder's failure) becomes a warning the views show."""
+        failed = self.recorder.failed
+        if failed is not None and failed not in self.supervisor.warnings:
+            self.supervisor.warnings.append(failed)
         phases = {job.id: list(job.phases) for job in self.supervisor.jobs.values()}
         accounting = phase_accounting(phases, self.recorder, state.now, final=final)
         folded = self.recorder.accountant.folded_until
@@ -224,6 +239,8 @@ class RunSession:
                                                    advice=self._advice_log()))  # fmt: skip
             self.log_failure = None
         except OSError as exc:
+            if self._watch is not None and self._watch.check(force=True) is not None:
+                return  # the run dir itself is gone: the loop's next look reports that, not this write
             self.log_failure = f"run.toml not updated: {exc.strerror or exc}"
             if self.log_failure not in self.supervisor.warnings:
                 self.supervisor.warnings.append(self.log_failure)
@@ -246,6 +263,7 @@ class RunSession:
         except BlockingIOError:
             os.close(self._lock)
             raise ConfigError(f"{self.spec.run_dir}: another cockpit is running this run") from None
+        self._watch = RunDirWatch(self.spec.run_dir, self.clock)
         signals = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP) if handle_signals else ()
         previous = {sig: signal.getsignal(sig) for sig in signals}
 
@@ -265,9 +283,17 @@ class RunSession:
             finally:
                 self.sampler.stop()
                 state = self._latest = self.snapshot()
-                self.write_run_log(state, final=True)
+                if self.lost is None:  # else there is no run dir to write into (or a stranger's)
+                    warned = len(self.supervisor.warnings)
+                    self.write_run_log(state, final=True)
+                    if len(self.supervisor.warnings) > warned:  # the last words say it was not written
+                        state = self._latest = self.snapshot()
                 self.recorder.close()
-            view.close(state)
+            if self.lost is not None:
+                # Viewers attached over the socket learn why from the final state; the `run`
+                # command prints `lost` itself, so the headless view is not handed it twice.
+                self._latest = dataclasses.replace(state, warnings=(*state.warnings, self.lost))
+            self._show(view.close, state)
             return state
         finally:
             if server is not None:
@@ -288,14 +314,21 @@ class RunSession:
     def _loop(self, view: View, on_tick: Callable[[RunState], Any] | None) -> None:
         last_log = None
         next_tick = self.clock.monotonic()
+        assert self._watch is not None
         while True:
+            # Before the tick, which may launch a worker (a restart after a back-off): its launch
+            # would make the deleted directory again.
+            gone = self._watch.check()
+            if gone is not None:
+                self._abandon(gone)
+                return
             self.supervisor.tick()
             self.sampler.set_jobs(self.supervisor.live_pids())
             state = self._latest = self.snapshot()
             if self.auto is not None:
                 for command in self.auto.tick(state):
                     self.submit(command)
-            view.update(state)
+            self._show(view.update, state)
             if on_tick is not None:
                 on_tick(state)
             now = self.clock.monotonic()
@@ -307,9 +340,32 @@ class RunSession:
             next_tick += TICK_S
             self.clock.sleep(next_tick - self.clock.monotonic())
 
-    def _drain(self) -> None:
-        """Stop every worker after a failure of the loop itself: SIGTERM, then SIGKILL."""
+    def _show(self, show: Callable[[RunState], None], state: RunState) -> None:
+        """Hand the view a state; a view whose output cannot be written (its log on a full disk)
+        costs a warning, not the run."""
+        try:
+            show(state)
+        except OSError as exc:
+            if self._view_failure is None:
+                self._view_failure = f"output not written: {exc.strerror or exc}"
+                self.supervisor.warnings.append(self._view_failure)
+
+    def _abandon(self, what: str) -> None:
+        """The run dir `what` (was deleted, ...): kill every worker now, as they cannot checkpoint."""
+        self.lost = (
+            f"run directory {self.spec.run_dir} {what}; the workers were stopped (nothing left to checkpoint into)"
+        )
+        self._drain(kill_now=True)
+
+    def _drain(self, *, kill_now: bool = False) -> None:
+        """Stop every worker after a failure of the loop itself: SIGTERM, then SIGKILL; with
+        `kill_now`, SIGKILL to every worker's process group first."""
         sup = self.supervisor
+        if kill_now:
+            for job in sup.jobs.values():
+                if job.handle is not None:
+                    sup.launcher.kill(job.handle)
+            sup.interrupt()  # the second call below marks the run killed, not waiting to checkpoint
         sup.interrupt()
         deadline = self.clock.monotonic() + STOP_GRACE_S + 1
         while not sup.finished and self.clock.monotonic() < deadline:
@@ -324,8 +380,9 @@ class RunSession:
 
 
 def exit_code(state: RunState, interrupt_signal: int = signal.SIGINT) -> int:
-    """0 when every job finished, 1 when some failed or were stopped, 128 + the signal number
-    (130 for Ctrl-C, 143 for SIGTERM) when interrupted."""
+    """0 when every job finished, 1 when some failed, were stopped or paused, 128 + the signal
+    number (130 for Ctrl-C, 143 for SIGTERM) when interrupted. (A run whose directory was lost
+    exits `RUN_DIR_LOST_EXIT`; its session's `lost` says so.)"""
     if state.status is RunStatus.INTERRUPTED:
         return 128 + int(interrupt_signal)
     return EXIT_CODES.get(state.status, 1)
@@ -333,7 +390,8 @@ def exit_code(state: RunState, interrupt_signal: int = signal.SIGINT) -> int:
 
 def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
     """The `build_spec` arguments an earlier run recorded in its run.toml `[config]`;
-    `healthy_uptime_s` only when it was recorded (older files: `build_spec`'s default)."""
+    `healthy_uptime_s` and `stall_timeout_s` only when they were recorded (older files, or no
+    `--stall-timeout`: `build_spec`'s defaults)."""
     config = recorded.config
     args: dict[str, Any] = {
         "jobs": config.jobs,
@@ -348,4 +406,6 @@ def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
     }
     if config.healthy_uptime_s is not None:
         args["healthy_uptime_s"] = config.healthy_uptime_s
+    if config.stall_timeout_s is not None:
+        args["stall_timeout_s"] = config.stall_timeout_s
     return args

@@ -25,8 +25,8 @@ class JobView:
     phase_since: float | None
     steps: int
     target: int
-    sps: float | None
-    mean_sps: float | None
+    sps: float | None  # live throughput over recent whole rollout + train cycles (`cockpit.core.throughput`)
+    mean_sps: float | None  # steps trained per second of running time, over the run
     ep_rew_mean: float | None
     restarts: int
     checkpoints: int
@@ -41,6 +41,12 @@ class JobView:
     peak_gpu_mem_bytes: int | None
     started_at: float | None
     ended_at: float | None
+    # Seconds until the job reaches its target at `sps` (`cockpit.core.throughput.job_eta`): 0 when
+    # done, None when unknown (not training, or before its first whole cycle).
+    eta_s: float | None = None
+    # The worker's own `sps` of its newest progress event: the rollout rate, far above the
+    # throughput when train phases are long. Shown only labelled "rollout SPS".
+    rollout_sps: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # a plain string is accepted
@@ -71,6 +77,14 @@ class RunState:
     physical_cores: int = 0  # the cores that budget divides (0: unknown)
     advice: tuple[str, ...] = ()  # the --auto loop's decisions, newest last
     suggestions: tuple[Advice, ...] = ()  # the advisor on this run's measurements, most pressing first
+    # Seconds until every agent, queued ones included, reaches its target (`throughput.run_eta`).
+    eta_s: float | None = None
+
+    @property
+    def sps(self) -> float | None:
+        """The run's live throughput: its training jobs' `sps` together (None when none has one)."""
+        rates = [job.sps for job in self.jobs if job.sps is not None and job.state.stepping]
+        return sum(rates) if rates else None
 
     def count(self, state: JobState | str) -> int:
         """How many jobs are in `state` (the enum or its value)."""

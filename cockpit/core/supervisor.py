@@ -8,7 +8,16 @@ waits `backoff_s · 2^(n-1)` s (1 s, 2 s, 4 s … by default), at most `backoff_
 after `max_restarts` restarts in a row marks it failed. An attempt that ran `healthy_uptime_s`
 (from its launch, on the supervisor's clock) before crashing starts the count again, so a job
 that trains for days and crashes now and then is never failed for it, while one that cannot get
-going fails within seconds.
+going fails within seconds. A worker that ran out of disk space (a `disk_full` error, or exit code
+`DISK_FULL_EXIT`) is not a crash: its job is paused, with the free space in its error, until a
+restart command (or `run --resume`) continues it.
+
+A running worker that writes no event for its stall timeout (`RestartPolicy.stall_timeout`: the
+`--stall-timeout`, else 3x the job's longest silence so far, at least 60 s) is hung: its job turns
+`stalled`, and once it has shown as stalled for `STALL_GRACE_S` too, the worker is killed, process
+group and all, and restarted from its checkpoint as a crash that counts against the policy, with
+`stalled: no events for N s` as its error. A worker stopped by a signal (state T) is shown stalled
+at once, and killed on the same timeout. Events that resume before the kill make it running again.
 
 Commands and interrupts may come from any thread (a signal handler, the TUI); they are only
 recorded there and acted on at the next tick. A plain `--jobs 4` run is a queue of 4 jobs with 4
@@ -51,15 +60,19 @@ from cockpit.contract.events import (
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runspec import RestartPolicy
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.contract.workerargs import WorkerArgs
+from cockpit.contract.workerargs import DISK_FULL_ERROR, DISK_FULL_EXIT, WorkerArgs
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.host import ThreadBudget, pin_sets, thread_budget
 from cockpit.core.jobs import Job
 from cockpit.core.launcher import Launcher, LaunchRequest
 from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import Sample
+from cockpit.core.throughput import job_eta, run_eta
 
 STOP_GRACE_S = 12.0
+# A stalled job is shown as such at least this long before it is killed: a viewer sees why, and a
+# worker that was only slow gets one more chance to report.
+STALL_GRACE_S = 10.0
 DEFAULT_RESTART = RestartPolicy()  # frozen, so one instance can be every supervisor's default
 
 
@@ -70,6 +83,17 @@ class JobTemplate:
     preset_arg: str
     env: str
     timesteps: int
+
+
+def _free_space(path: Path) -> str:
+    """The space left on the filesystem holding `path` (or its nearest existing parent), e.g. "3.0 MiB"."""
+    for candidate in (path, *path.parents):
+        try:
+            st = os.statvfs(candidate)
+        except OSError:
+            continue
+        return f"{st.f_bavail * st.f_frsize / 2**20:.1f} MiB"
+    return "unknown space"
 
 
 def _exit_reason(code: int) -> str:
@@ -175,6 +199,8 @@ class Supervisor:
             if job.handle is not None:
                 self._follow(job)
         for job in self.jobs.values():
+            self._watch(job, now)  # after _follow: a job's fresh events and its exit come first
+        for job in self.jobs.values():
             overdue = self._kill_now or now >= job.stop_deadline
             if job.state is JobState.STOPPING and job.handle is not None and overdue:
                 self.launcher.kill(job.handle)
@@ -249,7 +275,7 @@ class Supervisor:
         elif job.state is JobState.BACKOFF:
             job.change_state(JobState.STOPPED, now)
             job.slot = None
-        elif job.state in (JobState.STARTING, JobState.RUNNING):
+        elif job.state in (JobState.STARTING, JobState.RUNNING, JobState.STALLED):
             job.stop_requested = True
             job.change_state(JobState.STOPPING, now)
             job.stop_deadline = self.clock.monotonic() + STOP_GRACE_S
@@ -271,6 +297,7 @@ class Supervisor:
                           seed=job.seed, threads=self.budget.threads_per_job)  # fmt: skip
         job.attempt_finished = job.attempt_error = None
         job.attempt_started_seen = False
+        job.last_event_at, job.stalled_at, job.stall_reason = self.clock.monotonic(), None, None
         try:
             job.handle = self.launcher.launch(LaunchRequest(job.id, args, cpus))
         except OSError as exc:
@@ -283,8 +310,14 @@ class Supervisor:
         job.change_state(JobState.STARTING, now)
 
     def _follow(self, job: Job) -> None:
-        for event in self._tails[job.id].read_new():
+        new = self._tails[job.id].read_new()
+        for event in new:
             self._apply(job, event)
+        if new:
+            job.last_event_at = self.clock.monotonic()
+            if job.state is JobState.STALLED and job.stall_reason is None:  # it reports again: not hung
+                job.change_state(JobState.RUNNING, self.clock.time())
+                job.stalled_at, job.exit_reason = None, job.reason_before_stall
         code = self.launcher.poll(job.handle)
         if code is not None:
             for event in self._tails[job.id].read_new():  # whatever it wrote just before exiting
@@ -292,6 +325,12 @@ class Supervisor:
             self._exited(job, code)
 
     def _apply(self, job: Job, event: Event) -> None:
+        # The longest silence between two events of one attempt (a `started` opens an attempt),
+        # on the worker's timestamps: what the default stall timeout grows with.
+        if job.last_event_t is not None and not isinstance(event, StartedEvent):
+            job.longest_silence_s = max(job.longest_silence_s, event.t - job.last_event_t)
+        job.last_event_t = event.t
+        job.throughput.feed(event)  # a `started` event begins the new attempt's measure
         if isinstance(event, StartedEvent):
             job.attempt_started_seen = True
             job.device = event.device
@@ -306,7 +345,7 @@ class Supervisor:
             job.steps = event.num_timesteps
         elif isinstance(event, ProgressEvent):
             job.steps = event.num_timesteps
-            job.sps, job.ep_rew_mean = event.sps, event.ep_rew_mean
+            job.rollout_sps, job.ep_rew_mean = event.sps, event.ep_rew_mean
             job.ep_len_mean, job.episodes = event.ep_len_mean, event.episodes or 0
         elif isinstance(event, CheckpointEvent):
             job.checkpoints += 1
@@ -339,7 +378,11 @@ class Supervisor:
             if restart:
                 self._requeue(job)
             return
-        if job.attempt_error is not None:
+        if self._pause_if_disk_full(job, code, now):
+            return
+        if job.stall_reason is not None:  # killed by the stall watch: its SIGKILL says nothing
+            reason = job.stall_reason
+        elif job.attempt_error is not None:
             reason = job.attempt_error.reason
         else:
             tail = self.launcher.stderr_tail(handle, 1)
@@ -358,10 +401,55 @@ class Supervisor:
             delay = min(policy.backoff_max_s, policy.backoff_s * 2 ** (job.restarts_in_a_row - 1))
             job.restart_at = self.clock.monotonic() + delay
             job.change_state(JobState.BACKOFF, now)
-            job.exit_reason = _exit_reason(code)
+            job.exit_reason = job.stall_reason or _exit_reason(code)
         else:
             job.change_state(JobState.FAILED, now)
             job.exit_reason, job.ended_at, job.slot = f"failed after {job.restarts_in_a_row} restarts", now, None
+
+    def stall_timeout(self, job: Job) -> float:
+        """Seconds without an event after which `job`'s running worker is stalled (the policy's
+        `--stall-timeout`, else derived from the job's longest silence so far)."""
+        return self.restart.stall_timeout(job.longest_silence_s)
+
+    def _watch(self, job: Job, now: float) -> None:
+        """The stall watch for a job that has started training (see the module docstring): mark it
+        stalled when its worker is silent past the timeout or stopped by a signal, and kill it once
+        it is silent past the timeout and has been stalled for `STALL_GRACE_S`. Its exit, at a
+        later tick, restarts it through `_exited` with `stall_reason` as its error."""
+        if job.state not in (JobState.RUNNING, JobState.STALLED) or job.handle is None or job.stall_reason:
+            return
+        silent, timeout = now - job.last_event_at, self.stall_timeout(job)
+        stopped = self.launcher.stopped(job.handle)
+        if job.state is JobState.RUNNING:
+            if silent >= timeout or stopped:
+                job.change_state(JobState.STALLED, self.clock.time())
+                # Why it is where it is, until it is killed or reports again (then the old reason).
+                job.stalled_at, job.reason_before_stall = now, job.exit_reason
+                why = "process stopped by a signal" if stopped else f"no events for {silent:.0f} s"
+                job.exit_reason = f"stalled: {why}; killed after {timeout:.0f} s without events"
+            return
+        assert job.stalled_at is not None  # set with the state
+        if silent >= timeout and now - job.stalled_at >= STALL_GRACE_S:
+            signal_note = " (process stopped by a signal)" if stopped else ""
+            job.stall_reason = f"stalled: no events for {silent:.0f} s{signal_note}"
+            self.launcher.kill(job.handle)
+
+    def _pause_if_disk_full(self, job: Job, code: int, now: float) -> bool:
+        """Pause a job whose worker ran out of disk space (its `disk_full` error event, or its exit
+        code alone when not even that event fit) and return True. A restart would fill the same
+        disk again and burn the restart policy in a loop; `RestartJob` or `run --resume` continues
+        the job from its last checkpoint once there is room."""
+        error = job.attempt_error
+        if error is not None and error.type == DISK_FULL_ERROR:
+            detail = error.message
+        elif code == DISK_FULL_EXIT:
+            detail = f"{_free_space(job.job_dir)} free on {job.job_dir}"
+        else:
+            return False
+        job.error = f"disk full: {detail}"
+        job.change_state(JobState.PAUSED, now)
+        job.exit_reason, job.ended_at, job.slot = "paused: disk full", now, None
+        return True
 
     # ----- results -----
 
@@ -391,13 +479,16 @@ class Supervisor:
     ) -> RunState:
         """An immutable RunState for the front ends."""
         views = []
+        now = self.clock.time()
         # fmt: off
         for job in self.jobs.values():
             usage = sample.jobs.get(job.id) if sample is not None and job.handle is not None else None
+            # A worker's throughput is measured until it exits; an ended attempt keeps its last figure.
+            sps = job.throughput.rate(now if job.state.live else job.state_since)
             views.append(
                 JobView(
                     id=job.id, seed=job.seed, state=job.state, phase=job.phase, phase_since=job.phase_since,
-                    steps=job.steps, target=job.target, sps=job.sps, mean_sps=job.mean_sps,
+                    steps=job.steps, target=job.target, sps=sps, mean_sps=job.mean_sps,
                     ep_rew_mean=job.ep_rew_mean, restarts=job.restarts, checkpoints=job.checkpoints,
                     last_checkpoint_step=job.last_checkpoint_step, error=job.error, exit_reason=job.exit_reason,
                     pid=job.handle.pid if job.handle is not None else None, device=job.device,
@@ -405,6 +496,7 @@ class Supervisor:
                     gpu_mem_bytes=usage.gpu_mem_bytes if usage else None,
                     peak_gpu_mem_bytes=(peak_gpu_mem or {}).get(job.id),
                     started_at=job.first_started_at, ended_at=job.ended_at,
+                    eta_s=job_eta(job.state, job.steps, job.target, sps), rollout_sps=job.rollout_sps,
                 )
             )
         # fmt: on
@@ -414,7 +506,7 @@ class Supervisor:
             env=self.template.env,
             status=self.status,
             started_at=self.started_at,
-            now=self.clock.time(),
+            now=now,
             slots=self.slots,
             jobs=tuple(views),
             sample=sample,
@@ -425,4 +517,5 @@ class Supervisor:
             physical_cores=self.budget.physical_cores,
             advice=extra.get("advice", ()),
             suggestions=extra.get("suggestions", ()),
+            eta_s=run_eta(views, self.slots),
         )

@@ -17,6 +17,7 @@ leaves nothing running, even when tune itself is killed (the workers' parent-dea
 from __future__ import annotations
 
 import contextlib
+import math
 import statistics
 import time
 from collections.abc import Iterable
@@ -25,13 +26,14 @@ from pathlib import Path
 
 import psutil
 
-from cockpit.contract.events import EVENTS_FILE, ErrorEvent, Event, EventReader, PhaseEvent, ProgressEvent
+from cockpit.contract.events import EVENTS_FILE, ErrorEvent, Event, EventReader
 from cockpit.contract.presets import Preset, to_toml
 from cockpit.contract.workerargs import WorkerArgs
 from cockpit.core.host import thread_budget
 from cockpit.core.launcher import Launcher, LaunchRequest, LocalLauncher, WorkerHandle
 from cockpit.core.nvml import GpuReader
 from cockpit.core.search import Config
+from cockpit.core.throughput import Throughput, steps_per_s
 
 START_TIMEOUT_S = 120.0
 POLL_S = 0.2
@@ -62,24 +64,32 @@ def preset_toml(preset: Preset, config: Config, description: str) -> str:
 
 @dataclass
 class Progress:
-    """One worker's step count as its events report it."""
+    """One worker's step count as its events report it. The rollout starts and the rate between
+    two of them are `cockpit.core.throughput`'s, the live figure's definition; what a trial adds
+    is the span: from the clock's start `t0` rather than a sliding window."""
 
-    latest: tuple[float, int] | None = None  # the newest (t, num_timesteps) of any event
-    rollout_starts: list[tuple[float, int]] = field(default_factory=list)  # (t, num_timesteps)
+    marks: Throughput = field(default_factory=lambda: Throughput(window_s=math.inf))
     failed: bool = False
+
+    @property
+    def latest(self) -> tuple[float, int] | None:
+        """The newest (t, num_timesteps) of a phase or progress event."""
+        return self.marks.latest
+
+    @property
+    def rollout_starts(self) -> list[tuple[float, int]]:
+        """The rollout starts, oldest first, as (t, num_timesteps)."""
+        return self.marks.rollout_starts
 
     def feed(self, events: Iterable[Event]) -> None:
         """Take in a worker's new events."""
         for event in events:
-            if isinstance(event, (PhaseEvent, ProgressEvent)):
-                self.latest = (event.t, event.num_timesteps)
-                if isinstance(event, PhaseEvent) and event.phase == "rollout":
-                    self.rollout_starts.append(self.latest)
+            self.marks.feed(event)
             self.failed |= isinstance(event, ErrorEvent)
 
     def cycles_since(self, t0: float) -> list[tuple[float, int]]:
         """The rollout starts at or after `t0` (Unix time)."""
-        return [mark for mark in self.rollout_starts if mark[0] >= t0]
+        return self.marks.cycles_since(t0)
 
     def rate(self, t0: float, start: tuple[float, int] | None) -> float:
         """Steps per second since `t0`: over whole cycles when two rollout starts follow it, else
@@ -89,9 +99,8 @@ class Progress:
         if len(marks) < 2:
             marks = self.rollout_starts[-2:]
         a, b = (marks[0], marks[-1]) if len(marks) >= 2 else (start, self.latest)
-        if a is None or b is None or b[0] <= a[0]:
-            return 0.0
-        return (b[1] - a[1]) / (b[0] - a[0])
+        rate = steps_per_s(a, b) if a is not None and b is not None else None
+        return 0.0 if rate is None else rate
 
 
 def run_trial(preset: Preset, config: Config, *, workdir: Path, measure_s: float, physical_cores: int,

@@ -1,10 +1,13 @@
 """The headless front end: a live rich table on a terminal, plain timestamped lines otherwise.
 
 On a TTY (a local terminal, tmux, ssh -t) it redraws one table in place: a row per job with its
-status, phase, progress, SPS, return, restarts, CPU and GPU memory, and one GPU and CPU summary
-line. Without a TTY (nohup, a pipe, CI) it prints a line for each job state change as it happens
-and a progress line per live job every `every_s` seconds, each prefixed with the UTC time and the
-job id, so logs stay greppable.
+status, phase, progress, SPS, ETA, return, restarts, CPU and GPU memory, and one GPU and CPU
+summary line. Without a TTY (nohup, a pipe, CI) it prints a line for each job state change as it
+happens and a progress line per live job every `every_s` seconds, each prefixed with the UTC time
+and the job id, so logs stay greppable, then a `[run]` line with the run's SPS and ETA once known.
+
+SPS is a job's throughput over its recent whole rollout + train cycles (`cockpit.core.throughput`),
+never the rollout rate the worker reports; ETA is the steps left at that rate.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from rich.text import Text
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
 from cockpit.core.state import JobView, RunState
-from cockpit.views.units import MIB, mib, num, si
+from cockpit.views.units import MIB, eta, mib, num, si
 
 
 def _stamp(t: float) -> str:
@@ -60,6 +63,8 @@ def job_line(job: JobView, *, with_state: bool = True) -> str:
     parts.append(f"{job.steps:,}/{job.target:,} ({job.fraction:.0%})")
     if job.sps is not None and job.state.stepping:
         parts.append(f"{job.sps:,.0f} sps")
+    if job.eta_s is not None and job.state.stepping:
+        parts.append(f"eta {eta(job.eta_s)}")
     if job.ep_rew_mean is not None:
         parts.append(f"rew {job.ep_rew_mean:.1f}")
     if job.restarts:
@@ -68,8 +73,10 @@ def job_line(job: JobView, *, with_state: bool = True) -> str:
         parts.append(f"cpu {job.cpu_percent:.0f}%")
     if job.gpu_mem_bytes is not None:
         parts.append(f"gpu {mib(job.gpu_mem_bytes)}")
-    if job.state in ("failed", "backoff") and job.error:
+    if job.state in ("failed", "backoff", "paused") and job.error:
         parts.append(f"error: {job.error}")
+    elif job.state is JobState.STALLED and job.exit_reason:  # why, and when it will be killed
+        parts.append(job.exit_reason)
     return "  ".join(parts)
 
 
@@ -81,19 +88,30 @@ def jobs_table(state: RunState, width: int = WIDE) -> Table:
     step counts so an 80-column terminal shows every figure whole; GPU memory only with a GPU."""
     wide = width >= WIDE
     columns = [("job", "left"), ("seed", "right"), ("status", "left"), ("phase", "left"), ("progress", "left"),
-               ("steps", "right"), ("SPS", "right"), ("ep_rew", "right"), ("rst", "right"), ("CPU%", "right"),
-               ("GPU mem", "right")]  # fmt: skip
+               ("steps", "right"), ("SPS", "right"), ("ETA", "right"), ("ep_rew", "right"), ("rst", "right"),
+               ("CPU%", "right"), ("GPU mem", "right")]  # fmt: skip
     keep = {name for name, _ in columns}
     if not wide:
         keep.discard("seed")
     if state.gpu is None:
         keep.discard("GPU mem")
-    table = Table(expand=False, pad_edge=False, box=box.SIMPLE_HEAD if not wide else box.HEAVY_HEAD)
+    # Narrow, adjacent cells share their padding: one space between columns leaves room for the ETA.
+    table = Table(expand=False, pad_edge=False, box=box.SIMPLE_HEAD if not wide else box.HEAVY_HEAD,
+                  collapse_padding=not wide)  # fmt: skip
     for name, justify in columns:
         if name in keep:
             table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for job in state.jobs:
-        status = Text(job.state, style={"failed": "bold red", "done": "green", "backoff": "yellow"}.get(job.state, ""))
+        status = Text(
+            job.state,
+            style={
+                "failed": "bold red",
+                "done": "green",
+                "backoff": "yellow",
+                "paused": "yellow",
+                "stalled": "bold red",
+            }.get(job.state, ""),
+        )
         steps = f"{job.steps:,}/{job.target:,}" if wide else f"{si(job.steps)}/{si(job.target)}"
         cells = {
             "job": job.id,
@@ -103,6 +121,7 @@ def jobs_table(state: RunState, width: int = WIDE) -> Table:
             "progress": ProgressBar(total=max(job.target, 1), completed=job.steps, width=20 if wide else 8),
             "steps": steps,
             "SPS": (num(job.sps) if wide else si(job.sps)) if job.sps is not None and job.state.stepping else "-",
+            "ETA": eta(job.eta_s) if job.state.stepping else "-",
             "ep_rew": num(job.ep_rew_mean, "{:.1f}"),
             "rst": str(job.restarts),
             "CPU%": num(job.cpu_percent),
@@ -112,9 +131,17 @@ def jobs_table(state: RunState, width: int = WIDE) -> Table:
     return table
 
 
+def run_line(state: RunState) -> str | None:
+    """The run's live throughput and ETA in one line; None while neither is known."""
+    sps, eta_s = state.sps, state.eta_s
+    if sps is None and eta_s is None:
+        return None
+    return f"{num(sps)} sps  eta {eta(eta_s)}"
+
+
 def summary_lines(state: RunState, run_log: str) -> list[str]:
     """What the run ended with and why, for the last lines on screen."""
-    shown = (JobState.DONE, JobState.FAILED, JobState.STOPPED, JobState.QUEUED)
+    shown = (JobState.DONE, JobState.FAILED, JobState.STOPPED, JobState.PAUSED, JobState.QUEUED)
     counts = ", ".join(f"{state.count(s)} {s}" for s in shown if state.count(s))
     lines = [f"run {state.status.value}: {counts} ({len(state.jobs)} jobs, {state.now - state.started_at:,.0f} s)"]
     for job in state.jobs:
@@ -158,7 +185,9 @@ class HeadlessView:
             self.console.print(line, markup=False, highlight=False, soft_wrap=True)
 
     def _renderable(self, state: RunState) -> Group:
-        header = Text(f"cockpit  {state.preset} on {state.env}  {state.status.value}  {state.run_dir}", style="bold")
+        figures = f"  {line}" if state.status.live and (line := run_line(state)) else ""
+        header = Text(f"cockpit  {state.preset} on {state.env}  {state.status.value}{figures}  {state.run_dir}",
+                      style="bold")  # fmt: skip
         return Group(header, jobs_table(state, self.console.width), Text(system_line(state)))
 
     def update(self, state: RunState) -> None:
@@ -184,6 +213,8 @@ class HeadlessView:
             for job in state.jobs:
                 if job.state.stepping:
                     self._emit(f"{_stamp(now)} [job {job.id}] {job_line(job)}")
+            if state.status.live and (line := run_line(state)):
+                self._emit(f"{_stamp(now)} [run] {line}")
             self._emit(f"{_stamp(now)} [system] {system_line(state)}")
 
     def close(self, state: RunState) -> None:

@@ -1,6 +1,8 @@
-"""How both front ends write numbers: counts, MiB, and "-" for a figure not measured yet."""
+"""How both front ends write numbers: counts, MiB, durations, and "-" for a figure not measured yet."""
 
 from __future__ import annotations
+
+import math
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -25,3 +27,20 @@ def si(n: float) -> str:
             value = n / scale
             return f"{value:.1f}{suffix}" if value < 10 else f"{value:.0f}{suffix}"
     return f"{n:.0f}"
+
+
+def eta(seconds: float | None) -> str:
+    """A time to go (an ETA) in at most 6 characters: 45s, 3m20s, 2h05m, 3d04h; "-" when unknown."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    m, s = divmod(s, 60)
+    if m < 60:
+        return f"{m}m{s:02d}s"
+    h, m = divmod(m, 60)
+    if h < 24:
+        return f"{h}h{m:02d}m"
+    d, h = divmod(h, 24)
+    return f"{d}d{h:02d}h"

@@ -26,6 +26,7 @@ from cockpit.views.tui.help_screen import HelpScreen
 from cockpit.views.tui.jobs_table import JobsTable
 from cockpit.views.tui.quit_screen import LEAVE, STOP_ALL, QuitScreen
 from cockpit.views.tui.replay_bar import ReplayBar
+from cockpit.views.units import eta, si
 
 POLL_S = 0.2
 MIN_TOP = 7
@@ -39,14 +40,22 @@ def _duration(seconds: float) -> str:
 
 
 def header_line(frame: Frame, *, replay: bool) -> str:
-    """The run in one line: preset, env, status, counts, elapsed time and where it lives."""
+    """The run in one line: preset, env, status, counts, its throughput (the jobs' live SPS
+    together) and ETA while it runs, and the elapsed time."""
     state = frame.state
-    shown = (JobState.RUNNING, JobState.QUEUED, JobState.DONE, JobState.FAILED, JobState.STOPPED)
+    shown = (JobState.RUNNING, JobState.STALLED, JobState.QUEUED, JobState.DONE, JobState.FAILED, JobState.STOPPED,
+             JobState.PAUSED)  # fmt: skip
     counts = "  ".join(f"{state.count(s)} {s}" for s in shown if state.count(s))
     status = "replay" if replay else state.status.value
     if frame.link_error:
         status = f"{status} (disconnected: {frame.link_error})"
-    return f"cockpit  {state.preset} on {state.env}  {status}  {counts}  {_duration(state.now - state.started_at)}"
+    figures = ""
+    if state.status.live:
+        sps = state.sps
+        figures += f"  {si(sps)} SPS" if sps is not None else ""
+        figures += f"  ETA {eta(state.eta_s)}" if state.eta_s is not None else ""
+    elapsed = _duration(state.now - state.started_at)
+    return f"cockpit  {state.preset} on {state.env}  {status}  {counts}{figures}  {elapsed}"
 
 
 class RunHeader(Widget):

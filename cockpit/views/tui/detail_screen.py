@@ -1,5 +1,6 @@
-"""A job's detail (Enter on a row): resolved config, learning curve, SPS over time, checkpoints,
-the event log and the stderr tail. The files are re-read every 2 s off the UI thread."""
+"""A job's detail (Enter on a row): resolved config, learning curve, rollout SPS over time (the
+worker's own rate while it steps, labelled so: the throughput and ETA are in the title),
+checkpoints, the event log and the stderr tail. The files are re-read every 2 s off the UI thread."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from textual.widgets import Footer, Label, Sparkline, Static
 
 from cockpit.contract.events import CheckpointEvent, ErrorEvent, Event, FinishedEvent, StartedEvent
 from cockpit.core.feed import JobDetail, RunSource, SourceError
-from cockpit.views.units import num
+from cockpit.views.units import eta, num
 
 REFRESH_S = 2.0
 
@@ -69,7 +70,7 @@ class JobDetailScreen(Screen[None]):
             with Vertical(id="detail-right"):
                 yield Label("ep_rew_mean over steps", id="curve-label")
                 yield Sparkline([], id="curve")
-                yield Label("SPS over time", id="sps-label")
+                yield Label("rollout SPS over time", id="sps-label")
                 yield Sparkline([], id="sps")
                 yield Static("", id="checkpoints")
                 yield Static("", id="events")
@@ -112,6 +113,8 @@ class JobDetailScreen(Screen[None]):
         title = f"job {self.job_id}  {detail.job_dir}"
         if job is not None:
             title += f"  {job.state}  {job.steps:,}/{job.target:,} steps  seed {job.seed}  restarts {job.restarts}"
+            if job.state.stepping:
+                title += f"  {num(job.sps)} SPS  ETA {eta(job.eta_s)}"
         self.query_one("#detail-title", Label).update(title)
         self.query_one("#config", Static).update(
             Text(_config_text(detail.config) if detail.config else "the worker has not started yet")
@@ -124,9 +127,9 @@ class JobDetailScreen(Screen[None]):
         self.query_one("#curve-label", Label).update(curve_label)
         self.query_one("#curve", Sparkline).data = rewards
         sps = [v for _, v in detail.sps]
-        sps_label = "SPS over time: none yet"
+        sps_label = "rollout SPS over time: none yet"
         if sps:
-            sps_label = f"SPS over time: last {num(sps[-1])}  max {num(max(sps))}"
+            sps_label = f"rollout SPS over time: last {num(sps[-1])}  max {num(max(sps))}"
         self.query_one("#sps-label", Label).update(sps_label)
         self.query_one("#sps", Sparkline).data = sps
         checkpoints = "\n".join(f"  step {c.step:,}  {c.path}" for c in detail.checkpoints) or "  none yet"

@@ -22,8 +22,11 @@ bursts and the gaps between them stay empty, more jobs would fill the gaps.
 CPU panel: every core, then each job's process tree as % of one core; a full bar is its
 env-thread budget.
 
-Jobs: one row per job. Enter opens its detail: config, events, stderr, learning curve, SPS over
-time and checkpoints.
+Jobs: one row per job. SPS is its throughput: steps per wall-clock second over its recent whole
+rollout + train cycles (at least 30 s), lowered at once by a cycle that runs long; "-" until its
+first cycle ends. ETA is its steps left at that rate; the header adds the run's, queued jobs
+included. Enter opens its detail: config, events, stderr, learning curve, rollout SPS over time
+(the rate while stepping, not the throughput) and checkpoints.
 """
 
 KEYS = (

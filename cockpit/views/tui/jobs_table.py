@@ -17,17 +17,19 @@ from textual.message import Message
 
 from cockpit.core.state import JobView, RunState
 from cockpit.views.tui.lines import LinesWidget
-from cockpit.views.units import mib, num, si
+from cockpit.views.units import eta, mib, num, si
 
 WIDE = 110
 # (key, label, shown in the narrow layout, width: fixed so rows do not jump as values grow; None fits the content)
 COLUMNS = (
     ("id", "job", True, 3), ("seed", "seed", False, 5), ("env", "env", False, None), ("preset", "preset", False, None),
     ("status", "status", True, 8), ("phase", "phase", True, 7), ("steps", "steps", True, None), ("sps", "SPS", True, 6),
-    ("rew", "ep_rew", True, 7), ("restarts", "rst", True, 3), ("gpu", "GPU mem", False, 10), ("cpu", "CPU%", True, 4),
+    ("eta", "ETA", True, 6), ("rew", "ep_rew", True, 7), ("restarts", "rst", True, 3), ("gpu", "GPU mem", False, 10),
+    ("cpu", "CPU%", True, 4),
 )  # fmt: skip
-NUMERIC = frozenset({"steps", "sps", "rew", "restarts", "gpu", "cpu"})
-STATUS_CLASS = {"failed": "error", "backoff": "warning", "done": "success", "stopping": "warning"}
+NUMERIC = frozenset({"steps", "sps", "eta", "rew", "restarts", "gpu", "cpu"})
+STATUS_CLASS = {"failed": "error", "backoff": "warning", "done": "success", "stopping": "warning", "paused": "warning",
+                "stalled": "error"}  # fmt: skip
 
 
 def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
@@ -42,7 +44,9 @@ def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
         "status": job.state,
         "phase": job.phase or "",
         "steps": f"{steps} {job.fraction:4.0%}",
+        # SPS: throughput over whole rollout + train cycles (never the rollout rate); ETA at that rate.
         "sps": (num(job.sps) if wide else si(job.sps)) if job.sps is not None and live else "-",
+        "eta": eta(job.eta_s) if live else "-",
         "rew": num(job.ep_rew_mean, "{:.1f}"),
         "restarts": str(job.restarts),
         "gpu": mib(job.gpu_mem_bytes),

@@ -1,0 +1,88 @@
+"""`cockpit report RUN_DIR --json`: the run as one JSON object that validates against its schema,
+for a live run (through its control socket) and a finished one (from its files)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+from cockpit.cli import main
+from cockpit.commands.report import json_report
+from cockpit.contract.commands import StopAll
+from cockpit.contract.runspec import build_spec
+from cockpit.contract.states import JobState
+from cockpit.core.session import RunSession
+from cockpit.core.telemetry import Sampler
+from tests.test_control import FakeWorkers, QuietView, _try_connect, wait_for
+
+SCHEMA = json.loads((Path(__file__).parent.parent / "docs" / "report.schema.json").read_text())
+GOLDEN_RUN = Path(__file__).parent / "data" / "run-v1"
+
+
+def validate(report: dict[str, Any]) -> None:
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    jsonschema.Draft202012Validator(SCHEMA).validate(report)
+
+
+def test_the_schema_names_every_job_state() -> None:
+    assert set(SCHEMA["$defs"]["state"]["enum"]) == {state.value for state in JobState}
+
+
+def test_a_finished_run_reports_from_its_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run_dir = tmp_path / "run"
+    shutil.copytree(GOLDEN_RUN, run_dir)
+    report = json_report(run_dir)
+    validate(report)
+    assert report["live"] is False and report["status"] == "done" and report["agents"] == 3
+    assert report["command"].startswith("cockpit run")
+    assert [job["state"] for job in report["jobs"]] == ["done", "done", "done"]
+    assert all(job["steps"] >= job["target"] for job in report["jobs"])
+    assert report["counts"] == {"done": 3}
+    assert main(["report", str(run_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == report
+
+
+def test_a_directory_without_a_run_is_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["report", str(tmp_path), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(tmp_path) in err
+
+
+def test_a_live_run_reports_through_its_socket(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    spec = build_spec(
+        jobs=2, agents=3, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=run_dir,
+        max_restarts=0, pin=False, command_line=("cockpit", "run", "--agents", "3"),
+    )  # fmt: skip
+    session = RunSession(spec, Sampler(gpu=None, gpu_status="no GPU telemetry: test", hz=20), launcher=FakeWorkers())
+    reports: list[dict[str, Any]] = []
+    failures: list[BaseException] = []
+
+    def monitor() -> None:
+        # The session runs on the main thread (signal handlers); whatever happens, this ends it.
+        try:
+            wait_for(lambda: _try_connect(run_dir))
+            wait_for(lambda: (run_dir / "run.toml").exists())
+            reports.append(wait_for(lambda: (r := json_report(run_dir))["counts"].get("running") == 2 and r))
+        except BaseException as exc:
+            failures.append(exc)
+        finally:
+            session.submit(StopAll())
+
+    thread = threading.Thread(target=monitor)
+    thread.start()
+    session.run(QuietView(), handle_signals=False)
+    thread.join(timeout=10)
+    assert not failures, failures
+    (report,) = reports
+    validate(report)
+    assert report["live"] is True and report["status"] == "running" and report["slots"] == 2
+    assert report["counts"] == {"running": 2, "queued": 1}
+    assert report["command"] == "cockpit run --agents 3"
+    assert [job["state"] for job in report["jobs"]] == ["running", "running", "queued"]
