@@ -37,6 +37,7 @@ from cockpit.contract.events import (
     ProgressEvent,
     to_json,
 )
+from cockpit.contract.files import free_space
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.rundir import JobDir
 from cockpit.contract.workerargs import DISK_FULL_ERROR, DISK_FULL_EXIT, WorkerArgs
@@ -146,18 +147,6 @@ def _disk_full_error(exc: BaseException) -> OSError | None:
     return None
 
 
-def _free_space(path: Path) -> str:
-    """The space left to an unprivileged writer on the filesystem holding `path` (or its nearest
-    existing parent), e.g. "3.0 MiB"; "unknown space" if even that cannot be read."""
-    for candidate in (path, *path.parents):
-        try:
-            st = os.statvfs(candidate)
-        except OSError:
-            continue
-        return f"{st.f_bavail * st.f_frsize / 2**20:.1f} MiB"
-    return "unknown space"
-
-
 def disk_full_message(exc: BaseException, job_dir: Path) -> str | None:
     """For a write that failed for want of space: "<free> free on <path>: <strerror>", naming the
     file when the error does (else the job dir); None for any other error."""
@@ -165,7 +154,7 @@ def disk_full_message(exc: BaseException, job_dir: Path) -> str | None:
     if full is None:
         return None
     path = Path(os.fsdecode(full.filename)) if isinstance(full.filename, (str, bytes)) else job_dir
-    return f"{_free_space(path)} free on {path}: {full.strerror or os.strerror(full.errno)}"
+    return f"{free_space(path)} free on {path}: {full.strerror or os.strerror(full.errno)}"
 
 
 def _error_type(exc: BaseException) -> str:

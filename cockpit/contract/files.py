@@ -24,3 +24,15 @@ def write_atomic(path: Path, text: str) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def free_space(path: Path) -> str:
+    """The space left to an unprivileged writer on the filesystem holding `path` (or its nearest
+    existing parent), e.g. "3.0 MiB"; "unknown space" if even that cannot be read."""
+    for candidate in (path, *path.parents):
+        try:
+            st = os.statvfs(candidate)
+        except OSError:
+            continue
+        return f"{st.f_bavail * st.f_frsize / 2**20:.1f} MiB"
+    return "unknown space"

@@ -15,37 +15,17 @@ from cockpit.contract.events import ErrorEvent, FinishedEvent
 from cockpit.contract.states import JobState
 from cockpit.core.throughput import Throughput
 
+# How a worker that exists can end up: asked to stop, crashed (back-off or failed), done, stopped,
+# or paused by a full disk.
+_ENDINGS = {JobState.STOPPING, JobState.BACKOFF, JobState.FAILED, JobState.DONE, JobState.STOPPED, JobState.PAUSED}
+
 _ALLOWED: dict[JobState, set[JobState]] = {
     JobState.QUEUED: {JobState.STARTING, JobState.STOPPED, JobState.DONE},
-    JobState.STARTING: {
-        JobState.RUNNING,
-        JobState.STOPPING,
-        JobState.BACKOFF,
-        JobState.FAILED,
-        JobState.DONE,
-        JobState.STOPPED,
-        JobState.PAUSED,
-    },
-    JobState.RUNNING: {
-        JobState.STOPPING,
-        JobState.BACKOFF,
-        JobState.FAILED,
-        JobState.DONE,
-        JobState.STOPPED,
-        JobState.PAUSED,
-        JobState.STALLED,
-    },
+    JobState.STARTING: {JobState.RUNNING, *_ENDINGS},
+    JobState.RUNNING: {JobState.STALLED, *_ENDINGS},
     # A stalled worker is killed (BACKOFF, or FAILED when the policy is spent), recovers when its
     # events resume (RUNNING), or exits on its own or on a command like a running one.
-    JobState.STALLED: {
-        JobState.RUNNING,
-        JobState.STOPPING,
-        JobState.BACKOFF,
-        JobState.FAILED,
-        JobState.DONE,
-        JobState.STOPPED,
-        JobState.PAUSED,
-    },
+    JobState.STALLED: {JobState.RUNNING, *_ENDINGS},
     JobState.BACKOFF: {JobState.STARTING, JobState.STOPPED},
     JobState.STOPPING: {JobState.STOPPED, JobState.DONE, JobState.FAILED},
     JobState.DONE: {JobState.QUEUED},

@@ -57,6 +57,7 @@ from cockpit.contract.events import (
     ProgressEvent,
     StartedEvent,
 )
+from cockpit.contract.files import free_space
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runspec import RestartPolicy
 from cockpit.contract.states import JobState, RunStatus
@@ -83,17 +84,6 @@ class JobTemplate:
     preset_arg: str
     env: str
     timesteps: int
-
-
-def _free_space(path: Path) -> str:
-    """The space left on the filesystem holding `path` (or its nearest existing parent), e.g. "3.0 MiB"."""
-    for candidate in (path, *path.parents):
-        try:
-            st = os.statvfs(candidate)
-        except OSError:
-            continue
-        return f"{st.f_bavail * st.f_frsize / 2**20:.1f} MiB"
-    return "unknown space"
 
 
 def _exit_reason(code: int) -> str:
@@ -443,7 +433,7 @@ class Supervisor:
         if error is not None and error.type == DISK_FULL_ERROR:
             detail = error.message
         elif code == DISK_FULL_EXIT:
-            detail = f"{_free_space(job.job_dir)} free on {job.job_dir}"
+            detail = f"{free_space(job.job_dir)} free on {job.job_dir}"
         else:
             return False
         job.error = f"disk full: {detail}"
