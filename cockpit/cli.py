@@ -57,6 +57,12 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return tune(preset=args.preset, env=args.env, budget=args.budget, out=args.out)
 
 
+def _cmd_fleet(args: argparse.Namespace) -> int:
+    from cockpit.commands.fleet import main as fleet
+
+    return fleet(args.plan, jobs=args.jobs, rate=args.rate, dry_run=args.dry_run)
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from cockpit.commands.report import main as report
 
@@ -212,6 +218,28 @@ def build_parser() -> ArgumentParser:
     )
     attach.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's directory")
     attach.set_defaults(func=_cmd_attach)
+
+    fleet = sub.add_parser(
+        "fleet",
+        help="check a fleet plan (agents in tiers) and project its steps, wall time and cost (--dry-run)",
+        description="A fleet trains many agents in tiers: all of them to the first tier's steps, then the best\n"
+        "share on to the next. --dry-run checks the plan (every bad key in one line) and projects each tier's\n"
+        "agents, steps, wall time and cost from this machine's measured costs (the probe runs once per preset,\n"
+        "seconds, as recommend does), against training every agent to the last tier. Running the tiers\n"
+        "themselves is not built yet. The plan format is in docs/fleets.md.",
+        epilog="Example:\n  cockpit fleet screen.toml --dry-run --rate 1.99",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    fleet.add_argument("plan", type=Path, metavar="PLAN.toml", help="the fleet plan")
+    fleet.add_argument("--jobs", type=positive_int, metavar="N", help="parallel slots (default: the plan's jobs)")
+    fleet.add_argument(
+        "--rate",
+        type=positive_float,
+        metavar="USD_PER_H",
+        help="what this machine costs per hour (default: the plan's)",
+    )
+    fleet.add_argument("--dry-run", action="store_true", help="check and project the plan; start nothing")
+    fleet.set_defaults(func=_cmd_fleet)
 
     report = sub.add_parser(
         "report",

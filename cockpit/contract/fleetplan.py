@@ -1,0 +1,306 @@
+"""A fleet plan: hundreds of agents in tiers, as a validated TOML file (`docs/fleets.md`).
+
+```toml
+name = "screen"
+jobs = 4                          # parallel slots
+rate_usd_per_h = 1.99             # optional: what this machine costs per hour
+promotion = "async"               # or "sync"
+
+[agents]                          # a matrix: every combination of the lists
+env = ["CartPole-v1", "Acrobot-v1"]
+preset = ["cartpole"]
+seeds = 50                        # a count from 0, or a list
+[agents.overrides]                # optional; any preset key, each a list
+learning_rate = [1e-3, 3e-4]
+
+[[tiers]]
+timesteps = 500_000
+promote = 0.25                    # a fraction in (0, 1], or a count >= 1, promoted to the next tier
+[[tiers]]
+timesteps = 2_000_000
+
+[score]
+episodes = 10                     # deterministic evaluation episodes when an agent ends a tier
+```
+
+`load_plan` checks everything before anything starts and reports every problem in one
+`PlanError` line that names the file and each key, as preset files do. Every agent's preset (the
+named preset, on its env, with its overrides) is resolved here, so a bad override value or a batch
+size that no longer divides the rollout is caught up front too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from cockpit.contract.envids import UnknownEnvError, backend_for
+from cockpit.contract.presets import PRESET_KEYS, Preset, PresetError, load, resolve
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
+
+Promotion = Literal["sync", "async"]
+MAX_SEED = 2**31 - 1
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+TOP_KEYS = ("name", "jobs", "rate_usd_per_h", "promotion", "agents", "tiers", "score")
+AGENT_KEYS = ("env", "preset", "seeds", "overrides")
+TIER_KEYS = ("timesteps", "promote")
+SCORE_KEYS = ("episodes",)
+
+
+class PlanError(ValueError):
+    """A plan that cannot run; the message is one line naming the file and every bad key."""
+
+
+@dataclass(frozen=True)
+class Tier:
+    """Agents train to `timesteps` in total; then `promote` of them (a fraction of those that
+    reached this tier, or a count) go on to the next tier. The last tier promotes no one."""
+
+    timesteps: int
+    promote: float | int | None
+
+    def promoted(self, agents: int) -> int:
+        """How many of `agents` that finish this tier go on (0 for the last tier)."""
+        if self.promote is None:
+            return 0
+        if isinstance(self.promote, float):
+            # The small epsilon keeps 0.3 x 10 at 3, not 2.9999.
+            return min(agents, math.floor(agents * self.promote + 1e-9))
+        return min(agents, self.promote)
+
+
+@dataclass(frozen=True)
+class Agent:
+    """One agent of the matrix: its env, its resolved preset (overrides applied) and its seed."""
+
+    index: int
+    env: str
+    preset_name: str
+    overrides: tuple[tuple[str, Any], ...]
+    seed: int
+    preset: Preset
+
+    @property
+    def id(self) -> str:
+        """A short stable id, the agent's position in the matrix."""
+        return f"a{self.index:04d}"
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    """A validated plan (see the module docstring). `agents` is the whole matrix, in order."""
+
+    source: str
+    name: str
+    jobs: int
+    rate_usd_per_h: float | None
+    promotion: Promotion
+    agents: tuple[Agent, ...]
+    tiers: tuple[Tier, ...]
+    score_episodes: int
+
+    def funnel(self) -> list[int]:
+        """How many agents train in each tier: all of them in the first, then each tier's promoted."""
+        counts = [len(self.agents)]
+        for tier in self.tiers[:-1]:
+            counts.append(tier.promoted(counts[-1]))
+        return counts
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _positive_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _promotes(value: Any) -> bool:
+    """True for a fraction in (0, 1] or a count >= 1."""
+    return 0.0 < value <= 1.0 if isinstance(value, float) else _positive_int(value)
+
+
+def _unknown(table: Mapping[str, Any], valid: tuple[str, ...], where: str) -> list[str]:
+    return [f"unknown key '{where}{key}' (valid: {', '.join(valid)})" for key in table if key not in valid]
+
+
+def _string_list(value: Any, key: str) -> tuple[list[str], list[str]]:
+    """(the strings, problems) for a key that takes a string or a non-empty list of strings."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not items or not all(isinstance(v, str) and v for v in items):
+        return [], [f"'{key}' must be a string or a non-empty list of strings, got {value!r}"]
+    return items, []
+
+
+def _seeds(value: Any) -> tuple[list[int], list[str]]:
+    if _positive_int(value):
+        return list(range(value)), []
+    ok = isinstance(value, list) and value and all(isinstance(s, int) and not isinstance(s, bool) for s in value)
+    if not ok or not all(0 <= s <= MAX_SEED for s in value):
+        return [], [f"'agents.seeds' must be a count >= 1 or a non-empty list of seeds in [0, 2^31), got {value!r}"]
+    if len(set(value)) != len(value):
+        return [], [f"'agents.seeds' lists a seed twice: {value!r}"]
+    return list(value), []
+
+
+def _tiers(value: Any) -> tuple[list[Tier], list[str]]:
+    if not isinstance(value, list) or not value or not all(isinstance(t, dict) for t in value):
+        return [], ["'tiers' must be one or more [[tiers]] tables, each with 'timesteps'"]
+    tiers: list[Tier] = []
+    problems: list[str] = []
+    for i, table in enumerate(value):
+        where = f"tiers[{i}]"
+        problems += _unknown(table, TIER_KEYS, f"{where}.")
+        steps = table.get("timesteps")
+        if not _positive_int(steps):
+            problems.append(f"'{where}.timesteps' must be a positive integer, got {steps!r}")
+            steps = 0
+        promote = table.get("promote")
+        last = i == len(value) - 1
+        if last and promote is not None:
+            problems.append(f"'{where}.promote': the last tier promotes to nothing; remove it")
+            promote = None
+        elif not last and promote is None:
+            problems.append(f"'{where}.promote' is missing: say how many go on to tier {i + 1}")
+        elif not last and not _promotes(promote):
+            problems.append(f"'{where}.promote' must be a fraction in (0, 1] or a count >= 1, got {promote!r}")
+        if i and tiers and steps and steps <= tiers[-1].timesteps:
+            problems.append(
+                f"'{where}.timesteps' {steps:,} must be more than the tier before it ({tiers[-1].timesteps:,})"
+            )
+        tiers.append(Tier(steps, promote))
+    return tiers, problems
+
+
+def _overrides(value: Any) -> tuple[list[tuple[tuple[str, Any], ...]], list[str]]:
+    """Every combination of the override lists, as (key, value) pairs in key order."""
+    if value is None:
+        return [()], []
+    if not isinstance(value, dict):
+        return [], [f"'agents.overrides' must be a table of lists, got {value!r}"]
+    problems = []
+    for key, values in value.items():
+        if key not in PRESET_KEYS or key == "env":
+            problems.append(f"unknown key 'agents.overrides.{key}' (valid: any preset key but env)")
+        elif not isinstance(values, list) or not values:
+            problems.append(f"'agents.overrides.{key}' must be a non-empty list, got {values!r}")
+    if problems:
+        return [], problems
+    keys = sorted(value)
+    return [tuple(zip(keys, combo, strict=True)) for combo in itertools.product(*(value[k] for k in keys))], []
+
+
+def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
+    """Validate a plan's TOML data; PlanError (one line, prefixed by `source`) listing every problem."""
+    problems = _unknown(raw, TOP_KEYS, "")
+    name = raw.get("name", Path(source).stem)
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+        problems.append(f"'name' must be letters, digits, '.', '_' or '-' (a path component), got {name!r}")
+    jobs = raw.get("jobs", 2)
+    if not _positive_int(jobs):
+        problems.append(f"'jobs' must be a positive integer, got {jobs!r}")
+    rate = raw.get("rate_usd_per_h")
+    if rate is not None and not _positive_number(rate):
+        problems.append(f"'rate_usd_per_h' must be a positive number of dollars per hour, got {rate!r}")
+    promotion = raw.get("promotion", "sync")
+    if promotion not in ("sync", "async"):
+        problems.append(f"'promotion' must be 'sync' or 'async', got {promotion!r}")
+    score = raw.get("score", {})
+    episodes = 10
+    if not isinstance(score, dict):
+        problems.append(f"'score' must be a table, got {score!r}")
+    else:
+        problems += _unknown(score, SCORE_KEYS, "score.")
+        episodes = score.get("episodes", 10)
+        if not _positive_int(episodes):
+            problems.append(f"'score.episodes' must be a positive integer, got {episodes!r}")
+    tiers, tier_problems = _tiers(raw.get("tiers"))
+    problems += tier_problems
+
+    agents_raw = raw.get("agents")
+    envs: list[str] = []
+    presets: list[str] = []
+    seeds: list[int] = []
+    combos: list[tuple[tuple[str, Any], ...]] = []
+    if not isinstance(agents_raw, dict):
+        problems.append("'agents' is missing: an [agents] table with env, preset and seeds")
+    else:
+        problems += _unknown(agents_raw, AGENT_KEYS, "agents.")
+        for key in ("env", "preset", "seeds"):
+            if key not in agents_raw:
+                problems.append(f"'agents.{key}' is missing")
+        envs, more = _string_list(agents_raw.get("env", []), "agents.env") if "env" in agents_raw else ([], [])
+        problems += more
+        presets, more = _string_list(agents_raw["preset"], "agents.preset") if "preset" in agents_raw else ([], [])
+        problems += more
+        seeds, more = _seeds(agents_raw["seeds"]) if "seeds" in agents_raw else ([], [])
+        problems += more
+        combos, more = _overrides(agents_raw.get("overrides"))
+        problems += more
+
+    for env in envs:
+        try:
+            backend_for(env, source="'agents.env'")
+        except UnknownEnvError as exc:
+            problems.append(str(exc))
+    loaded: dict[str, Preset] = {}
+    for spec in presets:
+        try:
+            loaded[spec] = load(spec)
+        except PresetError as exc:
+            problems.append(f"'agents.preset': {exc}")
+    resolved: dict[tuple[str, str, tuple[tuple[str, Any], ...]], Preset] = {}
+    if not problems:
+        for env, spec, combo in itertools.product(envs, presets, combos):
+            base = loaded[spec]
+            data = {**base.as_dict(), "env": env, **dict(combo)}
+            if base.batch_size_auto and "batch_size" not in dict(combo):
+                data["batch_size"] = "auto"
+            raw_preset = {key: data[key] for key in PRESET_KEYS}
+            try:
+                resolved[env, spec, combo] = resolve(raw_preset, name=base.name, source=base.source)
+            except PresetError as exc:
+                where = ", ".join(f"{k}={v!r}" for k, v in combo) or "no overrides"
+                problems.append(f"'agents.overrides' ({where}) on {spec}/{env}: {exc}")
+    if problems:
+        raise PlanError(f"{source}: " + "; ".join(dict.fromkeys(problems)))
+    agents = tuple(
+        Agent(i, env, spec, combo, seed, resolved[env, spec, combo])
+        for i, (env, spec, combo, seed) in enumerate(itertools.product(envs, presets, combos, seeds))
+    )
+    plan = FleetPlan(source, name, jobs, float(rate) if rate is not None else None, promotion, agents, tuple(tiers),
+                     episodes)  # fmt: skip
+    zero = [i for i, count in enumerate(plan.funnel()) if count == 0]
+    if zero:
+        tier = zero[0] - 1
+        raise PlanError(f"{source}: 'tiers[{tier}].promote' promotes no one of the {plan.funnel()[tier]} agents that "
+                        f"reach tier {tier}: raise it or drop the tiers after it")  # fmt: skip
+    return plan
+
+
+def load_plan(path: Path) -> FleetPlan:
+    """Read and validate the plan file at `path`; PlanError (one line naming the file) otherwise."""
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PlanError(f"{source}: no such plan file") from None
+    except OSError as exc:
+        raise PlanError(f"{source}: cannot read the plan ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise PlanError(f"{source}: not a UTF-8 text file ({exc.reason})") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PlanError(f"{source}: invalid TOML: {exc}") from None
+    return parse_plan(raw, source)

@@ -1,0 +1,180 @@
+"""Fleet plans: validation of every kind of bad input, the agent matrix and tier funnel, and the
+dry-run's projection from measured costs (`cockpit fleet PLAN --dry-run`)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cockpit.cli import main
+from cockpit.contract.fleetplan import PlanError, load_plan
+from cockpit.contract.presets import load
+from cockpit.core.advisor import Costs
+from cockpit.core.costs import measured_costs
+from cockpit.core.fleet import Speed, project, speed_of
+
+GOOD = """
+name = "screen"
+jobs = 2
+rate_usd_per_h = 2.0
+promotion = "sync"
+
+[agents]
+env = ["CartPole-v1", "Acrobot-v1"]
+preset = ["cartpole"]
+seeds = 10
+[agents.overrides]
+learning_rate = [1e-3, 3e-4]
+
+[[tiers]]
+timesteps = 4_000
+promote = 0.5
+[[tiers]]
+timesteps = 8_000
+promote = 3
+[[tiers]]
+timesteps = 20_000
+
+[score]
+episodes = 5
+"""
+
+
+def plan_file(tmp_path: Path, text: str = GOOD) -> Path:
+    path = tmp_path / "plan.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_plan_expands_its_matrix_and_funnel(tmp_path: Path) -> None:
+    plan = load_plan(plan_file(tmp_path))
+    assert len(plan.agents) == 2 * 1 * 2 * 10  # envs x presets x learning rates x seeds
+    assert plan.funnel() == [40, 20, 3]
+    first = plan.agents[0]
+    assert (first.env, first.seed, first.preset.learning_rate, first.preset.env) == ("CartPole-v1", 0, 1e-3,
+                                                                                      "CartPole-v1")  # fmt: skip
+    assert plan.agents[-1].preset.env == "Acrobot-v1" and plan.agents[-1].preset.learning_rate == 3e-4
+    assert len({a.id for a in plan.agents}) == 40 and plan.score_episodes == 5
+
+
+@pytest.mark.parametrize(
+    ("change", "names"),
+    [
+        (("jobs = 2", "jobs = 0"), "'jobs' must be a positive integer"),
+        (("jobs = 2", "jobs = 2\nslots = 4"), "unknown key 'slots'"),
+        (("rate_usd_per_h = 2.0", "rate_usd_per_h = -1"), "'rate_usd_per_h'"),
+        (('promotion = "sync"', 'promotion = "lazy"'), "'promotion' must be 'sync' or 'async'"),
+        (('name = "screen"', 'name = "../up"'), "'name'"),
+        (('env = ["CartPole-v1", "Acrobot-v1"]', 'env = ["CartPol-v1"]'), "'agents.env' 'CartPol-v1'"),
+        (('preset = ["cartpole"]', 'preset = ["nope"]'), "'agents.preset'"),
+        (("seeds = 10", "seeds = 0"), "'agents.seeds'"),
+        (("seeds = 10", "seeds = [1, 1]"), "'agents.seeds' lists a seed twice"),
+        (("learning_rate = [1e-3, 3e-4]", "lr = [1e-3]"), "unknown key 'agents.overrides.lr'"),
+        (("learning_rate = [1e-3, 3e-4]", "learning_rate = 1e-3"), "'agents.overrides.learning_rate' must be a"),
+        (("learning_rate = [1e-3, 3e-4]", "n_epochs = [0]"), "'n_epochs' must be a positive integer"),
+        (("learning_rate = [1e-3, 3e-4]", "batch_size = [100]"), "'batch_size' 100 must divide"),
+        (("timesteps = 8_000", "timesteps = 3_000"), "'tiers[1].timesteps' 3,000 must be more than"),
+        (("promote = 0.5", "promote = 1.5"), "'tiers[0].promote' must be a fraction in (0, 1]"),
+        (("promote = 0.5", "promote = 0"), "'tiers[0].promote' must be a fraction"),
+        (("promote = 3", "promote = 0.01"), "'tiers[1].promote' promotes no one of the 20 agents"),
+        (("timesteps = 20_000", "timesteps = 20_000\npromote = 2"), "'tiers[2].promote': the last tier"),
+        (("promote = 3\n", ""), "'tiers[1].promote' is missing"),
+        (("[score]\nepisodes = 5", "[score]\nepisodes = 0"), "'score.episodes'"),
+        (("[agents]", "[agent]"), "unknown key 'agent'"),
+    ],
+)
+def test_every_bad_input_is_one_line_naming_the_file_and_key(tmp_path: Path, change: tuple[str, str],
+                                                             names: str) -> None:  # fmt: skip
+    old, new = change
+    assert old in GOOD
+    path = plan_file(tmp_path, GOOD.replace(old, new, 1))
+    with pytest.raises(PlanError) as raised:
+        load_plan(path)
+    message = str(raised.value)
+    assert message.startswith(f"{path}: ") and "\n" not in message and names in message, message
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    path = plan_file(tmp_path, GOOD.replace("jobs = 2", "jobs = -1").replace('"sync"', '"never"'))
+    with pytest.raises(PlanError, match=r"'jobs'.*; .*'promotion'"):
+        load_plan(path)
+
+
+def test_unreadable_plans(tmp_path: Path) -> None:
+    with pytest.raises(PlanError, match="no such plan file"):
+        load_plan(tmp_path / "missing.toml")
+    with pytest.raises(PlanError, match="invalid TOML"):
+        load_plan(plan_file(tmp_path, "jobs = ["))
+
+
+def test_a_bad_plan_exits_2_with_one_line_and_starts_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = plan_file(tmp_path, GOOD.replace("jobs = 2", "jobs = 0"))
+    assert main(["fleet", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'jobs'" in err and str(path) in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.toml"]
+
+
+def test_the_projection_follows_the_documented_model(tmp_path: Path) -> None:
+    plan = load_plan(plan_file(tmp_path))
+    # One job steps at 1e6 / sample_us: 400 / 8 + 10 + 20 x 2 = 100 us a sample -> 10,000 SPS; two
+    # slots on 2 cores with a CPU job's 1 core each run 2 jobs' worth: the fleet does 20,000 SPS.
+    costs = Costs("cpu", step_overhead_us=400.0, env_policy_us=10.0, env_step_us=5.0, train_sample_us=2.0)
+    speeds = {}
+
+    def speed(preset):  # type: ignore[no-untyped-def]
+        speeds[preset] = speed_of(preset, costs, 2, 2)
+        return speeds[preset]
+
+    projection = project(plan, speed)
+    assert all(s.sps == pytest.approx(10_000) and s.fleet_sps == pytest.approx(20_000) for s in speeds.values())
+    # tier 0: 40 agents x 4,000; tier 1: 20 x 4,000 more (they resume); tier 2: 3 x 12,000 more.
+    assert [(s.agents, s.steps_per_agent, s.steps) for s in projection.tiers] == [
+        (40, 4_000, 160_000), (20, 4_000, 80_000), (3, 12_000, 36_000),
+    ]  # fmt: skip
+    assert [s.seconds for s in projection.tiers] == pytest.approx([8.0, 4.0, 1.8])
+    assert projection.total.steps == 276_000 and projection.total.seconds == pytest.approx(13.8)
+    assert projection.total.cost_usd == pytest.approx(13.8 / 3600 * 2.0)
+    assert projection.all_to_last.steps == 40 * 20_000 and projection.all_to_last.seconds == pytest.approx(40.0)
+    assert projection.saving == pytest.approx(1 - 276_000 / 800_000)
+
+
+def test_an_unmeasured_speed_leaves_time_and_cost_unknown(tmp_path: Path) -> None:
+    projection = project(load_plan(plan_file(tmp_path)), lambda preset: None)
+    assert projection.total.seconds is None and projection.total.cost_usd is None
+    assert projection.total.steps == 276_000
+
+
+def test_more_slots_than_cores_run_no_faster_than_the_cores(tmp_path: Path) -> None:
+    costs = Costs("cpu", 400.0, 10.0, 5.0, 2.0)
+    speed = speed_of(load("cartpole"), costs, slots=8, physical_cores=2)
+    assert isinstance(speed, Speed) and speed.parallel == 2.0
+
+
+def test_with_costs_cached_a_dry_run_starts_no_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    plan = load_plan(plan_file(tmp_path))
+    record = {"device": "cpu", "step_overhead_us": 400.0, "env_policy_us": 10.0, "env_step_us": 5.0,
+              "train_sample_us": 2.0}  # fmt: skip
+    for preset in {agent.preset for agent in plan.agents}:
+        measured_costs(preset, None, probe=lambda p, d: record)
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    assert main(["fleet", str(tmp_path / "plan.toml"), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "tier 2" in out and "all to the last tier" in out and "66% saved" in out and "$" in out
+
+
+def test_without_dry_run_it_says_running_is_not_built(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fleet", str(plan_file(tmp_path))]) == 2
+    assert "not built yet" in capsys.readouterr().err
