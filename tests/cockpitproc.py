@@ -113,13 +113,19 @@ class Tmux:
     def __init__(self, name: str, command: str, size: tuple[int, int]) -> None:
         import os
         import shutil
+        import warnings
 
         import pytest
 
         if shutil.which("tmux") is None:
             if os.environ.get("CI"):
                 pytest.fail("tmux is missing: .ci/run installs it")
-            pytest.skip("tmux is not installed")
+            message = (
+                "TMUX IS NOT INSTALLED: the terminal (TUI) tests did not run; install tmux "
+                "(e.g. apt-get install tmux) to run them (with CI=1 set, as .ci/run does, they fail instead)"
+            )
+            warnings.warn(message, stacklevel=2)
+            pytest.skip(message)
         self.name = f"{name}-{os.getpid()}"
         self.tmux = ["tmux", "-L", self.name, "-f", "/dev/null"]
         subprocess.run([*self.tmux, "new-session", "-d", "-s", self.name, "-x", str(size[0]), "-y", str(size[1]),

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import errno
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import VecNormalize
 
+from cockpit.contract.presets import load
 from training.checkpoints import MODEL_FILE, CheckpointStore
+from training.envpool_vec import EnvpoolVecEnv
+from training.model import new_model, resume
 
 
 def test_save_keeps_the_newest_two_and_verifies(tmp_path: Path, tiny_ppo) -> None:
@@ -65,14 +70,31 @@ def test_a_failed_save_leaves_earlier_checkpoints_intact(tmp_path: Path, tiny_pp
     assert store.newest_valid() == (good, [])
 
 
-def test_vecnormalize_statistics_travel_with_the_model(tmp_path: Path, tiny_ppo) -> None:
-    model = tiny_ppo()
-    vecnorm = VecNormalize(model.get_env())
+def test_vecnormalize_statistics_travel_with_the_model(tmp_path: Path) -> None:
+    preset = replace(load("cartpole"), n_envs=4, n_steps=16, batch_size=32, n_epochs=1, normalize=True)
+    vecnorm = VecNormalize(EnvpoolVecEnv.make("CartPole-v1", 4, seed=0, num_threads=1), gamma=preset.gamma)
+    model = new_model(preset, vecnorm, seed=0, device="cpu")
+    vecnorm.reset()
+    for _ in range(50):  # real env steps: the running statistics move away from their start
+        vecnorm.step(np.array([vecnorm.action_space.sample() for _ in range(4)]))
+    fresh = VecNormalize(EnvpoolVecEnv.make("CartPole-v1", 4, seed=1, num_threads=1))
+    assert vecnorm.obs_rms.count == pytest.approx(1e-4 + 51 * 4)  # the reset's observations count too
+    assert vecnorm.ret_rms.count > fresh.ret_rms.count
+    assert not np.allclose(vecnorm.obs_rms.mean, fresh.obs_rms.mean)
+    assert not np.allclose(vecnorm.obs_rms.var, fresh.obs_rms.var)
+    assert not np.allclose(vecnorm.ret_rms.var, fresh.ret_rms.var)
+
     store = CheckpointStore(tmp_path / "checkpoints")
-    saved = store.save(model, 64, vecnorm)
+    saved = store.save(model, 200, vecnorm)
     assert saved.vecnormalize_path is not None
-    assert VecNormalize.load(str(saved.vecnormalize_path), model.get_env()).obs_rms.mean.shape == (4,)
-    assert store.save(model, 128).vecnormalize_path is None
+    resumed = resume(store, preset, EnvpoolVecEnv.make("CartPole-v1", 4, seed=2, num_threads=1), device="cpu")
+    assert resumed.checkpoint == saved and resumed.vecnormalize is not None
+    assert resumed.model is not None and resumed.model.get_env() is resumed.vecnormalize
+    for name in ("obs_rms", "ret_rms"):
+        before, after = getattr(vecnorm, name), getattr(resumed.vecnormalize, name)
+        assert np.allclose(after.mean, before.mean) and np.allclose(after.var, before.var), name
+        assert after.count == pytest.approx(before.count), name
+    assert store.save(model, 256).vecnormalize_path is None
 
 
 def test_a_full_disk_mid_save_prunes_nothing_and_the_newest_checkpoint_still_loads(

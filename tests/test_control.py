@@ -313,6 +313,119 @@ def test_peer_uid_reads_the_credentials_of_the_other_end() -> None:
         assert peer_uid(left) == os.getuid()
 
 
+NOBODY = 65534  # the uid of `nobody` on Linux
+needs_root = pytest.mark.skipif(
+    os.geteuid() != 0, reason="a client of another uid needs root, to setuid to nobody in a forked child"
+)
+
+
+def as_nobody(path: Path, request: bytes | None = None) -> str:
+    """Connect to the AF_UNIX socket at `path` from a forked child running as `nobody`, send
+    `request` (a line) if given and return what came of it: 'connected' (nothing sent),
+    'answered <reply>', 'closed' (closed without an answer) or 'denied <error>' (could not connect)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only plain system calls, then _exit
+        result = "?"
+        try:
+            os.close(read_end)
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(5)
+                try:
+                    sock.connect(str(path))
+                except OSError as exc:
+                    result = f"denied {exc!r}"
+                else:
+                    if request is None:
+                        result = "connected"
+                        sock.recv(1)  # hold the connection until the parent is done with it
+                    else:
+                        try:
+                            sock.sendall(request + b"\n")
+                            reply = sock.makefile("rb").readline()
+                            result = f"answered {reply.decode()}" if reply else "closed"
+                        except (ConnectionResetError, BrokenPipeError):  # the close raced our request
+                            result = "closed"
+        except BaseException as exc:  # reported to the parent, never raised in the fork
+            result = f"error {exc!r}"
+        finally:
+            os.write(write_end, result.encode())
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as reader:
+        out = reader.read().decode()
+    os.waitpid(pid, 0)
+    return out
+
+
+def open_to_nobody(directory: Path) -> None:
+    """Let `nobody` reach sockets in `directory`: the dir searchable, the sockets in it writable."""
+    os.chmod(directory, 0o711)
+    for sock in directory.glob("*.sock"):
+        os.chmod(sock, 0o666)
+
+
+@needs_root
+def test_peer_uid_reads_a_foreign_uid(short_dir: Path) -> None:
+    path = short_dir / "peer.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        listener.listen(1)
+        open_to_nobody(short_dir)
+        listener.settimeout(10)
+        outcome: list[str] = []
+        child = threading.Thread(target=lambda: outcome.append(as_nobody(path)))
+        child.start()
+        conn, _ = listener.accept()
+        with conn:
+            assert peer_uid(conn) == NOBODY
+        child.join(timeout=10)
+    assert outcome == ["connected"]
+
+
+@needs_root
+def test_a_client_running_as_another_uid_is_refused(short_dir: Path, provider: FakeProvider) -> None:
+    served = ControlServer(short_dir, provider)
+    served.start()
+    try:
+        assert served.path is not None
+        open_to_nobody(short_dir)  # past the 0600 socket: only the peer-uid check is left to refuse it
+        assert as_nobody(served.path, b'{"op": "hello"}') == "closed"
+        served.uid = NOBODY  # the same client, now the one uid let in: it reaches the server and is served
+        assert as_nobody(served.path, b'{"op": "hello"}').startswith('answered {"ok": true')
+    finally:
+        served.stop()
+
+
+def test_the_socket_is_bound_0600_even_under_a_permissive_umask(
+    short_dir: Path, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The umask around `bind`: the socket never exists with a looser mode, not even until its chmod."""
+    modes_before_chmod: list[int] = []
+    real_chmod = os.chmod
+
+    def spying_chmod(path: Any, mode: int, *args: Any, **kwargs: Any) -> None:
+        modes_before_chmod.append(stat.S_IMODE(os.lstat(path).st_mode))
+        real_chmod(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(control.os, "chmod", spying_chmod)
+    previous = os.umask(0o000)
+    try:
+        served = ControlServer(short_dir, provider)
+        served.start()
+        assert os.umask(0o000) == 0o000  # the process's umask is given back after the bind
+    finally:
+        os.umask(previous)
+    try:
+        assert served.path is not None
+        assert modes_before_chmod == [0o600], [oct(m) for m in modes_before_chmod]  # as bound
+        assert stat.S_IMODE(os.stat(served.path).st_mode) == 0o600
+    finally:
+        served.stop()
+
+
 def test_a_peer_of_another_uid_is_refused(server: ControlServer, tmp_path: Path) -> None:
     server.uid = os.getuid() + 1  # as if we were someone else: our own connection is now foreign
     raw = Raw(control_path(tmp_path))

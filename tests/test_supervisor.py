@@ -98,6 +98,11 @@ def live_count(sup: Supervisor) -> int:
     return sum(1 for j in sup.jobs.values() if j.state.live)
 
 
+def running(launcher: FakeLauncher) -> int:
+    """The worker processes launched and not yet exited, whatever the supervisor believes."""
+    return sum(1 for p in launcher.processes if p.exit_code is None)
+
+
 def test_agents_queue_through_the_slots(tmp_path: Path) -> None:
     sup, launcher, _ = make(tmp_path, agents=5, slots=2)
     sup.tick()
@@ -106,11 +111,16 @@ def test_agents_queue_through_the_slots(tmp_path: Path) -> None:
     assert args.seed == 0 and args.threads == 1
     finished: list[str] = []
     while not sup.finished:
-        assert live_count(sup) <= 2
+        assert live_count(sup) <= 2 and running(launcher) <= 2
         job_id = next(p.request.job_id for p in launcher.processes if p.exit_code is None)
-        events(sup, job_id).started(config={}, pid=1, device="cpu", versions={})
+        writer = events(sup, job_id)
+        writer.started(config={}, pid=1, device="cpu", versions={})
         sup.tick()
-        finish(sup, launcher, job_id)
+        # Its `finished` event comes before the process exits: the slot stays taken until it does.
+        writer.finished(status="done", steps=1000, duration=1.0)
+        sup.tick()
+        assert running(launcher) <= 2
+        launcher.live(job_id).exit_code = 0
         finished.append(job_id)
         sup.tick()
     assert finished == ["000", "001", "002", "003", "004"]
@@ -312,7 +322,7 @@ def test_more_slots_start_queued_agents_and_fewer_requeue_the_newest(tmp_path: P
     finish(sup, launcher, "002", status="stopped")
     sup.tick()
     assert newest.state is JobState.QUEUED and list(sup.queue) == ["002", "003"]  # front of the queue
-    assert live_count(sup) == 2
+    assert live_count(sup) == 2 and running(launcher) == 2
 
 
 HOUR = 3600.0

@@ -82,11 +82,17 @@ def test_a_first_time_probe_is_paid_from_the_budget(tmp_path: Path, monkeypatch:
         time.sleep(0.5)
         return Costs("cpu", 372.0, 5.0, 7.8, 5.0)
 
+    # The winner is neither the first nor the last trial, and differs from the preset's own
+    # n_envs (8) and batch (256): the written preset can only match it by taking the winner.
+    first, best, last = SPACE.config(1, 16), SPACE.config(2, 4), SPACE.config(3, 32)
+    assert first is not None and best is not None and last is not None and best.batch_size == 128
+
     def recording_climb(preset: Preset, machine: Machine, budget_s: float, **kwargs: Any) -> TuneResult:
         budgets.append(budget_s)
-        config = SPACE.config(2, 32)
-        assert config is not None and kwargs["costs"] == Costs("cpu", 372.0, 5.0, 7.8, 5.0)
-        return TuneResult((Trial(config, 1000.0, 100.0, None, 10.0),), config, 10.0)
+        assert kwargs["costs"] == Costs("cpu", 372.0, 5.0, 7.8, 5.0)
+        trials = (Trial(first, 700.0, 100.0, None, 10.0), Trial(best, 1000.0, 100.0, None, 10.0),
+                  Trial(last, 900.0, 100.0, None, 10.0))  # fmt: skip
+        return TuneResult(trials, best, 30.0)
 
     monkeypatch.setattr(cockpit.commands.tune, "costs_for", slow_probe)
     monkeypatch.setattr(cockpit.commands.tune, "climb", recording_climb)
@@ -94,6 +100,9 @@ def test_a_first_time_probe_is_paid_from_the_budget(tmp_path: Path, monkeypatch:
     tune(console, preset="cartpole", env=None, budget="60s", out=tmp_path / "t.toml", machine=machine)
     (budget,) = budgets
     assert 58.0 < budget <= 59.5
+    tuned = load(str(tmp_path / "t.toml"))
+    assert (tuned.n_envs, tuned.batch_size) == (best.n_envs, best.batch_size) == (4, 128)
+    assert f"--jobs {best.jobs}" in tuned.description and "1,000 SPS" in tuned.description
 
 
 def test_a_budget_too_short_for_one_trial_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -113,6 +122,14 @@ def test_a_real_tune_on_cartpole_writes_a_preset_that_loads(tmp_path: Path) -> N
     tuned = load(str(out))
     assert tuned.env == "CartPole-v1" and (tuned.n_envs * tuned.n_steps) % tuned.batch_size == 0
     assert "<- best" in result.stdout and "cockpit run --preset" in tuned.description
+    # The preset is the winner the printed trials table marks: its n_envs, batch and --jobs.
+    rows = [line.split() for line in result.stdout.splitlines() if "<- best" in line]
+    assert rows, result.stdout
+    winners = {(int(row[0]), int(row[1]), int(row[2])) for row in rows}
+    assert len(winners) == 1, result.stdout  # the winner's rows (measured again) name one config
+    ((jobs, n_envs, batch),) = winners
+    assert (tuned.n_envs, tuned.batch_size) == (n_envs, batch), result.stdout
+    assert tuned.description.endswith(f"--jobs {jobs}"), tuned.description
 
 
 def test_the_leaders_measured_again_decide_by_their_means() -> None:

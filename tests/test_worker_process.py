@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import pickle
 import signal
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -166,9 +168,14 @@ def test_a_finished_job_run_again_finishes_at_once(tmp_path: Path) -> None:
     args = ("--preset", str(preset), "--timesteps", "1024")
     assert start_worker(job_dir, *args).finish() == 0
     assert start_worker(job_dir, *args).finish() == 0
-    finished = kinds(read_events(job_dir / "events.jsonl"), "finished")
+    events = read_events(job_dir / "events.jsonl")
+    finished = kinds(events, "finished")
     assert [f.steps for f in finished] == [1024, 1024]
     assert [f.status for f in finished] == ["done", "done"]
+    # The second run resumed from the final checkpoint and trained no further: no phase after its start.
+    starts = [i for i, e in enumerate(events) if e.kind == "started"]
+    assert len(starts) == 2 and events[starts[1]].resumed_from_step == 1024
+    assert [e.kind for e in events[starts[1] :] if e.kind == "phase"] == []
 
 
 @pytest.mark.slow
@@ -245,12 +252,31 @@ def test_normalized_runs_checkpoint_and_resume_their_statistics(tmp_path: Path) 
     assert start_worker(job_dir, "--preset", str(preset), "--timesteps", "1024").finish() == 0
     saved, _ = CheckpointStore(job_dir / "checkpoints").newest_valid()
     assert saved.vecnormalize_path is not None
+    first = _statistics(saved.vecnormalize_path)
+    # Stepped: 8 observations at the reset, then 1024 steps (fresh statistics: count 1e-4, mean 0, var 1).
+    assert first["obs_rms"].count == pytest.approx(1e-4 + 8 + 1024)
+    assert not np.allclose(first["obs_rms"].mean, 0.0) and not np.allclose(first["obs_rms"].var, 1.0)
+    assert first["ret_rms"].count > 1000 and not np.allclose(first["ret_rms"].var, 1.0)
     second = start_worker(job_dir, "--preset", str(preset), "--timesteps", "2048")
     assert second.finish() == 0, second.stderr()
     assert kinds(second.events(), "started")[-1].resumed_from_step == 1024
+    resumed, _ = CheckpointStore(job_dir / "checkpoints").newest_valid()
+    assert resumed.step == 2048 and resumed.vecnormalize_path is not None
+    last = _statistics(resumed.vecnormalize_path)
+    # The resumed run kept counting from the saved statistics (its own reset, then 1024 more steps);
+    # statistics started afresh would count only 8 + 1024.
+    assert last["obs_rms"].count == pytest.approx(first["obs_rms"].count + 8 + 1024)
+    assert last["ret_rms"].count == pytest.approx(first["ret_rms"].count + 1024)
     # Resuming the same job without normalization would silently change its inputs: refused.
     plain = run_worker("--preset", str(write_preset(tmp_path)), "--timesteps", "4096", "--job-dir", str(job_dir))
     assert plain.returncode == 2 and "normalize" in plain.stderr
+
+
+def _statistics(path: Path) -> dict:
+    """The running statistics in a checkpoint's vecnormalize.pkl."""
+    with path.open("rb") as fh:
+        vecnorm = pickle.load(fh)
+    return {"obs_rms": vecnorm.obs_rms, "ret_rms": vecnorm.ret_rms}
 
 
 @pytest.mark.slow
