@@ -15,7 +15,7 @@ from rich import box
 from rich.table import Table
 
 from cockpit.commands.console import output_console, say
-from cockpit.contract.fleetplan import FleetPlan, PlanError, load_plan
+from cockpit.contract.fleetplan import PlanError, load_plan
 from cockpit.contract.presets import Preset
 from cockpit.core.fleet import Projection, Speed, Stage, project, speed_of
 from cockpit.core.sizing import costs_for, this_machine
@@ -44,7 +44,7 @@ def main(plan_path: Path, *, jobs: int | None, rate: float | None, dry_run: bool
             speeds[preset] = speed_of(preset, costs, slots, machine.physical_cores) if costs else None
         return speeds[preset]
 
-    projection = project(plan_with(plan, slots, rate), speed)
+    projection = project(dataclasses.replace(plan, jobs=slots, rate_usd_per_h=rate), speed)
     console.print(f"[bold]{plan.name}[/] ({plan.source}): {len(plan.agents)} agents, {slots} slot(s), "
                   f"{plan.promotion} promotion, {len(plan.tiers)} tier(s)")  # fmt: skip
     console.print(projection_table(projection, rate))
@@ -61,11 +61,6 @@ def main(plan_path: Path, *, jobs: int | None, rate: float | None, dry_run: bool
             said.add(line)
             console.print(line, highlight=False)
     return 0
-
-
-def plan_with(plan: FleetPlan, slots: int, rate: float | None) -> FleetPlan:
-    """`plan` with the slots and rate the command line chose."""
-    return dataclasses.replace(plan, jobs=slots, rate_usd_per_h=rate)
 
 
 def projection_table(projection: Projection, rate: float | None) -> Table:

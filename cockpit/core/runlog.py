@@ -37,7 +37,7 @@ from cockpit.core.phases import Accounting, PhaseAccountant, PhaseStats
 from cockpit.core.state import RunState
 from cockpit.core.telemetry import Sample
 
-__all__ = ["MIB", "PHASE_EVENT_LAG_S", "Recorder", "iso", "phase_accounting", "record"]
+__all__ = ["MIB", "PHASE_EVENT_LAG_S", "Recorder", "phase_accounting", "record"]
 
 PHASE_EVENT_LAG_S = 5.0
 MIB = 1024 * 1024
