@@ -60,7 +60,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 def _cmd_fleet(args: argparse.Namespace) -> int:
     from cockpit.commands.fleet import main as fleet
 
-    return fleet(args.plan, jobs=args.jobs, rate=args.rate, dry_run=args.dry_run)
+    return fleet(args, _front_ends())
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -221,16 +221,19 @@ def build_parser() -> ArgumentParser:
 
     fleet = sub.add_parser(
         "fleet",
-        help="check a fleet plan (agents in tiers) and project its steps, wall time and cost (--dry-run)",
-        description="A fleet trains many agents in tiers: all of them to the first tier's steps, then the best\n"
-        "share on to the next. --dry-run checks the plan (every bad key in one line) and projects each tier's\n"
-        "agents, steps, wall time and cost from this machine's measured costs (the probe runs once per preset,\n"
-        "seconds, as recommend does), against training every agent to the last tier. Running the tiers\n"
-        "themselves is not built yet. The plan format is in docs/fleets.md.",
-        epilog="Example:\n  cockpit fleet screen.toml --dry-run --rate 1.99",
+        help="train many agents in tiers, promoting the best by evaluation score; project time and cost first",
+        description="A fleet trains many agents in tiers: every agent to the first tier's steps, then the best\n"
+        "share by evaluation score on to the next, each resuming from its checkpoint. Agents run in --jobs slots\n"
+        "under the same supervisor, TUI, attach, report and run.toml as `cockpit run`; scores and promotions\n"
+        "are kept in RUN_DIR/fleet.db, so --resume RUN_DIR continues after a crash or kill. The last tier's\n"
+        "models are collected in RUN_DIR/models/ with SHA-256 checksums (models.toml).\n"
+        "--dry-run checks the plan and projects each tier's agents, steps, wall time and cost from this\n"
+        "machine's measured costs (the probe runs once per preset, seconds). The plan format is in docs/fleets.md.",
+        epilog="Examples:\n  cockpit fleet screen.toml --dry-run --rate 1.99\n  cockpit fleet screen.toml --jobs 4\n"
+        "  cockpit fleet --resume runs/20261123T140000Z-fleet-screen",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    fleet.add_argument("plan", type=Path, metavar="PLAN.toml", help="the fleet plan")
+    fleet.add_argument("plan", type=Path, nargs="?", metavar="PLAN.toml", help="the fleet plan")
     fleet.add_argument("--jobs", type=positive_int, metavar="N", help="parallel slots (default: the plan's jobs)")
     fleet.add_argument(
         "--rate",
@@ -239,6 +242,19 @@ def build_parser() -> ArgumentParser:
         help="what this machine costs per hour (default: the plan's)",
     )
     fleet.add_argument("--dry-run", action="store_true", help="check and project the plan; start nothing")
+    fleet.add_argument(
+        "--run-dir", type=Path, metavar="DIR", help="where the fleet goes (default: runs/<UTC time>-fleet-<name>)"
+    )
+    fleet.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the fleet in RUN_DIR")
+    fleet.add_argument(
+        "--headless",
+        action="store_true",
+        help="no TUI: a live table on a terminal, plain lines otherwise (the default when not on a terminal)",
+    )
+    fleet.add_argument(
+        "--max-restarts", type=non_negative_int, default=3, metavar="K",
+        help="restarts in a row before an agent fails (default: 3)",
+    )  # fmt: skip
     fleet.set_defaults(func=_cmd_fleet)
 
     report = sub.add_parser(

@@ -175,6 +175,22 @@ def test_with_costs_cached_a_dry_run_starts_no_process(
     assert "tier 2" in out and "all to the last tier" in out and "66% saved" in out and "$" in out
 
 
-def test_without_dry_run_it_says_running_is_not_built(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["fleet", str(plan_file(tmp_path))]) == 2
-    assert "not built yet" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        ([], "give a PLAN.toml, or --resume RUN_DIR"),
+        (["PLAN", "--resume", "RUN"], "give a PLAN.toml, or --resume RUN_DIR"),
+        (["--resume", "RUN"], "no fleet there"),
+        (["--resume", "RUN", "--dry-run"], "drop --dry-run"),
+    ],
+)
+def test_what_to_run_is_checked_before_anything_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    plan, run = plan_file(tmp_path), tmp_path / "run"
+    run.mkdir()
+    argv = [str(plan) if a == "PLAN" else str(run) if a == "RUN" else a for a in argv]
+    assert main(["fleet", *argv]) == 2
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1
+    assert list(run.iterdir()) == []  # nothing started, nothing written

@@ -32,6 +32,7 @@ from cockpit.contract.events import (
     CorruptCheckpoint,
     E,
     ErrorEvent,
+    EvaluatedEvent,
     EventWriter,
     FinishedEvent,
     ProgressEvent,
@@ -72,6 +73,7 @@ class JobConfig:
     device: str
     threads: int
     torch_threads: int
+    eval_episodes: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The config as recorded in the `started` event."""
@@ -85,6 +87,7 @@ class JobConfig:
             "device": self.device,
             "threads": self.threads,
             "torch_threads": self.torch_threads,
+            "eval_episodes": self.eval_episodes,
         }
 
 
@@ -105,7 +108,8 @@ def resolve_config(args: WorkerArgs) -> JobConfig:
     device = resolve_device(args.device)
     timesteps = args.timesteps or preset.timesteps
     threads = args.threads or max(1, min(preset.n_envs, len(os.sched_getaffinity(0))))
-    return JobConfig(preset, env, backend, timesteps, args.job_dir, args.seed, device, threads, args.torch_threads)
+    return JobConfig(preset, env, backend, timesteps, args.job_dir, args.seed, device, threads, args.torch_threads,
+                     args.eval_episodes)  # fmt: skip
 
 
 class _ConsoleEvents(EventWriter):
@@ -121,7 +125,7 @@ class _ConsoleEvents(EventWriter):
             rew = "n/a" if event.ep_rew_mean is None else f"{event.ep_rew_mean:.1f}"
             sps = "n/a" if event.sps is None else f"{event.sps:>8.0f}"
             print(f"[worker] {event.num_timesteps:>10,} steps  {sps} sps  ep_rew_mean {rew}", flush=True)
-        elif isinstance(event, (CheckpointEvent, FinishedEvent, ErrorEvent)):
+        elif isinstance(event, (CheckpointEvent, EvaluatedEvent, FinishedEvent, ErrorEvent)):
             detail = {k: v for k, v in to_json(event).items() if k not in ("t", "kind")}
             print(f"[worker] {event.kind}: {detail}", flush=True)
         return event
@@ -258,10 +262,52 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
             path, step = save(model)
             events.checkpoint(path=path, step=step)
         status = "done" if steps >= config.timesteps else "stopped"
+        if status == "done" and config.eval_episodes:
+            try:
+                _evaluate(config, model, vecnorm, stop, events)
+            except StopRequested:
+                status = "stopped"  # a stop during the evaluation: the next start evaluates again
         events.finished(status=status, steps=steps, duration=round(time.time() - started, 3))
         return 0
     finally:
         venv.close()
+
+
+EVAL_SEED = 1_000_003  # every agent is scored on the same games, unlike any training seed
+
+
+def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, events: EventWriter) -> None:
+    """Score `model` over `config.eval_episodes` deterministic episodes on a new one-env VecEnv
+    seeded `EVAL_SEED`, normalized with the training statistics frozen, and emit `evaluated`.
+    StopRequested when a stop is asked for meanwhile."""
+    import copy
+
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from training.envs import make_vec_env
+    from training.stopping import StopRequested
+
+    assert config.eval_episodes is not None
+    started = time.monotonic()
+    venv = make_vec_env(config.env, 1, seed=EVAL_SEED, threads=1)
+    try:
+        env: Any = venv
+        if vecnorm is not None:
+            env = VecNormalize(venv, training=False, norm_reward=False, gamma=config.preset.gamma)
+            env.obs_rms = copy.deepcopy(vecnorm.obs_rms)
+
+        def check_stop(_locals: dict[str, Any], _globals: dict[str, Any]) -> None:
+            if stop.requested:
+                raise StopRequested
+
+        mean, std = evaluate_policy(model, env, n_eval_episodes=config.eval_episodes, deterministic=True,
+                                    callback=check_stop, warn=False)  # fmt: skip
+    finally:
+        venv.close()
+    events.evaluated(step=model.num_timesteps, mean_reward=float(mean), std_reward=float(std),
+                     episodes=config.eval_episodes, seed=EVAL_SEED,
+                     seconds=round(time.monotonic() - started, 3))  # fmt: skip
 
 
 def _input_error(message: str) -> int:

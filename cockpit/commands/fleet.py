@@ -1,37 +1,145 @@
-"""`cockpit fleet PLAN.toml --dry-run`: a fleet's agents, tiers, steps, wall time and cost, projected
-before anything trains, from what this machine measured (`cockpit.core.fleet`).
+"""`cockpit fleet`: many agents in tiers, promoted by evaluation score, durable, projected.
 
-Running the tiers themselves (promotion by evaluation score, durable state, resume) is not built
-yet: this command projects a plan and checks it, and says so when asked to run one.
+`cockpit fleet PLAN.toml` runs the plan under the same supervisor, telemetry, TUI, attach, report
+and run log as `cockpit run` (`cockpit.core.fleetrun` drives the tiers); `--resume RUN_DIR`
+continues one from its `fleet.db`; `--dry-run` checks the plan and projects its steps, wall time
+and cost from what this machine measured (`cockpit.core.fleet`) and starts no training.
+
+Exit codes are `cockpit run`'s: 0 every agent done, 1 some failed or were stopped, 2 bad input
+(one line, nothing started), 3 the run directory was lost, 128 + the signal when interrupted.
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
+import time
 from pathlib import Path
 
 from rich import box
 from rich.table import Table
 
-from cockpit.commands.console import output_console, say
-from cockpit.contract.fleetplan import PlanError, load_plan
+from cockpit.commands.console import interactive, output_console, say
+from cockpit.commands.frontends import FrontEnds
+from cockpit.contract.fleetplan import FleetPlan, PlanError, load_plan, parse_plan
 from cockpit.contract.presets import Preset
+from cockpit.contract.runspec import ConfigError, RunSpec, build_spec
 from cockpit.core.fleet import Projection, Speed, Stage, project, speed_of
 from cockpit.core.sizing import costs_for, this_machine
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
 
-def main(plan_path: Path, *, jobs: int | None, rate: float | None, dry_run: bool) -> int:
-    """Check the plan and print its projection; exit 2 with one line for a bad plan."""
+
+def main(args: argparse.Namespace, front: FrontEnds) -> int:
+    """Carry out `cockpit fleet` as parsed; returns the exit code."""
     try:
-        plan = load_plan(plan_path)
-    except PlanError as exc:
+        plan, plan_text = _plan(args)
+    except (PlanError, ConfigError) as exc:
         print(f"cockpit fleet: error: {exc}", file=sys.stderr)
         return 2
-    if not dry_run:
-        print("cockpit fleet: error: running a fleet's tiers is not built yet; --dry-run checks the plan and "
-              "projects its time and cost", file=sys.stderr)  # fmt: skip
+    if args.dry_run:
+        return dry_run(plan, jobs=args.jobs, rate=args.rate)
+    return _run(args, plan, plan_text, front)
+
+
+def _plan(args: argparse.Namespace) -> tuple[FleetPlan, str]:
+    """The plan to run and its TOML text: the file given, or the one a resumed fleet recorded."""
+    if (args.plan is None) == (args.resume is None):
+        raise ConfigError("give a PLAN.toml, or --resume RUN_DIR to continue a fleet (not both)")
+    if args.resume is None:
+        plan = load_plan(args.plan)
+        return plan, args.plan.read_text(encoding="utf-8")
+    if args.dry_run or args.run_dir is not None:
+        raise ConfigError(f"--resume continues a fleet with its recorded plan; drop "
+                          f"{'--dry-run' if args.dry_run else '--run-dir'}")  # fmt: skip
+    from cockpit.core.fleetstore import FleetStore, FleetStoreError
+
+    try:
+        store = FleetStore.in_run_dir(args.resume, read_only=True)
+        text, source = store.meta("plan"), store.meta("plan_source")
+        store.close()
+    except FleetStoreError as exc:
+        raise ConfigError(f"--resume {args.resume}: no fleet there ({exc})") from None
+    if text is None or source is None:
+        raise ConfigError(f"--resume {args.resume}: its fleet.db records no plan")
+    return parse_plan(tomllib.loads(text), source), text
+
+
+def _spec(args: argparse.Namespace, plan: FleetPlan) -> RunSpec:
+    """The run the fleet is: its slots, run dir and restart policy; the first agent's preset and env
+    stand for the run in its header."""
+    first = plan.agents[0]
+    run_dir = args.resume or args.run_dir
+    if run_dir is None:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        run_dir = Path("runs") / f"{stamp}-fleet-{plan.name}"
+    return build_spec(
+        jobs=args.jobs or plan.jobs, agents=len(plan.agents), preset=first.preset_name, env=first.env,
+        timesteps=plan.tiers[-1].timesteps, seed=0, run_dir=run_dir, max_restarts=args.max_restarts, pin=False,
+        command_line=("cockpit", *(sys.argv[1:] if args.argv is None else args.argv)),
+        resuming=args.resume is not None,
+    )  # fmt: skip
+
+
+def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: FrontEnds) -> int:
+    from cockpit.core.fleetrun import FleetRun
+    from cockpit.core.nvml import open_gpu
+    from cockpit.core.session import RUN_DIR_LOST_EXIT, RunSession, exit_code
+    from cockpit.core.supervisor import Supervisor
+    from cockpit.core.telemetry import Sampler
+
+    try:
+        spec = _spec(args, plan)
+    except ConfigError as exc:
+        print(f"cockpit fleet: error: {exc}", file=sys.stderr)
         return 2
+    if not (args.headless or not interactive()):
+        return _run_in_background(args, spec, front)
+    rate = args.rate
+
+    def fleet(supervisor: Supervisor) -> FleetRun:
+        if args.resume is not None:
+            return FleetRun.resume(supervisor, rate_usd_per_h=rate)
+        return FleetRun.new(plan, plan_text, supervisor, rate_usd_per_h=rate)
+
+    gpu, gpu_status = open_gpu()
+    session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), fleet_factory=fleet)
+    try:
+        state = session.run(front.headless())
+    except ConfigError as exc:
+        print(f"cockpit fleet: error: {exc}", file=sys.stderr)
+        return 2
+    if session.lost is not None:
+        print(f"cockpit fleet: error: {session.lost}", file=sys.stderr)
+        return RUN_DIR_LOST_EXIT
+    return exit_code(state, session.supervisor.interrupt_signal)
+
+
+def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds) -> int:
+    """Start the fleet as `cockpit fleet --headless` in its own session and open the cockpit on it."""
+    from cockpit.core.background import attach_when_ready, spawn
+    from cockpit.core.feed import SourceError
+
+    flags = ["--jobs", str(spec.jobs), "--max-restarts", str(spec.restart.max_restarts)]
+    if args.rate is not None:
+        flags += ["--rate", repr(args.rate)]
+    where = [str(args.plan), "--run-dir", str(spec.run_dir)] if args.resume is None else ["--resume", str(spec.run_dir)]
+    run = spawn([*where, *flags], spec.run_dir, verb="fleet")
+    print(f"cockpit fleet: starting in {spec.run_dir} (log: {run.log})", file=sys.stderr)
+    try:
+        source = attach_when_ready(run)
+    except SourceError as exc:
+        print(f"cockpit fleet: error: {exc}", file=sys.stderr)
+        return 2
+    return front.watch(source, who="cockpit fleet")
+
+
+def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None) -> int:
+    """Print the plan's projection: per tier, in total, and all agents to the last tier."""
     console = output_console()
     slots = jobs or plan.jobs
     rate = rate if rate is not None else plan.rate_usd_per_h

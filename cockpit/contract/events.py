@@ -1,9 +1,10 @@
 """The job event stream: JSON lines in `<job dir>/events.jsonl`, the worker-to-cockpit contract.
 
 Every event is one JSON object on one line with `t` (Unix time, seconds) and `kind`, and is one
-frozen dataclass here (`StartedEvent` ... `ErrorEvent`, `HeartbeatEvent`). `EventWriter` is the one writer and
-`parse` the one reader of a line: everything that follows a job (the supervisor, replay, the job
-detail, tune's trials, report) gets typed events from it and never looks inside the JSON.
+frozen dataclass here (`StartedEvent` ... `ErrorEvent`, `HeartbeatEvent`, `EvaluatedEvent`).
+`EventWriter` is the one writer and `parse` the one reader of a line: everything that follows a
+job (the supervisor, replay, the job detail, tune's trials, report, a fleet) gets typed events from
+it and never looks inside the JSON.
 
 Each line is written with a single `write(2)` on an `O_APPEND` descriptor, so it reaches the file
 as soon as it is emitted and concurrent writers never interleave inside a line. A process killed
@@ -27,7 +28,7 @@ EVENTS_FILE = "events.jsonl"
 
 Phase = Literal["rollout", "train"]
 FinishStatus = Literal["done", "stopped"]
-EventKind = Literal["started", "phase", "progress", "checkpoint", "finished", "error", "heartbeat"]
+EventKind = Literal["started", "phase", "progress", "checkpoint", "finished", "error", "heartbeat", "evaluated"]
 
 
 @dataclass(frozen=True)
@@ -140,12 +141,31 @@ class HeartbeatEvent:
     num_timesteps: int
 
 
-Event = StartedEvent | PhaseEvent | ProgressEvent | CheckpointEvent | FinishedEvent | ErrorEvent | HeartbeatEvent
+@dataclass(frozen=True)
+class EvaluatedEvent:
+    """The trained model was scored: `episodes` deterministic episodes on a separate env seeded
+    with `seed` (the same for every agent), at `step` training steps; `mean_reward` ranks a fleet's
+    agents. Written just before the `finished` event of a worker asked to evaluate."""
+
+    kind: ClassVar[Literal["evaluated"]] = "evaluated"
+    t: float
+    step: int
+    mean_reward: float
+    std_reward: float
+    episodes: int
+    seed: int
+    seconds: float | None = None
+
+
+Event = (
+    StartedEvent | PhaseEvent | ProgressEvent | CheckpointEvent | FinishedEvent | ErrorEvent | HeartbeatEvent
+    | EvaluatedEvent
+)  # fmt: skip
 OutcomeEvent = FinishedEvent | ErrorEvent
-EVENT_TYPES: dict[str, type[Event]] = {
-    cls.kind: cls
-    for cls in (StartedEvent, PhaseEvent, ProgressEvent, CheckpointEvent, FinishedEvent, ErrorEvent, HeartbeatEvent)
-}
+_KINDS: tuple[type[Event], ...] = (
+    StartedEvent, PhaseEvent, ProgressEvent, CheckpointEvent, FinishedEvent, ErrorEvent, HeartbeatEvent, EvaluatedEvent,
+)  # fmt: skip
+EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in _KINDS}
 
 E = TypeVar("E", bound=Event)
 
@@ -252,6 +272,10 @@ _CHECKS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "finished": {"status": _choice(get_args(FinishStatus)), "steps": _integer, "duration": _optional(_number)},
     "error": {"type": _string, "message": _string},
     "heartbeat": {"phase": _choice(get_args(Phase)), "num_timesteps": _integer},
+    "evaluated": {
+        "step": _integer, "mean_reward": _number, "std_reward": _number, "episodes": _integer, "seed": _integer,
+        "seconds": _optional(_number),
+    },
 }  # fmt: skip
 
 
@@ -360,6 +384,13 @@ class EventWriter:
     def heartbeat(self, phase: Phase, *, num_timesteps: int, t: float | None = None) -> HeartbeatEvent:
         """The worker is alive in `phase` (a long train phase); nothing else has changed."""
         return self.emit(HeartbeatEvent(_now(t), phase, num_timesteps))
+
+    def evaluated(
+        self, *, step: int, mean_reward: float, std_reward: float, episodes: int, seed: int,
+        seconds: float | None = None, t: float | None = None,
+    ) -> EvaluatedEvent:  # fmt: skip
+        """The trained model's evaluation score (see `EvaluatedEvent`)."""
+        return self.emit(EvaluatedEvent(_now(t), step, mean_reward, std_reward, episodes, seed, seconds))
 
     def close(self) -> None:
         """Release the file descriptor; further emits fail."""

@@ -44,6 +44,7 @@ class WorkerArgs:
     device: DeviceRequest = "auto"
     threads: int | None = None
     torch_threads: int = 1
+    eval_episodes: int | None = None  # score the model at its target with this many episodes
 
     def to_argv(self) -> tuple[str, ...]:
         """The flags after `python -m training.worker`; `parse(to_argv())` gives this back."""
@@ -59,6 +60,8 @@ class WorkerArgs:
             argv += ["--threads", str(self.threads)]
         if self.torch_threads != 1:
             argv += ["--torch-threads", str(self.torch_threads)]
+        if self.eval_episodes is not None:
+            argv += ["--eval-episodes", str(self.eval_episodes)]
         return tuple(argv)
 
     def command(self, python: str) -> list[str]:
@@ -79,6 +82,7 @@ class WorkerArgs:
             device=cast(DeviceRequest, ns.device),
             threads=ns.threads,
             torch_threads=ns.torch_threads,
+            eval_episodes=ns.eval_episodes,
         )
 
 
@@ -128,5 +132,12 @@ def build_parser() -> ArgumentParser:
         default=1,
         metavar="N",
         help="torch intra-op threads (default: 1, so parallel jobs do not oversubscribe)",
+    )
+    parser.add_argument(
+        "--eval-episodes",
+        type=positive_int,
+        metavar="N",
+        help="once at the target, score the model over N deterministic episodes on a separate env with a fixed "
+        "seed and report it as an `evaluated` event (a fleet ranks its agents on it; default: no evaluation)",
     )
     return parser

@@ -59,12 +59,13 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
     return [*flags, *auto, *(["--pin"] if spec.pin else []), *typed]
 
 
-def spawn(run_args: Sequence[str], run_dir: Path) -> BackgroundRun:
-    """Start `cockpit run --headless *run_args` in a new session, output to RUN_DIR/cockpit.log."""
+def spawn(run_args: Sequence[str], run_dir: Path, verb: str = "run") -> BackgroundRun:
+    """Start `cockpit VERB --headless *run_args` (`run`, or `fleet`) in a new session, output to
+    RUN_DIR/cockpit.log."""
     run_dir.mkdir(parents=True, exist_ok=True)
     with RunDir(run_dir).log.open("ab") as log:
         process = subprocess.Popen(
-            [sys.executable, "-m", "cockpit", "run", "--headless", *run_args],
+            [sys.executable, "-m", "cockpit", verb, "--headless", *run_args],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -85,7 +86,7 @@ def attach_when_ready(run: BackgroundRun, timeout_s: float = ATTACH_TIMEOUT_S) -
             code = run.process.poll()
             if code is not None:
                 said = log_tail(run.log, 1) or f"exited with code {code}"
-                raise SourceError(said.removeprefix("cockpit run: error: ")) from None
+                raise SourceError(said.split(": error: ", 1)[-1]) from None
             if time.monotonic() > deadline:
                 raise
         time.sleep(0.1)

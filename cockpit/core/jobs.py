@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cockpit.contract.events import ErrorEvent, FinishedEvent
+from cockpit.contract.events import ErrorEvent, EvaluatedEvent, FinishedEvent
 from cockpit.contract.states import JobState
 from cockpit.core.throughput import Throughput
 
@@ -20,7 +20,8 @@ from cockpit.core.throughput import Throughput
 _ENDINGS = {JobState.STOPPING, JobState.BACKOFF, JobState.FAILED, JobState.DONE, JobState.STOPPED, JobState.PAUSED}
 
 _ALLOWED: dict[JobState, set[JobState]] = {
-    JobState.QUEUED: {JobState.STARTING, JobState.STOPPED, JobState.DONE},
+    # DONE and FAILED straight from the queue: a resumed run's jobs that ended in an earlier session.
+    JobState.QUEUED: {JobState.STARTING, JobState.STOPPED, JobState.DONE, JobState.FAILED},
     JobState.STARTING: {JobState.RUNNING, *_ENDINGS},
     JobState.RUNNING: {JobState.STALLED, *_ENDINGS},
     # A stalled worker is killed (BACKOFF, or FAILED when the policy is spent), recovers when its
@@ -47,6 +48,10 @@ class Job:
     seed: int
     job_dir: Path
     target: int
+    # A fleet's agents differ in preset and env, and are scored: None takes the run's template.
+    preset_arg: str | None = None
+    env: str | None = None
+    eval_episodes: int | None = None
     state: JobState = JobState.QUEUED
     state_since: float = 0.0
     handle: Any = None
@@ -70,6 +75,7 @@ class Job:
     device: str | None = None
     phase: str | None = None
     phase_since: float | None = None
+    evaluation: EvaluatedEvent | None = None  # the newest score, of this or an earlier attempt
     checkpoints: int = 0
     last_checkpoint_step: int | None = None
     first_started_at: float | None = None

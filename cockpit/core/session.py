@@ -39,6 +39,7 @@ from cockpit.core.autotune import AutoTuner
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.control import ControlError, ControlServer
 from cockpit.core.feed import WINDOW_S, Transition, phases_since
+from cockpit.core.fleetrun import FleetFactory, FleetRun
 from cockpit.core.host import HostInfo, host_info, thread_budget
 from cockpit.core.launcher import Launcher, LocalLauncher
 from cockpit.core.phases import Accounting, prune
@@ -87,13 +88,15 @@ class RunSession:
     serve: bool = True
     auto: AutoTuner | None = None  # `--auto`: the loop that sizes the parallel jobs
     costs: Costs | None = None  # what a job of the preset costs here, if measured (`cockpit.core.costs`)
+    # A fleet (`cockpit fleet`): it gets the supervisor and feeds its queue; the spec's seeds are unused.
+    fleet_factory: FleetFactory | None = None
 
     def __post_init__(self) -> None:
         budget = thread_budget(self.spec.slots, self.host.physical_cores)
         self.supervisor = Supervisor(
             run_dir=self.spec.run_dir,
             template=JobTemplate(self.spec.preset_arg, self.spec.env, self.spec.timesteps),
-            seeds=self.spec.seeds,
+            seeds=self.spec.seeds if self.fleet_factory is None else (),
             slots=self.spec.slots,
             launcher=self.launcher,
             budget=budget,
@@ -113,7 +116,11 @@ class RunSession:
         # Set when the run directory was lost: "run directory X was deleted ...; the workers were stopped ..."
         self.lost: str | None = None
         self._view_failure: str | None = None
-        if self.resume:
+        self.fleet: FleetRun | None = None
+        self._fleet_view: tuple[float, Any] | None = None  # (when, FleetView): refreshed once a second
+        if self.fleet_factory is not None:
+            self.fleet = self.fleet_factory(self.supervisor)
+        elif self.resume:
             self._restore_jobs()
 
     def _restore_jobs(self) -> None:
@@ -189,16 +196,25 @@ class RunSession:
         jobs = dict(self.supervisor.jobs)
         return {job_id: phases_since(list(jobs[job_id].phases), t) for job_id, t in since.items() if job_id in jobs}
 
-    def snapshot(self) -> RunState:
-        """The run as it is now."""
-        return self.supervisor.snapshot(
+    def snapshot(self, *, all_jobs: bool = False) -> RunState:
+        """The run as it is now (a fleet's: its live and latest jobs, or with `all_jobs` every one)."""
+        state = self.supervisor.snapshot(
             self.sampler.latest(),
             dict(self.sampler.peak_gpu_mem),
+            all_jobs=all_jobs,
             gpu=self.sampler.gpu_info,
             gpu_status=self.sampler.gpu_status,
             advice=tuple(change.line() for change in self.auto.log) if self.auto is not None else (),
             suggestions=self._suggestions,
         )
+        if self.fleet is None:
+            return state
+        now = self.clock.monotonic()
+        if self._fleet_view is None or now - self._fleet_view[0] >= 1.0 or not state.status.live:
+            # Its tiers and leaderboard go over every agent: once a second is plenty for 500 of them.
+            self._fleet_view = (now, self.fleet.view(state.sps, state.now - state.started_at))
+        fleet = self._fleet_view[1]
+        return dataclasses.replace(state, fleet=fleet, eta_s=fleet.eta_s)
 
     def _advice_log(self) -> list[AdviceRecord]:
         auto = [change.record() for change in self.auto.log] if self.auto is not None else []
@@ -234,6 +250,8 @@ class RunSession:
             for job in self.supervisor.jobs.values():
                 prune(job.phases, min(folded, state.now - WINDOW_S))
         self._advise(state, accounting)
+        if self.fleet is not None:  # the record lists every agent that ran, not the view's latest few
+            state = dataclasses.replace(self.snapshot(all_jobs=True), status=state.status)
         try:
             write_record(self.spec.run_dir, record(self.spec, state, self.host, accounting, self.recorder,
                                                    advice=self._advice_log()))  # fmt: skip
@@ -282,12 +300,12 @@ class RunSession:
                 raise
             finally:
                 self.sampler.stop()
-                state = self._latest = self.snapshot()
+                state = self._latest = self.snapshot(all_jobs=True)
                 if self.lost is None:  # else there is no run dir to write into (or a stranger's)
                     warned = len(self.supervisor.warnings)
                     self.write_run_log(state, final=True)
                     if len(self.supervisor.warnings) > warned:  # the last words say it was not written
-                        state = self._latest = self.snapshot()
+                        state = self._latest = self.snapshot(all_jobs=True)
                 self.recorder.close()
             if self.lost is not None:
                 # Viewers attached over the socket learn why from the final state; the `run`

@@ -58,6 +58,53 @@ class JobView:
 
 
 @dataclass(frozen=True)
+class TierView:
+    """One tier of a fleet: how many agents are where in it, and when it will be done."""
+
+    tier: int
+    timesteps: int
+    planned: int  # agents the plan sends into it (async may send more)
+    entered: int  # agents assigned to it so far
+    running: int  # of those, with a worker now
+    finished: int  # with a score
+    promoted: int
+    culled: int  # finished, not promoted, and the tier can promote no more of them
+    failed: int
+    eta_s: float | None  # until its last agent is done at the fleet's live rate (0 when done)
+
+
+@dataclass(frozen=True)
+class LeaderView:
+    """One agent on the leaderboard: its best tier's score and its settings."""
+
+    agent: str
+    env: str
+    preset: str
+    overrides: str  # "key=value, ..." or ""
+    seed: int
+    tier: int
+    steps: int
+    score: float
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """A fleet's progress: its tier funnel, leaderboard, ETA and cost, and what it decided."""
+
+    name: str
+    promotion: str
+    agents: int
+    tiers: tuple[TierView, ...]
+    leaders: tuple[LeaderView, ...]  # best first
+    eta_s: float | None  # until the last tier is done at the fleet's live rate
+    rate_usd_per_h: float | None
+    spent_usd: float | None  # the run's wall time so far at the rate
+    projected_usd: float | None  # spent plus the ETA at the rate
+    notices: tuple[str, ...]  # promotions and tier summaries, the newest last (the last few)
+    notice_count: int  # notices so far, so a viewer prints only those it has not seen
+
+
+@dataclass(frozen=True)
 class RunState:
     """The whole run at one moment."""
 
@@ -79,6 +126,7 @@ class RunState:
     suggestions: tuple[Advice, ...] = ()  # the advisor on this run's measurements, most pressing first
     # Seconds until every agent, queued ones included, reaches its target (`throughput.run_eta`).
     eta_s: float | None = None
+    fleet: FleetView | None = None  # a fleet's tiers and leaderboard (`cockpit fleet`)
 
     @property
     def sps(self) -> float | None:

@@ -30,7 +30,7 @@ import os
 import queue
 import signal
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,7 @@ from cockpit.contract.events import (
     EVENTS_FILE,
     CheckpointEvent,
     ErrorEvent,
+    EvaluatedEvent,
     Event,
     EventReader,
     FinishedEvent,
@@ -130,6 +131,13 @@ class Supervisor:
         self._kill_now = False
         self.interrupt_signal: int = signal.SIGINT
         self.started_at = self.clock.time()
+        # More jobs still to come (a fleet's later tiers): the run is not finished while True.
+        self.pending_work: Callable[[], bool] = lambda: False
+        # Called in each tick once ended jobs are reaped, before free slots are filled: a fleet
+        # records what ended and queues what comes next, so no slot idles for a tick in between.
+        self.before_launch: Callable[[], None] | None = None
+        # Show front ends the live jobs and only this many ended ones, the latest (None: every job).
+        self.view_limit: int | None = None
         self.warnings: list[str] = [w for w in [budget.warning()] if w]
         cpus = sorted(os.sched_getaffinity(0))
         self._pins = pin_sets(slots, cpus) if pin else None
@@ -149,17 +157,38 @@ class Supervisor:
         self._interrupt_requested = True
         self.interrupt_signal = signum
 
+    @property
+    def interrupted(self) -> bool:
+        """True once the run was asked to stop: no job starts any more."""
+        return self._interrupted or self._interrupt_requested
+
     # ----- the loop (supervisor thread only) -----
 
     def _add(self, seed: int) -> Job:
-        job_id = f"{len(self.jobs):03d}"
+        return self.add_job(f"{len(self.jobs):03d}", seed, self.template.timesteps)
+
+    def add_job(
+        self, job_id: str, seed: int, target: int, *, preset_arg: str | None = None, env: str | None = None,
+        eval_episodes: int | None = None, queued: bool = True,
+    ) -> Job:  # fmt: skip
+        """Add job `job_id` in `jobs/<job_id>/`, training to `target` with the template's preset and
+        env unless given; at the end of the queue, or held out of it (`queued=False`) for `restore`."""
         files = RunDir(self.run_dir).job(job_id)
-        job = Job(job_id, seed, files.path, self.template.timesteps)
+        job = Job(job_id, seed, files.path, target, preset_arg, env, eval_episodes)
         job.state_since = self.clock.time()
         self.jobs[job_id] = job
         self._tails[job_id] = EventReader(files.events)
-        self.queue.append(job_id)
+        if queued:
+            self.queue.append(job_id)
         return job
+
+    def extend(self, job_id: str, target: int) -> None:
+        """Queue the done job `job_id` again to train on to `target` (a fleet's promotion): its
+        worker resumes from the job's newest checkpoint."""
+        job = self.jobs[job_id]
+        job.target = target
+        self._requeue(job)
+        self.queue.rotate(-1)  # _requeue puts a job first; promotions wait their turn like any job
 
     def restore(self, job: Job, events: list[Event]) -> None:
         """Bring a job of an earlier (resumed) run up to date with the events it wrote then."""
@@ -196,6 +225,8 @@ class Supervisor:
                 self.launcher.kill(job.handle)
             if job.state is JobState.BACKOFF and now >= job.restart_at and not self._interrupted:
                 self._launch(job)
+        if self.before_launch is not None:
+            self.before_launch()
         while not self._interrupted and self.queue and self._busy_slots() < self.slots:
             self._launch(self.jobs[self.queue.popleft()])
 
@@ -283,8 +314,10 @@ class Supervisor:
         if job.slot is None:
             job.slot = self._free_slot()
         cpus = tuple(self._pins[job.slot % len(self._pins)]) if self._pins else None
-        args = WorkerArgs(job.job_dir, preset=self.template.preset_arg, env=self.template.env, timesteps=job.target,
-                          seed=job.seed, threads=self.budget.threads_per_job)  # fmt: skip
+        template = self.template
+        args = WorkerArgs(job.job_dir, preset=job.preset_arg or template.preset_arg, env=job.env or template.env,
+                          timesteps=job.target, seed=job.seed, threads=self.budget.threads_per_job,
+                          eval_episodes=job.eval_episodes)  # fmt: skip
         job.attempt_finished = job.attempt_error = None
         job.attempt_started_seen = False
         job.last_event_at, job.stalled_at, job.stall_reason = self.clock.monotonic(), None, None
@@ -346,6 +379,8 @@ class Supervisor:
             job.steps = event.steps
         elif isinstance(event, ErrorEvent):
             job.attempt_error = event
+        elif isinstance(event, EvaluatedEvent):
+            job.evaluation = event
 
     def _exited(self, job: Job, code: int) -> None:
         now = self.clock.time()
@@ -448,7 +483,7 @@ class Supervisor:
         """True when no job will run again without a command (or, interrupted, none is live)."""
         if self._interrupted:
             return not any(j.state.live for j in self.jobs.values())
-        return all(j.state.terminal for j in self.jobs.values())
+        return all(j.state.terminal for j in self.jobs.values()) and not self.pending_work()
 
     @property
     def status(self) -> RunStatus:
@@ -464,14 +499,28 @@ class Supervisor:
         """Worker pid of each live job, for the sampler."""
         return {j.id: j.handle.pid for j in self.jobs.values() if j.handle is not None}
 
+    def _shown(self) -> list[Job]:
+        """The jobs front ends get: all of them, or with `view_limit` the ones not ended and the
+        latest ended ones (a fleet of 500 agents shows what runs now, not 500 rows)."""
+        if self.view_limit is None:
+            return list(self.jobs.values())
+        ended = sorted((j for j in self.jobs.values() if j.state.terminal), key=lambda j: j.ended_at or j.state_since)
+        keep = {j.id for j in ended[len(ended) - self.view_limit :]} if self.view_limit else set()
+        return [j for j in self.jobs.values() if not j.state.terminal or j.id in keep]
+
     def snapshot(
-        self, sample: Sample | None = None, peak_gpu_mem: dict[str, int] | None = None, **extra: Any
+        self,
+        sample: Sample | None = None,
+        peak_gpu_mem: dict[str, int] | None = None,
+        *,
+        all_jobs: bool = False,
+        **extra: Any,
     ) -> RunState:
-        """An immutable RunState for the front ends."""
+        """An immutable RunState for the front ends (with `all_jobs`, every job despite `view_limit`)."""
         views = []
         now = self.clock.time()
         # fmt: off
-        for job in self.jobs.values():
+        for job in self.jobs.values() if all_jobs else self._shown():
             usage = sample.jobs.get(job.id) if sample is not None and job.handle is not None else None
             # A worker's throughput is measured until it exits; an ended attempt keeps its last figure.
             sps = job.throughput.rate(now if job.state.live else job.state_since)

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.advisor import Advice
 from cockpit.core.nvml import GpuInfo, GpuSample
-from cockpit.core.state import JobView, RunState
+from cockpit.core.state import FleetView, JobView, LeaderView, RunState, TierView
 from cockpit.core.telemetry import JobUsage, Sample
 
 T = TypeVar("T")
@@ -112,8 +112,16 @@ def encode_state(state: RunState) -> dict[str, Any]:
         warnings=list(state.warnings),
         advice=list(state.advice),
         suggestions=[asdict(item) for item in state.suggestions],
+        fleet=asdict(state.fleet) if state.fleet is not None else None,
     )
     return encoded
+
+
+def _decode_fleet(data: Any) -> FleetView:
+    return _build(FleetView, data, "fleet",
+                  tiers=lambda tiers: tuple(_build(TierView, t, "tier") for t in _tuple(tiers)),
+                  leaders=lambda rows: tuple(_build(LeaderView, r, "leader") for r in _tuple(rows)),
+                  notices=_tuple)  # fmt: skip
 
 
 def decode_state(data: Any) -> RunState:
@@ -129,4 +137,5 @@ def decode_state(data: Any) -> RunState:
         warnings=_tuple,
         advice=_tuple,
         suggestions=lambda items: tuple(_build(Advice, item, "suggestion") for item in _tuple(items)),
+        fleet=_optional(_decode_fleet),
     )

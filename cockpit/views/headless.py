@@ -25,7 +25,7 @@ from rich.text import Text
 
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
-from cockpit.core.state import JobView, RunState
+from cockpit.core.state import FleetView, JobView, RunState
 from cockpit.views.units import MIB, eta, mib, num, si
 
 
@@ -139,6 +139,30 @@ def run_line(state: RunState) -> str | None:
     return f"{num(sps)} sps  eta {eta(eta_s)}"
 
 
+def money(usd: float | None) -> str:
+    """Dollars with cents, or "-" when unknown."""
+    return "-" if usd is None else f"${usd:,.2f}"
+
+
+def fleet_line(fleet: FleetView) -> str:
+    """A fleet's tiers in one line: per tier finished/entered of planned, running, promoted,
+    culled and failed; then the ETA and the cost so far and projected."""
+    tiers = []
+    for t in fleet.tiers:
+        parts = [f"tier {t.tier} ({si(t.timesteps)}): {t.finished}/{max(t.planned, t.entered)} done"]
+        parts += [f"{n} {what}" for n, what in ((t.running, "running"), (t.promoted, "promoted"),
+                                                 (t.culled, "culled"), (t.failed, "failed")) if n]  # fmt: skip
+        tiers.append(", ".join(parts))
+    cost = f"  {money(fleet.spent_usd)} spent, {money(fleet.projected_usd)} projected" if fleet.rate_usd_per_h else ""
+    return f"{fleet.name}: " + " | ".join(tiers) + f"  eta {eta(fleet.eta_s)}{cost}"
+
+
+def leaderboard_lines(fleet: FleetView, top: int = 5) -> list[str]:
+    """The best agents, one line each."""
+    return [f"  {i}. {r.agent} score {r.score:.1f} (tier {r.tier}, {r.steps:,} steps) {r.env} {r.preset} seed {r.seed}"
+            + (f" {r.overrides}" if r.overrides else "") for i, r in enumerate(fleet.leaders[:top], 1)]  # fmt: skip
+
+
 def summary_lines(state: RunState, run_log: str) -> list[str]:
     """What the run ended with and why, for the last lines on screen."""
     shown = (JobState.DONE, JobState.FAILED, JobState.STOPPED, JobState.PAUSED, JobState.QUEUED)
@@ -148,6 +172,9 @@ def summary_lines(state: RunState, run_log: str) -> list[str]:
         if job.state is not JobState.DONE:
             why = job.error or job.exit_reason or "not started"
             lines.append(f"  job {job.id} (seed {job.seed}) {job.state} at {job.steps:,}/{job.target:,} steps: {why}")
+    if state.fleet is not None:
+        lines.append(f"fleet {fleet_line(state.fleet)}")
+        lines += ["leaderboard:", *leaderboard_lines(state.fleet)] if state.fleet.leaders else []
     lines.append(f"run log: {run_log}")
     return lines
 
@@ -163,6 +190,7 @@ class HeadlessView:
         self._last_plain = 0.0
         self._warned: set[str] = set()
         self._advised: dict[str, str] = {}  # setting -> the suggestion last printed for it
+        self._notices_seen = 0  # a fleet's notices printed so far
 
     def _print_warnings(self, warnings: Iterable[str]) -> None:
         for warning in warnings:
@@ -188,12 +216,23 @@ class HeadlessView:
         figures = f"  {line}" if state.status.live and (line := run_line(state)) else ""
         header = Text(f"cockpit  {state.preset} on {state.env}  {state.status.value}{figures}  {state.run_dir}",
                       style="bold")  # fmt: skip
-        return Group(header, jobs_table(state, self.console.width), Text(system_line(state)))
+        fleet = [Text(fleet_line(state.fleet))] if state.fleet is not None else []
+        return Group(header, *fleet, jobs_table(state, self.console.width), Text(system_line(state)))
+
+    def _print_notices(self, state: RunState) -> None:
+        fleet = state.fleet
+        if fleet is None or fleet.notice_count <= self._notices_seen:
+            return
+        new = fleet.notice_count - self._notices_seen
+        for line in fleet.notices[-new:]:  # more than the view keeps arrived at once: the newest
+            self._emit(f"{_stamp(state.now)} [fleet] {line}")
+        self._notices_seen = fleet.notice_count
 
     def update(self, state: RunState) -> None:
         """Redraw the table (TTY), or print state changes and periodic progress lines."""
         self._print_warnings(state.warnings + state.advice)
         self._print_advice(state)
+        self._print_notices(state)
         if self.console.is_terminal:
             if self.live is None:
                 self.live = Live(self._renderable(state), console=self.console, refresh_per_second=4)
@@ -215,6 +254,8 @@ class HeadlessView:
                     self._emit(f"{_stamp(now)} [job {job.id}] {job_line(job)}")
             if state.status.live and (line := run_line(state)):
                 self._emit(f"{_stamp(now)} [run] {line}")
+            if state.fleet is not None:
+                self._emit(f"{_stamp(now)} [fleet] {fleet_line(state.fleet)}")
             self._emit(f"{_stamp(now)} [system] {system_line(state)}")
 
     def close(self, state: RunState) -> None:

@@ -1,0 +1,126 @@
+"""A fleet's collected models: `RUN_DIR/models/` and its `models.toml` manifest.
+
+Each agent that finishes a fleet's last tier has its final model copied to `models/<agent>.zip`
+(SB3's own format, loadable with `PPO.load`), with `models/<agent>.vecnormalize.pkl` beside it when
+the agent normalized observations. `models.toml` lists them, best first:
+
+```toml
+fleet = "screen"
+[[models]]
+agent = "a0003"
+file = "a0003.zip"
+sha256 = "9f2c..."
+env = "CartPole-v1"
+preset = "cartpole"
+overrides = { learning_rate = 0.001 }
+seed = 3
+score = 500.0
+steps = 8192
+vecnormalize = "a0003.vecnormalize.pkl"      # only when the agent normalized
+vecnormalize_sha256 = "..."
+```
+
+Every file is copied under a temporary name, fsynced and renamed, and the manifest is rewritten
+atomically, so a kill leaves whole files. `verify` recomputes each checksum (`cockpit report` runs it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from cockpit.contract.files import write_atomic
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
+
+MODELS_DIR = "models"
+MANIFEST = "models.toml"
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One collected model: whose it is, how it was trained and scored, and its checksums."""
+
+    agent: str
+    file: str
+    sha256: str
+    env: str
+    preset: str
+    seed: int
+    score: float
+    steps: int
+    overrides: dict[str, Any] = field(default_factory=dict)
+    vecnormalize: str | None = None
+    vecnormalize_sha256: str | None = None
+
+
+def sha256_of(path: Path) -> str:
+    """The file's SHA-256, hex."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def copy_atomic(source: Path, target: Path) -> str:
+    """Copy `source` to `target` whole or not at all; returns the copy's SHA-256."""
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        shutil.copyfile(source, tmp)
+        with tmp.open("rb") as fh:
+            os.fsync(fh.fileno())
+        digest = sha256_of(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return digest
+
+
+def write_manifest(run_dir: Path, fleet: str, entries: list[ModelEntry]) -> None:
+    """Rewrite `models.toml` with `entries` (in the order given), atomically."""
+    models = []
+    for entry in entries:
+        data = {key: value for key, value in entry.__dict__.items() if value is not None and value != {}}
+        models.append(data)
+    write_atomic(run_dir / MODELS_DIR / MANIFEST, tomli_w.dumps({"fleet": fleet, "models": models}))
+
+
+def read_manifest(run_dir: Path) -> list[ModelEntry]:
+    """The entries of `models.toml` ([] when there is none); ValueError (one line) when it is not one."""
+    path = run_dir / MODELS_DIR / MANIFEST
+    if not path.is_file():
+        return []
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        return [ModelEntry(**entry) for entry in raw.get("models", [])]
+    except (tomllib.TOMLDecodeError, TypeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: not a models manifest ({exc})") from None
+
+
+def verify(run_dir: Path, entries: list[ModelEntry]) -> list[str]:
+    """One problem line per file that is missing or does not match its recorded SHA-256 ([] when all do)."""
+    problems = []
+    directory = run_dir / MODELS_DIR
+    for entry in entries:
+        pairs = [(entry.file, entry.sha256)]
+        if entry.vecnormalize is not None:
+            pairs.append((entry.vecnormalize, entry.vecnormalize_sha256 or ""))
+        for name, digest in pairs:
+            path = directory / name
+            if not path.is_file():
+                problems.append(f"{path}: missing")
+            elif sha256_of(path) != digest:
+                problems.append(f"{path}: does not match its SHA-256 in {MANIFEST}")
+    return problems

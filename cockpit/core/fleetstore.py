@@ -1,0 +1,196 @@
+"""A fleet's durable state: its agents, their tiers, scores and promotions, in SQLite.
+
+`fleet.db` lives in the run directory beside run.toml. It is opened in WAL mode with
+`synchronous=FULL`, and every change is one transaction, so a kill -9 of the cockpit at any moment
+leaves either the whole change or none of it: a result recorded with its agent's status, or a sync
+tier's promotions all together. `cockpit fleet --resume` rebuilds the run from it.
+
+Tables:
+- `meta`: the plan's TOML text and its source path, as the fleet began (a resume runs that plan,
+  even if the file changed since);
+- `agents`: one row per agent of the matrix, with the tier it is in (-1 before it starts) and its
+  status there: `waiting` (not started), `training` (assigned to its tier, no score yet: queued,
+  running or resuming), `scored` (its tier's result is in `results`), `failed` (its worker failed
+  past the restart policy; it is out of the ranking);
+- `results`: an agent's score at the end of a tier, with its training return and steps;
+- `promotions`: an agent promoted out of a tier. An agent is culled in a tier when it has a result
+  there, no promotion from it, and the tier can promote no more.
+
+Readers (`cockpit report`, a viewer) open it read-only; WAL lets them read while the cockpit writes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+FLEET_DB = "fleet.db"
+AgentStatus = Literal["waiting", "training", "scored", "failed"]
+NewAgent = tuple[str, int, str, str, dict[str, Any], int]  # id, index, env, preset argument, overrides, seed
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS agents (
+    id TEXT PRIMARY KEY, idx INTEGER NOT NULL, env TEXT NOT NULL, preset TEXT NOT NULL,
+    overrides TEXT NOT NULL, seed INTEGER NOT NULL,
+    tier INTEGER NOT NULL DEFAULT -1, status TEXT NOT NULL DEFAULT 'waiting', error TEXT
+);
+CREATE TABLE IF NOT EXISTS results (
+    agent TEXT NOT NULL REFERENCES agents(id), tier INTEGER NOT NULL, steps INTEGER NOT NULL,
+    score REAL NOT NULL, score_std REAL, train_return REAL, t REAL NOT NULL, PRIMARY KEY (agent, tier)
+);
+CREATE TABLE IF NOT EXISTS promotions (
+    agent TEXT NOT NULL REFERENCES agents(id), from_tier INTEGER NOT NULL, t REAL NOT NULL,
+    PRIMARY KEY (agent, from_tier)
+);
+"""
+
+
+class FleetStoreError(RuntimeError):
+    """fleet.db is missing, unreadable or not a fleet's; the message is one line naming the file."""
+
+
+@dataclass(frozen=True)
+class AgentRow:
+    """One agent as stored: its settings, the tier it is in and its status there."""
+
+    id: str
+    index: int
+    env: str
+    preset: str
+    overrides: dict[str, Any]
+    seed: int
+    tier: int
+    status: AgentStatus
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Result:
+    """An agent's score at the end of a tier."""
+
+    agent: str
+    tier: int
+    steps: int
+    score: float
+    score_std: float | None
+    train_return: float | None
+    seed: int
+    t: float
+
+
+class FleetStore:
+    """fleet.db, open for the cockpit that runs the fleet (or read-only for a reader)."""
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        self.path = path
+        if read_only:
+            if not path.is_file():
+                raise FleetStoreError(f"{path}: no fleet database there")
+            self._db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
+        else:
+            self._db = sqlite3.connect(path, isolation_level=None)  # transactions are explicit
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            self._db.executescript(_SCHEMA)
+        self._db.row_factory = sqlite3.Row
+
+    @classmethod
+    def in_run_dir(cls, run_dir: Path, *, read_only: bool = False) -> FleetStore:
+        """The store of the fleet in `run_dir`."""
+        return cls(run_dir / FLEET_DB, read_only=read_only)
+
+    def close(self) -> None:
+        """Close the connection."""
+        self._db.close()
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
+
+    # ----- writing (the cockpit that runs the fleet) -----
+
+    def create(self, plan_text: str, plan_source: str, agents: list[NewAgent]) -> None:
+        """Record the plan and every agent (id, index, env, preset, overrides, seed), waiting."""
+        meta = [("plan", plan_text), ("plan_source", plan_source), ("created", str(time.time()))]
+        with self._transaction() as db:
+            db.executemany("INSERT INTO meta VALUES (?, ?)", meta)
+            db.executemany(
+                "INSERT INTO agents (id, idx, env, preset, overrides, seed) VALUES (?, ?, ?, ?, ?, ?)",
+                [(a, i, env, preset, json.dumps(overrides, sort_keys=True), seed)
+                 for a, i, env, preset, overrides, seed in agents],
+            )  # fmt: skip
+
+    def start(self, agent: str, tier: int) -> None:
+        """`agent` trains in `tier` from now (its first tier; later tiers come with a promotion)."""
+        with self._transaction() as db:
+            db.execute("UPDATE agents SET tier = ?, status = 'training' WHERE id = ?", (tier, agent))
+
+    def record(self, agent: str, tier: int, *, steps: int, score: float, score_std: float | None,
+               train_return: float | None) -> None:  # fmt: skip
+        """`agent` ended `tier` with this score; once recorded, a result is never replaced."""
+        with self._transaction() as db:
+            db.execute("INSERT OR IGNORE INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       (agent, tier, steps, score, score_std, train_return, time.time()))  # fmt: skip
+            db.execute("UPDATE agents SET status = 'scored' WHERE id = ? AND tier = ?", (agent, tier))
+
+    def fail(self, agent: str, tier: int, error: str) -> None:
+        """`agent` could not finish `tier`: out of the ranking."""
+        with self._transaction() as db:
+            db.execute("UPDATE agents SET status = 'failed', error = ? WHERE id = ? AND tier = ?", (error, agent, tier))
+
+    def promote(self, agents: list[str], from_tier: int, *, decided: bool = False) -> None:
+        """Promote `agents` out of `from_tier` into the next tier, all in one transaction; `decided`
+        also records that the tier promotes no one else (sync), even when `agents` is empty."""
+        now = time.time()
+        with self._transaction() as db:
+            if decided:
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"decided:{from_tier}", str(len(agents))))
+            db.executemany("INSERT INTO promotions VALUES (?, ?, ?)", [(a, from_tier, now) for a in agents])
+            db.executemany("UPDATE agents SET tier = ?, status = 'training' WHERE id = ? AND tier = ?",
+                           [(from_tier + 1, a, from_tier) for a in agents])  # fmt: skip
+
+    # ----- reading -----
+
+    def meta(self, key: str) -> str | None:
+        """A `meta` value (`plan`, `plan_source`, `created`), None when absent."""
+        try:
+            row = self._db.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise FleetStoreError(f"{self.path}: not a fleet database ({exc})") from None
+        return None if row is None else str(row["value"])
+
+    def agents(self) -> list[AgentRow]:
+        """Every agent, in matrix order."""
+        rows = self._db.execute("SELECT * FROM agents ORDER BY idx").fetchall()
+        return [AgentRow(r["id"], r["idx"], r["env"], r["preset"], json.loads(r["overrides"]), r["seed"], r["tier"],
+                         r["status"], r["error"]) for r in rows]  # fmt: skip
+
+    def results(self, tier: int | None = None) -> list[Result]:
+        """Scores, of one tier or all, in the order they were recorded."""
+        query = "SELECT r.*, a.seed FROM results r JOIN agents a ON a.id = r.agent"
+        args: tuple[Any, ...] = ()
+        if tier is not None:
+            query, args = query + " WHERE r.tier = ?", (tier,)
+        rows = self._db.execute(query + " ORDER BY r.t, r.rowid", args).fetchall()
+        return [Result(r["agent"], r["tier"], r["steps"], r["score"], r["score_std"], r["train_return"], r["seed"],
+                       r["t"]) for r in rows]  # fmt: skip
+
+    def promotions(self) -> dict[int, set[str]]:
+        """The agents promoted out of each tier."""
+        out: dict[int, set[str]] = {}
+        for row in self._db.execute("SELECT agent, from_tier FROM promotions"):
+            out.setdefault(row["from_tier"], set()).add(row["agent"])
+        return out
