@@ -259,8 +259,11 @@ def build_parser() -> ArgumentParser:
 
     report = sub.add_parser(
         "report",
-        help="summarize a finished or live run from its run.toml",
-        description="Print a run's config, host, GPU, per-job results and utilization by phase.",
+        help="summarize a finished or live run (a fleet's tiers, leaderboard and models too)",
+        description="Print a run's config, host, GPU, per-job results and utilization by phase; for a fleet, its\n"
+        "tiers, leaderboard and every agent, with its collected models' SHA-256 checksums verified.\n"
+        "Exit codes: 0, 1 when a collected model fails its checksum, 2 when RUN_DIR holds no readable run.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's directory")
     report.add_argument(

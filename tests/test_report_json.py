@@ -17,6 +17,7 @@ from cockpit.commands.report import json_report
 from cockpit.contract.commands import StopAll
 from cockpit.contract.runspec import build_spec
 from cockpit.contract.states import JobState
+from cockpit.core.fleetreport import STATUSES
 from cockpit.core.session import RunSession
 from cockpit.core.telemetry import Sampler
 from tests.test_control import FakeWorkers, QuietView, _try_connect, wait_for
@@ -34,6 +35,10 @@ def test_the_schema_names_every_job_state() -> None:
     assert set(SCHEMA["$defs"]["state"]["enum"]) == {state.value for state in JobState}
 
 
+def test_the_schema_names_every_fleet_agent_status() -> None:
+    assert SCHEMA["$defs"]["agentStatus"]["enum"] == list(STATUSES)
+
+
 def test_a_finished_run_reports_from_its_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run_dir = tmp_path / "run"
     shutil.copytree(GOLDEN_RUN, run_dir)
@@ -44,6 +49,7 @@ def test_a_finished_run_reports_from_its_files(tmp_path: Path, capsys: pytest.Ca
     assert [job["state"] for job in report["jobs"]] == ["done", "done", "done"]
     assert all(job["steps"] >= job["target"] for job in report["jobs"])
     assert report["counts"] == {"done": 3}
+    assert report["fleet"] is None  # an ordinary run: the key is there, null
     assert main(["report", str(run_dir), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == report
 
@@ -85,4 +91,5 @@ def test_a_live_run_reports_through_its_socket(tmp_path: Path) -> None:
     assert report["live"] is True and report["status"] == "running" and report["slots"] == 2
     assert report["counts"] == {"running": 2, "queued": 1}
     assert report["command"] == "cockpit run --agents 3"
+    assert report["fleet"] is None
     assert [job["state"] for job in report["jobs"]] == ["running", "running", "queued"]

@@ -208,6 +208,9 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
     # A resumed run must not replay the first run's env and action randomness from its start.
     newest = store.list()
     offset = int(newest[-1].name.split("-")[1]) if newest else 0
+    if stop.requested:  # asked to stop while importing (its cockpit died): nothing trained, nothing to save
+        events.finished(status="stopped", steps=offset, duration=round(time.time() - started, 3))
+        return 0
     venv = make_vec_env(config.env, preset.n_envs, seed=config.seed + offset, threads=config.threads)
     try:
         resumed = resume(store, preset, venv, device=config.device)

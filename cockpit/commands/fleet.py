@@ -107,7 +107,8 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
         return FleetRun.new(plan, plan_text, supervisor, rate_usd_per_h=rate)
 
     gpu, gpu_status = open_gpu()
-    session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), fleet_factory=fleet)
+    session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), resume=args.resume is not None,
+                         fleet_factory=fleet)  # fmt: skip
     try:
         state = session.run(front.headless())
     except ConfigError as exc:

@@ -1,8 +1,14 @@
 """`cockpit report RUN_DIR`: a readable summary of a finished or live run from its run log, or
-(`--json`) the run as one JSON object for scripts and monitors."""
+(`--json`) the run as one JSON object for scripts and monitors.
+
+A fleet's run dir (`cockpit fleet`) also has its fleet reported from `fleet.db` and
+`models/models.toml` (`cockpit.core.fleetreport`): the tiers, the leaderboard, every agent and the
+collected models, whose checksums are verified. When one fails, the whole report is still printed,
+and the command exits 1 with one line on stderr naming the files."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -10,14 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from cockpit.commands.console import output_console
 from cockpit.contract.events import FinishedEvent, PhaseEvent, ProgressEvent, read_events
+from cockpit.contract.models import MODELS_DIR
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, RunRecordError, iso, read
 from cockpit.contract.runspec import ConfigError
 from cockpit.core.feed import Replay, SourceError
+from cockpit.core.fleetreport import STATUSES, FleetReportError, FleetSummary, fleet_summary
 from cockpit.core.runs import open_run
 from cockpit.core.state import RunState
 
@@ -46,11 +55,23 @@ def _fmt(value: Any, spec: str = "{:,.1f}") -> str:
     return "-" if value is None else spec.format(value)
 
 
-def print_report(run_dir: Path, console: Console | None = None) -> None:
-    """Print the run's config, host, GPU, per-job results and utilization by phase; ConfigError
-    (one line) when `run_dir` holds no readable run.toml."""
+def _fleet(run_dir: Path) -> FleetSummary | None:
+    """The fleet in `run_dir` (None for an ordinary run); ConfigError (one line) when its fleet.db
+    or recorded plan cannot be read."""
+    try:
+        return fleet_summary(run_dir)
+    except FleetReportError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary | None:
+    """Print the run's config, host, GPU, per-job results and utilization by phase, and for a fleet
+    its tiers, leaderboard and models (`print_fleet`); returns the fleet (None for an ordinary run).
+    ConfigError (one line), before anything is printed, when `run_dir` holds no readable run.toml
+    or an unreadable fleet.db."""
     console = console or output_console()
     log = load(run_dir)
+    fleet = _fleet(run_dir)
     cfg, host, gpu, util = log.config, log.host, log.gpu, log.utilization
     live = log.status.live
     console.print(f"[bold]{run_dir}[/]  status [bold]{log.status}[/]  {log.command}")
@@ -98,19 +119,85 @@ def print_report(run_dir: Path, console: Console | None = None) -> None:
         console.print(f"time with at least one job training: {util.train_share:.0%}")
     for warning in log.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
+    if fleet is not None:
+        print_fleet(fleet, console)
+    return fleet
+
+
+LEADERS = 10  # leaderboard rows in the text report (--json lists every agent with a score)
+FAILED_LISTED = 10  # failed agents named with their errors in the text report
+
+
+def _overrides_text(overrides: dict[str, Any]) -> str:
+    """`key=value, ...` in key order, as the cockpit's leaderboard shows them ("" for none)."""
+    return ", ".join(f"{key}={value!r}" for key, value in sorted(overrides.items()))
+
+
+def print_fleet(fleet: FleetSummary, console: Console) -> None:
+    """The fleet's section of the text report: its plan, agents by status, tiers, top leaderboard,
+    failed agents and the models line (each checksum problem on its own line)."""
+    rate = f", ${fleet.rate_usd_per_h:g}/h" if fleet.rate_usd_per_h is not None else ""
+    console.print(f"[bold]fleet {escape(fleet.name)}[/] ({escape(fleet.source)}): {len(fleet.agents):,} agents, "
+                  f"{fleet.promotion} promotion, {len(fleet.tiers)} tier(s){rate}", highlight=False)  # fmt: skip
+    by_status = ", ".join(f"{n:,} {status}" for status in STATUSES if (n := fleet.count(status)))
+    console.print(f"agents: {by_status or 'none'}", highlight=False)
+    tiers = Table(title="tiers", title_justify="left")
+    for col in ("tier", "timesteps", "planned", "entered", "training", "finished", "promoted", "culled", "failed"):
+        tiers.add_column(col, justify="right")
+    for t in fleet.tiers:
+        tiers.add_row(*(f"{n:,}" for n in (t.tier, t.timesteps, t.planned, t.entered, t.training, t.finished,
+                                           t.promoted, t.culled, t.failed)))  # fmt: skip
+    console.print(tiers)
+    if fleet.leaderboard:
+        shown = fleet.leaderboard[:LEADERS]
+        board = Table(title=f"leaderboard (top {len(shown)} of {len(fleet.leaderboard):,} scored; the highest tier "
+                      "first)", title_justify="left")  # fmt: skip
+        for col in ("#", "agent", "tier", "steps", "score", "± std", "train return", "env", "preset", "overrides",
+                    "seed"):  # fmt: skip
+            board.add_column(col, justify="left" if col in ("agent", "env", "preset", "overrides") else "right")
+        for leader in shown:
+            board.add_row(
+                str(leader.rank), leader.agent, str(leader.tier), f"{leader.steps:,}", f"{leader.score:,.1f}",
+                _fmt(leader.score_std), _fmt(leader.train_return), escape(leader.env), escape(leader.preset),
+                escape(_overrides_text(leader.overrides)), str(leader.seed),
+            )  # fmt: skip
+        console.print(board)
+    failed = [agent for agent in fleet.agents if agent.status == "failed"]
+    for agent in failed[:FAILED_LISTED]:
+        console.print(f"[red]failed:[/] {agent.id} in tier {agent.tier}: {escape(agent.error or 'no error recorded')}",
+                      highlight=False)  # fmt: skip
+    if len(failed) > FAILED_LISTED:
+        console.print(f"[red]failed:[/] {len(failed) - FAILED_LISTED:,} more (report --json lists them)")
+    models = fleet.models
+    if models.verified and not models.entries:
+        console.print("models: none collected yet (the agents that finish the last tier are)", highlight=False)
+    elif models.verified:
+        console.print(f"models: {len(models.entries):,} collected, checksums verified", highlight=False)
+    else:
+        console.print(f"[red]models: {len(models.entries):,} collected, {len(models.problems):,} problem(s):[/]",
+                      highlight=False)  # fmt: skip
+        for problem in models.problems:
+            console.print(f"  {problem}", style="red", highlight=False, markup=False)
 
 
 def main(run_dir: Path, *, as_json: bool = False) -> int:
     """`cockpit report` on stdout, as tables or (`as_json`) as one JSON object; returns the exit
-    code (2 with one line for no readable run)."""
+    code: 2 with one line for no readable run; 1, after the whole report and with one line on
+    stderr, when a fleet's collected model is missing or fails its checksum."""
     try:
         if as_json:
-            print(json.dumps(json_report(run_dir), indent=2))
+            report = json_report(run_dir)
+            print(json.dumps(report, indent=2))
+            problems = report["fleet"]["models"]["problems"] if report["fleet"] is not None else []
         else:
-            print_report(run_dir)
+            fleet = print_report(run_dir)
+            problems = list(fleet.models.problems) if fleet is not None else []
     except ConfigError as exc:
         print(f"cockpit report: error: {exc}", file=sys.stderr)
         return 2
+    if problems:
+        print(f"cockpit report: error: models failed verification: {'; '.join(problems)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -122,8 +209,10 @@ FIRST_FRAME_WAIT_S = 5.0
 
 def json_report(run_dir: Path) -> dict[str, Any]:
     """The run as `report --json` prints it (schema: docs/report.schema.json, documented in
-    docs/report-json.md): from the run's control socket while it is live, else from its files.
-    ConfigError (one line) when `run_dir` is no run."""
+    docs/report-json.md): from the run's control socket while it is live, else from its files; a
+    fleet's `fleet` object always from its files (fleet.db is readable while the fleet runs), null
+    for an ordinary run. ConfigError (one line) when `run_dir` is no run or its fleet.db is unreadable."""
+    fleet = _fleet(run_dir)
     try:
         source = open_run(run_dir)
     except SourceError as exc:
@@ -143,7 +232,7 @@ def json_report(run_dir: Path) -> dict[str, Any]:
         command = read(run_dir).command
     except RunRecordError:
         command = ""  # a live run that has not written its first run.toml yet
-    return state_json(frame.state, live=live, command=command)
+    return {**state_json(frame.state, live=live, command=command), "fleet": fleet_json(fleet, run_dir)}
 
 
 def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
@@ -186,6 +275,43 @@ def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
         ],
         "warnings": list(state.warnings),
     }
+
+
+def fleet_json(fleet: FleetSummary | None, run_dir: Path) -> dict[str, Any] | None:
+    """`fleet` as report --json's `fleet` object (None for an ordinary run)."""
+    if fleet is None:
+        return None
+    counts = {status: n for status in STATUSES if (n := fleet.count(status))}
+    return {
+        "name": fleet.name,
+        "plan": fleet.source,
+        "promotion": fleet.promotion,
+        "rate_usd_per_h": fleet.rate_usd_per_h,
+        "counts": counts,
+        "tiers": [dataclasses.asdict(tier) for tier in fleet.tiers],
+        "leaderboard": [
+            {"rank": leader.rank, "id": leader.agent, "tier": leader.tier, "steps": leader.steps,
+             "score": leader.score, "score_std": leader.score_std, "train_return": leader.train_return,
+             "env": leader.env, "preset": leader.preset, "overrides": leader.overrides, "seed": leader.seed}
+            for leader in fleet.leaderboard
+        ],
+        "agents": [
+            {"id": agent.id, "tier": agent.tier, "status": agent.status, "steps": agent.steps, "score": agent.score,
+             "score_std": agent.score_std, "score_tier": agent.score_tier, "env": agent.env, "preset": agent.preset,
+             "overrides": agent.overrides, "seed": agent.seed, "error": agent.error}
+            for agent in fleet.agents
+        ],
+        "models": {
+            "dir": str(run_dir / MODELS_DIR),
+            "verified": fleet.models.verified,
+            "problems": list(fleet.models.problems),
+            "collected": [
+                {"agent": m.agent, "file": m.file, "sha256": m.sha256, "vecnormalize": m.vecnormalize,
+                 "vecnormalize_sha256": m.vecnormalize_sha256, "score": m.score, "steps": m.steps}
+                for m in fleet.models.entries
+            ],
+        },
+    }  # fmt: skip
 
 
 def _round(value: float | None) -> float | None:

@@ -200,6 +200,16 @@ def _overrides(value: Any) -> tuple[list[tuple[tuple[str, Any], ...]], list[str]
     return [tuple(zip(keys, combo, strict=True)) for combo in itertools.product(*(value[k] for k in keys))], []
 
 
+def _beside(spec: str, source: str) -> str:
+    """A preset file named relative to the plan file, as an absolute path (so a resumed fleet finds
+    it from anywhere); a built-in name or an absolute path as given."""
+    path = Path(spec)
+    if path.is_absolute() or not (spec.endswith(".toml") or "/" in spec):
+        return spec
+    beside = Path(source).parent / path
+    return str(beside.resolve()) if beside.is_file() else str(path.resolve()) if path.is_file() else spec
+
+
 def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
     """Validate a plan's TOML data; PlanError (one line, prefixed by `source`) listing every problem."""
     problems = _unknown(raw, TOP_KEYS, "")
@@ -253,6 +263,7 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
             backend_for(env, source="'agents.env'")
         except UnknownEnvError as exc:
             problems.append(str(exc))
+    presets = [_beside(spec, source) for spec in presets]
     loaded: dict[str, Preset] = {}
     for spec in presets:
         try:

@@ -122,10 +122,12 @@ class FleetRun:
         run_dir = supervisor.run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         store = FleetStore.in_run_dir(run_dir)
-        store.create(plan_text, plan.source, [
+        store.create(plan_text, str(Path(plan.source).resolve()), [
             (a.id, a.index, a.env, _preset_arg(a, run_dir), dict(a.overrides), a.seed) for a in plan.agents
         ])  # fmt: skip
         fleet = cls(plan, store, supervisor, **kwargs)
+        if fleet.rate is not None:
+            store.set_meta("rate_usd_per_h", repr(fleet.rate))
         fleet._load()
         return fleet
 
@@ -140,6 +142,9 @@ class FleetRun:
             store.close()
             raise PlanError(f"--resume {run_dir}: no fleet recorded there (no plan in {store.path})")
         plan = parse_plan(tomllib.loads(text), source)
+        recorded = store.meta("rate_usd_per_h")
+        if kwargs.get("rate_usd_per_h") is None and recorded is not None:
+            kwargs["rate_usd_per_h"] = float(recorded)  # the rate the fleet began with, unless given anew
         fleet = cls(plan, store, supervisor, **kwargs)
         fleet._load()
         fleet._restore()
@@ -338,12 +343,16 @@ class FleetRun:
             vn_name = f"{agent.row.id}.vecnormalize.pkl"
             vn_digest = copy_atomic(vecnorm, directory / vn_name)
         row = agent.row
-        preset = self.plan.agents[row.index].preset_name
+        preset = self.plan.agents[row.index].preset.name
         self._models[row.id] = ModelEntry(row.id, f"{row.id}.zip", digest, row.env, preset, row.seed, result.score,
                                           result.steps, row.overrides, vn_name, vn_digest)  # fmt: skip
         order = {r.agent: i for i, r in enumerate(ranked(self._results[result.tier]))}
         entries = sorted(self._models.values(), key=lambda e: order.get(e.agent, math.inf))
         write_manifest(self.run_dir, self.plan.name, entries)
+
+    def close(self) -> None:
+        """Close fleet.db (its WAL is checkpointed into it)."""
+        self.store.close()
 
     def _notice(self, line: str) -> None:
         self.notices = [*self.notices[-(NOTICES_KEPT - 1) :], line]
@@ -402,7 +411,7 @@ class FleetRun:
         top = sorted(best.values(), key=lambda r: (-r.tier, *rank_key(r)))[:LEADERS]
         rows = [self.agents[r.agent].row for r in top]
         leaders = tuple(
-            LeaderView(r.agent, row.env, self.plan.agents[row.index].preset_name, overrides_text(row.overrides), r.seed,
+            LeaderView(r.agent, row.env, self.plan.agents[row.index].preset.name, overrides_text(row.overrides), r.seed,
                        r.tier, r.steps, r.score)
             for r, row in zip(top, rows, strict=True)
         )  # fmt: skip

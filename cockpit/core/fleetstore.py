@@ -7,7 +7,8 @@ tier's promotions all together. `cockpit fleet --resume` rebuilds the run from i
 
 Tables:
 - `meta`: the plan's TOML text and its source path, as the fleet began (a resume runs that plan,
-  even if the file changed since);
+  even if the file changed since), the `--rate` it was given, and `decided:<tier>` for each tier
+  whose sync promotion is made;
 - `agents`: one row per agent of the matrix, with the tier it is in (-1 before it starts) and its
   status there: `waiting` (not started), `training` (assigned to its tier, no score yet: queued,
   running or resuming), `scored` (its tier's result is in `results`), `failed` (its worker failed
@@ -132,6 +133,11 @@ class FleetStore:
                 [(a, i, env, preset, json.dumps(overrides, sort_keys=True), seed)
                  for a, i, env, preset, overrides, seed in agents],
             )  # fmt: skip
+
+    def set_meta(self, key: str, value: str) -> None:
+        """Record a `meta` value, replacing any."""
+        with self._transaction() as db:
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
 
     def start(self, agent: str, tier: int) -> None:
         """`agent` trains in `tier` from now (its first tier; later tiers come with a promotion)."""

@@ -21,8 +21,8 @@ from typing import Protocol
 
 import psutil
 
-from cockpit.contract.rundir import JobDir
-from cockpit.contract.workerargs import PARENT_PID_ENV, THREAD_ENV_VARS, WorkerArgs
+from cockpit.contract.rundir import JOBS, JobDir
+from cockpit.contract.workerargs import PARENT_PID_ENV, THREAD_ENV_VARS, WORKER_MODULE, WorkerArgs
 
 
 @dataclass(frozen=True)
@@ -150,6 +150,42 @@ class LocalLauncher:
             return bool(psutil.Process(handle.pid).status() == psutil.STATUS_STOPPED)
         except psutil.Error:  # gone, a zombie being reaped, or not ours to look at
             return False
+
+
+def previous_workers(run_dir: Path) -> list[psutil.Process]:
+    """Worker processes still running on a job dir of `run_dir`: a killed cockpit's orphans, which
+    its death asked (PR_SET_PDEATHSIG) to checkpoint and exit."""
+    jobs = (run_dir / JOBS).resolve()
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if WORKER_MODULE not in cmdline or "--job-dir" not in cmdline[:-1]:
+            continue
+        try:
+            job_dir = Path(proc.cwd(), cmdline[cmdline.index("--job-dir") + 1]).resolve()
+        except psutil.Error:
+            continue
+        if job_dir.parent == jobs:
+            found.append(proc)
+    return found
+
+
+def wait_for_previous_workers(run_dir: Path, timeout_s: float) -> str | None:
+    """Before a resumed run starts its own workers: wait up to `timeout_s` for the previous
+    session's orphaned workers to checkpoint and exit, then SIGKILL any left (a worker that never
+    got going has nothing to save). Two workers on one job dir would be refused by its lock, and
+    an orphan's late events would read as the new worker's. Returns a line saying what it did, or
+    None when there were none."""
+    orphans = previous_workers(run_dir)
+    if not orphans:
+        return None
+    _, alive = psutil.wait_procs(orphans, timeout=timeout_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    psutil.wait_procs(alive, timeout=5)
+    killed = f", killed {len(alive)} still running after {timeout_s:.0f} s" if alive else ""
+    return f"waited for {len(orphans)} worker(s) of the previous session to checkpoint and exit{killed}"
 
 
 def log_tail(path: Path, lines: int = 5, max_bytes: int = 16_384) -> str:

@@ -41,7 +41,7 @@ from cockpit.core.control import ControlError, ControlServer
 from cockpit.core.feed import WINDOW_S, Transition, phases_since
 from cockpit.core.fleetrun import FleetFactory, FleetRun
 from cockpit.core.host import HostInfo, host_info, thread_budget
-from cockpit.core.launcher import Launcher, LocalLauncher
+from cockpit.core.launcher import Launcher, LocalLauncher, wait_for_previous_workers
 from cockpit.core.phases import Accounting, prune
 from cockpit.core.rundirwatch import RunDirWatch
 from cockpit.core.runlog import Recorder, phase_accounting, record
@@ -52,7 +52,10 @@ from cockpit.core.telemetry import Sample, Sampler
 TICK_S = 0.2
 RUN_LOG_EVERY_S = 10.0  # also how often the advisor looks at the run again
 ADVICE_CPU_SAMPLES = 300  # the last minute at 5 Hz
-CONTROL_LINGER_S = 1.0  # how long the final state stays served for viewers still polling
+CONTROL_LINGER_S = 1.0
+# How long a resumed run waits for a killed cockpit's workers to checkpoint and exit: a stop's grace,
+# plus the imports of a worker that was still starting on a loaded machine.
+ORPHAN_WAIT_S = 30.0  # how long the final state stays served for viewers still polling
 
 
 class View(Protocol):
@@ -118,6 +121,11 @@ class RunSession:
         self._view_failure: str | None = None
         self.fleet: FleetRun | None = None
         self._fleet_view: tuple[float, Any] | None = None  # (when, FleetView): refreshed once a second
+        if self.resume and isinstance(self.launcher, LocalLauncher):
+            # Before reading what the jobs wrote: a killed cockpit's workers may still be writing.
+            waited = wait_for_previous_workers(self.spec.run_dir, ORPHAN_WAIT_S)
+            if waited:
+                self.supervisor.warnings.append(waited)
         if self.fleet_factory is not None:
             self.fleet = self.fleet_factory(self.supervisor)
         elif self.resume:
@@ -307,6 +315,8 @@ class RunSession:
                     if len(self.supervisor.warnings) > warned:  # the last words say it was not written
                         state = self._latest = self.snapshot(all_jobs=True)
                 self.recorder.close()
+                if self.fleet is not None:
+                    self.fleet.close()
             if self.lost is not None:
                 # Viewers attached over the socket learn why from the final state; the `run`
                 # command prints `lost` itself, so the headless view is not handed it twice.

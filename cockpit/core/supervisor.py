@@ -318,6 +318,9 @@ class Supervisor:
         args = WorkerArgs(job.job_dir, preset=job.preset_arg or template.preset_arg, env=job.env or template.env,
                           timesteps=job.target, seed=job.seed, threads=self.budget.threads_per_job,
                           eval_episodes=job.eval_episodes)  # fmt: skip
+        # Whatever an earlier worker wrote after its exit was read belongs to that attempt, not this one.
+        for event in self._tails[job.id].read_new():
+            self._apply(job, event)
         job.attempt_finished = job.attempt_error = None
         job.attempt_started_seen = False
         job.last_event_at, job.stalled_at, job.stall_reason = self.clock.monotonic(), None, None
