@@ -189,6 +189,7 @@ def _report_failure(events: EventWriter, exc: Exception, job_dir: Path) -> int:
 
 def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
     """Build or resume the model, train to `config.timesteps`, checkpoint, and report. Returns 0."""
+    import psutil
     import torch
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -248,6 +249,7 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
             corrupt_checkpoints=tuple(CorruptCheckpoint(str(c.path), c.reason) for c in resumed.corrupt),
             policy=type(model.policy).__name__,
             torch_threads=torch.get_num_threads(),
+            startup_s=round(time.time() - psutil.Process().create_time(), 3),
         )
         callback = CockpitCallback(
             events, stop=stop, checkpoint=save, checkpoint_every=preset.checkpoint_every, emit_started=False

@@ -58,6 +58,7 @@ class StartedEvent:
     torch_threads: int | None = None
     resumed_from_step: int | None = None
     corrupt_checkpoints: tuple[CorruptCheckpoint, ...] = ()
+    startup_s: float | None = None  # from the worker process's start to this event: imports, env, model
 
     @property
     def threads(self) -> int | None:
@@ -260,7 +261,7 @@ _CHECKS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "started": {
         "pid": _optional(_integer), "device": _optional(_string), "config": _mapping, "versions": _mapping,
         "target_steps": _optional(_integer), "policy": _optional(_string), "torch_threads": _optional(_integer),
-        "resumed_from_step": _optional(_integer), "corrupt_checkpoints": _corrupt,
+        "resumed_from_step": _optional(_integer), "corrupt_checkpoints": _corrupt, "startup_s": _optional(_number),
     },
     "phase": {"phase": _choice(get_args(Phase)), "iteration": _integer, "num_timesteps": _integer},
     "progress": {
@@ -340,11 +341,12 @@ class EventWriter:
         torch_threads: int | None = None,
         resumed_from_step: int | None = None,
         corrupt_checkpoints: tuple[CorruptCheckpoint, ...] = (),
+        startup_s: float | None = None,
         t: float | None = None,
     ) -> StartedEvent:
         """The job began (or resumed): its resolved config, pid, torch device and package versions."""
         event = StartedEvent(_now(t), pid, device, dict(config or {}), dict(versions or {}), target_steps, policy,
-                             torch_threads, resumed_from_step, tuple(corrupt_checkpoints))  # fmt: skip
+                             torch_threads, resumed_from_step, tuple(corrupt_checkpoints), startup_s)  # fmt: skip
         return self.emit(event)
 
     def phase(self, phase: Phase, *, iteration: int, num_timesteps: int, t: float | None = None) -> PhaseEvent:

@@ -1,0 +1,164 @@
+"""A whole fleet end to end, projected first and then measured: `python -m benchmarks.fleet run`.
+
+1. Writes a CartPole plan (default: 64 agents, tiers 10k, 20k, 40k promoting 0.25 then 0.5, sync,
+   2 slots) and projects it as `cockpit fleet --dry-run` does (`cockpit.core.fleet.project`, from
+   this machine's cached or freshly probed costs; the probe is not timed).
+2. Runs it with the real `cockpit fleet --headless` and measures its wall time, the cockpit's own
+   CPU time and peak RSS (psutil, once a second), and from the run dir: the steps trained and each
+   worker launch's start-up (`started.startup_s`: process start to training).
+3. Prints projected against measured wall time as a ratio, the steps (and the time, at the
+   fleet's measured rate) the tiers save against training every agent to the last tier, the
+   start-up share of the slots' time, and the cockpit's CPU per minute.
+
+`python -m benchmarks.fleet run --scale 5000 --seconds 60` instead plans 5,000 agents and watches
+the cockpit supervise the first minute of them on the slots: its CPU per minute and its RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from benchmarks.common import REPO_ROOT
+from cockpit.contract.events import StartedEvent, of_kind, read_events
+from cockpit.contract.fleetplan import load_plan
+from cockpit.core.fleet import project, speed_of
+from cockpit.core.fleetstore import FleetStore
+from cockpit.core.sizing import costs_for, this_machine
+
+PLAN = """
+name = "bench"
+jobs = {slots}
+promotion = "sync"
+[agents]
+env = "CartPole-v1"
+preset = "cartpole"
+seeds = {agents}
+{tiers}
+[score]
+episodes = 10
+"""
+
+
+def plan_text(agents: int, slots: int, tiers: list[int], promote: list[float]) -> str:
+    tables = ""
+    for i, steps in enumerate(tiers):
+        tables += f"[[tiers]]\ntimesteps = {steps}\n" + (f"promote = {promote[i]}\n" if i < len(promote) else "")
+    return PLAN.format(slots=slots, agents=agents, tiers=tables)
+
+
+@dataclasses.dataclass
+class Watched:
+    """What the cockpit process cost while it ran."""
+
+    wall_s: float
+    cpu_s: float
+    peak_rss_mib: float
+    exit_code: int | None
+
+
+def watch(cmd: list[str], *, log: Path, seconds: float | None = None) -> Watched:
+    """Run `cmd`, polling its own CPU time and RSS once a second; after `seconds`, SIGINT it (a
+    clean stop) and wait."""
+    begin = time.monotonic()
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    me = psutil.Process(proc.pid)
+    cpu, rss = 0.0, 0
+    stopped = False
+    while proc.poll() is None:
+        try:
+            times = me.cpu_times()
+            cpu, rss = times.user + times.system, max(rss, me.memory_info().rss)
+        except psutil.Error:
+            pass
+        if seconds is not None and not stopped and time.monotonic() - begin >= seconds:
+            wall = time.monotonic() - begin  # the figures cover the watched minute, not the stop
+            proc.send_signal(signal.SIGINT)
+            stopped = True
+            proc.wait()
+            return Watched(wall, cpu, rss / 2**20, proc.returncode)
+        time.sleep(1.0)
+    return Watched(time.monotonic() - begin, cpu, rss / 2**20, proc.returncode)
+
+
+def run(args: argparse.Namespace) -> int:
+    tiers = [int(t) for t in args.tiers.split(",")]
+    promote = [float(p) for p in args.promote.split(",")]
+    work = Path(tempfile.mkdtemp(prefix="bench-fleet-run-"))
+    plan_path = work / "plan.toml"
+    plan_path.write_text(plan_text(args.agents, args.slots, tiers, promote))
+    plan = load_plan(plan_path)
+    machine = this_machine()
+    costs = costs_for(print, machine, plan.agents[0].preset)
+    if costs is None:
+        print("no measured costs for the cartpole preset here; cannot project", file=sys.stderr)
+        return 1
+    speed = speed_of(plan.agents[0].preset, costs, args.slots, machine.physical_cores)
+    projection = project(plan, lambda _preset: speed)
+    run_dir = work / "run"
+    cmd = [sys.executable, "-m", "cockpit", "fleet", str(plan_path), "--headless", "--run-dir", str(run_dir)]
+    print(f"plan: {args.agents} agents, tiers {tiers}, promote {promote}, {args.slots} slots; run dir {run_dir}")
+    watched = watch(cmd, log=work / "cockpit.log")
+    if watched.exit_code != 0:
+        print(f"the fleet exited {watched.exit_code}; see {work / 'cockpit.log'}", file=sys.stderr)
+        return 1
+    store = FleetStore.in_run_dir(run_dir, read_only=True)
+    results = store.results()
+    store.close()
+    trained = sum(max(r.steps for r in results if r.agent == agent) for agent in {r.agent for r in results})
+    startups = [e.startup_s for d in (run_dir / "jobs").iterdir() for e in of_kind(read_events(d / "events.jsonl"),
+                StartedEvent) if e.startup_s is not None]  # fmt: skip
+    projected = projection.total.seconds or 0.0
+    rate = trained / watched.wall_s
+    all_steps = projection.all_to_last.steps
+    print(f"steps trained: {trained:,} (projected {projection.total.steps:,}); all {args.agents} agents to "
+          f"{tiers[-1]:,}: {all_steps:,} steps: {1 - trained / all_steps:.1%} of the steps saved")  # fmt: skip
+    print(f"wall time: projected {projected:,.0f} s, measured {watched.wall_s:,.0f} s: projected/measured = "
+          f"{projected / watched.wall_s:.3f}")  # fmt: skip
+    print(f"all agents to the last tier at the fleet's measured {rate:,.0f} steps/s: {all_steps / rate:,.0f} s, "
+          f"so the tiers saved {all_steps / rate - watched.wall_s:,.0f} s "
+          f"({1 - watched.wall_s / (all_steps / rate):.1%})")  # fmt: skip
+    share = sum(startups) / (args.slots * watched.wall_s)
+    print(f"worker start-up: {len(startups)} launches, {sum(startups):,.1f} s in all (mean "
+          f"{sum(startups) / max(1, len(startups)):.2f} s): {share:.1%} of the slots' time")  # fmt: skip
+    print(f"cockpit: {watched.cpu_s:.1f} CPU s over {watched.wall_s:,.0f} s = {watched.cpu_s / watched.wall_s * 60:.2f}"
+          f" CPU s per minute ({watched.cpu_s / watched.wall_s:.2%} of a core), peak RSS "
+          f"{watched.peak_rss_mib:,.0f} MiB")  # fmt: skip
+    return 0
+
+
+def scale(args: argparse.Namespace) -> int:
+    work = Path(tempfile.mkdtemp(prefix="bench-fleet-scale-"))
+    plan_path = work / "plan.toml"
+    plan_path.write_text(plan_text(args.scale, args.slots, [10_000, 20_000, 40_000], [0.25, 0.5]))
+    begin = time.perf_counter()
+    load_plan(plan_path)
+    validate_s = time.perf_counter() - begin
+    cmd = [sys.executable, "-m", "cockpit", "fleet", str(plan_path), "--headless", "--run-dir", str(work / "run")]
+    watched = watch(cmd, log=work / "cockpit.log", seconds=args.seconds)
+    print(f"{args.scale:,} agents planned, {args.slots} slots: validated in {validate_s:.2f} s; over the first "
+          f"{watched.wall_s:,.0f} s the cockpit used {watched.cpu_s:.1f} CPU s = "
+          f"{watched.cpu_s / watched.wall_s * 60:.2f} CPU s per minute ({watched.cpu_s / watched.wall_s:.2%} of a "
+          f"core), peak RSS {watched.peak_rss_mib:,.0f} MiB")  # fmt: skip
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.fleet run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--agents", type=int, default=64)
+    parser.add_argument("--slots", type=int, default=2)
+    parser.add_argument("--tiers", default="10000,20000,40000", help="each tier's timesteps, comma-separated")
+    parser.add_argument("--promote", default="0.25,0.5", help="each tier's promote but the last, comma-separated")
+    parser.add_argument("--scale", type=int, metavar="N", help="instead: plan N agents and watch the first --seconds")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    args = parser.parse_args(argv)
+    return scale(args) if args.scale else run(args)
