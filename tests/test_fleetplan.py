@@ -194,3 +194,34 @@ def test_what_to_run_is_checked_before_anything_starts(
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1
     assert list(run.iterdir()) == []  # nothing started, nothing written
+
+
+def test_a_500_agent_dry_run_prints_the_cost_models_figures_and_starts_no_process(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cockpit.commands.fleet import _duration
+    from cockpit.core.sizing import this_machine
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    plan = load_plan(plan_file(tmp_path, GOOD.replace("seeds = 10", "seeds = 125")))
+    assert len(plan.agents) == 500
+    record = {"device": "cpu", "step_overhead_us": 400.0, "env_policy_us": 10.0, "env_step_us": 5.0,
+              "train_sample_us": 2.0}  # fmt: skip
+    for preset in {agent.preset for agent in plan.agents}:
+        measured_costs(preset, None, probe=lambda p, d: record)
+    costs = Costs("cpu", 400.0, 10.0, 5.0, 2.0)
+    cores = this_machine().physical_cores
+    expected = project(plan, lambda preset: speed_of(preset, costs, plan.jobs, cores))
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    assert main(["fleet", str(tmp_path / "plan.toml"), "--dry-run", "--rate", "2"]) == 0
+    rows = {line.split()[0] + (" " + line.split()[1] if line.split()[0] == "tier" else ""): line
+            for line in capsys.readouterr().out.splitlines() if line.strip()}  # fmt: skip
+    for stage in (*expected.tiers, expected.total):
+        row = rows[stage.label].split()
+        assert f"{stage.agents:,}" in row and f"{stage.steps:,}" in row
+        assert _duration(stage.seconds) in row and f"${stage.cost_usd:,.2f}" in row
+    assert expected.total.agents == 500 and expected.tiers[1].agents == 250 and expected.tiers[2].agents == 3
