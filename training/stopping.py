@@ -43,6 +43,56 @@ class StopFlag:
         signal.signal(signal.SIGINT, handler)
 
 
+class JobSignals:
+    """SIGTERM and SIGINT in a process that runs one job after another (the served worker).
+
+    During a job they ask that job to stop: each job gets a fresh `StopFlag` from `begin_job`.
+    Between jobs they set `quit`; `install` returns the read end of a pipe that becomes readable
+    on each signal (`signal.set_wakeup_fd`), so an idle wait in `select` wakes at once.
+    """
+
+    def __init__(self) -> None:
+        self.job: StopFlag | None = None
+        self.quit: signal.Signals | None = None
+
+    def install(self) -> int:
+        """Install the handlers (main thread only); returns the wake-up pipe's read end."""
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, self._handle)
+        signal.signal(signal.SIGINT, self._handle)
+        return read
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        sig = signal.Signals(signum)
+        if self.job is not None:
+            self.job.request(sig.name)
+        elif self.quit is None:
+            self.quit = sig
+
+    def begin_job(self) -> StopFlag:
+        """A fresh flag for the job about to run; from now on a signal is this job's. A signal
+        that came while the job's request was being read is counted as the job's too."""
+        flag = StopFlag()
+        self.job = flag
+        if self.quit is not None:
+            flag.request(self.quit.name)
+            self.quit = None
+        return flag
+
+    def end_job(self) -> None:
+        """The job is over: a signal from now on asks the process to quit."""
+        self.job = None
+
+    def die_of_quit(self) -> None:
+        """Exit as the quit signal's default action would (a process without handlers, killed)."""
+        if self.quit is not None:
+            signal.signal(self.quit, signal.SIG_DFL)
+            os.kill(os.getpid(), self.quit)
+
+
 def _follow_parent(sig: signal.Signals) -> bool | None:
     """Ask the kernel for `sig` when the cockpit named in `COCKPIT_PARENT_PID` dies. None when no
     cockpit started this process (or this is not Linux), else whether that cockpit is still alive."""

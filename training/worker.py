@@ -11,14 +11,21 @@ full: a write (a checkpoint, an event, a log line) failed with ENOSPC or EDQUOT.
 (type `disk_full`) then names the path and the free space when it can still be written; the exit
 code says it when it cannot, so the cockpit pauses the job rather than restarting it into the same
 full disk. The previous checkpoint is left whole (`training.checkpoints`).
+
+`python -m training.worker --serve --status-fd N` (see `serve`) imports once and then runs job
+after job, each read from stdin, exactly as a fresh worker would run it; a launcher's pool of
+these saves each job the seconds of start-up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
+import gc
 import math
 import os
+import select
 import sys
 import time
 import traceback
@@ -41,9 +48,17 @@ from cockpit.contract.events import (
 from cockpit.contract.files import free_space
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.rundir import JobDir
-from cockpit.contract.workerargs import DISK_FULL_ERROR, DISK_FULL_EXIT, WorkerArgs
+from cockpit.contract.workerargs import (
+    DISK_FULL_ERROR,
+    DISK_FULL_EXIT,
+    SERVE_FLAG,
+    ServeArgs,
+    WorkerArgs,
+    decode_request,
+    status_line,
+)
 from training.device import DeviceError, limit_native_threads, resolve_device
-from training.stopping import StopFlag, stop_with_parent
+from training.stopping import JobSignals, StopFlag, stop_with_parent
 
 # numpy, torch, SB3 and gymnasium are imported inside functions: their thread pools size
 # themselves at import, so they must load only after `limit_native_threads()` has run.
@@ -187,8 +202,11 @@ def _report_failure(events: EventWriter, exc: Exception, job_dir: Path) -> int:
     return 1
 
 
-def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
-    """Build or resume the model, train to `config.timesteps`, checkpoint, and report. Returns 0."""
+def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: float | None = None) -> int:
+    """Build or resume the model, train to `config.timesteps`, checkpoint, and report. Returns 0.
+
+    `received_at`: when this job was handed to the process (a served worker's); the `started`
+    event's `startup_s` counts from it, else from the process's start."""
     import psutil
     import torch
     from stable_baselines3.common.vec_env import VecNormalize
@@ -249,7 +267,7 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter) -> int:
             corrupt_checkpoints=tuple(CorruptCheckpoint(str(c.path), c.reason) for c in resumed.corrupt),
             policy=type(model.policy).__name__,
             torch_threads=torch.get_num_threads(),
-            startup_s=round(time.time() - psutil.Process().create_time(), 3),
+            startup_s=round(time.time() - (psutil.Process().create_time() if received_at is None else received_at), 3),
         )
         callback = CockpitCallback(
             events, stop=stop, checkpoint=save, checkpoint_every=preset.checkpoint_every, emit_started=False
@@ -321,7 +339,8 @@ def _input_error(message: str) -> int:
 
 
 def _lock_job_dir(job_dir: Path) -> int | None:
-    """Hold an exclusive lock on the job dir for this process's life; None if another holds it.
+    """Take an exclusive lock on the job dir, held until the fd is closed (at the end of `run_job`,
+    or with the process); None if another holds it.
 
     Two workers on one dir would prune each other's checkpoints (a restart issued while the old
     worker is still checkpointing its way out, say).
@@ -336,11 +355,20 @@ def _lock_job_dir(job_dir: Path) -> int | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the worker; returns its exit code (0 done or stopped, 1 failed, 2 bad input, 3 disk full)."""
+    """Run the worker; returns its exit code (0 done or stopped, 1 failed, 2 bad input, 3 disk full).
+    With `--serve`, run job after job from stdin instead (`serve`)."""
+    if SERVE_FLAG in (sys.argv[1:] if argv is None else argv):
+        return serve(ServeArgs.parse(argv))
     stop = StopFlag()
     stop.install_signal_handlers()
     stop_with_parent(stop)
     limit_native_threads()
+    return run_job(argv, stop)[0]
+
+
+def run_job(argv: list[str] | None, stop: StopFlag, received_at: float | None = None) -> tuple[int, Exception | None]:
+    """Run one job from its flags: its exit code, and the exception that failed its training (None
+    when it did not fail that way). The job dir's lock is held until it returns."""
     from cockpit.contract.envids import UnknownEnvError
     from training.model import CheckpointMismatch
 
@@ -350,26 +378,202 @@ def main(argv: list[str] | None = None) -> int:
     except (PresetError, WorkerInputError, UnknownEnvError, DeviceError) as exc:
         if args.job_dir.is_dir():
             # The supervisor made the job dir; it learns why this job cannot start from the event.
-            EventWriter(args.job_dir / EVENTS_FILE).error(type="invalid_config", message=str(exc))
-        return _input_error(str(exc))
+            invalid = EventWriter(args.job_dir / EVENTS_FILE)
+            try:
+                invalid.error(type="invalid_config", message=str(exc))
+            finally:
+                invalid.close()
+        return _input_error(str(exc)), None
 
     try:
         config.job_dir.mkdir(parents=True, exist_ok=True)
         lock = _lock_job_dir(config.job_dir)
         if lock is None:
-            return _input_error(f"--job-dir {config.job_dir}: another worker is using it")
-        events = _ConsoleEvents(config.job_dir / EVENTS_FILE)
+            return _input_error(f"--job-dir {config.job_dir}: another worker is using it"), None
     except OSError as exc:
         if _disk_full_error(exc) is None:
             raise
-        return DISK_FULL_EXIT  # nowhere to say more: not even the lock file or the event stream fit
+        return DISK_FULL_EXIT, None  # nowhere to say more: not even the lock file fits
     try:
-        return train(config, stop, events)
-    except CheckpointMismatch as exc:
-        events.error(type="invalid_config", message=str(exc))
-        return _input_error(str(exc))
-    except Exception as exc:
-        return _report_failure(events, exc, config.job_dir)
+        try:
+            events = _ConsoleEvents(config.job_dir / EVENTS_FILE)
+        except OSError as exc:
+            if _disk_full_error(exc) is None:
+                raise
+            return DISK_FULL_EXIT, None  # not even the event stream fits
+        try:
+            return train(config, stop, events, received_at), None
+        except CheckpointMismatch as exc:
+            events.error(type="invalid_config", message=str(exc))
+            return _input_error(str(exc)), None
+        except Exception as exc:
+            return _report_failure(events, exc, config.job_dir), exc
+        finally:
+            events.close()
+    finally:
+        os.close(lock)  # a served worker's next job may be on this dir, or another worker's
+
+
+# The served worker: one process, many jobs.
+
+
+def serve(opts: ServeArgs) -> int:
+    """Import once, then run job after job: read one request per line on stdin (a JSON list of a
+    worker's flags), run it as `main` would in a fresh process, with fds 1 and 2 appended to the
+    job dir's stdout.log and stderr.log (/dev/null between jobs), and write its exit code as one
+    `status_line` to `opts.status_fd`. Each job gets a fresh StopFlag; SIGTERM or SIGINT during a
+    job stops that job only. Returns 0 on EOF, after `opts.max_jobs` jobs, after a job whose
+    failure may have broken the process (CUDA), or when the status pipe is gone; SIGTERM or
+    SIGINT between jobs kills the process (exit by that signal). The first job's `startup_s`
+    counts from the process's start, later ones' from when their request was read.
+    """
+    import psutil
+
+    signals = JobSignals()
+    wake = signals.install()
+    parent = StopFlag()
+    stop_with_parent(parent)  # the cockpit's death: SIGTERM, a stop of the job or the end of the wait
+    if parent.requested:
+        return 0  # the cockpit is already gone: nobody to serve
+    limit_native_threads()
+    _import_training_stack()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    requests = _Requests(wake, signals)
+    process_started = psutil.Process().create_time()  # when the first job was sent
+    for count in range(1, opts.max_jobs + 1):
+        request = requests.next()
+        if request is None:
+            signals.die_of_quit()  # returns on EOF only
+            return 0
+        line, read_at = request
+        received_at = process_started if count == 1 else read_at
+        stop = signals.begin_job()
+        code, failure = _serve_one(line, stop, received_at, devnull)
+        retiring = count == opts.max_jobs or _breaks_process(failure)
+        try:
+            os.write(opts.status_fd, status_line(code, retiring=retiring))
+        except OSError:
+            return 0  # whoever sent the job is gone
+        finally:
+            signals.end_job()
+        if retiring:
+            return 0
+        del failure
+        gc.collect()  # the job's model, buffers and env, before the next job's
+    return 0
+
+
+def _import_training_stack() -> None:
+    """Import what every job needs (torch, SB3, envpool, gymnasium), once per served process."""
+    import psutil  # noqa: F401
+    import torch  # noqa: F401
+
+    import training.callback
+    import training.checkpoints
+    import training.envpool_vec
+    import training.envs
+    import training.model  # noqa: F401
+
+
+class _Requests:
+    """Job requests, one per line on stdin, waited for with `select` beside the signal wake-up pipe."""
+
+    def __init__(self, wake: int, signals: JobSignals) -> None:
+        self.wake = wake
+        self.signals = signals
+        self.pending = b""
+
+    def next(self) -> tuple[bytes, float] | None:
+        """The next request line and when it was read; None on EOF or on a signal while waiting."""
+        while b"\n" not in self.pending:
+            if self.signals.quit is not None:
+                return None
+            readable, _, _ = select.select([0, self.wake], [], [])
+            if self.wake in readable:
+                while True:
+                    try:
+                        if not os.read(self.wake, 256):
+                            break
+                    except BlockingIOError:
+                        break
+            if 0 in readable:
+                data = os.read(0, 65536)
+                if not data:
+                    return None
+                self.pending += data
+        line, _, self.pending = self.pending.partition(b"\n")
+        return line, time.time()
+
+
+def _serve_one(line: bytes, stop: StopFlag, received_at: float, devnull: int) -> tuple[int, Exception | None]:
+    """Run one request with its output in its job dir's logs; its exit code and failure."""
+    try:
+        argv = decode_request(line)
+    except ValueError as exc:
+        print(f"[worker] bad job request: {exc}", file=sys.stderr, flush=True)
+        return 2, None
+    _redirect_output(_job_dir_of(argv))
+    try:
+        return run_job(argv, stop, received_at)
+    except SystemExit as exc:  # argparse's exit 2 on bad flags (or 0 for --help)
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0, None
+        print(exc.code, file=sys.stderr)
+        return 1, None
+    except Exception as exc:  # what would have ended a fresh worker with a traceback
+        traceback.print_exc()
+        return 1, exc
+    finally:
+        _redirect_output(None, devnull)
+
+
+def _job_dir_of(argv: list[str]) -> Path | None:
+    """The `--job-dir` in a job's flags, before they are parsed (their errors go to its log)."""
+    for i, arg in enumerate(argv):
+        if arg == "--job-dir" and i + 1 < len(argv):
+            return Path(argv[i + 1])
+        if arg.startswith("--job-dir="):
+            return Path(arg.split("=", 1)[1])
+    return None
+
+
+def _redirect_output(job_dir: Path | None, fallback: int | None = None) -> None:
+    """Point fds 1 and 2 at the job dir's stdout.log and stderr.log (appending, as a launcher
+    starts a fresh worker), or at `fallback`; flushes what was written before. Left as they are
+    when the logs cannot be opened."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    _flush_c_stdio()
+    for fd, path in ((1, JobDir(job_dir).stdout_log if job_dir else None),
+                     (2, JobDir(job_dir).stderr_log if job_dir else None)):  # fmt: skip
+        if path is None:
+            if fallback is not None:
+                os.dup2(fallback, fd)
+            continue
+        try:
+            opened = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError:
+            continue
+        os.dup2(opened, fd)
+        os.close(opened)
+
+
+def _flush_c_stdio() -> None:
+    """fflush(NULL): C code's buffered output belongs to the job that wrote it."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).fflush(None)
+
+
+def _breaks_process(failure: Exception | None) -> bool:
+    """Whether a job's failure may have left the process unfit for another job: any CUDA error
+    (an out-of-memory or a device fault can leave the CUDA context unusable)."""
+    if failure is None:
+        return False
+    from training.device import is_cuda_oom
+
+    return is_cuda_oom(failure) or "CUDA" in str(failure)
 
 
 if __name__ == "__main__":

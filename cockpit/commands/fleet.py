@@ -87,6 +87,7 @@ def _spec(args: argparse.Namespace, plan: FleetPlan) -> RunSpec:
 
 def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: FrontEnds) -> int:
     from cockpit.core.fleetrun import FleetRun
+    from cockpit.core.launcher import PooledLauncher
     from cockpit.core.nvml import open_gpu
     from cockpit.core.session import RUN_DIR_LOST_EXIT, RunSession, exit_code
     from cockpit.core.supervisor import Supervisor
@@ -107,13 +108,16 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
         return FleetRun.new(plan, plan_text, supervisor, rate_usd_per_h=rate)
 
     gpu, gpu_status = open_gpu()
-    session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), resume=args.resume is not None,
-                         fleet_factory=fleet)  # fmt: skip
-    try:
-        state = session.run(front.headless())
-    except ConfigError as exc:
-        print(f"cockpit fleet: error: {exc}", file=sys.stderr)
-        return 2
+    # Served workers run agent after agent: a fleet's many short tiers pay the worker's start-up
+    # (torch, SB3, envpool imports) once per process instead of once per agent and tier.
+    with PooledLauncher() as launcher:
+        session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), launcher=launcher,
+                             resume=args.resume is not None, fleet_factory=fleet)  # fmt: skip
+        try:
+            state = session.run(front.headless())
+        except ConfigError as exc:
+            print(f"cockpit fleet: error: {exc}", file=sys.stderr)
+            return 2
     if session.lost is not None:
         print(f"cockpit fleet: error: {session.lost}", file=sys.stderr)
         return RUN_DIR_LOST_EXIT

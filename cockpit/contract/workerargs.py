@@ -10,10 +10,17 @@ pinned to one thread before numpy or torch load), and on how a full disk ends a 
 event of type `DISK_FULL_ERROR` and the exit code `DISK_FULL_EXIT` (the exit code alone when the
 event could not be written either), after which the supervisor pauses the job instead of
 restarting it.
+
+A served worker (`python -m training.worker --serve --status-fd N`, `ServeArgs`) runs many jobs in
+one process, so that the imports and start-up are paid once: it reads one job per line on stdin
+(`encode_request`: a JSON list, the flags `WorkerArgs.to_argv` gives), runs it as a fresh worker
+would (same events, logs, lock and exit codes), and writes one `status_line` per job on fd N:
+`exit <code>`, or `exit <code> retiring` when it exits after that job. EOF on stdin ends it.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +34,9 @@ PARENT_PID_ENV = "COCKPIT_PARENT_PID"
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 DISK_FULL_ERROR = "disk_full"  # the `error` event's type when a write failed with ENOSPC or EDQUOT
 DISK_FULL_EXIT = 3  # the worker's exit code then (0 done or stopped, 1 failed, 2 bad input)
+
+SERVE_FLAG = "--serve"  # `python -m training.worker --serve ...`: the served worker (ServeArgs)
+SERVE_MAX_JOBS = 25  # jobs a served worker runs before it exits, which bounds its memory growth
 
 DeviceRequest = Literal["auto", "cpu", "cuda"]
 DEVICES: tuple[DeviceRequest, ...] = ("auto", "cpu", "cuda")
@@ -92,7 +102,8 @@ def build_parser() -> ArgumentParser:
         prog=f"python -m {WORKER_MODULE}",
         description="Train one PPO agent (stable-baselines3 on envpool) and report to the cockpit "
         "through DIR/events.jsonl. Re-running on the same --job-dir resumes from its newest checkpoint.",
-        epilog=f"Example: python -m {WORKER_MODULE} --preset cartpole --timesteps 100000 --job-dir runs/demo",
+        epilog=f"Example: python -m {WORKER_MODULE} --preset cartpole --timesteps 100000 --job-dir runs/demo. "
+        f"`python -m {WORKER_MODULE} {SERVE_FLAG} --help`: one process that runs job after job (for launchers).",
     )
     parser.add_argument(
         "--preset",
@@ -141,3 +152,84 @@ def build_parser() -> ArgumentParser:
         "seed and report it as an `evaluated` event (a fleet ranks its agents on it; default: no evaluation)",
     )
     return parser
+
+
+@dataclass(frozen=True)
+class ServeArgs:
+    """A served worker's command line: where it reports each job's exit code, and after how many
+    jobs it exits."""
+
+    status_fd: int
+    max_jobs: int = SERVE_MAX_JOBS
+
+    def to_argv(self) -> tuple[str, ...]:
+        """The flags after `python -m training.worker`; `parse(to_argv())` gives this back."""
+        return (SERVE_FLAG, "--status-fd", str(self.status_fd), "--max-jobs", str(self.max_jobs))
+
+    def command(self, python: str) -> list[str]:
+        """The whole command line that starts this served worker with the interpreter `python`."""
+        return [python, "-m", WORKER_MODULE, *self.to_argv()]
+
+    @classmethod
+    def parse(cls, argv: Sequence[str] | None = None) -> ServeArgs:
+        """The served worker's arguments from argv (sys.argv[1:] when None); bad input prints one
+        line naming the flag and exits 2."""
+        ns = build_serve_parser().parse_args(None if argv is None else list(argv))
+        return cls(status_fd=ns.status_fd, max_jobs=ns.max_jobs)
+
+
+def build_serve_parser() -> ArgumentParser:
+    """The served worker's command line, with its help."""
+    parser = ArgumentParser(
+        prog=f"python -m {WORKER_MODULE} {SERVE_FLAG}",
+        description="Run job after job in one process, so that importing torch, SB3 and envpool is paid once. "
+        "Each stdin line is one job: a JSON list of the worker's flags (--preset ... --job-dir DIR ...). The job runs "
+        "as `python -m training.worker FLAGS` would, its output appended to DIR/stdout.log and DIR/stderr.log, and its "
+        "exit code is written to --status-fd as one line, `exit CODE` (`exit CODE retiring` when the process exits "
+        "after it). EOF on stdin, or SIGTERM between jobs, ends the process; SIGTERM during a job stops that job.",
+    )
+    parser.add_argument(SERVE_FLAG, action="store_true", required=True, help="serve jobs from stdin")
+    parser.add_argument(
+        "--status-fd",
+        type=non_negative_int,
+        required=True,
+        metavar="N",
+        help="an open file descriptor (a pipe's write end) for the one status line per job",
+    )
+    parser.add_argument(
+        "--max-jobs",
+        type=positive_int,
+        default=SERVE_MAX_JOBS,
+        metavar="K",
+        help=f"exit after K jobs, which bounds the process's memory growth (default: {SERVE_MAX_JOBS})",
+    )
+    return parser
+
+
+def encode_request(args: WorkerArgs) -> bytes:
+    """One job for a served worker: its flags as a JSON list, on one line."""
+    return json.dumps(list(args.to_argv())).encode("utf-8") + b"\n"
+
+
+def decode_request(line: bytes) -> list[str]:
+    """The flags in one request line; ValueError when it is not a JSON list of strings."""
+    argv = json.loads(line)
+    if not isinstance(argv, list) or not all(isinstance(arg, str) for arg in argv):
+        raise ValueError(f"a job request must be a JSON list of strings, got {line[:200]!r}")
+    return argv
+
+
+RETIRING = "retiring"
+
+
+def status_line(code: int, *, retiring: bool = False) -> bytes:
+    """A served worker's report of one job: `exit <code>`, with ` retiring` when it exits next."""
+    return f"exit {code}{' ' + RETIRING if retiring else ''}\n".encode("ascii")
+
+
+def parse_status(line: bytes) -> tuple[int, bool]:
+    """The exit code in a status line and whether the process is retiring; ValueError if malformed."""
+    words = line.decode("ascii", errors="replace").split()
+    if len(words) not in (2, 3) or words[0] != "exit" or words[2:] not in ([], [RETIRING]):
+        raise ValueError(f"not a status line: {line!r}")
+    return int(words[1]), len(words) == 3

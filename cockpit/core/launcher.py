@@ -5,6 +5,10 @@ own session (so a terminal's Ctrl-C reaches only the cockpit, which stops worker
 stdout and stderr in the job dir, the thread budget in its environment, optional CPU pinning, and
 the cockpit's pid in `COCKPIT_PARENT_PID`, which makes the worker ask the kernel for SIGTERM
 (PR_SET_PDEATHSIG) if the cockpit dies, even by SIGKILL.
+
+`PooledLauncher` does the same with served workers (`python -m training.worker --serve`), each of
+which runs job after job, so that a fleet of short jobs pays the worker's start-up (importing torch,
+SB3 and envpool: seconds) once per process rather than once per job. Its owner calls `close()`.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +26,18 @@ from typing import Protocol
 
 import psutil
 
-from cockpit.contract.rundir import JOBS, JobDir
-from cockpit.contract.workerargs import PARENT_PID_ENV, THREAD_ENV_VARS, WORKER_MODULE, WorkerArgs
+from cockpit.contract.rundir import JOB_LOCK, JOBS, JobDir
+from cockpit.contract.workerargs import (
+    PARENT_PID_ENV,
+    SERVE_FLAG,
+    SERVE_MAX_JOBS,
+    THREAD_ENV_VARS,
+    WORKER_MODULE,
+    ServeArgs,
+    WorkerArgs,
+    encode_request,
+    parse_status,
+)
 
 
 @dataclass(frozen=True)
@@ -95,12 +110,6 @@ class LocalLauncher:
     def launch(self, request: LaunchRequest) -> WorkerHandle:
         """Start the worker in its own session with output appended to its job dir's logs."""
         request.job_dir.mkdir(parents=True, exist_ok=True)
-        env = {
-            **os.environ,
-            "PYTHONUNBUFFERED": "1",
-            PARENT_PID_ENV: str(os.getpid()),
-            **{var: "1" for var in THREAD_ENV_VARS},
-        }
         files = JobDir(request.job_dir)
         with files.stdout_log.open("ab") as out, files.stderr_log.open("ab") as err:
             proc = subprocess.Popen(
@@ -109,7 +118,7 @@ class LocalLauncher:
                 stdout=out,
                 stderr=err,
                 cwd=self.cwd,
-                env=env,
+                env=worker_env(),
                 start_new_session=True,
             )
         # Affinity and priority are set from here rather than in a preexec_fn, which is unsafe in a
@@ -152,20 +161,281 @@ class LocalLauncher:
             return False
 
 
+def worker_env() -> dict[str, str]:
+    """A worker's environment: ours, unbuffered output, our pid to follow, one-thread native pools."""
+    return {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        PARENT_PID_ENV: str(os.getpid()),
+        **{var: "1" for var in THREAD_ENV_VARS},
+    }
+
+
+@dataclass(eq=False)
+class _PooledJob:
+    """`WorkerHandle.process` for a job a `PooledLauncher` handed to a served worker."""
+
+    served: _Served
+    code: int | None = None  # once known: the job's exit code (or the process's, if it died)
+
+
+@dataclass(eq=False)
+class _Served:
+    """One served worker process, as its launcher tracks it."""
+
+    proc: subprocess.Popen[bytes]
+    status_fd: int  # the read end of its status pipe (non-blocking); -1 once closed
+    cpus: tuple[int, ...] | None = None  # the CPUs it was last pinned to (None: as started)
+    jobs: int = 0  # handed to it so far
+    job: _PooledJob | None = None  # the job it runs now
+    retiring: bool = False  # it exits after its job: never back in the idle pool
+    unread: bytes = b""  # a status line's start, read before its end
+
+
+class PooledLauncher:
+    """Workers as served processes (`python -m training.worker --serve`), each running one job
+    after another: `launch` hands the job to an idle one, or starts one if none is idle.
+
+    Each process is started as `LocalLauncher` starts a worker (its own session, `nice` steps
+    nicer, the same environment, so it follows our pid's death), with its stdout and stderr in the
+    first job's logs; it appends each job's output to that job's logs. The job is written to its
+    stdin as one line; it reports the job's exit code on a status pipe and waits for the next. A
+    process retires after `max_jobs` jobs (its memory), or after a job whose failure may have left
+    it broken (CUDA).
+
+    `WorkerHandle.pid` is the process's pid. Once a job has ended (its code returned by `poll`),
+    `terminate` and `kill` of its handle do nothing: the process may be running another job.
+    The owner calls `close()` when it is done launching (or uses the launcher as a context
+    manager): idle processes end then, busy ones once their jobs end. Processes are started by
+    the thread that calls `launch`, whose exit the kernel treats as our death (PR_SET_PDEATHSIG).
+    """
+
+    def __init__(
+        self,
+        python: str = sys.executable,
+        cwd: Path | None = None,
+        nice: int = WORKER_NICE,
+        max_jobs: int = SERVE_MAX_JOBS,
+    ) -> None:
+        self.python = python
+        self.cwd = cwd
+        self.nice = nice
+        self.max_jobs = max_jobs
+        self._processes: list[_Served] = []  # every process started and not yet reaped
+        self._idle: list[_Served] = []  # those waiting for a job, the most recently idle last
+
+    def __enter__(self) -> PooledLauncher:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def launch(self, request: LaunchRequest) -> WorkerHandle:
+        """Hand the job to an idle served worker, or to a new one; OSError if none can take it."""
+        request.job_dir.mkdir(parents=True, exist_ok=True)
+        self._reap()
+        line = encode_request(request.args)
+        served = None
+        while self._idle and served is None:
+            candidate = self._idle.pop()
+            if candidate.proc.poll() is None and self._hand(candidate, request, line):
+                served = candidate
+            else:
+                self._end(candidate)
+        if served is None:
+            served = self._start(request)
+            self._processes.append(served)
+            if not self._hand(served, request, line):
+                self._end(served)
+                raise OSError(f"the served worker {served.proc.pid} exited before it took the job")
+        job = _PooledJob(served)
+        served.job, served.jobs = job, served.jobs + 1
+        return WorkerHandle(request.job_id, served.proc.pid, request.job_dir, job)
+
+    def _start(self, request: LaunchRequest) -> _Served:
+        read, write = os.pipe()
+        try:
+            files = JobDir(request.job_dir)
+            with files.stdout_log.open("ab") as out, files.stderr_log.open("ab") as err:
+                proc = subprocess.Popen(
+                    ServeArgs(status_fd=write, max_jobs=self.max_jobs).command(self.python),
+                    stdin=subprocess.PIPE,
+                    stdout=out,
+                    stderr=err,
+                    cwd=self.cwd,
+                    env=worker_env(),
+                    start_new_session=True,
+                    pass_fds=(write,),
+                )
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        os.set_blocking(read, False)
+        if self.nice:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.setpriority(os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + self.nice)
+        return _Served(proc, read)
+
+    def _hand(self, served: _Served, request: LaunchRequest, line: bytes) -> bool:
+        """Pin `served` for the job, then send it the job; False when it is gone."""
+        if request.cpus != served.cpus:
+            _pin_threads(served.proc.pid, request.cpus or tuple(sorted(os.sched_getaffinity(0))))
+            served.cpus = request.cpus
+        assert served.proc.stdin is not None
+        try:
+            served.proc.stdin.write(line)
+            served.proc.stdin.flush()
+        except OSError:  # BrokenPipeError: it exited
+            return False
+        return True
+
+    def poll(self, handle: WorkerHandle) -> int | None:
+        """The job's exit code once its status line has come, or the process's exit code (negative:
+        killed by that signal) if it died running the job; else None. Never blocks."""
+        job = _job(handle)
+        if job.code is not None:
+            return job.code
+        served = job.served
+        exited = served.proc.poll()  # before reading: a status written before it exited is read
+        self._read_status(served)
+        if job.code is None and exited is not None:
+            job.code = exited
+            served.job = None
+            self._end(served)
+        return job.code
+
+    def _read_status(self, served: _Served) -> None:
+        """Read what `served` reported; a finished job gets its code, and the process goes back to
+        the idle pool (or ends, when it retires)."""
+        while served.status_fd >= 0:
+            try:
+                data = os.read(served.status_fd, 4096)
+            except BlockingIOError:
+                break
+            if not data:  # it closed the pipe: it has exited or is exiting
+                break
+            served.unread += data
+        while b"\n" in served.unread:
+            line, _, served.unread = served.unread.partition(b"\n")
+            try:
+                code, retiring = parse_status(line)
+            except ValueError:
+                continue
+            if served.job is None:
+                continue
+            served.job.code, served.job = code, None
+            served.retiring = served.retiring or retiring or served.jobs >= self.max_jobs
+            if served.retiring or served.proc.poll() is not None:
+                self._end(served)
+            else:
+                self._idle.append(served)
+
+    def terminate(self, handle: WorkerHandle) -> None:
+        """SIGTERM to the process while it runs this job: the job checkpoints and stops, and the
+        process stays for the next job."""
+        if self.poll(handle) is None:
+            _send(lambda: os.kill(handle.pid, signal.SIGTERM))
+
+    def kill(self, handle: WorkerHandle) -> None:
+        """SIGKILL to the process group of the process running this job; it leaves the pool."""
+        if self.poll(handle) is None:
+            _job(handle).served.retiring = True
+            _send(lambda: os.killpg(handle.pid, signal.SIGKILL))
+
+    def stderr_tail(self, handle: WorkerHandle, lines: int = 5) -> str:
+        """The last `lines` non-empty lines of the job's stderr log."""
+        return log_tail(JobDir(handle.job_dir).stderr_log, lines)
+
+    def stopped(self, handle: WorkerHandle) -> bool:
+        """The process is in state T while it runs this job (see `LocalLauncher.stopped`)."""
+        if _job(handle).code is not None:
+            return False
+        try:
+            return bool(psutil.Process(handle.pid).status() == psutil.STATUS_STOPPED)
+        except psutil.Error:
+            return False
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """End the idle processes (EOF on their stdin; SIGKILL to those not gone within
+        `timeout_s`), and have the busy ones end after their jobs. The launcher stays usable: a
+        later launch starts a new process."""
+        for served in self._processes:
+            self._end(served)
+        deadline = time.monotonic() + timeout_s
+        for served in self._processes:
+            if served.job is not None:
+                continue
+            try:
+                served.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(served.proc.pid, signal.SIGKILL)
+                served.proc.wait()
+        self._reap()
+
+    def _end(self, served: _Served) -> None:
+        """`served` leaves the pool: EOF on its stdin ends it once it is idle."""
+        served.retiring = True
+        if served in self._idle:
+            self._idle.remove(served)
+        if served.proc.stdin is not None:
+            with contextlib.suppress(OSError):
+                served.proc.stdin.close()
+
+    def _reap(self) -> None:
+        """Forget the ended processes that have exited (reaping them), and close their pipes."""
+        for served in list(self._processes):
+            if served.job is None and served.proc.poll() is not None:
+                self._end(served)
+                self._processes.remove(served)
+                if served.status_fd >= 0:
+                    os.close(served.status_fd)
+                    served.status_fd = -1
+
+
+def _send(send: Callable[[], None]) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):  # already gone
+        send()
+
+
+def _job(handle: WorkerHandle) -> _PooledJob:
+    assert isinstance(handle.process, _PooledJob), "not a PooledLauncher's handle"
+    return handle.process
+
+
+def _pin_threads(pid: int, cpus: tuple[int, ...]) -> None:
+    """Pin every thread of `pid` to `cpus` (affinity is per thread; new threads inherit it)."""
+    try:
+        tids = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        tids = [pid]
+    for tid in tids:
+        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+            os.sched_setaffinity(tid, cpus)
+
+
 def previous_workers(run_dir: Path) -> list[psutil.Process]:
     """Worker processes still running on a job dir of `run_dir`: a killed cockpit's orphans, which
-    its death asked (PR_SET_PDEATHSIG) to checkpoint and exit."""
+    its death asked (PR_SET_PDEATHSIG) to checkpoint and exit. A served worker counts while it
+    holds the lock of one of those job dirs (an idle one exits on its own: its stdin has closed)."""
     jobs = (run_dir / JOBS).resolve()
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        if WORKER_MODULE not in cmdline or "--job-dir" not in cmdline[:-1]:
+        if WORKER_MODULE not in cmdline:
             continue
         try:
-            job_dir = Path(proc.cwd(), cmdline[cmdline.index("--job-dir") + 1]).resolve()
+            if SERVE_FLAG in cmdline:  # a served worker: the job dir whose lock it holds, if any
+                job_dirs = [Path(f.path).parent for f in proc.open_files() if Path(f.path).name == JOB_LOCK]
+            elif "--job-dir" in cmdline[:-1]:
+                job_dirs = [Path(proc.cwd(), cmdline[cmdline.index("--job-dir") + 1])]
+            else:
+                continue
         except psutil.Error:
             continue
-        if job_dir.parent == jobs:
+        if any(job_dir.resolve().parent == jobs for job_dir in job_dirs):
             found.append(proc)
     return found
 

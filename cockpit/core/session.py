@@ -41,7 +41,7 @@ from cockpit.core.control import ControlError, ControlServer
 from cockpit.core.feed import WINDOW_S, Transition, phases_since
 from cockpit.core.fleetrun import FleetFactory, FleetRun
 from cockpit.core.host import HostInfo, host_info, thread_budget
-from cockpit.core.launcher import Launcher, LocalLauncher, wait_for_previous_workers
+from cockpit.core.launcher import Launcher, LocalLauncher, PooledLauncher, wait_for_previous_workers
 from cockpit.core.phases import Accounting, prune
 from cockpit.core.rundirwatch import RunDirWatch
 from cockpit.core.runlog import Recorder, phase_accounting, record
@@ -121,7 +121,7 @@ class RunSession:
         self._view_failure: str | None = None
         self.fleet: FleetRun | None = None
         self._fleet_view: tuple[float, Any] | None = None  # (when, FleetView): refreshed once a second
-        if self.resume and isinstance(self.launcher, LocalLauncher):
+        if self.resume and isinstance(self.launcher, (LocalLauncher, PooledLauncher)):
             # Before reading what the jobs wrote: a killed cockpit's workers may still be writing.
             waited = wait_for_previous_workers(self.spec.run_dir, ORPHAN_WAIT_S)
             if waited:
