@@ -15,15 +15,29 @@ What it measures, on real runs (cartpole preset, CPU only):
    it from the start of an escape sequence; that row shows it.
 3. A capture-pane screenshot of the main screen during the first run.
 
-Run from the repo root (about 2 minutes on 2 cores):
+With `--fleet N` it measures a fleet instead (goal: p95 at most 150 ms): a real `cockpit fleet`
+of N CartPole agents (tiers of 40960 and 81920 steps, 4 slots: an agent runs about a minute on 2
+busy cores), attached the same way once 4 agents have scores. Its state carries the N-agent
+FleetView, and its jobs list the running and latest ended agents (the supervisor's view_limit).
+Timed as above: `f` opens the fleet screen (the run's first open, which composes it, on a row of
+its own) and `f` closes it, `escape` closes it too (+ ESCDELAY), `down` and `up` move the jobs
+table's cursor, and `?` opens and closes help, for comparison. A move writes no new text, only
+two rows again in other colours, so it is seen as a row of the same agent rewritten in another
+style (new data keeps a row's style, a reorder puts another agent there); `home` (untimed) first
+puts the cursor on the first row, so neither move scrolls. A move that never shows (an agent
+that ended took the cursor elsewhere) is counted, not timed. Screenshots of both screens follow.
+
+Run from the repo root (about 2 minutes on 2 cores; --fleet 500 about 3):
     .venv/bin/python -m benchmarks.tui_cost
     .venv/bin/python -m benchmarks.tui_cost --seconds 60 --repeats 30
+    .venv/bin/python -m benchmarks.tui_cost --fleet 500
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -40,6 +54,34 @@ from cockpit.contract.rundir import RunDir
 
 CPU_GOAL_PERCENT = 5.0
 LATENCY_GOAL_MS = 100.0
+FLEET_LATENCY_GOAL_MS = 150.0
+
+FLEET_PRESET = """
+env = "CartPole-v1"
+n_envs = 8
+n_steps = 32
+batch_size = 256
+n_epochs = 4
+checkpoint_every = 8192
+timesteps = 81920
+"""
+FLEET_PLAN = """
+name = "bench"
+jobs = 4
+promotion = "sync"
+rate_usd_per_h = 1.99
+[agents]
+env = "CartPole-v1"
+preset = "{preset}"
+seeds = {agents}
+[[tiers]]
+timesteps = 40960
+promote = 0.25
+[[tiers]]
+timesteps = 81920
+[score]
+episodes = 5
+"""
 
 
 class Terminal:
@@ -125,12 +167,12 @@ def measure_cpu(tmp: Path, seconds: float) -> tuple[float, float, str]:
         stop(run)
 
 
-def key_latency(term: Terminal, stream: Path, key: str, marker: bytes) -> float:
+def key_latency(term: Terminal, stream: Path, key: str, marker: bytes, *, timeout: float = 5.0) -> float:
     """Milliseconds from sending `key` until the viewer has written `marker` to the terminal."""
     offset = stream.stat().st_size
     start = time.perf_counter()
     term.send(key)
-    deadline = start + 5.0
+    deadline = start + timeout
     seen = b""
     with stream.open("rb") as fh:
         fh.seek(offset)
@@ -174,15 +216,170 @@ def measure_latency(tmp: Path, repeats: int) -> dict[str, list[float]]:
         stop(run)
 
 
+def start_fleet(tmp: Path, agents: int) -> tuple[subprocess.Popen[bytes], Path]:
+    """A headless `cockpit fleet` of `agents` CartPole agents in the background."""
+    preset, plan, run_dir = tmp / "quick.toml", tmp / "plan.toml", tmp / "fleet"
+    preset.write_text(FLEET_PRESET)
+    plan.write_text(FLEET_PLAN.format(preset=preset, agents=agents))
+    out = (tmp / "fleet.out").open("wb")
+    run = subprocess.Popen([sys.executable, "-m", "cockpit", "fleet", str(plan), "--headless", "--run-dir",
+                            str(run_dir)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
+    return run, run_dir
+
+
+def finished_in_tier0(screen: str) -> int:
+    """Agents scored in the first tier, read off the cockpit's fleet line (-1 before it shows)."""
+    found = re.search(r"tiers (\d+)/\d+", screen)
+    return int(found.group(1)) if found else -1
+
+
+# A line the viewer writes: the cursor put at its start (row y, column 1), then styles and text up
+# to the next cursor positioning.
+LINE = re.compile(rb"\x1b\[(\d+);1H(.*?)(?=\x1b\[\d+;\d+H|\Z)", re.S)
+ESCAPE = re.compile(rb"\x1b\[[0-9;?$]*[A-Za-z]")
+STYLE = re.compile(rb"\x1b\[[0-9;]*m")
+AGENT_ROW = re.compile(rb" (a\d{4,}) ")  # a jobs table row of a fleet starts with its agent's id
+
+
+def agent_rows(raw: bytes) -> dict[int, tuple[bytes, bytes]]:
+    """The jobs table rows in what the viewer wrote, by screen row: the latest (style, agent) of each."""
+    rows = {}
+    for found in LINE.finditer(raw):
+        body = found.group(2)
+        agent = AGENT_ROW.match(ESCAPE.sub(b"", body))
+        if agent:
+            style = STYLE.match(body)
+            rows[int(found.group(1))] = (style.group(0) if style else b"", agent.group(1))
+    return rows
+
+
+def move_latency(term: Terminal, stream: Path, key: str, since: int, timeout: float = 2.0) -> float:
+    """Milliseconds from sending `key` until the viewer has moved the jobs table's cursor: it
+    rewrote a row of the same agent in another style (the cursor's, or no longer the cursor's).
+    New data rewrites a row in its style, a reorder puts another agent there: neither is the move.
+    `since` is an offset in the stream after which every row was written (a full repaint)."""
+    before = stream.read_bytes()
+    rows, offset = agent_rows(before[since:]), len(before)
+    start = time.perf_counter()
+    term.send(key)
+    deadline = start + timeout
+    seen = b""
+    with stream.open("rb") as fh:
+        fh.seek(offset)
+        while time.perf_counter() < deadline:
+            new = fh.read()
+            if new:
+                seen += new
+                for y, (style, agent) in agent_rows(seen).items():
+                    if y in rows and rows[y][1] == agent and rows[y][0] != style:
+                        return 1000 * (time.perf_counter() - start)
+            time.sleep(0.001)
+    raise RuntimeError(f"the viewer moved no cursor after {key!r}")
+
+
+def measure_fleet_latency(tmp: Path, agents: int, repeats: int) -> tuple[dict[str, list[float]], int, list[str]]:
+    """Key-to-screen times on a real fleet of `agents`; the cursor moves not timed (a reorder took
+    their row away); screenshots of the fleet and the main screen."""
+    run, run_dir = start_fleet(tmp, agents)
+    term = None
+    fleet_page, main = b"planned entered", b"  lanes: "
+    help_page = b"GPU panel: utilization"
+    names = ("f (open fleet screen, first time)", "f (open fleet screen)", "f (close it)", "down (jobs table cursor)",
+             "up (jobs table cursor)", "escape (close it, + ESCDELAY)", "? (open help, for comparison)",
+             "? (close help, for comparison)")  # fmt: skip
+    times: dict[str, list[float]] = {name: [] for name in names}
+    misses = 0
+    shots: list[str] = []
+    try:
+        term = attach(f"bench-fleet-{os.getpid()}", run_dir)
+        wait(lambda: finished_in_tier0(term.screen()) >= 4, 300, "4 agents scored in tier 0")
+        stream = tmp / "pane.raw"
+        stream.touch()
+        term.stream_to(stream)
+        time.sleep(2)
+        # The run's first open composes the screen; every later one shows it again.
+        times[names[0]].append(key_latency(term, stream, "f", fleet_page))
+        shots.append(term.screen())
+        time.sleep(0.3)
+        key_latency(term, stream, "f", main)
+        shots.append(term.screen())
+        time.sleep(0.3)
+        for _ in range(repeats):
+            term.send("Home")  # the cursor to the first row (untimed)
+            time.sleep(0.3)
+            offset = stream.stat().st_size
+            times["f (open fleet screen)"].append(key_latency(term, stream, "f", fleet_page))
+            time.sleep(0.3)
+            times["f (close it)"].append(key_latency(term, stream, "f", main))
+            time.sleep(0.3)
+            # That close repainted the whole screen, so every row's look since `offset` is known.
+            for key in ("Down", "Up"):
+                try:
+                    times[f"{key.lower()} (jobs table cursor)"].append(move_latency(term, stream, key, offset))
+                except RuntimeError:
+                    misses += 1
+                time.sleep(0.3)
+            times["f (open fleet screen)"].append(key_latency(term, stream, "f", fleet_page))
+            time.sleep(0.3)
+            times["escape (close it, + ESCDELAY)"].append(key_latency(term, stream, "Escape", main))
+            time.sleep(0.3)
+            times["? (open help, for comparison)"].append(key_latency(term, stream, "?", help_page))
+            time.sleep(0.3)
+            times["? (close help, for comparison)"].append(key_latency(term, stream, "?", main))
+            time.sleep(0.3)
+        return times, misses, shots
+    finally:
+        if term is not None:
+            term.close()
+        stop(run)
+
+
+def latency_rows(times: dict[str, list[float]], goal_ms: float) -> list[list[str]]:
+    """median, p95 and max of each key, and p95 against the goal."""
+    rows = []
+    for key, values in times.items():
+        if not values:
+            continue
+        p95 = sorted(values)[max(0, round(0.95 * len(values)) - 1)]
+        med = statistics.median(values)
+        rows.append([key, str(len(values)), f"{med:.1f}", f"{p95:.1f}", f"{max(values):.1f}", fmt_ratio(p95 / goal_ms)])
+    return rows
+
+
+def fleet_main(agents: int, repeats: int, load: float) -> int:
+    """`--fleet N`: key-to-screen times on a real fleet of N agents."""
+    with tempfile.TemporaryDirectory(prefix="bench-tui-fleet-") as tmp:
+        log(f"latency: a fleet of {agents} agents (4 slots), {repeats} rounds of each key")
+        times, misses, shots = measure_fleet_latency(Path(tmp), agents, repeats)
+    for title, shot in zip(("Fleet screen", "Main screen"), shots, strict=False):
+        print(f"{title} during the run (tmux capture-pane, 80x24):")
+        print(shot)
+    caption = load_caption(load)
+    if misses:
+        caption += f" {misses} cursor move(s) not seen, not timed: an agent that ended took the cursor."
+    print_table(
+        f"Key press to screen change, a fleet of {agents} agents (ms)",
+        ["key", "n", "median", "p95", "max", f"p95 / goal {FLEET_LATENCY_GOAL_MS:.0f} ms"],
+        latency_rows(times, FLEET_LATENCY_GOAL_MS), caption=caption,
+    )  # fmt: skip
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=30.0, help="CPU measurement window (default 30)")
     parser.add_argument("--repeats", type=int, default=20, help="key presses of each kind (default 20)")
+    parser.add_argument("--fleet", type=int, metavar="N", help="key latency on a real fleet of N agents instead")
     args = parser.parse_args()
     if shutil.which("tmux") is None:
         print("tui_cost: error: tmux is needed (apt-get install tmux)", file=sys.stderr)
         return 2
+    if args.fleet is not None and args.fleet < 8:
+        print("tui_cost: error: --fleet needs at least 8 agents", file=sys.stderr)
+        return 2
     load = warn_if_busy()
+    if args.fleet is not None:
+        return fleet_main(args.fleet, args.repeats, load)
     with tempfile.TemporaryDirectory(prefix="bench-tui-") as tmp:
         log(f"CPU: 4 cartpole jobs, viewer attached, {args.seconds:.0f} s window")
         viewer, supervisor, shot = measure_cpu(Path(tmp), args.seconds)
@@ -197,11 +394,7 @@ def main() -> int:
          ["supervisor (cockpit run --headless)", f"{supervisor:.2f}", "-"]],
         caption=load_caption(load),
     )  # fmt: skip
-    rows = []
-    for key, values in times.items():
-        p95 = sorted(values)[max(0, round(0.95 * len(values)) - 1)]
-        med = statistics.median(values)
-        rows.append([key, f"{med:.1f}", f"{p95:.1f}", f"{max(values):.1f}", fmt_ratio(p95 / LATENCY_GOAL_MS)])
+    rows = [[key, *rest] for key, _, *rest in latency_rows(times, LATENCY_GOAL_MS)]
     print_table("Key press to screen change, 16 jobs (ms)", ["key", "median", "p95", "max", "p95 / goal 100 ms"],
                 rows, caption=load_caption(load))  # fmt: skip
     return 0

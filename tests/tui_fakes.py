@@ -13,7 +13,7 @@ from cockpit.contract.events import CheckpointEvent, StartedEvent
 from cockpit.contract.states import RunStatus
 from cockpit.core.feed import WINDOW_S, Checkpoint, Frame, JobDetail, SourceError
 from cockpit.core.nvml import GpuInfo, GpuSample
-from cockpit.core.state import JobView, RunState
+from cockpit.core.state import FleetView, JobView, LeaderView, RunState, TierView
 from cockpit.core.telemetry import JobUsage, Sample
 
 NOW = 1_790_000_000.0
@@ -127,3 +127,56 @@ class ScriptedReplay(ScriptedSource):
         self.seeks.append(t)
         self.at = t
         self.current = frame(now=t, status=RunStatus.DONE if t >= NOW else RunStatus.RUNNING)
+
+
+# ----- fleets -----
+
+
+def agent_id(index: int) -> str:
+    """A fleet's agent id, as `cockpit.contract.fleetplan` names them."""
+    return f"a{index:04d}"
+
+
+def fleet_view(agents: int = 500, *, finished: int = 120, rate: float | None = 1.99) -> FleetView:
+    """A sync fleet of `agents` in three tiers, `finished` of them scored in the first (4 running)."""
+    promoted = finished // 4
+    t0_failed = 2
+    t0_done = finished + t0_failed >= agents
+    tiers = (
+        TierView(0, 500_000, agents, agents, 4 if not t0_done else 0, finished, promoted,
+                 finished - promoted if t0_done else 0, t0_failed, 60.0 * (agents - finished)),
+        TierView(1, 2_000_000, agents // 4, promoted, 0, 0, 0, 0, 0, 60.0 * (agents - finished) + 3600.0),
+        TierView(2, 5_000_000, agents // 20, 0, 0, 0, 0, 0, 0, 60.0 * (agents - finished) + 7200.0),
+    )  # fmt: skip
+    leaders = tuple(
+        LeaderView(agent_id(k * 7 % agents), "CartPole-v1" if k % 2 else "Acrobot-v1", "cartpole",
+                   "learning_rate=0.0003" if k % 2 else "", k * 7 % agents, 0, 500_000,
+                   480.0 - 3.5 * k + finished / 100)
+        for k in range(min(10, finished))
+    )  # fmt: skip
+    eta_s = tiers[-1].eta_s
+    spent = 620 / 3600 * rate if rate else None
+    projected = spent + eta_s / 3600 * rate if spent is not None and rate and eta_s is not None else None
+    notices = tuple(f"tier 0: {agent_id(k * 7 % agents)} finished, score {480.0 - 3.5 * k:.1f}" for k in range(5))
+    return FleetView("screen", "sync", agents, tiers, leaders, eta_s, rate, spent, projected,
+                     (*notices, f"{finished} of {agents} agents scored in tier 0"), finished + 1)  # fmt: skip
+
+
+def fleet_frame(agents: int = 500, *, finished: int = 120, slots: int = 4, now: float = NOW,
+                rate: float | None = 1.99) -> Frame:  # fmt: skip
+    """A frame of a fleet mid-way through its first tier: its `slots` running agents and the
+    `2 * slots` latest ended ones, as the supervisor's `view_limit` gives them, not all `agents`."""
+    base = frame(jobs=slots, now=now)
+    ended = [
+        replace(job_view(k % slots, gpu=True, now=now, state="done"), id=agent_id(k), seed=k, steps=500_000,
+                target=500_000, sps=None, eta_s=0.0, ended_at=now - (finished - k) * 5.0, pid=None,
+                cpu_percent=None, rss_bytes=None, gpu_mem_bytes=None)
+        for k in range(max(0, finished - 2 * slots), finished)
+    ]  # fmt: skip
+    running = [
+        replace(job_view(i, gpu=True, now=now), id=agent_id(finished + i), seed=finished + i, target=500_000)
+        for i in range(slots)
+    ]
+    state = replace(base.state, preset="fleet", env="screen", jobs=(*ended, *running),
+                    fleet=fleet_view(agents, finished=finished, rate=rate))  # fmt: skip
+    return Frame(state, base.samples, {agent_id(finished + i): transitions(i, now) for i in range(slots)})

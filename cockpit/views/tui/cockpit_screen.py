@@ -21,6 +21,7 @@ from cockpit.views.tui import cpu_panel, gpu_panel
 from cockpit.views.tui.advice_panel import AdvicePanel
 from cockpit.views.tui.cpu_panel import CpuPanel
 from cockpit.views.tui.detail_screen import JobDetailScreen
+from cockpit.views.tui.fleet_screen import FleetScreen, fleet_summary
 from cockpit.views.tui.gpu_panel import GpuPanel
 from cockpit.views.tui.help_screen import HelpScreen
 from cockpit.views.tui.jobs_table import JobsTable
@@ -41,10 +42,16 @@ def _duration(seconds: float) -> str:
 
 def header_line(frame: Frame, *, replay: bool) -> str:
     """The run in one line: preset, env, status, counts, its throughput (the jobs' live SPS
-    together) and ETA while it runs, and the elapsed time."""
+    together) and ETA while it runs, and the elapsed time. A fleet's agents differ in preset and
+    env, and its state holds only the latest ended agents: its header gives its size and counts
+    only the live agents (the fleet line under it has the rest)."""
     state = frame.state
     shown = (JobState.RUNNING, JobState.STALLED, JobState.QUEUED, JobState.DONE, JobState.FAILED, JobState.STOPPED,
              JobState.PAUSED)  # fmt: skip
+    what = f"{state.preset} on {state.env}"
+    if state.fleet is not None:
+        shown = tuple(s for s in shown if not s.terminal)
+        what = f"fleet of {state.fleet.agents} agents"
     counts = "  ".join(f"{state.count(s)} {s}" for s in shown if state.count(s))
     status = "replay" if replay else state.status.value
     if frame.link_error:
@@ -55,7 +62,7 @@ def header_line(frame: Frame, *, replay: bool) -> str:
         figures += f"  {si(sps)} SPS" if sps is not None else ""
         figures += f"  ETA {eta(state.eta_s)}" if state.eta_s is not None else ""
     elapsed = _duration(state.now - state.started_at)
-    return f"cockpit  {state.preset} on {state.env}  {status}  {counts}{figures}  {elapsed}"
+    return f"cockpit  {what}  {status}  {counts}{figures}  {elapsed}"
 
 
 class RunHeader(Widget):
@@ -76,6 +83,10 @@ class RunHeader(Widget):
         return self.line
 
 
+class FleetLine(RunHeader):
+    """A fleet's one-line summary under the run's (hidden unless the run is a fleet)."""
+
+
 class CockpitScreen(Screen[None]):
     """The live (or replayed) run."""
 
@@ -87,6 +98,10 @@ class CockpitScreen(Screen[None]):
         Binding("S", "stop_all", "Stop all"),
         Binding("A", "apply_advice", "Apply advice"),
         Binding("v", "next_advice", "Next advice", show=False),
+        # Two bindings for f: the footer offers the first only for a fleet; otherwise the second
+        # answers that this run is not one.
+        Binding("f", "fleet", "Fleet"),
+        Binding("f", "not_fleet", "Fleet", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit_run", "Quit"),
         Binding("left", "seek(-5)", "-5 s", show=False, priority=True),
@@ -106,10 +121,11 @@ class CockpitScreen(Screen[None]):
         # Screens made (and installed) once and pushed again: composing them anew is the slow part
         # of a key press on a busy machine.
         self._detail = JobDetailScreen(source, "")
-        self._names = {"help": f"help-{id(self)}", "detail": f"detail-{id(self)}"}
+        self._names = {"help": f"help-{id(self)}", "detail": f"detail-{id(self)}", "fleet": f"fleet-{id(self)}"}
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="run-header")
+        yield FleetLine(id="fleet-line")
         with Horizontal(id="top"):
             yield GpuPanel(id="gpu")
             yield CpuPanel(id="cpu")
@@ -122,6 +138,7 @@ class CockpitScreen(Screen[None]):
     def on_mount(self) -> None:
         self.app.install_screen(HelpScreen(), self._names["help"])
         self.app.install_screen(self._detail, self._names["detail"])
+        self.app.install_screen(FleetScreen(self.source), self._names["fleet"])
         self.query_one(JobsTable).focus()
         self.poll()
         self.set_interval(POLL_S, self.poll)
@@ -133,10 +150,14 @@ class CockpitScreen(Screen[None]):
             return
         first = self.frame is None
         self.frame = frame
+        fleet = frame.state.fleet
         self.set_class(frame.state.gpu is None, "-no-gpu")
+        self.set_class(fleet is not None, "-fleet")
         with self.app.batch_update():
             self._fit_top(frame)
-            self.query_one(RunHeader).show(header_line(frame, replay=self.replay))
+            self.query_one("#run-header", RunHeader).show(header_line(frame, replay=self.replay))
+            if fleet is not None:
+                self.query_one(FleetLine).show(fleet_summary(fleet))
             self.query_one(GpuPanel).show(frame)
             self.query_one(CpuPanel).show(frame)
             self.query_one(JobsTable).show(frame.state)
@@ -144,14 +165,14 @@ class CockpitScreen(Screen[None]):
             if isinstance(self.source, Replay):
                 self.query_one(ReplayBar).show(self.source.span, frame.state.now)
         # Which keys the footer offers depends on these; refresh it only when they change.
-        offers = (self._ended(frame), bool(frame.state.suggestions))
+        offers = (self._ended(frame), bool(frame.state.suggestions), fleet is not None)
         if first or offers != self._offers:
             self._offers = offers
             self.refresh_bindings()
         if self.stopping_all and self._ended(frame):
             self.app.exit(frame)
 
-    _offers: tuple[bool, bool] | None = None
+    _offers: tuple[bool, bool, bool] | None = None
 
     def _fit_top(self, frame: Frame) -> None:
         """Give the GPU and CPU panels the rows their content needs, at most half the screen,
@@ -184,7 +205,12 @@ class CockpitScreen(Screen[None]):
             return live
         if action in SCRUB:
             return self.replay
+        if action in ("fleet", "not_fleet"):
+            return self._is_fleet() == (action == "fleet")
         return True
+
+    def _is_fleet(self) -> bool:
+        return self.frame is not None and self.frame.state.fleet is not None
 
     # ----- controls -----
 
@@ -243,6 +269,14 @@ class CockpitScreen(Screen[None]):
     def action_help(self) -> None:
         """Show the help screen."""
         self.app.push_screen(self._names["help"])
+
+    def action_fleet(self) -> None:
+        """Show the fleet screen: tiers, leaderboard, ETA and cost."""
+        self.app.push_screen(self._names["fleet"])
+
+    def action_not_fleet(self) -> None:
+        """f on a run that is no fleet."""
+        self.notify("not a fleet", severity="warning")
 
     def action_seek(self, delta: float) -> None:
         """Move the replay by `delta` seconds."""

@@ -44,7 +44,9 @@ class CpuPanel(LinesWidget):
         label = self.get_component_rich_style("cpu--label", partial=True)
         bar = self.get_component_rich_style("cpu--bar", partial=True)
         over = self.get_component_rich_style("cpu--over", partial=True)
-        width = max(4, self.size.width - LABEL_W - 5)
+        # Wider labels for longer job ids (a fleet's agent ids: a0007).
+        label_w = max([LABEL_W, *(len(job.id) + 1 for job in state.jobs)])
+        width = max(4, self.size.width - label_w - 5)
         ram = f"RAM {sample.ram_used_bytes / GIB:.1f}/{sample.ram_total_bytes / GIB:.1f} GiB"
         title = self.get_component_rich_style("cpu--title", partial=True)
         lines = [Text(f"CPU {sample.cpu_total_percent:.0f}%  {ram}", style=title)]
@@ -55,12 +57,12 @@ class CpuPanel(LinesWidget):
         live = [job for job in state.jobs if job.cpu_percent is not None]
         if 1 < len(cores) <= CORE_ROWS_MAX:
             for i, pct in enumerate(cores):
-                line = Text(f"{'c' + str(i):<{LABEL_W}}", style=label).append(hbar(pct / 100, width), style=bar)
+                line = Text(f"{'c' + str(i):<{label_w}}", style=label).append(hbar(pct / 100, width), style=bar)
                 lines.append(line.append(f"{pct:4.0f}%"))
         elif len(cores) > 1:
             # Too many cores for a row each: one column per core, two rows tall.
             for i, row in enumerate(bar_rows(list(cores), 2, 100.0)):
-                head = Text(f"{'cores' if i == 1 else '':<{LABEL_W}}", style=label)
+                head = Text(f"{'cores' if i == 1 else '':<{label_w}}", style=label)
                 lines.append(head.append(row, style=bar))
         if live:
             lines.append(Text("jobs: % of a core, bar = budget", style=label))
@@ -69,7 +71,7 @@ class CpuPanel(LinesWidget):
         for job in shown:
             pct = job.cpu_percent or 0.0
             budget = 100.0 * (state.threads_per_job or 1)
-            line = Text(f"{job.id:<{LABEL_W}}", style=label)
+            line = Text(f"{job.id:<{label_w}}", style=label)
             line.append(hbar(pct / budget, width), style=over if pct > budget * 1.05 else bar)
             lines.append(line.append(f"{num(pct):>4}%"))
         if len(shown) < len(live):

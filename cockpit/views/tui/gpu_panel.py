@@ -26,6 +26,11 @@ def lane_jobs(frame: Frame) -> list[JobView]:
             if job.state.live or any(phase for _, phase in frame.phases.get(job.id, ()))]  # fmt: skip
 
 
+def label_width(frame: Frame) -> int:
+    """The label column: `LABEL_W`, or wider for longer job ids (a fleet's agent ids: a0007)."""
+    return max([LABEL_W, *(len(job.id) + 1 for job in frame.state.jobs)])
+
+
 def rows_needed(frame: Frame) -> int:
     """Content rows to show every lane."""
     fixed = 2 + (UTIL_ROWS + 1 if frame.state.gpu is not None else 1)
@@ -55,7 +60,8 @@ class GpuPanel(LinesWidget):
         if frame is None:
             return [Text("waiting for the run's first sample…")]
         state = frame.state
-        width = max(8, self.size.width - LABEL_W)
+        label_w = label_width(frame)
+        width = max(8, self.size.width - label_w)
         # Buckets sit on fixed multiples of their width, not on "now": a column keeps its moment as
         # time passes, so the picture slides a whole column at a time instead of shimmering.
         step = WINDOW_S / width
@@ -89,23 +95,23 @@ class GpuPanel(LinesWidget):
                     mem_points.append((s.t, s.gpu.mem_used_bytes))
             util_points.sort()
             for i, row in enumerate(bar_rows(bucket_max(util_points, left, right, width), UTIL_ROWS, 100.0)):
-                line = Text("util " if i == 0 else "", style=label).append(" " * (LABEL_W - (5 if i == 0 else 0)))
+                line = Text(f"{'util' if i == 0 else '':<{label_w}}", style=label)
                 lines.append(line.append(row, style=self._style("gpu--util")))
             mem_total = float(state.gpu.memory_total_bytes)
             mem_row = bar_rows(bucket_max(mem_points, left, right, width), 1, mem_total)[0]
-            lines.append(Text("mem  ", style=label).append(mem_row, style=self._style("gpu--mem")))
-        lines.extend(self._lanes(frame, left, right, width, self.size.height - len(lines) - 1))
-        axis = Text(f"{'':{LABEL_W}}-{WINDOW_S:.0f}s", style=label)
+            lines.append(Text(f"{'mem':<{label_w}}", style=label).append(mem_row, style=self._style("gpu--mem")))
+        lines.extend(self._lanes(frame, left, right, width, self.size.height - len(lines) - 1, label_w))
+        axis = Text(f"{'':{label_w}}-{WINDOW_S:.0f}s", style=label)
         axis.append("  lanes: ", style=label).append("░ rollout", style=self._style("lane--rollout"))
         axis.append(" ").append("█ train", style=self._style("lane--train"))
-        axis.pad_right(LABEL_W + width - axis.cell_len - 3)
+        axis.pad_right(label_w + width - axis.cell_len - 3)
         lines.append(axis.append("now", style=label))
         width = self.size.width
         for line in lines:
             line.truncate(width, overflow="ellipsis")
         return lines
 
-    def _lanes(self, frame: Frame, left: float, right: float, width: int, rows: int) -> list[Text]:
+    def _lanes(self, frame: Frame, left: float, right: float, width: int, rows: int, label_w: int) -> list[Text]:
         """One lane per live job, as many as fit; the rest are counted."""
         live = lane_jobs(frame)
         if rows <= 0:
@@ -117,7 +123,7 @@ class GpuPanel(LinesWidget):
             lane_cells = self._lane_cells.setdefault(job.id, LaneCells())
             now = frame.state.now
             cells = lane_cells.cells(frame.phases.get(job.id, ()), left, right, width, end=now, settled=now - SETTLE_S)
-            lane = Text(f"{job.id:<{LABEL_W}}", style=self._style("gpu--label"))
+            lane = Text(f"{job.id:<{label_w}}", style=self._style("gpu--label"))
             run_start = 0
             for i in range(1, width + 1):
                 if i == width or cells[i] != cells[run_start]:

@@ -27,6 +27,13 @@ rollout + train cycles (at least 30 s), lowered at once by a cycle that runs lon
 first cycle ends. ETA is its steps left at that rate; the header adds the run's, queued jobs
 included. Enter opens its detail: config, events, stderr, learning curve, rollout SPS over time
 (the rate while stepping, not the throughput) and checkpoints.
+
+Fleets (cockpit fleet PLAN.toml): a line under the header gives each tier's finished/entered
+agents, the ETA and, with a rate, the cost; the jobs table holds the running and the latest
+ended agents, not all of them. f opens the fleet screen: per tier the agents planned, entered,
+queued, running, finished, promoted, culled and failed, with its ETA; the leaderboard (each
+agent's best tier and score, its settings and seed); the cost so far and projected; and the
+latest promotions.
 """
 
 KEYS = (
@@ -36,6 +43,7 @@ KEYS = (
     ("k", "kill the selected job now (SIGKILL; it resumes from its last checkpoint)"),
     ("S", "stop all jobs: the run ends, resumable with cockpit run --resume RUN_DIR"),
     ("enter", "job detail"),
+    ("f", "fleet screen (a fleet's tiers, leaderboard, ETA and cost)"),
     ("q", "quit: stop all jobs, or leave them running and cockpit attach RUN_DIR later"),
     ("← → [ ]", "replay: scrub 5 s or 60 s; home and end jump"),
 )

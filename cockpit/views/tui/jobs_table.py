@@ -22,10 +22,10 @@ from cockpit.views.units import eta, mib, num, si
 WIDE = 110
 # (key, label, shown in the narrow layout, width: fixed so rows do not jump as values grow; None fits the content)
 COLUMNS = (
-    ("id", "job", True, 3), ("seed", "seed", False, 5), ("env", "env", False, None), ("preset", "preset", False, None),
-    ("status", "status", True, 8), ("phase", "phase", True, 7), ("steps", "steps", True, None), ("sps", "SPS", True, 6),
-    ("eta", "ETA", True, 6), ("rew", "ep_rew", True, 7), ("restarts", "rst", True, 3), ("gpu", "GPU mem", False, 10),
-    ("cpu", "CPU%", True, 4),
+    ("id", "job", True, None), ("seed", "seed", False, 5), ("env", "env", False, None),
+    ("preset", "preset", False, None), ("status", "status", True, 8), ("phase", "phase", True, 7),
+    ("steps", "steps", True, None), ("sps", "SPS", True, 6), ("eta", "ETA", True, 6), ("rew", "ep_rew", True, 7),
+    ("restarts", "rst", True, 3), ("gpu", "GPU mem", False, 10), ("cpu", "CPU%", True, 4),
 )  # fmt: skip
 NUMERIC = frozenset({"steps", "sps", "eta", "rew", "restarts", "gpu", "cpu"})
 STATUS_CLASS = {"failed": "error", "backoff": "warning", "done": "success", "stopping": "warning", "paused": "warning",
@@ -35,12 +35,15 @@ STATUS_CLASS = {"failed": "error", "backoff": "warning", "done": "success", "sto
 def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
     """A job's row, keyed by column."""
     live = job.state.stepping
+    # A fleet's agents differ in env and preset, which a JobView does not carry; the run's (its
+    # first agent's) would be wrong for most rows.
+    fleet = state.fleet is not None
     steps = f"{job.steps:,}/{job.target:,}" if wide else f"{si(job.steps)}/{si(job.target)}"
     return {
         "id": job.id,
         "seed": str(job.seed),
-        "env": state.env,
-        "preset": state.preset,
+        "env": "-" if fleet else state.env,
+        "preset": "-" if fleet else state.preset,
         "status": job.state,
         "phase": job.phase or "",
         "steps": f"{steps} {job.fraction:4.0%}",
@@ -102,10 +105,24 @@ class JobsTable(LinesWidget, can_focus=True):
         """Take the new state; rows whose cells changed are repainted."""
         self._state = state
         wide = self.size.width >= WIDE
+        selected = self.selected_job
+        shown = {job.id for job in state.jobs}
+        if len(shown) != len(self._order) or not shown.issuperset(self._order):
+            # A fleet's state holds only its live and latest ended agents: the rows of those that
+            # left it go, and the cursor stays on its job while that one is still shown.
+            self._order = [job_id for job_id in self._order if job_id in shown]
+            self._cells = {job_id: row for job_id, row in self._cells.items() if job_id in shown}
         for job in state.jobs:
             if job.id not in self._cells:
                 self._order.append(job.id)
             self._cells[job.id] = cells(job, state, wide=wide)
+        if state.fleet is not None:
+            # A fleet's running agents first (in the order they started), then the ended ones,
+            # the latest first: the agents that matter now stay in view whatever the height.
+            ended = {job.id: job.ended_at or 0.0 for job in state.jobs if job.state.terminal}
+            self._order.sort(key=lambda job_id: (job_id in ended, -ended.get(job_id, 0.0)))
+        if selected is not None and selected in self._cells:
+            self.cursor = self._order.index(selected)
         self.redraw()
 
     def on_resize(self) -> None:

@@ -1,0 +1,225 @@
+"""A fleet's screen (`f` on the cockpit of a fleet): the tier funnel, the leaderboard, the ETA and
+cost, and the latest promotions.
+
+Everything shown comes from `RunState.fleet`, a few tiers and at most a few leaders and notices
+however many agents the fleet has, so the screen costs the same at 500 agents as at 5. Like the
+job detail it is composed once and pushed again, and it reads the source's newest frame at 5 Hz
+only while it is shown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import PurePath
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.screen import Screen
+from textual.widget import Widget
+
+from cockpit.core.feed import Frame, RunSource
+from cockpit.core.state import FleetView, TierView
+from cockpit.views.tui.lines import LinesWidget
+from cockpit.views.units import eta, num, si
+
+POLL_S = 0.2
+NOTICES_SHOWN = 8
+
+# The ETA early: at 80 columns the last column is the one the edge may crop.
+TIER_COLUMNS = ("tier", "steps", "ETA", "planned", "entered", "queued", "running", "finished", "promoted", "culled",
+                "failed")  # fmt: skip
+# Seed before the overrides: an override list can be long, and the screen's edge crops the last column.
+LEADER_COLUMNS = ("#", "agent", "score", "tier", "steps", "env", "preset", "seed", "overrides")
+LEFT = frozenset({"agent", "env", "preset", "overrides"})  # the rest are figures, right-aligned
+
+
+def money(usd: float | None) -> str:
+    """Dollars with cents, or "-" when unknown."""
+    return "-" if usd is None else f"${usd:,.2f}"
+
+
+def preset_name(preset: str) -> str:
+    """A built-in preset's name, or a preset file's name without its folders."""
+    return PurePath(preset).name
+
+
+def queued(tier: TierView) -> int:
+    """A tier's agents that entered it and wait for a slot."""
+    return max(0, tier.entered - tier.running - tier.finished - tier.failed)
+
+
+def fleet_summary(fleet: FleetView) -> str:
+    """The fleet in one line for the cockpit: name, each tier's finished/entered, ETA and cost."""
+    tiers = " ".join(f"{t.finished}/{t.entered}" for t in fleet.tiers)
+    cost = f"  {money(fleet.spent_usd)} of {money(fleet.projected_usd)} spent" if fleet.rate_usd_per_h else ""
+    return f"fleet {fleet.name}  tiers {tiers} finished  ETA {eta(fleet.eta_s)}{cost}"
+
+
+def fleet_title(fleet: FleetView) -> str:
+    """The fleet screen's first line: name, promotion, size, ETA, rate and cost."""
+    rate = f"${fleet.rate_usd_per_h:,.2f}/h" if fleet.rate_usd_per_h else "no rate set (--rate)"
+    line = f"fleet {fleet.name}  {fleet.agents} agents  {fleet.promotion} promotion"
+    line += f"  ETA {eta(fleet.eta_s)}  rate {rate}"
+    if fleet.rate_usd_per_h:
+        line += f"  spent {money(fleet.spent_usd)}  projected {money(fleet.projected_usd)}"
+    return line
+
+
+def tier_rows(fleet: FleetView) -> list[tuple[str, ...]]:
+    """The tier funnel, a row per tier, in `TIER_COLUMNS` order."""
+    return [
+        (str(t.tier), si(t.timesteps), eta(t.eta_s), str(t.planned), str(t.entered), str(queued(t)), str(t.running),
+         str(t.finished), str(t.promoted), str(t.culled), str(t.failed))
+        for t in fleet.tiers
+    ]  # fmt: skip
+
+
+def leader_rows(fleet: FleetView) -> list[tuple[str, ...]]:
+    """The leaderboard, best first, in `LEADER_COLUMNS` order."""
+    return [
+        (str(rank), r.agent, num(r.score, "{:.1f}"), str(r.tier), si(r.steps), r.env, preset_name(r.preset),
+         str(r.seed), r.overrides or "-")
+        for rank, r in enumerate(fleet.leaders, 1)
+    ]  # fmt: skip
+
+
+class Line(Widget):
+    """One line of text that repaints only when it changes (a Static's update() re-lays-out the
+    screen)."""
+
+    def __init__(self, text: str = "", **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.text = text
+
+    def show(self, text: str) -> None:
+        """Draw `text` at the next refresh (only if it changed)."""
+        if text != self.text:
+            self.text = text
+            self.refresh()
+
+    def render(self) -> str:
+        return self.text
+
+
+class FittedLines(LinesWidget):
+    """Lines whose widget is as high as they are many (`height: auto`)."""
+
+    def redraw_fit(self) -> None:
+        """Redraw, and lay the screen out again when the line count (the height) changed."""
+        before = len(self._rows)
+        self.redraw()
+        if len(self._rows) != before:
+            self.refresh(layout=True)
+
+
+class FleetTable(FittedLines):
+    """A header and rows of short cells, each column as wide as its widest cell, one space apart
+    (a fleet's tiers fit 80 columns)."""
+
+    COMPONENT_CLASSES = {"fleet-table--header", "fleet-table--odd"}  # noqa: RUF012
+
+    def __init__(self, columns: Sequence[str], empty: str, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.columns = tuple(columns)
+        self.empty = empty
+        self.rows: list[tuple[str, ...]] = []
+
+    def show(self, rows: list[tuple[str, ...]]) -> None:
+        """Take new rows; the lines that changed are repainted (the height follows the row count)."""
+        if rows != self.rows or not self._rows:
+            self.rows = rows
+            self.redraw_fit()
+
+    def cell(self, row: int, column: str) -> str:
+        """The text of a cell (for tests and tools)."""
+        return self.rows[row][self.columns.index(column)]
+
+    def lines(self) -> list[Text]:
+        widths = [max([len(label), *(len(row[i]) for row in self.rows)]) for i, label in enumerate(self.columns)]
+
+        def line(cells: Sequence[str]) -> str:
+            return " " + " ".join(
+                cell.ljust(w) if label in LEFT else cell.rjust(w)
+                for cell, label, w in zip(cells, self.columns, widths, strict=True)
+            )
+
+        header = Text(line(self.columns), style=self.get_component_rich_style("fleet-table--header", partial=True))
+        out = [header]
+        for index, row in enumerate(self.rows):
+            text = Text(line(row))
+            if index % 2:
+                text.stylize(self.get_component_rich_style("fleet-table--odd", partial=True))
+            out.append(text)
+        if not self.rows:
+            out.append(Text(f" {self.empty}", style="dim"))
+        return out
+
+
+class Notices(FittedLines):
+    """The fleet's latest notices (promotions, tier summaries), the newest last."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.notices: tuple[str, ...] = ()
+
+    def show(self, notices: tuple[str, ...]) -> None:
+        """Take the fleet's notices; only the last `NOTICES_SHOWN` are drawn."""
+        notices = notices[-NOTICES_SHOWN:]
+        if notices != self.notices or not self._rows:
+            self.notices = notices
+            self.redraw_fit()
+
+    def lines(self) -> list[Text]:
+        title = Text("latest notices", style="bold")
+        return [title, *(Text(f" {n}") for n in self.notices)] if self.notices else [title, Text(" none yet", "dim")]
+
+
+class FleetScreen(Screen[None]):
+    """The fleet's tiers, leaderboard, ETA and cost; escape (or f, or q) goes back."""
+
+    BINDINGS = [Binding("escape,f,q", "app.pop_screen", "Back")]  # noqa: RUF012
+
+    def __init__(self, source: RunSource) -> None:
+        super().__init__()
+        self.source = source
+        self.frame: Frame | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Line("not a fleet", id="fleet-title")
+        yield Line("tiers", classes="fleet-label")
+        yield FleetTable(TIER_COLUMNS, "no tiers", id="fleet-tiers")
+        yield Line("leaderboard (each agent's best tier, best first)", classes="fleet-label")
+        yield FleetTable(LEADER_COLUMNS, "no agent has a score yet", id="fleet-leaders")
+        yield Notices(id="fleet-notices")
+        # A line rather than a Footer: a footer recomposes its keys each time the screen shows.
+        yield Line("escape, f or q: back to the cockpit", id="fleet-keys")
+
+    def on_mount(self) -> None:
+        self._timer = self.set_interval(POLL_S, self.poll, pause=True)
+
+    def on_screen_resume(self) -> None:
+        self.poll()
+        self._timer.resume()
+
+    def on_screen_suspend(self) -> None:
+        self._timer.pause()
+
+    def poll(self) -> None:
+        """Take the source's newest frame and redraw if it is new."""
+        frame = self.source.frame()
+        if frame is None or frame is self.frame:
+            return
+        self.frame = frame
+        self.show(frame.state.fleet)
+
+    def show(self, fleet: FleetView | None) -> None:
+        """Fill every part of the screen from `fleet`."""
+        if fleet is None:
+            self.query_one("#fleet-title", Line).show("not a fleet")
+            return
+        with self.app.batch_update():
+            self.query_one("#fleet-title", Line).show(fleet_title(fleet))
+            self.query_one("#fleet-tiers", FleetTable).show(tier_rows(fleet))
+            self.query_one("#fleet-leaders", FleetTable).show(leader_rows(fleet))
+            self.query_one(Notices).show(fleet.notices)
