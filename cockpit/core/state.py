@@ -47,6 +47,9 @@ class JobView:
     # The worker's own `sps` of its newest progress event: the rollout rate, far above the
     # throughput when train phases are long. Shown only labelled "rollout SPS".
     rollout_sps: float | None = None
+    # The job's own env and preset name when it differs from the run's (a fleet's agents); None: the run's.
+    env: str | None = None
+    preset: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # a plain string is accepted

@@ -539,6 +539,7 @@ class Supervisor:
                     peak_gpu_mem_bytes=(peak_gpu_mem or {}).get(job.id),
                     started_at=job.first_started_at, ended_at=job.ended_at,
                     eta_s=job_eta(job.state, job.steps, job.target, sps), rollout_sps=job.rollout_sps,
+                    env=job.env, preset=Path(job.preset_arg).stem if job.preset_arg else None,
                 )
             )
         # fmt: on

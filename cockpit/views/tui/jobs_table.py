@@ -35,15 +35,12 @@ STATUS_CLASS = {"failed": "error", "backoff": "warning", "done": "success", "sto
 def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
     """A job's row, keyed by column."""
     live = job.state.stepping
-    # A fleet's agents differ in env and preset, which a JobView does not carry; the run's (its
-    # first agent's) would be wrong for most rows.
-    fleet = state.fleet is not None
     steps = f"{job.steps:,}/{job.target:,}" if wide else f"{si(job.steps)}/{si(job.target)}"
     return {
         "id": job.id,
         "seed": str(job.seed),
-        "env": "-" if fleet else state.env,
-        "preset": "-" if fleet else state.preset,
+        "env": job.env or state.env,  # a fleet's agents have their own
+        "preset": job.preset or state.preset,
         "status": job.state,
         "phase": job.phase or "",
         "steps": f"{steps} {job.fraction:4.0%}",
