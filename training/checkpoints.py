@@ -9,7 +9,6 @@ hashes; a checkpoint that fails is moved to `checkpoints/corrupt/` and the one b
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -19,6 +18,8 @@ from pathlib import Path
 
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import VecNormalize
+
+from cockpit.contract.files import sha256_of
 
 MODEL_FILE = "model.zip"
 VECNORM_FILE = "vecnormalize.pkl"
@@ -50,14 +51,6 @@ class CorruptCheckpoint:
 
     path: Path
     reason: str
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _fsync(path: Path) -> None:
@@ -105,7 +98,7 @@ class CheckpointStore:
             model.save(tmp / MODEL_FILE)
             if vecnormalize is not None:
                 vecnormalize.save(tmp / VECNORM_FILE)
-            files = {p.name: _sha256(p) for p in sorted(tmp.iterdir())}
+            files = {p.name: sha256_of(p) for p in sorted(tmp.iterdir())}
             (tmp / META_FILE).write_text(json.dumps({"step": step, "files": files}, indent=1))
             for p in tmp.iterdir():
                 _fsync(p)
@@ -143,7 +136,7 @@ class CheckpointStore:
             f = path / fname
             if not f.is_file():
                 raise ValueError(f"{fname} is missing")
-            if _sha256(f) != digest:
+            if sha256_of(f) != digest:
                 raise ValueError(f"{fname} does not match its recorded SHA-256")
         return Checkpoint(path, step)
 

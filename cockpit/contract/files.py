@@ -7,6 +7,7 @@ must find the previous complete file or the new one.
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -36,3 +37,12 @@ def free_space(path: Path) -> str:
             continue
         return f"{st.f_bavail * st.f_frsize / 2**20:.1f} MiB"
     return "unknown space"
+
+
+def sha256_of(path: Path) -> str:
+    """The file's SHA-256, hex, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -26,7 +26,6 @@ atomically, so a kill leaves whole files. `verify` recomputes each checksum (`co
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
@@ -36,7 +35,7 @@ from typing import Any
 
 import tomli_w
 
-from cockpit.contract.files import write_atomic
+from cockpit.contract.files import sha256_of, write_atomic
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -62,15 +61,6 @@ class ModelEntry:
     overrides: dict[str, Any] = field(default_factory=dict)
     vecnormalize: str | None = None
     vecnormalize_sha256: str | None = None
-
-
-def sha256_of(path: Path) -> str:
-    """The file's SHA-256, hex."""
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def copy_atomic(source: Path, target: Path) -> str:
