@@ -229,7 +229,9 @@ def build_parser() -> ArgumentParser:
         "models are collected in RUN_DIR/models/ with SHA-256 checksums (models.toml).\n"
         "--dry-run checks the plan and projects each tier's agents, steps, wall time and cost from this\n"
         "machine's measured costs (the probe runs once per preset, seconds). The plan format is in docs/fleets.md.",
-        epilog="Examples:\n  cockpit fleet screen.toml --dry-run --rate 1.99\n  cockpit fleet screen.toml --jobs 4\n"
+        epilog="Examples:\n  cockpit fleet screen.toml --dry-run --rate 1.99\n"
+        "  cockpit fleet screen.toml --dry-run --from runs/20261120T090000Z-cartpole-CartPole-v1  (an A100's run)\n"
+        "  cockpit fleet screen.toml --jobs 4\n"
         "  cockpit fleet --resume runs/20261123T140000Z-fleet-screen",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -242,6 +244,11 @@ def build_parser() -> ArgumentParser:
         help="what this machine costs per hour (default: the plan's)",
     )
     fleet.add_argument("--dry-run", action="store_true", help="check and project the plan; start nothing")
+    fleet.add_argument(
+        "--from", dest="run_from", type=Path, metavar="RUN_DIR",
+        help="with --dry-run: cost the plan at the speeds a finished run measured (on this or another machine: "
+        "its run.toml's SPS per job and jobs at once) instead of this machine's probe",
+    )  # fmt: skip
     fleet.add_argument(
         "--run-dir", type=Path, metavar="DIR", help="where the fleet goes (default: runs/<UTC time>-fleet-<name>)"
     )

@@ -225,3 +225,45 @@ def test_a_500_agent_dry_run_prints_the_cost_models_figures_and_starts_no_proces
         assert f"{stage.agents:,}" in row and f"{stage.steps:,}" in row
         assert _duration(stage.seconds) in row and f"${stage.cost_usd:,.2f}" in row
     assert expected.total.agents == 500 and expected.tiers[1].agents == 250 and expected.tiers[2].agents == 3
+
+
+def test_from_a_finished_run_the_dry_run_uses_its_measured_speed_and_probes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The golden run trained cartpole on CartPole-v1, 2 jobs at a time at 555.4, 555.8 and 789.5
+    SPS each: a plan of that preset is costed at their mean per job, 2 jobs at once at most."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing cached: a probe would run
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
+    golden = Path(__file__).parent / "data" / "run-v1"
+    text = GOOD.replace('env = ["CartPole-v1", "Acrobot-v1"]', 'env = "CartPole-v1"')
+    plan = load_plan(plan_file(tmp_path, text))
+    assert main(["fleet", str(tmp_path / "plan.toml"), "--dry-run", "--from", str(golden), "--jobs", "4"]) == 0
+    out = capsys.readouterr().out
+    per_job = (555.4 + 555.8 + 789.5) / 3
+    assert f"{per_job:,.0f} SPS per job, 2 at once" in out and str(golden) in out
+    from cockpit.commands.fleet import _duration
+
+    total = project(plan, lambda p: Speed(p, per_job, 2.0)).total
+    assert _duration(total.seconds) in next(line for line in out.splitlines() if line.strip().startswith("total"))
+
+
+def test_from_a_run_of_another_preset_leaves_the_speed_unknown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    golden = Path(__file__).parent / "data" / "run-v1"
+    text = GOOD.replace('env = ["CartPole-v1", "Acrobot-v1"]', 'env = "Acrobot-v1"')
+    plan_file(tmp_path, text)
+    assert main(["fleet", str(tmp_path / "plan.toml"), "--dry-run", "--from", str(golden)]) == 0
+    out = capsys.readouterr().out
+    assert "unknown" in out and f"{golden} measured no run of it" in out
+
+
+def test_from_needs_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fleet", str(plan_file(tmp_path)), "--dry-run", "--from", str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert "--from" in err and "not a run directory" in err and len(err.strip().splitlines()) == 1

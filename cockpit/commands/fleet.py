@@ -24,8 +24,9 @@ from cockpit.commands.console import interactive, output_console, say
 from cockpit.commands.frontends import FrontEnds
 from cockpit.contract.fleetplan import FleetPlan, PlanError, load_plan, parse_plan
 from cockpit.contract.presets import Preset
+from cockpit.contract.runrecord import RunRecord
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec
-from cockpit.core.fleet import Projection, Speed, Stage, project, speed_of
+from cockpit.core.fleet import Projection, Speed, Stage, project, speed_from_record, speed_of
 from cockpit.core.sizing import costs_for, this_machine
 
 if sys.version_info >= (3, 11):
@@ -41,8 +42,21 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     except (PlanError, ConfigError) as exc:
         print(f"cockpit fleet: error: {exc}", file=sys.stderr)
         return 2
+    if args.run_from is not None and not args.dry_run:
+        print("cockpit fleet: error: --from costs a --dry-run with a finished run's speeds; add --dry-run",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if args.dry_run:
-        return dry_run(plan, jobs=args.jobs, rate=args.rate)
+        record = None
+        if args.run_from is not None:
+            from cockpit.contract.runrecord import RunRecordError, read
+
+            try:
+                record = read(args.run_from)
+            except RunRecordError as exc:
+                print(f"cockpit fleet: error: --from {exc}", file=sys.stderr)
+                return 2
+        return dry_run(plan, jobs=args.jobs, rate=args.rate, record=record, record_dir=args.run_from)
     return _run(args, plan, plan_text, front)
 
 
@@ -89,7 +103,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     from cockpit.core.fleetrun import FleetRun
     from cockpit.core.launcher import PooledLauncher
     from cockpit.core.nvml import open_gpu
-    from cockpit.core.session import RUN_DIR_LOST_EXIT, RunSession, exit_code
+    from cockpit.core.session import RunSession, run_to_exit
     from cockpit.core.supervisor import Supervisor
     from cockpit.core.telemetry import Sampler
 
@@ -113,15 +127,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     with PooledLauncher() as launcher:
         session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), launcher=launcher,
                              resume=args.resume is not None, fleet_factory=fleet)  # fmt: skip
-        try:
-            state = session.run(front.headless())
-        except ConfigError as exc:
-            print(f"cockpit fleet: error: {exc}", file=sys.stderr)
-            return 2
-    if session.lost is not None:
-        print(f"cockpit fleet: error: {session.lost}", file=sys.stderr)
-        return RUN_DIR_LOST_EXIT
-    return exit_code(state, session.supervisor.interrupt_signal)
+        return run_to_exit(session, front.headless(), "cockpit fleet")
 
 
 def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds) -> int:
@@ -143,8 +149,10 @@ def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds
     return front.watch(source, who="cockpit fleet")
 
 
-def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None) -> int:
-    """Print the plan's projection: per tier, in total, and all agents to the last tier."""
+def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None, record: RunRecord | None = None,
+            record_dir: Path | None = None) -> int:  # fmt: skip
+    """Print the plan's projection: per tier, in total, and all agents to the last tier; from this
+    machine's measured costs, or with `record` from that finished run's measured speeds."""
     console = output_console()
     slots = jobs or plan.jobs
     rate = rate if rate is not None else plan.rate_usd_per_h
@@ -152,9 +160,12 @@ def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None) -> int:
     speeds: dict[Preset, Speed | None] = {}
 
     def speed(preset: Preset) -> Speed | None:
-        if preset not in speeds:  # one measurement per distinct preset, from the cache or a probe
-            costs = costs_for(say(console), machine, preset)
-            speeds[preset] = speed_of(preset, costs, slots, machine.physical_cores) if costs else None
+        if preset not in speeds:  # one measurement per distinct preset: the record's, the cache's or a probe's
+            if record is not None:
+                speeds[preset] = speed_from_record(preset, record, slots)
+            else:
+                costs = costs_for(say(console), machine, preset)
+                speeds[preset] = speed_of(preset, costs, slots, machine.physical_cores) if costs else None
         return speeds[preset]
 
     projection = project(dataclasses.replace(plan, jobs=slots, rate_usd_per_h=rate), speed)
@@ -165,8 +176,13 @@ def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None) -> int:
                   f"{projection.saving:.0%} saved", highlight=False)  # fmt: skip
     said = set()
     for preset, measured in speeds.items():
-        if measured is None:
+        if measured is None and record is not None:
+            line = f"{preset.name} on {preset.env}: {record_dir} measured no run of it, so no time or cost"
+        elif measured is None:
             line = f"{preset.name} on {preset.env}: no measured speed, so no time or cost"
+        elif record is not None:
+            line = (f"{preset.name} on {preset.env}: {measured.sps:,.0f} SPS per job, {measured.parallel:g} at once, "
+                    f"as {record_dir} measured them (its run.toml)")  # fmt: skip
         else:
             line = (f"{preset.name} on {preset.env}: {measured.sps:,.0f} SPS for one job (this machine's probe), "
                     f"{measured.parallel:.1f} jobs' worth at once on {machine.physical_cores} cores")  # fmt: skip

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cockpit.commands.console import output_console, say
+from cockpit.contract.commands import AdviceSetting
 from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, RunRecordError, read
@@ -27,6 +28,7 @@ from cockpit.core.advisor import (
     envs_per_core,
     job_measure,
 )
+from cockpit.core.fleet import speed_of
 from cockpit.core.sizing import costs_for, resolve_preset, this_machine
 
 MIB = 1024 * 1024
@@ -60,7 +62,17 @@ def measurements_from_run(run_dir: Path) -> tuple[RunRecord, Measurements]:
     return recorded, measured
 
 
-def _numbers(machine: Machine, preset: Preset, jobs: int, measured: Measurements | None, costs: Costs | None) -> Table:
+def predicted_sps(machine: Machine, preset: Preset, costs: Costs, counts: list[int]) -> str:
+    """The aggregate SPS of each number of jobs in `counts`, by the fleet's overlap model (the same
+    figures `cockpit fleet` projects with)."""
+    speeds = {n: speed_of(preset, costs, n, machine.physical_cores) for n in counts}
+    figures = ", ".join(f"{n} job(s) {speed.fleet_sps:,.0f} SPS together" for n, speed in speeds.items())
+    alone = next(iter(speeds.values())).sps
+    return f"{figures} (one alone {alone:,.0f}; the overlap model of docs/fleets.md)"
+
+
+def _numbers(machine: Machine, preset: Preset, jobs: int, measured: Measurements | None, costs: Costs | None,
+             suggested_jobs: int | None = None) -> Table:  # fmt: skip
     table = Table(title="numbers used", title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
@@ -73,6 +85,7 @@ def _numbers(machine: Machine, preset: Preset, jobs: int, measured: Measurements
     if costs is not None:
         table.add_row("measured costs", costs.describe())
         table.add_row("jobs", f"{jobs} (they keep ~{cores_needed(preset, jobs, costs):.1f} cores busy, measured)")
+        table.add_row("predicted", predicted_sps(machine, preset, costs, [jobs, suggested_jobs or jobs]))
     else:
         per_core = envs_per_core(preset.env)
         need = cores_needed(preset, jobs)
@@ -113,7 +126,8 @@ def recommend(console: Console, *, preset: str | None, env: str | None, jobs: in
     jobs = jobs or 2
     costs = costs_for(say(console), machine, resolved) if probe else None
     items = advise(machine, resolved, jobs, measured, costs)
-    console.print(_numbers(machine, resolved, jobs, measured, costs))
+    suggested = next((int(a.suggested) for a in items if a.setting == AdviceSetting.JOBS), None)
+    console.print(_numbers(machine, resolved, jobs, measured, costs, suggested))
     if items:
         console.print(advice_table(items))
     else:

@@ -79,7 +79,7 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     """Carry out `cockpit run` as parsed; returns the exit code (0 done, 1 failed, 2 bad input,
     3 run directory lost, 128 + the signal when interrupted)."""
     from cockpit.core.nvml import open_gpu
-    from cockpit.core.session import RUN_DIR_LOST_EXIT, RunSession, exit_code
+    from cockpit.core.session import RunSession, run_to_exit
     from cockpit.core.telemetry import Sampler
 
     command_line = _typed(args)
@@ -102,15 +102,7 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     auto = _auto_tuner(spec, gpu, args.auto_window) if args.auto else None
     session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), resume=args.resume is not None, auto=auto,
                          costs=_cached_costs(spec, gpu))  # fmt: skip
-    try:
-        state = session.run(front.headless())
-    except ConfigError as exc:
-        print(f"cockpit run: error: {exc}", file=sys.stderr)
-        return 2
-    if session.lost is not None:
-        print(f"cockpit run: error: {session.lost}", file=sys.stderr)
-        return RUN_DIR_LOST_EXIT
-    return exit_code(state, session.supervisor.interrupt_signal)
+    return run_to_exit(session, front.headless(), "cockpit run")
 
 
 def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:

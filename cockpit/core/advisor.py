@@ -17,6 +17,7 @@ from typing import Protocol
 
 from cockpit.contract.commands import AdviceSetting
 from cockpit.contract.presets import Preset, largest_divisor_at_most
+from cockpit.core.fleet import Station, overlap_sps, speed_of
 from cockpit.core.host import HostInfo
 from cockpit.core.nvml import GpuInfo
 
@@ -259,15 +260,18 @@ def _cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> lis
     return out
 
 
-def _idle_cores(host: Machine, jobs: int, costs: Costs | None) -> list[Advice]:
-    """Without a GPU, measured costs: one job per core keeps every core busy."""
+def _idle_cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> list[Advice]:
+    """Without a GPU, measured costs: one job per core keeps every core busy. The gain is the
+    fleet's overlap model's (`cockpit.core.fleet.speed_of`), as `cockpit fleet` projects it."""
     if costs is None or host.gpu_name is not None or costs.device != "cpu" or jobs >= host.physical_cores:
         return []
+    now, fit = (speed_of(preset, costs, n, host.physical_cores).fleet_sps for n in (jobs, host.physical_cores))
     reason = (f"no GPU: each job's loop keeps one core busy, and {host.physical_cores - jobs} of "
               f"{host.physical_cores} physical cores would idle")  # fmt: skip
     return [Advice(AdviceSetting.JOBS, str(jobs), str(host.physical_cores),
-                   f"~{host.physical_cores / jobs:.1f}x the SPS", reason,
-                   {"jobs": jobs, "physical_cores": host.physical_cores})]  # fmt: skip
+                   f"~{fit / now:.1f}x the SPS ({now:,.0f} -> {fit:,.0f} together, by the fleet's overlap model)",
+                   reason, {"jobs": jobs, "physical_cores": host.physical_cores, "sps": now,
+                            "suggested_sps": fit})]  # fmt: skip
 
 
 def _amortize(host: Machine, preset: Preset, jobs: int, costs: Costs | None, max_envs: int | None) -> list[Advice]:
@@ -356,9 +360,15 @@ def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements, c
     capped = f"; {limit} cap it at {caps[limit]}" if caps[limit] < wanted else ""
     reason = (f"GPU {_pct(mean)} on average but {_pct(burst)} while a job trains, CPU {_pct(cpu)}: "
               f"{jobs} job(s) leave the GPU idle between train bursts{capped}")  # fmt: skip
+    # The fleet's overlap model: each job keeps the GPU busy for its share of the time, and the
+    # train bursts of `suggested` jobs queue for it rather than add up (4 x 25 % -> 79 %).
+    share = min(1.0, mean / 100 / jobs)
+    network = (Station("cores", 1.0 - share, host.physical_cores), Station("gpu", share, 1))
+    expected = overlap_sps(network, suggested) / 1e6 * share * 100
     return [Advice(AdviceSetting.JOBS, str(jobs), str(suggested),
-                   f"train phases overlap: ~{min(100.0, mean * suggested / jobs):.0f} % GPU expected", reason,
-                   {"gpu_util_mean": mean, "gpu_util_train": burst, "cpu_percent": cpu})]  # fmt: skip
+                   f"train phases overlap: ~{expected:.0f} % GPU expected (the fleet's overlap model)", reason,
+                   {"gpu_util_mean": mean, "gpu_util_train": burst, "cpu_percent": cpu,
+                    "gpu_util_expected": expected})]  # fmt: skip
 
 
 def _cpu_bound(host: Machine, preset: Preset, jobs: int, measured: Measurements) -> list[Advice]:
@@ -423,7 +433,7 @@ def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | No
     advice cannot compound). At most one item per setting is returned: the first rule that fires
     wins (a hard limit before a nicety).
     """
-    items = [*_divisor(preset), *_cores(host, preset, jobs, costs), *_idle_cores(host, jobs, costs)]
+    items = [*_divisor(preset), *_cores(host, preset, jobs, costs), *_idle_cores(host, preset, jobs, costs)]
     if measured is not None:
         items += _oom(preset, measured) + _gpu_memory(host, jobs, measured)
         items += _cpu_bound(host, preset, jobs, measured) + _overlap(host, preset, jobs, measured, costs)

@@ -20,6 +20,7 @@ import dataclasses
 import fcntl
 import os
 import signal
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -414,6 +415,21 @@ def exit_code(state: RunState, interrupt_signal: int = signal.SIGINT) -> int:
     if state.status is RunStatus.INTERRUPTED:
         return 128 + int(interrupt_signal)
     return EXIT_CODES.get(state.status, 1)
+
+
+def run_to_exit(session: RunSession, view: View, who: str) -> int:
+    """Run `session` with `view` to its end and return the command's exit code (`exit_code`); a
+    run that cannot start (another cockpit holds it) is one line on stderr and 2, a lost run
+    directory one line and `RUN_DIR_LOST_EXIT`. `who` prefixes the lines (`cockpit run`)."""
+    try:
+        state = session.run(view)
+    except ConfigError as exc:
+        print(f"{who}: error: {exc}", file=sys.stderr)
+        return 2
+    if session.lost is not None:
+        print(f"{who}: error: {session.lost}", file=sys.stderr)
+        return RUN_DIR_LOST_EXIT
+    return exit_code(state, session.supervisor.interrupt_signal)
 
 
 def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
