@@ -51,7 +51,7 @@ promote = 0.5
 [[tiers]]
 timesteps = 8192
 [score]
-episodes = 20
+episodes = 100
 """
 TIERS = (4096, 8192)
 
@@ -128,7 +128,7 @@ def test_a_sync_fleet_promotes_exactly_the_best_half_which_resume_from_their_che
         # Tier 1 began from the tier-1 checkpoint at 4,096 steps, never from zero.
         assert [e.resumed_from_step for e in started] == [None, 4096]
         assert [e.steps for e in of_kind(stream, FinishedEvent)] == [4096, 8192]
-        assert [(e.step, e.episodes) for e in of_kind(stream, EvaluatedEvent)] == [(4096, 20), (8192, 20)]
+        assert [(e.step, e.episodes) for e in of_kind(stream, EvaluatedEvent)] == [(4096, 100), (8192, 100)]
     for agent in set(tier0) - set(best):
         assert of_kind(events(reference, agent), FinishedEvent)[-1].steps == 4096  # culled: trained no further
     entries = read_manifest(reference)

@@ -300,8 +300,9 @@ EVAL_SEED = 1_000_003  # every agent is scored on the same games, unlike any tra
 
 
 def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, events: EventWriter) -> None:
-    """Score `model` over `config.eval_episodes` deterministic episodes on a new one-env VecEnv
-    seeded `EVAL_SEED`, normalized with the training statistics frozen, and emit `evaluated`.
+    """Score `model` over `config.eval_episodes` deterministic episodes on a new VecEnv (up to the
+    preset's n_envs envs) seeded `EVAL_SEED`, normalized with the training statistics frozen, and
+    emit `evaluated`.
     StopRequested when a stop is asked for meanwhile."""
     import copy
 
@@ -313,7 +314,10 @@ def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, event
 
     assert config.eval_episodes is not None
     started = time.monotonic()
-    venv = make_vec_env(config.env, 1, seed=EVAL_SEED, threads=1)
+    # Several envs at once: one forward pass serves them all (evaluate_policy splits the episodes
+    # among them), which made a CartPole fleet's scoring several times cheaper than one env.
+    n_envs = min(config.eval_episodes, config.preset.n_envs)
+    venv = make_vec_env(config.env, n_envs, seed=EVAL_SEED, threads=min(n_envs, config.threads))
     try:
         env: Any = venv
         if vecnorm is not None:
