@@ -32,7 +32,9 @@ def test_a_stopped_and_resumed_workers_stream_parses_completely_with_every_kind(
     first.wait_for(lambda ev: any(isinstance(e, CheckpointEvent) for e in ev))
     first.proc.send_signal(signal.SIGTERM)
     assert first.finish() == 0
-    assert start_worker(job_dir, "--preset", str(preset), "--timesteps", "4096").finish() == 0
+    # Resumed to its target and scored there: the `evaluated` event before `finished`.
+    resumed = start_worker(job_dir, "--preset", str(preset), "--timesteps", "4096", "--eval-episodes", "3")
+    assert resumed.finish() == 0
     # A third start on another env cannot continue the checkpoint: the worker reports an error.
     refused = run_worker("--preset", str(preset), "--env", "Acrobot-v1", "--timesteps", "8192",
                          "--job-dir", str(job_dir))  # fmt: skip
@@ -42,7 +44,7 @@ def test_a_stopped_and_resumed_workers_stream_parses_completely_with_every_kind(
     reader = EventReader(job_dir / "events.jsonl")
     events = list(reader)
     assert len(events) == len(lines) and reader.skipped == 0  # every line is a valid event
-    # started, phase, progress, checkpoint, finished, error: every kind but `heartbeat`, which a
+    # started, phase, progress, checkpoint, evaluated, finished, error: every kind but `heartbeat`, which a
     # worker sends only 5 s into a train phase; this run's last milliseconds (tests/test_callback.py
     # has a train phase send them, and test_events.py round-trips one through the parser).
     assert {e.kind for e in events} == set(EVENT_TYPES) - {"heartbeat"}
