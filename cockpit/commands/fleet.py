@@ -132,8 +132,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
 
 def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds) -> int:
     """Start the fleet as `cockpit fleet --headless` in its own session and open the cockpit on it."""
-    from cockpit.core.background import attach_when_ready, spawn
-    from cockpit.core.feed import SourceError
+    from cockpit.core.background import spawn, watch_to_exit
 
     flags = ["--jobs", str(spec.jobs), "--max-restarts", str(spec.restart.max_restarts)]
     if args.rate is not None:
@@ -141,12 +140,7 @@ def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds
     where = [str(args.plan), "--run-dir", str(spec.run_dir)] if args.resume is None else ["--resume", str(spec.run_dir)]
     run = spawn([*where, *flags], spec.run_dir, verb="fleet")
     print(f"cockpit fleet: starting in {spec.run_dir} (log: {run.log})", file=sys.stderr)
-    try:
-        source = attach_when_ready(run)
-    except SourceError as exc:
-        print(f"cockpit fleet: error: {exc}", file=sys.stderr)
-        return 2
-    return front.watch(source, who="cockpit fleet")
+    return watch_to_exit(run, lambda source: front.watch(source, who="cockpit fleet"), "cockpit fleet")
 
 
 def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None, record: RunRecord | None = None,

@@ -14,10 +14,8 @@ line says so; 128 + the signal when interrupted (130 for Ctrl-C).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
-import subprocess
 import sys
 from typing import TYPE_CHECKING
 
@@ -29,9 +27,6 @@ from cockpit.core.nvml import GpuReader
 if TYPE_CHECKING:
     from cockpit.core.advisor import Costs
     from cockpit.core.autotune import AutoTuner
-
-
-BACKGROUND_EXIT_WAIT_S = 2.0
 
 
 def _typed(args: argparse.Namespace) -> tuple[str, ...] | None:
@@ -130,22 +125,9 @@ def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float) -> AutoTu
 
 def _run_in_background(spec: RunSpec, args: argparse.Namespace, front: FrontEnds) -> int:
     """Start the validated run in the background and open the cockpit on it."""
-    from cockpit.core.background import attach_when_ready, headless_argv, spawn
-    from cockpit.core.feed import SourceError
+    from cockpit.core.background import headless_argv, spawn, watch_to_exit
 
     argv = headless_argv(spec, resume=args.resume is not None, auto_window_s=args.auto_window if args.auto else None)
     run = spawn(argv, spec.run_dir)
     print(f"cockpit run: starting {spec.agents} job(s) in {spec.run_dir} (log: {run.log})", file=sys.stderr)
-    try:
-        source = attach_when_ready(run)
-    except SourceError as exc:
-        print(f"cockpit run: error: {exc}", file=sys.stderr)
-        return 2
-    code = front.watch(source, who="cockpit run")
-    exited = run.process.poll()
-    if exited is None and code != 0:
-        # The run is ending with the viewer: its own exit code says more than the last state the
-        # viewer saw (3: its directory was lost).
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            exited = run.process.wait(timeout=BACKGROUND_EXIT_WAIT_S)
-    return code if exited is None else exited
+    return watch_to_exit(run, lambda source: front.watch(source, who="cockpit run"), "cockpit run")

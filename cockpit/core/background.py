@@ -8,12 +8,13 @@ login leaves it training; `cockpit attach RUN_DIR` finds it again.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,3 +91,24 @@ def attach_when_ready(run: BackgroundRun, timeout_s: float = ATTACH_TIMEOUT_S) -
             if time.monotonic() > deadline:
                 raise
         time.sleep(0.1)
+
+
+BACKGROUND_EXIT_WAIT_S = 2.0
+
+
+def watch_to_exit(run: BackgroundRun, watch: Callable[[AttachSource], int], who: str) -> int:
+    """Attach to the background `run` and hand it to `watch` (the cockpit) until the user quits;
+    returns the exit code to end with. A run that exits before it can be attached is one line
+    on stderr and 2; a run that ends with the viewer gives its own exit code, which says more than
+    the last state the viewer saw (3: its directory was lost). `who` prefixes the line."""
+    try:
+        source = attach_when_ready(run)
+    except SourceError as exc:
+        print(f"{who}: error: {exc}", file=sys.stderr)
+        return 2
+    code = watch(source)
+    exited = run.process.poll()
+    if exited is None and code != 0:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            exited = run.process.wait(timeout=BACKGROUND_EXIT_WAIT_S)
+    return code if exited is None else exited
