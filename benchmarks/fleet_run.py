@@ -28,7 +28,16 @@ from pathlib import Path
 import psutil
 
 from benchmarks.common import REPO_ROOT
-from cockpit.contract.events import StartedEvent, of_kind, read_events
+from cockpit.contract.events import (
+    CheckpointEvent,
+    EvaluatedEvent,
+    Event,
+    FinishedEvent,
+    ProgressEvent,
+    StartedEvent,
+    of_kind,
+    read_events,
+)
 from cockpit.contract.fleetplan import load_plan
 from cockpit.core.fleet import project, speed_of
 from cockpit.core.fleetstore import FleetStore
@@ -90,6 +99,52 @@ def watch(cmd: list[str], *, log: Path, seconds: float | None = None) -> Watched
     return Watched(time.monotonic() - begin, cpu, rss / 2**20, proc.returncode)
 
 
+@dataclasses.dataclass
+class SlotTime:
+    """Where the slots' seconds went, summed over every worker launch of a run (from events)."""
+
+    startup_s: float = 0.0  # request (or process start) to `started`
+    training_s: float = 0.0  # `started` to the last progress at the target
+    saving_s: float = 0.0  # that progress to the final checkpoint
+    scoring_s: float = 0.0  # the final checkpoint to `evaluated`
+    ending_s: float = 0.0  # the rest, to `finished`
+    launches: int = 0
+
+    def add(self, events: list[Event]) -> None:
+        """Account one job's events: each `started` opens a launch that its `finished` ends."""
+        launch: list[Event] = []
+        for event in events:
+            if isinstance(event, StartedEvent):
+                launch = [event]
+            elif launch:
+                launch.append(event)
+                if isinstance(event, FinishedEvent):
+                    self._account(launch)
+                    launch = []
+
+    def _account(self, launch: list[Event]) -> None:
+        started, finished = launch[0], launch[-1]
+        assert isinstance(started, StartedEvent)
+        self.launches += 1
+        self.startup_s += started.startup_s or 0.0
+        progress = of_kind(launch, ProgressEvent)
+        trained = progress[-1].t if progress else started.t
+        saved = max([e.t for e in of_kind(launch, CheckpointEvent) if e.t >= trained], default=trained)
+        scored = max([e.t for e in of_kind(launch, EvaluatedEvent)], default=saved)
+        self.training_s += trained - started.t
+        self.saving_s += saved - trained
+        self.scoring_s += scored - saved
+        self.ending_s += finished.t - scored
+
+    def lines(self, slot_s: float) -> list[str]:
+        """The breakdown as shares of `slot_s`, the slots' seconds (slots x wall time)."""
+        parts = [("start-up", self.startup_s), ("training", self.training_s), ("final checkpoint", self.saving_s),
+                 ("scoring", self.scoring_s), ("ending", self.ending_s)]  # fmt: skip
+        idle = slot_s - sum(seconds for _, seconds in parts)
+        return [f"  {name:<17} {seconds:8,.1f} s  {seconds / slot_s:6.1%}" for name, seconds in
+                [*parts, ("no job (idle)", idle)]]  # fmt: skip
+
+
 def run(args: argparse.Namespace) -> int:
     tiers = [int(t) for t in args.tiers.split(",")]
     promote = [float(p) for p in args.promote.split(",")]
@@ -102,7 +157,8 @@ def run(args: argparse.Namespace) -> int:
     if costs is None:
         print("no measured costs for the cartpole preset here; cannot project", file=sys.stderr)
         return 1
-    speed = speed_of(plan.agents[0].preset, costs, args.slots, machine.physical_cores)
+    speed = speed_of(plan.agents[0].preset, costs, args.slots, machine.physical_cores,
+                     score_episodes=plan.score_episodes)  # fmt: skip
     projection = project(plan, lambda _preset: speed)
     run_dir = work / "run"
     cmd = [sys.executable, "-m", "cockpit", "fleet", str(plan_path), "--headless", "--run-dir", str(run_dir)]
@@ -115,8 +171,9 @@ def run(args: argparse.Namespace) -> int:
     results = store.results()
     store.close()
     trained = sum(max(r.steps for r in results if r.agent == agent) for agent in {r.agent for r in results})
-    startups = [e.startup_s for d in (run_dir / "jobs").iterdir() for e in of_kind(read_events(d / "events.jsonl"),
-                StartedEvent) if e.startup_s is not None]  # fmt: skip
+    slot_time = SlotTime()
+    for job_dir in (run_dir / "jobs").iterdir():
+        slot_time.add(read_events(job_dir / "events.jsonl"))
     projected = projection.total.seconds or 0.0
     rate = trained / watched.wall_s
     all_steps = projection.all_to_last.steps
@@ -127,9 +184,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"all agents to the last tier at the fleet's measured {rate:,.0f} steps/s: {all_steps / rate:,.0f} s, "
           f"so the tiers saved {all_steps / rate - watched.wall_s:,.0f} s "
           f"({1 - watched.wall_s / (all_steps / rate):.1%})")  # fmt: skip
-    share = sum(startups) / (args.slots * watched.wall_s)
-    print(f"worker start-up: {len(startups)} launches, {sum(startups):,.1f} s in all (mean "
-          f"{sum(startups) / max(1, len(startups)):.2f} s): {share:.1%} of the slots' time")  # fmt: skip
+    slot_s = args.slots * watched.wall_s
+    print(f"worker start-up: {slot_time.launches} launches, {slot_time.startup_s:,.1f} s in all (mean "
+          f"{slot_time.startup_s / max(1, slot_time.launches):.2f} s): {slot_time.startup_s / slot_s:.1%} of the "
+          "slots' time")  # fmt: skip
+    print(f"the slots' {slot_s:,.0f} s (from the jobs' events):", *slot_time.lines(slot_s), sep="\n")
     print(f"cockpit: {watched.cpu_s:.1f} CPU s over {watched.wall_s:,.0f} s = {watched.cpu_s / watched.wall_s * 60:.2f}"
           f" CPU s per minute ({watched.cpu_s / watched.wall_s:.2%} of a core), peak RSS "
           f"{watched.peak_rss_mib:,.0f} MiB")  # fmt: skip

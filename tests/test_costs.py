@@ -10,15 +10,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import tomli_w
 
 from cockpit.contract.presets import Preset, load
 from cockpit.contract.runspec import ConfigError
 from cockpit.core.advisor import Costs
-from cockpit.core.costs import cache_path, cached_costs, measured_costs, run_probe
+from cockpit.core.costs import cache_key, cache_path, cached_costs, measured_costs, run_probe
 from cockpit.core.host import HostInfo
 
 RECORD = {"env": "CartPole-v1", "device": "cpu", "step_overhead_us": 372.0, "env_policy_us": 5.0,
-          "env_step_us": 7.8, "train_sample_us": 5.0, "batch_size": 256}  # fmt: skip
+          "env_step_us": 7.8, "train_sample_us": 5.0, "train_epoch_us": 512.0, "batch_size": 256,
+          "setup_s": 0.25, "import_s": 4.0, "episode_steps_max": 500}  # fmt: skip
 
 
 class FakeProbe:
@@ -42,7 +44,7 @@ def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_first_call_probes_and_says_so_later_ones_read_the_cache(cache_home: Path) -> None:
     probe, told = FakeProbe(), []
     first = measured_costs(load("cartpole"), None, on_probe=told.append, probe=probe)
-    assert first == Costs("cpu", 372.0, 5.0, 7.8, 5.0)
+    assert first == Costs("cpu", 372.0, 5.0, 7.8, 5.0, 512.0, 0.25, 4.0, 500)
     assert len(told) == 1 and "CartPole-v1" in told[0] and str(cache_path()) in told[0]
     assert cache_path() == cache_home / "cockpit" / "costs.toml" and cache_path().is_file()
     again = measured_costs(load("cartpole"), None, on_probe=told.append, probe=probe)
@@ -77,6 +79,28 @@ def test_a_failing_probe_is_a_one_line_config_error(tmp_path: Path) -> None:
         run_probe(replace(load("cartpole"), env="Nope-v0"), tmp_path)
 
 
+@pytest.mark.parametrize("missing", ["train_epoch_us", "setup_s", "import_s", "episode_steps_max"])
+def test_a_record_from_before_a_figure_was_measured_is_measured_again(cache_home: Path, missing: str) -> None:
+    old = {key: value for key, value in RECORD.items() if key != missing}
+    cache_path().parent.mkdir(parents=True)
+    cache_path().write_text(tomli_w.dumps({cache_key(load("cartpole"), None): old}))
+    assert cached_costs(load("cartpole"), None) is None
+    probe = FakeProbe()
+    assert measured_costs(load("cartpole"), None, probe=probe).train_epoch_us == 512.0
+    assert len(probe.calls) == 1
+
+
+def test_an_epochs_fixed_cost_is_shared_by_the_rollouts_samples() -> None:
+    costs = Costs("cpu", step_overhead_us=800.0, env_policy_us=10.0, env_step_us=5.0, train_sample_us=2.0,
+                  train_epoch_us=512.0)  # fmt: skip
+    cartpole = load("cartpole")  # 8 envs x 32 steps = 256 samples a rollout, 20 epochs
+    assert costs.rollout_us(cartpole, 8) == 800.0 / 8 + 10.0
+    assert costs.train_us(cartpole, 8) == 20 * (2.0 + 512.0 / 256)
+    # twice the envs, twice the samples to share each epoch's fixed cost
+    assert costs.train_us(cartpole, 16) == 20 * (2.0 + 512.0 / 512)
+    assert costs.sample_us(cartpole, 8) == costs.rollout_us(cartpole, 8) + costs.train_us(cartpole, 8)
+
+
 @pytest.mark.slow
 def test_the_real_probe_measures_a_cartpole_job() -> None:
     done = subprocess.run([sys.executable, "-m", "training.probe", "--preset", "cartpole"],
@@ -86,6 +110,8 @@ def test_the_real_probe_measures_a_cartpole_job() -> None:
     assert record["env"] == "CartPole-v1" and record["device"] == "cpu" and record["batch_size"] == 256
     for key in ("step_overhead_us", "env_policy_us", "env_step_us", "train_sample_us"):
         assert record[key] > 0, (key, record)
+    assert record["train_epoch_us"] >= 0, record
+    assert record["setup_s"] > 0 and record["import_s"] > record["setup_s"] and record["episode_steps_max"] == 500
     # a step's fixed cost (Python, one forward call) dwarfs one CartPole env's share of it
     assert record["step_overhead_us"] > 5 * record["env_policy_us"]
 
@@ -93,11 +119,11 @@ def test_the_real_probe_measures_a_cartpole_job() -> None:
 def test_cached_costs_never_probe(cache_home: Path) -> None:
     assert cached_costs(load("cartpole"), None) is None
     measured_costs(load("cartpole"), None, probe=FakeProbe())
-    assert cached_costs(load("cartpole"), None) == Costs("cpu", 372.0, 5.0, 7.8, 5.0)
+    assert cached_costs(load("cartpole"), None) == Costs("cpu", 372.0, 5.0, 7.8, 5.0, 512.0, 0.25, 4.0, 500)
     assert cached_costs(load("cartpole"), "NVIDIA A100-SXM4-80GB") is None
 
 
-@pytest.mark.parametrize("costs", [None, Costs("cpu", 372.0, 5.0, 7.8, 5.0)])
+@pytest.mark.parametrize("costs", [None, Costs("cpu", 372.0, 5.0, 7.8, 5.0, 512.0, 0.25, 4.0, 500)])
 def test_a_runs_live_advice_uses_the_measured_costs_when_there_are_some(tmp_path: Path, costs: Costs | None) -> None:
     from tests.fakeclock import FakeClock
     from tests.test_control import scripted_session
@@ -112,7 +138,8 @@ def test_a_runs_live_advice_uses_the_measured_costs_when_there_are_some(tmp_path
         assert changes == {("n_envs", "8", "32")}
 
 
-NOT_MEASUREMENTS = [{"step_overhead_us": -1.0}, {"train_sample_us": float("nan")},
+NOT_MEASUREMENTS = [{"step_overhead_us": -1.0}, {"train_sample_us": float("nan")}, {"train_epoch_us": -3.0},
+                    {"setup_s": float("inf")}, {"episode_steps_max": None},
                     {"env_policy_us": 0.0, "train_sample_us": 0.0}, {"device": None, "env_step_us": "x"}]  # fmt: skip
 
 

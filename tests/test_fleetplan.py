@@ -3,6 +3,7 @@ dry-run's projection from measured costs (`cockpit fleet PLAN --dry-run`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from pathlib import Path
 
@@ -137,11 +138,37 @@ def test_the_projection_follows_the_documented_model(tmp_path: Path) -> None:
     assert [(s.agents, s.steps_per_agent, s.steps) for s in projection.tiers] == [
         (40, 4_000, 160_000), (20, 4_000, 80_000), (3, 12_000, 36_000),
     ]  # fmt: skip
-    assert [s.seconds for s in projection.tiers] == pytest.approx([8.0, 4.0, 1.8])
-    assert projection.total.steps == 276_000 and projection.total.seconds == pytest.approx(13.8)
-    assert projection.total.cost_usd == pytest.approx(13.8 / 3600 * 2.0)
+    # Each agent holds a slot for its steps at 10,000 SPS; a sync tier takes whole rounds of 2
+    # agents: 20 rounds of 0.4 s, 10 of 0.4 s, and 2 of 1.2 s (the third agent's slot-mate idles).
+    assert [s.seconds for s in projection.tiers] == pytest.approx([8.0, 4.0, 2.4])
+    assert projection.total.steps == 276_000 and projection.total.seconds == pytest.approx(14.4)
+    assert projection.total.cost_usd == pytest.approx(14.4 / 3600 * 2.0)
     assert projection.all_to_last.steps == 40 * 20_000 and projection.all_to_last.seconds == pytest.approx(40.0)
     assert projection.saving == pytest.approx(1 - 276_000 / 800_000)
+
+
+def test_the_projection_costs_each_agents_setup_scoring_and_the_workers_start_ups(tmp_path: Path) -> None:
+    plan = load_plan(plan_file(tmp_path))
+    costs = Costs("cpu", step_overhead_us=400.0, env_policy_us=10.0, env_step_us=5.0, train_sample_us=2.0,
+                  setup_s=0.5, import_s=6.0, episode_steps_max=500)  # fmt: skip
+    speed = speed_of(load("cartpole"), costs, 2, 2, score_episodes=plan.score_episodes)
+    # 5 episodes on 5 envs at once, one each, at most 500 steps of 400 + 5 x 10 us
+    assert speed.score_s == pytest.approx(500 * 450e-6) and speed.setup_s == 0.5 and speed.start_s == 6.0
+    projection = project(plan, lambda preset: speed)
+    # per agent and tier: setup, scoring, and 1/25 of a fresh worker's start (a served worker
+    # retires after 25 jobs); the first tier also waits for the first workers' 6 s start.
+    job_s = 0.5 + 0.225 + 6.0 / 25
+    assert [s.seconds for s in projection.tiers] == pytest.approx(
+        [20 * (0.4 + job_s) + 6.0, 10 * (0.4 + job_s), 2 * (1.2 + job_s)]
+    )
+    assert projection.all_to_last.seconds == pytest.approx(20 * (2.0 + job_s) + 6.0)
+    async_plan = dataclasses.replace(plan, promotion="async")  # no rounds: 3 agents on 2 slots
+    assert project(async_plan, lambda preset: speed).tiers[2].seconds == pytest.approx(1.5 * (1.2 + job_s))
+
+
+def test_an_env_without_an_episode_limit_has_no_scoring_bound(tmp_path: Path) -> None:
+    costs = Costs("cpu", 400.0, 10.0, 5.0, 2.0, episode_steps_max=0)
+    assert speed_of(load("cartpole"), costs, 2, 2, score_episodes=10).score_s == 0.0
 
 
 def test_an_unmeasured_speed_leaves_time_and_cost_unknown(tmp_path: Path) -> None:
@@ -162,7 +189,8 @@ def test_with_costs_cached_a_dry_run_starts_no_process(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     plan = load_plan(plan_file(tmp_path))
     record = {"device": "cpu", "step_overhead_us": 400.0, "env_policy_us": 10.0, "env_step_us": 5.0,
-              "train_sample_us": 2.0}  # fmt: skip
+              "train_sample_us": 2.0, "train_epoch_us": 300.0, "setup_s": 0.5, "import_s": 6.0,
+              "episode_steps_max": 500}  # fmt: skip
     for preset in {agent.preset for agent in plan.agents}:
         measured_costs(preset, None, probe=lambda p, d: record)
 
@@ -206,12 +234,13 @@ def test_a_500_agent_dry_run_prints_the_cost_models_figures_and_starts_no_proces
     plan = load_plan(plan_file(tmp_path, GOOD.replace("seeds = 10", "seeds = 125")))
     assert len(plan.agents) == 500
     record = {"device": "cpu", "step_overhead_us": 400.0, "env_policy_us": 10.0, "env_step_us": 5.0,
-              "train_sample_us": 2.0}  # fmt: skip
+              "train_sample_us": 2.0, "train_epoch_us": 300.0, "setup_s": 0.5, "import_s": 6.0,
+              "episode_steps_max": 500}  # fmt: skip
     for preset in {agent.preset for agent in plan.agents}:
         measured_costs(preset, None, probe=lambda p, d: record)
-    costs = Costs("cpu", 400.0, 10.0, 5.0, 2.0)
+    costs = Costs("cpu", 400.0, 10.0, 5.0, 2.0, 300.0, 0.5, 6.0, 500)
     cores = this_machine().physical_cores
-    expected = project(plan, lambda preset: speed_of(preset, costs, plan.jobs, cores))
+    expected = project(plan, lambda preset: speed_of(preset, costs, plan.jobs, cores, score_episodes=5))
 
     def no_process(*args: object, **kwargs: object) -> None:
         raise AssertionError(f"a process was started: {args}")
@@ -247,7 +276,7 @@ def test_from_a_finished_run_the_dry_run_uses_its_measured_speed_and_probes_noth
     assert f"{per_job:,.0f} SPS per job, 2 at once" in out and str(golden) in out
     from cockpit.commands.fleet import _duration
 
-    total = project(plan, lambda p: Speed(p, per_job, 2.0)).total
+    total = project(dataclasses.replace(plan, jobs=4), lambda p: Speed(p, per_job, 2.0)).total
     assert _duration(total.seconds) in next(line for line in out.splitlines() if line.strip().startswith("total"))
 
 

@@ -159,7 +159,8 @@ def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None, record: Ru
                 speeds[preset] = speed_from_record(preset, record, slots)
             else:
                 costs = costs_for(say(console), machine, preset)
-                speeds[preset] = speed_of(preset, costs, slots, machine.physical_cores) if costs else None
+                speeds[preset] = (speed_of(preset, costs, slots, machine.physical_cores,
+                                           score_episodes=plan.score_episodes) if costs else None)  # fmt: skip
         return speeds[preset]
 
     projection = project(dataclasses.replace(plan, jobs=slots, rate_usd_per_h=rate), speed)
@@ -176,10 +177,14 @@ def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None, record: Ru
             line = f"{preset.name} on {preset.env}: no measured speed, so no time or cost"
         elif record is not None:
             line = (f"{preset.name} on {preset.env}: {measured.sps:,.0f} SPS per job, {measured.parallel:g} at once, "
-                    f"as {record_dir} measured them (its run.toml)")  # fmt: skip
+                    f"as {record_dir} measured them (its run.toml); start-ups and scoring not costed: "
+                    "a run record does not measure them")  # fmt: skip
         else:
             line = (f"{preset.name} on {preset.env}: {measured.sps:,.0f} SPS for one job (this machine's probe), "
-                    f"{measured.parallel:.1f} jobs' worth at once on {machine.physical_cores} cores")  # fmt: skip
+                    f"{measured.parallel:.1f} jobs' worth at once on {machine.physical_cores} cores; each agent "
+                    f"and tier also {measured.setup_s:.1f} s to build its env and model and at most "
+                    f"{measured.score_s:.1f} s to score {plan.score_episodes} episode(s), each worker "
+                    f"{measured.start_s:.1f} s to start")  # fmt: skip
         if line not in said:  # presets that differ only in what the probe does not measure read the same
             said.add(line)
             console.print(line, highlight=False)

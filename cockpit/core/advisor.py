@@ -146,11 +146,33 @@ class Costs:
     env_policy_us: float  # what each env adds to a rollout step: its step and its forward
     env_step_us: float  # what each env adds to an env step alone
     train_sample_us: float  # one sample through one training epoch
+    # An epoch's fixed cost, whatever its number of minibatches (shuffling the rollout, the
+    # train loop's per-epoch bookkeeping), with the train phase's own fixed cost spread over its
+    # epochs. 0 in records from before it was measured.
+    train_epoch_us: float = 0.0
+    # Around the training (what a fleet pays per agent and tier, and per worker process):
+    setup_s: float = 0.0  # building the env and the model, as a served worker does for each job
+    import_s: float = 0.0  # a fresh process's start to having imported torch, SB3 and the env's library
+    episode_steps_max: int = 0  # the env's limit on an episode's steps, 0 for none: bounds scoring
+
+    def step_us(self, n_envs: int) -> float:
+        """One vector step of `n_envs` envs with the policy's forward pass (a rollout's or a
+        scoring's)."""
+        return self.step_overhead_us + n_envs * self.env_policy_us
+
+    def rollout_us(self, preset: Preset, n_envs: int) -> float:
+        """One sample's rollout at `n_envs` envs: its share of the step overhead, its env step
+        and forward."""
+        return self.step_overhead_us / n_envs + self.env_policy_us
+
+    def train_us(self, preset: Preset, n_envs: int) -> float:
+        """One sample's training over the preset's epochs, with its share of each epoch's fixed
+        cost (a rollout of `n_envs * n_steps` samples carries it)."""
+        return preset.n_epochs * (self.train_sample_us + self.train_epoch_us / (n_envs * preset.n_steps))
 
     def sample_us(self, preset: Preset, n_envs: int) -> float:
-        """One sample's cost at `n_envs` envs: its share of the step overhead, its env step and
-        forward, and its training over the preset's epochs."""
-        return self.step_overhead_us / n_envs + self.env_policy_us + preset.n_epochs * self.train_sample_us
+        """One sample's cost at `n_envs` envs: its rollout and its training."""
+        return self.rollout_us(preset, n_envs) + self.train_us(preset, n_envs)
 
     def cores_per_job(self, preset: Preset) -> float:
         """Physical cores one job keeps busy. On the CPU a job's loop steps, infers and trains on
@@ -159,14 +181,14 @@ class Costs:
         `MIN_GPU_JOB_CORES`: a train phase's Python loop needs the CPU too."""
         if self.device == "cpu":
             return 1.0
-        rollout = self.step_overhead_us / preset.n_envs + self.env_policy_us
+        rollout = self.rollout_us(preset, preset.n_envs)
         return min(1.0, max(MIN_GPU_JOB_CORES, rollout / self.sample_us(preset, preset.n_envs)))
 
     def describe(self) -> str:
         """The measured numbers in one line."""
         return (f"a rollout step costs {self.step_overhead_us:,.0f} us + {self.env_policy_us:,.1f} us per env "
                 f"(of which its env step {self.env_step_us:,.1f} us), training {self.train_sample_us:,.1f} us "
-                f"per sample per epoch, on the {self.device}")  # fmt: skip
+                f"per sample per epoch + {self.train_epoch_us:,.0f} us per epoch, on the {self.device}")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -299,6 +321,7 @@ def _amortize(host: Machine, preset: Preset, jobs: int, costs: Costs | None, max
         "step_overhead_us": costs.step_overhead_us,
         "env_policy_us": costs.env_policy_us,
         "train_sample_us": costs.train_sample_us,
+        "train_epoch_us": costs.train_epoch_us,
     }
     return [Advice(AdviceSetting.N_ENVS, str(preset.n_envs), str(n), effect, reason, numbers)]
 

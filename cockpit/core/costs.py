@@ -74,10 +74,13 @@ def _costs(record: dict[str, Any]) -> Costs:
     not a measurement (a negative or non-finite time, no per-sample cost)."""
     try:
         costs = Costs(str(record["device"]), float(record["step_overhead_us"]), float(record["env_policy_us"]),
-                      float(record["env_step_us"]), float(record["train_sample_us"]))  # fmt: skip
+                      float(record["env_step_us"]), float(record["train_sample_us"]),
+                      float(record["train_epoch_us"]), float(record["setup_s"]), float(record["import_s"]),
+                      int(record["episode_steps_max"]))  # fmt: skip
     except (KeyError, TypeError) as exc:
         raise ValueError(f"incomplete record: {exc}") from exc
-    times = (costs.step_overhead_us, costs.env_policy_us, costs.env_step_us, costs.train_sample_us)
+    times = (costs.step_overhead_us, costs.env_policy_us, costs.env_step_us, costs.train_sample_us,
+             costs.train_epoch_us, costs.setup_s, costs.import_s, costs.episode_steps_max)  # fmt: skip
     if not all(math.isfinite(t) and t >= 0 for t in times) or costs.env_policy_us + costs.train_sample_us <= 0:
         raise ValueError(f"not a measurement: {record}")
     return costs

@@ -8,7 +8,8 @@ The overlap model for N slots (docs/fleets.md, "The overlap model"): a job is on
 alternates a rollout phase and a train phase, and holds one server while it runs a phase. Per
 sample at the preset's n_envs, from the probe, its rollout costs `r = step_overhead_us / n_envs +
 env_policy_us` (on a core: the loop, the env step and the forward pass) and its training
-`t = n_epochs * train_sample_us` (on a core without a GPU, on the GPU with one); alone it steps at
+`t = n_epochs * (train_sample_us + train_epoch_us / (n_envs * n_steps))` (on a core without a GPU,
+on the GPU with one); alone it steps at
 `1e6 / (r + t)` samples per second. N jobs are the customers of a closed queueing network, solved
 exactly by mean value analysis (`overlap_sps`): on a CPU machine one station, the physical cores,
 where each sample demands `r + t` (so N jobs run `min(N, cores)` jobs' worth: the kernel shares the
@@ -16,12 +17,15 @@ cores among more jobs than cores); with a GPU two, the cores (demand `r`) and th
 one server: two train bursts at once share it), so train bursts that would collide queue, which is
 why 4 jobs that each keep a GPU 25 % busy fill it to ~79 %, not 100 %.
 
-A tier's wall time is its agents' steps to go at that rate; agents promoted to a later tier are not
-known before the run, so a later tier is costed at the matrix's mean seconds per step.
+A tier's wall time is its agents' steps to go at that rate, with what each agent pays around its
+training (its setup and its scoring, as the probe measured them) and the workers' start-ups
+(`project`); agents promoted to a later tier are not known before the run, so a later tier is
+costed at the matrix's mean.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,6 +34,7 @@ from typing import TYPE_CHECKING
 from cockpit.contract.fleetplan import FleetPlan
 from cockpit.contract.presets import Preset
 from cockpit.contract.runrecord import RunRecord
+from cockpit.contract.workerargs import SERVE_MAX_JOBS
 
 if TYPE_CHECKING:  # the advisor predicts N jobs' SPS with `speed_of`: it imports this module
     from cockpit.core.advisor import Costs
@@ -37,11 +42,15 @@ if TYPE_CHECKING:  # the advisor predicts N jobs' SPS with `speed_of`: it import
 
 @dataclass(frozen=True)
 class Speed:
-    """One preset's measured one-job speed here, and how many such jobs the slots run at once."""
+    """One preset's measured one-job speed here, how many such jobs the slots run at once, and what
+    an agent pays around its training (0 where nothing measured it)."""
 
     preset: Preset
     sps: float  # one job alone, samples per second
     parallel: float  # jobs' worth the fleet's slots run at once on this machine (the overlap model)
+    setup_s: float = 0.0  # per agent and tier: building its env and model (or loading its checkpoint)
+    score_s: float = 0.0  # per agent and tier: scoring it, at most (every episode at the env's limit)
+    start_s: float = 0.0  # per worker process: its imports, paid once by each slot's fresh worker
 
     @property
     def fleet_sps(self) -> float:
@@ -62,8 +71,7 @@ class Station:
 def stations(preset: Preset, costs: Costs, physical_cores: int) -> tuple[Station, ...]:
     """The overlap model's stations for jobs of `preset` (module docstring): the cores alone on a
     CPU machine, the cores and one GPU with a GPU."""
-    rollout = costs.step_overhead_us / preset.n_envs + costs.env_policy_us
-    train = preset.n_epochs * costs.train_sample_us
+    rollout, train = costs.rollout_us(preset, preset.n_envs), costs.train_us(preset, preset.n_envs)
     cores = max(1, physical_cores)
     if costs.device == "cpu":
         return (Station("cores", rollout + train, cores),)
@@ -89,12 +97,24 @@ def overlap_sps(network: Sequence[Station], jobs: int) -> float:
     return rate * 1e6
 
 
-def speed_of(preset: Preset, costs: Costs, slots: int, physical_cores: int) -> Speed:
+def speed_of(preset: Preset, costs: Costs, slots: int, physical_cores: int, *, score_episodes: int = 0) -> Speed:
     """The overlap model's speed of `slots` jobs of `preset` on a machine with `physical_cores`
-    cores (and one GPU where `costs` were measured on one)."""
+    cores (and one GPU where `costs` were measured on one), with what each agent pays around its
+    training when it is scored over `score_episodes` episodes at each tier's end."""
     one_job = 1e6 / costs.sample_us(preset, preset.n_envs)
     network = stations(preset, costs, physical_cores)
-    return Speed(preset, one_job, overlap_sps(network, slots) / one_job)
+    return Speed(preset, one_job, overlap_sps(network, slots) / one_job, setup_s=costs.setup_s,
+                 score_s=scoring_s(preset, costs, score_episodes), start_s=costs.import_s)  # fmt: skip
+
+
+def scoring_s(preset: Preset, costs: Costs, episodes: int) -> float:
+    """At most what scoring an agent over `episodes` episodes costs: the worker plays them on up to
+    n_envs envs at once, each env its share of them in turn, every episode at the env's step limit
+    (0 for an env without one: nothing bounds it)."""
+    if episodes <= 0 or costs.episode_steps_max <= 0:
+        return 0.0
+    envs = min(episodes, preset.n_envs)
+    return math.ceil(episodes / envs) * costs.episode_steps_max * costs.step_us(envs) / 1e6
 
 
 @dataclass(frozen=True)
@@ -125,28 +145,56 @@ class Projection:
 
 def project(plan: FleetPlan, speed: Callable[[Preset], Speed | None]) -> Projection:
     """Project `plan` on this machine; `speed` gives each agent preset's measured speed for the
-    fleet's slots (None when it could not be measured)."""
+    fleet's slots (None when it could not be measured).
+
+    An agent and tier holds its slot for its steps at one slot's share of the fleet's rate, its
+    setup and its scoring, and `1 / SERVE_MAX_JOBS` of a fresh worker's start (a served worker
+    retires after that many jobs); the first tier also waits for the slots' first workers to
+    start. A sync tier takes whole rounds of `jobs` agents (the last round's idle slots wait for
+    it); an async one keeps every slot busy."""
     speeds = [speed(agent.preset) for agent in plan.agents]
     known = [s for s in speeds if s is not None]
-    # Seconds one step of an average agent takes of the fleet's time.
-    per_step = statistics.fmean(1.0 / s.fleet_sps for s in known) if known and len(known) == len(speeds) else None
+    costs = _AgentCosts.mean(known, plan.jobs) if known and len(known) == len(speeds) else None
     funnel = plan.funnel()
     stages = []
     done_steps = 0
     for i, (tier, agents) in enumerate(zip(plan.tiers, funnel, strict=True)):
         each = tier.timesteps - done_steps
         done_steps = tier.timesteps
-        stages.append(_stage(f"tier {i}", agents, each, per_step, plan.rate_usd_per_h))
+        seconds = costs.wall_s(agents, each, plan, first=i == 0) if costs else None
+        stages.append(_stage(f"tier {i}", agents, each, seconds, plan.rate_usd_per_h))
     total = _sum("total", stages, plan.rate_usd_per_h)
     last = plan.tiers[-1].timesteps
-    return Projection(tuple(stages), total, _stage("all to the last tier", funnel[0], last, per_step,
+    everyone = costs.wall_s(funnel[0], last, plan, first=True) if costs else None
+    return Projection(tuple(stages), total, _stage("all to the last tier", funnel[0], last, everyone,
                                                    plan.rate_usd_per_h))  # fmt: skip
 
 
-def _stage(label: str, agents: int, each: int, per_step: float | None, rate: float | None) -> Stage:
-    steps = agents * each
-    seconds = steps * per_step if per_step is not None else None
-    return Stage(label, agents, each, steps, seconds, _cost(seconds, rate))
+@dataclass(frozen=True)
+class _AgentCosts:
+    """An average agent's costs in one slot's seconds."""
+
+    step_s: float
+    job_s: float  # per agent and tier: setup, scoring, and its share of a fresh worker's start
+    start_s: float  # a fresh worker's start
+
+    @classmethod
+    def mean(cls, speeds: Sequence[Speed], slots: int) -> _AgentCosts:
+        start = statistics.fmean(s.start_s for s in speeds)
+        return cls(step_s=statistics.fmean(slots / s.fleet_sps for s in speeds),
+                   job_s=statistics.fmean(s.setup_s + s.score_s for s in speeds) + start / SERVE_MAX_JOBS,
+                   start_s=start)  # fmt: skip
+
+    def wall_s(self, agents: int, steps_each: int, plan: FleetPlan, *, first: bool) -> float:
+        """Wall seconds for `agents` agents each training `steps_each` steps on the plan's slots."""
+        agent_s = steps_each * self.step_s + self.job_s
+        slots = max(1, plan.jobs)
+        rounds = math.ceil(agents / slots) if plan.promotion == "sync" else max(1.0, agents / slots)
+        return rounds * agent_s + (self.start_s if first else 0.0)
+
+
+def _stage(label: str, agents: int, each: int, seconds: float | None, rate: float | None) -> Stage:
+    return Stage(label, agents, each, agents * each, seconds, _cost(seconds, rate))
 
 
 def _sum(label: str, stages: Sequence[Stage], rate: float | None) -> Stage:
