@@ -9,6 +9,7 @@ atomically; an unreadable one is ignored and rewritten.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import math
@@ -46,6 +47,7 @@ def cache_path() -> Path:
     return root / "cockpit" / CACHE_FILE
 
 
+@functools.cache  # installed versions do not change under a running process
 def _torch_version() -> str:
     try:  # from the installed metadata: importing torch would cost seconds
         return importlib.metadata.version("torch")
