@@ -1,10 +1,12 @@
 """The cockpit's own cost while it supervises: CPU seconds per minute of the cockpit process.
 
 What it measures: the CPU time (user + system) of the `cockpit run --headless` process itself,
-not its workers, over a window while 2 jobs train: the 5 Hz sampler (psutil per core and per
-job tree; NVML when there is a GPU), the supervisor loop following the event files, the run
-log and the headless display. The goal is at most 1% of one core (0.6 CPU-s per minute). It
-also reports the sampler's own mean tick cost, which the sampler measures and run.toml records.
+not its workers, over a window while 2 jobs train: the 5 Hz sampler (NVML at every tick when
+there is a GPU; psutil per core and per job tree once a second), the supervisor loop following
+the event files, the run log and the headless display. The goal is at most 1% of one core (0.6
+CPU-s per minute). It also reports the sampler's own mean tick cost, which the sampler measures
+(its thread's CPU time per tick, without the run log's writing of the sample) and run.toml
+records, over the whole run.
 
 How: start the run with long jobs, skip a warm-up, read the process's CPU times at the start and
 end of the window with psutil, then SIGINT the run and read run.toml.

@@ -530,3 +530,38 @@ def test_a_restarted_job_measures_its_new_attempt_only(tmp_path: Path) -> None:
     clock.t = again.cycle_starts[1] + 1
     sup.tick()
     assert sup.snapshot().jobs[0].sps == pytest.approx(2048 / 30)
+
+
+def test_the_process_state_is_asked_only_of_a_worker_that_wrote_nothing_since_the_last_tick(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, agents=1, slots=1)
+    asked: list[float] = []
+    real = launcher.stopped
+
+    def stopped(handle: WorkerHandle) -> bool:
+        asked.append(clock.t)
+        return real(handle)
+
+    launcher.stopped = stopped  # type: ignore[method-assign]
+    sup.tick()
+    writer = events(sup, "000")
+    writer.started(config={}, pid=1, device="cpu", versions={}, t=clock.t)
+    sup.tick()
+    job = sup.jobs["000"]
+    for i in range(5):  # a busy worker reports at every tick: it is running, no /proc read needed
+        clock.t += 0.2
+        writer.progress(num_timesteps=64 * (i + 1), t=clock.t)
+        sup.tick()
+    assert job.state is JobState.RUNNING and asked == []
+    clock.t += 0.2
+    sup.tick()  # a quiet tick: asked
+    assert asked == [clock.t]
+    # Stopped right after it wrote: seen at the next tick, the first in which it wrote nothing.
+    clock.t += 0.2
+    writer.progress(num_timesteps=512, t=clock.t)
+    launcher.live("000").stopped = True
+    sup.tick()
+    assert job.state is JobState.RUNNING and len(asked) == 1
+    clock.t += 0.2
+    sup.tick()
+    assert job.state is JobState.STALLED and len(asked) == 2
+    assert job.exit_reason is not None and job.exit_reason.startswith("stalled: process stopped by a signal")

@@ -5,9 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
+from typing import Any
+
+import psutil
+import pytest
 
 from cockpit.core.nvml import open_gpu
-from cockpit.core.telemetry import Sampler
+from cockpit.core.telemetry import TREE_SCAN_MAX_S, TREE_SCAN_S, Sample, Sampler
 from tests.fake_pynvml import GIB, FakeGpu, FakeNvml, NVMLError_LibraryNotFound, NVMLError_NotSupported
 from tests.fakeclock import FakeClock
 
@@ -109,3 +114,133 @@ def test_sampler_maps_gpu_memory_to_jobs_by_process_tree() -> None:
     assert sample.gpu is not None and sample.util_samples
     sampler.stop()
     assert nvml.shutdown
+
+
+# ----- what is read at every tick, and what less often -----
+
+
+class _Counted:
+    """Wraps a psutil function and records the fake clock's time of each call."""
+
+    def __init__(self, real: Callable[..., Any], clock: FakeClock) -> None:
+        self.real, self.clock, self.at = real, clock, []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.at.append(self.clock.t)
+        return self.real(*args, **kwargs)
+
+
+def test_cpu_and_memory_are_read_once_a_second_and_every_tick_carries_the_latest(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clock = FakeClock()
+    nvml = FakeNvml(FakeGpu(util_at=bursts, clock=clock.time, period=0.02))
+    gpu, _ = open_gpu(nvml)
+    sampler = Sampler(gpu=gpu, clock=clock)
+    sampler.set_jobs({"000": os.getpid()})
+    memory = _Counted(psutil.virtual_memory, clock)
+    monkeypatch.setattr(psutil, "virtual_memory", memory)
+    start = clock.t
+    samples = []
+    for _ in range(11):  # 2 s at 5 Hz
+        samples.append(sampler.tick())
+        clock.t += 0.2
+    assert [round(t - start, 1) for t in memory.at] == [0.0, 1.0, 2.0]
+    assert [s.usage_fresh for s in samples] == [True, False, False, False, False] * 2 + [True]
+    for i, sample in enumerate(samples):
+        read = samples[i - i % 5]  # the tick that read what this one carries
+        assert sample.usage_t == read.t
+        assert sample.cpu_percent is read.cpu_percent and sample.jobs is read.jobs
+        assert sample.ram_used_bytes == read.ram_used_bytes
+        assert sample.gpu is not None  # NVML: at every tick
+    assert all(s.util_samples for s in samples)
+    sampler.stop()
+
+
+def test_a_change_in_the_jobs_is_read_at_the_next_tick() -> None:
+    clock = FakeClock()
+    sampler = Sampler(clock=clock)
+    sampler.set_jobs({"000": os.getpid()})
+    first = sampler.tick()
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        clock.t += 0.2
+        sampler.set_jobs({"000": os.getpid(), "001": child.pid})
+        sample = sampler.tick()
+    finally:
+        child.kill()
+        child.wait()
+    assert first.usage_fresh and sample.usage_fresh and sample.usage_t == clock.t
+    assert set(sample.jobs) == {"000", "001"} and sample.jobs["001"].rss_bytes > 0
+    clock.t += 0.2
+    sampler.set_jobs({"001": child.pid})
+    assert set(sampler.tick().jobs) == {"001"}  # an ended job is gone at once too
+
+
+def test_process_trees_are_walked_less_often_while_they_stay_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    fake = FakeGpu(util_at=bursts, clock=clock.time)
+    gpu, _ = open_gpu(FakeNvml(fake))
+    sampler = Sampler(gpu=gpu, clock=clock)
+    walks = _Counted(psutil.process_iter, clock)
+    monkeypatch.setattr(psutil, "process_iter", walks)
+
+    def run(seconds: float) -> Sample:
+        """Tick at 5 Hz for `seconds` after the tick just taken; the last sample."""
+        for _ in range(round(seconds / 0.2)):
+            clock.t += 0.2
+            sample = sampler.tick()
+        return sample
+
+    sampler.tick()
+    run(10)
+    assert walks.at == []  # no jobs: nothing to walk
+    clock.t += 0.2
+    sampler.set_jobs({"000": os.getpid()})
+    start = clock.t
+    sampler.tick()
+    run(100)
+    # 2 s after the job appeared, then twice as long after each walk that found nothing new.
+    gaps = [TREE_SCAN_S, 2 * TREE_SCAN_S, 4 * TREE_SCAN_S, 8 * TREE_SCAN_S, TREE_SCAN_MAX_S, TREE_SCAN_MAX_S]
+    expected = [sum(gaps[:i]) for i in range(len(gaps) + 1)]  # 0, 2, 6, 14, 30, 60, 90
+    assert [round(t - start, 1) for t in walks.at] == expected
+    child = subprocess.Popen(["sleep", "30"])  # the job's tree grows (a process that holds GPU memory)...
+    try:
+        fake.processes = ((child.pid, GIB),)
+        grown = clock.t
+        sample = run(TREE_SCAN_MAX_S - (grown - start - expected[-1]) - 0.2)
+        assert sample.jobs["000"].gpu_mem_bytes is None  # not walked yet: the child is not known
+        sample = run(0.2 + 2 * TREE_SCAN_S)
+    finally:
+        child.kill()
+        child.wait()
+    assert sample.jobs["000"].gpu_mem_bytes == GIB  # found at the next walk...
+    found = walks.at[len(expected)]
+    assert round(found - start, 1) == expected[-1] + TREE_SCAN_MAX_S
+    # ... and the walks come often again until the tree has settled.
+    assert [round(t - found, 1) for t in walks.at[len(expected) :]] == [0.0, TREE_SCAN_S]
+    sampler.stop()
+
+
+def test_a_served_worker_that_takes_the_next_job_keeps_its_walked_tree(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    sampler = Sampler(clock=clock)
+    walks = _Counted(psutil.process_iter, clock)
+    monkeypatch.setattr(psutil, "process_iter", walks)
+    sampler.set_jobs({"000": os.getpid()})
+    sampler.tick()
+    assert len(walks.at) == 1
+    clock.t += 0.2
+    sampler.set_jobs({"001": os.getpid()})  # the pooled worker's next job, in the same supervisor tick
+    sample = sampler.tick()
+    assert sample.usage_fresh and set(sample.jobs) == {"001"} and sample.jobs["001"].rss_bytes > 0
+    assert len(walks.at) == 1  # the same process: no walk of the process table for it
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        clock.t += 0.2
+        sampler.set_jobs({"001": os.getpid(), "002": child.pid})  # a new worker: walked at once
+        sample = sampler.tick()
+    finally:
+        child.kill()
+        child.wait()
+    assert len(walks.at) == 2 and sample.jobs["002"].rss_bytes > 0

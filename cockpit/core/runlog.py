@@ -46,7 +46,8 @@ MIB = 1024 * 1024
 @dataclass
 class Recorder:
     """Receives each telemetry sample: appends it to the CSV files and keeps the series that
-    phase accounting needs. Called from the sampler thread; `series()` from any thread."""
+    phase accounting needs. Called from the sampler thread; `cpu_mean()` and `sampler_cost()` from
+    any thread."""
 
     run_dir: Path
     _files: dict[str, TextIO] = field(default_factory=dict)
@@ -76,12 +77,18 @@ class Recorder:
         return csv.writer(fh)
 
     def __call__(self, sample: Sample) -> None:
-        """Record one sample (the sampler's `on_sample`)."""
+        """Record one sample (the sampler's `on_sample`). Every sample gets its CSV rows, with the
+        figures it carries; the jobs' CPU % counts towards their means and phases only in the
+        sample that read it (`Sample.usage_fresh`), at the time it was read: a reading carried
+        over to later ticks is one measurement, not several, and it describes the time before
+        it was taken, not the ticks after."""
         self.accountant.add_util(sample.util_samples)
-        for job, usage in sample.jobs.items():
-            self.accountant.add_cpu(sample.t, job, usage.cpu_percent)
-        with self._lock:
+        fresh = sample.usage_fresh
+        if fresh:
             for job, usage in sample.jobs.items():
+                self.accountant.add_cpu(sample.t, job, usage.cpu_percent)
+        with self._lock:
+            for job, usage in sample.jobs.items() if fresh else ():
                 total, n = self._cpu_sums.get(job, (0.0, 0))
                 self._cpu_sums[job] = (total + usage.cpu_percent, n + 1)
             self._cost_s += sample.cost_s
@@ -115,13 +122,13 @@ class Recorder:
             fh.flush()
 
     def cpu_mean(self, job: str) -> float | None:
-        """The job's mean CPU % over the samples taken while it was running."""
+        """The job's mean CPU % over the readings taken while it was running."""
         with self._lock:
             total, n = self._cpu_sums.get(job, (0.0, 0))
         return total / n if n else None
 
     def sampler_cost(self) -> tuple[float, int]:
-        """Total seconds the sampler spent in its ticks, and how many ticks."""
+        """Total CPU seconds the sampler spent in its ticks, and how many ticks."""
         with self._lock:
             return self._cost_s, self._ticks
 

@@ -17,7 +17,8 @@ A running worker that writes no event for its stall timeout (`RestartPolicy.stal
 `stalled`, and once it has shown as stalled for `STALL_GRACE_S` too, the worker is killed, process
 group and all, and restarted from its checkpoint as a crash that counts against the policy, with
 `stalled: no events for N s` as its error. A worker stopped by a signal (state T) is shown stalled
-at once, and killed on the same timeout. Events that resume before the kill make it running again.
+at once (at the first tick in which it wrote nothing: only then is its process state asked for),
+and killed on the same timeout. Events that resume before the kill make it running again.
 
 Commands and interrupts may come from any thread (a signal handler, the TUI); they are only
 recorded there and acted on at the next tick. A plain `--jobs 4` run is a queue of 4 jobs with 4
@@ -214,11 +215,13 @@ class Supervisor:
             self._interrupted = True
             for job in self.jobs.values():
                 self._stop(job)
+        reported: set[str] = set()  # the jobs whose workers wrote events since the previous tick
         for job in self.jobs.values():
-            if job.handle is not None:
-                self._follow(job)
+            if job.handle is not None and self._follow(job):
+                reported.add(job.id)
         for job in self.jobs.values():
-            self._watch(job, now)  # after _follow: a job's fresh events and its exit come first
+            # After _follow: a job's fresh events and its exit come first.
+            self._watch(job, now, reported=job.id in reported)
         for job in self.jobs.values():
             overdue = self._kill_now or now >= job.stop_deadline
             if job.state is JobState.STOPPING and job.handle is not None and overdue:
@@ -335,7 +338,8 @@ class Supervisor:
         job.attempt_started_at = now
         job.change_state(JobState.STARTING, now)
 
-    def _follow(self, job: Job) -> None:
+    def _follow(self, job: Job) -> bool:
+        """Apply the job's new events and reap its worker if it exited; True when it wrote events."""
         new = self._tails[job.id].read_new()
         for event in new:
             self._apply(job, event)
@@ -349,6 +353,7 @@ class Supervisor:
             for event in self._tails[job.id].read_new():  # whatever it wrote just before exiting
                 self._apply(job, event)
             self._exited(job, code)
+        return bool(new)
 
     def _apply(self, job: Job, event: Event) -> None:
         # The longest silence between two events of one attempt (a `started` opens an attempt),
@@ -439,15 +444,20 @@ class Supervisor:
         `--stall-timeout`, else derived from the job's longest silence so far)."""
         return self.restart.stall_timeout(job.longest_silence_s)
 
-    def _watch(self, job: Job, now: float) -> None:
+    def _watch(self, job: Job, now: float, *, reported: bool = False) -> None:
         """The stall watch for a job that has started training (see the module docstring): mark it
         stalled when its worker is silent past the timeout or stopped by a signal, and kill it once
         it is silent past the timeout and has been stalled for `STALL_GRACE_S`. Its exit, at a
-        later tick, restarts it through `_exited` with `stall_reason` as its error."""
+        later tick, restarts it through `_exited` with `stall_reason` as its error.
+
+        `reported`: the worker wrote events since the previous tick. Its process state is then not
+        asked for (`Launcher.stopped` reads /proc, at every tick the costliest part of following a
+        busy worker): it ran a moment ago, and a stopped worker writes nothing, so a stop still
+        shows at the next tick."""
         if job.state not in (JobState.RUNNING, JobState.STALLED) or job.handle is None or job.stall_reason:
             return
         silent, timeout = now - job.last_event_at, self.stall_timeout(job)
-        stopped = self.launcher.stopped(job.handle)
+        stopped = not reported and self.launcher.stopped(job.handle)
         if job.state is JobState.RUNNING:
             if silent >= timeout or stopped:
                 job.change_state(JobState.STALLED, self.clock.time())

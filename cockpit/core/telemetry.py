@@ -1,11 +1,17 @@
 """One sampler thread: GPU counters through NVML and CPU through psutil, on a drift-free 5 Hz beat.
 
-Each tick reads the GPU's device counters and every job's processes (CPU % and RSS; the process
-trees themselves are re-walked every 2 s); GPU
-utilization comes from NVML's own sample buffer (`nvmlDeviceGetSamples`) so bursts shorter than
-the 200 ms tick are still seen, and per-process GPU memory and SM % are read about once a second.
-Every sample is timestamped and records what the tick itself cost. With no NVML library or no
-driver, the GPU part is one clear "no GPU telemetry" status and the CPU part keeps working.
+Each tick reads the GPU's device counters; GPU utilization comes from NVML's own sample buffer
+(`nvmlDeviceGetSamples`) so bursts shorter than the 200 ms tick are still seen. The CPU and memory
+figures are averages and change slowly, and reading them is most of what the sampler costs, so
+they are read once a second (`USAGE_EVERY_S`), and at once when the set of jobs changes: each
+core's CPU %, RAM, every job's processes (CPU % and RSS) and their GPU memory and SM %. Every
+tick's `Sample` carries the latest of them, with the time they were read (`Sample.usage_t`). A
+worker's process tree is walked when the worker first appears, 2 s later, then twice as long after
+each walk that finds every tree unchanged, up to every `TREE_SCAN_MAX_S`: a walk reads the whole
+process table, and a worker's tree is settled once its envs have started (a served worker that
+takes its next job keeps its tree). Every sample is timestamped and records the CPU time the tick
+itself cost. With no NVML library or no driver, the GPU part is one clear "no GPU telemetry"
+status and the CPU part keeps working.
 """
 
 from __future__ import annotations
@@ -22,8 +28,12 @@ from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.nvml import GpuInfo, GpuReader, GpuSample
 
 SAMPLE_HZ = 5.0
-PROCESS_GPU_EVERY_S = 1.0
+# CPU % per core and per job, RAM, RSS and per-process GPU memory: read this often, not at every tick.
+USAGE_EVERY_S = 1.0
+# The process trees are walked again this long after a walk that found a new worker or a changed
+# tree, then twice as long after each walk that found every tree unchanged, up to TREE_SCAN_MAX_S.
 TREE_SCAN_S = 2.0
+TREE_SCAN_MAX_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -38,7 +48,15 @@ class JobUsage:
 
 @dataclass(frozen=True)
 class Sample:
-    """Everything measured at one tick (`t` is Unix time)."""
+    """Everything measured at one tick (`t` is Unix time).
+
+    `gpu` and `util_samples` (NVML's readings since the previous tick) are read at every tick.
+    `cpu_percent`, the RAM figures and `jobs` are the latest reading of them, taken at `usage_t`
+    (once a second, see `USAGE_EVERY_S`): a tick in between carries that reading unchanged, and
+    None means it was taken at `t` (samples rebuilt from files or received over the wire). Each
+    CPU % is the mean over the interval between that reading and the one before it. `cost_s` is
+    the CPU time the sampler thread spent on this tick (not counting `on_sample`).
+    """
 
     t: float
     cpu_percent: tuple[float, ...]
@@ -48,6 +66,12 @@ class Sample:
     jobs: Mapping[str, JobUsage]
     cost_s: float
     util_samples: tuple[tuple[float, float], ...] = ()
+    usage_t: float | None = None
+
+    @property
+    def usage_fresh(self) -> bool:
+        """True when this tick read the CPU and memory figures itself rather than carrying them over."""
+        return self.usage_t is None or self.usage_t == self.t
 
     @property
     def cpu_total_percent(self) -> float:
@@ -57,10 +81,22 @@ class Sample:
 
 @dataclass
 class _Tree:
-    """psutil Process objects of one job, kept across ticks so cpu_percent has a baseline."""
+    """psutil Process objects of one worker and its descendants, kept across readings so
+    cpu_percent has a baseline."""
 
     root: psutil.Process
     members: dict[int, psutil.Process] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Usage:
+    """The latest CPU and memory reading, which every tick's Sample carries until the next one."""
+
+    t: float
+    cpu_percent: tuple[float, ...]
+    ram_used_bytes: int
+    ram_total_bytes: int
+    jobs: Mapping[str, JobUsage]
 
 
 class Sampler:
@@ -87,13 +123,16 @@ class Sampler:
         self._lock = threading.Lock()
         self._history: deque[Sample] = deque(maxlen=history)
         self._pids: dict[str, int] = {}
-        self._trees: dict[str, _Tree] = {}
+        self._trees: dict[int, _Tree] = {}  # by the worker's (the tree's root's) pid
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._process_gpu: dict[int, tuple[int | None, float | None]] = {}
-        self._next_process_gpu = 0.0
+        self._usage: _Usage | None = None
+        self._usage_pids: dict[str, int] = {}  # the jobs the latest usage reading covered
+        self._next_usage = 0.0
         self._next_tree_scan = 0.0
-        self._scanned_pids: dict[str, int] = {}
+        self._tree_scan_every = TREE_SCAN_S
+        self._walked: set[int] = set()  # roots the latest walk covered, in the jobs ever since
         self.peak_gpu_mem: dict[str, int] = {}
         psutil.cpu_percent(percpu=True)  # the first call only sets the baseline
 
@@ -153,8 +192,12 @@ class Sampler:
             gpu.close()
 
     def tick(self) -> Sample:
-        """Take one sample now (the thread calls this; tests may call it directly)."""
-        started = time.perf_counter()
+        """Take one sample now (the thread calls this; tests may call it directly).
+
+        NVML is read every time; the CPU and memory figures when a reading is due (`USAGE_EVERY_S`
+        after the previous one, within half a tick), when the set of jobs changed, and at the first
+        tick; otherwise the sample carries the latest reading."""
+        started = time.thread_time()
         t = self.clock.time()
         with self._lock:
             pids = dict(self._pids)
@@ -162,52 +205,74 @@ class Sampler:
         util: list[tuple[float, float]] = []
         if self.gpu is not None:
             gpu_sample, util = self.gpu.read()
-            if self.clock.monotonic() >= self._next_process_gpu:
-                self._process_gpu = self.gpu.processes()
-                self._next_process_gpu = self.clock.monotonic() + PROCESS_GPU_EVERY_S
         now = self.clock.monotonic()
-        if pids != self._scanned_pids or now >= self._next_tree_scan:
-            self._rescan_trees(pids)
-            self._scanned_pids, self._next_tree_scan = dict(pids), now + TREE_SCAN_S
-        jobs = {job_id: self._job_usage(job_id, pid) for job_id, pid in pids.items()}
-        for job_id in set(self._trees) - set(pids):
-            del self._trees[job_id]
-        vm = psutil.virtual_memory()
+        usage = self._usage
+        # Half a tick of slack: a beat that lands a hair early must not push the read a whole tick late.
+        if usage is None or pids != self._usage_pids or now >= self._next_usage - self.period / 2:
+            usage = self._read_usage(pids, t, now)
         sample = Sample(
             t=t,
-            cpu_percent=tuple(psutil.cpu_percent(percpu=True)),
-            ram_used_bytes=vm.total - vm.available,
-            ram_total_bytes=vm.total,
+            cpu_percent=usage.cpu_percent,
+            ram_used_bytes=usage.ram_used_bytes,
+            ram_total_bytes=usage.ram_total_bytes,
             gpu=gpu_sample,
-            jobs=jobs,
-            cost_s=time.perf_counter() - started,
+            jobs=usage.jobs,
+            cost_s=time.thread_time() - started,
             util_samples=tuple(util),
+            usage_t=usage.t,
         )
         with self._lock:
             self._history.append(sample)
-            for job_id, usage in jobs.items():
-                if usage.gpu_mem_bytes is not None:
-                    self.peak_gpu_mem[job_id] = max(self.peak_gpu_mem.get(job_id, 0), usage.gpu_mem_bytes)
         if self.on_sample is not None:
             self.on_sample(sample)
         return sample
 
-    def _rescan_trees(self, pids: Mapping[str, int]) -> None:
-        """Find every job's descendants with one pass over the process table.
+    def _read_usage(self, pids: Mapping[str, int], t: float, now: float) -> _Usage:
+        """Read every core's CPU %, RAM and each job's processes (and their GPU use) now."""
+        if self.gpu is not None:
+            self._process_gpu = self.gpu.processes()
+        roots = set(pids.values())
+        for gone in self._trees.keys() - roots:
+            del self._trees[gone]
+        self._walked &= roots
+        # A new worker is walked at once; a served worker that takes its next job keeps its tree.
+        # Otherwise a walk falls due at the reading nearest its time, not a whole second after it.
+        if roots - self._walked or now >= self._next_tree_scan - USAGE_EVERY_S / 2:
+            changed = self._rescan_trees(roots)
+            self._tree_scan_every = TREE_SCAN_S if changed else min(TREE_SCAN_MAX_S, 2 * self._tree_scan_every)
+            self._walked, self._next_tree_scan = roots, now + self._tree_scan_every
+        jobs = {job_id: self._job_usage(pid) for job_id, pid in pids.items()}
+        vm = psutil.virtual_memory()
+        usage = self._usage = _Usage(t, tuple(psutil.cpu_percent(percpu=True)), vm.total - vm.available, vm.total, jobs)
+        self._usage_pids, self._next_usage = dict(pids), now + USAGE_EVERY_S
+        with self._lock:
+            for job_id, job_usage in jobs.items():
+                if job_usage.gpu_mem_bytes is not None:
+                    self.peak_gpu_mem[job_id] = max(self.peak_gpu_mem.get(job_id, 0), job_usage.gpu_mem_bytes)
+        return usage
 
-        Walking /proc is the expensive part of a tick, and a worker's process tree rarely
-        changes (envpool uses threads), so it is done every `TREE_SCAN_S`, not at 5 Hz.
+    def _rescan_trees(self, roots: set[int]) -> bool:
+        """Find each worker's descendants with one pass over the process table; True when a tree
+        is new or gained or lost a member.
+
+        Walking /proc is the expensive part of sampling, and a worker's process tree rarely
+        changes (envpool uses threads; gymnasium's env processes start with the worker), so it is
+        done on the back-off schedule of `TREE_SCAN_S` .. `TREE_SCAN_MAX_S`, and never without jobs.
         """
+        if not roots:
+            return False
         children: dict[int, list[int]] = {}
         for proc in psutil.process_iter(["ppid"]):
             children.setdefault(proc.info["ppid"] or 0, []).append(proc.pid)
-        for job_id, root_pid in pids.items():
-            tree = self._trees.get(job_id)
-            if tree is None or tree.root.pid != root_pid:
+        changed = False
+        for root_pid in roots:
+            tree = self._trees.get(root_pid)
+            if tree is None or not tree.root.is_running():  # new, or its pid now names another process
+                changed = True
                 try:
-                    tree = self._trees[job_id] = _Tree(psutil.Process(root_pid))
+                    tree = self._trees[root_pid] = _Tree(psutil.Process(root_pid))
                 except psutil.Error:
-                    self._trees.pop(job_id, None)
+                    self._trees.pop(root_pid, None)
                     continue
             found, stack = [root_pid], [root_pid]
             while stack:
@@ -223,11 +288,14 @@ class Sampler:
                     except psutil.Error:
                         continue
                 members[member_pid] = known
+            changed = changed or members.keys() != tree.members.keys()
             tree.members = members
+        return changed
 
-    def _job_usage(self, job_id: str, pid: int) -> JobUsage:
-        tree = self._trees.get(job_id)
-        if tree is None or tree.root.pid != pid:
+    def _job_usage(self, pid: int) -> JobUsage:
+        """The CPU %, RSS and GPU use of the worker `pid` and its descendants, as last walked."""
+        tree = self._trees.get(pid)
+        if tree is None:
             return JobUsage(0.0, 0)
         cpu, rss, gpu_mem, sm = 0.0, 0, None, None
         for member_pid, proc in list(tree.members.items()):
@@ -238,6 +306,9 @@ class Sampler:
                     rss += proc.memory_info().rss
             except psutil.Error:
                 del tree.members[member_pid]
+                # The tree changed (an env process died, maybe to be replaced): look again soon.
+                self._tree_scan_every = TREE_SCAN_S
+                self._next_tree_scan = min(self._next_tree_scan, self.clock.monotonic() + TREE_SCAN_S)
                 continue
             mem, util = self._process_gpu.get(member_pid, (None, None))
             if mem is not None:
