@@ -10,7 +10,7 @@ raises ValueError naming the key, and an unknown key (from a newer cockpit) is i
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import MISSING, asdict, fields
+from dataclasses import MISSING, fields, is_dataclass
 from typing import Any, TypeVar
 
 from cockpit.contract.states import JobState, RunStatus
@@ -58,6 +58,24 @@ def _tuple(value: Any) -> tuple[Any, ...]:
     return tuple(value)
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _plain(value: Any) -> Any:
+    """What `dataclasses.asdict` gives, without its deep copy of every leaf: an attached viewer
+    polls 5 times a second, and those copies were most of what it cost the run's process."""
+    if is_dataclass(value) and not isinstance(value, type):
+        names = _FIELD_NAMES.get(type(value))
+        if names is None:
+            names = _FIELD_NAMES[type(value)] = tuple(f.name for f in fields(value))
+        return {name: _plain(getattr(value, name)) for name in names}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(item) for item in value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
 # ----- samples -----
 
 
@@ -68,8 +86,8 @@ def encode_sample(sample: Sample) -> dict[str, Any]:
         "cpu_percent": list(sample.cpu_percent),
         "ram_used_bytes": sample.ram_used_bytes,
         "ram_total_bytes": sample.ram_total_bytes,
-        "gpu": asdict(sample.gpu) if sample.gpu is not None else None,
-        "jobs": {job_id: asdict(usage) for job_id, usage in sample.jobs.items()},
+        "gpu": _plain(sample.gpu) if sample.gpu is not None else None,
+        "jobs": {job_id: _plain(usage) for job_id, usage in sample.jobs.items()},
         "cost_s": sample.cost_s,
         "util_samples": [list(point) for point in sample.util_samples],
     }
@@ -102,17 +120,17 @@ def decode_sample(data: Any) -> Sample:
 
 def encode_state(state: RunState) -> dict[str, Any]:
     """A run state as plain JSON-able data (the status as its string value)."""
-    # Field by field rather than asdict(state): the sample needs encode_sample's care.
+    # Field by field rather than _plain(state): the sample needs encode_sample's care.
     encoded = {f.name: getattr(state, f.name) for f in fields(state)}
     encoded.update(
         status=state.status.value,
-        jobs=[asdict(job) for job in state.jobs],
+        jobs=[_plain(job) for job in state.jobs],
         sample=encode_sample(state.sample) if state.sample is not None else None,
-        gpu=asdict(state.gpu) if state.gpu is not None else None,
+        gpu=_plain(state.gpu) if state.gpu is not None else None,
         warnings=list(state.warnings),
         advice=list(state.advice),
-        suggestions=[asdict(item) for item in state.suggestions],
-        fleet=asdict(state.fleet) if state.fleet is not None else None,
+        suggestions=[_plain(item) for item in state.suggestions],
+        fleet=_plain(state.fleet) if state.fleet is not None else None,
     )
     return encoded
 
