@@ -149,3 +149,9 @@ print(backend_for("CockpitTestOnly-v0"))
     assert (done.returncode, done.stdout) == (0, "gymnasium\n"), done.stderr
     assert lookup(tmp_path, "CartPole-v1") == (["envpool"], True)  # this fresh process fills the cache
     assert all("CockpitTestOnly-v0" not in entry[b] for entry in entries(tmp_path).values() for b in envids.BACKENDS)
+
+
+def test_an_unknown_id_without_close_ones_points_at_the_module_form(cache_home: Path) -> None:
+    with pytest.raises(UnknownEnvError) as raised:
+        backend_for("Qqzzxx-v0")
+    assert str(raised.value).endswith("or module:EnvId-v0 for an env a module of yours registers")

@@ -91,6 +91,10 @@ def test_largest_divisor_at_most(total: int, cap: int, expected: int) -> None:
         ('schedule = "cosine"', "'schedule' must be one of 'constant', 'linear', got 'cosine'"),
         ('normalize = "yes"', "'normalize' must be true or false, got 'yes'"),
         ('env = ""', "'env' must be a non-empty string, got ''"),
+        ("env_kwargs = 5", "'env_kwargs' must be a table of keyword arguments for the env (an [env_kwargs] section)"),
+        ('env_kwargs = ["size", 5]', "'env_kwargs' must be a table of keyword arguments for the env"),
+        ("env_kwargs = { start = 2026-11-23 }", "'env_kwargs' must hold strings, numbers, booleans, arrays and tables"),
+        ('vec_env = "threads"', "'vec_env' must be one of 'auto', 'dummy', 'subproc', got 'threads'"),
     ],
 )
 def test_each_bad_value_is_named_with_file_and_key(tmp_path: Path, change: str, expected: str) -> None:
@@ -136,3 +140,13 @@ def test_a_binary_file_is_a_clear_error(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(PresetError, match=r"p\.toml: not a UTF-8 text file"):
         load(str(path))
+
+
+def test_env_kwargs_and_vec_env_default_to_empty_and_auto(tmp_path: Path) -> None:
+    p = load(str(write(tmp_path, MINIMAL)))
+    assert p.env_kwargs == {} and p.vec_env == "auto"
+    text = MINIMAL.replace('env = "CartPole-v1"', 'env = "my_envs:Grid-v0"') + "\n[env_kwargs]\nsize = 7\n"
+    p = load(str(write(tmp_path, text, "custom.toml")))
+    # The shape is all a preset checks: whether the module imports and the env builds is asked
+    # before a run starts (cockpit.contract.envids.check_env).
+    assert p.env == "my_envs:Grid-v0" and p.env_kwargs == {"size": 7}

@@ -150,11 +150,13 @@ def test_sigint_checkpoints_every_job_and_resume_finishes_them(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_no_worker_or_env_process_outlives_a_killed_cockpit(tmp_path: Path) -> None:
-    # Taxi-v4 is not in envpool: the gymnasium fallback steps it in SubprocVecEnv processes, the
-    # workers' own children (through the forkserver), which must end with them.
+    # Taxi-v4 is not in envpool: the gymnasium fallback steps it, here in SubprocVecEnv processes
+    # (forced: its cheap step alone would pick DummyVecEnv), the workers' own children (through the
+    # forkserver), which must end with them.
     preset = tmp_path / "taxi.toml"
     preset.write_text(
         'env = "Taxi-v4"\nn_envs = 2\nn_steps = 64\nbatch_size = 64\nn_epochs = 1\ntimesteps = 1_000_000\n'
+        'vec_env = "subproc"\n'
     )
     cockpit = start_cockpit(tmp_path / "run", "--preset", str(preset), "--jobs", "2")
     cockpit.wait_for(lambda: all(any(e.kind == "phase" for e in cockpit.events(j)) for j in ("000", "001")))

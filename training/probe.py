@@ -28,6 +28,10 @@ What a fleet pays around the training, per agent and tier and per worker process
   fresh worker pays once;
 - `episode_steps_max`: the env's own limit on an episode's steps (0 for none), which bounds what
   scoring an agent can cost.
+
+A gymnasium env (a custom `module:EnvId` one too) is built with the preset's `env_kwargs` and, on
+the probe's one thread, stepped in DummyVecEnv, so `env_step_us` is one env step's own cost: the
+figure `recommend` decides DummyVecEnv or SubprocVecEnv by (`envids.pick_vec_env`).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import time
 from typing import Any
 
 from cockpit.contract.arguments import ArgumentParser
-from cockpit.contract.envids import backend_for
+from cockpit.contract.envids import EnvError, backend_for
 from cockpit.contract.presets import Preset, PresetError, largest_divisor_at_most, load
 from training.device import DeviceError, apply_torch_threads, enable_tf32, limit_native_threads, resolve_device
 from training.stopping import die_with_parent
@@ -97,7 +101,7 @@ def _phase_times(preset: Preset, device: str) -> tuple[float, float, int, float]
             marks.append(("end", time.perf_counter()))
 
     began = time.perf_counter()
-    venv = make_vec_env(preset.env, preset.n_envs, seed=0, threads=1)
+    venv = make_vec_env(preset.env, preset.n_envs, seed=0, threads=1, env_kwargs=preset.env_kwargs)
     try:
         model = new_model(preset, venv, seed=0, device=device)
         setup = time.perf_counter() - began
@@ -109,13 +113,13 @@ def _phase_times(preset: Preset, device: str) -> tuple[float, float, int, float]
     return times[3] - times[2], times[4] - times[3], preset.total_batch, setup
 
 
-def _vector_step_s(env_id: str, n_envs: int) -> float:
+def _vector_step_s(env_id: str, n_envs: int, env_kwargs: dict[str, Any]) -> float:
     """Seconds per vectorized step of `n_envs` envs alone, on one thread."""
     import numpy as np
 
     from training.envs import make_vec_env
 
-    venv = make_vec_env(env_id, n_envs, seed=0, threads=1)
+    venv = make_vec_env(env_id, n_envs, seed=0, threads=1, env_kwargs=env_kwargs)
     try:
         venv.reset()
         actions = np.array([venv.action_space.sample() for _ in range(n_envs)])
@@ -128,22 +132,27 @@ def _vector_step_s(env_id: str, n_envs: int) -> float:
     return elapsed / steps
 
 
-def _env_step_us(env_id: str) -> float:
+def _env_step_us(env_id: str, env_kwargs: dict[str, Any]) -> float:
     """What one more env adds to a vectorized env step, in microseconds (the call's own fixed
     cost left out, as for `env_policy_us`)."""
-    small, large = _vector_step_s(env_id, SMALL), _vector_step_s(env_id, LARGE)
+    small, large = _vector_step_s(env_id, SMALL, env_kwargs), _vector_step_s(env_id, LARGE, env_kwargs)
     return max(0.0, (large - small) / (LARGE - SMALL)) * 1e6
 
 
-def _episode_steps_max(env_id: str) -> int:
-    """The env's own limit on an episode's steps (its time limit), or 0 when it has none."""
+def _episode_steps_max(env_id: str, env_kwargs: dict[str, Any]) -> int:
+    """The env's own limit on an episode's steps (its time limit, as env_kwargs may set it), or 0
+    when it has none."""
     if backend_for(env_id) == "envpool":
         import envpool
 
-        return int(envpool.make_spec(env_id).config.max_episode_steps or 0)
+        return int(envpool.make_spec(env_id, **env_kwargs).config.max_episode_steps or 0)
     import gymnasium as gym
 
-    return int(gym.spec(env_id).max_episode_steps or 0)
+    from cockpit.contract.envids import split_env_id
+
+    # `max_episode_steps` is gymnasium.make's own argument: in env_kwargs it overrides the spec's.
+    limit = env_kwargs.get("max_episode_steps", gym.spec(split_env_id(env_id)[1]).max_episode_steps)
+    return limit if isinstance(limit, int) and limit > 0 else 0
 
 
 def probe(preset: Preset, device: str, import_s: float = 0.0) -> dict[str, Any]:
@@ -164,13 +173,13 @@ def probe(preset: Preset, device: str, import_s: float = 0.0) -> dict[str, Any]:
         "device": device,
         "step_overhead_us": round(max(0.0, step_small - SMALL * per_env) * 1e6, 1),
         "env_policy_us": round(per_env * 1e6, 2),
-        "env_step_us": round(_env_step_us(preset.env), 2),
+        "env_step_us": round(_env_step_us(preset.env, preset.env_kwargs), 2),
         "train_sample_us": round(train_sample * 1e6, 2),
         "train_epoch_us": round(epoch_fixed * 1e6, 1),
         "batch_size": large_preset.batch_size,
         "setup_s": round(own[3], 3),  # the third build: the modules it needs are imported by now
         "import_s": round(import_s, 3),
-        "episode_steps_max": _episode_steps_max(preset.env),
+        "episode_steps_max": _episode_steps_max(preset.env, preset.env_kwargs),
     }
 
 
@@ -197,7 +206,12 @@ def main(argv: list[str] | None = None) -> int:
 
     import training.envs  # noqa: F401
 
-    if backend_for(preset.env) == "envpool":
+    try:  # imports envpool, or a `module:EnvId`'s module: part of what a worker pays
+        backend = backend_for(preset.env)
+    except EnvError as exc:
+        print(f"python -m training.probe: error: {exc}", file=sys.stderr)
+        return 2
+    if backend == "envpool":
         import envpool  # noqa: F401
     import_s = time.time() - psutil.Process().create_time()
     apply_torch_threads(1)

@@ -109,9 +109,9 @@ class JobConfig:
 def resolve_config(args: WorkerArgs) -> JobConfig:
     """Validate the arguments into a `JobConfig`.
 
-    Raises PresetError, WorkerInputError, UnknownEnvError or DeviceError, each with a one-line message.
+    Raises PresetError, WorkerInputError, EnvError or DeviceError, each with a one-line message.
     """
-    from cockpit.contract.envids import backend_for
+    from cockpit.contract.envids import check_env
 
     preset = load(args.preset)
     if args.job_dir.exists() and not args.job_dir.is_dir():
@@ -119,7 +119,10 @@ def resolve_config(args: WorkerArgs) -> JobConfig:
     if args.seed + preset.n_envs > MAX_SEED:
         raise WorkerInputError(f"--seed {args.seed}: must be at most {MAX_SEED - preset.n_envs} (env seeds are 32-bit)")
     env = args.env or preset.env
-    backend = backend_for(env)
+    # A custom env, or one with env_kwargs, is built once here: a bad one is bad input (exit 2), not
+    # a training failure to restart.
+    backend = check_env(env, preset.env_kwargs, source="--env" if args.env else f"preset {preset.source}: env",
+                        kwargs_source=f"preset {preset.source}: env_kwargs")  # fmt: skip
     device = resolve_device(args.device)
     timesteps = args.timesteps or preset.timesteps
     threads = args.threads or max(1, min(preset.n_envs, len(os.sched_getaffinity(0))))
@@ -230,7 +233,9 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
     if stop.requested:  # asked to stop while importing (its cockpit died): nothing trained, nothing to save
         events.finished(status="stopped", steps=offset, duration=round(time.time() - started, 3))
         return 0
-    venv = make_vec_env(config.env, preset.n_envs, seed=config.seed + offset, threads=config.threads)
+    venv = make_vec_env(config.env, preset.n_envs, seed=config.seed + offset, threads=config.threads,
+                        env_kwargs=preset.env_kwargs, vec_env=preset.vec_env,
+                        report=lambda line: print(f"[worker] {line}", file=sys.stderr, flush=True))  # fmt: skip
     try:
         resumed = resume(store, preset, venv, device=config.device)
         for bad in resumed.corrupt:
@@ -317,7 +322,8 @@ def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, event
     # Several envs at once: one forward pass serves them all (evaluate_policy splits the episodes
     # among them), which made a CartPole fleet's scoring several times cheaper than one env.
     n_envs = min(config.eval_episodes, config.preset.n_envs)
-    venv = make_vec_env(config.env, n_envs, seed=EVAL_SEED, threads=min(n_envs, config.threads))
+    venv = make_vec_env(config.env, n_envs, seed=EVAL_SEED, threads=min(n_envs, config.threads),
+                        env_kwargs=config.preset.env_kwargs, vec_env=config.preset.vec_env)  # fmt: skip
     try:
         env: Any = venv
         if vecnorm is not None:
@@ -373,13 +379,13 @@ def main(argv: list[str] | None = None) -> int:
 def run_job(argv: list[str] | None, stop: StopFlag, received_at: float | None = None) -> tuple[int, Exception | None]:
     """Run one job from its flags: its exit code, and the exception that failed its training (None
     when it did not fail that way). The job dir's lock is held until it returns."""
-    from cockpit.contract.envids import UnknownEnvError
+    from cockpit.contract.envids import EnvError
     from training.model import CheckpointMismatch
 
     args = WorkerArgs.parse(argv)
     try:
         config = resolve_config(args)
-    except (PresetError, WorkerInputError, UnknownEnvError, DeviceError) as exc:
+    except (PresetError, WorkerInputError, EnvError, DeviceError) as exc:
         if args.job_dir.is_dir():
             # The supervisor made the job dir; it learns why this job cannot start from the event.
             invalid = EventWriter(args.job_dir / EVENTS_FILE)

@@ -1,5 +1,7 @@
 """`cockpit recommend`: the advisor's output for this machine, from its hardware alone or from a
-finished run's measurements, with every number it used."""
+finished run's measurements, with every number it used. For an env the gymnasium fallback runs (a
+custom `module:EnvId` one among them) it also says which VecEnv the workers will step it in, and
+why: the probe's measured step cost against `envids.SUBPROC_MIN_STEP_US`, on each job's cores."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from rich.table import Table
 
 from cockpit.commands.console import output_console, say
 from cockpit.contract.commands import AdviceSetting
+from cockpit.contract.envids import SUBPROC_MIN_STEP_US, backend_for, pick_vec_env
 from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, RunRecordError, read
@@ -29,6 +32,7 @@ from cockpit.core.advisor import (
     job_measure,
 )
 from cockpit.core.fleet import speed_of
+from cockpit.core.host import thread_budget
 from cockpit.core.sizing import costs_for, resolve_preset, this_machine
 
 MIB = 1024 * 1024
@@ -71,6 +75,23 @@ def predicted_sps(machine: Machine, preset: Preset, costs: Costs, counts: list[i
     return f"{figures} (one alone {alone:,.0f}; the overlap model of docs/fleets.md)"
 
 
+def vec_env_line(machine: Machine, preset: Preset, jobs: int, costs: Costs | None) -> str | None:
+    """Which VecEnv the workers of `jobs` parallel jobs step `preset`'s envs in, and why (the rule
+    the worker applies, `envids.pick_vec_env`, on each job's share of the cores); None for an
+    envpool env, which has no choice to make."""
+    if backend_for(preset.env) == "envpool":
+        return None
+    cores = thread_budget(jobs, machine.physical_cores).threads_per_job
+    if preset.vec_env != "auto":
+        kind = "DummyVecEnv" if preset.vec_env == "dummy" else "SubprocVecEnv"
+        return f"{kind}: the preset's vec_env says so (gymnasium fallback)"
+    if costs is None and preset.n_envs >= 2 and cores >= 2:
+        return (f"chosen by each worker from a step it measures at start (no probe here): SubprocVecEnv when a "
+                f"step costs {SUBPROC_MIN_STEP_US:,.0f} us or more, else DummyVecEnv (gymnasium fallback)")  # fmt: skip
+    _kind, why = pick_vec_env(costs.env_step_us if costs else None, preset.n_envs, cores)
+    return f"{why} ({preset.n_envs} envs per job, {cores} core(s) each; gymnasium fallback)"
+
+
 def _numbers(machine: Machine, preset: Preset, jobs: int, measured: Measurements | None, costs: Costs | None,
              suggested_jobs: int | None = None) -> Table:  # fmt: skip
     table = Table(title="numbers used", title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
@@ -82,6 +103,9 @@ def _numbers(machine: Machine, preset: Preset, jobs: int, measured: Measurements
     table.add_row("GPU", gpu)
     table.add_row("preset", f"{preset.name}: {preset.env}, n_envs {preset.n_envs}, n_steps {preset.n_steps}, "
                   f"batch {preset.batch_size}, net {','.join(map(str, preset.net_arch))}")  # fmt: skip
+    vec_env = vec_env_line(machine, preset, suggested_jobs or jobs, costs)
+    if vec_env is not None:
+        table.add_row("vec env", vec_env)
     if costs is not None:
         table.add_row("measured costs", costs.describe())
         table.add_row("jobs", f"{jobs} (they keep ~{cores_needed(preset, jobs, costs):.1f} cores busy, measured)")

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from cockpit.contract.envids import UnknownEnvError, backend_for
+from cockpit.contract.envids import EnvError, UnknownEnvError, backend_for, check_env
 from cockpit.contract.presets import PRESET_KEYS, Preset, PresetError, load, resolve
 
 if sys.version_info >= (3, 11):
@@ -190,8 +190,8 @@ def _overrides(value: Any) -> tuple[list[tuple[tuple[str, Any], ...]], list[str]
         return [], [f"'agents.overrides' must be a table of lists, got {value!r}"]
     problems = []
     for key, values in value.items():
-        if key not in PRESET_KEYS or key == "env":
-            problems.append(f"unknown key 'agents.overrides.{key}' (valid: any preset key but env)")
+        if key not in PRESET_KEYS or key in ("env", "env_kwargs"):
+            problems.append(f"unknown key 'agents.overrides.{key}' (valid: any preset key but env and env_kwargs)")
         elif not isinstance(values, list) or not values:
             problems.append(f"'agents.overrides.{key}' must be a non-empty list, got {values!r}")
     if problems:
@@ -283,6 +283,17 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
             except PresetError as exc:
                 where = ", ".join(f"{k}={v!r}" for k, v in combo) or "no overrides"
                 problems.append(f"'agents.overrides' ({where}) on {spec}/{env}: {exc}")
+    if not problems:  # a custom env, or env_kwargs, is built once per distinct pair (envids.check_env)
+        checked: set[tuple[str, str]] = set()
+        for (env, _spec, _combo), preset in resolved.items():
+            pair = (env, repr(sorted(preset.env_kwargs.items())))
+            if pair not in checked:
+                checked.add(pair)
+                try:
+                    check_env(env, preset.env_kwargs, source="'agents.env'",
+                              kwargs_source=f"'agents.preset' {preset.source}: env_kwargs")  # fmt: skip
+                except EnvError as exc:
+                    problems.append(str(exc))
     if problems:
         raise PlanError(f"{source}: " + "; ".join(dict.fromkeys(problems)))
     agents = tuple(

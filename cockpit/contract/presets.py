@@ -3,15 +3,23 @@
 A preset is named (`fast`, `heavy`, `beast`, `cartpole`: files in the `presets` package) or given
 as a path to a `.toml` file. Every problem in a file is reported in one `PresetError` whose
 message names the file and each offending key, so a user fixes everything in one edit.
+
+`env` may be gymnasium's `module:EnvId-v0` (a module of the user's registers the env), and an
+`[env_kwargs]` table holds keyword arguments for building the env: `gymnasium.make(env,
+**env_kwargs)`, or envpool config keys for an envpool id. This module checks only their shape;
+whether the env imports and builds with them is `cockpit.contract.envids.check_env`'s question,
+asked before a run starts. `vec_env` picks how the gymnasium fallback steps the envs: `auto`
+(by the measured cost of a step, `envids.pick_vec_env`), `dummy` or `subproc`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import math
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -25,6 +33,7 @@ else:  # pragma: no cover - exercised only on Python 3.10
 
 Schedule = Literal["constant", "linear"]
 Activation = Literal["tanh", "relu"]
+VecEnvChoice = Literal["auto", "dummy", "subproc"]
 
 DEFAULT_BATCH_SIZE_CAP = 4096
 
@@ -39,6 +48,8 @@ class Preset:
 
     `batch_size` is always a concrete divisor of `n_envs * n_steps`, even when the file said
     `"auto"` (then `batch_size_auto` is true and the cap that chose it is `batch_size_cap`).
+    `env_kwargs` is plain TOML data (no dates) for building the env; treat it as read-only. It is
+    left out of the hash, so a preset stays hashable.
     """
 
     name: str
@@ -64,6 +75,10 @@ class Preset:
     timesteps: int = 1_000_000
     batch_size_auto: bool = False
     batch_size_cap: int = DEFAULT_BATCH_SIZE_CAP
+    # Left out of run.toml while at their defaults (`runrecord`'s `omit_if_default`), so a run that
+    # does not use them records the preset as before.
+    env_kwargs: dict[str, Any] = field(default_factory=dict, hash=False, metadata={"omit_if_default": True})
+    vec_env: VecEnvChoice = field(default="auto", metadata={"omit_if_default": True})
 
     @property
     def total_batch(self) -> int:
@@ -143,6 +158,23 @@ def _batch_size(value: Any) -> str | None:
     return problem and f'must be a positive integer or "auto", got {value!r}'
 
 
+def _plain_toml(value: Any) -> bool:
+    """True for TOML data without dates and times, which JSON (the started event) cannot carry."""
+    if isinstance(value, dict):
+        return all(_plain_toml(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_plain_toml(v) for v in value)
+    return not isinstance(value, (datetime.date, datetime.time))
+
+
+def _env_kwargs(value: Any) -> str | None:
+    if not isinstance(value, dict):
+        return f"must be a table of keyword arguments for the env (an [env_kwargs] section), got {value!r}"
+    if not _plain_toml(value):
+        return f"must hold strings, numbers, booleans, arrays and tables (no dates or times), got {value!r}"
+    return None
+
+
 def _net_arch(value: Any) -> str | None:
     if not isinstance(value, list) or not value or any(_positive_int(v) for v in value):
         return f"must be a non-empty list of positive integers, got {value!r}"
@@ -172,6 +204,8 @@ _KEYS: dict[str, _Key] = {
     "normalize": _Key(_boolean, False),
     "checkpoint_every": _Key(_positive_int, 100_000),
     "timesteps": _Key(_positive_int, 1_000_000),
+    "env_kwargs": _Key(_env_kwargs, {}),
+    "vec_env": _Key(_one_of("auto", "dummy", "subproc"), "auto"),
 }
 
 PRESET_KEYS: tuple[str, ...] = tuple(_KEYS)
@@ -210,7 +244,7 @@ def resolve(raw: Mapping[str, Any], *, name: str, source: str) -> Preset:
             if spec.required:
                 problems.append(f"missing key '{key}'")
             else:
-                values[key] = spec.default
+                values[key] = dict(spec.default) if isinstance(spec.default, dict) else spec.default
             continue
         problem = spec.check(raw[key])
         if problem:
@@ -287,6 +321,9 @@ def load(spec: str) -> Preset:
 
 
 def to_toml(preset: Preset) -> str:
-    """A preset file's text for `preset` (its concrete batch size, no `auto`)."""
+    """A preset file's text for `preset` (its concrete batch size, no `auto`): `load` of it gives
+    `preset` back, env_kwargs included (an empty table is left out, as a file without one)."""
     values = preset.as_dict()
-    return tomli_w.dumps({key: values[key] for key in PRESET_KEYS if key != "batch_size_cap"})
+    return tomli_w.dumps(
+        {key: values[key] for key in PRESET_KEYS if key != "batch_size_cap" and (key != "env_kwargs" or values[key])}
+    )

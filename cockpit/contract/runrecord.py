@@ -228,9 +228,12 @@ class RunRecord:
 
 
 def _plain(value: Any) -> Any:
-    """Records as TOML-ready data in field order; None (an unknown fact) becomes an absent key."""
+    """Records as TOML-ready data in field order; None (an unknown fact) becomes an absent key, and
+    so does a field marked `omit_if_default` in its metadata while it holds its default (a key added
+    later, such as a preset's env_kwargs, then leaves the files that do not use it as they were)."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        pairs = ((f.name, getattr(value, f.name)) for f in dataclasses.fields(value))
+        kept = (f for f in dataclasses.fields(value) if not _at_omitted_default(value, f))
+        pairs = ((f.name, getattr(value, f.name)) for f in kept)
         return {name: _plain(v) for name, v in pairs if v is not None}
     if isinstance(value, Enum):
         return value.value
@@ -239,6 +242,13 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value if v is not None]
     return value
+
+
+def _at_omitted_default(record: Any, f: dataclasses.Field[Any]) -> bool:
+    if not f.metadata.get("omit_if_default"):
+        return False
+    default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+    return bool(getattr(record, f.name) == default)
 
 
 def render(record: RunRecord) -> str:
@@ -282,6 +292,8 @@ def _decode(cls: type[R], data: Any, where: str) -> R:
 def _value(hint: Any, value: Any, key: str) -> Any:
     """`value` checked (and converted: lists to tuples, strings to enums) against `hint`."""
     origin, args = get_origin(hint), get_args(hint)
+    if hint is Any:  # free-form TOML data (a preset's env_kwargs): taken as written
+        return value
     if origin in (Union, types.UnionType):
         # Only `X | None` occurs, and TOML has no null: the value is an X.
         (inner,) = (arg for arg in args if arg is not type(None))

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from cockpit.contract.envids import UnknownEnvError, backend_for
+from cockpit.contract.envids import EnvError, check_env
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.rundir import RunDir
 
@@ -86,9 +86,10 @@ class RunSpec:
 
 
 def default_run_dir(preset: Preset, env: str, now: float | None = None) -> Path:
-    """`runs/<UTC time>-<preset>-<env>`; the env id's slashes become dashes."""
+    """`runs/<UTC time>-<preset>-<env>`; the env id's slashes and a `module:EnvId`'s colon become
+    dashes (a colon in a path breaks PATH-like lists and some tools)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    return Path("runs") / f"{stamp}-{preset.name}-{env.replace('/', '-')}"
+    return Path("runs") / f"{stamp}-{preset.name}-{env.replace('/', '-').replace(':', '-')}"
 
 
 def check_writable(run_dir: Path, flag: str = "--run-dir") -> None:
@@ -112,11 +113,15 @@ def check_writable(run_dir: Path, flag: str = "--run-dir") -> None:
 
 def checked_env(preset: Preset, env: str | None) -> str:
     """The env id to train on (`env`, else the preset's); ConfigError naming where the id came
-    from (--env or the preset) when neither envpool nor gymnasium has it."""
+    from (--env or the preset) when neither envpool nor gymnasium has it, when a `module:EnvId`
+    module fails to import or registers no such id, or when the env does not build with the
+    preset's env_kwargs (`envids.check_env`: a custom env, or any env with env_kwargs, is built
+    once here, in this process, before anything starts)."""
     env_id = env or preset.env
     try:
-        backend_for(env_id, source="--env" if env else f"preset {preset.source}: env")
-    except UnknownEnvError as exc:
+        check_env(env_id, preset.env_kwargs, source="--env" if env else f"preset {preset.source}: env",
+                  kwargs_source=f"preset {preset.source}: env_kwargs")  # fmt: skip
+    except EnvError as exc:
         raise ConfigError(str(exc)) from exc
     return env_id
 

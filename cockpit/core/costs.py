@@ -56,11 +56,14 @@ def _torch_version() -> str:
 
 
 def cache_key(preset: Preset, gpu_name: str | None) -> str:
-    """What a measurement depends on, as one string."""
+    """What a measurement depends on, as one string. A preset's env_kwargs (a grid's size, an
+    Atari env's options) change what a step costs, so they are part of it when there are any
+    (sorted, as JSON); without them the key is what it always was, so earlier entries still count."""
     net = "x".join(map(str, preset.net_arch))
     gpu = gpu_name or "no GPU"
-    return (f"{cpu_model()} | {gpu} | torch {_torch_version()} | {preset.env} | net {net} {preset.activation} "
-            f"| batch {preset.batch_size}")  # fmt: skip
+    kwargs = f" {json.dumps(preset.env_kwargs, sort_keys=True)}" if preset.env_kwargs else ""
+    return (f"{cpu_model()} | {gpu} | torch {_torch_version()} | {preset.env}{kwargs} | net {net} "
+            f"{preset.activation} | batch {preset.batch_size}")  # fmt: skip
 
 
 def _read_cache(path: Path) -> dict[str, Any]:

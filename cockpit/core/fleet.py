@@ -209,7 +209,7 @@ def _cost(seconds: float | None, rate: float | None) -> float | None:
 
 
 # The settings that decide how fast a job steps (not its learning rate or its seed).
-SPEED_KEYS = ("env", "n_envs", "n_steps", "batch_size", "n_epochs", "net_arch", "normalize")
+SPEED_KEYS = ("env", "n_envs", "n_steps", "batch_size", "n_epochs", "net_arch", "normalize", "env_kwargs", "vec_env")
 
 
 def speed_from_record(preset: Preset, record: RunRecord, slots: int) -> Speed | None:

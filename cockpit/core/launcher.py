@@ -26,6 +26,7 @@ from typing import Protocol
 
 import psutil
 
+from cockpit.contract.envids import WORKDIR_ENV
 from cockpit.contract.rundir import JOB_LOCK, JOBS, JobDir
 from cockpit.contract.workerargs import (
     PARENT_PID_ENV,
@@ -162,11 +163,14 @@ class LocalLauncher:
 
 
 def worker_env() -> dict[str, str]:
-    """A worker's environment: ours, unbuffered output, our pid to follow, one-thread native pools."""
+    """A worker's environment: ours, unbuffered output, our pid to follow, one-thread native pools,
+    and our working directory, where a `module:EnvId` env's module may live (`envids.WORKDIR_ENV`:
+    the worker looks there whatever its own cwd and `sys.path` are)."""
     return {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
         PARENT_PID_ENV: str(os.getpid()),
+        WORKDIR_ENV: os.environ.get(WORKDIR_ENV) or os.getcwd(),
         **{var: "1" for var in THREAD_ENV_VARS},
     }
 
