@@ -27,30 +27,50 @@ style (new data keeps a row's style, a reorder puts another agent there); `home`
 puts the cursor on the first row, so neither move scrolls. A move that never shows (an agent
 that ended took the cursor elsewhere) is counted, not timed. Screenshots of both screens follow.
 
+With `--scripted` (and `--fleet N`) no worker trains: a child process serves a made-up fleet of N
+agents on a real control socket, the state changing at 5 Hz as a real fleet's does (4 running
+agents, one ending and the next starting every 5 s, their phases, steps and CPU, a sample per
+tick, the tier funnel and leaderboard), and the same `cockpit attach` is timed on it. It starts in
+seconds and loads the machine with no training of its own; `--busy K` adds K busy loops at the
+workers' nice level to stand in for it. Whatever else runs here still shows in the figures: to
+compare two versions of the TUI on a shared machine, alternate their runs and note the load.
+
 Run from the repo root (about 2 minutes on 2 cores; --fleet 500 about 3):
     .venv/bin/python -m benchmarks.tui_cost
     .venv/bin/python -m benchmarks.tui_cost --seconds 60 --repeats 30
     .venv/bin/python -m benchmarks.tui_cost --fleet 500
+    .venv/bin/python -m benchmarks.tui_cost --fleet 500 --scripted --busy 2
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
 
 from benchmarks.common import fmt_ratio, load_caption, log, print_table, warn_if_busy
+from cockpit.contract.commands import Command
 from cockpit.contract.rundir import RunDir
+from cockpit.contract.states import RunStatus
+from cockpit.core.control import ControlServer
+from cockpit.core.feed import WINDOW_S, Transition, phases_since
+from cockpit.core.launcher import WORKER_NICE
+from cockpit.core.state import FleetView, JobView, LeaderView, RunState, TierView
+from cockpit.core.telemetry import JobUsage, Sample
 
 CPU_GOAL_PERCENT = 5.0
 LATENCY_GOAL_MS = 100.0
@@ -227,6 +247,160 @@ def start_fleet(tmp: Path, agents: int) -> tuple[subprocess.Popen[bytes], Path]:
     return run, run_dir
 
 
+# ----- a scripted fleet (--scripted): a real control socket, a made-up state -----
+
+SCRIPTED_SLOTS = 4
+SCRIPTED_AGENT_S = 20.0  # each agent runs this long; with 4 slots one ends every 5 s
+SCRIPTED_HZ = 5.0
+SCRIPTED_TIERS = (40960, 81920)
+
+
+class ScriptedFleet:
+    """A `ControlProvider` for a fleet of `agents` that no worker trains: agent k starts at
+    k * AGENT_S / SLOTS seconds and runs AGENT_S, cycling rollout (1.5 s) and train (0.5 s);
+    the state holds the running agents and the 2 * SLOTS latest ended ones, as a fleet's does."""
+
+    def __init__(self, run_dir: Path, agents: int) -> None:
+        self.run_dir = run_dir
+        self.agents = agents
+        self.t0 = time.time()
+        self._lock = threading.Lock()
+        self._samples: deque[Sample] = deque()
+        self._state: RunState | None = None
+        self.tick()
+
+    def _start(self, k: int) -> float:
+        return self.t0 + k * SCRIPTED_AGENT_S / SCRIPTED_SLOTS
+
+    @staticmethod
+    def _id(k: int) -> str:
+        return f"a{k:04d}"
+
+    @staticmethod
+    def _score(k: int) -> float:
+        return float((k * 7919) % 500)
+
+    def _job(self, k: int, now: float) -> JobView:
+        start, target = self._start(k), SCRIPTED_TIERS[0]
+        end = start + SCRIPTED_AGENT_S
+        running = now < end
+        fraction = min(1.0, (now - start) / SCRIPTED_AGENT_S)
+        sps = 2000.0 + 50 * math.sin(now + k) if running else None
+        cpu = 48.0 + 4 * math.sin(now * 3 + k) if running else None
+        rss = 400 * 1024**2 if running else None
+        return JobView(
+            id=self._id(k), seed=k, state="running" if running else "done",
+            phase=self._phase(k, now) if running else None, phase_since=start, steps=int(fraction * target),
+            target=target, sps=sps, mean_sps=2000.0, ep_rew_mean=20.0 + 100 * fraction, restarts=0,
+            checkpoints=int(fraction * 5), last_checkpoint_step=None, error=None, exit_reason=None,
+            pid=10_000 + k if running else None, device="cpu", cpu_percent=cpu, rss_bytes=rss,
+            gpu_mem_bytes=None, peak_gpu_mem_bytes=None, started_at=start, ended_at=None if running else end,
+            eta_s=(1 - fraction) * SCRIPTED_AGENT_S if running else 0.0, rollout_sps=6000.0 if running else None,
+            env="CartPole-v1", preset="quick.toml",
+        )  # fmt: skip
+
+    def _phase(self, k: int, t: float) -> str:
+        return "train" if (t - self._start(k)) % 2.0 >= 1.5 else "rollout"
+
+    def _transitions(self, k: int) -> list[Transition]:
+        start = self._start(k)
+        out: list[Transition] = []
+        t = start
+        while t < start + SCRIPTED_AGENT_S:
+            out += [(t, "rollout"), (t + 1.5, "train")]
+            t += 2.0
+        return [*out, (start + SCRIPTED_AGENT_S, None)]
+
+    def _fleet(self, now: float, started: int, ended: int) -> FleetView:
+        n = self.agents
+        promoted = ended // 4
+        tiers = (
+            TierView(0, SCRIPTED_TIERS[0], n, started, started - ended, ended, 0, 0, 0, (n - ended) * 5.0),
+            TierView(1, SCRIPTED_TIERS[1], n // 4, 0, 0, 0, 0, 0, 0, (n - ended) * 5.0 + n // 4 * 10.0),
+        )  # fmt: skip
+        best = sorted(range(ended), key=self._score, reverse=True)[:10]
+        leaders = tuple(LeaderView(self._id(k), "CartPole-v1", "quick.toml", "", k, 0, SCRIPTED_TIERS[0],
+                                   self._score(k)) for k in best)  # fmt: skip
+        notices = tuple(f"{self._id(k)} finished tier 0: score {self._score(k):.1f}" for k in range(ended))[-8:]
+        spent = (now - self.t0) / 3600 * 1.99
+        return FleetView("bench", "sync", n, tiers, leaders, tiers[-1].eta_s, 1.99, spent,
+                         spent + (tiers[-1].eta_s or 0) / 3600 * 1.99, notices, ended + promoted)  # fmt: skip
+
+    def tick(self) -> None:
+        """The state at the wall clock's now, and a telemetry sample."""
+        now = time.time()
+        started = min(self.agents, int((now - self.t0) / (SCRIPTED_AGENT_S / SCRIPTED_SLOTS)) + 1)
+        ended = max(0, started - SCRIPTED_SLOTS)
+        shown = range(max(0, ended - 2 * SCRIPTED_SLOTS), started)
+        jobs = tuple(self._job(k, now) for k in shown)
+        usage = {job.id: JobUsage(job.cpu_percent or 0.0, job.rss_bytes or 0, None) for job in jobs
+                 if job.state.live}  # fmt: skip
+        cores = tuple(min(100.0, 90.0 + 10 * math.sin(now * (c + 1))) for c in range(2))
+        sample = Sample(now, cores, 6 * 1024**3, 16 * 1024**3, None, usage, 0.001)
+        state = RunState(
+            run_dir=str(self.run_dir), preset="quick.toml", env="CartPole-v1", status=RunStatus.RUNNING,
+            started_at=self.t0, now=now, slots=SCRIPTED_SLOTS, jobs=jobs, sample=sample, gpu=None,
+            gpu_status="no NVIDIA driver (NVML library not found)", warnings=(), threads_per_job=1,
+            physical_cores=2, eta_s=(self.agents - ended) * 5.0, fleet=self._fleet(now, started, ended),
+        )  # fmt: skip
+        with self._lock:
+            self._state = state
+            self._samples.append(sample)
+            while self._samples and self._samples[0].t < now - 2 * WINDOW_S:
+                self._samples.popleft()
+
+    # ----- ControlProvider -----
+
+    def latest_state(self) -> RunState | None:
+        with self._lock:
+            return self._state
+
+    def samples_since(self, t: float) -> list[Sample]:
+        with self._lock:
+            return [s for s in self._samples if s.t > t]
+
+    def phases_since(self, since: Mapping[str, float]) -> dict[str, list[Transition]]:
+        now = time.time()
+        out = {}
+        for job_id, t in since.items():
+            k = int(job_id[1:])
+            out[job_id] = [tr for tr in phases_since(self._transitions(k), t) if tr[0] <= now]
+        return out
+
+    def submit(self, command: Command) -> None:
+        pass
+
+
+def serve_scripted_fleet(run_dir: Path, agents: int) -> int:
+    """The child process of `--scripted`: serve a made-up fleet until SIGTERM."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fleet = ScriptedFleet(run_dir, agents)
+    server = ControlServer(run_dir, fleet)
+    server.start()
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    while not stop.wait(1 / SCRIPTED_HZ):
+        fleet.tick()
+    server.stop()
+    return 0
+
+
+def start_scripted_fleet(tmp: Path, agents: int) -> tuple[subprocess.Popen[bytes], Path]:
+    """The `--scripted` fleet's server in a child process, as `start_fleet` starts a real one."""
+    run_dir = tmp / "fleet"
+    out = (tmp / "fleet.out").open("wb")
+    run = subprocess.Popen([sys.executable, "-m", "benchmarks.tui_cost", "--serve-scripted", str(agents),
+                            "--run-dir", str(run_dir)], stdout=out, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL)  # fmt: skip
+    return run, run_dir
+
+
+def start_busy(count: int) -> list[subprocess.Popen[bytes]]:
+    """`count` busy loops, as nice as a fleet's workers, standing in for their load."""
+    loop = "while True: pass"
+    return [subprocess.Popen(["nice", "-n", str(WORKER_NICE), sys.executable, "-c", loop]) for _ in range(count)]
+
+
 def finished_in_tier0(screen: str) -> int:
     """Agents scored in the first tier, read off the cockpit's fleet line (-1 before it shows)."""
     found = re.search(r"tiers (\d+)/\d+", screen)
@@ -277,10 +451,11 @@ def move_latency(term: Terminal, stream: Path, key: str, since: int, timeout: fl
     raise RuntimeError(f"the viewer moved no cursor after {key!r}")
 
 
-def measure_fleet_latency(tmp: Path, agents: int, repeats: int) -> tuple[dict[str, list[float]], int, list[str]]:
-    """Key-to-screen times on a real fleet of `agents`; the cursor moves not timed (a reorder took
-    their row away); screenshots of the fleet and the main screen."""
-    run, run_dir = start_fleet(tmp, agents)
+def measure_fleet_latency(tmp: Path, agents: int, repeats: int, *, scripted: bool = False,
+                          ) -> tuple[dict[str, list[float]], int, list[str]]:  # fmt: skip
+    """Key-to-screen times on a real fleet of `agents` (or a scripted one); the cursor moves not
+    timed (a reorder took their row away); screenshots of the fleet and the main screen."""
+    run, run_dir = start_scripted_fleet(tmp, agents) if scripted else start_fleet(tmp, agents)
     term = None
     fleet_page, main = b"planned entered", b"  lanes: "
     help_page = b"GPU panel: utilization"
@@ -346,19 +521,28 @@ def latency_rows(times: dict[str, list[float]], goal_ms: float) -> list[list[str
     return rows
 
 
-def fleet_main(agents: int, repeats: int, load: float) -> int:
-    """`--fleet N`: key-to-screen times on a real fleet of N agents."""
-    with tempfile.TemporaryDirectory(prefix="bench-tui-fleet-") as tmp:
-        log(f"latency: a fleet of {agents} agents (4 slots), {repeats} rounds of each key")
-        times, misses, shots = measure_fleet_latency(Path(tmp), agents, repeats)
+def fleet_main(agents: int, repeats: int, load: float, *, scripted: bool = False, busy: int = 0) -> int:
+    """`--fleet N`: key-to-screen times on a real fleet of N agents (or a scripted one)."""
+    loops = start_busy(busy)
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-tui-fleet-") as tmp:
+            what = "a scripted fleet" if scripted else "a fleet"
+            log(f"latency: {what} of {agents} agents (4 slots), {busy} busy loop(s), {repeats} rounds of each key")
+            times, misses, shots = measure_fleet_latency(Path(tmp), agents, repeats, scripted=scripted)
+    finally:
+        for loop in loops:
+            loop.kill()
+            loop.wait()
     for title, shot in zip(("Fleet screen", "Main screen"), shots, strict=False):
         print(f"{title} during the run (tmux capture-pane, 80x24):")
         print(shot)
     caption = load_caption(load)
+    if busy:
+        caption += f" {busy} busy loop(s) at nice {WORKER_NICE} meanwhile."
     if misses:
         caption += f" {misses} cursor move(s) not seen, not timed: an agent that ended took the cursor."
     print_table(
-        f"Key press to screen change, a fleet of {agents} agents (ms)",
+        f"Key press to screen change, a {'scripted ' if scripted else ''}fleet of {agents} agents (ms)",
         ["key", "n", "median", "p95", "max", f"p95 / goal {FLEET_LATENCY_GOAL_MS:.0f} ms"],
         latency_rows(times, FLEET_LATENCY_GOAL_MS), caption=caption,
     )  # fmt: skip
@@ -370,7 +554,13 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="CPU measurement window (default 30)")
     parser.add_argument("--repeats", type=int, default=20, help="key presses of each kind (default 20)")
     parser.add_argument("--fleet", type=int, metavar="N", help="key latency on a real fleet of N agents instead")
+    parser.add_argument("--scripted", action="store_true", help="with --fleet: a scripted fleet, no workers")
+    parser.add_argument("--busy", type=int, default=0, metavar="K", help="with --fleet: K niced busy loops meanwhile")
+    parser.add_argument("--serve-scripted", type=int, metavar="N", help=argparse.SUPPRESS)
+    parser.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.serve_scripted is not None:
+        return serve_scripted_fleet(args.run_dir, args.serve_scripted)
     if shutil.which("tmux") is None:
         print("tui_cost: error: tmux is needed (apt-get install tmux)", file=sys.stderr)
         return 2
@@ -379,7 +569,7 @@ def main() -> int:
         return 2
     load = warn_if_busy()
     if args.fleet is not None:
-        return fleet_main(args.fleet, args.repeats, load)
+        return fleet_main(args.fleet, args.repeats, load, scripted=args.scripted, busy=args.busy)
     with tempfile.TemporaryDirectory(prefix="bench-tui-") as tmp:
         log(f"CPU: 4 cartpole jobs, viewer attached, {args.seconds:.0f} s window")
         viewer, supervisor, shot = measure_cpu(Path(tmp), args.seconds)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from dataclasses import replace
 from pathlib import Path
 
@@ -13,10 +14,12 @@ from cockpit.contract.states import RunStatus
 from cockpit.core.advisor import Advice
 from cockpit.core.feed import RunSource
 from cockpit.core.runs import RecentRun
-from cockpit.views.tui.app import make_app
+from cockpit.views.tui.app import NEVER, make_app
 from cockpit.views.tui.cockpit_screen import CockpitScreen
 from cockpit.views.tui.detail_screen import JobDetailScreen
+from cockpit.views.tui.footer import Keys
 from cockpit.views.tui.gpu_panel import GpuPanel
+from cockpit.views.tui.help_screen import HelpScreen
 from cockpit.views.tui.jobs_table import JobsTable
 from cockpit.views.tui.launcher_screen import LaunchChoice, LaunchError, LauncherScreen
 from cockpit.views.tui.quit_screen import QuitScreen
@@ -253,3 +256,40 @@ async def test_advice_is_shown_with_its_reasons_and_the_selected_item_is_applied
         await pilot.press("v", "A")
         await pilot.pause()
     assert source.commands == [ApplyAdvice("n_envs", "16")]
+
+
+async def test_the_footer_keeps_its_keys_across_screens_and_follows_what_is_offered() -> None:
+    source = ScriptedSource(frame())
+    app = make_app(source)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        footer = app.screen.query_one(Keys)
+        keys = list(footer.query("FooterKey"))
+        assert "Stop all" in [key.description for key in keys]
+        assert "Apply advice" not in [key.description for key in keys]
+        # Help and back, twice: the cockpit's footer is not built again (a widget per key, each
+        # styled and laid out: the slow part of closing a screen on a busy machine).
+        for _ in range(2):
+            await pilot.press("question_mark")
+            await pilot.pause()
+            assert isinstance(app.screen, HelpScreen)
+            await pilot.press("question_mark")
+            await pilot.pause(0.3)
+            assert isinstance(app.screen, CockpitScreen)
+        assert all(new is old for new, old in zip(footer.query("FooterKey"), keys, strict=True))
+        # Advice arrives: the footer offers A.
+        advice = (Advice("jobs", "1", "4", "train phases overlap", "GPU 25 % on average"),)
+        source.current = replace(frame(now=NOW + 1), state=replace(frame(now=NOW + 1).state, suggestions=advice))
+        await pilot.pause(0.5)
+        assert "Apply advice" in [key.description for key in footer.query("FooterKey")]
+
+
+async def test_the_app_runs_full_collections_itself_while_it_runs() -> None:
+    before = gc.get_threshold()
+    app = make_app(ScriptedSource(frame()))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause(0.3)
+        # Python's own full collections would start mid-key (they follow allocations, and a key
+        # redraws a screen); the app's timer runs them after a refresh instead.
+        assert gc.get_threshold() == (before[0], before[1], NEVER)
+    assert gc.get_threshold() == before

@@ -11,7 +11,7 @@ from rich.console import Console
 from cockpit.views.tui.app import make_app
 from cockpit.views.tui.cockpit_screen import CockpitScreen, FleetLine
 from cockpit.views.tui.fleet_screen import FleetScreen, FleetTable, Notices, leader_rows
-from cockpit.views.tui.gpu_panel import GpuPanel
+from cockpit.views.tui.gpu_panel import GpuPanel, lane_jobs
 from cockpit.views.tui.help_screen import HelpScreen, help_text
 from cockpit.views.tui.jobs_table import JobsTable
 from tests.tui_fakes import NOW, ScriptedSource, agent_id, fleet_frame, fleet_view, frame
@@ -148,6 +148,8 @@ async def test_a_500_agent_fleet_shows_its_live_and_latest_agents_not_500_rows()
         assert "a0112" not in ids and "a0124" in ids
         assert table.cell("a0120", "status") == "done"
         assert table.cell("a0124", "status") == "running"
+        # The GPU panel keeps lane cells for the agents with a lane only, not for every one that ran.
+        assert set(app.screen.query_one(GpuPanel)._lane_cells) == {job.id for job in lane_jobs(later)}
         try:
             table.cell("a0112", "status")
         except KeyError:
@@ -183,3 +185,28 @@ def test_fleet_screen_snapshot(snap_compare) -> None:
     fleet = fleet_frame(agents=500, finished=120)
     app = make_app(ScriptedSource(replace(fleet, state=replace(fleet.state, warnings=()))))
     assert snap_compare(app, terminal_size=(100, 30), press=["f"])
+
+
+async def test_the_fleet_screen_shown_again_keeps_what_it_drew_unless_the_theme_changed() -> None:
+    app = make_app(ScriptedSource(fleet_frame(agents=500, finished=120)))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        await pilot.press("f")
+        await pilot.pause()
+        tiers = app.screen.query_one("#fleet-tiers", FleetTable)
+        drawn = dict(tiers._strips)
+        title = app.screen.query_one("#fleet-title")
+        background = title.styles.background
+        assert drawn
+        await pilot.press("f", "f")  # back, and shown again: not restyled, so nothing drawn again
+        await pilot.pause()
+        assert isinstance(app.screen, FleetScreen)
+        assert all(tiers._strips.get(y) is strip for y, strip in drawn.items())
+        await pilot.press("f")
+        await pilot.pause()
+        app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
+        await pilot.pause()
+        await pilot.press("f")  # the theme changed while it was hidden: restyled in it
+        await pilot.pause()
+        assert isinstance(app.screen, FleetScreen)
+        assert title.styles.background != background

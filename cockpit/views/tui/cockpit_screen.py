@@ -12,7 +12,6 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer
 
 from cockpit.contract.commands import AddJob, ApplyAdvice, Command, KillJob, RestartJob, StopAll, StopJob
 from cockpit.contract.states import JobState
@@ -22,6 +21,7 @@ from cockpit.views.tui.advice_panel import AdvicePanel
 from cockpit.views.tui.cpu_panel import CpuPanel
 from cockpit.views.tui.detail_screen import JobDetailScreen
 from cockpit.views.tui.fleet_screen import FleetScreen, fleet_summary
+from cockpit.views.tui.footer import Keys
 from cockpit.views.tui.gpu_panel import GpuPanel
 from cockpit.views.tui.help_screen import HelpScreen
 from cockpit.views.tui.jobs_table import JobsTable
@@ -133,7 +133,7 @@ class CockpitScreen(Screen[None]):
         yield AdvicePanel(id="advice")
         if self.replay:
             yield ReplayBar(id="replay")
-        yield Footer()
+        yield Keys()
 
     def on_mount(self) -> None:
         self.app.install_screen(HelpScreen(), self._names["help"])

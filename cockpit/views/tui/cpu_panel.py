@@ -41,14 +41,14 @@ class CpuPanel(LinesWidget):
         if frame is None or frame.state.sample is None:
             return [Text("CPU: waiting for the first sample…")]
         state, sample = frame.state, frame.state.sample
-        label = self.get_component_rich_style("cpu--label", partial=True)
-        bar = self.get_component_rich_style("cpu--bar", partial=True)
-        over = self.get_component_rich_style("cpu--over", partial=True)
+        label = self.component_style("cpu--label")
+        bar = self.component_style("cpu--bar")
+        over = self.component_style("cpu--over")
         # Wider labels for longer job ids (a fleet's agent ids: a0007).
         label_w = max([LABEL_W, *(len(job.id) + 1 for job in state.jobs)])
         width = max(4, self.size.width - label_w - 5)
         ram = f"RAM {sample.ram_used_bytes / GIB:.1f}/{sample.ram_total_bytes / GIB:.1f} GiB"
-        title = self.get_component_rich_style("cpu--title", partial=True)
+        title = self.component_style("cpu--title")
         lines = [Text(f"CPU {sample.cpu_total_percent:.0f}%  {ram}", style=title)]
         if state.threads_per_job:
             budget = f"budget {state.threads_per_job} thread(s)/job, {state.physical_cores} cores"

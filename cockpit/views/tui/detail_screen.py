@@ -12,11 +12,12 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import Screen
-from textual.widgets import Footer, Label, Sparkline, Static
+from textual.widgets import Label, Sparkline, Static
 
 from cockpit.contract.events import CheckpointEvent, ErrorEvent, Event, FinishedEvent, StartedEvent
 from cockpit.core.feed import JobDetail, RunSource, SourceError
+from cockpit.views.tui.footer import Keys
+from cockpit.views.tui.shown_again import ShownAgain
 from cockpit.views.units import eta, num
 
 REFRESH_S = 2.0
@@ -49,7 +50,7 @@ def _event_line(event: Event) -> str:
     return f"{stamp} {what}"
 
 
-class JobDetailScreen(Screen[None]):
+class JobDetailScreen(ShownAgain):
     """Everything about one job; escape goes back to the cockpit.
 
     One instance serves every job (`show_job()` before pushing it): composing a screen costs more
@@ -75,7 +76,7 @@ class JobDetailScreen(Screen[None]):
                 yield Static("", id="checkpoints")
                 yield Static("", id="events")
                 yield Static("", id="stderr")
-        yield Footer()
+        yield Keys()
 
     def show_job(self, job_id: str) -> None:
         """Switch to another job; its files are read when the screen is shown."""

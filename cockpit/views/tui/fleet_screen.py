@@ -15,12 +15,12 @@ from pathlib import PurePath
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.screen import Screen
 from textual.widget import Widget
 
 from cockpit.core.feed import Frame, RunSource
 from cockpit.core.state import FleetView, TierView
 from cockpit.views.tui.lines import LinesWidget
+from cockpit.views.tui.shown_again import ShownAgain
 from cockpit.views.units import eta, num, si
 
 POLL_S = 0.2
@@ -144,12 +144,12 @@ class FleetTable(FittedLines):
                 for cell, label, w in zip(cells, self.columns, widths, strict=True)
             )
 
-        header = Text(line(self.columns), style=self.get_component_rich_style("fleet-table--header", partial=True))
+        header = Text(line(self.columns), style=self.component_style("fleet-table--header"))
         out = [header]
         for index, row in enumerate(self.rows):
             text = Text(line(row))
             if index % 2:
-                text.stylize(self.get_component_rich_style("fleet-table--odd", partial=True))
+                text.stylize(self.component_style("fleet-table--odd"))
             out.append(text)
         if not self.rows:
             out.append(Text(f" {self.empty}", style="dim"))
@@ -175,7 +175,7 @@ class Notices(FittedLines):
         return [title, *(Text(f" {n}") for n in self.notices)] if self.notices else [title, Text(" none yet", "dim")]
 
 
-class FleetScreen(Screen[None]):
+class FleetScreen(ShownAgain):
     """The fleet's tiers, leaderboard, ETA and cost; escape (or f, or q) goes back."""
 
     BINDINGS = [Binding("escape,f,q", "app.pop_screen", "Back")]  # noqa: RUF012

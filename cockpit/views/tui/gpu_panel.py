@@ -53,7 +53,7 @@ class GpuPanel(LinesWidget):
         self.redraw()
 
     def _style(self, name: str) -> Style:
-        return self.get_component_rich_style(name, partial=True)
+        return self.component_style(name)
 
     def lines(self) -> list[Text]:
         frame = self._frame
@@ -114,6 +114,8 @@ class GpuPanel(LinesWidget):
     def _lanes(self, frame: Frame, left: float, right: float, width: int, rows: int, label_w: int) -> list[Text]:
         """One lane per live job, as many as fit; the rest are counted."""
         live = lane_jobs(frame)
+        # Only the jobs with a lane keep their cells: a fleet's agents come and go by the hundred.
+        self._lane_cells = {job.id: self._lane_cells[job.id] for job in live if job.id in self._lane_cells}
         if rows <= 0:
             return []
         shown = live if len(live) <= rows else live[: rows - 1]

@@ -10,8 +10,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Static
+
+from cockpit.views.tui.shown_again import ShownAgain
 
 PANELS = """\
 GPU panel: utilization (the peak in each column, from NVML's own sample buffer) and memory over the
@@ -66,7 +67,7 @@ def help_text() -> Table:
     return page
 
 
-class HelpScreen(Screen[None]):
+class HelpScreen(ShownAgain):
     """A scrollable page of help, full screen: a modal would re-render the busy cockpit beneath
     it, dimmed, at every refresh."""
 

@@ -83,6 +83,7 @@ class JobsTable(LinesWidget, can_focus=True):
         self._order: list[str] = []
         self.cursor = 0
         self._offset = 0
+        self._row_texts: dict[str, tuple[tuple[object, ...], Text]] = {}
 
     @property
     def row_count(self) -> int:
@@ -136,7 +137,7 @@ class JobsTable(LinesWidget, can_focus=True):
         widths = {}
         for key, label, width in keys:
             widths[key] = width or max([len(label), *(len(row[key]) for row in self._cells.values())])
-        header = Text(style=self.get_component_rich_style("jobs--header", partial=True))
+        header = Text(style=self.component_style("jobs--header"))
         for key, label, _ in keys:
             header.append(" " + (label.rjust(widths[key]) if key in NUMERIC else label.ljust(widths[key])) + " ")
         visible = self._visible_rows()
@@ -146,22 +147,39 @@ class JobsTable(LinesWidget, can_focus=True):
         elif self.cursor >= self._offset + visible:
             self._offset = self.cursor - visible + 1
         rows = [header]
+        built: dict[str, tuple[tuple[object, ...], Text]] = {}
         for index in range(self._offset, min(len(self._order), self._offset + visible)):
-            row = self._cells[self._order[index]]
-            line = Text()
-            for key, _, _ in keys:
-                value = row[key][: widths[key]]
-                cell = value.rjust(widths[key]) if key in NUMERIC else value.ljust(widths[key])
-                status_class = STATUS_CLASS.get(value) if key == "status" else None
-                style = self.get_component_rich_style(f"jobs--{status_class}", partial=True) if status_class else ""
-                line.append(" ").append(cell, style=style).append(" ")
+            job_id = self._order[index]
+            row = self._cells[job_id]
             if index == self.cursor:
-                cursor = "jobs--cursor" if self.has_focus else "jobs--odd"
-                line.stylize(self.get_component_rich_style(cursor, partial=True))
-            elif index % 2:
-                line.stylize(self.get_component_rich_style("jobs--odd", partial=True))
+                look = "jobs--cursor" if self.has_focus else "jobs--odd"
+            else:
+                look = "jobs--odd" if index % 2 else None
+            # A row is built again only when its cells, the column widths or its look changed.
+            key = (tuple(row[k] for k, _, _ in keys), tuple(widths[k] for k, _, _ in keys), look)
+            kept = self._row_texts.get(job_id)
+            line = kept[1] if kept is not None and kept[0] == key else self._row_text(row, keys, widths, look)
+            built[job_id] = (key, line)
             rows.append(line)
+        self._row_texts = built
         return rows
+
+    def _row_text(self, row: dict[str, str], keys: list[tuple[str, str, int | None]], widths: dict[str, int],
+                  look: str | None) -> Text:  # fmt: skip
+        line = Text()
+        for key, _, _ in keys:
+            value = row[key][: widths[key]]
+            cell = value.rjust(widths[key]) if key in NUMERIC else value.ljust(widths[key])
+            status_class = STATUS_CLASS.get(value) if key == "status" else None
+            style = self.component_style(f"jobs--{status_class}") if status_class else ""
+            line.append(" ").append(cell, style=style).append(" ")
+        if look is not None:
+            line.stylize(self.component_style(look))
+        return line
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._row_texts = {}  # they carry the component styles
 
     def action_move(self, delta: int) -> None:
         """Move the cursor by `delta` rows (clamped)."""

@@ -12,12 +12,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Button, DataTable, Footer, Input, Label, Select, Static
+from textual.widgets import Button, DataTable, Input, Label, Select, Static
 
 from cockpit.contract.presets import Preset, PresetError, builtin_names, load
 from cockpit.core.feed import RunSource
 from cockpit.core.host import thread_budget
 from cockpit.core.runs import RecentRun
+from cockpit.views.tui.footer import Keys
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ class LauncherScreen(Screen[None]):
             yield Static("", id="launch-error")
         yield Label("Recent runs (enter opens: live runs attach, finished ones replay)")
         yield DataTable(id="recent", cursor_type="row")
-        yield Footer()
+        yield Keys()
 
     def on_mount(self) -> None:
         table = self.query_one("#recent", DataTable)

@@ -10,6 +10,7 @@ converted again nor repainted, which keeps the cockpit's own CPU use small.
 from __future__ import annotations
 
 from rich.segment import Segment
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Region, Size
 from textual.strip import Strip
@@ -23,10 +24,24 @@ class LinesWidget(Widget):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._rows: list[Text] = []
         self._strips: dict[int, Strip] = {}
+        self._part_styles: dict[str, Style] = {}
 
     def lines(self) -> list[Text]:
         """The rows to show now, top first (override)."""
         return []
+
+    def component_style(self, name: str) -> Style:
+        """A component class's style (partial), kept until the widget's styles change: Textual's
+        own cache of it is emptied at every refresh, which `redraw()` asks for at every frame."""
+        style = self._part_styles.get(name)
+        if style is None:
+            style = self._part_styles[name] = self.get_component_rich_style(name, partial=True)
+        return style
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._part_styles.clear()
+        self._strips.clear()  # they carry the widget's own style
 
     def redraw(self) -> None:
         """Rebuild the rows and repaint the ones that differ from what is on screen."""
