@@ -76,6 +76,9 @@ class Cockpit:
         return self.proc.wait(timeout=timeout)
 
 
+STARTED: list[subprocess.Popen[bytes]] = []  # every cockpit `start_cockpit` started; conftest ends them
+
+
 def start_cockpit(run_dir: Path, *args: str) -> Cockpit:
     """`cockpit run --run-dir run_dir *args` with plain (non-TTY) output captured to a file."""
     output = run_dir.parent / f"{run_dir.name}.out"
@@ -86,6 +89,7 @@ def start_cockpit(run_dir: Path, *args: str) -> Cockpit:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
+    STARTED.append(proc)
     return Cockpit(proc, run_dir, output)
 
 

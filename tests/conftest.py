@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 
 import pytest
 from stable_baselines3 import PPO
 
+from tests.cockpitproc import STARTED, Cockpit, start_cockpit
 from training.envpool_vec import EnvpoolVecEnv
 
 
@@ -34,3 +36,31 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         del os.environ["XDG_CACHE_HOME"]
     else:
         os.environ["XDG_CACHE_HOME"] = saved
+
+
+@pytest.fixture(scope="session")
+def plain_cartpole_run(tmp_path_factory: pytest.TempPathFactory) -> Cockpit:
+    """A plain `cockpit run` (every default: the cartpole preset, 2 jobs with seeds 0 and 1, 100k
+    steps each), run to its end once for the session. Two real CartPole trainings to 100k steps are
+    the suite's most expensive run, so the tests that need one share it: test_run_e2e checks the
+    run, test_learning what job 001 (seed 1) learned. Tests read it and never write into it."""
+    cockpit = start_cockpit(tmp_path_factory.mktemp("plain-run") / "run")
+    try:
+        cockpit.finish(timeout=600)
+    except subprocess.TimeoutExpired:  # the tests then fail on its exit code, with its output
+        cockpit.proc.kill()
+        cockpit.proc.wait()
+    return cockpit
+
+
+@pytest.fixture(autouse=True)
+def _no_cockpit_outlives_its_test() -> Iterator[None]:
+    """A test that fails before it stops its cockpit must not leave it training through the rest
+    of the suite (a failed assertion once left two workers running for 15 minutes). Its workers
+    follow it: the launcher gives them the parent-death signal."""
+    yield
+    for proc in STARTED:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    STARTED.clear()

@@ -1,6 +1,6 @@
 """Real fleets end to end: `cockpit fleet` with real workers, sync promotion, models, and kill -9.
 
-One never-killed sync fleet (8 CartPole agents, tiers 4k then 8k, promoting 0.5, 2 slots) is the
+One never-killed sync fleet (8 CartPole agents, tiers 2k then 4k, promoting 0.5, 2 slots) is the
 reference. A second run of the same plan has its cockpit killed with SIGKILL three times (during
 a tier's training, during an evaluation, right after a promotion), each followed by
 `cockpit fleet --resume`.
@@ -33,7 +33,7 @@ n_steps = 32
 batch_size = 256
 n_epochs = 4
 checkpoint_every = 1024
-timesteps = 8192
+timesteps = 4096
 """
 
 PLAN = """
@@ -46,14 +46,16 @@ env = "CartPole-v1"
 preset = "{preset}"
 seeds = 8
 [[tiers]]
-timesteps = 4096
+timesteps = 2048
 promote = 0.5
 [[tiers]]
-timesteps = 8192
+timesteps = 4096
 [score]
 episodes = 100
 """
-TIERS = (4096, 8192)
+# Each tier is a few rollouts (256 steps each) and has a checkpoint before its end (checkpoint_every):
+# what the promotion, the resumes and the kill points need; longer tiers would only train longer.
+TIERS = (2048, 4096)
 
 
 def write_plan(directory: Path) -> Path:
@@ -125,16 +127,16 @@ def test_a_sync_fleet_promotes_exactly_the_best_half_which_resume_from_their_che
     for agent in best:
         stream = events(reference, agent)
         started = of_kind(stream, StartedEvent)
-        # Tier 1 began from the tier-1 checkpoint at 4,096 steps, never from zero.
-        assert [e.resumed_from_step for e in started] == [None, 4096]
-        assert [e.steps for e in of_kind(stream, FinishedEvent)] == [4096, 8192]
-        assert [(e.step, e.episodes) for e in of_kind(stream, EvaluatedEvent)] == [(4096, 100), (8192, 100)]
+        # Tier 1 began from the tier-0 checkpoint at 2,048 steps, never from zero.
+        assert [e.resumed_from_step for e in started] == [None, TIERS[0]]
+        assert [e.steps for e in of_kind(stream, FinishedEvent)] == list(TIERS)
+        assert [(e.step, e.episodes) for e in of_kind(stream, EvaluatedEvent)] == [(TIERS[0], 100), (TIERS[1], 100)]
     for agent in set(tier0) - set(best):
-        assert of_kind(events(reference, agent), FinishedEvent)[-1].steps == 4096  # culled: trained no further
+        assert of_kind(events(reference, agent), FinishedEvent)[-1].steps == TIERS[0]  # culled: trained no further
     entries = read_manifest(reference)
     assert sorted(e.agent for e in entries) == sorted(best)
     assert [e.score for e in entries] == sorted((scores[a, 1] for a in best), reverse=True)
-    assert all(e.steps == 8192 for e in entries)
+    assert all(e.steps == TIERS[1] for e in entries)
     assert verify(reference, entries) == []
     # The run log and the collected files are whole; a tampered model no longer verifies.
     (reference / "models" / entries[0].file).write_bytes(b"not a model")
@@ -169,7 +171,7 @@ def test_kill_9_at_three_points_then_resume_ends_like_the_run_never_killed(refer
         return False
 
     points: list[Callable[[], bool]] = [
-        lambda: any_event(lambda e: isinstance(e, CheckpointEvent) and e.step < 4096),  # mid-tier, checkpointed
+        lambda: any_event(lambda e: isinstance(e, CheckpointEvent) and e.step < TIERS[0]),  # mid-tier, checkpointed
         evaluating,
         promoted,
     ]

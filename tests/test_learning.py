@@ -2,29 +2,33 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import gymnasium as gym
 import numpy as np
 import pytest
 from stable_baselines3 import PPO
 
-from tests.workerproc import kinds, start_worker
+from tests.cockpitproc import Cockpit
+from tests.workerproc import kinds
 from training.checkpoints import CheckpointStore
 
 
 @pytest.mark.slow
-def test_cartpole_preset_reaches_475_within_100k_steps(tmp_path: Path) -> None:
-    job_dir = tmp_path / "job"
-    worker = start_worker(job_dir, "--preset", "cartpole", "--timesteps", "100000", "--seed", "1")
-    assert worker.finish(timeout=300) == 0, worker.stderr()
-    events = worker.events()
+def test_cartpole_preset_reaches_475_within_100k_steps(plain_cartpole_run: Cockpit) -> None:
+    # The worker of the session's plain `cockpit run` (conftest.py) that trained seed 1: the
+    # cartpole preset as it ships, 100k steps, one thread, as `--preset cartpole --seed 1` alone.
+    assert plain_cartpole_run.proc.returncode == 0, plain_cartpole_run.text()[-3000:]
+    job_dir = plain_cartpole_run.run_dir / "jobs" / "001"
+    events = plain_cartpole_run.events("001")
+    (started,) = kinds(events, "started")
+    assert started.config["preset"]["name"] == "cartpole" and started.config["seed"] == 1
+    assert started.target_steps == 100_000 and started.resumed_from_step is None  # one uninterrupted run
     assert kinds(events, "finished")[0].steps == 100_000
     best_training_mean = max(p.ep_rew_mean or 0 for p in kinds(events, "progress"))
     assert best_training_mean >= 475
 
     # Judge the final policy on gymnasium's own CartPole-v1, not the training env.
     checkpoint, _ = CheckpointStore(job_dir / "checkpoints").newest_valid()
+    assert checkpoint is not None and checkpoint.step == 100_000
     model = PPO.load(checkpoint.model_path, device="cpu")
     env = gym.make("CartPole-v1")
     returns = []

@@ -302,8 +302,9 @@ def test_a_sigstopped_worker_is_reported_stalled_then_restarted_from_its_checkpo
     from tests.cockpitproc import small_preset, start_cockpit
 
     preset = small_preset(tmp_path, checkpoint_every=2048, timesteps=12_000)
+    timeout = 10  # seconds: each one of them the test waits out
     cockpit = start_cockpit(tmp_path / "run", "--headless", "--preset", str(preset), "--jobs", "2",
-                            "--stall-timeout", "20")  # fmt: skip
+                            "--stall-timeout", str(timeout))  # fmt: skip
     frozen: int | None = None
     try:
         cockpit.wait_for(lambda: any(e.kind == "checkpoint" for e in cockpit.events("000")))
@@ -316,7 +317,7 @@ def test_a_sigstopped_worker_is_reported_stalled_then_restarted_from_its_checkpo
         assert reported_s < 5  # stopped by a signal: stalled at once
         cockpit.wait_for(lambda: "[job 000] stalled -> backoff" in cockpit.text(), timeout=40)
         killed_s = time.monotonic() - stopped_at
-        assert 15 < killed_s < 35  # the 20-s timeout counts from its last event
+        assert timeout - 5 < killed_s < timeout + 15  # the timeout counts from its last event
         assert cockpit.finish(timeout=120) == 0, cockpit.text()
     finally:
         if cockpit.proc.poll() is None:
@@ -327,7 +328,7 @@ def test_a_sigstopped_worker_is_reported_stalled_then_restarted_from_its_checkpo
     log = cockpit.run_log()
     stalled, other = log.jobs
     assert stalled.status == "done" and stalled.steps == 12_000 and stalled.restarts == 1
-    assert stalled.error is not None and stalled.error.startswith("stalled: no events for 2")
+    assert stalled.error is not None and stalled.error.startswith("stalled: no events for 1")  # 10 to 19 s
     assert stalled.error.endswith(" s (process stopped by a signal)")
     assert other.status == "done" and other.restarts == 0 and other.error is None
     starts = [e for e in cockpit.events("000") if e.kind == "started"]

@@ -157,14 +157,16 @@ def test_the_climb_starts_at_recommends_pick_inside_the_space() -> None:
 def test_kill_9_of_tune_mid_trial_leaves_no_worker_alive(tmp_path: Path) -> None:
     """tune's trial workers follow the cockpit's death like a run's (the Launcher's parent-death
     signal): killing tune with SIGKILL mid-trial must not leave them training."""
-    env = {**os.environ, "TMPDIR": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONUNBUFFERED": "1"}
+    # The session's private cache of measured costs (conftest.py): where an earlier test has probed
+    # cartpole, tune goes straight to its first trial instead of probing again.
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
     tune = subprocess.Popen([sys.executable, "-m", "cockpit", "tune", "--preset", "cartpole", "--budget", "10m",
                              "--out", str(tmp_path / "t.toml")], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     try:
         deadline = time.monotonic() + 120
         workers: list[psutil.Process] = []
-        while time.monotonic() < deadline:  # the probe comes first; then the first trial's workers step
+        while time.monotonic() < deadline:  # a probe, if any, comes first; then the first trial's workers step
             stepping = [p for p in tmp_path.glob("cockpit-tune-*/trial-*/job-*/events.jsonl") if p.stat().st_size]
             workers = [p for p in psutil.Process(tune.pid).children(recursive=True)
                        if "training.worker" in " ".join(p.cmdline())]  # fmt: skip

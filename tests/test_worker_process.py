@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -63,11 +65,33 @@ def test_an_existing_job_dir_gets_an_error_event_for_bad_input(tmp_path: Path) -
     assert event.type == "invalid_config" and "Nope-v0" in event.message
 
 
+@pytest.fixture(scope="module")
+def finished_1024(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The job dir of one worker run of the test preset (`write_preset()`) from nothing to 1,024
+    steps (exit 0), with TMPDIR set to the `tmp` dir beside it. The tests that go on from a finished
+    job share it: each continues a copy of its own (`continued`), so a worker start-up (seconds of
+    imports) is paid once, not in every test."""
+    directory = tmp_path_factory.mktemp("finished-1024")
+    (directory / "tmp").mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TMPDIR", str(directory / "tmp"))  # SB3's default logger makes SB3-<time> dirs there
+        worker = start_worker(directory / "job", "--preset", str(write_preset(directory)), "--timesteps", "1024")
+        assert worker.finish() == 0, worker.stderr()
+    (finished,) = kinds(worker.events(), "finished")
+    assert finished.status == "done" and finished.steps == 1024
+    yield directory / "job"
+
+
+def continued(finished: Path, tmp_path: Path) -> Path:
+    """A copy of a finished job dir in tmp_path, for a test to continue."""
+    return Path(shutil.copytree(finished, tmp_path / "job"))
+
+
 @pytest.mark.slow
 def test_kill_9_then_restart_resumes_and_ends_exactly_at_the_target(tmp_path: Path) -> None:
     preset = write_preset(tmp_path, checkpoint_every=2048)
     job_dir = tmp_path / "job"
-    target = 40_000
+    target = 20_000  # the kill comes at about 6,144 steps (the third checkpoint)
     first = start_worker(job_dir, "--preset", str(preset), "--timesteps", str(target))
     events = first.wait_for(lambda ev: len(kinds(ev, "checkpoint")) >= 3)
     os.kill(first.proc.pid, signal.SIGKILL)
@@ -162,11 +186,9 @@ def test_a_corrupt_newest_checkpoint_is_reported_and_the_previous_one_used(tmp_p
 
 
 @pytest.mark.slow
-def test_a_finished_job_run_again_finishes_at_once(tmp_path: Path) -> None:
-    preset = write_preset(tmp_path)
-    job_dir = tmp_path / "job"
-    args = ("--preset", str(preset), "--timesteps", "1024")
-    assert start_worker(job_dir, *args).finish() == 0
+def test_a_finished_job_run_again_finishes_at_once(tmp_path: Path, finished_1024: Path) -> None:
+    job_dir = continued(finished_1024, tmp_path)  # the first run: the test preset to 1024 steps
+    args = ("--preset", str(write_preset(tmp_path)), "--timesteps", "1024")
     assert start_worker(job_dir, *args).finish() == 0
     events = read_events(job_dir / "events.jsonl")
     finished = kinds(events, "finished")
@@ -180,15 +202,16 @@ def test_a_finished_job_run_again_finishes_at_once(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_new_or_resumed_worker_leaves_nothing_in_the_temp_dir(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, finished_1024: Path
 ) -> None:
+    new_temp = finished_1024.parent / "tmp"  # the new worker's (1024 steps from nothing) TMPDIR
     temp = tmp_path / "tmp"
     temp.mkdir()
     monkeypatch.setenv("TMPDIR", str(temp))  # SB3's default logger makes SB3-<time> dirs there
-    preset, job_dir = write_preset(tmp_path), tmp_path / "job"
-    assert start_worker(job_dir, "--preset", str(preset), "--timesteps", "1024").finish() == 0
+    preset, job_dir = write_preset(tmp_path), continued(finished_1024, tmp_path)
     assert start_worker(job_dir, "--preset", str(preset), "--timesteps", "2048").finish() == 0
     assert [f.steps for f in kinds(read_events(job_dir / "events.jsonl"), "finished")] == [1024, 2048]
+    assert [p.name for p in new_temp.glob("SB3-*")] == []
     assert [p.name for p in temp.glob("SB3-*")] == []
 
 
@@ -200,40 +223,38 @@ def test_env_ids_envpool_lacks_fall_back_to_gymnasium(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_resumed_job_trains_with_the_current_presets_rollout_settings(tmp_path: Path) -> None:
-    job_dir = tmp_path / "job"
-    first = start_worker(job_dir, "--preset", str(write_preset(tmp_path)), "--timesteps", "2048")
-    assert first.finish() == 0, first.stderr()
+def test_a_resumed_job_trains_with_the_current_presets_rollout_settings(tmp_path: Path, finished_1024: Path) -> None:
+    job_dir = continued(finished_1024, tmp_path)  # trained with n_steps 32 (8 envs) to 1024 steps
     # Same network, twice the rollout: n_steps 64 instead of 32 (8 envs).
     bigger = tmp_path / "bigger.toml"
     bigger.write_text(write_preset(tmp_path).read_text().replace("n_steps = 32", "n_steps = 64"))
-    second = start_worker(job_dir, "--preset", str(bigger), "--timesteps", "4096")
+    second = start_worker(job_dir, "--preset", str(bigger), "--timesteps", "3072")
     assert second.finish() == 0, second.stderr()
     events = second.events()
     resumed_at = kinds(events, "started")[-1].t
     trains = [e.num_timesteps for e in kinds(events, "phase") if e.phase == "train" and e.t > resumed_at]
-    assert trains == [2048 + 512 * k for k in range(1, 5)]
+    assert trains == [1024 + 512 * k for k in range(1, 5)]
 
 
 @pytest.mark.slow
-def test_a_resume_with_more_envs_ends_at_the_first_vector_step_past_the_target(tmp_path: Path) -> None:
-    job_dir = tmp_path / "job"
-    assert start_worker(job_dir, "--preset", str(write_preset(tmp_path)), "--timesteps", "1000").finish() == 0
+def test_a_resume_with_more_envs_ends_at_the_first_vector_step_past_the_target(
+    tmp_path: Path, finished_1024: Path
+) -> None:
+    job_dir = continued(finished_1024, tmp_path)  # 8 envs to 1024 steps
     wide = tmp_path / "wide.toml"
     wide.write_text(write_preset(tmp_path).read_text().replace("n_envs = 8", "n_envs = 16"))
-    second = start_worker(job_dir, "--preset", str(wide), "--timesteps", "2000")
+    second = start_worker(job_dir, "--preset", str(wide), "--timesteps", "2008")
     assert second.finish() == 0, second.stderr()
     events = second.events()
     started, finished = kinds(events, "started")[-1], kinds(events, "finished")[-1]
-    assert started.resumed_from_step == 1000
-    assert started.target_steps == 1000 + 63 * 16 == finished.steps  # 62.5 vector steps to go
+    assert started.resumed_from_step == 1024
+    assert started.target_steps == 1024 + 62 * 16 == finished.steps  # 61.5 vector steps to go
 
 
 @pytest.mark.slow
-def test_a_resume_on_another_env_is_refused_and_keeps_the_checkpoints(tmp_path: Path) -> None:
-    job_dir = tmp_path / "job"
+def test_a_resume_on_another_env_is_refused_and_keeps_the_checkpoints(tmp_path: Path, finished_1024: Path) -> None:
+    job_dir = continued(finished_1024, tmp_path)  # CartPole-v1 to 1024 steps
     preset = write_preset(tmp_path)
-    assert start_worker(job_dir, "--preset", str(preset), "--timesteps", "1024").finish() == 0
     before = CheckpointStore(job_dir / "checkpoints").list()
     result = run_worker(
         "--preset", str(preset), "--env", "Acrobot-v1", "--timesteps", "2048", "--job-dir", str(job_dir)
@@ -297,9 +318,8 @@ def test_a_job_dir_that_is_a_file_is_bad_input(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_resuming_with_a_different_network_is_refused(tmp_path: Path) -> None:
-    job_dir = tmp_path / "job"
-    assert start_worker(job_dir, "--preset", str(write_preset(tmp_path)), "--timesteps", "1024").finish() == 0
+def test_resuming_with_a_different_network_is_refused(tmp_path: Path, finished_1024: Path) -> None:
+    job_dir = continued(finished_1024, tmp_path)  # a [64, 64] network to 1024 steps
     wider = write_preset(tmp_path, net_arch=(128, 128))
     result = run_worker("--preset", str(wider), "--timesteps", "2048", "--job-dir", str(job_dir))
     assert result.returncode == 2
