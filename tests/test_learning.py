@@ -15,7 +15,8 @@ from training.checkpoints import CheckpointStore
 @pytest.mark.slow
 def test_cartpole_preset_reaches_475_within_100k_steps(plain_cartpole_run: Cockpit) -> None:
     # The worker of the session's plain `cockpit run` (conftest.py) that trained seed 1: the
-    # cartpole preset as it ships, 100k steps, one thread, as `--preset cartpole --seed 1` alone.
+    # cartpole preset as it ships, from nothing to 100k steps in one start, with the run's thread
+    # budget (one thread a job on two cores). test_run_e2e checks the run around it.
     assert plain_cartpole_run.proc.returncode == 0, plain_cartpole_run.text()[-3000:]
     job_dir = plain_cartpole_run.run_dir / "jobs" / "001"
     events = plain_cartpole_run.events("001")
