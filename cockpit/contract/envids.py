@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from cockpit.contract.files import write_atomic
+from cockpit.contract.files import cache_dir, write_atomic
 
 Backend = Literal["envpool", "gymnasium"]
 VecEnvKind = Literal["dummy", "subproc"]
@@ -92,10 +92,8 @@ class EnvKwargsError(EnvError):
 
 def cache_path() -> Path:
     """Where the known env ids are kept: `$XDG_CACHE_HOME/cockpit/envids.json`, `~/.cache` when
-    XDG_CACHE_HOME is unset or relative (as the XDG spec says, and as the costs cache does)."""
-    base = os.environ.get("XDG_CACHE_HOME") or ""
-    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-    return root / "cockpit" / CACHE_FILE
+    XDG_CACHE_HOME is unset or relative (`files.cache_dir`, as for the costs cache)."""
+    return cache_dir() / CACHE_FILE
 
 
 def _installed(dist: str) -> str:

@@ -46,3 +46,11 @@ def sha256_of(path: Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def cache_dir() -> Path:
+    """cockpit's cache folder: `$XDG_CACHE_HOME/cockpit`, or `~/.cache/cockpit` when
+    XDG_CACHE_HOME is unset or relative (as the XDG spec says)."""
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
+    return root / "cockpit"

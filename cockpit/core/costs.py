@@ -24,7 +24,7 @@ from typing import Any
 
 import tomli_w
 
-from cockpit.contract.files import write_atomic
+from cockpit.contract.files import cache_dir, write_atomic
 from cockpit.contract.presets import Preset, to_toml
 from cockpit.contract.runspec import ConfigError
 from cockpit.contract.workerargs import PARENT_PID_ENV
@@ -42,9 +42,7 @@ CACHE_FILE = "costs.toml"
 
 def cache_path() -> Path:
     """Where measured costs are kept."""
-    base = os.environ.get("XDG_CACHE_HOME") or ""
-    root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
-    return root / "cockpit" / CACHE_FILE
+    return cache_dir() / CACHE_FILE
 
 
 @functools.cache  # installed versions do not change under a running process
