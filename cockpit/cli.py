@@ -169,8 +169,9 @@ def build_parser() -> ArgumentParser:
         description="Recommend the number of parallel jobs, n_envs, batch size and preset for this machine's\n"
         "cores and GPU memory, before any run (hardware facts alone) or from a run's measurements\n"
         "(--from RUN_DIR: utilization by phase, GPU memory peaks, CPU). Prints the numbers it used.\n\n"
-        "The first time for a preset and env it measures what one job costs here (5-15 s: a few\n"
-        "real PPO steps on 2 and 16 envs) and keeps the figures in ~/.cache/cockpit/costs.toml;\n"
+        "The first time for a preset and env it measures what one job costs here (20-40 s: a few\n"
+        "real PPO iterations on 2 and 16 envs and at the preset's shape, then two such jobs side by\n"
+        "side) and keeps the figures in ~/.cache/cockpit/costs.toml;\n"
         "they size n_envs and the core budget. --no-probe uses the seeds' envs-per-core table.",
         epilog="Examples:\n  cockpit recommend\n  cockpit recommend --preset beast --jobs 4\n"
         "  cockpit recommend --from runs/20261121T230000Z-heavy-LunarLander-v3",
@@ -190,7 +191,7 @@ def build_parser() -> ArgumentParser:
         "jobs x n_envs (the batch size follows, always a divisor of the rollout), running short trials\n"
         "of real workers that measure the aggregate SPS and the CPU and GPU use. It prints every trial and\n"
         "writes the winner as a preset TOML, with the --jobs to run it with. Recommend's pick comes\n"
-        "from this machine's measured costs (measured once, 5-15 s of the budget; see recommend).",
+        "from this machine's measured costs (measured once, 20-40 s of the budget; see recommend).",
         epilog="Examples:\n  cockpit tune --preset heavy --budget 10m\n"
         "  cockpit tune --preset cartpole --env CartPole-v1 --budget 90s --out presets-mine/cp.toml",
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -11,7 +11,7 @@ import pytest
 
 from cockpit.contract.presets import Preset, load
 from cockpit.core.advisor import Costs
-from cockpit.core.fleet import Station, overlap_sps, speed_of, stations
+from cockpit.core.fleet import Station, gpu_stations, overlap_sps, speed_of
 
 
 def cartpole() -> Preset:
@@ -65,8 +65,7 @@ def product_form_sps(network: list[Station], jobs: int) -> float:
         (1, [10_000, 10_000, 10_000, 10_000]),
     ],
 )
-def test_cpu_jobs_run_min_n_cores_jobs_worth(cores: int, expected: list[float]) -> None:
-    assert stations(cartpole(), CPU_COSTS, cores) == (Station("cores", 100.0, cores),)
+def test_cpu_jobs_that_cost_each_other_nothing_run_min_n_cores_jobs_worth(cores: int, expected: list[float]) -> None:
     for slots, want in enumerate(expected, start=1):
         speed = speed_of(cartpole(), CPU_COSTS, slots, cores)
         assert speed.sps == pytest.approx(10_000)
@@ -74,11 +73,27 @@ def test_cpu_jobs_run_min_n_cores_jobs_worth(cores: int, expected: list[float]) 
         assert speed.fleet_sps == pytest.approx(want)
 
 
+@pytest.mark.parametrize(
+    ("cores", "expected"),
+    [
+        # 100 us alone; 80 us with a core each; a shared core does a sample in 125 us (two jobs' worth).
+        (2, [10_000, 25_000, 12_500 + 8_000, 2 * 8_000, 2 * 8_000]),
+        (4, [10_000, 25_000, 37_500, 50_000, 3 * 12_500 + 8_000]),
+        (1, [10_000, 8_000, 8_000, 8_000, 8_000]),
+    ],
+)
+def test_cpu_jobs_side_by_side_pay_the_measured_contention(cores: int, expected: list[float]) -> None:
+    costs = replace(CPU_COSTS, busy_factor=0.8, shared_factor=1.25)
+    rates = [speed_of(cartpole(), costs, slots, cores).fleet_sps for slots in range(1, 6)]
+    assert rates == pytest.approx(expected)
+    assert speed_of(cartpole(), costs, 3, cores).sps == pytest.approx(10_000)  # one job alone, whatever the slots
+
+
 def test_a_gpu_bound_preset_queues_its_train_bursts_on_the_one_gpu() -> None:
     # 20 us of rollout on a core, 80 us of training on the GPU: alone 10,000 SPS, and the GPU caps the
     # fleet at 1e6 / 80 = 12,500 SPS, which queueing train bursts approach but never reach.
     costs = gpu_costs(20.0, 80.0)
-    assert stations(gpu_preset(), costs, 16) == (Station("cores", 20.0, 16), Station("gpu", 80.0, 1))
+    assert gpu_stations(gpu_preset(), costs, 16) == (Station("cores", 20.0, 16), Station("gpu", 80.0, 1))
     # R(2) = 80 x 1.8 = 144: X = 2 / 164; R(3) = 80 x (1 + 2 x 144 / 164): X = 3 / (20 + 220.49)
     expected = [10_000.0, 2e6 / 164, 3e6 / (20 + 80 * (1 + 288 / 164)), one_gpu_mva(20.0, 80.0, 4)]
     for slots, want in enumerate(expected, start=1):
@@ -105,7 +120,7 @@ def test_four_jobs_that_each_keep_the_gpu_a_quarter_busy_fill_it_to_79_percent()
     [
         [Station("cores", 75.0, 2), Station("gpu", 25.0, 1)],  # few cores: rollouts queue for them too
         [Station("cores", 20.0, 2), Station("gpu", 80.0, 1)],
-        [Station("cores", 100.0, 3)],
+        [Station("cores", 100.0, 3)],  # a CPU machine's jobs that cost each other nothing
     ],
 )
 def test_mva_matches_the_networks_stationary_distribution(network: list[Station]) -> None:

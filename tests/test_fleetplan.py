@@ -190,7 +190,7 @@ def test_with_costs_cached_a_dry_run_starts_no_process(
     plan = load_plan(plan_file(tmp_path))
     record = {"device": "cpu", "step_overhead_us": 400.0, "env_policy_us": 10.0, "env_step_us": 5.0,
               "train_sample_us": 2.0, "train_epoch_us": 300.0, "setup_s": 0.5, "import_s": 6.0,
-              "episode_steps_max": 500}  # fmt: skip
+              "episode_steps_max": 500, "busy_factor": 1.0, "shared_factor": 1.0}  # fmt: skip
     for preset in {agent.preset for agent in plan.agents}:
         measured_costs(preset, None, probe=lambda p, d: record)
 
@@ -235,7 +235,7 @@ def test_a_500_agent_dry_run_prints_the_cost_models_figures_and_starts_no_proces
     assert len(plan.agents) == 500
     record = {"device": "cpu", "step_overhead_us": 400.0, "env_policy_us": 10.0, "env_step_us": 5.0,
               "train_sample_us": 2.0, "train_epoch_us": 300.0, "setup_s": 0.5, "import_s": 6.0,
-              "episode_steps_max": 500}  # fmt: skip
+              "episode_steps_max": 500, "busy_factor": 1.0, "shared_factor": 1.0}  # fmt: skip
     for preset in {agent.preset for agent in plan.agents}:
         measured_costs(preset, None, probe=lambda p, d: record)
     costs = Costs("cpu", 400.0, 10.0, 5.0, 2.0, 300.0, 0.5, 6.0, 500)

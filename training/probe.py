@@ -14,12 +14,13 @@ thread: envpool's too, so the per-env figures are one core's; workers may step e
   epochs. A preset of small rollouts and many epochs (CartPole's 256 samples, 20 epochs) pays it
   20 times an iteration: leaving it out made the CartPole estimate 40 % optimistic.
 
-It trains real SB3 PPO on the real env three times, for two short iterations each, and times the
-second iteration's rollout and train phases through SB3's callback hooks (the first carries
-one-off start-up costs): with 2 and 16 envs for one epoch (a rollout step then costs
-`step_overhead_us + n_envs * env_policy_us`, and a long rollout gives the per-sample training
-cost), then at the preset's own rollout, batch and epochs (up to `OWN_EPOCHS`), whose training
-time over what its samples cost is the epochs' fixed cost. About 5-20 s in all.
+It trains real SB3 PPO on the real env three times and times its iterations' rollout and train
+phases through SB3's callback hooks (the first iteration carries one-off start-up costs and is left
+out; of the next few, the median): with 2 and 16 envs for one epoch, which give how a rollout
+step's cost grows with the envs and a training epoch's with its samples, then at the preset's own
+rollout, batch and epochs (all of them where an iteration takes under `OWN_ITERATION_S`, else
+`OWN_EPOCHS`). Both lines are drawn through the own shape's
+point, so the model gives back exactly what the preset was timed at. About 10-20 s in all.
 
 What a fleet pays around the training, per agent and tier and per worker process:
 - `setup_s`: building the preset's env and model (the third time, so imports are warm), what a
@@ -39,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import statistics
 import sys
 import time
 from typing import Any
@@ -52,7 +54,9 @@ from training.stopping import die_with_parent
 SMALL, LARGE = 2, 16  # env counts: the step cost is a line through these two points
 MIN_STEPS = 128  # rollout steps timed per env count: fewer leave the per-env difference in the noise
 ENV_ONLY_S = 0.5
-OWN_EPOCHS = 5  # epochs of the preset's own shape timed: enough to see each epoch's fixed cost
+OWN_ITERATION_S = 0.5  # the own shape is timed with all its epochs where an iteration takes no longer
+OWN_EPOCHS = 5  # else with this many: enough to see each epoch's fixed cost
+TIMED_ITERATIONS, TIMED_S = 8, 1.5  # iterations timed per shape: this many, or fewer once they took this long
 
 
 def _probe_preset(preset: Preset, n_envs: int) -> Preset:
@@ -63,54 +67,92 @@ def _probe_preset(preset: Preset, n_envs: int) -> Preset:
     return dataclasses.replace(preset, n_envs=n_envs, n_steps=n_steps, batch_size=batch, n_epochs=1)
 
 
-def _own_shape(preset: Preset) -> Preset:
-    """`preset` as it trains (its n_envs, n_steps and batch size), for at most `OWN_EPOCHS`."""
+def _own_shape(preset: Preset, large: tuple[float, float, int, float]) -> Preset:
+    """`preset` as it trains (its n_envs, n_steps and batch size): with all its epochs where an
+    iteration would take under `OWN_ITERATION_S` at the per-sample costs of the `large` timing
+    (a train phase has a fixed cost too, which fewer epochs would overstate), else `OWN_EPOCHS`."""
+    rollout_s = large[0] / large[2] * preset.total_batch
+    train_s = large[1] / large[2] * preset.total_batch * preset.n_epochs
+    if rollout_s + train_s <= OWN_ITERATION_S:
+        return preset
     return dataclasses.replace(preset, n_epochs=min(preset.n_epochs, OWN_EPOCHS))
 
 
-def _phase_times(preset: Preset, device: str) -> tuple[float, float, int, float]:
-    """(rollout seconds, train seconds, samples) of a second PPO iteration of `preset`, and the
-    seconds building its env and model took."""
+def _iteration_marks(device: str) -> tuple[Any, list[tuple[str, float]]]:
+    """A callback that marks each PPO iteration's rollout, train and end on the monotonic clock
+    (queued GPU work synchronized first: it belongs to the phase that queued it), and its marks."""
     from stable_baselines3.common.callbacks import BaseCallback
-
-    from training.envs import make_vec_env
-    from training.model import new_model
 
     marks: list[tuple[str, float]] = []
 
-    def synchronize() -> None:
-        if device.startswith("cuda"):  # queued GPU work belongs to the phase that queued it
+    def mark(name: str) -> None:
+        if device.startswith("cuda"):
             import torch
 
             torch.cuda.synchronize()
+        marks.append((name, time.monotonic()))
 
     class Timer(BaseCallback):
         def _on_rollout_start(self) -> None:
-            synchronize()
-            marks.append(("rollout", time.perf_counter()))
+            mark("rollout")
 
         def _on_step(self) -> bool:
             return True
 
         def _on_rollout_end(self) -> None:
-            synchronize()
-            marks.append(("train", time.perf_counter()))
+            mark("train")
 
         def _on_training_end(self) -> None:
-            synchronize()
-            marks.append(("end", time.perf_counter()))
+            mark("end")
 
+    return Timer(), marks
+
+
+def _phase_times(preset: Preset, device: str) -> tuple[float, float, int, float]:
+    """(rollout seconds, train seconds, samples) of one PPO iteration of `preset`, and the seconds
+    building its env and model took. The first iteration carries one-off start-up costs and is
+    left out; of the next (`TIMED_ITERATIONS` at most, while they take under `TIMED_S` in all) the
+    median rollout and the median train phase count: one iteration alone is at the mercy of
+    whatever else the machine did in those milliseconds."""
+    from training.envs import make_vec_env
+    from training.model import new_model
+
+    timer, marks = _iteration_marks(device)
     began = time.perf_counter()
     venv = make_vec_env(preset.env, preset.n_envs, seed=0, threads=1, env_kwargs=preset.env_kwargs)
     try:
         model = new_model(preset, venv, seed=0, device=device)
         setup = time.perf_counter() - began
-        model.learn(2 * preset.total_batch, callback=Timer())
+        model.learn(preset.total_batch, callback=timer)  # the warm-up iteration
+        rollouts: list[float] = []
+        trains: list[float] = []
+        while not rollouts or (len(rollouts) < TIMED_ITERATIONS and sum(rollouts) + sum(trains) < TIMED_S):
+            marks.clear()
+            model.learn(preset.total_batch, callback=timer, reset_num_timesteps=False)
+            times = dict(marks)
+            rollouts.append(times["train"] - times["rollout"])
+            trains.append(times["end"] - times["train"])
     finally:
         venv.close()
-    times = [t for _, t in marks]
-    # marks: rollout, train, rollout, train, end; the second iteration is marks 2..4.
-    return times[3] - times[2], times[4] - times[3], preset.total_batch, setup
+    return statistics.median(rollouts), statistics.median(trains), preset.total_batch, setup
+
+
+def partner(preset: Preset, device: str) -> None:
+    """Train `preset` until killed, printing one JSON line `[start, end, samples]` (monotonic
+    seconds, comparable across processes) per iteration: cockpit runs two such partners side by
+    side, pinned as it chooses, to see what jobs running together cost each other
+    (`cockpit.core.contention`)."""
+    from training.envs import make_vec_env
+    from training.model import new_model
+
+    venv = make_vec_env(preset.env, preset.n_envs, seed=0, threads=1, env_kwargs=preset.env_kwargs)
+    model = new_model(preset, venv, seed=0, device=device)
+    first = True
+    while True:
+        began = time.monotonic()
+        model.learn(preset.total_batch, reset_num_timesteps=first)
+        first = False
+        print(json.dumps([began, time.monotonic(), preset.total_batch]), flush=True)
 
 
 def _vector_step_s(env_id: str, n_envs: int, env_kwargs: dict[str, Any]) -> float:
@@ -161,22 +203,27 @@ def probe(preset: Preset, device: str, import_s: float = 0.0) -> dict[str, Any]:
     large_preset = _probe_preset(preset, LARGE)
     small = _phase_times(_probe_preset(preset, SMALL), device)
     large = _phase_times(large_preset, device)
-    own_preset = _own_shape(preset)
+    own_preset = _own_shape(preset, large)
     own = _phase_times(own_preset, device)
+    # Both lines go through the preset's own shape, so the model gives back what it was timed at;
+    # the other points give their slopes, or where noise leaves none, a cost in proportion.
     step_small, step_large = small[0] / large_preset.n_steps, large[0] / large_preset.n_steps
-    per_env = max(0.0, (step_large - step_small) / (LARGE - SMALL))
-    train_sample = large[1] / large[2]
-    # What the preset's epochs cost beyond their samples, per epoch.
-    epoch_fixed = max(0.0, own[1] / own_preset.n_epochs - own[2] * train_sample)
+    own_step = own[0] / own_preset.n_steps
+    per_env = min(max(0.0, (step_large - step_small) / (LARGE - SMALL)), own_step / preset.n_envs)
+    own_epoch = own[1] / own_preset.n_epochs
+    slope = (large[1] - own_epoch) / (large[2] - own[2]) if large[2] != own[2] else 0.0
+    train_sample = slope if 0.0 < slope <= own_epoch / own[2] else own_epoch / own[2]
+    epoch_fixed = own_epoch - own[2] * train_sample  # what an epoch costs beyond its samples
     return {
         "env": preset.env,
         "device": device,
-        "step_overhead_us": round(max(0.0, step_small - SMALL * per_env) * 1e6, 1),
+        "step_overhead_us": round((own_step - preset.n_envs * per_env) * 1e6, 1),
         "env_policy_us": round(per_env * 1e6, 2),
         "env_step_us": round(_env_step_us(preset.env, preset.env_kwargs), 2),
         "train_sample_us": round(train_sample * 1e6, 2),
         "train_epoch_us": round(epoch_fixed * 1e6, 1),
         "batch_size": large_preset.batch_size,
+        "iteration_s": round(own[0] + own[1], 4),  # one iteration of the own shape as timed
         "setup_s": round(own[3], 3),  # the third build: the modules it needs are imported by now
         "import_s": round(import_s, 3),
         "episode_steps_max": _episode_steps_max(preset.env, preset.env_kwargs),
@@ -189,6 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", required=True, metavar="NAME|FILE", help="a preset name or a .toml path")
     parser.add_argument("--env", metavar="ENV", help="environment id (default: the preset's)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="torch device")
+    parser.add_argument("--partner", action="store_true",
+                        help="train the preset until killed, a JSON line per iteration (for cockpit)")  # fmt: skip
     args = parser.parse_args(argv)
     die_with_parent()  # a probe of a killed `cockpit tune` or `recommend` measures for no one
     limit_native_threads()
@@ -217,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     apply_torch_threads(1)
     if device == "cuda":  # as the workers do
         enable_tf32()
+    if args.partner:
+        partner(preset, device)
     print(json.dumps(probe(preset, device, import_s)))
     return 0
 

@@ -154,6 +154,10 @@ class Costs:
     setup_s: float = 0.0  # building the env and the model, as a served worker does for each job
     import_s: float = 0.0  # a fresh process's start to having imported torch, SB3 and the env's library
     episode_steps_max: int = 0  # the env's limit on an episode's steps, 0 for none: bounds scoring
+    # Jobs side by side (`cockpit.core.contention`): a sample's cost over its cost alone, with a
+    # core per job and every core busy, and for two jobs time-sharing one core. 1.0: not measured.
+    busy_factor: float = 1.0
+    shared_factor: float = 1.0
 
     def step_us(self, n_envs: int) -> float:
         """One vector step of `n_envs` envs with the policy's forward pass (a rollout's or a
@@ -188,7 +192,9 @@ class Costs:
         """The measured numbers in one line."""
         return (f"a rollout step costs {self.step_overhead_us:,.0f} us + {self.env_policy_us:,.1f} us per env "
                 f"(of which its env step {self.env_step_us:,.1f} us), training {self.train_sample_us:,.1f} us "
-                f"per sample per epoch + {self.train_epoch_us:,.0f} us per epoch, on the {self.device}")  # fmt: skip
+                f"per sample per epoch + {self.train_epoch_us:,.0f} us per epoch, on the {self.device}; "
+                f"side by side a sample costs x{self.busy_factor:.2f} with a core per job, "
+                f"x{self.shared_factor:.2f} on a core two jobs share")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
 """What a preset's job costs on this machine: run `training.probe` once, then remember it.
 
 The advisor sizes n_envs and the number of jobs from these costs (`advisor.Costs`) instead of a
-table of envs per core. A probe takes 5-15 s, so each result is kept in
-`$XDG_CACHE_HOME/cockpit/costs.toml` (default `~/.cache`), keyed by everything that changes it:
-the CPU model, the device, the env, the network and the batch size. The cache is written
+table of envs per core. A probe takes 20-40 s (one job, then two side by side: `contention`), so
+each result is kept in `$XDG_CACHE_HOME/cockpit/costs.toml` (default `~/.cache`), keyed by
+everything that changes it: the CPU model, the device, the env, the network and the batch size. The cache is written
 atomically; an unreadable one is ignored and rewritten.
 """
 
@@ -28,6 +28,7 @@ from cockpit.contract.files import cache_dir, write_atomic
 from cockpit.contract.presets import Preset, to_toml
 from cockpit.contract.runspec import ConfigError
 from cockpit.contract.workerargs import PARENT_PID_ENV
+from cockpit.core import contention
 from cockpit.core.advisor import Costs
 from cockpit.core.host import cpu_model
 
@@ -79,19 +80,23 @@ def _costs(record: dict[str, Any]) -> Costs:
         costs = Costs(str(record["device"]), float(record["step_overhead_us"]), float(record["env_policy_us"]),
                       float(record["env_step_us"]), float(record["train_sample_us"]),
                       float(record["train_epoch_us"]), float(record["setup_s"]), float(record["import_s"]),
-                      int(record["episode_steps_max"]))  # fmt: skip
+                      int(record["episode_steps_max"]), float(record["busy_factor"]),
+                      float(record["shared_factor"]))  # fmt: skip
     except (KeyError, TypeError) as exc:
         raise ValueError(f"incomplete record: {exc}") from exc
     times = (costs.step_overhead_us, costs.env_policy_us, costs.env_step_us, costs.train_sample_us,
              costs.train_epoch_us, costs.setup_s, costs.import_s, costs.episode_steps_max)  # fmt: skip
     if not all(math.isfinite(t) and t >= 0 for t in times) or costs.env_policy_us + costs.train_sample_us <= 0:
         raise ValueError(f"not a measurement: {record}")
+    if not all(math.isfinite(f) and f > 0 for f in (costs.busy_factor, costs.shared_factor)):
+        raise ValueError(f"not a measurement: {record}")
     return costs
 
 
 def run_probe(preset: Preset, workdir: Path) -> dict[str, Any]:
-    """Run `python -m training.probe` on `preset`, on the device a worker would pick, and return
-    its JSON; ConfigError if it fails."""
+    """Run `python -m training.probe` on `preset`, on the device a worker would pick, then two of
+    its jobs side by side (`contention.measure`), and return the probe's JSON with the contention
+    factors; ConfigError if either fails."""
     preset_file = workdir / "probe-preset.toml"
     preset_file.write_text(to_toml(preset), encoding="utf-8")
     argv = [sys.executable, "-m", "training.probe", "--preset", str(preset_file)]
@@ -109,7 +114,13 @@ def run_probe(preset: Preset, workdir: Path) -> dict[str, Any]:
         raise ConfigError(f"measuring {preset.env}: the probe printed no result ({exc})") from exc
     if not isinstance(record, dict):
         raise ConfigError(f"measuring {preset.env}: the probe printed {record!r}, not a record")
-    return record
+    try:
+        iteration_s = float(record["iteration_s"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"measuring {preset.env}: the probe's record has no iteration time ({exc})") from exc
+    side_by_side = contention.measure(preset, iteration_s, workdir)
+    return {**record, "busy_factor": round(side_by_side.busy_factor, 4),
+            "shared_factor": round(side_by_side.shared_factor, 4)}  # fmt: skip
 
 
 def cached_costs(preset: Preset, gpu_name: str | None) -> Costs | None:

@@ -9,13 +9,17 @@ alternates a rollout phase and a train phase, and holds one server while it runs
 sample at the preset's n_envs, from the probe, its rollout costs `r = step_overhead_us / n_envs +
 env_policy_us` (on a core: the loop, the env step and the forward pass) and its training
 `t = n_epochs * (train_sample_us + train_epoch_us / (n_envs * n_steps))` (on a core without a GPU,
-on the GPU with one); alone it steps at
-`1e6 / (r + t)` samples per second. N jobs are the customers of a closed queueing network, solved
-exactly by mean value analysis (`overlap_sps`): on a CPU machine one station, the physical cores,
-where each sample demands `r + t` (so N jobs run `min(N, cores)` jobs' worth: the kernel shares the
-cores among more jobs than cores); with a GPU two, the cores (demand `r`) and the GPU (demand `t`,
-one server: two train bursts at once share it), so train bursts that would collide queue, which is
-why 4 jobs that each keep a GPU 25 % busy fill it to ~79 %, not 100 %.
+on the GPU with one); alone it steps at `1e6 / (r + t)` samples per second.
+
+On a CPU machine every phase runs on a core (`cpu_fleet_sps`): one job alone steps at that rate;
+N jobs on C cores with N <= C each hold a core at `busy_factor` times a sample's cost (every core
+busy); past C, the kernel time-shares cores, and each of the `min(N - C, C)` cores running two
+jobs gets their samples done at `shared_factor` times one job's cost. Both factors are measured
+here with two real jobs side by side (`cockpit.core.contention`): they do not follow from one job
+alone. With a GPU, the model has two stations, the cores (demand `r`) and the GPU (demand `t`, one
+server: two train bursts at once share it); N jobs are the customers of a closed queueing
+network, solved exactly by mean value analysis (`overlap_sps`), so train bursts that would
+collide queue, which is why 4 jobs that each keep a GPU 25 % busy fill it to ~79 %, not 100 %.
 
 A tier's wall time is its agents' steps to go at that rate, with what each agent pays around its
 training (its setup and its scoring, as the probe measured them) and the workers' start-ups
@@ -68,14 +72,11 @@ class Station:
     servers: int
 
 
-def stations(preset: Preset, costs: Costs, physical_cores: int) -> tuple[Station, ...]:
-    """The overlap model's stations for jobs of `preset` (module docstring): the cores alone on a
-    CPU machine, the cores and one GPU with a GPU."""
+def gpu_stations(preset: Preset, costs: Costs, physical_cores: int) -> tuple[Station, ...]:
+    """The overlap model's stations for jobs of `preset` on a machine with a GPU (module
+    docstring): the cores, where each sample's rollout runs, and the one GPU, where it trains."""
     rollout, train = costs.rollout_us(preset, preset.n_envs), costs.train_us(preset, preset.n_envs)
-    cores = max(1, physical_cores)
-    if costs.device == "cpu":
-        return (Station("cores", rollout + train, cores),)
-    return Station("cores", rollout, cores), Station("gpu", train, 1)
+    return Station("cores", rollout, max(1, physical_cores)), Station("gpu", train, 1)
 
 
 def overlap_sps(network: Sequence[Station], jobs: int) -> float:
@@ -101,10 +102,31 @@ def speed_of(preset: Preset, costs: Costs, slots: int, physical_cores: int, *, s
     """The overlap model's speed of `slots` jobs of `preset` on a machine with `physical_cores`
     cores (and one GPU where `costs` were measured on one), with what each agent pays around its
     training when it is scored over `score_episodes` episodes at each tier's end."""
-    one_job = 1e6 / costs.sample_us(preset, preset.n_envs)
-    network = stations(preset, costs, physical_cores)
-    return Speed(preset, one_job, overlap_sps(network, slots) / one_job, setup_s=costs.setup_s,
+    sample_us = costs.sample_us(preset, preset.n_envs)
+    if costs.device == "cpu":
+        fleet = cpu_fleet_sps(sample_us, costs, slots, physical_cores)
+    else:
+        fleet = overlap_sps(gpu_stations(preset, costs, physical_cores), slots)
+    one_job = 1e6 / sample_us
+    return Speed(preset, one_job, fleet / one_job, setup_s=costs.setup_s,
                  score_s=scoring_s(preset, costs, score_episodes), start_s=costs.import_s)  # fmt: skip
+
+
+def cpu_fleet_sps(sample_us: float, costs: Costs, slots: int, physical_cores: int) -> float:
+    """Samples per second of `slots` jobs on a CPU machine whose one job alone costs `sample_us` a
+    sample (module docstring): alone, that rate; up to a job per core, each at `busy_factor` times
+    the cost; past that, `min(slots - cores, cores)` cores each run two jobs' samples at
+    `shared_factor` times the cost (three or more on a core are taken to cost what two do)."""
+    if slots <= 0:
+        return 0.0
+    if slots == 1:
+        return 1e6 / sample_us
+    cores = max(1, physical_cores)
+    one_each, two_share = 1e6 / (sample_us * costs.busy_factor), 1e6 / (sample_us * costs.shared_factor)
+    if slots <= cores:
+        return slots * one_each
+    doubled = min(slots - cores, cores)
+    return (cores - doubled) * one_each + doubled * two_share
 
 
 def scoring_s(preset: Preset, costs: Costs, episodes: int) -> float:

@@ -285,7 +285,7 @@ class PooledLauncher:
     def _hand(self, served: _Served, request: LaunchRequest, line: bytes) -> bool:
         """Pin `served` for the job, then send it the job; False when it is gone."""
         if request.cpus != served.cpus:
-            _pin_threads(served.proc.pid, request.cpus or tuple(sorted(os.sched_getaffinity(0))))
+            pin_threads(served.proc.pid, request.cpus or tuple(sorted(os.sched_getaffinity(0))))
             served.cpus = request.cpus
         assert served.proc.stdin is not None
         try:
@@ -409,7 +409,7 @@ def _job(handle: WorkerHandle) -> _PooledJob:
     return handle.process
 
 
-def _pin_threads(pid: int, cpus: tuple[int, ...]) -> None:
+def pin_threads(pid: int, cpus: tuple[int, ...]) -> None:
     """Pin every thread of `pid` to `cpus` (affinity is per thread; new threads inherit it)."""
     try:
         tids = [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]

@@ -1,0 +1,53 @@
+"""Jobs side by side (`cockpit.core.contention`): the factors' arithmetic, the partners' shape, and
+one real measurement with two CartPole partners. No timing assertion: the real one checks that
+the factors are measurements and that no partner outlives it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import psutil
+import pytest
+
+from cockpit.contract.presets import load
+from cockpit.core import contention
+from cockpit.core.contention import Contention, Iteration, factors, partner_shape, rate
+
+
+def test_a_rate_is_samples_over_the_iterations_seconds() -> None:
+    its = [Iteration(10.0, 10.5, 256), Iteration(11.0, 11.25, 256)]  # the gap between them is not theirs
+    assert rate(its) == pytest.approx(512 / 0.75)
+
+
+def test_factors_are_costs_over_the_cost_alone() -> None:
+    # Alone 1,000 SPS; with a core each 1,250 and 750 (mean 1,000 -> x1.0); sharing one core they
+    # did 400 + 400: a sample there costs 1,000 / 800 of one alone.
+    assert factors(1000.0, [1250.0, 750.0], [400.0, 400.0]) == Contention(1.0, 1.25)
+    assert factors(1000.0, [1250.0, 1250.0], [500.0, 500.0]) == Contention(0.8, 1.0)
+    assert factors(1000.0, [], [400.0, 400.0]).busy_factor == 1.0  # one CPU: nothing to measure
+
+
+def test_partners_train_the_preset_itself_when_an_iteration_is_short() -> None:
+    cartpole = load("cartpole")
+    assert partner_shape(cartpole, 0.15) == cartpole
+
+
+def test_a_long_iteration_is_cut_to_one_epoch_of_a_shorter_rollout() -> None:
+    pong = replace(load("fast"), env="Pong-v5")
+    shape = partner_shape(pong, 12.0)
+    assert shape.n_epochs == 1 and shape.n_envs == pong.n_envs and shape.net_arch == pong.net_arch
+    # 256 steps x 0.5 s / 12 s = 10.7: 10 steps of 16 envs, one minibatch of all 160 samples
+    assert (shape.n_steps, shape.batch_size) == (10, 160)
+    assert partner_shape(pong, 1000.0).n_steps == contention.MIN_STEPS
+
+
+@pytest.mark.slow
+def test_two_real_partners_measure_the_factors_and_leave_nothing_running(tmp_path: Path) -> None:
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    measured = contention.measure(load("cartpole"), 0.15, tmp_path)
+    for factor in (measured.busy_factor, measured.shared_factor):
+        assert math.isfinite(factor) and 0.25 < factor < 4.0, measured
+    assert {p.pid for p in psutil.Process().children(recursive=True)} == before
+    assert (tmp_path / "partner-preset.toml").read_text(encoding="utf-8").count("n_epochs = 20") == 1
