@@ -35,6 +35,11 @@ Run from the repo root (about 5 minutes on 2 quiet cores; longer while others us
     .venv/bin/python -m benchmarks.fleet overlap
     .venv/bin/python -m benchmarks.fleet overlap --fresh-probe --seconds 10
     .venv/bin/python -m benchmarks.fleet overlap --only cartpole --slots 1,2
+    .venv/bin/python -m benchmarks.fleet overlap --fresh-probe --seconds 10 --rounds 2 --only cartpole
+
+`--rounds R` repeats the probe and the N measurements R times, one round after another, and adds
+each N's mean predicted and mean measured SPS: on a shared or virtual machine one job's speed
+drifts by about 10 % over minutes, as much as the goal, so one round's ratio is partly luck.
 """
 
 from __future__ import annotations
@@ -315,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
                              "(default: 0.15)")  # fmt: skip
     parser.add_argument("--timeout", type=float, default=240.0, metavar="S",
                         help="seconds after the warm-up to stop waiting for clean cycles (default: 240)")  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1, metavar="R",
+                        help="probe (with --fresh-probe) and measure every N this many times in turn, then print "
+                             "the means too: a machine's speed drifts over minutes (default: 1)")  # fmt: skip
     parser.add_argument("--fresh-probe", action="store_true",
                         help="probe each preset anew once the machine is quiet, into a throwaway cache, instead "
                              "of using ~/.cache/cockpit/costs.toml (whose figures may have been measured while "
@@ -328,23 +336,33 @@ def main(argv: list[str] | None = None) -> int:
         if args.fresh_probe:  # costs_for then finds no figures, probes, and keeps them here
             os.environ["XDG_CACHE_HOME"] = str(Path(tmp) / "cache")
         for workload in workloads(args.only, args.pong_n_steps, args.pong_epochs, Path(tmp)):
-            costs, probed = fresh_costs(machine, workload, args) if args.fresh_probe else (None, "")
-            costs = costs or costs_for(log, machine, workload.preset)
-            if costs is None:
-                raise SystemExit(f"{workload.label}: no measured costs, so no prediction")
-            one = speed_of(workload.preset, costs, 1, machine.physical_cores).sps
-            notes.append(f"{workload.label}: {costs.describe()}{probed}; one job {fmt_sps(one)} SPS by the model")
-            for slots in slot_counts:
-                quiet = wait_for_quiet(60.0, args.max_foreign)
-                log(f"{workload.label}: {slots} job(s) (others used {quiet:.2f} cores just before) ...")
-                got = measure(workload, slots, args, Path(tmp) / f"jobs-{slots}")
-                want = predicted(workload, costs, slots, machine)
-                threads = thread_budget(slots, machine.physical_cores).threads_per_job
-                rows.append([workload.label, str(slots), str(threads), fmt_sps(want), fmt_sps(got.sps),
-                             fmt_ratio(want / got.sps), f"{got.seconds:.0f} s" + ("" if got.clean else " (all)"),
-                             f"{got.foreign_cores:.2f}"])  # fmt: skip
-                log(f"  predicted {fmt_sps(want)}, measured {fmt_sps(got.sps)}: ratio {fmt_ratio(want / got.sps)}; "
-                    f"others used {got.foreign_cores:.2f} cores")  # fmt: skip
+            totals: dict[int, list[float]] = {slots: [0.0, 0.0] for slots in slot_counts}
+            for round_ in range(1, args.rounds + 1):
+                costs, probed = fresh_costs(machine, workload, args) if args.fresh_probe else (None, "")
+                costs = costs or costs_for(log, machine, workload.preset)
+                if costs is None:
+                    raise SystemExit(f"{workload.label}: no measured costs, so no prediction")
+                one = speed_of(workload.preset, costs, 1, machine.physical_cores).sps
+                label = workload.label + (f" (round {round_})" if args.rounds > 1 else "")
+                notes.append(f"{label}: {costs.describe()}{probed}; one job {fmt_sps(one)} SPS by the model")
+                for slots in slot_counts:
+                    quiet = wait_for_quiet(60.0, args.max_foreign)
+                    log(f"{label}: {slots} job(s) (others used {quiet:.2f} cores just before) ...")
+                    got = measure(workload, slots, args, Path(tmp) / f"jobs-{round_}-{slots}")
+                    want = predicted(workload, costs, slots, machine)
+                    totals[slots][0] += want / args.rounds
+                    totals[slots][1] += got.sps / args.rounds
+                    threads = thread_budget(slots, machine.physical_cores).threads_per_job
+                    rows.append([label, str(slots), str(threads), fmt_sps(want), fmt_sps(got.sps),
+                                 fmt_ratio(want / got.sps), f"{got.seconds:.0f} s" + ("" if got.clean else " (all)"),
+                                 f"{got.foreign_cores:.2f}"])  # fmt: skip
+                    log(f"  predicted {fmt_sps(want)}, measured {fmt_sps(got.sps)}: ratio "
+                        f"{fmt_ratio(want / got.sps)}; others used {got.foreign_cores:.2f} cores")  # fmt: skip
+            if args.rounds > 1:  # each round probed and measured anew: their means, side by side
+                for slots, (want, got_sps) in totals.items():
+                    threads = thread_budget(slots, machine.physical_cores).threads_per_job
+                    rows.append([f"{workload.label} (mean of {args.rounds})", str(slots), str(threads),
+                                 fmt_sps(want), fmt_sps(got_sps), fmt_ratio(want / got_sps), "", ""])  # fmt: skip
     caption = "\n".join([*notes, f"{machine.physical_cores} physical cores, GPU: {machine.gpu_name or 'none'}. "
                          + load_caption(before)])  # fmt: skip
     print_table("fleet model: aggregate SPS of N concurrent jobs, predicted against measured",
