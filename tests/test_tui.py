@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import gc
-import os
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -296,13 +293,3 @@ async def test_the_app_runs_full_collections_itself_while_it_runs() -> None:
         # redraws a screen); the app's timer runs them after a refresh instead.
         assert gc.get_threshold() == (before[0], before[1], NEVER)
     assert gc.get_threshold() == before
-
-
-@pytest.mark.parametrize(("given", "seconds"), [(None, 0.025), ("80", 0.08)])
-def test_a_lone_escape_waits_25_ms_unless_the_user_set_escdelay(given: str | None, seconds: float) -> None:
-    # Textual reads ESCDELAY once, at import: so in a fresh interpreter, as `cockpit` starts.
-    env = {k: v for k, v in os.environ.items() if k != "ESCDELAY"} | ({"ESCDELAY": given} if given else {})
-    code = ("from cockpit.views.frontends import _import_textual_settings; _import_textual_settings(); "
-            "import textual.constants as c; print(c.ESCAPE_DELAY)")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert float(done.stdout) == seconds

@@ -5,26 +5,12 @@ Textual is imported only when the cockpit is actually opened, so a headless run 
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from cockpit.contract.rundir import RunDir
 from cockpit.core.feed import Frame, Replay, RunSource
 from cockpit.core.session import View, exit_code
 from cockpit.views.headless import HeadlessView, summary_lines
-
-# How long a lone escape byte waits for the rest of an escape sequence before it counts as the
-# Escape key. Textual's input thread only looks at that timer when its 100 ms select() returns
-# empty, so at Textual's default of 100 ms the timer often lapsed just after a look, and escape
-# waited a second 100 ms (p95 234 ms with a 500-agent fleet); at 25 ms the first look fires it
-# (p95 141 ms). A terminal, or tmux, sends a sequence's bytes in one write, so 25 ms is ample.
-# The user's own ESCDELAY wins.
-ESCAPE_DELAY_MS = 25
-
-
-def _import_textual_settings() -> None:
-    """Settings Textual reads once, when it is first imported: set them before that."""
-    os.environ.setdefault("ESCDELAY", str(ESCAPE_DELAY_MS))
 
 
 class TerminalFrontEnds:
@@ -36,14 +22,12 @@ class TerminalFrontEnds:
 
     def watch(self, source: RunSource, *, who: str) -> int:
         """Run the cockpit on `source`, then say what became of the run."""
-        _import_textual_settings()
         from cockpit.views.tui.app import make_app
 
         return after_view(make_app(source).run(), source, who=who)
 
     def launcher(self) -> int:
         """The launcher (bare `cockpit`): pick and start a run, or reopen a recent one."""
-        _import_textual_settings()
         from cockpit.views.tui.app import make_app
         from cockpit.views.tui.opener import LocalOpener
 
