@@ -24,9 +24,24 @@ def test_a_rate_is_samples_over_the_iterations_seconds() -> None:
 def test_factors_are_costs_over_the_cost_alone() -> None:
     # Alone 1,000 SPS; with a core each 1,250 and 750 (mean 1,000 -> x1.0); sharing one core they
     # did 400 + 400: a sample there costs 1,000 / 800 of one alone.
-    assert factors(1000.0, [1250.0, 750.0], [400.0, 400.0]) == Contention(1.0, 1.25)
-    assert factors(1000.0, [1250.0, 1250.0], [500.0, 500.0]) == Contention(0.8, 1.0)
-    assert factors(1000.0, [], [400.0, 400.0]).busy_factor == 1.0  # one CPU: nothing to measure
+    assert factors([1100.0, 900.0], [1250.0, 750.0], [400.0, 400.0]) == Contention(1.0, 1.25, 1000.0)
+    assert factors([1000.0, 1000.0], [1250.0, 1250.0], [500.0, 500.0]) == Contention(0.8, 1.0, 1000.0)
+    assert factors([1000.0], [], [400.0, 400.0]).busy_factor == 1.0  # one CPU: nothing to measure
+
+
+def test_one_jobs_speed_is_the_mean_of_the_probes_and_the_partners_processes() -> None:
+    from cockpit.core.costs import SPEED_FIGURES, _three_processes
+
+    cartpole = load("cartpole")  # 256 samples an iteration, 20 epochs
+    record = {"iteration_s": 0.128, "own_epochs": 20, "env_step_us": 9.0, "step_overhead_us": 900.0,
+              "env_policy_us": 20.0, "train_sample_us": 18.0, "train_epoch_us": 400.0}  # fmt: skip
+    # The probe did 2,000 SPS, the partners 1,700 on average: one job is (2,000 + 2 x 1,700) / 3 = 1,800.
+    merged = _three_processes(cartpole, record, 1700.0)
+    for key in SPEED_FIGURES:
+        assert merged[key] == pytest.approx(record[key] * 2000 / 1800, abs=0.01)
+    assert merged["env_step_us"] == 9.0 and merged["processes_timed"] == 3
+    # Timed with 5 of its 20 epochs, the probe's iteration is not the partners': left as measured.
+    assert _three_processes(cartpole, {**record, "own_epochs": 5}, 1700.0) == {**record, "own_epochs": 5}
 
 
 def test_partners_train_the_preset_itself_when_an_iteration_is_short() -> None:

@@ -224,6 +224,7 @@ def probe(preset: Preset, device: str, import_s: float = 0.0) -> dict[str, Any]:
         "train_epoch_us": round(epoch_fixed * 1e6, 1),
         "batch_size": large_preset.batch_size,
         "iteration_s": round(own[0] + own[1], 4),  # one iteration of the own shape as timed
+        "own_epochs": own_preset.n_epochs,
         "setup_s": round(own[3], 3),  # the third build: the modules it needs are imported by now
         "import_s": round(import_s, 3),
         "episode_steps_max": _episode_steps_max(preset.env, preset.env_kwargs),

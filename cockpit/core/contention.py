@@ -16,11 +16,12 @@ inside it and `WINDOW_S` has passed, and the three run in turn `ROUNDS` times (o
 virtual machine a core's speed drifts by 10-20 % over seconds: interleaving spreads the drift over
 the phases rather than into one of them):
 
-1. *alone*: the second partner is stopped (SIGSTOP), the first runs unpinned, as a lone job does;
+1. *alone*: one partner is stopped (SIGSTOP), the other runs unpinned, as a lone job does (the
+   partners take turns from round to round);
 2. *busy*: both run, pinned to different CPUs, as jobs with a core each do;
 3. *shared*: both run pinned to one CPU, as two jobs sharing a core do.
 
-`busy_factor` is a sample's cost in phase 2 over phase 1 (the mean of the two partners' rates);
+`busy_factor` is a sample's cost in phase 2 over phase 1 (each the mean of the partners' rates);
 `shared_factor` is a sample's cost on the shared core (the two partners' rates together) over
 phase 1; each rate is a partner's samples over its iterations' seconds in all rounds of a phase.
 The fleet's overlap model (`cockpit.core.fleet`) scales one job's probed cost by them.
@@ -51,7 +52,7 @@ from cockpit.contract.runspec import ConfigError
 from cockpit.contract.workerargs import PARENT_PID_ENV
 from cockpit.core.launcher import pin_threads
 
-ROUNDS = 3  # the phases run in turn this many times: the machine's speed drifts over seconds
+ROUNDS = 4  # the phases run in turn this many times: the machine's speed drifts over seconds
 WINDOW_S = 1.0  # each phase lasts at least this long
 MIN_ITERATIONS = 1  # and until each running partner has finished this many iterations inside it
 PHASE_LIMIT_S = 60.0  # a phase that has not got its iterations by then fails the measurement
@@ -66,6 +67,7 @@ class Contention:
 
     busy_factor: float  # each job on a core of its own, every core busy (1.0 on a one-CPU machine)
     shared_factor: float  # two jobs time-sharing one core, for their samples together
+    alone_sps: float  # what a partner did alone, the mean of the two (the factors' reference)
 
 
 @dataclass(frozen=True)
@@ -82,11 +84,12 @@ def rate(iterations: list[Iteration]) -> float:
     return sum(it.samples for it in iterations) / sum(it.end - it.start for it in iterations)
 
 
-def factors(alone: float, busy: list[float], shared: list[float]) -> Contention:
-    """The factors from the partners' rates: the first partner's alone, each one's with a core each
-    (empty on a one-CPU machine), and each one's on the shared core."""
-    busy_rate = statistics.fmean(busy) if busy else alone
-    return Contention(busy_factor=alone / busy_rate, shared_factor=alone / sum(shared))
+def factors(alone: list[float], busy: list[float], shared: list[float]) -> Contention:
+    """The factors from the partners' rates: each one's alone, each one's with a core each (empty
+    on a one-CPU machine), and each one's on the shared core."""
+    alone_rate = statistics.fmean(alone)
+    busy_rate = statistics.fmean(busy) if busy else alone_rate
+    return Contention(alone_rate / busy_rate, alone_rate / sum(shared), alone_rate)
 
 
 def partner_shape(preset: Preset, iteration_s: float) -> Preset:
@@ -136,20 +139,21 @@ def measure(preset: Preset, iteration_s: float, workdir: Path) -> Contention:
     cpus = tuple(sorted(os.sched_getaffinity(0)))
     with (workdir / "partners.err").open("w+", encoding="utf-8") as stderr:
         partners = [_Partner(preset_file, stderr) for _ in range(2)]
-        first, second = partners
-        alone: list[Iteration] = []
+        alone: list[list[Iteration]] = [[], []]
         busy: list[list[Iteration]] = [[], []]
         shared: list[list[Iteration]] = [[], []]
         try:
             _wait(partners, -math.inf, 1, stderr, "start")
-            for _ in range(ROUNDS):
+            for round_ in range(ROUNDS):
+                # Each round one of them runs alone, in turn: a process's speed varies too.
+                first, second = partners if round_ % 2 == 0 else partners[::-1]
                 second.signal(signal.SIGSTOP)
                 first.pin(cpus)
-                alone += _phase([first], stderr, "alone")[0]
+                alone[partners.index(first)] += _phase([first], stderr, "alone")[0]
                 second.signal(signal.SIGCONT)
                 if len(cpus) >= 2:
-                    first.pin(cpus[:1])
-                    second.pin(cpus[1:2])
+                    partners[0].pin(cpus[:1])
+                    partners[1].pin(cpus[1:2])
                     for mine, got in zip(busy, _phase(partners, stderr, "a core each"), strict=True):
                         mine += got
                 for each in partners:
@@ -161,7 +165,8 @@ def measure(preset: Preset, iteration_s: float, workdir: Path) -> Contention:
                 each.signal(signal.SIGCONT)
                 each.proc.kill()
                 each.proc.wait()
-    return factors(rate(alone), [rate(its) for its in busy if its], [rate(its) for its in shared])
+    return factors([rate(its) for its in alone if its], [rate(its) for its in busy if its],
+                   [rate(its) for its in shared])  # fmt: skip
 
 
 def _phase(partners: list[_Partner], stderr: IO[str], name: str) -> list[list[Iteration]]:
