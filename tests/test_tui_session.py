@@ -111,3 +111,22 @@ def test_applying_n_envs_writes_a_preset_and_restarts_live_jobs_under_it(tmp_pat
     assert (written.n_envs, written.batch_size, written.env) == (16, 256, "CartPole-v1")  # 16 x 32 = 512: 256 divides
     with pytest.raises(ValueError, match="net_arch cannot change under running jobs"):
         session.submit(ApplyAdvice("net_arch", "64,64"))
+
+
+def test_the_frame_window_forgets_agents_the_state_no_longer_shows() -> None:
+    from dataclasses import replace
+
+    from cockpit.core.feed import FrameWindow
+    from tests.tui_fakes import NOW, frame
+
+    window = FrameWindow(window_s=60.0)
+    first = frame(gpu=False, jobs=3, now=NOW)
+    window.add(first.state, phases={job: [(NOW - 5.0, "rollout")] for job in ("000", "001", "002")})
+    # Job 002 has ended and left the view; job 001 too, but its last change is still in the window.
+    later = replace(first.state, now=NOW + 30.0, jobs=first.state.jobs[:1])
+    got = window.add(later, phases={"001": [(NOW + 20.0, "train")]})
+    assert set(got.phases) == {"000", "001", "002"}  # 002's transition at NOW - 5 is still in the window
+    gone = window.add(replace(later, now=NOW + 70.0))
+    assert set(gone.phases) == {"000", "001"}  # 002 left the window; 001 changed at NOW + 20, still inside
+    assert gone.phases["000"] == ((NOW - 5.0, "rollout"),)  # a listed job keeps its last phase, however old
+    assert set(window.add(replace(later, now=NOW + 90.0)).phases) == {"000"}

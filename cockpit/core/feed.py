@@ -119,7 +119,9 @@ def phases_since(transitions: list[Transition], since: float) -> list[Transition
 
 class FrameWindow:
     """Builds frames from increments: each new state with the samples and phase transitions that
-    arrived since the previous one. Keeps only what the window shows."""
+    arrived since the previous one. Keeps only what the window shows: a job's transitions in it
+    and the last one before it, and none of a job the state no longer lists once they are all
+    older than the window."""
 
     def __init__(self, window_s: float = WINDOW_S) -> None:
         self.window_s = window_s
@@ -159,6 +161,11 @@ class FrameWindow:
         for held in self._phases.values():
             while len(held) > 1 and held[1][0] <= left:
                 held.popleft()
+        # A fleet's agents come and go by the hundred: forget one the state no longer shows once
+        # its last transition has left the window (nothing draws it any more).
+        shown = {job.id for job in state.jobs}
+        for job_id in [j for j, held in self._phases.items() if j not in shown and (not held or held[-1][0] <= left)]:
+            del self._phases[job_id]
         self._frame = Frame(
             state=state,
             samples=tuple(self._samples),
