@@ -36,12 +36,12 @@ def test_one_jobs_speed_is_the_mean_of_the_probes_and_the_partners_processes() -
     record = {"iteration_s": 0.128, "own_epochs": 20, "env_step_us": 9.0, "step_overhead_us": 900.0,
               "env_policy_us": 20.0, "train_sample_us": 18.0, "train_epoch_us": 400.0}  # fmt: skip
     # The probe did 2,000 SPS, the partners 1,700 on average: one job is (2,000 + 2 x 1,700) / 3 = 1,800.
-    merged = _three_processes(cartpole, record, 1700.0)
+    merged = _three_processes(cartpole, record, 0.128, 1700.0)
     for key in SPEED_FIGURES:
         assert merged[key] == pytest.approx(record[key] * 2000 / 1800, abs=0.01)
     assert merged["env_step_us"] == 9.0 and merged["processes_timed"] == 3
     # Timed with 5 of its 20 epochs, the probe's iteration is not the partners': left as measured.
-    assert _three_processes(cartpole, {**record, "own_epochs": 5}, 1700.0) == {**record, "own_epochs": 5}
+    assert _three_processes(cartpole, {**record, "own_epochs": 5}, 0.128, 1700.0) == {**record, "own_epochs": 5}
 
 
 def test_partners_train_the_preset_itself_when_an_iteration_is_short() -> None:

@@ -143,7 +143,7 @@ def measure(preset: Preset, iteration_s: float, workdir: Path) -> Contention:
         busy: list[list[Iteration]] = [[], []]
         shared: list[list[Iteration]] = [[], []]
         try:
-            _wait(partners, -math.inf, 1, stderr, "start")
+            _wait(partners, -math.inf, 1, stderr, "start", START_LIMIT_S)
             for round_ in range(ROUNDS):
                 # Each round one of them runs alone, in turn: a process's speed varies too.
                 first, second = partners if round_ % 2 == 0 else partners[::-1]
@@ -173,13 +173,13 @@ def _phase(partners: list[_Partner], stderr: IO[str], name: str) -> list[list[It
     """Each partner's iterations over one phase that starts now."""
     since = time.monotonic()
     time.sleep(WINDOW_S)
-    _wait(partners, since, MIN_ITERATIONS, stderr, name)
+    _wait(partners, since, MIN_ITERATIONS, stderr, name, PHASE_LIMIT_S)
     return [[it for it in list(each.iterations) if it.start >= since] for each in partners]
 
 
-def _wait(partners: list[_Partner], since: float, iterations: int, stderr: IO[str], name: str) -> None:
-    """Until every partner has finished `iterations` iterations that started after `since`."""
-    limit = START_LIMIT_S if name == "start" else PHASE_LIMIT_S
+def _wait(partners: list[_Partner], since: float, iterations: int, stderr: IO[str], name: str, limit: float) -> None:
+    """Until every partner has finished `iterations` iterations that started after `since`;
+    ConfigError naming phase `name` after `limit` seconds, or as soon as a partner exits."""
     deadline = time.monotonic() + limit
     while any(each.count_since(since) < iterations for each in partners):
         for each in partners:

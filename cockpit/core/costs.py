@@ -3,8 +3,8 @@
 The advisor sizes n_envs and the number of jobs from these costs (`advisor.Costs`) instead of a
 table of envs per core. A probe takes 20-40 s (one job, then two side by side: `contention`), so
 each result is kept in `$XDG_CACHE_HOME/cockpit/costs.toml` (default `~/.cache`), keyed by
-everything that changes it: the CPU model, the device, the env, the network and the batch size. The cache is written
-atomically; an unreadable one is ignored and rewritten.
+everything that changes it: the CPU model, the device, the env, the network and the batch size.
+The cache is written atomically; an unreadable one is ignored and rewritten.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def run_probe(preset: Preset, workdir: Path) -> dict[str, Any]:
     side_by_side = contention.measure(preset, iteration_s, workdir)
     record = {**record, "busy_factor": round(side_by_side.busy_factor, 4),
               "shared_factor": round(side_by_side.shared_factor, 4)}  # fmt: skip
-    return _three_processes(preset, record, side_by_side.alone_sps)
+    return _three_processes(preset, record, iteration_s, side_by_side.alone_sps)
 
 
 # The probe's figures that scale with a job's speed (env_step_us, an env stepped without the
@@ -129,12 +129,12 @@ def run_probe(preset: Preset, workdir: Path) -> dict[str, Any]:
 SPEED_FIGURES = ("step_overhead_us", "env_policy_us", "train_sample_us", "train_epoch_us")
 
 
-def _three_processes(preset: Preset, record: dict[str, Any], partners_sps: float) -> dict[str, Any]:
-    """`record` with its one-job speed the mean of the probe's and the two partners' (who trained
-    the same shape alone, `partners_sps` their mean). On the machines cockpit was measured on, one
-    process ran 10-20 % faster or slower than the next for its whole life, so one process's figure
-    is one draw. Kept as measured where the partners trained another shape than the probe timed."""
-    iteration_s = float(record["iteration_s"])
+def _three_processes(preset: Preset, record: dict[str, Any], iteration_s: float, partners_sps: float) -> dict[str, Any]:
+    """`record` (whose own-shape iteration took `iteration_s`) with its one-job speed the mean of
+    the probe's and the two partners' (who trained the same shape alone, `partners_sps` their
+    mean). On the machines cockpit was measured on, one process ran 10-20 % faster or slower than
+    the next for its whole life, so one process's figure is one draw. Kept as measured where the
+    partners trained another shape than the probe timed."""
     same_shape = record.get("own_epochs") == preset.n_epochs and contention.partner_shape(preset, iteration_s) == preset
     if not same_shape or iteration_s <= 0 or partners_sps <= 0:
         return record
