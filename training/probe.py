@@ -19,8 +19,8 @@ phases through SB3's callback hooks (the first iteration carries one-off start-u
 out; of the next few, the median): with 2 and 16 envs for one epoch, which give how a rollout
 step's cost grows with the envs and a training epoch's with its samples, then at the preset's own
 rollout, batch and epochs (all of them where an iteration takes under `OWN_ITERATION_S`, else
-`OWN_EPOCHS`). Both lines are drawn through the own shape's
-point, so the model gives back exactly what the preset was timed at. About 10-20 s in all.
+`OWN_EPOCHS`). Both lines are drawn through the own shape's point, so the model gives back exactly
+what the preset was timed at. About 10-20 s in all.
 
 What a fleet pays around the training, per agent and tier and per worker process:
 - `setup_s`: building the preset's env and model (the third time, so imports are warm), what a
@@ -78,6 +78,19 @@ def _own_shape(preset: Preset, large: tuple[float, float, int, float]) -> Preset
     return dataclasses.replace(preset, n_epochs=min(preset.n_epochs, OWN_EPOCHS))
 
 
+def _build(preset: Preset, device: str) -> tuple[Any, Any]:
+    """The preset's env (its envs stepped on one thread) and a fresh PPO model on it, seed 0."""
+    from training.envs import make_vec_env
+    from training.model import new_model
+
+    venv = make_vec_env(preset.env, preset.n_envs, seed=0, threads=1, env_kwargs=preset.env_kwargs)
+    try:
+        return venv, new_model(preset, venv, seed=0, device=device)
+    except BaseException:
+        venv.close()
+        raise
+
+
 def _iteration_marks(device: str) -> tuple[Any, list[tuple[str, float]]]:
     """A callback that marks each PPO iteration's rollout, train and end on the monotonic clock
     (queued GPU work synchronized first: it belongs to the phase that queued it), and its marks."""
@@ -114,14 +127,10 @@ def _phase_times(preset: Preset, device: str) -> tuple[float, float, int, float]
     left out; of the next (`TIMED_ITERATIONS` at most, while they take under `TIMED_S` in all) the
     median rollout and the median train phase count: one iteration alone is at the mercy of
     whatever else the machine did in those milliseconds."""
-    from training.envs import make_vec_env
-    from training.model import new_model
-
     timer, marks = _iteration_marks(device)
     began = time.perf_counter()
-    venv = make_vec_env(preset.env, preset.n_envs, seed=0, threads=1, env_kwargs=preset.env_kwargs)
+    venv, model = _build(preset, device)
     try:
-        model = new_model(preset, venv, seed=0, device=device)
         setup = time.perf_counter() - began
         model.learn(preset.total_batch, callback=timer)  # the warm-up iteration
         rollouts: list[float] = []
@@ -142,11 +151,7 @@ def partner(preset: Preset, device: str) -> None:
     seconds, comparable across processes) per iteration: cockpit runs two such partners side by
     side, pinned as it chooses, to see what jobs running together cost each other
     (`cockpit.core.contention`)."""
-    from training.envs import make_vec_env
-    from training.model import new_model
-
-    venv = make_vec_env(preset.env, preset.n_envs, seed=0, threads=1, env_kwargs=preset.env_kwargs)
-    model = new_model(preset, venv, seed=0, device=device)
+    _, model = _build(preset, device)
     first = True
     while True:
         began = time.monotonic()

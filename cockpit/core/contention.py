@@ -119,8 +119,9 @@ class _Partner:
                 start, end, samples = json.loads(line)
                 self.iterations.append(Iteration(float(start), float(end), int(samples)))
 
-    def count_since(self, since: float) -> int:
-        return sum(1 for it in list(self.iterations) if it.start >= since)
+    def since(self, t: float) -> list[Iteration]:
+        """The iterations reported so far that started at or after `t`."""
+        return [it for it in list(self.iterations) if it.start >= t]
 
     def pin(self, cpus: tuple[int, ...]) -> None:
         pin_threads(self.proc.pid, cpus)
@@ -174,14 +175,14 @@ def _phase(partners: list[_Partner], stderr: IO[str], name: str) -> list[list[It
     since = time.monotonic()
     time.sleep(WINDOW_S)
     _wait(partners, since, MIN_ITERATIONS, stderr, name, PHASE_LIMIT_S)
-    return [[it for it in list(each.iterations) if it.start >= since] for each in partners]
+    return [each.since(since) for each in partners]
 
 
 def _wait(partners: list[_Partner], since: float, iterations: int, stderr: IO[str], name: str, limit: float) -> None:
     """Until every partner has finished `iterations` iterations that started after `since`;
     ConfigError naming phase `name` after `limit` seconds, or as soon as a partner exits."""
     deadline = time.monotonic() + limit
-    while any(each.count_since(since) < iterations for each in partners):
+    while any(len(each.since(since)) < iterations for each in partners):
         for each in partners:
             if each.proc.poll() is not None:
                 stderr.seek(0)
