@@ -12,6 +12,7 @@ import pytest
 from cockpit.cli import main
 from cockpit.contract.fleetplan import PlanError, load_plan
 from cockpit.contract.presets import load
+from cockpit.contract.workerargs import EVAL_ENVS_MAX, eval_envs
 from cockpit.core.advisor import Costs
 from cockpit.core.costs import measured_costs
 from cockpit.core.fleet import Speed, project, speed_of
@@ -164,6 +165,19 @@ def test_the_projection_costs_each_agents_setup_scoring_and_the_workers_start_up
     assert projection.all_to_last.seconds == pytest.approx(20 * (2.0 + job_s) + 6.0)
     async_plan = dataclasses.replace(plan, promotion="async")  # no rounds: 3 agents on 2 slots
     assert project(async_plan, lambda preset: speed).tiers[2].seconds == pytest.approx(1.5 * (1.2 + job_s))
+
+
+def test_scoring_plays_every_episode_at_once_up_to_a_bound_of_envs() -> None:
+    costs = Costs("cpu", step_overhead_us=400.0, env_policy_us=10.0, env_step_us=5.0, train_sample_us=2.0,
+                  episode_steps_max=500)  # fmt: skip
+    cartpole = load("cartpole")  # trains on 8 envs
+    # 10 episodes: one round on 10 envs (not two on 8), at most 500 steps of 400 + 10 x 10 us
+    assert eval_envs(10, cartpole.n_envs) == 10
+    assert speed_of(cartpole, costs, 2, 2, score_episodes=10).score_s == pytest.approx(500 * 500e-6)
+    # 40 episodes: 16 envs at once, three rounds
+    assert eval_envs(40, cartpole.n_envs) == EVAL_ENVS_MAX == 16
+    assert speed_of(cartpole, costs, 2, 2, score_episodes=40).score_s == pytest.approx(3 * 500 * 560e-6)
+    assert eval_envs(40, 64) == 40  # a preset on more envs scores on as many
 
 
 def test_an_env_without_an_episode_limit_has_no_scoring_bound(tmp_path: Path) -> None:

@@ -55,6 +55,7 @@ from cockpit.contract.workerargs import (
     ServeArgs,
     WorkerArgs,
     decode_request,
+    eval_envs,
     status_line,
 )
 from training.device import DeviceError, limit_native_threads, resolve_device
@@ -305,8 +306,8 @@ EVAL_SEED = 1_000_003  # every agent is scored on the same games, unlike any tra
 
 
 def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, events: EventWriter) -> None:
-    """Score `model` over `config.eval_episodes` deterministic episodes on a new VecEnv (up to the
-    preset's n_envs envs) seeded `EVAL_SEED`, normalized with the training statistics frozen, and
+    """Score `model` over `config.eval_episodes` deterministic episodes on a new VecEnv (`eval_envs`
+    envs) seeded `EVAL_SEED`, normalized with the training statistics frozen, and
     emit `evaluated`.
     StopRequested when a stop is asked for meanwhile."""
     import copy
@@ -321,7 +322,7 @@ def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, event
     started = time.monotonic()
     # Several envs at once: one forward pass serves them all (evaluate_policy splits the episodes
     # among them), which made a CartPole fleet's scoring several times cheaper than one env.
-    n_envs = min(config.eval_episodes, config.preset.n_envs)
+    n_envs = eval_envs(config.eval_episodes, config.preset.n_envs)
     venv = make_vec_env(config.env, n_envs, seed=EVAL_SEED, threads=min(n_envs, config.threads),
                         env_kwargs=config.preset.env_kwargs, vec_env=config.preset.vec_env)  # fmt: skip
     try:

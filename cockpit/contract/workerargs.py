@@ -37,6 +37,16 @@ DISK_FULL_EXIT = 3  # the worker's exit code then (0 done or stopped, 1 failed, 
 
 SERVE_FLAG = "--serve"  # `python -m training.worker --serve ...`: the served worker (ServeArgs)
 SERVE_MAX_JOBS = 25  # jobs a served worker runs before it exits, which bounds its memory growth
+EVAL_ENVS_MAX = 16  # scoring plays up to this many envs at once, even where the preset trains on fewer
+
+
+def eval_envs(episodes: int, n_envs: int) -> int:
+    """How many envs a worker scores `episodes` episodes on at once: one each where that is at most
+    the preset's `n_envs` or `EVAL_ENVS_MAX`. One round of episodes takes as long as the longest
+    episode, where two rounds (10 episodes on 8 envs) took as long as the longest two in a row; a
+    forward pass for 10 envs costs what one for 8 does."""
+    return max(1, min(episodes, max(n_envs, EVAL_ENVS_MAX)))
+
 
 DeviceRequest = Literal["auto", "cpu", "cuda"]
 DEVICES: tuple[DeviceRequest, ...] = ("auto", "cpu", "cuda")

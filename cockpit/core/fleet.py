@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 from cockpit.contract.fleetplan import FleetPlan
 from cockpit.contract.presets import Preset
 from cockpit.contract.runrecord import RunRecord
-from cockpit.contract.workerargs import SERVE_MAX_JOBS
+from cockpit.contract.workerargs import SERVE_MAX_JOBS, eval_envs
 
 if TYPE_CHECKING:  # the advisor predicts N jobs' SPS with `speed_of`: it imports this module
     from cockpit.core.advisor import Costs
@@ -130,12 +130,12 @@ def cpu_fleet_sps(sample_us: float, costs: Costs, slots: int, physical_cores: in
 
 
 def scoring_s(preset: Preset, costs: Costs, episodes: int) -> float:
-    """At most what scoring an agent over `episodes` episodes costs: the worker plays them on up to
-    n_envs envs at once, each env its share of them in turn, every episode at the env's step limit
-    (0 for an env without one: nothing bounds it)."""
+    """At most what scoring an agent over `episodes` episodes costs: the worker plays them on
+    `eval_envs` envs at once, each env its share of them in turn, every episode at the env's step
+    limit (0 for an env without one: nothing bounds it)."""
     if episodes <= 0 or costs.episode_steps_max <= 0:
         return 0.0
-    envs = min(episodes, preset.n_envs)
+    envs = eval_envs(episodes, preset.n_envs)
     return math.ceil(episodes / envs) * costs.episode_steps_max * costs.step_us(envs) / 1e6
 
 
