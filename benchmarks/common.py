@@ -6,7 +6,7 @@ lazy initialisation from one measurement never leak into the next:
 - `run_isolated("module:function", kwargs)` calls a function in a child process
   (`python -m benchmarks.common module:function KWARGS_JSON RESULT_PATH`) and returns its
   JSON-serialisable result;
-- `run_worker(...)` runs the real `python -m training.worker` and returns its parsed events.
+- `run_worker(...)` runs the real `python -m cockpit_training.worker` and returns its parsed events.
 
 This module imports nothing heavy (no numpy, torch or envpool) at import time, so a child
 process decides itself when those load, exactly as the worker does.
@@ -135,7 +135,7 @@ def whole_rollouts(preset: str, timesteps: int) -> int:
 def worker_argv(
     preset: str, timesteps: int, job_dir: Path | str, *, seed: int, threads: int | None, torch_threads: int, device: str
 ) -> list[str]:
-    """The `training.worker` command-line arguments for one run (shared by worker and bare runs)."""
+    """The `cockpit_training.worker` command-line arguments for one run (shared by worker and bare runs)."""
     from cockpit.contract.workerargs import DEVICES, WorkerArgs
 
     if device not in DEVICES:
@@ -156,7 +156,7 @@ def run_worker(
     job_root: Path | None = None,
     timeout: float | None = None,
 ) -> list[Event]:
-    """Run `python -m training.worker` to completion in a fresh job dir and return its events.
+    """Run `python -m cockpit_training.worker` to completion in a fresh job dir and return its events.
 
     The job dir (with its checkpoints) is made under `job_root` (default: the system temp dir)
     and deleted afterwards. Raises `BenchmarkError` unless the run ends with `finished: done`.
@@ -170,11 +170,13 @@ def run_worker(
         argv = worker_argv(
             preset, timesteps, job_dir, seed=seed, threads=threads, torch_threads=torch_threads, device=device
         )
-        output = _run([sys.executable, "-m", "training.worker", *argv], timeout=timeout, what="training.worker")
+        output = _run(
+            [sys.executable, "-m", "cockpit_training.worker", *argv], timeout=timeout, what="cockpit_training.worker"
+        )
         events = read_events(job_dir / EVENTS_FILE)
     finished = of_kind(events, FinishedEvent)
     if not finished or finished[-1].status != "done":
-        raise BenchmarkError(f"training.worker did not finish its run:\n{output[-OUTPUT_TAIL_CHARS:]}")
+        raise BenchmarkError(f"cockpit_training.worker did not finish its run:\n{output[-OUTPUT_TAIL_CHARS:]}")
     return events
 
 

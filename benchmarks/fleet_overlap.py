@@ -6,7 +6,7 @@ taken the way the product takes them (`cockpit.core.sizing.costs_for`: the probe
 `~/.cache/cockpit/costs.toml`; with `--fresh-probe`, probed anew once the machine is quiet, into a
 throwaway cache), and the model (`cockpit.core.fleet.speed_of`) predicts the aggregate SPS of
 N = 1, 2, 3 and 4 slots on this machine's physical cores. Then N real workers (`python -m
-training.worker`, started by cockpit's `LocalLauncher` with the env threads cockpit's
+cockpit_training.worker`, started by cockpit's `LocalLauncher` with the env threads cockpit's
 `thread_budget` gives each of N slots, but not niced: the figure is the workers' own) run at once,
 and the aggregate SPS is measured in their steady state:
 

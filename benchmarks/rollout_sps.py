@@ -6,7 +6,7 @@ with the same n_envs and threads and nothing else, for CartPole-v1 and Pong-v5. 
 rollout/raw is the share of the env's own speed that collection keeps.
 
 How: every measurement is a fresh process; worker and raw runs alternate.
-- Rollout side: the real `python -m training.worker` (built-in cartpole preset; for Pong a
+- Rollout side: the real `python -m cockpit_training.worker` (built-in cartpole preset; for Pong a
   temporary preset: Pong-v5, n_envs 8, n_steps 128, batch_size 256, n_epochs 1). Its
   events.jsonl gives rollout SPS = sum of steps collected / sum of durations over rollout phases,
   a rollout phase running from its `phase: rollout` event to the next `phase: train` event. The
@@ -14,7 +14,7 @@ How: every measurement is a fresh process; worker and raw runs alternate.
 - Raw side: `envpool.make(env_id, env_type="gymnasium", num_envs=n, batch_size=n,
   num_threads=same)` stepped with random valid actions; SPS = n × steps / time, after a few
   untimed warm-up steps. Pong gets the worker's Atari training kwargs (episodic_life=True,
-  reward_clip=True), imported from training.envpool_vec.
+  reward_clip=True), imported from cockpit_training.envpool_vec.
 Both sides use the same envpool thread count (--threads, default min(n_envs, usable CPUs)) and
 seed. With several --repeats the table shows medians and (min–max).
 
@@ -64,10 +64,10 @@ learning_rate = 2.5e-4
 
 def raw_envpool(env_id: str, n_envs: int, threads: int, seed: int, steps: int, warmup: int) -> dict[str, Any]:
     """Child process: step a bare envpool pool with random actions; returns env steps and seconds."""
-    from training.device import limit_native_threads
+    from cockpit_training.device import limit_native_threads
 
     limit_native_threads()
-    from training.envpool_vec import EnvpoolVecEnv
+    from cockpit_training.envpool_vec import EnvpoolVecEnv
 
     # The worker's own pool (Atari: episodic life and clipped rewards), stepped raw, past the adapter.
     pool = EnvpoolVecEnv.make(env_id, n_envs, seed=seed, num_threads=threads).pool

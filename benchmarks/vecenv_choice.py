@@ -7,11 +7,11 @@ this measures both across step costs and prints SubprocVecEnv's SPS over DummyVe
 
 What it measures: env steps per second through the SB3 VecEnv API (`venv.step(actions)` with
 random valid actions, no policy), for `--n-envs` envs (default 8, the cartpole preset's), each
-VecEnv built by the worker's own `training.envs.make_vec_env` with `vec_env` forced:
+VecEnv built by the worker's own `cockpit_training.envs.make_vec_env` with `vec_env` forced:
 - `GridWorld-v0` (`examples.gridworld`, a real cheap custom env: a few microseconds a step);
 - `Spin-v0` (this module): an env whose step busy-waits `cost_us` microseconds, holding the CPU
   (and the GIL) as a Python env's own computation would, for each cost in `--costs`.
-The "step us" column is `training.envs.step_cost_us`, the figure the worker's `auto` choice
+The "step us" column is `cockpit_training.envs.step_cost_us`, the figure the worker's `auto` choice
 compares with the threshold. Each backend is measured in a fresh process (`run_isolated`), every
 case for `--seconds` after untimed warm-up steps; the backends' order alternates between repeats,
 and the table shows medians and (min–max).
@@ -89,11 +89,11 @@ def vecenv_rates(backend: str, costs: list[float | None], n_envs: int, seconds: 
     """Child process: for each case, build `n_envs` envs in `backend` and time random-action vector
     steps for `seconds`; with `dummy`, also `step_cost_us` of one env. Returns SPS (and step us)
     per case, in order."""
-    from training.device import limit_native_threads
+    from cockpit_training.device import limit_native_threads
 
     limit_native_threads()
     from benchmarks.common import action_sampler
-    from training.envs import make_vec_env, step_cost_us
+    from cockpit_training.envs import make_vec_env, step_cost_us
 
     sps, step_us = [], []
     for cost in costs:

@@ -2,7 +2,7 @@
 
 What it measures: env steps per second through the SB3 VecEnv API (`venv.step(actions)` with
 random valid actions, no policy) for three vectorized envs with the same n_envs:
-- adapter: `training.envpool_vec.EnvpoolVecEnv.make(env_id, n_envs, seed=, num_threads=)`;
+- adapter: `cockpit_training.envpool_vec.EnvpoolVecEnv.make(env_id, n_envs, seed=, num_threads=)`;
 - DummyVecEnv: the gymnasium envs stepped one after another in this process;
 - SubprocVecEnv: one process per env (forkserver start, as the worker's gymnasium fallback).
 The ratios adapter/Dummy and adapter/Subproc are the adapter's speed-up.
@@ -76,7 +76,7 @@ def _gym_pong() -> Any:
 def make_venv(backend: str, env: str, n_envs: int, *, seed: int, threads: int) -> Any:
     """The SB3 VecEnv of `backend` ("adapter", "dummy" or "subproc") for `env` ("CartPole-v1" or "Pong")."""
     if backend == "adapter":
-        from training.envpool_vec import EnvpoolVecEnv
+        from cockpit_training.envpool_vec import EnvpoolVecEnv
 
         return EnvpoolVecEnv.make(ENVPOOL_IDS[env], n_envs, seed=seed, num_threads=threads)
 
@@ -93,7 +93,7 @@ def vecenv_steps(
     backend: str, env: str, n_envs: int, threads: int, seed: int, steps: int, warmup: int
 ) -> dict[str, Any]:
     """Child process: build and reset the VecEnv, then time `steps` random-action vector steps."""
-    from training.device import limit_native_threads
+    from cockpit_training.device import limit_native_threads
 
     limit_native_threads()
     import warnings

@@ -1,6 +1,6 @@
 """Worker SPS against a bare stable-baselines3 PPO script with identical settings.
 
-What it measures: the steps per second of a real `python -m training.worker` run as a fraction
+What it measures: the steps per second of a real `python -m cockpit_training.worker` run as a fraction
 of the SPS of the same PPO training done bare (no callback, no events, no checkpoints). The
 ratio worker/bare is what the cockpit's machinery costs; the goal is >= 0.97.
 
@@ -11,7 +11,7 @@ repeats, bare first on odd ones).
   final checkpoint, so the periodic and final checkpoints count against the worker.
 - Bare side: a child process resolves the same arguments with the worker's own `WorkerArgs.parse`
   and `resolve_config`, calls `limit_native_threads` first as the worker does, builds the env
-  with the worker's `make_vec_env` (EnvpoolVecEnv) and the model with `training.model.new_model`
+  with the worker's `make_vec_env` (EnvpoolVecEnv) and the model with `cockpit_training.model.new_model`
   (what the worker's `train` calls for a fresh job), and times `model.learn(T)` alone.
 Both sides get the same preset, timesteps, seed, envpool threads, torch threads and device.
 Timesteps are rounded up to whole rollouts (n_envs × n_steps), so both sides collect and train
@@ -63,17 +63,17 @@ def bare_ppo(argv: list[str]) -> dict[str, Any]:
     Returns the steps trained and the seconds `learn` took.
     """
     from cockpit.contract.workerargs import WorkerArgs
-    from training import worker
-    from training.device import limit_native_threads
+    from cockpit_training import worker
+    from cockpit_training.device import limit_native_threads
 
     limit_native_threads()  # before numpy and torch load, as in the worker's main()
     config = worker.resolve_config(WorkerArgs.parse(argv))
 
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from training.device import apply_torch_threads, enable_tf32
-    from training.envs import make_vec_env
-    from training.model import new_model
+    from cockpit_training.device import apply_torch_threads, enable_tf32
+    from cockpit_training.envs import make_vec_env
+    from cockpit_training.model import new_model
 
     apply_torch_threads(config.torch_threads)
     if config.device == "cuda":

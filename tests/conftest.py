@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from stable_baselines3 import PPO
 
+from cockpit_training.envpool_vec import EnvpoolVecEnv
 from tests.cockpitproc import STARTED, Cockpit, start_cockpit
-from training.envpool_vec import EnvpoolVecEnv
 
 
 @pytest.fixture

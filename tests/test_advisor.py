@@ -132,7 +132,7 @@ def test_without_a_gpu_a_saturated_cpu_is_the_goal_not_a_problem() -> None:
     assert advise(THIS_MACHINE, load("cartpole"), 2, full) == []
 
 
-# Costs as `training.probe` measured them on this 2-core machine (microseconds, one thread).
+# Costs as `cockpit_training.probe` measured them on this 2-core machine (microseconds, one thread).
 CARTPOLE_COSTS = Costs("cpu", step_overhead_us=372, env_policy_us=5, env_step_us=7.8, train_sample_us=5)
 PONG_COSTS = Costs("cpu", step_overhead_us=760, env_policy_us=525, env_step_us=287, train_sample_us=985)
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from cockpit.contract.events import E, EventWriter, PhaseEvent, read_events
-from training.callback import CockpitCallback
-from training.stopping import StopFlag, StopRequested
+from cockpit_training.callback import CockpitCallback
+from cockpit_training.stopping import StopFlag, StopRequested
 
 ROLLOUT = 64  # 4 envs x 16 steps in the tiny_ppo fixture
 
@@ -107,12 +107,12 @@ def test_periodic_checkpoints_come_after_training(tmp_path: Path, tiny_ppo) -> N
 def test_a_train_phase_sends_a_heartbeat_every_interval_from_its_optimizer_steps(
     tmp_path: Path, tiny_ppo, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import training.callback
+    import cockpit_training.callback
 
     model = tiny_ppo(n_epochs=10)  # 20 optimizer steps per train phase (64 samples, batches of 32)
     now = [0.0]
     model.policy.optimizer.register_step_post_hook(lambda *_: now.__setitem__(0, now[0] + 2.0))  # 2 s a step
-    monkeypatch.setattr(training.callback.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(cockpit_training.callback.time, "monotonic", lambda: now[0])
     _, events = run(tmp_path, model, 3 * ROLLOUT, progress_interval=3600, heartbeat_interval=5.0)
     beats = [e for e in events if e.kind == "heartbeat"]
     # Each 40-s phase: a heartbeat 6, 12 ... 36 s in (the first step at or past 5 s since the last).

@@ -12,9 +12,9 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.vec_env import VecNormalize
 
 from cockpit.contract.presets import load
-from training.checkpoints import MODEL_FILE, CheckpointStore
-from training.envpool_vec import EnvpoolVecEnv
-from training.model import new_model, resume
+from cockpit_training.checkpoints import MODEL_FILE, CheckpointStore
+from cockpit_training.envpool_vec import EnvpoolVecEnv
+from cockpit_training.model import new_model, resume
 
 
 def test_save_keeps_the_newest_two_and_verifies(tmp_path: Path, tiny_ppo) -> None:

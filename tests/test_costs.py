@@ -1,4 +1,4 @@
-"""Measured job costs: the probe (`training.probe`) and its cache (`cockpit.core.costs`)."""
+"""Measured job costs: the probe (`cockpit_training.probe`) and its cache (`cockpit.core.costs`)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def test_an_epochs_fixed_cost_is_shared_by_the_rollouts_samples() -> None:
 
 @pytest.mark.slow
 def test_the_real_probe_measures_a_cartpole_job() -> None:
-    done = subprocess.run([sys.executable, "-m", "training.probe", "--preset", "cartpole"],
+    done = subprocess.run([sys.executable, "-m", "cockpit_training.probe", "--preset", "cartpole"],
                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert done.returncode == 0, done.stderr
     record = json.loads(done.stdout)

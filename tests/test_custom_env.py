@@ -234,7 +234,7 @@ def test_the_vec_env_rule() -> None:
 
 
 def test_the_worker_measures_a_step_and_picks_by_it(workdir: Path) -> None:
-    from training.envs import choose_vec_env, make_vec_env, step_cost_us
+    from cockpit_training.envs import choose_vec_env, make_vec_env, step_cost_us
 
     (workdir / "slow.py").write_text(
         textwrap.dedent("""
@@ -272,7 +272,7 @@ def test_subprocvecenv_children_find_the_module_though_their_forkserver_started_
     # A served worker runs job after job: its forkserver may have started for a gymnasium env before
     # a later job's custom module was on its path, and the worker's own cwd is not the user's.
     script = textwrap.dedent("""
-        from training.envs import make_vec_env
+        from cockpit_training.envs import make_vec_env
         first = make_vec_env("Taxi-v4", 2, seed=0, vec_env="subproc")  # starts the forkserver
         first.close()
         venv = make_vec_env("gridworld:GridWorld-v0", 2, seed=0, env_kwargs={"size": 3}, vec_env="subproc")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from training import device
+from cockpit_training import device
 
 
 def test_cpu_is_always_available() -> None:

@@ -8,7 +8,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from training.envpool_vec import EnvpoolVecEnv
+from cockpit_training.envpool_vec import EnvpoolVecEnv
 
 N_ENVS = 4
 MAX_STEPS = 50

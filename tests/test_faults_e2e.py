@@ -138,7 +138,7 @@ def test_a_full_disk_pauses_the_jobs_and_resume_continues_them_once_there_is_roo
     assert "[cockpit] samples not written after" in out or "[cockpit] run.toml not updated" in out, out[-3000:]
 
     # Every job still has its last checkpoint, whole.
-    from training.checkpoints import CheckpointStore
+    from cockpit_training.checkpoints import CheckpointStore
 
     for job in ("000", "001"):
         best, corrupt = CheckpointStore(run_dir / "jobs" / job / "checkpoints").newest_valid()

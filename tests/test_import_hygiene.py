@@ -23,13 +23,19 @@ def test_core_never_imports_textual() -> None:
 
 def test_training_never_imports_textual_or_the_tui() -> None:
     loaded = _modules_loaded_by(
-        ["training.worker", "training.callback", "training.envpool_vec", "training.checkpoints", "training.envs"]
+        [
+            "cockpit_training.worker",
+            "cockpit_training.callback",
+            "cockpit_training.envpool_vec",
+            "cockpit_training.checkpoints",
+            "cockpit_training.envs",
+        ]
     )
     assert not any(m.startswith(("textual", "cockpit.views.tui")) for m in loaded)
 
 
 def test_worker_module_defers_torch_until_thread_limits_are_set() -> None:
-    loaded = _modules_loaded_by(["training.worker"])
+    loaded = _modules_loaded_by(["cockpit_training.worker"])
     assert "torch" not in loaded and "numpy" not in loaded
 
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from stable_baselines3 import PPO
 
+from cockpit_training.checkpoints import CheckpointStore
 from tests.cockpitproc import Cockpit
 from tests.workerproc import kinds
-from training.checkpoints import CheckpointStore
 
 
 @pytest.mark.slow

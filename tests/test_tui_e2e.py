@@ -36,7 +36,7 @@ def _processes_of(run_dir: Path) -> list[psutil.Process]:
     for proc in psutil.process_iter(["cmdline", "status"]):
         argv = proc.info["cmdline"] or []
         cmdline = " ".join(argv)
-        ours = "-m" in argv and any(module in argv for module in ("cockpit", "training.worker"))
+        ours = "-m" in argv and any(module in argv for module in ("cockpit", "cockpit_training.worker"))
         if ours and str(run_dir) in cmdline and proc.info["status"] != psutil.STATUS_ZOMBIE:
             found.append(proc)
     return found

@@ -169,7 +169,7 @@ def test_kill_9_of_tune_mid_trial_leaves_no_worker_alive(tmp_path: Path) -> None
         while time.monotonic() < deadline:  # a probe, if any, comes first; then the first trial's workers step
             stepping = [p for p in tmp_path.glob("cockpit-tune-*/trial-*/job-*/events.jsonl") if p.stat().st_size]
             workers = [p for p in psutil.Process(tune.pid).children(recursive=True)
-                       if "training.worker" in " ".join(p.cmdline())]  # fmt: skip
+                       if "cockpit_training.worker" in " ".join(p.cmdline())]  # fmt: skip
             if stepping and workers:
                 break
             assert tune.poll() is None, "tune exited before its first trial"

@@ -8,7 +8,7 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 
 from cockpit.contract.events import read_events
-from training.callback import CockpitCallback
+from cockpit_training.callback import CockpitCallback
 
 
 def test_a_plain_sb3_script_reports_to_the_cockpit(tmp_path: Path) -> None:

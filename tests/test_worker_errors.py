@@ -11,8 +11,8 @@ import torch
 
 from cockpit.contract.events import read_events
 from cockpit.contract.workerargs import WorkerArgs
-from training import worker
-from training.stopping import StopFlag
+from cockpit_training import worker
+from cockpit_training.stopping import StopFlag
 
 
 @pytest.fixture(autouse=True)

@@ -178,7 +178,7 @@ def test_bad_input_exits_2_and_the_process_serves_the_next_job_until_it_retires(
         assert wait_exit(launcher, bad_preset) == 2
         (error,) = kinds(read_events(bad_preset.job_dir / "events.jsonl"), "error")
         assert error.type == "invalid_config" and "preset 'huge': no such preset" in error.message
-        assert "python -m training.worker: error: preset 'huge'" in launcher.stderr_tail(bad_preset, 1)
+        assert "python -m cockpit_training.worker: error: preset 'huge'" in launcher.stderr_tail(bad_preset, 1)
 
         bad_flag = launcher.launch(job(tmp_path, "flag", timesteps=-5))  # argparse's exit 2
         assert bad_flag.pid == bad_preset.pid

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from cockpit.contract.events import PhaseEvent, read_events
+from cockpit_training.checkpoints import MODEL_FILE, CheckpointStore
 from tests.workerproc import Worker, kinds, run_worker, start_worker, write_preset
-from training.checkpoints import MODEL_FILE, CheckpointStore
 
 
 @pytest.mark.parametrize(
@@ -51,7 +51,7 @@ def test_a_bad_preset_file_names_the_file_and_key(tmp_path: Path) -> None:
     result = run_worker("--preset", str(preset), "--timesteps", "1000", "--job-dir", str(tmp_path / "job"))
     assert result.returncode == 2
     assert result.stderr.strip() == (
-        f"python -m training.worker: error: {preset}: 'batch_size' 100 must divide n_envs x n_steps = 256; "
+        f"python -m cockpit_training.worker: error: {preset}: 'batch_size' 100 must divide n_envs x n_steps = 256; "
         'try 64 or 128, or batch_size = "auto"'
     )
 

@@ -20,11 +20,11 @@ from stable_baselines3 import PPO
 from cockpit.contract.events import E, EventWriter, PhaseEvent, read_events
 from cockpit.contract.presets import Preset, load
 from cockpit.contract.workerargs import PARENT_PID_ENV
-from training import worker
-from training.checkpoints import CheckpointStore
-from training.envpool_vec import EnvpoolVecEnv
-from training.model import CheckpointMismatch, new_model, resume
-from training.stopping import StopFlag
+from cockpit_training import worker
+from cockpit_training.checkpoints import CheckpointStore
+from cockpit_training.envpool_vec import EnvpoolVecEnv
+from cockpit_training.model import CheckpointMismatch, new_model, resume
+from cockpit_training.stopping import StopFlag
 
 ROLLOUT = 64  # 4 envs x 16 steps
 
@@ -42,9 +42,9 @@ def config(job_dir: Path, preset: Preset, timesteps: int) -> worker.JobConfig:
 def test_a_stop_mid_run_writes_a_loadable_checkpoint_and_finishes_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import training.device
+    import cockpit_training.device
 
-    monkeypatch.setattr(training.device, "apply_torch_threads", lambda _threads: None)  # pytest's torch stays
+    monkeypatch.setattr(cockpit_training.device, "apply_torch_threads", lambda _threads: None)  # pytest's torch stays
     job_dir = tmp_path / "job"
     job_dir.mkdir()
     stop = StopFlag()
@@ -143,10 +143,10 @@ def test_a_worker_started_on_a_locked_job_dir_is_refused(
     assert not (job_dir / "events.jsonl").exists() and not (job_dir / "checkpoints").exists()
 
 
-# A stand-in worker: follows its cockpit like `training.worker` does, then reports why it stopped.
+# A stand-in worker: follows its cockpit like `cockpit_training.worker` does, then reports why it stopped.
 FOLLOWER = """
 import time
-from training.stopping import StopFlag, stop_with_parent
+from cockpit_training.stopping import StopFlag, stop_with_parent
 stop = StopFlag()
 stop.install_signal_handlers()
 stop_with_parent(stop)

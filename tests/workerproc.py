@@ -65,18 +65,18 @@ class Worker:
 
 
 def start_worker(job_dir: Path, *args: str) -> Worker:
-    """Start `python -m training.worker --job-dir job_dir *args` with output beside the job dir."""
+    """Start `python -m cockpit_training.worker --job-dir job_dir *args` with output beside the job dir."""
     job_dir.parent.mkdir(parents=True, exist_ok=True)
     out = (job_dir.parent / f"{job_dir.name}.stdout").open("ab")
     err = (job_dir.parent / f"{job_dir.name}.stderr").open("ab")
-    cmd = [sys.executable, "-m", "training.worker", "--job-dir", str(job_dir), "--threads", "1", *args]
+    cmd = [sys.executable, "-m", "cockpit_training.worker", "--job-dir", str(job_dir), "--threads", "1", *args]
     proc = subprocess.Popen(cmd, stdout=out, stderr=err, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     return Worker(proc, job_dir)
 
 
 def run_worker(*args: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
     """Run the worker to completion and capture its output."""
-    cmd = [sys.executable, "-m", "training.worker", *args]
+    cmd = [sys.executable, "-m", "cockpit_training.worker", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
 
 

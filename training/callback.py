@@ -2,7 +2,7 @@
 
 It works in any SB3 on-policy script, not just the cockpit's worker:
 
-    from training.callback import CockpitCallback
+    from cockpit_training.callback import CockpitCallback
     model.learn(1_000_000, callback=CockpitCallback.for_job_dir("runs/mine/jobs/0"))
 
 SB3 calls `on_rollout_start` when it starts collecting and `on_rollout_end` when the rollout
@@ -30,7 +30,7 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 from cockpit.contract.events import EVENTS_FILE, EventWriter
-from training.stopping import StopFlag, StopRequested
+from cockpit_training.stopping import StopFlag, StopRequested
 
 VERSIONED_PACKAGES = ("torch", "stable-baselines3", "envpool", "gymnasium", "numpy")
 # Seconds between heartbeats in a train phase: far below the cockpit's 60-s minimum stall timeout,

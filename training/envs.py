@@ -124,7 +124,7 @@ def make_vec_env(
     """
     kwargs = dict(env_kwargs or {})
     if backend_for(env_id) == "envpool":
-        from training.envpool_vec import EnvpoolVecEnv
+        from cockpit_training.envpool_vec import EnvpoolVecEnv
 
         with warnings.catch_warnings():
             # envpool's Box spaces are float64-bounded; gymnasium warns once per space when it casts.

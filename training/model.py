@@ -20,8 +20,8 @@ from stable_baselines3.common.utils import LinearSchedule
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
 
 from cockpit.contract.presets import Preset
-from training.checkpoints import Checkpoint, CheckpointStore, CorruptCheckpoint
-from training.envs import policy_for
+from cockpit_training.checkpoints import Checkpoint, CheckpointStore, CorruptCheckpoint
+from cockpit_training.envs import policy_for
 
 _ACTIVATIONS: dict[str, type[torch.nn.Module]] = {"tanh": torch.nn.Tanh, "relu": torch.nn.ReLU}
 

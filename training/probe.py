@@ -1,4 +1,4 @@
-"""Measure what one PPO job of a preset costs on this machine: `python -m training.probe --preset P`.
+"""Measure what one PPO job of a preset costs on this machine: `python -m cockpit_training.probe --preset P`.
 
 Prints one JSON object on stdout (times in microseconds, the device a worker would use, one
 thread: envpool's too, so the per-env figures are one core's; workers may step envs on more):
@@ -48,8 +48,8 @@ from typing import Any
 from cockpit.contract.arguments import ArgumentParser
 from cockpit.contract.envids import EnvError, backend_for
 from cockpit.contract.presets import Preset, PresetError, largest_divisor_at_most, load
-from training.device import DeviceError, apply_torch_threads, enable_tf32, limit_native_threads, resolve_device
-from training.stopping import die_with_parent
+from cockpit_training.device import DeviceError, apply_torch_threads, enable_tf32, limit_native_threads, resolve_device
+from cockpit_training.stopping import die_with_parent
 
 SMALL, LARGE = 2, 16  # env counts: the step cost is a line through these two points
 MIN_STEPS = 128  # rollout steps timed per env count: fewer leave the per-env difference in the noise
@@ -80,8 +80,8 @@ def _own_shape(preset: Preset, large: tuple[float, float, int, float]) -> Preset
 
 def _build(preset: Preset, device: str) -> tuple[Any, Any]:
     """The preset's env (its envs stepped on one thread) and a fresh PPO model on it, seed 0."""
-    from training.envs import make_vec_env
-    from training.model import new_model
+    from cockpit_training.envs import make_vec_env
+    from cockpit_training.model import new_model
 
     venv = make_vec_env(preset.env, preset.n_envs, seed=0, threads=1, env_kwargs=preset.env_kwargs)
     try:
@@ -164,7 +164,7 @@ def _vector_step_s(env_id: str, n_envs: int, env_kwargs: dict[str, Any]) -> floa
     """Seconds per vectorized step of `n_envs` envs alone, on one thread."""
     import numpy as np
 
-    from training.envs import make_vec_env
+    from cockpit_training.envs import make_vec_env
 
     venv = make_vec_env(env_id, n_envs, seed=0, threads=1, env_kwargs=env_kwargs)
     try:
@@ -238,7 +238,7 @@ def probe(preset: Preset, device: str, import_s: float = 0.0) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit 0 with the JSON on stdout; 2 with one line on stderr for bad input."""
-    parser = ArgumentParser(prog="python -m training.probe", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m cockpit_training.probe", description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", required=True, metavar="NAME|FILE", help="a preset name or a .toml path")
     parser.add_argument("--env", metavar="ENV", help="environment id (default: the preset's)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="torch device")
@@ -253,18 +253,18 @@ def main(argv: list[str] | None = None) -> int:
             preset = dataclasses.replace(preset, env=args.env)
         device = resolve_device(args.device)
     except (PresetError, DeviceError) as exc:
-        print(f"python -m training.probe: error: {exc}", file=sys.stderr)
+        print(f"python -m cockpit_training.probe: error: {exc}", file=sys.stderr)
         return 2
     # What a fresh worker process pays before its first job: Python, torch, SB3 and the env's library.
     import psutil
     import stable_baselines3  # noqa: F401
 
-    import training.envs  # noqa: F401
+    import cockpit_training.envs  # noqa: F401
 
     try:  # imports envpool, or a `module:EnvId`'s module: part of what a worker pays
         backend = backend_for(preset.env)
     except EnvError as exc:
-        print(f"python -m training.probe: error: {exc}", file=sys.stderr)
+        print(f"python -m cockpit_training.probe: error: {exc}", file=sys.stderr)
         return 2
     if backend == "envpool":
         import envpool  # noqa: F401

@@ -1,4 +1,4 @@
-"""One PPO training job: `python -m training.worker --preset P --timesteps T --job-dir DIR`.
+"""One PPO training job: `python -m cockpit_training.worker --preset P --timesteps T --job-dir DIR`.
 
 The worker trains stable-baselines3 PPO on envpool (gymnasium as the fallback), reports to the
 cockpit through `DIR/events.jsonl`, checkpoints to `DIR/checkpoints/`, and resumes from the newest
@@ -10,9 +10,9 @@ Exit codes: 0 done or stopped, 1 training failed (an `error` event says why), 2 
 full: a write (a checkpoint, an event, a log line) failed with ENOSPC or EDQUOT. The `error` event
 (type `disk_full`) then names the path and the free space when it can still be written; the exit
 code says it when it cannot, so the cockpit pauses the job rather than restarting it into the same
-full disk. The previous checkpoint is left whole (`training.checkpoints`).
+full disk. The previous checkpoint is left whole (`cockpit_training.checkpoints`).
 
-`python -m training.worker --serve --status-fd N` (see `serve`) imports once and then runs job
+`python -m cockpit_training.worker --serve --status-fd N` (see `serve`) imports once and then runs job
 after job, each read from stdin, exactly as a fresh worker would run it; a launcher's pool of
 these saves each job the seconds of start-up.
 """
@@ -58,8 +58,8 @@ from cockpit.contract.workerargs import (
     eval_envs,
     status_line,
 )
-from training.device import DeviceError, limit_native_threads, resolve_device
-from training.stopping import JobSignals, StopFlag, stop_with_parent
+from cockpit_training.device import DeviceError, limit_native_threads, resolve_device
+from cockpit_training.stopping import JobSignals, StopFlag, stop_with_parent
 
 # numpy, torch, SB3 and gymnasium are imported inside functions: their thread pools size
 # themselves at import, so they must load only after `limit_native_threads()` has run.
@@ -181,7 +181,7 @@ def disk_full_message(exc: BaseException, job_dir: Path) -> str | None:
 
 
 def _error_type(exc: BaseException) -> str:
-    from training.device import is_cuda_oom
+    from cockpit_training.device import is_cuda_oom
 
     if _disk_full_error(exc) is not None:
         return DISK_FULL_ERROR
@@ -215,12 +215,12 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
     import torch
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from training.callback import CockpitCallback, package_versions
-    from training.checkpoints import CheckpointStore
-    from training.device import apply_torch_threads, enable_tf32
-    from training.envs import make_vec_env
-    from training.model import new_model, resume
-    from training.stopping import StopRequested
+    from cockpit_training.callback import CockpitCallback, package_versions
+    from cockpit_training.checkpoints import CheckpointStore
+    from cockpit_training.device import apply_torch_threads, enable_tf32
+    from cockpit_training.envs import make_vec_env
+    from cockpit_training.model import new_model, resume
+    from cockpit_training.stopping import StopRequested
 
     started = time.time()
     apply_torch_threads(config.torch_threads)
@@ -315,8 +315,8 @@ def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, event
     from stable_baselines3.common.evaluation import evaluate_policy
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from training.envs import make_vec_env
-    from training.stopping import StopRequested
+    from cockpit_training.envs import make_vec_env
+    from cockpit_training.stopping import StopRequested
 
     assert config.eval_episodes is not None
     started = time.monotonic()
@@ -345,7 +345,7 @@ def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, event
 
 
 def _input_error(message: str) -> int:
-    print(f"python -m training.worker: error: {message}", file=sys.stderr)
+    print(f"python -m cockpit_training.worker: error: {message}", file=sys.stderr)
     return 2
 
 
@@ -381,7 +381,7 @@ def run_job(argv: list[str] | None, stop: StopFlag, received_at: float | None = 
     """Run one job from its flags: its exit code, and the exception that failed its training (None
     when it did not fail that way). The job dir's lock is held until it returns."""
     from cockpit.contract.envids import EnvError
-    from training.model import CheckpointMismatch
+    from cockpit_training.model import CheckpointMismatch
 
     args = WorkerArgs.parse(argv)
     try:
@@ -479,11 +479,11 @@ def _import_training_stack() -> None:
     import psutil  # noqa: F401
     import torch  # noqa: F401
 
-    import training.callback
-    import training.checkpoints
-    import training.envpool_vec
-    import training.envs
-    import training.model  # noqa: F401
+    import cockpit_training.callback
+    import cockpit_training.checkpoints
+    import cockpit_training.envpool_vec
+    import cockpit_training.envs
+    import cockpit_training.model  # noqa: F401
 
 
 class _Requests:
@@ -582,7 +582,7 @@ def _breaks_process(failure: Exception | None) -> bool:
     (an out-of-memory or a device fault can leave the CUDA context unusable)."""
     if failure is None:
         return False
-    from training.device import is_cuda_oom
+    from cockpit_training.device import is_cuda_oom
 
     return is_cuda_oom(failure) or "CUDA" in str(failure)
 

@@ -282,7 +282,7 @@ def resolve(raw: Mapping[str, Any], *, name: str, source: str) -> Preset:
 
 def builtin_names() -> list[str]:
     """Names of the presets shipped with cockpit, in the order a user should meet them."""
-    found = {p.name[: -len(".toml")] for p in resources.files("presets").iterdir() if p.name.endswith(".toml")}
+    found = {p.name[: -len(".toml")] for p in resources.files("cockpit_presets").iterdir() if p.name.endswith(".toml")}
     order = ["cartpole", "fast", "heavy", "beast"]
     return [n for n in order if n in found] + sorted(found - set(order))
 
@@ -310,7 +310,7 @@ def load(spec: str) -> Preset:
                 f"preset {spec!r}: no such preset; choose one of {', '.join(builtin_names())} "
                 "or give a path to a .toml file"
             )
-        resource = resources.files("presets") / f"{spec}.toml"
+        resource = resources.files("cockpit_presets") / f"{spec}.toml"
         name, source = spec, f"presets/{spec}.toml"
         text = resource.read_text(encoding="utf-8")
     try:

@@ -13,7 +13,7 @@
   jobs/<id>/        one job directory per job (`JobDir`)
 ```
 
-A job directory is the worker's (`python -m training.worker --job-dir DIR`); it need not sit in a
+A job directory is the worker's (`python -m cockpit_training.worker --job-dir DIR`); it need not sit in a
 run directory, so `JobDir` stands alone:
 
 ```

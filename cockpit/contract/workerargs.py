@@ -11,7 +11,7 @@ event of type `DISK_FULL_ERROR` and the exit code `DISK_FULL_EXIT` (the exit cod
 event could not be written either), after which the supervisor pauses the job instead of
 restarting it.
 
-A served worker (`python -m training.worker --serve --status-fd N`, `ServeArgs`) runs many jobs in
+A served worker (`python -m cockpit_training.worker --serve --status-fd N`, `ServeArgs`) runs many jobs in
 one process, so that the imports and start-up are paid once: it reads one job per line on stdin
 (`encode_request`: a JSON list, the flags `WorkerArgs.to_argv` gives), runs it as a fresh worker
 would (same events, logs, lock and exit codes), and writes one `status_line` per job on fd N:
@@ -29,13 +29,13 @@ from typing import Literal, cast
 from cockpit.contract.arguments import ArgumentParser, non_negative_int, positive_int
 from cockpit.contract.presets import builtin_names
 
-WORKER_MODULE = "training.worker"
+WORKER_MODULE = "cockpit_training.worker"
 PARENT_PID_ENV = "COCKPIT_PARENT_PID"
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 DISK_FULL_ERROR = "disk_full"  # the `error` event's type when a write failed with ENOSPC or EDQUOT
 DISK_FULL_EXIT = 3  # the worker's exit code then (0 done or stopped, 1 failed, 2 bad input)
 
-SERVE_FLAG = "--serve"  # `python -m training.worker --serve ...`: the served worker (ServeArgs)
+SERVE_FLAG = "--serve"  # `python -m cockpit_training.worker --serve ...`: the served worker (ServeArgs)
 SERVE_MAX_JOBS = 25  # jobs a served worker runs before it exits, which bounds its memory growth
 EVAL_ENVS_MAX = 16  # scoring plays up to this many envs at once, even where the preset trains on fewer
 
@@ -67,7 +67,7 @@ class WorkerArgs:
     eval_episodes: int | None = None  # score the model at its target with this many episodes
 
     def to_argv(self) -> tuple[str, ...]:
-        """The flags after `python -m training.worker`; `parse(to_argv())` gives this back."""
+        """The flags after `python -m cockpit_training.worker`; `parse(to_argv())` gives this back."""
         argv = ["--preset", self.preset]
         if self.env is not None:
             argv += ["--env", self.env]
@@ -173,7 +173,7 @@ class ServeArgs:
     max_jobs: int = SERVE_MAX_JOBS
 
     def to_argv(self) -> tuple[str, ...]:
-        """The flags after `python -m training.worker`; `parse(to_argv())` gives this back."""
+        """The flags after `python -m cockpit_training.worker`; `parse(to_argv())` gives this back."""
         return (SERVE_FLAG, "--status-fd", str(self.status_fd), "--max-jobs", str(self.max_jobs))
 
     def command(self, python: str) -> list[str]:
@@ -194,8 +194,8 @@ def build_serve_parser() -> ArgumentParser:
         prog=f"python -m {WORKER_MODULE} {SERVE_FLAG}",
         description="Run job after job in one process, so that importing torch, SB3 and envpool is paid once. "
         "Each stdin line is one job: a JSON list of the worker's flags (--preset ... --job-dir DIR ...). The job runs "
-        "as `python -m training.worker FLAGS` would, its output appended to DIR/stdout.log and DIR/stderr.log, and its "
-        "exit code is written to --status-fd as one line, `exit CODE` (`exit CODE retiring` when the process exits "
+        f"as `python -m {WORKER_MODULE} FLAGS` would, its output appended to DIR/stdout.log and DIR/stderr.log, and "
+        "its exit code is written to --status-fd as one line, `exit CODE` (`exit CODE retiring` when the process exits "
         "after it). EOF on stdin, or SIGTERM between jobs, ends the process; SIGTERM during a job stops that job.",
     )
     parser.add_argument(SERVE_FLAG, action="store_true", required=True, help="serve jobs from stdin")

@@ -139,7 +139,7 @@ def job_measure(job_id: str, *, sps: float | None, phases: Mapping[str, PhaseFig
 @dataclass(frozen=True)
 class Costs:
     """What one job of a preset costs on this machine, as a probe measured it (microseconds,
-    one thread; see `training.probe`)."""
+    one thread; see `cockpit_training.probe`)."""
 
     device: str  # where the probe's policy ran: "cpu" or "cuda"
     step_overhead_us: float  # a rollout step's fixed cost, whatever the number of envs

@@ -1,6 +1,6 @@
 """What jobs running side by side cost each other on this machine, measured with two real jobs.
 
-One job's probe (`training.probe`) times it alone, with the other cores idle. A fleet's jobs are
+One job's probe (`cockpit_training.probe`) times it alone, with the other cores idle. A fleet's jobs are
 never alone, and on the machines cockpit was measured on that changes a job's speed both ways:
 
 - with every core running a job, a CartPole job stepped about 15 % *faster* than alone on the
@@ -10,7 +10,7 @@ never alone, and on the machines cockpit was measured on that changes a job's sp
   together than one job alone on it (each switch evicts the other's caches); Pong lost less.
 
 Neither follows from one job's costs, so both are measured: two partner processes (`python -m
-training.probe --partner`, training the preset until killed and printing each iteration's start,
+cockpit_training.probe --partner`, training the preset until killed and printing each iteration's start,
 end and samples) run in three phases, each until both have finished `MIN_ITERATIONS` iterations
 inside it and `WINDOW_S` has passed, and the three run in turn `ROUNDS` times (on a shared or
 virtual machine a core's speed drifts by 10-20 % over seconds: interleaving spreads the drift over
@@ -106,7 +106,7 @@ class _Partner:
     """A partner process and the iterations it has reported so far."""
 
     def __init__(self, preset_file: Path, stderr: IO[str]) -> None:
-        argv = [sys.executable, "-m", "training.probe", "--preset", str(preset_file), "--partner"]
+        argv = [sys.executable, "-m", "cockpit_training.probe", "--preset", str(preset_file), "--partner"]
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True,
                                      env={**os.environ, PARENT_PID_ENV: str(os.getpid())})  # fmt: skip
         self.iterations: list[Iteration] = []

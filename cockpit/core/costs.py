@@ -1,4 +1,4 @@
-"""What a preset's job costs on this machine: run `training.probe` once, then remember it.
+"""What a preset's job costs on this machine: run `cockpit_training.probe` once, then remember it.
 
 The advisor sizes n_envs and the number of jobs from these costs (`advisor.Costs`) instead of a
 table of envs per core. A probe takes 20-40 s (one job, then two side by side: `contention`), so
@@ -94,12 +94,12 @@ def _costs(record: dict[str, Any]) -> Costs:
 
 
 def run_probe(preset: Preset, workdir: Path) -> dict[str, Any]:
-    """Run `python -m training.probe` on `preset`, on the device a worker would pick, then two of
+    """Run `python -m cockpit_training.probe` on `preset`, on the device a worker would pick, then two of
     its jobs side by side (`contention.measure`), and return the probe's JSON with the contention
     factors; ConfigError if either fails."""
     preset_file = workdir / "probe-preset.toml"
     preset_file.write_text(to_toml(preset), encoding="utf-8")
-    argv = [sys.executable, "-m", "training.probe", "--preset", str(preset_file)]
+    argv = [sys.executable, "-m", "cockpit_training.probe", "--preset", str(preset_file)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL,
                               env={**os.environ, PARENT_PID_ENV: str(os.getpid())})  # fmt: skip

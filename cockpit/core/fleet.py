@@ -1,6 +1,6 @@
 """A fleet's time and cost, projected before it runs from what this machine measured.
 
-Every speed comes from a measurement: one job's costs as `training.probe` measured them for the
+Every speed comes from a measurement: one job's costs as `cockpit_training.probe` measured them for the
 agent's preset on this machine (`cockpit.core.costs`). No speed is invented: an agent whose costs
 could not be measured leaves the time and cost unknown.
 

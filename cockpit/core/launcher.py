@@ -6,7 +6,7 @@ stdout and stderr in the job dir, the thread budget in its environment, optional
 the cockpit's pid in `COCKPIT_PARENT_PID`, which makes the worker ask the kernel for SIGTERM
 (PR_SET_PDEATHSIG) if the cockpit dies, even by SIGKILL.
 
-`PooledLauncher` does the same with served workers (`python -m training.worker --serve`), each of
+`PooledLauncher` does the same with served workers (`python -m cockpit_training.worker --serve`), each of
 which runs job after job, so that a fleet of short jobs pays the worker's start-up (importing torch,
 SB3 and envpool: seconds) once per process rather than once per job. Its owner calls `close()`.
 """
@@ -101,7 +101,7 @@ WORKER_NICE = 10
 
 
 class LocalLauncher:
-    """Workers as local subprocesses (`python -m training.worker ...`), `nice` steps nicer than us."""
+    """Workers as local subprocesses (`python -m cockpit_training.worker ...`), `nice` steps nicer than us."""
 
     def __init__(self, python: str = sys.executable, cwd: Path | None = None, nice: int = WORKER_NICE) -> None:
         self.python = python
@@ -197,7 +197,7 @@ class _Served:
 
 
 class PooledLauncher:
-    """Workers as served processes (`python -m training.worker --serve`), each running one job
+    """Workers as served processes (`python -m cockpit_training.worker --serve`), each running one job
     after another: `launch` hands the job to an idle one, or starts one if none is idle.
 
     Each process is started as `LocalLauncher` starts a worker (its own session, `nice` steps
