@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -89,14 +90,23 @@ def build_parser() -> ArgumentParser:
 
     run = sub.add_parser(
         "run",
-        help="train N PPO agents in parallel, supervised, with a live table and a TOML run log",
+        help="train N PPO agents in parallel (or run your own training script N times), supervised, with a "
+        "live table and a TOML run log",
+        usage="cockpit run [FLAGS]\n       cockpit run [--jobs N] [--agents M] [--seed S] [FLAGS] -- COMMAND [ARG ...]",
         description="Start PPO training workers (stable-baselines3 on envpool), at most --jobs at a time,\n"
         "restart crashed ones from their checkpoints, sample the GPU (NVML, 5 Hz) and CPU, and\n"
-        "write RUN_DIR/run.toml. Ctrl-C checkpoints every job and stops; --resume RUN_DIR continues.",
+        "write RUN_DIR/run.toml. Ctrl-C checkpoints every job and stops; --resume RUN_DIR continues.\n\n"
+        "After --, your own command runs instead, once per agent, with the same queue, restarts, telemetry,\n"
+        "run.toml, TUI and attach. In it {seed}, {job_id} and {job_dir} become each job's; the job's\n"
+        "process also gets COCKPIT_SEED, COCKPIT_JOB_ID and COCKPIT_JOB_DIR. Exit 0 is done, any other\n"
+        "exit a crash (restarted; resuming is the script's business). Add\n"
+        "  from cockpit.callback import CockpitCallback; model.learn(..., callback=CockpitCallback())\n"
+        "to an SB3 script for its phases, progress, SPS and ETA.",
         epilog="Examples:\n  cockpit run                          2 cartpole jobs on a CPU machine (heavy on a GPU)\n"
         "  cockpit run --jobs 4 --preset heavy\n  cockpit run --agents 20 --jobs 4 --timesteps 500000\n"
         "  cockpit run --auto --agents 16       size the parallel jobs by measuring\n"
-        "  cockpit run --resume runs/20261121T230000Z-heavy-LunarLander-v3",
+        "  cockpit run --resume runs/20261121T230000Z-heavy-LunarLander-v3\n"
+        "  cockpit run --jobs 2 --agents 3 -- python examples/train_sb3.py --seed {seed} --out {job_dir}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     run.add_argument("--jobs", type=positive_int, metavar="N", help="workers running at once (default: 2)")
@@ -287,7 +297,13 @@ def build_parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `cockpit` console script; returns the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    # `cockpit run [FLAGS] -- COMMAND ...`: everything after the first `--` is the user's command.
+    split = words.index("--") if "--" in words else None
+    args = parser.parse_args(words[:split] if split is not None else words)
+    if split is not None and args.command != "run":
+        args = parser.parse_args(words)  # another command's own `--`, as argparse reads it
+    args.script = tuple(words[split + 1 :]) if split is not None and args.command == "run" else None
     args.argv = argv
     if args.command is None:
         return _cmd_launcher(parser)

@@ -4,7 +4,8 @@ cockpit is installed here the regular way (a wheel built from this checkout, `pi
 --target`), not editable: that is what puts files in site-packages, and what a user has. Then:
 - a user's own `training` and `presets` packages in the working directory do not replace cockpit's
   worker or its built-in presets under `cockpit run`;
-- with cockpit installed, `import training` and `import presets` still find the user's.
+- with cockpit installed, `import training` and `import presets` still find the user's, in their
+  own code and in their script under `cockpit run -- python script.py`.
 """
 
 from __future__ import annotations
@@ -104,3 +105,13 @@ def test_the_installed_worker_answers_from_a_users_project(installed: Path, tmp_
     assert result.returncode == 0, result.stderr
     assert "usage: python -m cockpit_training.worker" in result.stdout
     assert not (project / "training" / "imported").exists()
+
+
+@pytest.mark.slow
+def test_a_users_script_under_cockpit_imports_its_own_training_package(installed: Path, tmp_path: Path) -> None:
+    project = user_project(tmp_path / "project")
+    (project / "train.py").write_text("import training, presets\nprint(training.MARK, presets.MARK)\n")
+    result = run_python(project, installed, "-m", "cockpit", "run", "--headless", "--run-dir", "run", "--",
+                        sys.executable, "train.py", timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (project / "run" / "jobs" / "000" / "stdout.log").read_text() == "user's training user's presets\n"

@@ -2,8 +2,15 @@
 
 It works in any SB3 on-policy script, not just the cockpit's worker:
 
-    from cockpit_training.callback import CockpitCallback
-    model.learn(1_000_000, callback=CockpitCallback.for_job_dir("runs/mine/jobs/0"))
+    from cockpit.callback import CockpitCallback
+    model.learn(1_000_000, callback=CockpitCallback())
+
+With no arguments it reports to the job that `cockpit run -- python train.py` started the script
+for (its directory is in `COCKPIT_JOB_DIR`); run outside the cockpit, it does nothing at all.
+`CockpitCallback.for_job_dir(DIR)` reports to a job directory of your choosing. There,
+`CockpitCallback(checkpoint_every=N)` also saves the model every N steps into the job's
+checkpoints (atomically, the newest two kept) and reports each, and after a restart
+`CockpitCallback.newest_checkpoint()` names the model file to go on from.
 
 SB3 calls `on_rollout_start` when it starts collecting and `on_rollout_end` when the rollout
 buffer is full and training is about to start, so those two hooks mark the phases exactly. The
@@ -30,6 +37,9 @@ import numpy as np
 from stable_baselines3.common.callbacks import BaseCallback
 
 from cockpit.contract.events import EVENTS_FILE, EventWriter
+from cockpit.contract.rundir import JobDir
+from cockpit.contract.scriptargs import JOB_DIR_ENV
+from cockpit_training.checkpoints import CheckpointStore
 from cockpit_training.stopping import StopFlag, StopRequested
 
 VERSIONED_PACKAGES = ("torch", "stable-baselines3", "envpool", "gymnasium", "numpy")
@@ -79,11 +89,14 @@ class CockpitCallback(BaseCallback):
 
     A stop requested during a train phase raises `StopRequested` out of `learn()`; catch it to
     save the model.
+
+    `events` None (`CockpitCallback()`): the job named by `COCKPIT_JOB_DIR`, when the cockpit
+    started this process; without it the callback is inert and leaves training as it was.
     """
 
     def __init__(
         self,
-        events: EventWriter,
+        events: EventWriter | None = None,
         *,
         stop: StopFlag | None = None,
         checkpoint: Callable[[Any], tuple[str, int]] | None = None,
@@ -94,7 +107,13 @@ class CockpitCallback(BaseCallback):
         emit_started: bool = True,
     ) -> None:
         super().__init__(verbose=0)
-        self.events = events
+        job_dir = os.environ.get(JOB_DIR_ENV)
+        if events is None and job_dir:
+            events = EventWriter(Path(job_dir) / EVENTS_FILE)
+            if checkpoint is None and checkpoint_every:  # a script's checkpoints, in its job's directory
+                checkpoint = _store_in(Path(job_dir))
+        self.active = events is not None  # False: not under the cockpit, so nothing to report
+        self.events = events if events is not None else EventWriter(Path(os.devnull))
         self.target_timesteps = 0
         self.stop = stop or StopFlag()
         self._checkpoint = checkpoint
@@ -117,7 +136,20 @@ class CockpitCallback(BaseCallback):
         """A callback writing to `<job_dir>/events.jsonl`, for use in a user's own script."""
         return cls(EventWriter(Path(job_dir) / EVENTS_FILE), **kwargs)
 
+    @staticmethod
+    def newest_checkpoint() -> Path | None:
+        """The model file of the newest checkpoint that verifies in the cockpit job this process
+        runs for (`checkpoint_every` wrote it before a crash or a stop); None outside the cockpit
+        or before the first checkpoint."""
+        job_dir = os.environ.get(JOB_DIR_ENV)
+        if not job_dir:
+            return None
+        newest, _corrupt = CheckpointStore(JobDir(Path(job_dir)).checkpoints).newest_valid()
+        return newest.model_path if newest is not None else None
+
     def _on_training_start(self) -> None:
+        if not self.active:
+            return
         # learn()'s own total, already including earlier steps when resuming.
         self.target_timesteps = int(self.locals["total_timesteps"])
         steps = self.num_timesteps
@@ -127,7 +159,8 @@ class CockpitCallback(BaseCallback):
             self._next_checkpoint = (steps // self.checkpoint_every + 1) * self.checkpoint_every
         self._hook = self.model.policy.optimizer.register_step_post_hook(self._after_optimizer_step)
         if self.emit_started:
-            extra = {"config": {}, "versions": package_versions(), **self.started_extra}
+            extra = {"config": {}, "versions": package_versions(), "target_steps": self.target_timesteps,
+                     "resumed_from_step": steps or None, **self.started_extra}  # fmt: skip
             self.events.started(pid=os.getpid(), device=str(self.model.device), **extra)
 
     def _after_optimizer_step(self, *_: Any) -> None:
@@ -139,12 +172,16 @@ class CockpitCallback(BaseCallback):
             self.events.heartbeat("train", num_timesteps=self.num_timesteps)
 
     def _on_rollout_start(self) -> None:
+        if not self.active:
+            return
         if self.iteration > 0:
             self.emit_progress(with_losses=True)
             self._maybe_checkpoint()
         self.events.phase("rollout", iteration=self.iteration, num_timesteps=self.num_timesteps)
 
     def _on_step(self) -> bool:
+        if not self.active:
+            return True
         dones = self.locals.get("dones")
         if dones is not None and dones.any():
             infos = self.locals["infos"]
@@ -160,11 +197,15 @@ class CockpitCallback(BaseCallback):
         return self.locals.get("n_steps", -1) + 1 >= self.locals.get("n_rollout_steps", 0)
 
     def _on_rollout_end(self) -> None:
+        if not self.active:
+            return
         self.iteration += 1
         self.events.phase("train", iteration=self.iteration, num_timesteps=self.num_timesteps)
         self._last_heartbeat = time.monotonic()  # the phase event just said it is alive
 
     def _on_training_end(self) -> None:
+        if not self.active:
+            return
         self.close()
         if self.emit_started:
             status = "done" if self.num_timesteps >= self.target_timesteps else "stopped"
@@ -212,3 +253,14 @@ class CockpitCallback(BaseCallback):
     def emit_progress(self, *, with_losses: bool) -> None:
         """Emit a `progress` event now; `with_losses` adds the last train phase's statistics."""
         self.events.progress(**self.progress_stats(with_losses=with_losses))
+
+
+def _store_in(job_dir: Path) -> Callable[[Any], tuple[str, int]]:
+    """A `checkpoint` function saving into `job_dir`'s checkpoints, as the worker's are saved."""
+    store = CheckpointStore(JobDir(job_dir).checkpoints)
+
+    def save(model: Any) -> tuple[str, int]:
+        saved = store.save(model, model.num_timesteps)
+        return str(saved.path), saved.step
+
+    return save

@@ -93,7 +93,7 @@ class JobSignals:
             os.kill(os.getpid(), self.quit)
 
 
-def _follow_parent(sig: signal.Signals) -> bool | None:
+def follow_parent(sig: signal.Signals) -> bool | None:
     """Ask the kernel for `sig` when the cockpit named in `COCKPIT_PARENT_PID` dies. None when no
     cockpit started this process (or this is not Linux), else whether that cockpit is still alive."""
     parent = os.environ.get(PARENT_PID_ENV)
@@ -113,12 +113,12 @@ def stop_with_parent(stop: StopFlag) -> None:
 
     If the cockpit already died before this ran, the stop is requested at once.
     """
-    if _follow_parent(signal.SIGTERM) is False:
+    if follow_parent(signal.SIGTERM) is False:
         stop.request("parent died")
 
 
 def die_with_parent() -> None:
     """For a process with nothing to save (the cost probe): SIGKILL when the cockpit that started
     it dies, or at once if it already has."""
-    if _follow_parent(signal.SIGKILL) is False:
+    if follow_parent(signal.SIGKILL) is False:
         os.kill(os.getpid(), signal.SIGKILL)

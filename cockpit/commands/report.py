@@ -77,10 +77,13 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
     console.print(f"[bold]{run_dir}[/]  status [bold]{log.status}[/]  {log.command}")
     duration = _fmt(log.duration_s, "{:,.0f}")
     console.print(f"started {log.started_at}  ended {log.ended_at or '-'}  duration {duration} s")
-    console.print(
-        f"{cfg.agents} agents, {cfg.jobs} at a time, preset {cfg.preset} on {cfg.env}, "
-        f"{_fmt(cfg.timesteps, '{:,}')} steps each"
-    )
+    if cfg.script is not None:
+        console.print(f"{cfg.agents} agents, {cfg.jobs} at a time, each running: {escape(' '.join(cfg.script))}")
+    else:
+        console.print(
+            f"{cfg.agents} agents, {cfg.jobs} at a time, preset {cfg.preset} on {cfg.env}, "
+            f"{_fmt(cfg.timesteps, '{:,}')} steps each"
+        )
     console.print(
         f"host {host.hostname}: {host.cpu_model}, {host.physical_cores} cores "
         f"({host.logical_cores} threads), {host.ram_gib} GiB, {host.os}"
@@ -94,16 +97,16 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
     console.print(f"GPU: {gpu_text}")
     table = Table(title="jobs" + (" (live: steps from the event files)" if live else ""), title_justify="left")
     for col in ("job", "seed", "status", "steps", "mean SPS", "ep_rew_mean", "restarts", "ckpts", "CPU %",
-                "GPU % rollout", "GPU % train", "peak GPU MiB", "reason"):  # fmt: skip
+                "peak RSS MiB", "GPU % rollout", "GPU % train", "peak GPU MiB", "reason"):  # fmt: skip
         table.add_column(col, justify="left" if col in ("job", "status", "reason") else "right")
     for job in log.jobs:
         steps = _live_steps(run_dir, job.id) if live else job.steps
         rollout, train = job.phases.get("rollout"), job.phases.get("train")
         table.add_row(
             job.id, str(job.seed), str(job.status),
-            f"{_fmt(steps, '{:,}')}/{_fmt(job.target, '{:,}')}", _fmt(job.mean_sps, "{:,.0f}"),
+            f"{_fmt(steps, '{:,}')}/{_fmt(job.target or None, '{:,}')}", _fmt(job.mean_sps, "{:,.0f}"),
             _fmt(job.final_ep_rew_mean), str(job.restarts), str(job.checkpoints),
-            _fmt(job.cpu_percent_mean, "{:.0f}"),
+            _fmt(job.cpu_percent_mean, "{:.0f}"), _fmt(job.peak_rss_mib, "{:,.0f}"),
             _fmt(rollout.gpu_util_mean if rollout else None, "{:.0f}"),
             _fmt(train.gpu_util_mean if train else None, "{:.0f}"),
             _fmt(job.peak_gpu_mem_mib, "{:,}"), job.error or job.exit_reason or "",

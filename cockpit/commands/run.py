@@ -47,13 +47,23 @@ def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[s
     from cockpit.contract.runrecord import RunRecordError, read
     from cockpit.core.session import resume_spec_args
 
+    script = getattr(args, "script", None)
+    if script is not None:
+        if args.resume is not None:
+            raise ConfigError(f"--resume {args.resume}: continues the run's own command; drop the one after --")
+        given = (("--preset", args.preset), ("--env", args.env), ("--timesteps", args.timesteps),
+                 ("--auto", args.auto or None))  # fmt: skip
+        worker_only = [flag for flag, value in given if value is not None]
+        if worker_only:
+            raise ConfigError(f"{', '.join(worker_only)}: cockpit's own worker's settings; a command after -- "
+                              "trains its own way (give it its own flags)")  # fmt: skip
     if args.resume is None:
         preset = args.preset or ("heavy" if gpu is not None else "cartpole")
         return build_spec(
             jobs=args.jobs or (1 if args.auto else 2), agents=args.agents, preset=preset, env=args.env,
             timesteps=args.timesteps, seed=args.seed, run_dir=args.run_dir, max_restarts=args.max_restarts,
             healthy_uptime_s=args.healthy_uptime, stall_timeout_s=args.stall_timeout, pin=args.pin,
-            command_line=command_line,
+            command_line=command_line, script=script,
         )  # fmt: skip
     fixed = [flag for flag, value in (("--agents", args.agents), ("--preset", args.preset), ("--env", args.env),
              ("--timesteps", args.timesteps), ("--run-dir", args.run_dir)) if value is not None]  # fmt: skip
@@ -105,6 +115,8 @@ def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:
     a run never waits for a probe."""
     from cockpit.core.costs import cached_costs
 
+    if spec.preset is None:
+        return None
     return cached_costs(dataclasses.replace(spec.preset, env=spec.env), gpu.info.name if gpu is not None else None)
 
 
@@ -115,6 +127,7 @@ def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float) -> AutoTu
     from cockpit.core.clock import SystemClock
     from cockpit.core.host import host_info
 
+    assert spec.preset is not None  # --auto with a script is refused up front
     preset = dataclasses.replace(spec.preset, env=spec.env)
     cores = host_info().physical_cores
     return AutoTuner(SystemClock(), max_slots=max_jobs_for_cores(preset, cores), n_envs=preset.n_envs,

@@ -87,6 +87,9 @@ class ConfigRecord:
     `healthy_uptime_s` is absent in files written before it was recorded: the default then.
     `stall_timeout_s` is there only when the run set `--stall-timeout`; absent, each job's timeout
     was derived from its own silences (`RestartPolicy.stall_timeout`).
+    `script` is a script run's command template (`cockpit run -- COMMAND`); such a run trains no
+    preset of cockpit's, so its `preset` and `env` are empty, its `timesteps` 0, and the record
+    has no `[preset]` table.
     """
 
     jobs: int
@@ -99,6 +102,11 @@ class ConfigRecord:
     healthy_uptime_s: float | None = None
     stall_timeout_s: float | None = None
     pin: bool = False
+    script: tuple[str, ...] | None = None
+
+    def shown(self) -> tuple[str, str]:
+        """The preset and env as views show them; a script run's are "script" and its command."""
+        return ("script", " ".join(self.script)) if self.script is not None else (self.preset, self.env)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,8 +149,8 @@ class JobRecord:
     `mean_sps` is over the job's running time in its last session; `sps_window` (the live
     throughput over recent whole rollout + train cycles) and `eta_s` (seconds to its target at that
     rate) are as they were when the file was written, absent when unknown or the job was not
-    training; `peak_gpu_mem_mib` and `cpu_percent_mean` come from the sampler; `phases` is keyed
-    by phase name (rollout, train).
+    training; `peak_gpu_mem_mib`, `cpu_percent_mean` and `peak_rss_mib` (the job's process tree)
+    come from the sampler; `phases` is keyed by phase name (rollout, train).
     """
 
     id: str
@@ -162,6 +170,7 @@ class JobRecord:
     last_checkpoint_step: int | None = None
     peak_gpu_mem_mib: int | None = None
     cpu_percent_mean: float | None = None
+    peak_rss_mib: float | None = None
     phases: Mapping[str, PhaseRecord] = field(default_factory=dict)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from cockpit.contract.envids import EnvError, check_env
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.rundir import RunDir
+from cockpit.contract.scriptargs import ScriptError, check_template
 
 MAX_SEED = 2**31 - 1
 # The default stall timeout (no --stall-timeout): this many times the job's longest silence so far,
@@ -60,11 +61,14 @@ class RunSpec:
 
     `agents` jobs with seeds `seed … seed + agents - 1` go through a queue, at most `jobs` at once.
     `preset_arg` is what workers get as `--preset` (a built-in name or an absolute file path).
+    `script`, when set, is the user's command template that each job runs instead of cockpit's
+    worker (`cockpit.contract.scriptargs`); there is then no `preset`, `preset_arg` and `env` are
+    empty, and `timesteps` is 0 (a script that reports through CockpitCallback gives its own).
     """
 
     jobs: int
     agents: int
-    preset: Preset
+    preset: Preset | None
     preset_arg: str
     env: str
     timesteps: int
@@ -73,6 +77,7 @@ class RunSpec:
     restart: RestartPolicy
     pin: bool
     command_line: tuple[str, ...]
+    script: tuple[str, ...] | None = None
 
     @property
     def slots(self) -> int:
@@ -90,6 +95,14 @@ def default_run_dir(preset: Preset, env: str, now: float | None = None) -> Path:
     dashes (a colon in a path breaks PATH-like lists and some tools)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     return Path("runs") / f"{stamp}-{preset.name}-{env.replace('/', '-').replace(':', '-')}"
+
+
+def script_run_dir(script: tuple[str, ...], now: float | None = None) -> Path:
+    """`runs/<UTC time>-script-<name>`: the name of the script a Python command runs
+    (`python train.py` gives `train`), else of the program."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    named = script[1] if len(script) > 1 and script[1].endswith(".py") else script[0]
+    return Path("runs") / f"{stamp}-script-{Path(named).stem}"
 
 
 def check_writable(run_dir: Path, flag: str = "--run-dir") -> None:
@@ -141,11 +154,18 @@ def build_spec(
     healthy_uptime_s: float = RestartPolicy.healthy_uptime_s,
     stall_timeout_s: float | None = None,
     resuming: bool = False,
+    script: tuple[str, ...] | None = None,
 ) -> RunSpec:
     """Validate the inputs of a run into a RunSpec; raises ConfigError (one line).
 
-    A new run refuses a run dir that already holds a run log; `resuming` expects one.
+    A new run refuses a run dir that already holds a run log; `resuming` expects one. With
+    `script` (the command after `--`), `preset`, `env` and `timesteps` are not checked: the caller
+    refuses them with a script, and the jobs run the command instead.
     """
+    if script is not None:
+        return _script_spec(script, jobs=jobs, agents=agents or jobs, seed=seed, run_dir=run_dir,
+                            restart=RestartPolicy(max_restarts, healthy_uptime_s, stall_timeout_s=stall_timeout_s),
+                            pin=pin, command_line=command_line, resuming=resuming)  # fmt: skip
     try:
         resolved = load(preset)
     except PresetError as exc:
@@ -159,9 +179,7 @@ def build_spec(
             f"{MAX_SEED - resolved.n_envs - n_agents + 1} (env seeds are 32-bit)"
         )
     directory = run_dir or default_run_dir(resolved, env_id)
-    check_writable(directory)
-    if RunDir(directory).run_toml.exists() and not resuming:
-        raise ConfigError(f"--run-dir {directory}: already holds a run; continue it with --resume {directory}")
+    _check_run_dir(directory, resuming)
     return RunSpec(
         jobs=jobs,
         agents=n_agents,
@@ -175,3 +193,26 @@ def build_spec(
         pin=pin,
         command_line=command_line,
     )
+
+
+def _script_spec(
+    script: tuple[str, ...], *, jobs: int, agents: int, seed: int, run_dir: Path | None, restart: RestartPolicy,
+    pin: bool, command_line: tuple[str, ...], resuming: bool,
+) -> RunSpec:  # fmt: skip
+    """The RunSpec of a script run (`build_spec` with `script`)."""
+    try:
+        check_template(script)
+    except ScriptError as exc:
+        raise ConfigError(str(exc)) from exc
+    if seed + agents - 1 > MAX_SEED:
+        raise ConfigError(f"--seed {seed}: with {agents} agents it must be at most {MAX_SEED - agents + 1}")
+    directory = run_dir or script_run_dir(script)
+    _check_run_dir(directory, resuming)
+    return RunSpec(jobs=jobs, agents=agents, preset=None, preset_arg="", env="", timesteps=0, seed=seed,
+                   run_dir=directory, restart=restart, pin=pin, command_line=command_line, script=script)  # fmt: skip
+
+
+def _check_run_dir(directory: Path, resuming: bool) -> None:
+    check_writable(directory)
+    if RunDir(directory).run_toml.exists() and not resuming:
+        raise ConfigError(f"--run-dir {directory}: already holds a run; continue it with --resume {directory}")

@@ -88,6 +88,11 @@ class WorkerArgs:
         """The whole command line that runs this worker with the interpreter `python`."""
         return [python, "-m", WORKER_MODULE, *self.to_argv()]
 
+    def environment(self) -> dict[str, str]:
+        """What this worker's environment adds to every worker's (`launcher.worker_env`): nothing;
+        a script job's (`ScriptArgs`) adds its job's directory, seed and threads."""
+        return {}
+
     @classmethod
     def parse(cls, argv: Sequence[str] | None = None) -> WorkerArgs:
         """The worker's arguments from argv (sys.argv[1:] when None); bad input prints one line

@@ -50,14 +50,17 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
         return ["--resume", str(spec.run_dir), "--jobs", str(spec.jobs), *auto, *typed]
     # fmt: off
     flags = [
-        "--jobs", str(spec.jobs), "--agents", str(spec.agents), "--preset", spec.preset_arg, "--env", spec.env,
-        "--timesteps", str(spec.timesteps), "--seed", str(spec.seed), "--run-dir", str(spec.run_dir),
-        "--max-restarts", str(spec.restart.max_restarts), "--healthy-uptime", repr(spec.restart.healthy_uptime_s),
+        "--jobs", str(spec.jobs), "--agents", str(spec.agents), "--seed", str(spec.seed),
+        "--run-dir", str(spec.run_dir), "--max-restarts", str(spec.restart.max_restarts),
+        "--healthy-uptime", repr(spec.restart.healthy_uptime_s),
     ]
     # fmt: on
+    if spec.script is None:  # a script run has no preset, env or timesteps: its command follows `--`
+        flags += ["--preset", spec.preset_arg, "--env", spec.env, "--timesteps", str(spec.timesteps)]
     if spec.restart.stall_timeout_s is not None:  # none: the derived default, which the flag's absence means
         flags += ["--stall-timeout", repr(spec.restart.stall_timeout_s)]
-    return [*flags, *auto, *(["--pin"] if spec.pin else []), *typed]
+    script = ["--", *spec.script] if spec.script is not None else []
+    return [*flags, *auto, *(["--pin"] if spec.pin else []), *typed, *script]
 
 
 def spawn(run_args: Sequence[str], run_dir: Path, verb: str = "run") -> BackgroundRun:

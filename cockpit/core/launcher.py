@@ -28,6 +28,7 @@ import psutil
 
 from cockpit.contract.envids import WORKDIR_ENV
 from cockpit.contract.rundir import JOB_LOCK, JOBS, JobDir
+from cockpit.contract.scriptargs import ScriptArgs
 from cockpit.contract.workerargs import (
     PARENT_PID_ENV,
     SERVE_FLAG,
@@ -43,10 +44,11 @@ from cockpit.contract.workerargs import (
 
 @dataclass(frozen=True)
 class LaunchRequest:
-    """One worker to start: its arguments (which name its job dir), and the CPUs it may use."""
+    """One worker to start: its arguments (which name its job dir), and the CPUs it may use. The
+    worker is cockpit's own (`WorkerArgs`) or a user's command under the guard (`ScriptArgs`)."""
 
     job_id: str
-    args: WorkerArgs
+    args: WorkerArgs | ScriptArgs
     cpus: tuple[int, ...] | None = None
 
     @property
@@ -119,7 +121,7 @@ class LocalLauncher:
                 stdout=out,
                 stderr=err,
                 cwd=self.cwd,
-                env=worker_env(),
+                env={**worker_env(), **request.args.environment()},
                 start_new_session=True,
             )
         # Affinity and priority are set from here rather than in a preexec_fn, which is unsafe in a
@@ -236,6 +238,8 @@ class PooledLauncher:
 
     def launch(self, request: LaunchRequest) -> WorkerHandle:
         """Hand the job to an idle served worker, or to a new one; OSError if none can take it."""
+        if not isinstance(request.args, WorkerArgs):
+            raise OSError("a served worker runs cockpit's own worker only, not a user's command")
         request.job_dir.mkdir(parents=True, exist_ok=True)
         self._reap()
         line = encode_request(request.args)

@@ -335,8 +335,8 @@ class ReplaySource:
             job.close(self._span[1])
         self._final_status = recorded.status
         self._started_at = started if started is not None else start
-        self._preset = (recorded.preset.name if recorded.preset is not None else "") or config.preset
-        self._env = config.env
+        preset, self._env = config.shown()
+        self._preset = (recorded.preset.name if recorded.preset is not None else "") or preset
         self._slots = min(config.jobs, config.agents)
         self._warnings = recorded.warnings
         self._physical_cores = host.physical_cores

@@ -54,6 +54,7 @@ class Recorder:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     accountant: PhaseAccountant = field(default_factory=PhaseAccountant)
     _cpu_sums: dict[str, tuple[float, int]] = field(default_factory=dict)
+    _rss_peaks: dict[str, int] = field(default_factory=dict)  # bytes, the most each job held
     _cost_s: float = 0.0
     _ticks: int = 0
     failed: str | None = None
@@ -91,6 +92,7 @@ class Recorder:
             for job, usage in sample.jobs.items() if fresh else ():
                 total, n = self._cpu_sums.get(job, (0.0, 0))
                 self._cpu_sums[job] = (total + usage.cpu_percent, n + 1)
+                self._rss_peaks[job] = max(self._rss_peaks.get(job, 0), usage.rss_bytes)
             self._cost_s += sample.cost_s
             self._ticks += 1
         if self.failed or self.closed:
@@ -126,6 +128,12 @@ class Recorder:
         with self._lock:
             total, n = self._cpu_sums.get(job, (0.0, 0))
         return total / n if n else None
+
+    def rss_peak_mib(self, job: str) -> float | None:
+        """The most memory (RSS) the job's process tree held in any reading."""
+        with self._lock:
+            peak = self._rss_peaks.get(job)
+        return round(peak / MIB, 1) if peak else None
 
     def sampler_cost(self) -> tuple[float, int]:
         """Total CPU seconds the sampler spent in its ticks, and how many ticks."""
@@ -180,7 +188,7 @@ def record(
         config=ConfigRecord(
             jobs=spec.jobs, agents=len(state.jobs), preset=spec.preset_arg, env=spec.env, timesteps=spec.timesteps,
             seed=spec.seed, max_restarts=spec.restart.max_restarts, healthy_uptime_s=spec.restart.healthy_uptime_s,
-            stall_timeout_s=spec.restart.stall_timeout_s, pin=spec.pin,
+            stall_timeout_s=spec.restart.stall_timeout_s, pin=spec.pin, script=spec.script,
         ),
         host=HostRecord(
             hostname=host.hostname, cpu_model=host.cpu_model, physical_cores=host.physical_cores,
@@ -200,7 +208,7 @@ def record(
                 final_ep_rew_mean=j.ep_rew_mean, restarts=j.restarts, checkpoints=j.checkpoints,
                 last_checkpoint_step=j.last_checkpoint_step,
                 peak_gpu_mem_mib=j.peak_gpu_mem_bytes // MIB if j.peak_gpu_mem_bytes is not None else None,
-                cpu_percent_mean=_round(recorder.cpu_mean(j.id)),
+                cpu_percent_mean=_round(recorder.cpu_mean(j.id)), peak_rss_mib=recorder.rss_peak_mib(j.id),
                 phases=_phases(accounting.jobs.get(j.id, {})),
             )
             for j in state.jobs

@@ -38,7 +38,7 @@ def recent_runs(root: Path, limit: int = 10) -> list[RecentRun]:
         except RunRecordError:
             continue
         config = recorded.config
-        runs.append(RecentRun(log.parent, config.preset, config.env, recorded.status.value, config.agents,
+        runs.append(RecentRun(log.parent, *config.shown(), recorded.status.value, config.agents,
                               recorded.started_at))  # fmt: skip
         if len(runs) >= limit:
             break

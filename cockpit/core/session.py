@@ -99,7 +99,7 @@ class RunSession:
         budget = thread_budget(self.spec.slots, self.host.physical_cores)
         self.supervisor = Supervisor(
             run_dir=self.spec.run_dir,
-            template=JobTemplate(self.spec.preset_arg, self.spec.env, self.spec.timesteps),
+            template=_template(self.spec),
             seeds=self.spec.seeds if self.fleet_factory is None else (),
             slots=self.spec.slots,
             launcher=self.launcher,
@@ -107,10 +107,11 @@ class RunSession:
             restart=self.spec.restart,
             pin=self.spec.pin,
             clock=self.clock,
-            preset_name=self.spec.preset.name,
+            preset_name=self.spec.preset.name if self.spec.preset is not None else "script",
         )
         self.recorder = Recorder(self.spec.run_dir)
-        self._preset = dataclasses.replace(self.spec.preset, env=self.spec.env)
+        # The preset the jobs train now (applied advice changes it); None for a script run.
+        self._preset = dataclasses.replace(self.spec.preset, env=self.spec.env) if self.spec.preset else None
         self._suggestions: tuple[Advice, ...] = ()
         self._applied: list[AdviceRecord] = []
         self.sampler.on_sample = self.recorder
@@ -169,6 +170,8 @@ class RunSession:
             self._log_applied(advice)
             return [*steps, SetSlots(value)]
         preset = self._preset
+        if preset is None:
+            raise ValueError(f"{advice.setting} is the script's own setting: cockpit does not change it")
         if advice.setting is AdviceSetting.N_ENVS:
             batch = largest_divisor_at_most(value * preset.n_steps, preset.batch_size)
             preset = dataclasses.replace(preset, n_envs=value, batch_size=batch)
@@ -241,6 +244,8 @@ class RunSession:
         return Measurements(jobs, accounting.gpu_util_mean, accounting.gpu_util_while_training, cpu)
 
     def _advise(self, state: RunState, accounting: Accounting) -> None:
+        if self.spec.preset is None or self._preset is None:
+            return  # a script run's settings are the script's: no advice on them
         machine = machine_of(self.host, self.sampler.gpu_info)
         measured = self._measurements(state, accounting)
         cap = self.spec.preset.n_envs * MAX_ENVS_SCALE  # of the preset the run began with
@@ -432,6 +437,14 @@ def run_to_exit(session: RunSession, view: View, who: str) -> int:
     return exit_code(state, session.supervisor.interrupt_signal)
 
 
+def _template(spec: RunSpec) -> JobTemplate:
+    """What each of the run's jobs runs: cockpit's worker on the preset, or the user's command,
+    shown by its text where a worker run shows its env."""
+    if spec.script is not None:
+        return JobTemplate("", " ".join(spec.script), spec.timesteps, script=spec.script)
+    return JobTemplate(spec.preset_arg, spec.env, spec.timesteps)
+
+
 def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
     """The `build_spec` arguments an earlier run recorded in its run.toml `[config]`;
     `healthy_uptime_s` and `stall_timeout_s` only when they were recorded (older files, or no
@@ -452,4 +465,6 @@ def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
         args["healthy_uptime_s"] = config.healthy_uptime_s
     if config.stall_timeout_s is not None:
         args["stall_timeout_s"] = config.stall_timeout_s
+    if config.script is not None:
+        args["script"] = config.script
     return args

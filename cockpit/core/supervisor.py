@@ -20,6 +20,13 @@ group and all, and restarted from its checkpoint as a crash that counts against 
 at once (at the first tick in which it wrote nothing: only then is its process state asked for),
 and killed on the same timeout. Events that resume before the kill make it running again.
 
+A script run (`cockpit run -- python train.py ...`: `JobTemplate.script`) launches each job as the
+user's command under the guard (`ScriptArgs`). Such a job is running once launched, and is done
+when the command exits 0; any other exit is a crash. Its events, if its script reports through
+`CockpitCallback`, are followed like a worker's (a `started` event's `target_steps` becomes the
+job's target); until the first one it shows `NO_EVENTS_NOTE`, and the stall watch leaves it
+alone: a script may be silent all its life.
+
 Commands and interrupts may come from any thread (a signal handler, the TUI); they are only
 recorded there and acted on at the next tick. A plain `--jobs 4` run is a queue of 4 jobs with 4
 slots; fleets add jobs to the same queue.
@@ -62,6 +69,7 @@ from cockpit.contract.events import (
 from cockpit.contract.files import free_space
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runspec import RestartPolicy
+from cockpit.contract.scriptargs import ScriptArgs
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.contract.workerargs import DISK_FULL_ERROR, DISK_FULL_EXIT, WorkerArgs
 from cockpit.core.clock import Clock, SystemClock
@@ -76,16 +84,19 @@ STOP_GRACE_S = 12.0
 # A stalled job is shown as such at least this long before it is killed: a viewer sees why, and a
 # worker that was only slow gets one more chance to report.
 STALL_GRACE_S = 10.0
+NO_EVENTS_NOTE = "no training events: add CockpitCallback for phases and progress"
 DEFAULT_RESTART = RestartPolicy()  # frozen, so one instance can be every supervisor's default
 
 
 @dataclass(frozen=True)
 class JobTemplate:
-    """What every job of a run shares: worker arguments apart from seed and job dir."""
+    """What every job of a run shares: worker arguments apart from seed and job dir, or the user's
+    command (`script`, a `ScriptArgs` template) that runs instead of cockpit's worker."""
 
     preset_arg: str
     env: str
     timesteps: int
+    script: tuple[str, ...] | None = None
 
 
 def _exit_reason(code: int) -> str:
@@ -318,9 +329,13 @@ class Supervisor:
             job.slot = self._free_slot()
         cpus = tuple(self._pins[job.slot % len(self._pins)]) if self._pins else None
         template = self.template
-        args = WorkerArgs(job.job_dir, preset=job.preset_arg or template.preset_arg, env=job.env or template.env,
-                          timesteps=job.target, seed=job.seed, threads=self.budget.threads_per_job,
-                          eval_episodes=job.eval_episodes)  # fmt: skip
+        args: WorkerArgs | ScriptArgs
+        if template.script is not None:
+            args = ScriptArgs(job.job_dir, job.id, job.seed, template.script, threads=self.budget.threads_per_job)
+        else:
+            args = WorkerArgs(job.job_dir, preset=job.preset_arg or template.preset_arg, env=job.env or template.env,
+                              timesteps=job.target, seed=job.seed, threads=self.budget.threads_per_job,
+                              eval_episodes=job.eval_episodes)  # fmt: skip
         # Whatever an earlier worker wrote after its exit was read belongs to that attempt, not this one.
         for event in self._tails[job.id].read_new():
             self._apply(job, event)
@@ -337,6 +352,9 @@ class Supervisor:
             return
         job.attempt_started_at = now
         job.change_state(JobState.STARTING, now)
+        if template.script is not None:  # nothing says when a script starts training: it runs
+            job.change_state(JobState.RUNNING, now)
+            job.exit_reason = NO_EVENTS_NOTE
 
     def _follow(self, job: Job) -> bool:
         """Apply the job's new events and reap its worker if it exited; True when it wrote events."""
@@ -362,8 +380,12 @@ class Supervisor:
             job.longest_silence_s = max(job.longest_silence_s, event.t - job.last_event_t)
         job.last_event_t = event.t
         job.throughput.feed(event)  # a `started` event begins the new attempt's measure
+        if job.exit_reason == NO_EVENTS_NOTE:
+            job.exit_reason = None
         if isinstance(event, StartedEvent):
             job.attempt_started_seen = True
+            if self.template.script is not None and event.target_steps:
+                job.target = event.target_steps  # the script's own total: its progress and ETA
             job.device = event.device
             job.steps = event.resumed_from_step or 0
             if job.steps_at_first_start is None:
@@ -399,6 +421,8 @@ class Supervisor:
             job.phases.append((now, None))
             job.phase = job.phase_since = None
         finished = job.attempt_finished
+        if self.template.script is not None:  # a script is done when it exits 0, whatever it reported
+            finished = FinishedEvent(now, "done", job.steps) if code == 0 and not job.stop_requested else None
         if finished is not None and finished.status == "done":
             job.change_state(JobState.DONE, now)
             job.exit_reason, job.ended_at, job.slot = "done", now, None
@@ -456,6 +480,8 @@ class Supervisor:
         shows at the next tick."""
         if job.state not in (JobState.RUNNING, JobState.STALLED) or job.handle is None or job.stall_reason:
             return
+        if self.template.script is not None and not job.attempt_started_seen:
+            return  # a script without CockpitCallback writes no events: its silence is no stall
         silent, timeout = now - job.last_event_at, self.stall_timeout(job)
         stopped = not reported and self.launcher.stopped(job.handle)
         if job.state is JobState.RUNNING:
@@ -480,7 +506,7 @@ class Supervisor:
         error = job.attempt_error
         if error is not None and error.type == DISK_FULL_ERROR:
             detail = error.message
-        elif code == DISK_FULL_EXIT:
+        elif code == DISK_FULL_EXIT and self.template.script is None:  # a user's script means its own by 3
             detail = f"{free_space(job.job_dir)} free on {job.job_dir}"
         else:
             return False

@@ -26,7 +26,7 @@ from rich.text import Text
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
 from cockpit.core.state import FleetView, JobView, RunState
-from cockpit.views.units import MIB, eta, mib, num, si
+from cockpit.views.units import MIB, eta, mib, num, si, steps_of
 
 
 def _stamp(t: float) -> str:
@@ -60,7 +60,7 @@ def job_line(job: JobView, *, with_state: bool = True) -> str:
     parts = [f"{job.state:<8}"] if with_state else []
     if job.phase:
         parts.append(f"{job.phase:<7}")
-    parts.append(f"{job.steps:,}/{job.target:,} ({job.fraction:.0%})")
+    parts.append(f"{steps_of(job.steps, job.target)} ({job.fraction:.0%})" if job.target else steps_of(job.steps, 0))
     if job.sps is not None and job.state.stepping:
         parts.append(f"{job.sps:,.0f} sps")
     if job.eta_s is not None and job.state.stepping:
@@ -75,7 +75,7 @@ def job_line(job: JobView, *, with_state: bool = True) -> str:
         parts.append(f"gpu {mib(job.gpu_mem_bytes)}")
     if job.state in ("failed", "backoff", "paused") and job.error:
         parts.append(f"error: {job.error}")
-    elif job.state is JobState.STALLED and job.exit_reason:  # why, and when it will be killed
+    elif job.state in (JobState.STALLED, JobState.RUNNING) and job.exit_reason:  # why, or what is missing
         parts.append(job.exit_reason)
     return "  ".join(parts)
 
@@ -112,7 +112,7 @@ def jobs_table(state: RunState, width: int = WIDE) -> Table:
                 "stalled": "bold red",
             }.get(job.state, ""),
         )
-        steps = f"{job.steps:,}/{job.target:,}" if wide else f"{si(job.steps)}/{si(job.target)}"
+        steps = steps_of(job.steps, job.target, wide=wide)
         cells = {
             "job": job.id,
             "seed": str(job.seed),

@@ -29,6 +29,15 @@ def si(n: float) -> str:
     return f"{n:.0f}"
 
 
+def steps_of(steps: int, target: int, *, wide: bool = True) -> str:
+    """Steps towards a target: "4,096/8,192" (wide) or "4.1k/8.2k"; the steps alone, "4,096" or
+    "4.1k", while the target is unknown (0: a script that has not reported its total)."""
+    done = f"{steps:,}" if wide else si(steps)
+    if not target:
+        return done
+    return f"{done}/{target:,}" if wide else f"{done}/{si(target)}"
+
+
 def eta(seconds: float | None) -> str:
     """A time to go (an ETA) in at most 6 characters: 45s, 3m20s, 2h05m, 3d04h; "-" when unknown."""
     if seconds is None or not math.isfinite(seconds):

@@ -18,7 +18,7 @@ from cockpit.contract.events import CheckpointEvent, ErrorEvent, Event, Finished
 from cockpit.core.feed import JobDetail, RunSource, SourceError
 from cockpit.views.tui.footer import Keys
 from cockpit.views.tui.shown_again import ShownAgain
-from cockpit.views.units import eta, num
+from cockpit.views.units import eta, num, steps_of
 
 REFRESH_S = 2.0
 
@@ -113,12 +113,14 @@ class JobDetailScreen(ShownAgain):
         job = next((j for j in frame.state.jobs if j.id == self.job_id), None) if frame else None
         title = f"job {self.job_id}  {detail.job_dir}"
         if job is not None:
-            title += f"  {job.state}  {job.steps:,}/{job.target:,} steps  seed {job.seed}  restarts {job.restarts}"
+            title += f"  {job.state}  {steps_of(job.steps, job.target)} steps  seed {job.seed}  restarts {job.restarts}"
             if job.state.stepping:
                 title += f"  {num(job.sps)} SPS  ETA {eta(job.eta_s)}"
         self.query_one("#detail-title", Label).update(title)
+        # A running job without events: a script without CockpitCallback (the reason says so).
+        silent = job.exit_reason if job is not None and job.state.stepping and job.exit_reason else None
         self.query_one("#config", Static).update(
-            Text(_config_text(detail.config) if detail.config else "the worker has not started yet")
+            Text(_config_text(detail.config) if detail.config else silent or "the worker has not started yet")
         )
         rewards = [r for _, r in detail.curve]
         curve_label = "ep_rew_mean over steps: no episode finished yet"

@@ -17,7 +17,7 @@ from textual.message import Message
 
 from cockpit.core.state import JobView, RunState
 from cockpit.views.tui.lines import LinesWidget
-from cockpit.views.units import eta, mib, num, si
+from cockpit.views.units import eta, mib, num, si, steps_of
 
 WIDE = 110
 # (key, label, shown in the narrow layout, width: fixed so rows do not jump as values grow; None fits the content)
@@ -35,7 +35,7 @@ STATUS_CLASS = {"failed": "error", "backoff": "warning", "done": "success", "sto
 def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
     """A job's row, keyed by column."""
     live = job.state.stepping
-    steps = f"{job.steps:,}/{job.target:,}" if wide else f"{si(job.steps)}/{si(job.target)}"
+    steps = steps_of(job.steps, job.target, wide=wide)
     return {
         "id": job.id,
         "seed": str(job.seed),
@@ -43,7 +43,7 @@ def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
         "preset": job.preset or state.preset,
         "status": job.state,
         "phase": job.phase or "",
-        "steps": f"{steps} {job.fraction:4.0%}",
+        "steps": f"{steps} {job.fraction:4.0%}" if job.target else steps,
         # SPS: throughput over whole rollout + train cycles (never the rollout rate); ETA at that rate.
         "sps": (num(job.sps) if wide else si(job.sps)) if job.sps is not None and live else "-",
         "eta": eta(job.eta_s) if live else "-",
