@@ -45,6 +45,7 @@ import tomli_w
 from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import RUN_TOML, RunDir
+from cockpit.contract.scriptargs import script_label
 from cockpit.contract.states import JobState, RunStatus
 
 if sys.version_info >= (3, 11):
@@ -105,8 +106,9 @@ class ConfigRecord:
     script: tuple[str, ...] | None = None
 
     def shown(self) -> tuple[str, str]:
-        """The preset and env as views show them; a script run's are "script" and its command."""
-        return ("script", " ".join(self.script)) if self.script is not None else (self.preset, self.env)
+        """The preset and env as views show them; a script run's are "script" and its command's
+        short name (`scriptargs.script_label`)."""
+        return ("script", script_label(self.script)) if self.script is not None else (self.preset, self.env)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -56,6 +56,14 @@ def check_template(argv: Sequence[str]) -> None:
             raise ScriptError(f"-- {program} {argv[1]}: no such file in {Path.cwd()}")
 
 
+def script_label(template: Sequence[str]) -> str:
+    """A command's short name, where views show a run's env: the script a Python command runs
+    (`python examples/train.py ...` gives `train.py`), else the program's name."""
+    if len(template) > 1 and _PYTHONS.match(Path(template[0]).name) and template[1].endswith(".py"):
+        return Path(template[1]).name
+    return Path(template[0]).name if template else ""
+
+
 def substitute(word: str, values: dict[str, str]) -> str:
     """`word` with each known `{name}` replaced by `values[name]`; other braces untouched."""
     return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), word)

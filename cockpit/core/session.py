@@ -34,6 +34,7 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import AdviceRecord, RunRecord, iso
 from cockpit.contract.runrecord import write as write_record
 from cockpit.contract.runspec import ConfigError, RunSpec
+from cockpit.contract.scriptargs import script_label
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.advisor import MAX_ENVS_SCALE, Advice, Costs, Measurements, advise, job_measure, machine_of
 from cockpit.core.autotune import AutoTuner
@@ -439,9 +440,9 @@ def run_to_exit(session: RunSession, view: View, who: str) -> int:
 
 def _template(spec: RunSpec) -> JobTemplate:
     """What each of the run's jobs runs: cockpit's worker on the preset, or the user's command,
-    shown by its text where a worker run shows its env."""
+    shown by its short name where a worker run shows its env (as `ConfigRecord.shown` does)."""
     if spec.script is not None:
-        return JobTemplate("", " ".join(spec.script), spec.timesteps, script=spec.script)
+        return JobTemplate("", script_label(spec.script), spec.timesteps, script=spec.script)
     return JobTemplate(spec.preset_arg, spec.env, spec.timesteps)
 
 
