@@ -4,7 +4,7 @@ Alone:          python examples/train_gridworld.py --seed 0 --out /tmp/grid
 Under cockpit:  cockpit run --jobs 2 --agents 3 -- python examples/train_gridworld.py --seed {seed} --out {job_dir}
 
 The only cockpit lines are the callback's: under cockpit it reports this job's phases, progress,
-SPS and ETA, and checkpoints the model every 1,024 steps into the job's directory; after a crash
+SPS and ETA, and checkpoints the model every --checkpoint-every steps into the job's directory; after a crash
 the cockpit starts the script again, and it goes on from the newest checkpoint (resuming is the
 script's business: cockpit only restarts it). Alone, the callback does nothing. The final model
 is --out/model.zip.
@@ -31,6 +31,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--timesteps", type=int, default=8192)
     parser.add_argument("--out", type=Path, default=Path("gridworld-run"))
+    parser.add_argument("--checkpoint-every", type=int, default=4096, help="steps between checkpoints under cockpit")
     args = parser.parse_args()
 
     args.out.mkdir(parents=True, exist_ok=True)
@@ -42,7 +43,7 @@ def main() -> int:
         model = PPO("MlpPolicy", env, n_steps=128, batch_size=128, n_epochs=4, learning_rate=1e-3,
                     policy_kwargs={"net_arch": [32, 32]}, seed=args.seed, device="cpu")  # fmt: skip
     before, started = model.num_timesteps, time.perf_counter()
-    model.learn(args.timesteps - model.num_timesteps, callback=CockpitCallback(checkpoint_every=1024),
+    model.learn(args.timesteps - model.num_timesteps, callback=CockpitCallback(checkpoint_every=args.checkpoint_every),
                 reset_num_timesteps=resume is None)  # fmt: skip
     seconds = time.perf_counter() - started
     trained = model.num_timesteps - before
