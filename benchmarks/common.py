@@ -25,7 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -295,6 +295,20 @@ class Summary:
         if len(self.values) == 1:
             return fmt_sps(self.median)
         return f"{fmt_sps(self.median)} ({fmt_sps(min(self.values))}–{fmt_sps(max(self.values))})"
+
+
+def side_by_side(repeats: int, sides: dict[str, Callable[[Path], float]], prefix: str) -> dict[str, list[float]]:
+    """Each side's SPS, measured `repeats` times; the sides take turns going first, each in a
+    fresh temporary directory (its argument), so a drift of the machine's speed hits both alike."""
+    results: dict[str, list[float]] = {name: [] for name in sides}
+    names = list(sides)
+    width = max(len(name) for name in names)
+    for i in range(repeats):
+        for name in names if i % 2 == 0 else names[::-1]:
+            with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+                results[name].append(sides[name](Path(tmp)))
+            log(f"repeat {i + 1}/{repeats}: {name:<{width}} {fmt_sps(results[name][-1])} SPS")
+    return results
 
 
 def fmt_sps(value: float) -> str:

@@ -24,10 +24,9 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from benchmarks.common import REPO_ROOT, Summary, fmt_ratio, fmt_sps, load_caption, log, print_table, warn_if_busy
+from benchmarks.common import REPO_ROOT, Summary, fmt_ratio, load_caption, print_table, side_by_side, warn_if_busy
 from cockpit.contract.rundir import RunDir
 
 EXAMPLE = REPO_ROOT / "examples" / "train_gridworld.py"
@@ -93,18 +92,11 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     before = warn_if_busy()
-    cockpit: list[float] = []
-    bare: list[float] = []
-    for i in range(args.repeats):
-        order = ["cockpit", "bare"] if i % 2 == 0 else ["bare", "cockpit"]
-        for side in order:
-            with tempfile.TemporaryDirectory(prefix="bench-script-") as tmp:
-                if side == "cockpit":
-                    cockpit.append(cockpit_side(args.jobs, args.timesteps, args.checkpoint_every, Path(tmp)))
-                    log(f"repeat {i + 1}/{args.repeats}: cockpit {fmt_sps(cockpit[-1])} SPS")
-                else:
-                    bare.append(bare_side(args.jobs, args.timesteps, args.checkpoint_every, Path(tmp)))
-                    log(f"repeat {i + 1}/{args.repeats}: bare    {fmt_sps(bare[-1])} SPS")
+    measured = side_by_side(args.repeats, {
+        "cockpit": lambda tmp: cockpit_side(args.jobs, args.timesteps, args.checkpoint_every, tmp),
+        "bare": lambda tmp: bare_side(args.jobs, args.timesteps, args.checkpoint_every, tmp),
+    }, "bench-script-")  # fmt: skip
+    cockpit, bare = measured["cockpit"], measured["bare"]
     c, b = Summary(tuple(cockpit)), Summary(tuple(bare))
     ratio = statistics.fmean(cockpit) / statistics.fmean(bare)
     print_table(

@@ -19,12 +19,11 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import psutil
 
-from benchmarks.common import Summary, fmt_ratio, fmt_sps, load_caption, log, print_table, warn_if_busy
+from benchmarks.common import Summary, fmt_ratio, load_caption, print_table, side_by_side, warn_if_busy
 from cockpit.contract.events import EVENTS_FILE, FinishedEvent, StartedEvent, of_kind, read_events
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.workerargs import WorkerArgs
@@ -81,18 +80,11 @@ def main() -> int:
     args = parser.parse_args()
     before = warn_if_busy()
     threads = max(1, (psutil.cpu_count(logical=False) or 1) // JOBS)
-    cockpit: list[float] = []
-    bare: list[float] = []
-    for i in range(args.repeats):
-        order = ["cockpit", "bare"] if i % 2 == 0 else ["bare", "cockpit"]
-        for side in order:
-            with tempfile.TemporaryDirectory(prefix="bench-supervision-") as tmp:
-                if side == "cockpit":
-                    cockpit.append(cockpit_side(args.preset, args.timesteps, args.seed, Path(tmp)))
-                    log(f"repeat {i + 1}/{args.repeats}: cockpit {fmt_sps(cockpit[-1])} SPS")
-                else:
-                    bare.append(bare_side(args.preset, args.timesteps, args.seed, Path(tmp), threads))
-                    log(f"repeat {i + 1}/{args.repeats}: bare    {fmt_sps(bare[-1])} SPS")
+    measured = side_by_side(args.repeats, {
+        "cockpit": lambda tmp: cockpit_side(args.preset, args.timesteps, args.seed, tmp),
+        "bare": lambda tmp: bare_side(args.preset, args.timesteps, args.seed, tmp, threads),
+    }, "bench-supervision-")  # fmt: skip
+    cockpit, bare = measured["cockpit"], measured["bare"]
     c, b = Summary(tuple(cockpit)), Summary(tuple(bare))
     ratio = c.median / b.median
     print_table(
