@@ -135,3 +135,28 @@ def test_a_script_without_the_callback_is_supervised_and_its_cpu_and_rss_reporte
     assert job.cpu_percent_mean is not None and job.cpu_percent_mean > 30
     assert job.peak_rss_mib is not None and job.peak_rss_mib > 96
     assert (tmp_path / "run" / "jobs" / "000" / "stdout.log").read_text().startswith("worked")
+
+
+COUNTING = """
+import pathlib, sys
+seed = sys.argv[1]
+with open("calls", "a") as calls:
+    calls.write(seed + "\\n")
+sys.exit(1 if pathlib.Path(f"fail-{seed}").exists() else 0)
+"""
+
+
+def test_resume_runs_again_only_the_scripts_that_did_not_exit_0(tmp_path: Path) -> None:
+    (tmp_path / "count.py").write_text(COUNTING)
+    (tmp_path / "fail-1").touch()
+    first = start(tmp_path, "--jobs", "1", "--agents", "2", "--max-restarts", "0",
+                  script=[sys.executable, "count.py", "{seed}"])  # fmt: skip
+    assert first.wait(120) == 1, (tmp_path / "cockpit.out").read_text()
+    assert [job.status for job in read(tmp_path / "run").jobs] == ["done", "failed"]
+    (tmp_path / "fail-1").unlink()
+    resumed = subprocess.run([COCKPIT, "run", "--headless", "--resume", "run"], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=120, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    log = read(tmp_path / "run")
+    assert [job.status for job in log.jobs] == ["done", "done"] and log.config.script is not None
+    assert (tmp_path / "calls").read_text().split() == ["0", "1", "1"]  # job 000 was not run again

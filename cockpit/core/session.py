@@ -31,7 +31,8 @@ from cockpit.contract.events import EVENTS_FILE, FinishedEvent, of_kind, read_ev
 from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import largest_divisor_at_most, to_toml
 from cockpit.contract.rundir import RunDir
-from cockpit.contract.runrecord import AdviceRecord, RunRecord, iso
+from cockpit.contract.runrecord import AdviceRecord, RunRecord, RunRecordError, iso
+from cockpit.contract.runrecord import read as read_record
 from cockpit.contract.runrecord import write as write_record
 from cockpit.contract.runspec import ConfigError, RunSpec
 from cockpit.contract.scriptargs import script_label
@@ -136,14 +137,24 @@ class RunSession:
 
     def _restore_jobs(self) -> None:
         sup = self.supervisor
+        # A script is done when it exited 0, which only the earlier session saw: its run.toml says.
+        script_done = self._done_in_record() if self.spec.script is not None else set()
         for job in sup.jobs.values():
             events = read_events(job.job_dir / EVENTS_FILE)
             sup.restore(job, events)
             done = [e for e in of_kind(events, FinishedEvent) if e.status == "done"]
-            if done and done[-1].steps >= job.target:
+            if job.id in script_done or (self.spec.script is None and done and done[-1].steps >= job.target):
                 sup.queue.remove(job.id)
                 job.change_state(JobState.DONE, self.clock.time())
                 job.exit_reason = "done in an earlier session"
+
+    def _done_in_record(self) -> set[str]:
+        """The jobs the run's run.toml records as done (none when it cannot be read)."""
+        try:
+            recorded = read_record(self.spec.run_dir)
+        except RunRecordError:
+            return set()
+        return {job.id for job in recorded.jobs if job.status is JobState.DONE}
 
     def submit(self, command: Command) -> None:
         """Send a command to the supervisor (thread-safe); the TUI uses this too. An
