@@ -89,21 +89,29 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(OSError, AttributeError):  # not Linux: no subreaper
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
     cockpit = os.getppid()
-    try:
-        child = subprocess.Popen(command)
-    except OSError as exc:
-        print(f"cockpit: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
-        return 127
+    child: subprocess.Popen[bytes] | None = None
+    pending: list[int] = []  # a stop that came before the command started
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         if os.getppid() != cockpit:  # the cockpit died: take the whole group with it
             end_group()
             os._exit(128 + signal.SIGTERM)
+        if child is None:
+            pending.append(signum)
+            return
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
 
+    # Before the command starts: a stop in between must reach it, not kill us and orphan it.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    try:
+        child = subprocess.Popen(command)
+    except OSError as exc:
+        print(f"cockpit: cannot start {command[0]!r}: {exc.strerror or exc}", file=sys.stderr)
+        return 127
+    for signum in pending:
+        child.send_signal(signum)
     code = child.wait()
     end_group()
     if code < 0:  # killed by a signal: die of the same one, so the supervisor sees what happened
