@@ -20,9 +20,26 @@ from cockpit.commands.tune import parse_budget
 from cockpit.contract.presets import Preset, load
 from cockpit.contract.runspec import ConfigError
 from cockpit.core.advisor import Machine
+from cockpit.core.costs import measured_costs
 from cockpit.core.search import Config, HillClimb, Space
 from cockpit.core.trials import Trial
 from tests.cockpitproc import run_cockpit
+
+# What the probe measured for a CartPole job on the 2-core development machine (costs.toml).
+CARTPOLE_COSTS = {"device": "cpu", "step_overhead_us": 1354.38, "env_policy_us": 23.59, "env_step_us": 25.97,
+                  "train_sample_us": 20.01, "train_epoch_us": 341.36, "setup_s": 0.011, "import_s": 4.921,
+                  "episode_steps_max": 500, "busy_factor": 0.9734, "shared_factor": 1.1236}  # fmt: skip
+
+
+def cached_cartpole_costs(tmp_path: Path) -> dict[str, str]:
+    """The environment of a cockpit whose cost cache (in `tmp_path`) holds this machine's CartPole
+    costs, as the probe would have left them: tune then starts its trials without probing."""
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", cache["XDG_CACHE_HOME"])
+        measured_costs(load("cartpole"), None, probe=lambda preset, tmp: CARTPOLE_COSTS)
+    return cache
+
 
 SPACE = Space(max_jobs=4, max_envs=32, n_steps=32, batch_cap=256, min_envs=2)
 
@@ -105,19 +122,23 @@ def test_a_first_time_probe_is_paid_from_the_budget(tmp_path: Path, monkeypatch:
     assert f"--jobs {best.jobs}" in tuned.description and "1,000 SPS" in tuned.description
 
 
-def test_a_budget_too_short_for_one_trial_is_one_line_exit_2(tmp_path: Path) -> None:
+def test_a_budget_too_short_for_one_trial_is_one_line_exit_2_before_any_probe(tmp_path: Path) -> None:
     out = tmp_path / "tuned.toml"
-    result = run_cockpit("tune", "--preset", "cartpole", "--budget", "3s", "--out", str(out), timeout=120)
+    cache = tmp_path / "cache"
+    result = run_cockpit("tune", "--preset", "cartpole", "--budget", "20s", "--out", str(out), timeout=120,
+                         env={"XDG_CACHE_HOME": str(cache)})  # fmt: skip
     assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stderr.count("\n") == 1 and "s left for trials is too short for one" in result.stderr
-    assert not out.exists()
+    assert result.stderr == ("cockpit tune: error: --budget 20s: 20 s is too short for one trial (about 10 s, "
+                             "measured 3 times); give at least 30s\n")  # fmt: skip
+    assert not out.exists() and not cache.exists() and "measuring" not in result.stdout  # no probe ran
 
 
 @pytest.mark.slow
 def test_a_real_tune_on_cartpole_writes_a_preset_that_loads(tmp_path: Path) -> None:
     out = tmp_path / "tuned.toml"
+    cache = cached_cartpole_costs(tmp_path)  # the whole 40 s go to trials
     result = run_cockpit("tune", "--preset", "cartpole", "--env", "CartPole-v1", "--budget", "40s", "--out", str(out),
-                         timeout=120)  # fmt: skip
+                         timeout=120, env=cache)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     tuned = load(str(out))
     assert tuned.env == "CartPole-v1" and (tuned.n_envs * tuned.n_steps) % tuned.batch_size == 0
@@ -157,9 +178,8 @@ def test_the_climb_starts_at_recommends_pick_inside_the_space() -> None:
 def test_kill_9_of_tune_mid_trial_leaves_no_worker_alive(tmp_path: Path) -> None:
     """tune's trial workers follow the cockpit's death like a run's (the Launcher's parent-death
     signal): killing tune with SIGKILL mid-trial must not leave them training."""
-    # The session's private cache of measured costs (conftest.py): where an earlier test has probed
-    # cartpole, tune goes straight to its first trial instead of probing again.
-    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    # With this machine's costs in its cache, tune goes straight to its first trial, no probe first.
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONUNBUFFERED": "1", **cached_cartpole_costs(tmp_path)}
     tune = subprocess.Popen([sys.executable, "-m", "cockpit", "tune", "--preset", "cartpole", "--budget", "10m",
                              "--out", str(tmp_path / "t.toml")], env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip

@@ -131,6 +131,11 @@ def tune(console: Console, *, preset: str | None, env: str | None, budget: str, 
          machine: Machine) -> Path:  # fmt: skip
     """`cockpit tune`: search, print, write the winner; returns the preset file written."""
     budget_s = parse_budget(budget)
+    # Known before any probe: a first trial, and the leaders measured again, must fit.
+    first_s = measure_seconds(budget_s) + STARTUP_S
+    if (1 + CONFIRM) * first_s > budget_s:
+        raise ConfigError(f"--budget {budget}: {budget_s:.0f} s is too short for one trial (about {first_s:.0f} s, "
+                          f"measured {1 + CONFIRM} times); give at least {(1 + CONFIRM) * first_s:.0f}s")  # fmt: skip
     resolved = resolve_preset(preset, env, machine)
     out = out or Path(f"tuned-{resolved.name}-{resolved.env.replace('/', '-')}.toml")
     if out.exists() and not out.is_file():
