@@ -228,3 +228,23 @@ def test_without_a_living_cockpit_the_guard_starts_nothing(tmp_path: Path) -> No
 def test_the_guard_without_a_command_says_how_to_call_it(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", GUARD_MODULE], capture_output=True, text=True, timeout=10)
     assert result.returncode == 2 and result.stderr.strip() == f"usage: python -m {GUARD_MODULE} -- COMMAND [ARG ...]"
+
+
+# ----- how the views show a script job -----
+
+
+def test_the_views_show_a_silent_script_and_a_target_not_known_yet() -> None:
+    from cockpit.views.headless import job_line
+    from cockpit.views.tui.jobs_table import cells
+    from tests.tui_fakes import frame, job_view
+
+    silent = job_view(0, gpu=False, phase=None, steps=0, target=0, sps=None, eta_s=None, exit_reason=NO_EVENTS_NOTE)
+    state = frame(gpu=False).state
+    row = cells(silent, state, wide=True)
+    assert row["phase"] == "no events" and row["steps"] == "0"
+    assert NO_EVENTS_NOTE in job_line(silent) and "0/0" not in job_line(silent)
+    reporting = job_view(0, gpu=False, phase="rollout", steps=4096, target=0, exit_reason=None)
+    assert (
+        cells(reporting, state, wide=True)["phase"] == "rollout"
+        and cells(reporting, state, wide=False)["steps"] == "4.1k"
+    )

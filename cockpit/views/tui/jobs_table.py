@@ -16,6 +16,7 @@ from textual.binding import Binding
 from textual.message import Message
 
 from cockpit.core.state import JobView, RunState
+from cockpit.core.supervisor import NO_EVENTS_NOTE
 from cockpit.views.tui.lines import LinesWidget
 from cockpit.views.units import eta, mib, num, si, steps_of
 
@@ -42,7 +43,8 @@ def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
         "env": job.env or state.env,  # a fleet's agents have their own
         "preset": job.preset or state.preset,
         "status": job.state,
-        "phase": job.phase or "",
+        # A running script without CockpitCallback has no phases: say so where they would be.
+        "phase": job.phase or ("no events" if job.state.stepping and job.exit_reason == NO_EVENTS_NOTE else ""),
         "steps": f"{steps} {job.fraction:4.0%}" if job.target else steps,
         # SPS: throughput over whole rollout + train cycles (never the rollout rate); ETA at that rate.
         "sps": (num(job.sps) if wide else si(job.sps)) if job.sps is not None and live else "-",
