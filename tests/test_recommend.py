@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import math
+import sys
 from pathlib import Path
 
+import psutil
 import pytest
 from rich.console import Console
 
@@ -20,6 +23,11 @@ from cockpit.contract.runrecord import (
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.advisor import Machine
 from tests.cockpitproc import run_cockpit
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 GIB = 1024**3
 RTX_4070 = Machine(32, 64, 128 * GIB, "NVIDIA GeForce RTX 4070", 8 * GIB)
@@ -88,7 +96,21 @@ def test_recommend_measures_this_machine_once_then_reads_the_cache(tmp_path: Pat
     assert first.returncode == 0, first.stderr
     assert "measuring what a CartPole-v1 job costs on this machine" in first.stdout
     assert "measured costs" in first.stdout and "us per env" in first.stdout
-    assert (tmp_path / "cockpit" / "costs.toml").is_file()
+    # The probe and its two partners, for real (the suite's one full probe of a CartPole job): what
+    # they measured is in the cache, and none of their processes outlives the command.
+    (record,) = tomllib.loads((tmp_path / "cockpit" / "costs.toml").read_text(encoding="utf-8")).values()
+    assert record["env"] == "CartPole-v1" and record["device"] == "cpu" and record["batch_size"] == 256
+    for key in ("step_overhead_us", "env_policy_us", "env_step_us", "train_sample_us"):
+        assert record[key] > 0, (key, record)
+    assert record["train_epoch_us"] >= 0, record
+    assert record["setup_s"] > 0 and record["import_s"] > record["setup_s"] and record["episode_steps_max"] == 500
+    # a step's fixed cost (Python, one forward call) dwarfs one CartPole env's share of it
+    assert record["step_overhead_us"] > 5 * record["env_policy_us"]
+    for factor in (record["busy_factor"], record["shared_factor"]):
+        assert math.isfinite(factor) and 0.25 < factor < 4.0, record
+    assert not [
+        p for p in psutil.process_iter(["cmdline"]) if "cockpit_training.probe" in " ".join(p.info["cmdline"] or [])
+    ]
     # the measured step overhead (hundreds of us) makes 8 CartPole envs per job too few
     assert "n_envs" in first.stdout and "step overhead falls from" in first.stdout
     second = run_cockpit("recommend", "--preset", "cartpole", "--jobs", "2", env=env)

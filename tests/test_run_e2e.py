@@ -123,7 +123,7 @@ def test_a_job_that_fails_every_start_is_marked_failed_and_the_others_finish(tmp
 def test_sigint_checkpoints_every_job_and_resume_finishes_them(tmp_path: Path) -> None:
     # A target far enough past the 2,000 steps waited for that neither job can reach it before the
     # interrupt, even when one worker starts seconds before the other.
-    preset = small_preset(tmp_path, checkpoint_every=100_000, timesteps=30_000)
+    preset = small_preset(tmp_path, checkpoint_every=100_000, timesteps=16_000)
     run_dir = tmp_path / "run"
     cockpit = start_cockpit(run_dir, "--preset", str(preset), "--jobs", "2", "--agents", "3")
     cockpit.wait_for(lambda: all(last_steps(cockpit.events(j)) > 2000 for j in ("000", "001")))
@@ -138,14 +138,14 @@ def test_sigint_checkpoints_every_job_and_resume_finishes_them(tmp_path: Path) -
         kinds = [e.kind for e in cockpit.events(job_id)]
         assert kinds[-2:] == ["checkpoint", "finished"]
     assert [j.status for j in log.jobs] == ["stopped", "stopped", "stopped"]
-    assert 0 < stopped["000"] < 30_000 and 0 < stopped["001"] < 30_000 and stopped["002"] == 0
+    assert 0 < stopped["000"] < 16_000 and 0 < stopped["001"] < 16_000 and stopped["002"] == 0
 
     resumed = subprocess.run(
         [*cockpit.proc.args[:3], "run", "--resume", str(run_dir)], capture_output=True, text=True, timeout=240
     )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     log = cockpit.run_log()
-    assert log.status == "done" and [j.steps for j in log.jobs] == [30_000, 30_000, 30_000]
+    assert log.status == "done" and [j.steps for j in log.jobs] == [16_000, 16_000, 16_000]
     for job_id in ("000", "001"):
         starts = [e for e in cockpit.events(job_id) if e.kind == "started"]
         assert starts[-1].resumed_from_step == stopped[job_id]
