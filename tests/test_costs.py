@@ -136,3 +136,29 @@ def test_a_probe_record_that_is_not_a_measurement_is_one_config_error(cache_home
     with pytest.raises(ConfigError, match="measuring CartPole-v1: "):
         measured_costs(load("cartpole"), None, probe=probe)
     assert cached_costs(load("cartpole"), None) is None  # nothing cached
+
+
+@pytest.mark.parametrize(("large_rollout_s", "per_env_us"), [(0.2048, 50.0), (0.12, 10.0)])
+def test_the_probes_per_env_cost_is_the_rollouts_slope_never_under_an_env_steps_own_cost(
+    monkeypatch: pytest.MonkeyPatch, large_rollout_s: float, per_env_us: float
+) -> None:
+    """Scripted timings at the probe's seams: with 2 envs a 128-step rollout takes 0.1152 s (900 us
+    a step); with 16, `large_rollout_s`. A slope the noise pulled under what an env's step alone
+    costs (10 us, timed apart and steadier) gives way to that floor instead of reading 0."""
+    from cockpit_training import probe
+
+    preset = load("cartpole")
+
+    def phase_times(presets: list[Preset], device: str) -> list[tuple[float, float, int, float]]:
+        rollout = {2: 0.1152, 16: large_rollout_s, preset.n_envs: 0.1}
+        return [(rollout[p.n_envs], 0.05 * p.n_epochs, p.total_batch, 0.01) for p in presets]
+
+    monkeypatch.setattr(probe, "_phase_times", phase_times)
+    monkeypatch.setattr(probe, "_env_step_us", lambda env_id, env_kwargs: 10.0)
+    monkeypatch.setattr(probe, "_episode_steps_max", lambda env_id, env_kwargs: 500)
+    record = probe.probe(preset, "cpu")
+    assert record["env_step_us"] == 10.0
+    assert record["env_policy_us"] == pytest.approx(per_env_us, abs=0.01)
+    # the own shape's rollout step comes back whole: its fixed cost plus its envs' share
+    own_step_us = 0.1 / preset.n_steps * 1e6
+    assert record["step_overhead_us"] + preset.n_envs * record["env_policy_us"] == pytest.approx(own_step_us, abs=0.2)

@@ -5,7 +5,8 @@ thread: envpool's too, so the per-env figures are one core's; workers may step e
 
 - `step_overhead_us`: the fixed cost of one rollout step (SB3's Python loop, one policy forward
   call, one vectorized env call), whatever the number of envs;
-- `env_policy_us`: what each env adds to a rollout step (its step and its share of the forward);
+- `env_policy_us`: what each env adds to a rollout step (its step and its share of the forward),
+  never less than `env_step_us`;
 - `env_step_us`: what each env adds to a vectorized env step alone, without the policy;
 - `train_sample_us`: one sample through one training epoch (forward, backward, optimizer step),
   at the preset's batch size or the largest the probe's rollout allows;
@@ -16,7 +17,7 @@ thread: envpool's too, so the per-env figures are one core's; workers may step e
 
 It trains real SB3 PPO on the real env three times and times its iterations' rollout and train
 phases through SB3's callback hooks (the first iteration carries one-off start-up costs and is left
-out; of the next few, the median): with 2 and 16 envs for one epoch, which give how a rollout
+out; of the next few, the median): with 2 and 16 envs for one epoch, taking turns, which give how a rollout
 step's cost grows with the envs and a training epoch's with its samples, then at the preset's own
 rollout, batch and epochs (all of them where an iteration takes under `OWN_ITERATION_S`, else
 `OWN_EPOCHS`). Both lines are drawn through the own shape's point, so the model gives back exactly
@@ -53,7 +54,8 @@ from cockpit_training.stopping import die_with_parent
 
 SMALL, LARGE = 2, 16  # env counts: the step cost is a line through these two points
 MIN_STEPS = 128  # rollout steps timed per env count: fewer leave the per-env difference in the noise
-ENV_ONLY_S = 0.5
+ENV_ONLY_S = 0.5  # seconds each env count is stepped alone, without the policy
+ENV_CHUNK = 50  # steps of one env count in a turn
 OWN_ITERATION_S = 0.5  # the own shape is timed with all its epochs where an iteration takes no longer
 OWN_EPOCHS = 5  # else with this many: enough to see each epoch's fixed cost
 TIMED_ITERATIONS, TIMED_S = 8, 1.5  # iterations timed per shape: this many, or fewer once they took this long
@@ -121,29 +123,42 @@ def _iteration_marks(device: str) -> tuple[Any, list[tuple[str, float]]]:
     return Timer(), marks
 
 
-def _phase_times(preset: Preset, device: str) -> tuple[float, float, int, float]:
-    """(rollout seconds, train seconds, samples) of one PPO iteration of `preset`, and the seconds
-    building its env and model took. The first iteration carries one-off start-up costs and is
-    left out; of the next (`TIMED_ITERATIONS` at most, while they take under `TIMED_S` in all) the
-    median rollout and the median train phase count: one iteration alone is at the mercy of
-    whatever else the machine did in those milliseconds."""
-    timer, marks = _iteration_marks(device)
-    began = time.perf_counter()
-    venv, model = _build(preset, device)
+def _phase_times(presets: list[Preset], device: str) -> list[tuple[float, float, int, float]]:
+    """(rollout seconds, train seconds, samples) of one PPO iteration of each of `presets`, and
+    the seconds building its env and model took. The first iteration of each carries one-off
+    start-up costs and is left out. The presets then take turns, an iteration each, until each
+    has `TIMED_ITERATIONS` or all took `TIMED_S` apiece, and the median rollout and the median
+    train phase count: one iteration alone is at the mercy of whatever else the machine did in
+    those milliseconds, and taking turns gives each preset the same share of the VM's drift, so
+    the difference between two of them is not a difference between two moments."""
+    built: list[tuple[Any, Any, Any, list[tuple[str, float]], float]] = []
     try:
-        setup = time.perf_counter() - began
-        model.learn(preset.total_batch, callback=timer)  # the warm-up iteration
-        rollouts: list[float] = []
-        trains: list[float] = []
-        while not rollouts or (len(rollouts) < TIMED_ITERATIONS and sum(rollouts) + sum(trains) < TIMED_S):
-            marks.clear()
-            model.learn(preset.total_batch, callback=timer, reset_num_timesteps=False)
-            times = dict(marks)
-            rollouts.append(times["train"] - times["rollout"])
-            trains.append(times["end"] - times["train"])
+        for preset in presets:
+            timer, marks = _iteration_marks(device)
+            began = time.perf_counter()
+            venv, model = _build(preset, device)
+            built.append((venv, model, timer, marks, time.perf_counter() - began))
+            model.learn(preset.total_batch, callback=timer)  # the warm-up iteration
+        rollouts: list[list[float]] = [[] for _ in presets]
+        trains: list[list[float]] = [[] for _ in presets]
+        while not rollouts[0] or (
+            len(rollouts[0]) < TIMED_ITERATIONS and sum(map(sum, rollouts + trains)) < TIMED_S * len(presets)
+        ):
+            for preset, (_, model, timer, marks, _), rollout, train in zip(
+                presets, built, rollouts, trains, strict=True
+            ):
+                marks.clear()
+                model.learn(preset.total_batch, callback=timer, reset_num_timesteps=False)
+                times = dict(marks)
+                rollout.append(times["train"] - times["rollout"])
+                train.append(times["end"] - times["train"])
     finally:
-        venv.close()
-    return statistics.median(rollouts), statistics.median(trains), preset.total_batch, setup
+        for venv, *_ in built:
+            venv.close()
+    return [
+        (statistics.median(rollout), statistics.median(train), preset.total_batch, setup)
+        for preset, (*_, setup), rollout, train in zip(presets, built, rollouts, trains, strict=True)
+    ]
 
 
 def partner(preset: Preset, device: str) -> None:
@@ -160,30 +175,32 @@ def partner(preset: Preset, device: str) -> None:
         print(json.dumps([began, time.monotonic(), preset.total_batch]), flush=True)
 
 
-def _vector_step_s(env_id: str, n_envs: int, env_kwargs: dict[str, Any]) -> float:
-    """Seconds per vectorized step of `n_envs` envs alone, on one thread."""
+def _env_step_us(env_id: str, env_kwargs: dict[str, Any]) -> float:
+    """What one more env adds to a vectorized env step, in microseconds (the call's own fixed
+    cost left out, as for `env_policy_us`): `SMALL` and `LARGE` envs on one thread each, stepped
+    in turns of `ENV_CHUNK` steps for `ENV_ONLY_S` apiece, so both see the same moments."""
     import numpy as np
 
     from cockpit_training.envs import make_vec_env
 
-    venv = make_vec_env(env_id, n_envs, seed=0, threads=1, env_kwargs=env_kwargs)
+    venvs: list[Any] = []
     try:
-        venv.reset()
-        actions = np.array([venv.action_space.sample() for _ in range(n_envs)])
-        steps, began = 0, time.perf_counter()
-        while (elapsed := time.perf_counter() - began) < ENV_ONLY_S or steps < 5:
-            venv.step(actions)
-            steps += 1
+        for n_envs in (SMALL, LARGE):
+            venvs.append(make_vec_env(env_id, n_envs, seed=0, threads=1, env_kwargs=env_kwargs))
+            venvs[-1].reset()
+        actions = [np.array([venv.action_space.sample() for _ in range(venv.num_envs)]) for venv in venvs]
+        spent, steps = [0.0, 0.0], 0
+        while sum(spent) < 2 * ENV_ONLY_S:
+            for i, (venv, action) in enumerate(zip(venvs, actions, strict=True)):
+                began = time.perf_counter()
+                for _ in range(ENV_CHUNK):
+                    venv.step(action)
+                spent[i] += time.perf_counter() - began
+            steps += ENV_CHUNK
     finally:
-        venv.close()
-    return elapsed / steps
-
-
-def _env_step_us(env_id: str, env_kwargs: dict[str, Any]) -> float:
-    """What one more env adds to a vectorized env step, in microseconds (the call's own fixed
-    cost left out, as for `env_policy_us`)."""
-    small, large = _vector_step_s(env_id, SMALL, env_kwargs), _vector_step_s(env_id, LARGE, env_kwargs)
-    return max(0.0, (large - small) / (LARGE - SMALL)) * 1e6
+        for venv in venvs:
+            venv.close()
+    return max(0.0, (spent[1] - spent[0]) / steps / (LARGE - SMALL)) * 1e6
 
 
 def _episode_steps_max(env_id: str, env_kwargs: dict[str, Any]) -> int:
@@ -206,15 +223,17 @@ def probe(preset: Preset, device: str, import_s: float = 0.0) -> dict[str, Any]:
     """The measurements described in the module docstring, as a dict (`import_s` is passed
     through: the caller measured it)."""
     large_preset = _probe_preset(preset, LARGE)
-    small = _phase_times(_probe_preset(preset, SMALL), device)
-    large = _phase_times(large_preset, device)
+    small, large = _phase_times([_probe_preset(preset, SMALL), large_preset], device)
     own_preset = _own_shape(preset, large)
-    own = _phase_times(own_preset, device)
+    (own,) = _phase_times([own_preset], device)
+    env_step = _env_step_us(preset.env, preset.env_kwargs) / 1e6
     # Both lines go through the preset's own shape, so the model gives back what it was timed at;
-    # the other points give their slopes, or where noise leaves none, a cost in proportion.
+    # the other points give their slopes, or where noise leaves none, a cost in proportion. An env
+    # adds at least its own step to a rollout step: that floor, timed alone and steadier, holds
+    # the per-env slope up where the rollouts' noise pulled it under.
     step_small, step_large = small[0] / large_preset.n_steps, large[0] / large_preset.n_steps
     own_step = own[0] / own_preset.n_steps
-    per_env = min(max(0.0, (step_large - step_small) / (LARGE - SMALL)), own_step / preset.n_envs)
+    per_env = min(max(env_step, (step_large - step_small) / (LARGE - SMALL)), own_step / preset.n_envs)
     own_epoch = own[1] / own_preset.n_epochs
     slope = (large[1] - own_epoch) / (large[2] - own[2]) if large[2] != own[2] else 0.0
     train_sample = slope if 0.0 < slope <= own_epoch / own[2] else own_epoch / own[2]
@@ -224,7 +243,7 @@ def probe(preset: Preset, device: str, import_s: float = 0.0) -> dict[str, Any]:
         "device": device,
         "step_overhead_us": round((own_step - preset.n_envs * per_env) * 1e6, 1),
         "env_policy_us": round(per_env * 1e6, 2),
-        "env_step_us": round(_env_step_us(preset.env, preset.env_kwargs), 2),
+        "env_step_us": round(env_step * 1e6, 2),
         "train_sample_us": round(train_sample * 1e6, 2),
         "train_epoch_us": round(epoch_fixed * 1e6, 1),
         "batch_size": large_preset.batch_size,
