@@ -18,8 +18,10 @@ def cartpole() -> Preset:
     return load("cartpole")  # 8 envs, 20 epochs
 
 
-# CPU: a sample costs 400 / 8 + 10 = 60 us of rollout and 20 x 2 = 40 us of training: 100 us.
-CPU_COSTS = Costs("cpu", step_overhead_us=400.0, env_policy_us=10.0, env_step_us=5.0, train_sample_us=2.0)
+# CPU: a sample costs 400 / 8 + 10 = 60 us of rollout and 20 x 2 = 40 us of training: 100 us. No
+# share of it is an env's own step, which more env threads would split: these fixtures are for the
+# contention rule and the queueing network; the env threads' credit has tests of its own.
+CPU_COSTS = Costs("cpu", step_overhead_us=400.0, env_policy_us=10.0, env_step_us=0.0, train_sample_us=2.0)
 
 
 def gpu_preset() -> Preset:
@@ -28,7 +30,7 @@ def gpu_preset() -> Preset:
 
 def gpu_costs(rollout_us: float, train_us: float) -> Costs:
     """CUDA costs whose sample at `gpu_preset()` costs `rollout_us` on a core and `train_us` on the GPU."""
-    return Costs("cuda", step_overhead_us=8 * rollout_us / 2, env_policy_us=rollout_us / 2, env_step_us=1.0,
+    return Costs("cuda", step_overhead_us=8 * rollout_us / 2, env_policy_us=rollout_us / 2, env_step_us=0.0,
                  train_sample_us=train_us / 10)  # fmt: skip
 
 
@@ -133,3 +135,27 @@ def test_no_slot_runs_nothing_and_more_slots_never_run_slower() -> None:
     for costs in (CPU_COSTS, gpu_costs(75.0, 25.0), gpu_costs(20.0, 80.0)):
         rates = [speed_of(gpu_preset(), costs, n, 2).fleet_sps for n in range(1, 9)]
         assert rates == sorted(rates)
+
+
+@pytest.mark.parametrize(
+    ("cores", "slots", "threads"), [(2, 1, 2), (4, 1, 4), (4, 2, 2), (16, 4, 4), (2, 2, 1), (2, 3, 1)]
+)
+def test_an_envpool_jobs_env_threads_split_its_envs_steps(cores: int, slots: int, threads: int) -> None:
+    """Each job gets `cores // slots` envpool threads: its envs' own steps (5 of an env's 10 us
+    here) run side by side on them; the rest of a sample's cost stays on its Python thread."""
+    costs = replace(CPU_COSTS, env_step_us=5.0)
+    sample_us = 100.0 - 5.0 * (1 - 1 / threads)
+    speed = speed_of(cartpole(), costs, slots, cores)
+    assert speed.sps == pytest.approx(1e6 / sample_us)
+    assert speed.fleet_sps == pytest.approx(min(slots, cores) * 1e6 / sample_us)
+    # gymnasium's envs step in the job's own thread (or its own processes): no credit
+    gymnasium_only = replace(cartpole(), env="Taxi-v4")
+    assert speed_of(gymnasium_only, costs, slots, cores).sps == pytest.approx(10_000)
+
+
+def test_env_threads_take_only_the_envs_own_step_off_a_sample() -> None:
+    costs = replace(CPU_COSTS, env_step_us=6.0)
+    assert costs.on_env_threads(1) == costs
+    three = costs.on_env_threads(3)
+    assert (three.env_policy_us, three.env_step_us) == pytest.approx((6.0, 2.0))
+    assert three.step_overhead_us == costs.step_overhead_us and three.train_sample_us == costs.train_sample_us

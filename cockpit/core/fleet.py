@@ -35,10 +35,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from cockpit.contract.envids import backend_for
 from cockpit.contract.fleetplan import FleetPlan
 from cockpit.contract.presets import Preset
 from cockpit.contract.runrecord import RunRecord
 from cockpit.contract.workerargs import SERVE_MAX_JOBS, eval_envs
+from cockpit.core.host import thread_budget
 
 if TYPE_CHECKING:  # the advisor predicts N jobs' SPS with `speed_of`: it imports this module
     from cockpit.core.advisor import Costs
@@ -101,7 +103,11 @@ def overlap_sps(network: Sequence[Station], jobs: int) -> float:
 def speed_of(preset: Preset, costs: Costs, slots: int, physical_cores: int, *, score_episodes: int = 0) -> Speed:
     """The overlap model's speed of `slots` jobs of `preset` on a machine with `physical_cores`
     cores (and one GPU where `costs` were measured on one), with what each agent pays around its
-    training when it is scored over `score_episodes` episodes at each tier's end."""
+    training when it is scored over `score_episodes` episodes at each tier's end. Where envpool
+    steps the envs, each job's share of the cores steps them (`Costs.on_env_threads`); `Speed.sps`
+    is then one job's speed with that share."""
+    if backend_for(preset.env) == "envpool":
+        costs = costs.on_env_threads(thread_budget(max(1, slots), physical_cores).threads_per_job)
     sample_us = costs.sample_us(preset, preset.n_envs)
     if costs.device == "cpu":
         fleet = cpu_fleet_sps(sample_us, costs, slots, physical_cores)
