@@ -74,7 +74,8 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
     fleet = _fleet(run_dir)
     cfg, host, gpu, util = log.config, log.host, log.gpu, log.utilization
     live = log.status.live
-    console.print(f"[bold]{run_dir}[/]  status [bold]{log.status}[/]  {log.command}")
+    named = f"  name [bold]{escape(log.name)}[/]" if log.name is not None else ""
+    console.print(f"[bold]{run_dir}[/]{named}  status [bold]{log.status}[/]  {log.command}")
     duration = _fmt(log.duration_s, "{:,.0f}")
     console.print(f"started {log.started_at}  ended {log.ended_at or '-'}  duration {duration} s")
     if cfg.script is not None:
@@ -247,6 +248,7 @@ def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "run_dir": state.run_dir,
+        "name": state.name,
         "live": live,
         "status": state.status.value,
         "command": command,

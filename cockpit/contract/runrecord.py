@@ -8,7 +8,7 @@ of recent runs) reads it back. This module is the only place that turns a `RunRe
 The file, top to bottom (absent keys are facts that were not known: TOML has no null):
 
 ```
-schema_version, command, status, started_at, ended_at, updated_at, duration_s, eta_s, warnings
+schema_version, name, command, status, started_at, ended_at, updated_at, duration_s, eta_s, warnings
 [config]        the run's settings: what `--resume` starts again with
 [host]          the machine
 [gpu]           the GPU, or why there is no GPU telemetry
@@ -215,9 +215,11 @@ class RunRecord:
     """The whole of run.toml. `ended_at` is absent while the run is live; `gpu`, `preset` and
     `utilization` are None only in files that lack those tables. `eta_s` is the seconds until
     every agent, queued ones included, would reach its target, as estimated when the file was
-    written (absent when unknown)."""
+    written (absent when unknown). `name` is the run's name (`--name`, or a fleet plan's `name`),
+    absent for a run without one and in files written before runs had names."""
 
     schema_version: int = SCHEMA_VERSION
+    name: str | None = None
     command: str
     status: RunStatus
     started_at: str

@@ -339,6 +339,7 @@ class ReplaySource:
         self._preset = (recorded.preset.name if recorded.preset is not None else "") or preset
         self._slots = min(config.jobs, config.agents)
         self._warnings = recorded.warnings
+        self._name = recorded.name
         self._physical_cores = host.physical_cores
         self._threads_per_job = next((j.threads for j in self._jobs if j.threads), 0)
         self._t = self._span[1]
@@ -505,6 +506,7 @@ class ReplaySource:
             threads_per_job=self._threads_per_job,
             physical_cores=self._physical_cores,
             eta_s=run_eta(views, self._slots),
+            name=self._name,
         )
         return Frame(state=state, samples=tuple(self._samples[lo:hi]), phases=phases)
 

@@ -178,6 +178,7 @@ def record(
                         memory_total_mib=state.gpu.memory_total_bytes // MIB, driver=state.gpu.driver)  # fmt: skip
     cost_s, ticks = recorder.sampler_cost()
     return RunRecord(
+        name=spec.name,
         command=" ".join(spec.command_line),
         status=state.status,
         started_at=iso(state.started_at) or "",

@@ -230,6 +230,7 @@ class RunSession:
             gpu_status=self.sampler.gpu_status,
             advice=tuple(change.line() for change in self.auto.log) if self.auto is not None else (),
             suggestions=self._suggestions,
+            name=self.spec.name,
         )
         if self.fleet is None:
             return state
@@ -458,9 +459,9 @@ def _template(spec: RunSpec) -> JobTemplate:
 
 
 def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
-    """The `build_spec` arguments an earlier run recorded in its run.toml `[config]`;
-    `healthy_uptime_s` and `stall_timeout_s` only when they were recorded (older files, or no
-    `--stall-timeout`: `build_spec`'s defaults)."""
+    """The `build_spec` arguments an earlier run recorded in its run.toml `[config]` (and its
+    name); `healthy_uptime_s`, `stall_timeout_s` and `name` only when they were recorded (older
+    files, no `--stall-timeout` or no `--name`: `build_spec`'s defaults)."""
     config = recorded.config
     args: dict[str, Any] = {
         "jobs": config.jobs,
@@ -479,4 +480,6 @@ def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
         args["stall_timeout_s"] = config.stall_timeout_s
     if config.script is not None:
         args["script"] = config.script
+    if recorded.name is not None:  # a resumed run keeps its name (its directory already has it)
+        args["name"] = recorded.name
     return args

@@ -130,6 +130,7 @@ class RunState:
     # Seconds until every agent, queued ones included, reaches its target (`throughput.run_eta`).
     eta_s: float | None = None
     fleet: FleetView | None = None  # a fleet's tiers and leaderboard (`cockpit fleet`)
+    name: str | None = None  # the run's name (`--name`, a fleet's plan name); None: it has none
 
     @property
     def sps(self) -> float | None:

@@ -597,4 +597,5 @@ class Supervisor:
             advice=extra.get("advice", ()),
             suggestions=extra.get("suggestions", ()),
             eta_s=run_eta(views, self.slots),
+            name=extra.get("name"),
         )

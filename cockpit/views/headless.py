@@ -214,7 +214,8 @@ class HeadlessView:
 
     def _renderable(self, state: RunState) -> Group:
         figures = f"  {line}" if state.status.live and (line := run_line(state)) else ""
-        header = Text(f"cockpit  {state.preset} on {state.env}  {state.status.value}{figures}  {state.run_dir}",
+        named = f"{state.name}: " if state.name is not None else ""
+        header = Text(f"cockpit  {named}{state.preset} on {state.env}  {state.status.value}{figures}  {state.run_dir}",
                       style="bold")  # fmt: skip
         fleet = [Text(fleet_line(state.fleet))] if state.fleet is not None else []
         return Group(header, *fleet, jobs_table(state, self.console.width), Text(system_line(state)))
