@@ -153,6 +153,12 @@ class JobRecord:
     rate) are as they were when the file was written, absent when unknown or the job was not
     training; `peak_gpu_mem_mib`, `cpu_percent_mean` and `peak_rss_mib` (the job's process tree)
     come from the sampler; `phases` is keyed by phase name (rollout, train).
+
+    `memory` is the leak watch's verdict on the job's memory (`cockpit.core.memwatch`): "no
+    growth", or "memory growing: +N MiB/h" for its RSS and/or "GPU memory growing: +N MiB/h"
+    (joined by "; "), or "not judged: M of 13 min watched" for a job whose worker ran too briefly;
+    absent in files from before the watch. `memory_growth_mib_h` and `gpu_memory_growth_mib_h`
+    are the flagged growth rates, absent unless that memory keeps growing.
     """
 
     id: str
@@ -173,6 +179,9 @@ class JobRecord:
     peak_gpu_mem_mib: int | None = None
     cpu_percent_mean: float | None = None
     peak_rss_mib: float | None = None
+    memory: str | None = None
+    memory_growth_mib_h: float | None = None
+    gpu_memory_growth_mib_h: float | None = None
     phases: Mapping[str, PhaseRecord] = field(default_factory=dict)
 
 

@@ -134,6 +134,20 @@ class MemoryVerdict:
     rss: Growth
     gpu: Growth | None = None
 
+    @classmethod
+    def recorded(
+        cls, line: str | None, rss_mib_per_h: float | None, gpu_mib_per_h: float | None
+    ) -> MemoryVerdict | None:
+        """The judged verdict a run.toml recorded (`line` and the flagged rates), None when it
+        recorded none or had not judged the job yet: what a resumed run shows until it judges anew."""
+        if line != NO_GROWTH and rss_mib_per_h is None and gpu_mib_per_h is None:
+            return None
+
+        def growth(rate: float | None) -> Growth:
+            return Growth("growing", rate) if rate is not None else Growth("flat")
+
+        return cls(growth(rss_mib_per_h), growth(gpu_mib_per_h) if gpu_mib_per_h is not None else None)
+
     @property
     def growing(self) -> bool:
         """True when its RSS or its GPU memory keeps growing."""
