@@ -94,8 +94,9 @@ def build_parser() -> ArgumentParser:
         "live table and a TOML run log",
         usage="cockpit run [FLAGS]\n       cockpit run [--jobs N] [--agents M] [--seed S] [FLAGS] -- COMMAND [ARG ...]",
         description="Start PPO training workers (stable-baselines3 on envpool), at most --jobs at a time,\n"
-        "restart crashed ones from their checkpoints, sample the GPU (NVML, 5 Hz) and CPU, and\n"
-        "write RUN_DIR/run.toml. Ctrl-C checkpoints every job and stops; --resume RUN_DIR continues.\n\n"
+        "restart crashed ones from their checkpoints, sample the GPU (NVML, 5 Hz) and CPU, watch each job's\n"
+        "memory for leaks ('memory growing: +N MiB/h', else 'no growth'), and write RUN_DIR/run.toml.\n"
+        "Ctrl-C checkpoints every job and stops; --resume RUN_DIR continues.\n\n"
         "After --, your own command runs instead, once per agent, with the same queue, restarts, telemetry,\n"
         "run.toml, TUI and attach. In it {seed}, {job_id} and {job_dir} become each job's; the job's\n"
         "process also gets COCKPIT_SEED, COCKPIT_JOB_ID and COCKPIT_JOB_DIR. Exit 0 is done, any other\n"
