@@ -94,8 +94,9 @@ def build_parser() -> ArgumentParser:
         "live table and a TOML run log",
         usage="cockpit run [FLAGS]\n       cockpit run [--jobs N] [--agents M] [--seed S] [FLAGS] -- COMMAND [ARG ...]",
         description="Start PPO training workers (stable-baselines3 on envpool), at most --jobs at a time,\n"
-        "restart crashed ones from their checkpoints, sample the GPU (NVML, 5 Hz) and CPU, and\n"
-        "write RUN_DIR/run.toml. Ctrl-C checkpoints every job and stops; --resume RUN_DIR continues.\n\n"
+        "restart crashed ones from their checkpoints, sample the GPU (NVML, 5 Hz) and CPU, watch each job's\n"
+        "memory for leaks ('memory growing: +N MiB/h', else 'no growth'), and write RUN_DIR/run.toml.\n"
+        "Ctrl-C checkpoints every job and stops; --resume RUN_DIR continues.\n\n"
         "After --, your own command runs instead, once per agent, with the same queue, restarts, telemetry,\n"
         "run.toml, TUI and attach. In it {seed}, {job_id} and {job_dir} become each job's; the job's\n"
         "process also gets COCKPIT_SEED, COCKPIT_JOB_ID and COCKPIT_JOB_DIR. Exit 0 is done, any other\n"
@@ -105,6 +106,7 @@ def build_parser() -> ArgumentParser:
         epilog="Examples:\n  cockpit run                          2 cartpole jobs on a CPU machine (heavy on a GPU)\n"
         "  cockpit run --jobs 4 --preset heavy\n  cockpit run --agents 20 --jobs 4 --timesteps 500000\n"
         "  cockpit run --auto --agents 16       size the parallel jobs by measuring\n"
+        "  cockpit run --name production        in runs/<UTC time>-production; later: cockpit attach production\n"
         "  cockpit run --resume runs/20261121T230000Z-heavy-LunarLander-v3\n"
         "  cockpit run --jobs 2 --agents 3 -- python examples/train_sb3.py --seed {seed} --out {job_dir}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -120,8 +122,15 @@ def build_parser() -> ArgumentParser:
     run.add_argument("--timesteps", type=positive_int, metavar="T", help="steps per agent (default: the preset's)")
     run.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="first agent's seed (default: 0)")
     run.add_argument(
-        "--run-dir", type=Path, metavar="DIR", help="where the run goes (default: runs/<UTC time>-<preset>-<env>)"
-    )
+        "--run-dir", type=Path, metavar="DIR",
+        help="where the run goes (default: runs/<UTC time>-<name> with --name, else runs/<UTC time>-<preset>-<env>)",
+    )  # fmt: skip
+    run.add_argument(
+        "--name", metavar="NAME",
+        help="name the run: its directory (runs/<UTC time>-NAME), the cockpit's header, run.toml, and "
+        "`cockpit attach NAME` (the newest run of that name); 1-64 letters, digits, '.', '_' or '-', "
+        "starting with a letter or digit",
+    )  # fmt: skip
     run.add_argument(
         "--headless",
         action="store_true",
@@ -224,10 +233,14 @@ def build_parser() -> ArgumentParser:
         description="Attach the cockpit to a live run through its control socket (RUN_DIR/cockpit.sock, mode 0600:\n"
         "only you can connect). Several viewers may attach at once, and quitting one leaves the run going.\n"
         "A finished run opens read-only as a replay, with a timeline to scrub.",
-        epilog="Example:\n  tmux new -d 'cockpit run --headless --jobs 4'   then   cockpit attach runs/<run>",
+        epilog="Examples:\n  tmux new -d 'cockpit run --headless --jobs 4'   then   cockpit attach runs/<run>\n"
+        "  cockpit run --headless --name nightly &         then   cockpit attach nightly",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    attach.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's directory")
+    attach.add_argument(
+        "run_dir", type=Path, metavar="RUN_DIR|NAME",
+        help="the run's directory, or a run name (--name, a fleet's plan name): the newest run of that name in runs/",
+    )  # fmt: skip
     attach.set_defaults(func=_cmd_attach)
 
     fleet = sub.add_parser(
@@ -261,8 +274,14 @@ def build_parser() -> ArgumentParser:
         "its run.toml's SPS per job and jobs at once) instead of this machine's probe",
     )  # fmt: skip
     fleet.add_argument(
-        "--run-dir", type=Path, metavar="DIR", help="where the fleet goes (default: runs/<UTC time>-fleet-<name>)"
-    )
+        "--run-dir", type=Path, metavar="DIR",
+        help="where the fleet goes (default: runs/<UTC time>-NAME with --name, else runs/<UTC time>-fleet-<plan name>)",
+    )  # fmt: skip
+    fleet.add_argument(
+        "--name", metavar="NAME",
+        help="the fleet's run name instead of the plan's name: its directory (runs/<UTC time>-NAME), header, "
+        "run.toml and `cockpit attach NAME`; same rule as the plan's name",
+    )  # fmt: skip
     fleet.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the fleet in RUN_DIR")
     fleet.add_argument(
         "--headless",

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import time
 from pathlib import Path
 
 from rich import box
@@ -24,8 +23,9 @@ from cockpit.commands.console import interactive, output_console, say
 from cockpit.commands.frontends import FrontEnds
 from cockpit.contract.fleetplan import FleetPlan, PlanError, load_plan, parse_plan
 from cockpit.contract.presets import Preset
+from cockpit.contract.rundir import stamped
 from cockpit.contract.runrecord import RunRecord
-from cockpit.contract.runspec import ConfigError, RunSpec, build_spec
+from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, checked_name
 from cockpit.core.fleet import Projection, Speed, Stage, project, speed_from_record, speed_of
 from cockpit.core.sizing import costs_for, this_machine
 
@@ -67,9 +67,10 @@ def _plan(args: argparse.Namespace) -> tuple[FleetPlan, str]:
     if args.resume is None:
         plan = load_plan(args.plan)
         return plan, args.plan.read_text(encoding="utf-8")
-    if args.dry_run or args.run_dir is not None:
-        raise ConfigError(f"--resume continues a fleet with its recorded plan; drop "
-                          f"{'--dry-run' if args.dry_run else '--run-dir'}")  # fmt: skip
+    given = [flag for flag, value in (("--dry-run", args.dry_run or None), ("--run-dir", args.run_dir),
+                                      ("--name", args.name)) if value is not None]  # fmt: skip
+    if given:
+        raise ConfigError(f"--resume continues a fleet with its recorded plan and name; drop {', '.join(given)}")
     from cockpit.core.fleetstore import FleetStore, FleetStoreError
 
     try:
@@ -84,19 +85,33 @@ def _plan(args: argparse.Namespace) -> tuple[FleetPlan, str]:
 
 
 def _spec(args: argparse.Namespace, plan: FleetPlan) -> RunSpec:
-    """The run the fleet is: its slots, run dir and restart policy; the first agent's preset and env
-    stand for the run in its header."""
+    """The run the fleet is: its slots, run dir, name and restart policy; the first agent's preset
+    and env stand for the run in its header.
+
+    The fleet's run name is `--name`, else the plan's `name` (both follow `rundir.check_run_name`);
+    a resumed fleet keeps the name its run.toml recorded. Its directory is `--run-dir`, else
+    `runs/<UTC time>-NAME` with `--name`, else `runs/<UTC time>-fleet-<plan name>` as before names."""
     first = plan.agents[0]
-    run_dir = args.resume or args.run_dir
-    if run_dir is None:
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        run_dir = Path("runs") / f"{stamp}-fleet-{plan.name}"
+    name = checked_name(args.name) or plan.name
+    if args.resume is not None:
+        name = _recorded_name(args.resume) or plan.name
+    run_dir = args.resume or args.run_dir or stamped(args.name if args.name is not None else f"fleet-{plan.name}")
     return build_spec(
         jobs=args.jobs or plan.jobs, agents=len(plan.agents), preset=first.preset_name, env=first.env,
         timesteps=plan.tiers[-1].timesteps, seed=0, run_dir=run_dir, max_restarts=args.max_restarts, pin=False,
         command_line=("cockpit", *(sys.argv[1:] if args.argv is None else args.argv)),
-        resuming=args.resume is not None,
+        resuming=args.resume is not None, name=name,
     )  # fmt: skip
+
+
+def _recorded_name(run_dir: Path) -> str | None:
+    """The name a fleet's run.toml recorded (None when it recorded none or cannot be read: the plan's then)."""
+    from cockpit.contract.runrecord import RunRecordError, read
+
+    try:
+        return read(run_dir).name
+    except RunRecordError:
+        return None
 
 
 def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: FrontEnds) -> int:
@@ -138,6 +153,8 @@ def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds
     if args.rate is not None:
         flags += ["--rate", repr(args.rate)]
     where = [str(args.plan), "--run-dir", str(spec.run_dir)] if args.resume is None else ["--resume", str(spec.run_dir)]
+    if args.resume is None and args.name is not None:
+        where += ["--name", args.name]
     run = spawn([*where, *flags], spec.run_dir, verb="fleet")
     print(f"cockpit fleet: starting in {spec.run_dir} (log: {run.log})", file=sys.stderr)
     return watch_to_exit(run, lambda source: front.watch(source, who="cockpit fleet"), "cockpit fleet")

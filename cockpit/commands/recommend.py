@@ -57,7 +57,9 @@ def measurements_from_run(run_dir: Path) -> tuple[RunRecord, Measurements]:
         raise ConfigError(f"--from {exc}") from exc
     jobs = tuple(
         job_measure(job.id, sps=job.mean_sps, phases=job.phases, cpu_percent=job.cpu_percent_mean, error=job.error,
-                    gpu_mem_peak_bytes=job.peak_gpu_mem_mib * MIB if job.peak_gpu_mem_mib is not None else None)
+                    gpu_mem_peak_bytes=job.peak_gpu_mem_mib * MIB if job.peak_gpu_mem_mib is not None else None,
+                    memory_growth_mib_h=job.memory_growth_mib_h,
+                    gpu_memory_growth_mib_h=job.gpu_memory_growth_mib_h)
         for job in recorded.jobs
     )  # fmt: skip
     util = recorded.utilization

@@ -27,6 +27,7 @@ from cockpit.contract.runrecord import RunRecord, RunRecordError, iso, read
 from cockpit.contract.runspec import ConfigError
 from cockpit.core.feed import Replay, SourceError
 from cockpit.core.fleetreport import STATUSES, FleetReportError, FleetSummary, fleet_summary
+from cockpit.core.memwatch import NO_GROWTH
 from cockpit.core.runs import open_run
 from cockpit.core.state import RunState
 
@@ -74,7 +75,8 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
     fleet = _fleet(run_dir)
     cfg, host, gpu, util = log.config, log.host, log.gpu, log.utilization
     live = log.status.live
-    console.print(f"[bold]{run_dir}[/]  status [bold]{log.status}[/]  {log.command}")
+    named = f"  name [bold]{escape(log.name)}[/]" if log.name is not None else ""
+    console.print(f"[bold]{run_dir}[/]{named}  status [bold]{log.status}[/]  {log.command}")
     duration = _fmt(log.duration_s, "{:,.0f}")
     console.print(f"started {log.started_at}  ended {log.ended_at or '-'}  duration {duration} s")
     if cfg.script is not None:
@@ -97,8 +99,8 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
     console.print(f"GPU: {gpu_text}")
     table = Table(title="jobs" + (" (live: steps from the event files)" if live else ""), title_justify="left")
     for col in ("job", "seed", "status", "steps", "mean SPS", "ep_rew_mean", "restarts", "ckpts", "CPU %",
-                "peak RSS MiB", "GPU % rollout", "GPU % train", "peak GPU MiB", "reason"):  # fmt: skip
-        table.add_column(col, justify="left" if col in ("job", "status", "reason") else "right")
+                "peak RSS MiB", "GPU % rollout", "GPU % train", "peak GPU MiB", "memory", "reason"):  # fmt: skip
+        table.add_column(col, justify="left" if col in ("job", "status", "memory", "reason") else "right")
     for job in log.jobs:
         steps = _live_steps(run_dir, job.id) if live else job.steps
         rollout, train = job.phases.get("rollout"), job.phases.get("train")
@@ -109,9 +111,18 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
             _fmt(job.cpu_percent_mean, "{:.0f}"), _fmt(job.peak_rss_mib, "{:,.0f}"),
             _fmt(rollout.gpu_util_mean if rollout else None, "{:.0f}"),
             _fmt(train.gpu_util_mean if train else None, "{:.0f}"),
-            _fmt(job.peak_gpu_mem_mib, "{:,}"), job.error or job.exit_reason or "",
+            _fmt(job.peak_gpu_mem_mib, "{:,}"), job.memory or "-", job.error or job.exit_reason or "",
         )  # fmt: skip
     console.print(table)
+    # The leak watch's word on the run: the seeds' "Memory leaks: none detected", or who grows.
+    growing = [
+        job for job in log.jobs if job.memory_growth_mib_h is not None or job.gpu_memory_growth_mib_h is not None
+    ]
+    judged = sum(1 for job in log.jobs if job.memory == NO_GROWTH)
+    for job in growing:
+        console.print(f"[yellow]memory:[/] job {job.id}: {job.memory}", highlight=False)
+    if judged and not growing:
+        console.print(f"memory: no growth ({judged} job(s) watched long enough to judge)", highlight=False)
     if util is not None and util.gpu_util_mean is not None:
         console.print(
             f"GPU utilization: mean {_fmt(util.gpu_util_mean)}%, p50 {_fmt(util.gpu_util_p50)}%, "
@@ -247,6 +258,7 @@ def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "run_dir": state.run_dir,
+        "name": state.name,
         "live": live,
         "status": state.status.value,
         "command": command,
@@ -273,6 +285,9 @@ def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
                 "restarts": job.restarts,
                 "error": job.error,
                 "reason": job.exit_reason,
+                "memory": job.memory,
+                "memory_growth_mib_h": job.memory_growth_mib_h,
+                "gpu_memory_growth_mib_h": job.gpu_memory_growth_mib_h,
             }
             for job in state.jobs
         ],

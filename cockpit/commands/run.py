@@ -63,10 +63,11 @@ def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[s
             jobs=args.jobs or (1 if args.auto else 2), agents=args.agents, preset=preset, env=args.env,
             timesteps=args.timesteps, seed=args.seed, run_dir=args.run_dir, max_restarts=args.max_restarts,
             healthy_uptime_s=args.healthy_uptime, stall_timeout_s=args.stall_timeout, pin=args.pin,
-            command_line=command_line, script=script,
+            command_line=command_line, script=script, name=args.name,
         )  # fmt: skip
     fixed = [flag for flag, value in (("--agents", args.agents), ("--preset", args.preset), ("--env", args.env),
-             ("--timesteps", args.timesteps), ("--run-dir", args.run_dir)) if value is not None]  # fmt: skip
+             ("--timesteps", args.timesteps), ("--run-dir", args.run_dir), ("--name", args.name))
+             if value is not None]  # fmt: skip
     if fixed:
         raise ConfigError(f"--resume continues a run with its recorded settings; drop {', '.join(fixed)}")
     try:

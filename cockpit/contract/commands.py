@@ -14,13 +14,15 @@ from typing import Any
 
 
 class AdviceSetting(str, Enum):
-    """What an advice item changes; the first three can change under a running run."""
+    """What an advice item changes; the first three can change under a running run. `memory` changes
+    no setting: it explains a job whose memory keeps growing, and what to look for."""
 
     JOBS = "jobs"
     N_ENVS = "n_envs"
     BATCH_SIZE = "batch_size"
     NET_ARCH = "net_arch"
     PRESET = "preset"
+    MEMORY = "memory"
 
     def __str__(self) -> str:
         # The value, in f-strings too (Python 3.12 formats a mixed-in enum by its name otherwise).

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from typing import Any, Literal
 
 from cockpit.contract.envids import EnvError, UnknownEnvError, backend_for, check_env
 from cockpit.contract.presets import PRESET_KEYS, Preset, PresetError, load, resolve
+from cockpit.contract.rundir import RUN_NAME_PATTERN, RUN_NAME_RULE
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -50,7 +50,7 @@ else:  # pragma: no cover - exercised only on Python 3.10
 
 Promotion = Literal["sync", "async"]
 MAX_SEED = 2**31 - 1
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+NAME_PATTERN = RUN_NAME_PATTERN  # the plan's name is the fleet's run name: one rule for both
 TOP_KEYS = ("name", "jobs", "rate_usd_per_h", "promotion", "agents", "tiers", "score")
 AGENT_KEYS = ("env", "preset", "seeds", "overrides")
 TIER_KEYS = ("timesteps", "promote")
@@ -215,7 +215,7 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
     problems = _unknown(raw, TOP_KEYS, "")
     name = raw.get("name", Path(source).stem)
     if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-        problems.append(f"'name' must be letters, digits, '.', '_' or '-' (a path component), got {name!r}")
+        problems.append(f"'name' must be {RUN_NAME_RULE} (a path component), got {name!r}")
     jobs = raw.get("jobs", 2)
     if not _positive_int(jobs):
         problems.append(f"'jobs' must be a positive integer, got {jobs!r}")

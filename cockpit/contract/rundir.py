@@ -13,6 +13,11 @@
   jobs/<id>/        one job directory per job (`JobDir`)
 ```
 
+A run's directory is `runs/<UTC time>-<what>` unless `--run-dir` says otherwise (`stamped`): `<what>`
+is the run's name (`--name`) when it has one, else what it trains (`<preset>-<env>`, `script-<name>`,
+`fleet-<plan name>`). A run name is a safe path component (`check_run_name`), the one rule for
+`--name` and a fleet plan's `name`.
+
 A job directory is the worker's (`python -m cockpit_training.worker --job-dir DIR`); it need not sit in a
 run directory, so `JobDir` stands alone:
 
@@ -31,6 +36,9 @@ paths through `RunDir` and `JobDir` and spells none of them itself.
 
 from __future__ import annotations
 
+import calendar
+import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +56,44 @@ CHECKPOINTS = "checkpoints"
 STDOUT_LOG = "stdout.log"
 STDERR_LOG = "stderr.log"
 JOB_LOCK = ".lock"
+
+RUNS = Path("runs")  # where runs go by default, relative to the working directory
+STAMP_FORMAT = "%Y%m%dT%H%M%SZ"  # the UTC time that starts a default run directory's name
+RUN_NAME_MAX = 64
+# A letter or digit first: a name starting with '-' reads as a flag, one starting with '.' hides
+# the directory. No '/', no spaces, nothing a shell or a path would take apart.
+RUN_NAME_PATTERN = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{RUN_NAME_MAX - 1}}}")
+RUN_NAME_RULE = f"1 to {RUN_NAME_MAX} letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+
+class RunNameError(ValueError):
+    """A run name that is not a safe path component; the message is one line naming where it came from."""
+
+
+def check_run_name(name: str, source: str = "--name") -> str:
+    """`name` when it is a safe run name (`RUN_NAME_PATTERN`: it becomes part of the run
+    directory's name); RunNameError naming `source` (the flag or key) and what would be valid."""
+    if not RUN_NAME_PATTERN.fullmatch(name):
+        raise RunNameError(f"{source} {name!r}: a run name is {RUN_NAME_RULE} (it becomes part of the run's directory)")
+    return name
+
+
+def stamped(what: str, now: float | None = None, root: Path = RUNS) -> Path:
+    """`root/<UTC time>-<what>`: a new run's default directory (`what` is the run's name, or what
+    it trains) at `now` (default: the current time)."""
+    return root / f"{time.strftime(STAMP_FORMAT, time.gmtime(now))}-{what}"
+
+
+def stamp_time(run_dir: Path) -> float | None:
+    """The Unix time in a run directory's name (`<YYYYmmddTHHMMSSZ>-...`, as `stamped` makes it);
+    None when the name does not start with one (a `--run-dir` of the user's choosing)."""
+    stamp, dash, _ = run_dir.name.partition("-")
+    if not dash:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(stamp, STAMP_FORMAT)))
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)

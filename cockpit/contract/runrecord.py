@@ -8,7 +8,7 @@ of recent runs) reads it back. This module is the only place that turns a `RunRe
 The file, top to bottom (absent keys are facts that were not known: TOML has no null):
 
 ```
-schema_version, command, status, started_at, ended_at, updated_at, duration_s, eta_s, warnings
+schema_version, name, command, status, started_at, ended_at, updated_at, duration_s, eta_s, warnings
 [config]        the run's settings: what `--resume` starts again with
 [host]          the machine
 [gpu]           the GPU, or why there is no GPU telemetry
@@ -153,6 +153,12 @@ class JobRecord:
     rate) are as they were when the file was written, absent when unknown or the job was not
     training; `peak_gpu_mem_mib`, `cpu_percent_mean` and `peak_rss_mib` (the job's process tree)
     come from the sampler; `phases` is keyed by phase name (rollout, train).
+
+    `memory` is the leak watch's verdict on the job's memory (`cockpit.core.memwatch`): "no
+    growth", or "memory growing: +N MiB/h" for its RSS and/or "GPU memory growing: +N MiB/h"
+    (joined by "; "), or "not judged: M of 13 min watched" for a job whose worker ran too briefly;
+    absent in files from before the watch. `memory_growth_mib_h` and `gpu_memory_growth_mib_h`
+    are the flagged growth rates, absent unless that memory keeps growing.
     """
 
     id: str
@@ -173,6 +179,9 @@ class JobRecord:
     peak_gpu_mem_mib: int | None = None
     cpu_percent_mean: float | None = None
     peak_rss_mib: float | None = None
+    memory: str | None = None
+    memory_growth_mib_h: float | None = None
+    gpu_memory_growth_mib_h: float | None = None
     phases: Mapping[str, PhaseRecord] = field(default_factory=dict)
 
 
@@ -215,9 +224,11 @@ class RunRecord:
     """The whole of run.toml. `ended_at` is absent while the run is live; `gpu`, `preset` and
     `utilization` are None only in files that lack those tables. `eta_s` is the seconds until
     every agent, queued ones included, would reach its target, as estimated when the file was
-    written (absent when unknown)."""
+    written (absent when unknown). `name` is the run's name (`--name`, or a fleet plan's `name`),
+    absent for a run without one and in files written before runs had names."""
 
     schema_version: int = SCHEMA_VERSION
+    name: str | None = None
     command: str
     status: RunStatus
     started_at: str

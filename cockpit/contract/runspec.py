@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from cockpit.contract.envids import EnvError, check_env
 from cockpit.contract.presets import Preset, PresetError, load
-from cockpit.contract.rundir import RunDir
+from cockpit.contract.rundir import RunDir, RunNameError, check_run_name, stamped
 from cockpit.contract.scriptargs import ScriptError, check_template
 
 MAX_SEED = 2**31 - 1
@@ -64,6 +63,8 @@ class RunSpec:
     `script`, when set, is the user's command template that each job runs instead of cockpit's
     worker (`cockpit.contract.scriptargs`); there is then no `preset`, `preset_arg` and `env` are
     empty, and `timesteps` is 0 (a script that reports through CockpitCallback gives its own).
+    `name` is the run's name (`--name`, checked by `rundir.check_run_name`), None for none: the
+    default run directory is then named after it, views show it, and `cockpit attach NAME` finds it.
     """
 
     jobs: int
@@ -78,6 +79,7 @@ class RunSpec:
     pin: bool
     command_line: tuple[str, ...]
     script: tuple[str, ...] | None = None
+    name: str | None = None
 
     @property
     def slots(self) -> int:
@@ -93,16 +95,24 @@ class RunSpec:
 def default_run_dir(preset: Preset, env: str, now: float | None = None) -> Path:
     """`runs/<UTC time>-<preset>-<env>`; the env id's slashes and a `module:EnvId`'s colon become
     dashes (a colon in a path breaks PATH-like lists and some tools)."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    return Path("runs") / f"{stamp}-{preset.name}-{env.replace('/', '-').replace(':', '-')}"
+    return stamped(f"{preset.name}-{env.replace('/', '-').replace(':', '-')}", now)
 
 
 def script_run_dir(script: tuple[str, ...], now: float | None = None) -> Path:
     """`runs/<UTC time>-script-<name>`: the name of the script a Python command runs
     (`python train.py` gives `train`), else of the program."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
     named = script[1] if len(script) > 1 and script[1].endswith(".py") else script[0]
-    return Path("runs") / f"{stamp}-script-{Path(named).stem}"
+    return stamped(f"script-{Path(named).stem}", now)
+
+
+def checked_name(name: str | None) -> str | None:
+    """`--name`, checked (`rundir.check_run_name`); ConfigError (one line) for an unsafe one."""
+    if name is None:
+        return None
+    try:
+        return check_run_name(name)
+    except RunNameError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def check_writable(run_dir: Path, flag: str = "--run-dir") -> None:
@@ -155,17 +165,22 @@ def build_spec(
     stall_timeout_s: float | None = None,
     resuming: bool = False,
     script: tuple[str, ...] | None = None,
+    name: str | None = None,
 ) -> RunSpec:
     """Validate the inputs of a run into a RunSpec; raises ConfigError (one line).
 
     A new run refuses a run dir that already holds a run log; `resuming` expects one. With
     `script` (the command after `--`), `preset`, `env` and `timesteps` are not checked: the caller
-    refuses them with a script, and the jobs run the command instead.
+    refuses them with a script, and the jobs run the command instead. A `name` (`--name`) must be
+    a safe path component; without `run_dir` the run goes to `runs/<UTC time>-<name>`.
     """
+    name = checked_name(name)
+    if run_dir is None and name is not None:
+        run_dir = stamped(name)
     if script is not None:
         return _script_spec(script, jobs=jobs, agents=agents or jobs, seed=seed, run_dir=run_dir,
                             restart=RestartPolicy(max_restarts, healthy_uptime_s, stall_timeout_s=stall_timeout_s),
-                            pin=pin, command_line=command_line, resuming=resuming)  # fmt: skip
+                            pin=pin, command_line=command_line, resuming=resuming, name=name)  # fmt: skip
     try:
         resolved = load(preset)
     except PresetError as exc:
@@ -192,12 +207,13 @@ def build_spec(
         restart=RestartPolicy(max_restarts, healthy_uptime_s, stall_timeout_s=stall_timeout_s),
         pin=pin,
         command_line=command_line,
+        name=name,
     )
 
 
 def _script_spec(
     script: tuple[str, ...], *, jobs: int, agents: int, seed: int, run_dir: Path | None, restart: RestartPolicy,
-    pin: bool, command_line: tuple[str, ...], resuming: bool,
+    pin: bool, command_line: tuple[str, ...], resuming: bool, name: str | None,
 ) -> RunSpec:  # fmt: skip
     """The RunSpec of a script run (`build_spec` with `script`)."""
     try:
@@ -209,7 +225,8 @@ def _script_spec(
     directory = run_dir or script_run_dir(script)
     _check_run_dir(directory, resuming)
     return RunSpec(jobs=jobs, agents=agents, preset=None, preset_arg="", env="", timesteps=0, seed=seed,
-                   run_dir=directory, restart=restart, pin=pin, command_line=command_line, script=script)  # fmt: skip
+                   run_dir=directory, restart=restart, pin=pin, command_line=command_line, script=script,
+                   name=name)  # fmt: skip
 
 
 def _check_run_dir(directory: Path, resuming: bool) -> None:

@@ -82,6 +82,9 @@ class JobMeasure:
     gpu_mem_peak_bytes: int | None = None
     cpu_percent: float | None = None  # of one core
     cuda_oom: bool = False
+    # The leak watch's flagged growth rates (`cockpit.core.memwatch`): None unless it keeps growing.
+    memory_growth_mib_h: float | None = None
+    gpu_memory_growth_mib_h: float | None = None
 
 
 @dataclass(frozen=True)
@@ -122,17 +125,19 @@ class PhaseFigures(Protocol):
 
 
 def job_measure(job_id: str, *, sps: float | None, phases: Mapping[str, PhaseFigures], gpu_mem_peak_bytes: int | None,
-                cpu_percent: float | None, error: str | None) -> JobMeasure:  # fmt: skip
+                cpu_percent: float | None, error: str | None, memory_growth_mib_h: float | None = None,
+                gpu_memory_growth_mib_h: float | None = None) -> JobMeasure:  # fmt: skip
     """What one job measured, for a live run and a recorded one alike: its SPS, CPU % and GPU
     memory peak as given, its train share of rollout + train time and the GPU % in each (from
-    `phases`, by phase name), and whether its error was a CUDA out-of-memory."""
+    `phases`, by phase name), whether its error was a CUDA out-of-memory, and the growth rates the
+    leak watch flagged."""
     train, rollout = phases.get("train"), phases.get("rollout")
     train_s = train.seconds if train is not None else 0.0
     total = train_s + (rollout.seconds if rollout is not None else 0.0)
     return JobMeasure(
         job_id, sps, train_s / total if total else None,
         rollout.gpu_util_mean if rollout is not None else None, train.gpu_util_mean if train is not None else None,
-        gpu_mem_peak_bytes, cpu_percent, "cuda_oom" in (error or ""),
+        gpu_mem_peak_bytes, cpu_percent, "cuda_oom" in (error or ""), memory_growth_mib_h, gpu_memory_growth_mib_h,
     )  # fmt: skip
 
 
@@ -413,6 +418,43 @@ def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements, c
                     "gpu_util_expected": expected})]  # fmt: skip
 
 
+RSS_GROWTH_CAUSES = (
+    "its RSS kept growing after the warm-up: something keeps what every step or episode makes: a "
+    "replay buffer filling up, a list of every episode (a callback or wrapper appending infos, returns or "
+    "frames), or a leak in a custom env (rendered frames, unclosed files or sockets). Compare its RSS "
+    "across a few checkpoints, step the env alone in a loop under tracemalloc, and bound what callbacks "
+    "keep (a deque with maxlen)"
+)
+GPU_GROWTH_CAUSES = (
+    "its GPU memory kept growing: tensors kept across iterations (losses or values appended to a list "
+    "without .item() or .detach()) or a cache that fragments; torch.cuda.memory_summary() in the job says "
+    "what holds it"
+)
+
+
+def memory_advice(measured: Measurements) -> list[Advice]:
+    """Jobs whose memory keeps growing (the leak watch, `cockpit.core.memwatch`): how fast, what
+    could cause it and what to do. The item changes no setting (`AdviceSetting.MEMORY`): it
+    explains the `memory growing` flag."""
+    rss = {j.job_id: j.memory_growth_mib_h for j in measured.jobs if j.memory_growth_mib_h is not None}
+    gpu = {j.job_id: j.gpu_memory_growth_mib_h for j in measured.jobs if j.gpu_memory_growth_mib_h is not None}
+    if not rss and not gpu:
+        return []
+    current, reasons = [], []
+    numbers: dict[str, float | int | str] = {}
+    for what, rates, causes in (("RSS", rss, RSS_GROWTH_CAUSES), ("GPU memory", gpu, GPU_GROWTH_CAUSES)):
+        if rates:
+            worst = max(rates.values())
+            jobs = ", ".join(sorted(rates))
+            current.append(f"{what} of job{'s' if len(rates) > 1 else ''} {jobs} +{worst:,.0f} MiB/h")
+            reasons.append(causes)
+            numbers[f"{'rss' if what == 'RSS' else 'gpu'}_growth_mib_h"] = worst
+    worst = max([*rss.values(), *gpu.values()])
+    effect = (f"at +{worst:,.0f} MiB/h a job holds {worst * 24 / 1024:,.1f} GiB more a day: find what grows "
+              "before the machine runs out of memory")  # fmt: skip
+    return [Advice(AdviceSetting.MEMORY, "; ".join(current), "no growth", effect, "; ".join(reasons), numbers)]
+
+
 def _cpu_bound(host: Machine, preset: Preset, jobs: int, measured: Measurements) -> list[Advice]:
     cpu, gpu = measured.cpu_percent_mean, measured.gpu_util_mean
     # Without a GPU the cores are the only thing to keep busy: saturating them is the goal.
@@ -468,7 +510,7 @@ def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | No
 
     Without measurements the advice comes from the hardware alone (core budget, GPU table, no
     GPU, batch divisibility). With a run's measurements it also covers an out-of-memory event,
-    GPU memory per job, idle gaps between train bursts, and a CPU-bound run. With a probe's
+    GPU memory per job, memory that keeps growing, idle gaps between train bursts, and a CPU-bound run. With a probe's
     `costs` the core budget is measured rather than taken from a table, and it sizes n_envs so
     that a rollout step's fixed cost stays small, up to `max_envs` (default `MAX_ENVS_SCALE`
     times the preset's; a live run passes the cap of the preset it started with, so that applied
@@ -477,7 +519,7 @@ def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | No
     """
     items = [*_divisor(preset), *_cores(host, preset, jobs, costs), *_idle_cores(host, preset, jobs, costs)]
     if measured is not None:
-        items += _oom(preset, measured) + _gpu_memory(host, jobs, measured)
+        items += _oom(preset, measured) + _gpu_memory(host, jobs, measured) + memory_advice(measured)
         items += _cpu_bound(host, preset, jobs, measured) + _overlap(host, preset, jobs, measured, costs)
     items += [*_amortize(host, preset, jobs, costs, max_envs), *_no_gpu(host, preset)]
     items += _gpu_defaults(host, preset, jobs, costs)

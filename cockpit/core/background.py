@@ -59,6 +59,8 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
         flags += ["--preset", spec.preset_arg, "--env", spec.env, "--timesteps", str(spec.timesteps)]
     if spec.restart.stall_timeout_s is not None:  # none: the derived default, which the flag's absence means
         flags += ["--stall-timeout", repr(spec.restart.stall_timeout_s)]
+    if spec.name is not None:
+        flags += ["--name", spec.name]
     script = ["--", *spec.script] if spec.script is not None else []
     return [*flags, *auto, *(["--pin"] if spec.pin else []), *typed, *script]
 

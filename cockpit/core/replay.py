@@ -38,6 +38,7 @@ from cockpit.contract.runrecord import JobRecord, RunRecord, RunRecordError, rea
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.detail import JobDetails
 from cockpit.core.feed import WINDOW_S, Frame, JobDetail, SourceError, Transition, phases_since
+from cockpit.core.memwatch import MemoryVerdict, MemWatch
 from cockpit.core.nvml import GpuInfo, GpuSample
 from cockpit.core.runlog import MIB
 from cockpit.core.state import JobView, RunState
@@ -120,6 +121,8 @@ class _JobHistory:
     phase_ts: list[float] = field(default_factory=list)
     peak_ts: list[float] = field(default_factory=list)
     peaks: list[int] = field(default_factory=list)  # GPU memory peak so far, from job_samples
+    memory_ts: list[float] = field(default_factory=list)
+    memory: list[MemoryVerdict] = field(default_factory=list)  # the leak watch's verdicts, as they changed
     threads: int | None = None  # env threads of its first start (the run's thread budget per job)
 
     def _phase(self, t: float, phase: str | None) -> None:
@@ -234,6 +237,11 @@ class _JobHistory:
             mean_sps = (steps - first_steps) / active if active > 0 else None
         n_peaks = bisect.bisect_right(self.peak_ts, cut)
         peak = self.peaks[n_peaks - 1] if n_peaks else None
+        n_memory = bisect.bisect_right(self.memory_ts, cut)
+        verdict = self.memory[n_memory - 1] if n_memory else None
+        memory = verdict.line() if verdict is not None else None
+        rss_growth = verdict.rss_growth_mib_h if verdict is not None else None
+        gpu_growth = verdict.gpu_growth_mib_h if verdict is not None else None
         restarts = attempt.restarts if attempt else 0
         last_checkpoint = self.checkpoint_steps[n_checkpoints - 1] if n_checkpoints else None
         if at_end and self.final is not None:
@@ -242,6 +250,8 @@ class _JobHistory:
             mean_sps = final.mean_sps if final.mean_sps is not None else mean_sps
             if final.last_checkpoint_step is not None:
                 last_checkpoint = final.last_checkpoint_step
+            if final.memory is not None:  # the run's own last verdict, on every reading it took
+                memory, rss_growth, gpu_growth = final.memory, final.memory_growth_mib_h, final.gpu_memory_growth_mib_h
         live = state == "running"
         return JobView(
             id=self.id,
@@ -269,6 +279,9 @@ class _JobHistory:
             ended_at=_ended_at(attempt, outcome, run_end) if state in TERMINAL_STATES else None,
             eta_s=job_eta(JobState(state), steps, self.target, sps),
             rollout_sps=rollout_sps,
+            memory=memory,
+            memory_growth_mib_h=rss_growth,
+            gpu_memory_growth_mib_h=gpu_growth,
         )
 
     def _throughput(self, attempt: _Attempt | None, cut: float, steps: int, now: float) -> float | None:
@@ -285,6 +298,34 @@ class _JobHistory:
         first = (self.rollout_ts[start], self.rollout_steps[start])
         last = (self.rollout_ts[hi - 1], self.rollout_steps[hi - 1])
         return live_rate(first, last, latest, min(now, attempt.end))
+
+
+# The leak watch over a recorded run looks this often (or, over a long run, this many times in
+# all): what the run saw to the minute, without judging a day-long run 8,640 times per job on open.
+REPLAY_MEMORY_EVERY_S = 60.0
+REPLAY_MEMORY_LOOKS = 200
+
+
+def _watch_memory(jobs: Mapping[str, _JobHistory], usage_rows: list[tuple[float, str, JobUsage]]) -> None:
+    """Each job's leak-watch verdicts over the run, as the run's own watch formed them: from its
+    readings in job_samples.csv (each once: a reading carried over to later ticks is written with
+    each), a new worker at each `started` event."""
+    if not usage_rows:
+        return
+    span = usage_rows[-1][0] - usage_rows[0][0]
+    watch = MemWatch(every_s=max(REPLAY_MEMORY_EVERY_S, span / REPLAY_MEMORY_LOOKS))
+    fed: dict[str, tuple[float, JobUsage]] = {}
+    for t, job_id, usage in usage_rows:
+        job = jobs.get(job_id)
+        last = fed.get(job_id)
+        if job is None or usage.rss_bytes <= 0 or (last is not None and last[1] == usage and t - last[0] < 1.5):
+            continue
+        fed[job_id] = (t, usage)
+        watch.add(t, job_id, bisect.bisect_right(job.attempt_ts, t), usage.rss_bytes, usage.gpu_mem_bytes)
+        verdict = watch.verdict(job_id)
+        if verdict is not None and (not job.memory or job.memory[-1] is not verdict):
+            job.memory_ts.append(t)
+            job.memory.append(verdict)
 
 
 def _ended_at(attempt: _Attempt | None, outcome: _Outcome | None, run_end: float) -> float | None:
@@ -339,6 +380,7 @@ class ReplaySource:
         self._preset = (recorded.preset.name if recorded.preset is not None else "") or preset
         self._slots = min(config.jobs, config.agents)
         self._warnings = recorded.warnings
+        self._name = recorded.name
         self._physical_cores = host.physical_cores
         self._threads_per_job = next((j.threads for j in self._jobs if j.threads), 0)
         self._t = self._span[1]
@@ -446,6 +488,7 @@ class ReplaySource:
                 peak = max(job_usage.gpu_mem_bytes, found.peaks[-1] if found.peaks else 0)
                 found.peak_ts.append(t)
                 found.peaks.append(peak)
+        _watch_memory(by_id, usage_rows)
         return histories
 
     # ----- the Replay protocol -----
@@ -505,6 +548,7 @@ class ReplaySource:
             threads_per_job=self._threads_per_job,
             physical_cores=self._physical_cores,
             eta_s=run_eta(views, self._slots),
+            name=self._name,
         )
         return Frame(state=state, samples=tuple(self._samples[lo:hi]), phases=phases)
 

@@ -33,6 +33,7 @@ from cockpit.contract.runrecord import (
 )
 from cockpit.contract.runspec import RunSpec
 from cockpit.core.host import HostInfo
+from cockpit.core.memwatch import MemoryVerdict, MemWatch
 from cockpit.core.phases import Accounting, PhaseAccountant, PhaseStats
 from cockpit.core.state import RunState
 from cockpit.core.telemetry import Sample
@@ -45,9 +46,9 @@ MIB = 1024 * 1024
 
 @dataclass
 class Recorder:
-    """Receives each telemetry sample: appends it to the CSV files and keeps the series that
-    phase accounting needs. Called from the sampler thread; `cpu_mean()` and `sampler_cost()` from
-    any thread."""
+    """Receives each telemetry sample: appends it to the CSV files, keeps the series that phase
+    accounting needs, and feeds each job's memory to the leak watch (`memory`). Called from the
+    sampler thread; `cpu_mean()`, `sampler_cost()` and `memory.verdict()` from any thread."""
 
     run_dir: Path
     _files: dict[str, TextIO] = field(default_factory=dict)
@@ -55,6 +56,7 @@ class Recorder:
     accountant: PhaseAccountant = field(default_factory=PhaseAccountant)
     _cpu_sums: dict[str, tuple[float, int]] = field(default_factory=dict)
     _rss_peaks: dict[str, int] = field(default_factory=dict)  # bytes, the most each job held
+    memory: MemWatch = field(default_factory=MemWatch)
     _cost_s: float = 0.0
     _ticks: int = 0
     failed: str | None = None
@@ -95,6 +97,11 @@ class Recorder:
                 self._rss_peaks[job] = max(self._rss_peaks.get(job, 0), usage.rss_bytes)
             self._cost_s += sample.cost_s
             self._ticks += 1
+        if fresh:  # a reading carried over to later ticks is one reading, for the leak watch too
+            for job, usage in sample.jobs.items():
+                if usage.rss_bytes > 0:  # 0: the worker's process tree was not walked yet
+                    self.memory.add(sample.t, job, usage.pid, usage.rss_bytes, usage.gpu_mem_bytes)
+            self.memory.keep(sample.jobs)
         if self.failed or self.closed:
             return
         try:
@@ -178,6 +185,7 @@ def record(
                         memory_total_mib=state.gpu.memory_total_bytes // MIB, driver=state.gpu.driver)  # fmt: skip
     cost_s, ticks = recorder.sampler_cost()
     return RunRecord(
+        name=spec.name,
         command=" ".join(spec.command_line),
         status=state.status,
         started_at=iso(state.started_at) or "",
@@ -210,6 +218,7 @@ def record(
                 peak_gpu_mem_mib=j.peak_gpu_mem_bytes // MIB if j.peak_gpu_mem_bytes is not None else None,
                 cpu_percent_mean=_round(recorder.cpu_mean(j.id)), peak_rss_mib=recorder.rss_peak_mib(j.id),
                 phases=_phases(accounting.jobs.get(j.id, {})),
+                **_memory(recorder.memory.verdict(j.id)),
             )
             for j in state.jobs
         ),
@@ -223,6 +232,14 @@ def record(
         warnings=(*state.warnings, *[w for w in [recorder.failed] if w and w not in state.warnings]),
         advice=tuple(advice),
     )  # fmt: skip
+
+
+def _memory(verdict: MemoryVerdict | None) -> dict[str, Any]:
+    """A job's leak-watch verdict as its run.toml keys (none before its first judgment)."""
+    if verdict is None:
+        return {}
+    return {"memory": verdict.line(), "memory_growth_mib_h": verdict.rss_growth_mib_h,
+            "gpu_memory_growth_mib_h": verdict.gpu_growth_mib_h}  # fmt: skip
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:

@@ -1,12 +1,13 @@
-"""Finding runs: the ones under a runs directory, newest first, and opening one to view."""
+"""Finding runs: the ones under a runs directory, newest first, a run by its name, and opening
+one to view."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from cockpit.contract.rundir import RUN_TOML, RunDir
-from cockpit.contract.runrecord import RunRecordError, read
+from cockpit.contract.rundir import RUN_NAME_PATTERN, RUN_TOML, RUNS, RunDir, stamp_time
+from cockpit.contract.runrecord import RunRecordError, parse, read, unix
 from cockpit.core.control import AttachSource
 from cockpit.core.feed import RunSource, SourceError
 from cockpit.core.replay import open_replay
@@ -14,7 +15,7 @@ from cockpit.core.replay import open_replay
 
 @dataclass(frozen=True)
 class RecentRun:
-    """One earlier or live run, from its run.toml."""
+    """One earlier or live run, from its run.toml (`name`: its name, None when it has none)."""
 
     run_dir: Path
     preset: str
@@ -22,6 +23,7 @@ class RecentRun:
     status: str
     agents: int
     started_at: str
+    name: str | None = None
 
 
 def recent_runs(root: Path, limit: int = 10) -> list[RecentRun]:
@@ -39,10 +41,47 @@ def recent_runs(root: Path, limit: int = 10) -> list[RecentRun]:
             continue
         config = recorded.config
         runs.append(RecentRun(log.parent, *config.shown(), recorded.status.value, config.agents,
-                              recorded.started_at))  # fmt: skip
+                              recorded.started_at, recorded.name))  # fmt: skip
         if len(runs) >= limit:
             break
     return runs
+
+
+def named_run(name: str, root: Path = RUNS) -> Path | None:
+    """The newest run under `root` named `name` (`--name`, or a fleet plan's name), None when none is.
+
+    A run's name is the one its run.toml records; a run that has not written its first run.toml
+    yet (it does within a second of starting) is known by its directory, `<UTC time>-<name>`.
+    Newest is by the UTC time that starts the directory's name, else the run's recorded start.
+    Unreadable run.toml files (or a newer cockpit's) are skipped, as in `recent_runs`.
+    """
+    if not RUN_NAME_PATTERN.fullmatch(name):
+        return None
+    try:
+        dirs = [path for path in root.iterdir() if path.is_dir()]
+    except OSError:
+        return None
+    found: list[tuple[float, str, Path]] = []
+    for run_dir in dirs:
+        stamp = stamp_time(run_dir)
+        try:
+            text = RunDir(run_dir).run_toml.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            if stamp is not None and run_dir.name.partition("-")[2] == name:
+                found.append((stamp, run_dir.name, run_dir))
+            continue
+        except (OSError, UnicodeDecodeError):
+            continue
+        if name not in text:  # most runs are not the one: skip parsing their files
+            continue
+        try:
+            recorded = parse(text, str(run_dir))
+        except RunRecordError:
+            continue
+        if recorded.name == name:
+            when = stamp if stamp is not None else unix(recorded.started_at)
+            found.append((when or 0.0, run_dir.name, run_dir))
+    return max(found)[2] if found else None
 
 
 def open_run(run_dir: Path) -> RunSource:

@@ -37,7 +37,16 @@ from cockpit.contract.runrecord import write as write_record
 from cockpit.contract.runspec import ConfigError, RunSpec
 from cockpit.contract.scriptargs import script_label
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.core.advisor import MAX_ENVS_SCALE, Advice, Costs, Measurements, advise, job_measure, machine_of
+from cockpit.core.advisor import (
+    MAX_ENVS_SCALE,
+    Advice,
+    Costs,
+    Measurements,
+    advise,
+    job_measure,
+    machine_of,
+    memory_advice,
+)
 from cockpit.core.autotune import AutoTuner
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.control import ControlError, ControlServer
@@ -45,6 +54,7 @@ from cockpit.core.feed import WINDOW_S, Transition, phases_since
 from cockpit.core.fleetrun import FleetFactory, FleetRun
 from cockpit.core.host import HostInfo, host_info, thread_budget
 from cockpit.core.launcher import Launcher, LocalLauncher, PooledLauncher, wait_for_previous_workers
+from cockpit.core.memwatch import MemoryVerdict
 from cockpit.core.phases import Accounting, prune
 from cockpit.core.rundirwatch import RunDirWatch
 from cockpit.core.runlog import Recorder, phase_accounting, record
@@ -137,8 +147,17 @@ class RunSession:
 
     def _restore_jobs(self) -> None:
         sup = self.supervisor
+        recorded = self._record()
         # A script is done when it exited 0, which only the earlier session saw: its run.toml says.
-        script_done = self._done_in_record() if self.spec.script is not None else set()
+        script_done = set()
+        if recorded is not None and self.spec.script is not None:
+            script_done = {job.id for job in recorded.jobs if job.status is JobState.DONE}
+        for job_record in recorded.jobs if recorded is not None else ():
+            # What the leak watch said of it then, until a worker of this session is judged.
+            verdict = MemoryVerdict.recorded(job_record.memory, job_record.memory_growth_mib_h,
+                                             job_record.gpu_memory_growth_mib_h)  # fmt: skip
+            if verdict is not None:
+                self.recorder.memory.restore(job_record.id, verdict)
         for job in sup.jobs.values():
             events = read_events(job.job_dir / EVENTS_FILE)
             sup.restore(job, events)
@@ -148,13 +167,12 @@ class RunSession:
                 job.change_state(JobState.DONE, self.clock.time())
                 job.exit_reason = "done in an earlier session"
 
-    def _done_in_record(self) -> set[str]:
-        """The jobs the run's run.toml records as done (none when it cannot be read)."""
+    def _record(self) -> RunRecord | None:
+        """The run's run.toml as the earlier session left it (None when it cannot be read)."""
         try:
-            recorded = read_record(self.spec.run_dir)
+            return read_record(self.spec.run_dir)
         except RunRecordError:
-            return set()
-        return {job.id for job in recorded.jobs if job.status is JobState.DONE}
+            return None
 
     def submit(self, command: Command) -> None:
         """Send a command to the supervisor (thread-safe); the TUI uses this too. An
@@ -167,6 +185,8 @@ class RunSession:
         self.supervisor.submit(command)
 
     def _apply(self, advice: ApplyAdvice) -> list[Command]:
+        if advice.setting is AdviceSetting.MEMORY:
+            raise ValueError("memory advice changes no setting: it says what to look for in the job that grows")
         if not advice.setting.live:
             raise ValueError(f"{advice.setting} cannot change under running jobs: start a new run with it")
         state = self._latest
@@ -230,6 +250,8 @@ class RunSession:
             gpu_status=self.sampler.gpu_status,
             advice=tuple(change.line() for change in self.auto.log) if self.auto is not None else (),
             suggestions=self._suggestions,
+            name=self.spec.name,
+            memory=self.recorder.memory.verdicts(),
         )
         if self.fleet is None:
             return state
@@ -248,7 +270,9 @@ class RunSession:
         # Live, a job's SPS and CPU % are its latest, not its means: the advice follows the run now.
         jobs = tuple(
             job_measure(job.id, sps=job.sps, phases=accounting.jobs.get(job.id, {}),
-                        gpu_mem_peak_bytes=job.peak_gpu_mem_bytes, cpu_percent=job.cpu_percent, error=job.error)
+                        gpu_mem_peak_bytes=job.peak_gpu_mem_bytes, cpu_percent=job.cpu_percent, error=job.error,
+                        memory_growth_mib_h=job.memory_growth_mib_h,
+                        gpu_memory_growth_mib_h=job.gpu_memory_growth_mib_h)
             for job in state.jobs
         )  # fmt: skip
         recent = [s.cpu_total_percent for s in self.sampler.history()[-ADVICE_CPU_SAMPLES:]]
@@ -256,10 +280,12 @@ class RunSession:
         return Measurements(jobs, accounting.gpu_util_mean, accounting.gpu_util_while_training, cpu)
 
     def _advise(self, state: RunState, accounting: Accounting) -> None:
-        if self.spec.preset is None or self._preset is None:
-            return  # a script run's settings are the script's: no advice on them
-        machine = machine_of(self.host, self.sampler.gpu_info)
         measured = self._measurements(state, accounting)
+        if self.spec.preset is None or self._preset is None:
+            # A script run's settings are the script's: no advice on them; but its memory is watched.
+            self._suggestions = tuple(memory_advice(measured))
+            return
+        machine = machine_of(self.host, self.sampler.gpu_info)
         cap = self.spec.preset.n_envs * MAX_ENVS_SCALE  # of the preset the run began with
         self._suggestions = tuple(advise(machine, self._preset, state.slots, measured, self.costs, max_envs=cap))
 
@@ -458,9 +484,9 @@ def _template(spec: RunSpec) -> JobTemplate:
 
 
 def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
-    """The `build_spec` arguments an earlier run recorded in its run.toml `[config]`;
-    `healthy_uptime_s` and `stall_timeout_s` only when they were recorded (older files, or no
-    `--stall-timeout`: `build_spec`'s defaults)."""
+    """The `build_spec` arguments an earlier run recorded in its run.toml `[config]` (and its
+    name); `healthy_uptime_s`, `stall_timeout_s` and `name` only when they were recorded (older
+    files, no `--stall-timeout` or no `--name`: `build_spec`'s defaults)."""
     config = recorded.config
     args: dict[str, Any] = {
         "jobs": config.jobs,
@@ -479,4 +505,6 @@ def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
         args["stall_timeout_s"] = config.stall_timeout_s
     if config.script is not None:
         args["script"] = config.script
+    if recorded.name is not None:  # a resumed run keeps its name (its directory already has it)
+        args["name"] = recorded.name
     return args

@@ -50,9 +50,20 @@ class JobView:
     # The job's own env and preset name when it differs from the run's (a fleet's agents); None: the run's.
     env: str | None = None
     preset: str | None = None
+    # The leak watch's verdict (`cockpit.core.memwatch`, as run.toml records it): None before the
+    # first judgment, "no growth", "memory growing: +N MiB/h" (and/or GPU memory), or "not judged:
+    # ..."; and the flagged growth rates, None unless that memory keeps growing.
+    memory: str | None = None
+    memory_growth_mib_h: float | None = None
+    gpu_memory_growth_mib_h: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # a plain string is accepted
+
+    @property
+    def memory_growing(self) -> bool:
+        """True when the leak watch flags its RSS or GPU memory as growing."""
+        return self.memory_growth_mib_h is not None or self.gpu_memory_growth_mib_h is not None
 
     @property
     def fraction(self) -> float:
@@ -130,6 +141,7 @@ class RunState:
     # Seconds until every agent, queued ones included, reaches its target (`throughput.run_eta`).
     eta_s: float | None = None
     fleet: FleetView | None = None  # a fleet's tiers and leaderboard (`cockpit fleet`)
+    name: str | None = None  # the run's name (`--name`, a fleet's plan name); None: it has none
 
     @property
     def sps(self) -> float | None:

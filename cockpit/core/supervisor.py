@@ -38,7 +38,7 @@ import os
 import queue
 import signal
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -76,6 +76,7 @@ from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.host import ThreadBudget, pin_sets, thread_budget
 from cockpit.core.jobs import Job
 from cockpit.core.launcher import Launcher, LaunchRequest
+from cockpit.core.memwatch import MemoryVerdict
 from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import Sample
 from cockpit.core.throughput import job_eta, run_eta
@@ -553,14 +554,18 @@ class Supervisor:
         peak_gpu_mem: dict[str, int] | None = None,
         *,
         all_jobs: bool = False,
+        memory: Mapping[str, MemoryVerdict] | None = None,
         **extra: Any,
     ) -> RunState:
-        """An immutable RunState for the front ends (with `all_jobs`, every job despite `view_limit`)."""
+        """An immutable RunState for the front ends (with `all_jobs`, every job despite `view_limit`);
+        `memory` is the leak watch's verdict per job."""
         views = []
         now = self.clock.time()
+        memory = memory or {}
         # fmt: off
         for job in self.jobs.values() if all_jobs else self._shown():
             usage = sample.jobs.get(job.id) if sample is not None and job.handle is not None else None
+            verdict = memory.get(job.id)
             # A worker's throughput is measured until it exits; an ended attempt keeps its last figure.
             sps = job.throughput.rate(now if job.state.live else job.state_since)
             views.append(
@@ -576,6 +581,9 @@ class Supervisor:
                     started_at=job.first_started_at, ended_at=job.ended_at,
                     eta_s=job_eta(job.state, job.steps, job.target, sps), rollout_sps=job.rollout_sps,
                     env=job.env, preset=Path(job.preset_arg).stem if job.preset_arg else None,
+                    memory=verdict.line() if verdict is not None else None,
+                    memory_growth_mib_h=verdict.rss_growth_mib_h if verdict is not None else None,
+                    gpu_memory_growth_mib_h=verdict.gpu_growth_mib_h if verdict is not None else None,
                 )
             )
         # fmt: on
@@ -597,4 +605,5 @@ class Supervisor:
             advice=extra.get("advice", ()),
             suggestions=extra.get("suggestions", ()),
             eta_s=run_eta(views, self.slots),
+            name=extra.get("name"),
         )

@@ -38,12 +38,15 @@ TREE_SCAN_MAX_S = 30.0
 
 @dataclass(frozen=True)
 class JobUsage:
-    """One job's whole process tree at one tick."""
+    """One job's whole process tree at one tick. `pid` is the tree's root, the job's worker (None
+    where it is not known: samples rebuilt from files): a new pid is a new worker, whose memory
+    starts afresh (`cockpit.core.memwatch`)."""
 
     cpu_percent: float
     rss_bytes: int
     gpu_mem_bytes: int | None = None
     gpu_sm_percent: float | None = None
+    pid: int | None = None
 
 
 @dataclass(frozen=True)
@@ -296,7 +299,7 @@ class Sampler:
         """The CPU %, RSS and GPU use of the worker `pid` and its descendants, as last walked."""
         tree = self._trees.get(pid)
         if tree is None:
-            return JobUsage(0.0, 0)
+            return JobUsage(0.0, 0, pid=pid)
         cpu, rss, gpu_mem, sm = 0.0, 0, None, None
         for member_pid, proc in list(tree.members.items()):
             try:
@@ -315,4 +318,4 @@ class Sampler:
                 gpu_mem = (gpu_mem or 0) + mem
             if util is not None:
                 sm = (sm or 0.0) + util
-        return JobUsage(cpu, rss, gpu_mem, sm)
+        return JobUsage(cpu, rss, gpu_mem, sm, pid)

@@ -25,6 +25,7 @@ from rich.text import Text
 
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
+from cockpit.core.memwatch import NO_GROWTH
 from cockpit.core.state import FleetView, JobView, RunState
 from cockpit.views.units import MIB, eta, mib, num, si, steps_of
 
@@ -163,6 +164,19 @@ def leaderboard_lines(fleet: FleetView, top: int = 5) -> list[str]:
             + (f" {r.overrides}" if r.overrides else "") for i, r in enumerate(fleet.leaders[:top], 1)]  # fmt: skip
 
 
+def memory_lines(state: RunState) -> list[str]:
+    """The leak watch's word on the run: each job whose memory keeps growing, else "no growth" when
+    jobs were watched long enough to judge (the seeds' "Memory leaks: none detected"); nothing when
+    no job was."""
+    growing = [f"  job {job.id}: {job.memory}" for job in state.jobs if job.memory_growing]
+    if growing:
+        return ["memory:", *growing]
+    judged = sum(1 for job in state.jobs if job.memory == NO_GROWTH)
+    return (
+        [f"memory: no growth ({judged} job{'s' if judged > 1 else ''} watched long enough to judge)"] if judged else []
+    )
+
+
 def summary_lines(state: RunState, run_log: str) -> list[str]:
     """What the run ended with and why, for the last lines on screen."""
     shown = (JobState.DONE, JobState.FAILED, JobState.STOPPED, JobState.PAUSED, JobState.QUEUED)
@@ -172,6 +186,7 @@ def summary_lines(state: RunState, run_log: str) -> list[str]:
         if job.state is not JobState.DONE:
             why = job.error or job.exit_reason or "not started"
             lines.append(f"  job {job.id} (seed {job.seed}) {job.state} at {job.steps:,}/{job.target:,} steps: {why}")
+    lines += memory_lines(state)
     if state.fleet is not None:
         lines.append(f"fleet {fleet_line(state.fleet)}")
         lines += ["leaderboard:", *leaderboard_lines(state.fleet)] if state.fleet.leaders else []
@@ -191,6 +206,7 @@ class HeadlessView:
         self._warned: set[str] = set()
         self._advised: dict[str, str] = {}  # setting -> the suggestion last printed for it
         self._notices_seen = 0  # a fleet's notices printed so far
+        self._growing: dict[str, str] = {}  # job -> its memory flag, printed when it turned on
 
     def _print_warnings(self, warnings: Iterable[str]) -> None:
         for warning in warnings:
@@ -214,10 +230,21 @@ class HeadlessView:
 
     def _renderable(self, state: RunState) -> Group:
         figures = f"  {line}" if state.status.live and (line := run_line(state)) else ""
-        header = Text(f"cockpit  {state.preset} on {state.env}  {state.status.value}{figures}  {state.run_dir}",
+        named = f"{state.name}: " if state.name is not None else ""
+        header = Text(f"cockpit  {named}{state.preset} on {state.env}  {state.status.value}{figures}  {state.run_dir}",
                       style="bold")  # fmt: skip
         fleet = [Text(fleet_line(state.fleet))] if state.fleet is not None else []
         return Group(header, *fleet, jobs_table(state, self.console.width), Text(system_line(state)))
+
+    def _print_memory(self, state: RunState) -> None:
+        # Once when a job's flag turns on (its rate changes at every look: not on every line), and
+        # again only after it cleared.
+        for job in state.jobs:
+            if not job.memory_growing:
+                self._growing.pop(job.id, None)
+            elif job.id not in self._growing and job.memory is not None:
+                self._growing[job.id] = job.memory
+                self._emit(f"{_stamp(state.now)} [job {job.id}] {job.memory}")
 
     def _print_notices(self, state: RunState) -> None:
         fleet = state.fleet
@@ -233,6 +260,7 @@ class HeadlessView:
         self._print_warnings(state.warnings + state.advice)
         self._print_advice(state)
         self._print_notices(state)
+        self._print_memory(state)
         if self.console.is_terminal:
             if self.live is None:
                 self.live = Live(self._renderable(state), console=self.console, refresh_per_second=4)

@@ -41,10 +41,10 @@ def _duration(seconds: float) -> str:
 
 
 def header_line(frame: Frame, *, replay: bool) -> str:
-    """The run in one line: preset, env, status, counts, its throughput (the jobs' live SPS
-    together) and ETA while it runs, and the elapsed time. A fleet's agents differ in preset and
-    env, and its state holds only the latest ended agents: its header gives its size and counts
-    only the live agents (the fleet line under it has the rest)."""
+    """The run in one line: its name (when it has one), preset, env, status, counts, its
+    throughput (the jobs' live SPS together) and ETA while it runs, and the elapsed time. A fleet's
+    agents differ in preset and env, and its state holds only the latest ended agents: its header
+    gives its size and counts only the live agents (the fleet line under it has the rest)."""
     state = frame.state
     shown = (JobState.RUNNING, JobState.STALLED, JobState.QUEUED, JobState.DONE, JobState.FAILED, JobState.STOPPED,
              JobState.PAUSED)  # fmt: skip
@@ -52,6 +52,8 @@ def header_line(frame: Frame, *, replay: bool) -> str:
     if state.fleet is not None:
         shown = tuple(s for s in shown if not s.terminal)
         what = f"fleet of {state.fleet.agents} agents"
+    if state.name is not None:  # first: the name is how the user knows this run from the others
+        what = f"{state.name}: {what}"
     counts = "  ".join(f"{state.count(s)} {s}" for s in shown if state.count(s))
     status = "replay" if replay else state.status.value
     if frame.link_error:

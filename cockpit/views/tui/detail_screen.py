@@ -116,6 +116,8 @@ class JobDetailScreen(ShownAgain):
             title += f"  {job.state}  {steps_of(job.steps, job.target)} steps  seed {job.seed}  restarts {job.restarts}"
             if job.state.stepping:
                 title += f"  {num(job.sps)} SPS  ETA {eta(job.eta_s)}"
+            if job.memory is not None:  # the leak watch: the flag with its rate, "no growth", or not yet
+                title += f"  {job.memory}" if job.memory_growing else f"  memory: {job.memory}"
         self.query_one("#detail-title", Label).update(title)
         # A running job without events: a script without CockpitCallback (the reason says so).
         silent = job.exit_reason if job is not None and job.state.stepping and job.exit_reason else None

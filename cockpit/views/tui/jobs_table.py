@@ -26,9 +26,10 @@ COLUMNS = (
     ("id", "job", True, None), ("seed", "seed", False, 5), ("env", "env", False, None),
     ("preset", "preset", False, None), ("status", "status", True, 8), ("phase", "phase", True, 7),
     ("steps", "steps", True, None), ("sps", "SPS", True, 6), ("eta", "ETA", True, 6), ("rew", "ep_rew", True, 7),
-    ("restarts", "rst", True, 3), ("gpu", "GPU mem", False, 10), ("cpu", "CPU%", True, 4),
+    ("restarts", "rst", True, 3), ("gpu", "GPU mem", False, 10), ("memory", "memory", False, 11),
+    ("cpu", "CPU%", True, 4),
 )  # fmt: skip
-NUMERIC = frozenset({"steps", "sps", "eta", "rew", "restarts", "gpu", "cpu"})
+NUMERIC = frozenset({"steps", "sps", "eta", "rew", "restarts", "gpu", "memory", "cpu"})
 STATUS_CLASS = {"failed": "error", "backoff": "warning", "done": "success", "stopping": "warning", "paused": "warning",
                 "stalled": "error"}  # fmt: skip
 
@@ -52,8 +53,16 @@ def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
         "rew": num(job.ep_rew_mean, "{:.1f}"),
         "restarts": str(job.restarts),
         "gpu": mib(job.gpu_mem_bytes),
+        # Its RSS, or how fast it grows once the leak watch flags it (the detail and advice say more).
+        "memory": growth(job) or mib(job.rss_bytes),
         "cpu": num(job.cpu_percent),
     }
+
+
+def growth(job: JobView) -> str | None:
+    """A flagged job's fastest-growing memory, "+120 MiB/h" (None when nothing is flagged)."""
+    rates = [r for r in (job.memory_growth_mib_h, job.gpu_memory_growth_mib_h) if r is not None]
+    return f"+{max(rates):,.0f} MiB/h" if rates else None
 
 
 class JobsTable(LinesWidget, can_focus=True):
@@ -173,6 +182,8 @@ class JobsTable(LinesWidget, can_focus=True):
             value = row[key][: widths[key]]
             cell = value.rjust(widths[key]) if key in NUMERIC else value.ljust(widths[key])
             status_class = STATUS_CLASS.get(value) if key == "status" else None
+            if key == "memory" and value.startswith("+"):  # the leak watch's flag
+                status_class = "warning"
             style = self.component_style(f"jobs--{status_class}") if status_class else ""
             line.append(" ").append(cell, style=style).append(" ")
         if look is not None:

@@ -109,11 +109,11 @@ class LauncherScreen(Screen[None]):
 
     def on_mount(self) -> None:
         table = self.query_one("#recent", DataTable)
-        table.add_columns("run", "preset", "env", "agents", "status", "started")
+        table.add_columns("name", "run", "preset", "env", "agents", "status", "started")
         self.recent = self.opener.recent()
         for run in self.recent:
-            table.add_row(run.run_dir.name, run.preset, run.env, str(run.agents), run.status, run.started_at,
-                          key=str(run.run_dir))  # fmt: skip
+            table.add_row(run.name or "-", run.run_dir.name, run.preset, run.env, str(run.agents), run.status,
+                          run.started_at, key=str(run.run_dir))  # fmt: skip
         self.show_budget()
 
     def _preset(self) -> Preset:

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cockpit.contract.rundir import RUNS
 from cockpit.contract.runspec import ConfigError, build_spec
 from cockpit.core.background import attach_when_ready, headless_argv, spawn
 from cockpit.core.feed import RunSource, SourceError
 from cockpit.core.host import host_info
 from cockpit.core.runs import RecentRun, open_run, recent_runs
 from cockpit.views.tui.launcher_screen import LaunchChoice, LaunchError
-
-RUNS = Path("runs")
 
 
 class LocalOpener:
