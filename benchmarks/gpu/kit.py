@@ -29,6 +29,7 @@ from typing import Any
 
 from benchmarks.gpu import measure
 from cockpit.contract.events import ErrorEvent, Event, StartedEvent, read_events
+from cockpit.contract.presets import builtin_names
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, RunRecordError, read
 
@@ -75,11 +76,7 @@ class Settings:
     tune_budget: int
     deadline: float
     keep: Path | None
-
-    @property
-    def preset(self) -> str:
-        """The preset of the run, sweep and probe checks."""
-        return SMOKE_PRESET if self.smoke else "heavy"
+    preset: str  # the preset of the run, sweep, probe and fleet checks
 
     @property
     def device(self) -> str:
@@ -156,6 +153,13 @@ def _positive(kind: Callable[[str], float]) -> Callable[[str], Any]:
     return parse
 
 
+def _preset(text: str) -> str:
+    """A built-in preset's name (the kit's runs name presets by name)."""
+    if text not in builtin_names():
+        raise argparse.ArgumentTypeError(f"unknown preset {text!r}; choose from {', '.join(builtin_names())}")
+    return text
+
+
 def parse_args(argv: Sequence[str] | None = None) -> Settings:
     """The settings; bad input is one line naming the flag, and exit 2 (SystemExit)."""
     p = _Parser(prog="benchmarks/gpu/check.sh", description=__doc__.split("\n\n")[0])
@@ -174,6 +178,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         type=_positive(float),
         help="seconds after which no check starts and long ones shorten (default: 510; smoke 120)",
     )
+    p.add_argument("--preset", type=_preset, help="the run's, sweep's, probe's and fleet's preset (default: heavy; "
+                   "smoke cartpole)")  # fmt: skip
     p.add_argument("--keep", type=Path, help="keep the run directories in this folder (default: deleted)")
     a = p.parse_args(argv)
     out: Path | None = a.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
@@ -191,6 +197,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         run_seconds=a.run_seconds or (6.0 if smoke else 120.0), sweep_jobs=sweep_jobs, sweep_window=window,
         sweep_max=window + (15.0 if smoke else 33.0), tune_budget=a.tune_budget or 36,
         deadline=a.deadline or (120.0 if smoke else 510.0), keep=a.keep,
+        preset=a.preset or (SMOKE_PRESET if smoke else "heavy"),
     )  # fmt: skip
 
 
