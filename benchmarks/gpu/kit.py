@@ -176,7 +176,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     p.add_argument(
         "--deadline",
         type=_positive(float),
-        help="seconds after which no check starts and long ones shorten (default: 510; smoke 120)",
+        help="seconds after which no check starts and long ones shorten (default: 510; smoke 240)",
     )
     p.add_argument("--preset", type=_preset, help="the run's, sweep's, probe's and fleet's preset (default: heavy; "
                    "smoke cartpole)")  # fmt: skip
@@ -196,7 +196,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
         updates=a.updates or (3 if smoke else 4), run_jobs=2 if smoke else 4,
         run_seconds=a.run_seconds or (6.0 if smoke else 120.0), sweep_jobs=sweep_jobs, sweep_window=window,
         sweep_max=window + (15.0 if smoke else 33.0), tune_budget=a.tune_budget or 36,
-        deadline=a.deadline or (120.0 if smoke else 510.0), keep=a.keep,
+        deadline=a.deadline or (240.0 if smoke else 510.0), keep=a.keep,
         preset=a.preset or (SMOKE_PRESET if smoke else "heavy"),
     )  # fmt: skip
 
