@@ -92,7 +92,7 @@ tree_bytes=$(git ls-files -z --cached --others --exclude-standard | xargs -0 -r 
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 total=$((wheels_bytes + tree_bytes))
 limit=$(((CARRY_LIMIT_MIB - HEADROOM_MIB) * 1048576))
-echo "prepare.sh: $(find "$WHEELS" -maxdepth 1 -name '*.whl' | wc -l) wheels, $(mib "$wheels_bytes") MiB;" \
+echo "prepare.sh: $(find "$WHEELS" -maxdepth 1 -type f -name '*.whl' | wc -l) wheels, $(mib "$wheels_bytes") MiB;" \
   "working tree $(mib "$tree_bytes") MiB; together $(mib "$total") MiB of the ${CARRY_LIMIT_MIB} MiB carry limit"
 if [ "$total" -gt "$limit" ]; then
   fail "wheels ($(mib "$wheels_bytes") MiB) and working tree ($(mib "$tree_bytes") MiB) exceed the" \
