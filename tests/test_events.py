@@ -75,3 +75,14 @@ def test_a_heartbeat_round_trips_and_readers_that_do_not_care_pass_over_it(tmp_p
     assert history.phases == [(2.0, "rollout"), (3.0, "train")]  # the train phase goes on through its heartbeats
     assert list(zip(history.step_ts, history.steps, strict=True)) == [(1.0, 0), (2.0, 0), (3.0, 64), (9.0, 64)]
     assert [e.kind for e in job_detail(tmp_path, "000").events] == ["started"]
+
+
+def test_started_carries_the_tf32_flag_and_rejects_a_non_boolean(tmp_path: Path) -> None:
+    from cockpit.contract.events import StartedEvent, parse
+
+    path = tmp_path / "events.jsonl"
+    written = EventWriter(path).started(pid=1, device="cuda:0", tf32=True, t=1.0)
+    assert read_events(path) == [written] and written.tf32 is True
+    # An older worker's line has no flag: unknown, not off.
+    assert parse('{"t": 1.0, "kind": "started"}') == StartedEvent(1.0)
+    assert parse('{"t": 1.0, "kind": "started", "tf32": 1}') is None

@@ -107,6 +107,7 @@ def test_kill_9_then_restart_resumes_and_ends_exactly_at_the_target(tmp_path: Pa
     assert len(started) == 2
     assert started[1].resumed_from_step >= last_checkpoint
     assert [s.torch_threads for s in started] == [1, 1]  # the thread budget reached torch
+    assert [s.tf32 for s in started] == [False, False]  # TF32 is for CUDA only; a CPU worker leaves it off
     (finished,) = kinds(events, "finished")
     assert finished.status == "done" and finished.steps == target
     store = CheckpointStore(job_dir / "checkpoints")

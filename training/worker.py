@@ -274,6 +274,7 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
             policy=type(model.policy).__name__,
             torch_threads=torch.get_num_threads(),
             startup_s=round(time.time() - (psutil.Process().create_time() if received_at is None else received_at), 3),
+            tf32=bool(torch.backends.cuda.matmul.allow_tf32),
         )
         callback = CockpitCallback(
             events, stop=stop, checkpoint=save, checkpoint_every=preset.checkpoint_every, emit_started=False

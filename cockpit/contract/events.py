@@ -59,6 +59,9 @@ class StartedEvent:
     resumed_from_step: int | None = None
     corrupt_checkpoints: tuple[CorruptCheckpoint, ...] = ()
     startup_s: float | None = None  # from the worker process's start to this event: imports, env, model
+    # Whether float32 matmuls may use TF32 tensor cores, as torch's flag stood when training began
+    # (on for a CUDA worker); what a GPU check reads instead of trusting that the worker set it.
+    tf32: bool | None = None
 
     @property
     def threads(self) -> int | None:
@@ -225,6 +228,12 @@ def _string(value: Any, name: str) -> str:
     return value
 
 
+def _boolean(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise _Invalid(f"{name}: expected true or false, got {value!r}")
+    return value
+
+
 def _mapping(value: Any, name: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise _Invalid(f"{name}: expected an object, got {value!r}")
@@ -262,6 +271,7 @@ _CHECKS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
         "pid": _optional(_integer), "device": _optional(_string), "config": _mapping, "versions": _mapping,
         "target_steps": _optional(_integer), "policy": _optional(_string), "torch_threads": _optional(_integer),
         "resumed_from_step": _optional(_integer), "corrupt_checkpoints": _corrupt, "startup_s": _optional(_number),
+        "tf32": _optional(_boolean),
     },
     "phase": {"phase": _choice(get_args(Phase)), "iteration": _integer, "num_timesteps": _integer},
     "progress": {
@@ -342,11 +352,12 @@ class EventWriter:
         resumed_from_step: int | None = None,
         corrupt_checkpoints: tuple[CorruptCheckpoint, ...] = (),
         startup_s: float | None = None,
+        tf32: bool | None = None,
         t: float | None = None,
     ) -> StartedEvent:
         """The job began (or resumed): its resolved config, pid, torch device and package versions."""
         event = StartedEvent(_now(t), pid, device, dict(config or {}), dict(versions or {}), target_steps, policy,
-                             torch_threads, resumed_from_step, tuple(corrupt_checkpoints), startup_s)  # fmt: skip
+                             torch_threads, resumed_from_step, tuple(corrupt_checkpoints), startup_s, tf32)  # fmt: skip
         return self.emit(event)
 
     def phase(self, phase: Phase, *, iteration: int, num_timesteps: int, t: float | None = None) -> PhaseEvent:

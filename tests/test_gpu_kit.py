@@ -1,0 +1,220 @@
+"""The GPU verification kit (benchmarks/gpu): its arithmetic and parsers on made-up readings, its
+contracts with cockpit's own outputs (tune's preset file, the advisor's OOM advice), its command
+line, and the whole kit end to end on the CPU (`--cpu-smoke`)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from benchmarks.gpu import check, kit, measure, nvsmi
+from cockpit.contract.events import Event, PhaseEvent, StartedEvent
+from cockpit.contract.presets import resolve
+from cockpit.contract.runrecord import ConfigRecord, HostRecord, JobRecord, RunRecord, write
+from cockpit.contract.states import JobState, RunStatus
+from cockpit.core.advisor import Machine
+from cockpit.core.search import Config
+
+CHECK_SH = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "check.sh"
+
+DMON = """\
+# Date       Time        gpu    sm   mem   enc   dec   jpg   ofa    fb  bar1  ccpm
+# YYYYMMDD   HH:MM:SS    Idx     %     %     %     %     %     %    MB    MB    MB
+ 20261117   14:03:05      0    40     3     0     0     0     0  1234     2     0
+ 20261117   14:03:05      1    99    99     0     0     0     0    10     2     0
+ 20261117   14:03:06      0     -     5     0     0     0     0  1240     2     0
+# Date       Time        gpu    sm   mem   enc   dec   jpg   ofa    fb  bar1  ccpm
+ 20261117   14:03:07      0    80    10     0     0     0     0  1300     2     0
+ 20261117   14:03:08      0    7
+"""
+
+
+def local(text: str) -> float:
+    return time.mktime(time.strptime(text, "%Y%m%d %H:%M:%S"))
+
+
+def test_dmon_rows_are_read_by_column_name_for_gpu_0_and_skip_headers_and_torn_lines() -> None:
+    rows = nvsmi.parse_dmon(DMON)
+    assert [(r.t, r.sm, r.mem, r.fb_mib) for r in rows] == [
+        (local("20261117 14:03:05"), 40.0, 3.0, 1234.0),
+        (local("20261117 14:03:06"), None, 5.0, 1240.0),  # "-": not reported, not zero
+        (local("20261117 14:03:07"), 80.0, 10.0, 1300.0),
+    ]
+
+
+def test_compute_apps_and_gpu_facts_parse_and_keep_unreported_figures_unknown() -> None:
+    apps = nvsmi.parse_compute_apps("1234, 812\n99, [N/A]\nno processes\n", 5.0)
+    assert apps == [nvsmi.AppMemory(5.0, 1234, 812.0), nvsmi.AppMemory(5.0, 99, None)]
+    (gpu,) = nvsmi.parse_query_gpu("NVIDIA H100 80GB HBM3, 580.159.04, 81559, 1, 81000\n")
+    assert gpu["name"] == "NVIDIA H100 80GB HBM3" and gpu["memory.free"] == "81000"
+
+
+def test_agreement_is_the_mean_absolute_difference_per_second_at_the_stated_shift() -> None:
+    t = 1_000_000.0
+    # cockpit's samples: second t-1 averages 30, second t averages 60, second t+1 averages 90.
+    samples = [(t - 1 + 0.1, 20.0), (t - 1 + 0.6, 40.0), (t + 0.5, 60.0), (t + 1.5, 90.0)]
+    dmon = [nvsmi.DmonRow(t, 35.0, None, None), nvsmi.DmonRow(t + 1, 50.0, None, None),
+            nvsmi.DmonRow(t + 2, None, None, None), nvsmi.DmonRow(t + 9, 10.0, None, None)]  # fmt: skip
+    at0 = measure.compare_util(samples, dmon)
+    # Row t meets [t-1, t) = 30 (|30-35| = 5), row t+1 meets [t, t+1) = 60 (10); t+2 has no sm,
+    # t+9 no samples.
+    assert [(p.second, p.cockpit, p.cockpit_samples, p.dmon) for p in at0.pairs] == [
+        (int(t), 30.0, 2, 35.0), (int(t) + 1, 60.0, 1, 50.0)]  # fmt: skip
+    assert at0.mad == 7.5 and at0.bias == 2.5 and at0.seconds == 2
+    shifted = measure.compare_util(samples, dmon, lag=1)
+    assert [p.cockpit for p in shifted.pairs] == [60.0, 90.0]
+    assert measure.compare_util(samples, dmon, start=t + 0.5).seconds == 1
+    assert measure.compare_util([], dmon).mad is None
+
+
+def cycles(t0: float, n: int, *, cycle_s: float, steps: int, start_steps: int = 0) -> list[Event]:
+    """A worker attempt started at t0 whose rollouts start every `cycle_s` s, `steps` apart."""
+    events: list[Event] = [StartedEvent(t0, pid=1)]
+    for i in range(n):
+        at, done = t0 + 5 + i * cycle_s, start_steps + i * steps
+        events += [PhaseEvent(at, "rollout", i, done), PhaseEvent(at + cycle_s / 2, "train", i + 1, done + steps)]
+    return events
+
+
+def test_throughput_counts_whole_cycles_after_every_jobs_first_and_a_restart_starts_over() -> None:
+    fast = cycles(0.0, 10, cycle_s=1.0, steps=100)  # rollouts at 5, 6, ... 14: 100 SPS
+    slow = cycles(0.0, 4, cycle_s=3.0, steps=600)  # rollouts at 5, 8, 11, 14: 200 SPS
+    jobs = {"000": fast, "001": slow}
+    assert measure.warm_from(jobs) == 8.0  # the slower job's second rollout start
+    agg = measure.aggregate(jobs, 8.0, 14.5)
+    assert agg.jobs["000"] == measure.JobRate(6, 100.0) and agg.jobs["001"] == measure.JobRate(2, 200.0)
+    assert agg.sps == 300.0 and agg.min_cycles == 2
+    # A job with no whole cycle in the window makes the sum unknown rather than too small.
+    assert measure.aggregate(jobs, 12.0, 14.5).sps is None
+    assert measure.warm_from({"000": fast, "002": cycles(0.0, 1, cycle_s=1.0, steps=1)}) is None
+    # After a restart only the new attempt counts: its start-up is not throughput.
+    restarted = [*fast, *cycles(30.0, 3, cycle_s=2.0, steps=100, start_steps=5000)]
+    assert measure.rollout_starts(restarted) == [(35.0, 5000), (37.0, 5100), (39.0, 5200)]
+
+
+def test_worker_figures_leave_out_the_first_update() -> None:
+    events = [StartedEvent(0.0, pid=7, device="cuda:0", startup_s=4.0, tf32=True),
+              PhaseEvent(5.0, "rollout", 0, 0), PhaseEvent(9.0, "train", 1, 1000),  # slow first update
+              PhaseEvent(10.0, "rollout", 1, 1000), PhaseEvent(11.0, "train", 2, 2000),
+              PhaseEvent(12.0, "rollout", 2, 2000), PhaseEvent(12.5, "train", 3, 3000),
+              PhaseEvent(13.0, "rollout", 3, 3000)]  # fmt: skip
+    result = check.worker_figures("heavy", events, 812.0)
+    assert (result.device, result.tf32, result.startup_s, result.peak_mib) == ("cuda:0", True, 4.0, 812.0)
+    assert result.sps == 2000 / 3 and result.cycles == 2  # rollout starts 10 -> 13
+    assert result.rollout_sps == 1500.0  # (1000 + 2000) / 2
+    assert result.train_s == 0.75  # (1.0 + 0.5) / 2: the first update's train phase is not counted
+
+
+def test_the_oom_preset_is_valid_and_its_batch_needs_twice_the_free_memory() -> None:
+    free_mib = 81_000.0
+    raw = check.oom_preset(free_mib)
+    preset = resolve(raw, name="oom", source="oom.toml")
+    assert preset.batch_size == preset.total_batch  # one minibatch: the whole rollout
+    needed = preset.batch_size * 2 * len(preset.net_arch) * preset.net_arch[0] * 4
+    assert needed >= 2 * free_mib * 2**20
+    weights = 2 * len(preset.net_arch) * preset.net_arch[0] ** 2 * 4 * 4  # params, grads, Adam's two
+    assert weights < 16 * 2**30  # the model fits any card the kit meets: the batch runs out
+
+
+def test_the_halving_advice_is_found_in_an_oom_runs_record(tmp_path: Path) -> None:
+    record = RunRecord(
+        command="cockpit run", status=RunStatus.FAILED, started_at="2026-11-17T14:00:00Z",
+        updated_at="2026-11-17T14:01:00Z", duration_s=60.0,
+        config=ConfigRecord(jobs=1, agents=1, preset="heavy", env="LunarLander-v3", timesteps=8192, seed=0,
+                            max_restarts=0),
+        host=HostRecord(hostname="h", cpu_model="c", physical_cores=16, logical_cores=16, ram_gib=128.0, os="l"),
+        jobs=(JobRecord(id="000", seed=0, status=JobState.FAILED, error="cuda_oom: OutOfMemoryError: CUDA out of "
+                        "memory", steps=0, target=8192, restarts=0, checkpoints=0),),
+    )  # fmt: skip
+    write(tmp_path, record)
+    advice = check.halving_advice(tmp_path)
+    assert advice is not None and advice[:2] == ("4096", "2048") and "000" in advice[2]
+    write(tmp_path, RunRecord(**{**record.__dict__, "jobs": (JobRecord(**{**record.jobs[0].__dict__,
+                                                                          "error": "boom"}),)}))  # fmt: skip
+    assert check.halving_advice(tmp_path) is None
+
+
+def test_tunes_preset_file_gives_the_kit_its_pick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import cockpit.commands.tune
+    from cockpit.commands.tune import TuneResult, tune
+    from cockpit.core.trials import Trial
+
+    best = Config(3, 16, 512)
+
+    def climb(*args: Any, **kwargs: Any) -> TuneResult:
+        return TuneResult((Trial(Config(1, 8, 256), 900.0, 90.0, 40.0, 10.0),
+                           Trial(best, 12_345.0, 90.0, 80.0, 10.0)), best, 20.0)  # fmt: skip
+
+    monkeypatch.setattr(cockpit.commands.tune, "costs_for", lambda *a: None)
+    monkeypatch.setattr(cockpit.commands.tune, "climb", climb)
+    out = tmp_path / "tuned.toml"
+    tune(Console(file=io.StringIO()), preset="cartpole", env=None, budget="60s", out=out,
+         machine=Machine(2, 2, 24 * 1024**3))  # fmt: skip
+    sps, jobs, preset = check.tune_pick(out)
+    assert (sps, jobs, preset.n_envs, preset.batch_size) == (12_345.0, 3, 16, 512)
+    plain = 'env = "CartPole-v1"\nn_envs = 2\nn_steps = 8\nbatch_size = 16\nn_epochs = 1\n'
+    (tmp_path / "plain.toml").write_text(plain, encoding="utf-8")
+    with pytest.raises(kit.KitError, match="no 'N SPS with J parallel job"):
+        check.tune_pick(tmp_path / "plain.toml")
+
+
+def test_the_default_plans_fit_the_device_tools_command_limit(tmp_path: Path) -> None:
+    gpu = kit.parse_args(["--out", str(tmp_path)])
+    assert gpu.checks == kit.CHECKS and gpu.device == "cuda" and gpu.presets == ("fast", "heavy", "beast")
+    assert kit.plan_seconds(gpu) <= 8 * 60  # well under 9 minutes, inside one 10-minute command
+    assert gpu.deadline < 9 * 60
+    smoke = kit.parse_args(["--cpu-smoke", "--out", str(tmp_path)])
+    assert smoke.preset == "cartpole" and smoke.device == "cpu" and kit.plan_seconds(smoke) <= 55
+    short = kit.parse_args(["--out", str(tmp_path), "--skip", "fleet,oom", "--run-seconds", "30"])
+    assert "fleet" not in short.checks and kit.plan_seconds(short) < kit.plan_seconds(gpu) - 90
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [(["--bogus"], "--bogus"), (["--checks", "host,gpu"], "--checks"), (["--sweep-jobs", "1,x"], "--sweep-jobs"),
+     (["--run-seconds", "-5"], "--run-seconds"), ([], "--out")],
+)  # fmt: skip
+def test_bad_input_is_one_line_naming_the_flag_and_exit_2(argv: list[str], flag: str, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OUT"}
+    done = subprocess.run(["bash", str(CHECK_SH), *argv], capture_output=True, text=True, timeout=60,
+                          env={**env, "PYTHON": sys.executable, "WHEELS": str(tmp_path / "none")})  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("benchmarks.gpu.check: error: ") and flag in line
+    assert not list(tmp_path.iterdir())  # nothing written, nothing started
+
+
+@pytest.mark.slow
+def test_cpu_smoke_runs_every_check_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    began = time.monotonic()
+    # No wheels: the kit runs on this venv's packages, as the GPU machine runs on the carried ones.
+    env = {**os.environ, "PYTHON": sys.executable, "WHEELS": str(tmp_path / "none")}
+    done = subprocess.run(["bash", str(CHECK_SH), "--cpu-smoke", "--out", str(out)], capture_output=True, text=True,
+                          timeout=400, env=env)  # fmt: skip
+    print(f"--cpu-smoke took {time.monotonic() - began:.0f} s")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["figures.csv", "gpu_memory.csv", "kit.log", "raw.tar.gz", "report.md", "sweep.csv",
+                     "util_per_second.csv"]  # the device tool brings back 8 files at most, no folders  # fmt: skip
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "7 passed, 0 failed, 0 skipped" not in report  # oom cannot pass on a CPU
+    assert "6 passed, 0 failed, 1 skipped" in report, report
+    assert "**skipped**: no GPU memory to exhaust on the CPU" in report
+    assert "skipped: no nvidia-smi" in report  # dmon's comparison is skipped, not made up
+    with (out / "figures.csv").open(encoding="utf-8", newline="") as fh:
+        figures = {(r["check"], r["subject"], r["metric"]): r["value"] for r in csv.DictReader(fh)}
+    assert float(figures[("worker", "cartpole", "sps")]) > 0 and figures[("worker", "cartpole", "tf32")] == "False"
+    assert figures[("run", "util", "mad_vs_dmon")] == ""  # no dmon: no figure
+    assert float(figures[("sweep", "1 jobs", "aggregate_sps")]) > 0
+    assert float(figures[("sweep", "2 jobs", "aggregate_sps")]) > 0
+    assert figures[("fleet", "fleet", "models_verified")] == "True"
