@@ -56,6 +56,11 @@ class JobView:
     memory: str | None = None
     memory_growth_mib_h: float | None = None
     gpu_memory_growth_mib_h: float | None = None
+    # An episode target (`--episodes`; `target` is 0 then), the whole episodes finished (across
+    # restarts) and the newest mean episode length; None when unknown.
+    target_episodes: int | None = None
+    episodes: int | None = None
+    ep_len_mean: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # a plain string is accepted
@@ -67,7 +72,9 @@ class JobView:
 
     @property
     def fraction(self) -> float:
-        """Progress towards the target, 0..1."""
+        """Progress towards the target (in episodes for an episode target), 0..1."""
+        if self.target_episodes:
+            return min(1.0, (self.episodes or 0) / self.target_episodes)
         return min(1.0, self.steps / self.target) if self.target else 0.0
 
 
