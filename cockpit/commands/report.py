@@ -255,6 +255,7 @@ def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
     for job in state.jobs:
         counts[job.state.value] = counts.get(job.state.value, 0) + 1
     rates = [job.sps for job in state.jobs if job.sps is not None and job.state.stepping]
+    episode_rates = [j.episodes_per_h for j in state.jobs if j.episodes_per_h is not None and j.state.stepping]
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "run_dir": state.run_dir,
@@ -270,6 +271,7 @@ def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
         "now": iso(state.now),
         "sps": _round(sum(rates)) if rates else None,
         "eta_s": _round(state.eta_s),
+        "episodes_per_h": _round(sum(episode_rates)) if episode_rates else None,
         "counts": counts,
         "jobs": [
             {
@@ -278,7 +280,10 @@ def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
                 "state": job.state.value,
                 "steps": job.steps,
                 "target": job.target,
+                "target_episodes": job.target_episodes,
+                "episodes": job.episodes,
                 "sps": _round(job.sps) if job.state.stepping else None,
+                "episodes_per_h": _round(job.episodes_per_h) if job.state.stepping else None,
                 "mean_sps": _round(job.mean_sps),
                 "eta_s": _round(job.eta_s),
                 "ep_rew_mean": job.ep_rew_mean,

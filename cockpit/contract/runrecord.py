@@ -164,8 +164,9 @@ class JobRecord:
     are the flagged growth rates, absent unless that memory keeps growing.
 
     `target_episodes` is the job's episode target (absent for a step target, whose `target` is in
-    steps; with an episode target `target` is 0), and `episodes` the whole episodes it has
-    finished (across restarts, as of its newest report).
+    steps; with an episode target `target` is 0), `episodes` the whole episodes it has finished
+    (across restarts, as of its newest report), and `episodes_per_h` its live episode rate over
+    the same window as `sps_window` (absent when unknown or not training).
     """
 
     id: str
@@ -191,6 +192,7 @@ class JobRecord:
     gpu_memory_growth_mib_h: float | None = None
     target_episodes: int | None = None
     episodes: int | None = None
+    episodes_per_h: float | None = None
     phases: Mapping[str, PhaseRecord] = field(default_factory=dict)
 
 

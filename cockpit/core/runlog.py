@@ -218,6 +218,7 @@ def record(
                 peak_gpu_mem_mib=j.peak_gpu_mem_bytes // MIB if j.peak_gpu_mem_bytes is not None else None,
                 cpu_percent_mean=_round(recorder.cpu_mean(j.id)), peak_rss_mib=recorder.rss_peak_mib(j.id),
                 target_episodes=j.target_episodes, episodes=j.episodes,
+                episodes_per_h=_round(j.episodes_per_h, 1) if j.state.stepping else None,
                 phases=_phases(accounting.jobs.get(j.id, {})),
                 **_memory(recorder.memory.verdict(j.id)),
             )

@@ -57,10 +57,13 @@ class JobView:
     memory_growth_mib_h: float | None = None
     gpu_memory_growth_mib_h: float | None = None
     # An episode target (`--episodes`; `target` is 0 then), the whole episodes finished (across
-    # restarts) and the newest mean episode length; None when unknown.
+    # restarts), the newest mean episode length, and the live episode rate over the window of
+    # `sps` (`Throughput.episodes_per_h`); None when unknown. With an episode target `eta_s` is
+    # the episodes left at `ep_len_mean` steps each over `sps` (`throughput.episodes_eta`).
     target_episodes: int | None = None
     episodes: int | None = None
     ep_len_mean: float | None = None
+    episodes_per_h: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # a plain string is accepted
