@@ -5,17 +5,20 @@ refused."""
 from __future__ import annotations
 
 import dataclasses
+import io
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from cockpit.cli import build_parser, main
+from cockpit.commands.report import print_report
 from cockpit.commands.run import _spec
 from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.contract.fleetplan import PlanError, load_plan
-from cockpit.contract.runrecord import ConfigRecord, HostRecord, RunRecord, parse, render
+from cockpit.contract.runrecord import ConfigRecord, HostRecord, JobRecord, RunRecord, parse, render, write
 from cockpit.contract.runspec import ConfigError, RestartPolicy, RunSpec, build_spec
-from cockpit.contract.states import RunStatus
+from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.background import headless_argv
 from cockpit.core.host import thread_budget
 from cockpit.core.session import resume_spec_args
@@ -94,3 +97,17 @@ def test_the_supervisor_gives_each_worker_the_episode_target_and_follows_its_cou
     sup.tick()
     (job,) = sup.snapshot().jobs
     assert job.episodes == 31 and job.ep_len_mean == 24.0
+
+
+def test_the_readable_report_says_an_episode_target(tmp_path: Path) -> None:
+    config = ConfigRecord(jobs=1, agents=1, preset="cartpole", env="CartPole-v1", timesteps=0, seed=0,
+                          max_restarts=3, episodes=50)  # fmt: skip
+    job = JobRecord(id="000", seed=0, status=JobState.DONE, steps=1_536, target=0, restarts=0, checkpoints=2,
+                    target_episodes=50, episodes=57)  # fmt: skip
+    write(tmp_path, RunRecord(command="cockpit run --episodes 50", status=RunStatus.DONE, started_at="x",
+                              updated_at="x", duration_s=1.0, config=config, host=HOST, jobs=(job,)))  # fmt: skip
+    console = Console(width=200, record=True, file=io.StringIO())
+    print_report(tmp_path, console)
+    text = console.export_text()
+    assert "preset cartpole on CartPole-v1, 50 episodes each" in text
+    assert "57/50 ep, 1,536" in text

@@ -82,10 +82,8 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
     if cfg.script is not None:
         console.print(f"{cfg.agents} agents, {cfg.jobs} at a time, each running: {escape(' '.join(cfg.script))}")
     else:
-        console.print(
-            f"{cfg.agents} agents, {cfg.jobs} at a time, preset {cfg.preset} on {cfg.env}, "
-            f"{_fmt(cfg.timesteps, '{:,}')} steps each"
-        )
+        each = f"{cfg.episodes:,} episodes" if cfg.episodes is not None else f"{_fmt(cfg.timesteps, '{:,}')} steps"
+        console.print(f"{cfg.agents} agents, {cfg.jobs} at a time, preset {cfg.preset} on {cfg.env}, {each} each")
     console.print(
         f"host {host.hostname}: {host.cpu_model}, {host.physical_cores} cores "
         f"({host.logical_cores} threads), {host.ram_gib} GiB, {host.os}"
@@ -104,9 +102,11 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
     for job in log.jobs:
         steps = _live_steps(run_dir, job.id) if live else job.steps
         rollout, train = job.phases.get("rollout"), job.phases.get("train")
+        progress = f"{_fmt(steps, '{:,}')}/{_fmt(job.target or None, '{:,}')}"
+        if job.target_episodes is not None:  # an episode target: its episodes of target, and the steps they took
+            progress = f"{_fmt(job.episodes, '{:,}')}/{job.target_episodes:,} ep, {_fmt(steps, '{:,}')}"
         table.add_row(
-            job.id, str(job.seed), str(job.status),
-            f"{_fmt(steps, '{:,}')}/{_fmt(job.target or None, '{:,}')}", _fmt(job.mean_sps, "{:,.0f}"),
+            job.id, str(job.seed), str(job.status), progress, _fmt(job.mean_sps, "{:,.0f}"),
             _fmt(job.final_ep_rew_mean), str(job.restarts), str(job.checkpoints),
             _fmt(job.cpu_percent_mean, "{:.0f}"), _fmt(job.peak_rss_mib, "{:,.0f}"),
             _fmt(rollout.gpu_util_mean if rollout else None, "{:.0f}"),
