@@ -20,7 +20,7 @@ from cockpit.core.replay import _JobHistory  # the replay's per-job index, fed t
 from cockpit.core.state import JobView, RunState
 from cockpit.core.supervisor import JobTemplate, Supervisor
 from cockpit.core.throughput import episodes_eta, run_eta, steps_left
-from cockpit.views.headless import job_line, jobs_table
+from cockpit.views.headless import job_line, jobs_table, run_line
 from cockpit.views.tui.app import make_app
 from cockpit.views.tui.jobs_table import JobsTable, cells
 from tests.fakeclock import FakeClock
@@ -120,6 +120,7 @@ def test_episodes_per_hour_and_the_episode_eta_follow_episodes_as_they_grow(tmp_
 
     # What the front ends and report --json show.
     line = job_line(job)
+    assert run_line(state) == "120 sps  11,400 ep/h  eta 38s"
     assert "205/300 ep (68%)" in line and "120 sps" in line and "11,400 ep/h" in line and "eta 38s" in line
     row = cells(job, state, wide=True)
     assert row["eph"] == "11k" and row["steps"].startswith("205/300 ep") and row["eta"] == "38s"

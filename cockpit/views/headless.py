@@ -153,7 +153,10 @@ def run_line(state: RunState) -> str | None:
     sps, eta_s = state.sps, state.eta_s
     if sps is None and eta_s is None:
         return None
-    return f"{num(sps)} sps  eta {eta(eta_s)}"
+    # The run's episodes per hour beside its SPS: the sum over its training jobs, as report --json's.
+    rates = [j.episodes_per_h for j in state.jobs if j.episodes_per_h is not None and j.state.stepping]
+    episodes = f"  {sum(rates):,.0f} ep/h" if rates else ""
+    return f"{num(sps)} sps{episodes}  eta {eta(eta_s)}"
 
 
 def money(usd: float | None) -> str:
