@@ -105,6 +105,7 @@ def build_parser() -> ArgumentParser:
         "to an SB3 script for its phases, progress, SPS and ETA.",
         epilog="Examples:\n  cockpit run                          2 cartpole jobs on a CPU machine (heavy on a GPU)\n"
         "  cockpit run --jobs 4 --preset heavy\n  cockpit run --agents 20 --jobs 4 --timesteps 500000\n"
+        "  cockpit run --preset fast --env Pong-v5 --episodes 3000   a target in whole games\n"
         "  cockpit run --auto --agents 16       size the parallel jobs by measuring\n"
         "  cockpit run --name production        in runs/<UTC time>-production; later: cockpit attach production\n"
         "  cockpit run --resume runs/20261121T230000Z-heavy-LunarLander-v3\n"
@@ -119,7 +120,13 @@ def build_parser() -> ArgumentParser:
         "--preset", metavar="P", help="preset name or .toml file (default: heavy with a GPU, cartpole without)"
     )
     run.add_argument("--env", metavar="ENV", help="environment id (default: the preset's env)")
-    run.add_argument("--timesteps", type=positive_int, metavar="T", help="steps per agent (default: the preset's)")
+    target = run.add_mutually_exclusive_group()  # both at once is one line and exit 2
+    target.add_argument("--timesteps", type=positive_int, metavar="T", help="steps per agent (default: the preset's)")
+    target.add_argument(
+        "--episodes", type=positive_int, metavar="N",
+        help="whole episodes per agent (whole games on Atari) instead of steps: each job stops after training the "
+        "rollout in which its N-th episode ended, across restarts; the preset's timesteps then do not apply",
+    )  # fmt: skip
     run.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="first agent's seed (default: 0)")
     run.add_argument(
         "--run-dir", type=Path, metavar="DIR",

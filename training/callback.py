@@ -61,6 +61,10 @@ _LOSS_KEYS = (
 )
 
 
+class EpisodeTargetReached(StopRequested):
+    """Raised at a rollout start once the episode target is reached; `learn()` ends with it."""
+
+
 def package_versions() -> dict[str, str]:
     """Versions of Python and the training stack, for the `started` event."""
     versions = {"python": sys.version.split()[0]}
@@ -77,6 +81,13 @@ class CockpitCallback(BaseCallback):
 
     - The run stops exactly at the total given to `learn` (SB3 alone finishes the whole rollout
       and overshoots); with `reset_num_timesteps=False` that total includes the earlier steps.
+    - `target_episodes`: an episode target instead: the run ends after the train phase of the
+      rollout in which the `target_episodes`-th whole episode ended, counting from `episodes`
+      (the whole episodes a resumed job had finished by its checkpoint). `learn()` is then given a
+      total it never reaches, and `EpisodeTargetReached` (a `StopRequested`) ends it at the next
+      rollout start, before any env step of that rollout, so the step count stays on a rollout
+      boundary. `self.episodes` counts whole episodes (those with SB3's `episode` info: whole
+      games on Atari) in the steps `num_timesteps` counts.
     - `stop`: when its flag is set, stop at the next env step, or after the current optimizer
       step if a train phase is running.
     - `checkpoint`: called with the model at a rollout boundary (after training) whenever
@@ -105,6 +116,8 @@ class CockpitCallback(BaseCallback):
         heartbeat_interval: float = HEARTBEAT_INTERVAL_S,
         started_extra: Mapping[str, Any] | None = None,
         emit_started: bool = True,
+        target_episodes: int | None = None,
+        episodes: int = 0,
     ) -> None:
         super().__init__(verbose=0)
         job_dir = os.environ.get(JOB_DIR_ENV)
@@ -124,7 +137,8 @@ class CockpitCallback(BaseCallback):
         self.started_extra = dict(started_extra or {})
         self.emit_started = emit_started
         self.iteration = 0
-        self.episodes = 0
+        self.episodes = episodes
+        self.target_episodes = target_episodes
         self._next_checkpoint = 0
         self._last_progress_t = 0.0
         self._last_progress_steps = 0
@@ -177,6 +191,10 @@ class CockpitCallback(BaseCallback):
         if self.iteration > 0:
             self.emit_progress(with_losses=True)
             self._maybe_checkpoint()
+        if self.target_episodes is not None and self.episodes >= self.target_episodes:
+            # The rollout that finished the target's episode has been trained: stop before any
+            # step of the next one (returning False from a step would count that step first).
+            raise EpisodeTargetReached(f"{self.episodes} whole episodes of {self.target_episodes}")
         self.events.phase("rollout", iteration=self.iteration, num_timesteps=self.num_timesteps)
 
     def _on_step(self) -> bool:

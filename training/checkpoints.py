@@ -2,9 +2,11 @@
 
 A checkpoint is a directory `step-<step>-<time_ns>/` holding `model.zip` (SB3's own format),
 `vecnormalize.pkl` when observation/reward normalization is on, and `meta.json` with the step
-count and a SHA-256 of each file. It is built under a `.tmp-*` name, fsynced, and renamed into
-place, so a kill or a full disk leaves either the whole checkpoint or none. Loading verifies the
-hashes; a checkpoint that fails is moved to `checkpoints/corrupt/` and the one before it is used.
+count, the whole episodes finished by then (`episodes`, so an episode target survives a resume;
+absent in checkpoints written before it was recorded) and a SHA-256 of each file. It is built
+under a `.tmp-*` name, fsynced, and renamed into place, so a kill or a full disk leaves either the
+whole checkpoint or none. Loading verifies the hashes; a checkpoint that fails is moved to
+`checkpoints/corrupt/` and the one before it is used.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ META_FILE = "meta.json"
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A complete checkpoint on disk: its directory and the step count it was taken at."""
+    """A complete checkpoint on disk: its directory, the step count it was taken at, and the whole
+    episodes finished by then (None when its metadata does not say)."""
 
     path: Path
     step: int
+    episodes: int | None = None
 
     @property
     def model_path(self) -> Path:
@@ -82,7 +86,9 @@ class CheckpointStore:
         ]
         return sorted(found, key=_sort_key)
 
-    def save(self, model: BaseAlgorithm, step: int, vecnormalize: VecNormalize | None = None) -> Checkpoint:
+    def save(
+        self, model: BaseAlgorithm, step: int, vecnormalize: VecNormalize | None = None, *, episodes: int | None = None
+    ) -> Checkpoint:
         """Write `model` (and `vecnormalize`) as the checkpoint for `step`, atomically.
 
         On any error (a full disk included) the partial files are removed and the previous
@@ -99,7 +105,10 @@ class CheckpointStore:
             if vecnormalize is not None:
                 vecnormalize.save(tmp / VECNORM_FILE)
             files = {p.name: sha256_of(p) for p in sorted(tmp.iterdir())}
-            (tmp / META_FILE).write_text(json.dumps({"step": step, "files": files}, indent=1))
+            meta: dict[str, object] = {"step": step, "files": files}
+            if episodes is not None:
+                meta["episodes"] = episodes
+            (tmp / META_FILE).write_text(json.dumps(meta, indent=1))
             for p in tmp.iterdir():
                 _fsync(p)
             _fsync(tmp)
@@ -112,7 +121,7 @@ class CheckpointStore:
                 exc.filename = str(self.directory)  # torch writes through a stream: say where it was going
             raise
         self._prune()
-        return Checkpoint(final, step)
+        return Checkpoint(final, step, episodes)
 
     def _prune(self) -> None:
         for old in self.list()[: -self.keep]:
@@ -128,6 +137,7 @@ class CheckpointStore:
         try:
             meta = json.loads((path / META_FILE).read_text())
             step, files = int(meta["step"]), dict(meta["files"])
+            episodes = None if meta.get("episodes") is None else int(meta["episodes"])
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"unreadable {META_FILE}: {exc}") from exc
         if MODEL_FILE not in files:
@@ -138,7 +148,7 @@ class CheckpointStore:
                 raise ValueError(f"{fname} is missing")
             if sha256_of(f) != digest:
                 raise ValueError(f"{fname} does not match its recorded SHA-256")
-        return Checkpoint(path, step)
+        return Checkpoint(path, step, episodes)
 
     def quarantine(self, path: Path, reason: str) -> CorruptCheckpoint:
         """Move a bad checkpoint out of rotation into `corrupt/`, keeping it for inspection."""

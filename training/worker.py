@@ -2,7 +2,9 @@
 
 The worker trains stable-baselines3 PPO on envpool (gymnasium as the fallback), reports to the
 cockpit through `DIR/events.jsonl`, checkpoints to `DIR/checkpoints/`, and resumes from the newest
-valid checkpoint when `DIR` already holds one, ending at exactly `--timesteps` steps in total.
+valid checkpoint when `DIR` already holds one, ending at exactly `--timesteps` steps in total, or
+with `--episodes N` after the rollout in which the N-th whole episode ended (the count is saved
+with each checkpoint, so it survives a resume).
 SIGTERM or SIGINT stops it at the next step (or the next optimizer step when training), writes a
 checkpoint and a `finished` event with status `stopped`, and exits 0.
 
@@ -77,7 +79,8 @@ class JobConfig:
     """Everything a worker run needs, validated: the resolved preset and the job's own settings.
 
     `timesteps` is the requested total; the run ends at the first whole vector step (n_envs envs)
-    at or past it.
+    at or past it. With `episodes` (an episode target) `timesteps` is 0 and the run ends after
+    the rollout in which the `episodes`-th whole episode ended.
     """
 
     preset: Preset
@@ -90,6 +93,7 @@ class JobConfig:
     threads: int
     torch_threads: int
     eval_episodes: int | None = None
+    episodes: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The config as recorded in the `started` event."""
@@ -104,6 +108,7 @@ class JobConfig:
             "threads": self.threads,
             "torch_threads": self.torch_threads,
             "eval_episodes": self.eval_episodes,
+            "episodes": self.episodes,
         }
 
 
@@ -125,10 +130,11 @@ def resolve_config(args: WorkerArgs) -> JobConfig:
     backend = check_env(env, preset.env_kwargs, source="--env" if args.env else f"preset {preset.source}: env",
                         kwargs_source=f"preset {preset.source}: env_kwargs")  # fmt: skip
     device = resolve_device(args.device)
-    timesteps = args.timesteps or preset.timesteps
+    # An episode target replaces the preset's default step target: no step total applies then.
+    timesteps = 0 if args.episodes is not None else args.timesteps or preset.timesteps
     threads = args.threads or max(1, min(preset.n_envs, len(os.sched_getaffinity(0))))
     return JobConfig(preset, env, backend, timesteps, args.job_dir, args.seed, device, threads, args.torch_threads,
-                     args.eval_episodes)  # fmt: skip
+                     args.eval_episodes, args.episodes)  # fmt: skip
 
 
 class _ConsoleEvents(EventWriter):
@@ -215,7 +221,7 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
     import torch
     from stable_baselines3.common.vec_env import VecNormalize
 
-    from cockpit_training.callback import CockpitCallback, package_versions
+    from cockpit_training.callback import CockpitCallback, EpisodeTargetReached, package_versions
     from cockpit_training.checkpoints import CheckpointStore
     from cockpit_training.device import apply_torch_threads, enable_tf32
     from cockpit_training.envs import make_vec_env
@@ -250,48 +256,67 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
         else:
             model.set_random_seed(config.seed + model.num_timesteps)
         last_saved = resumed.checkpoint.step if resumed.checkpoint else None
+        # Whole episodes finished by the checkpoint: an episode target counts on from there (the
+        # episodes under way at a kill are lost with the steps after the checkpoint).
+        episodes_done = (resumed.checkpoint.episodes if resumed.checkpoint else None) or 0
+        callback: Any = None
 
         def save(m: Any) -> tuple[str, int]:
             nonlocal last_saved
-            saved = store.save(m, m.num_timesteps, vecnorm)
+            saved = store.save(m, m.num_timesteps, vecnorm,
+                               episodes=callback.episodes if callback is not None else episodes_done)  # fmt: skip
             last_saved = saved.step
             return str(saved.path), saved.step
 
-        # The first whole vector step at or past the target, counted from where this run starts
-        # (a resumed job may have run with another n_envs before).
-        target = (
-            model.num_timesteps
-            + math.ceil(max(0, config.timesteps - model.num_timesteps) / preset.n_envs) * preset.n_envs
-        )
+        if config.episodes is not None:
+            # No step total: learn() runs until the callback ends it at the target's rollout
+            # boundary. A `linear` schedule then has no horizon and stays at its start values.
+            target = _EPISODE_RUN_STEPS if episodes_done < config.episodes else model.num_timesteps
+        else:
+            # The first whole vector step at or past the target, counted from where this run starts
+            # (a resumed job may have run with another n_envs before).
+            target = (
+                model.num_timesteps
+                + math.ceil(max(0, config.timesteps - model.num_timesteps) / preset.n_envs) * preset.n_envs
+            )
         events.started(
             config=config.as_dict(),
             pid=os.getpid(),
             device=str(model.device),
             versions=package_versions(),
             resumed_from_step=last_saved,
-            target_steps=target,
+            target_steps=target if config.episodes is None else None,
+            target_episodes=config.episodes,
+            resumed_episodes=resumed.checkpoint.episodes if resumed.checkpoint else None,
             corrupt_checkpoints=tuple(CorruptCheckpoint(str(c.path), c.reason) for c in resumed.corrupt),
             policy=type(model.policy).__name__,
             torch_threads=torch.get_num_threads(),
             startup_s=round(time.time() - (psutil.Process().create_time() if received_at is None else received_at), 3),
             tf32=bool(torch.backends.cuda.matmul.allow_tf32),
         )
-        callback = CockpitCallback(
-            events, stop=stop, checkpoint=save, checkpoint_every=preset.checkpoint_every, emit_started=False
-        )
+        callback = CockpitCallback(events, stop=stop, checkpoint=save, checkpoint_every=preset.checkpoint_every,
+                                   emit_started=False, target_episodes=config.episodes,
+                                   episodes=episodes_done)  # fmt: skip
         if target > model.num_timesteps and not stop.requested:
+            reached = False
             try:
                 model.learn(target - model.num_timesteps, callback=callback, reset_num_timesteps=False, log_interval=1)
+            except EpisodeTargetReached:
+                reached = True  # at a rollout start, which already reported the final progress
             except StopRequested:
                 pass
             finally:
                 callback.close()
-            callback.emit_progress(with_losses=True)
+            if not reached:
+                callback.emit_progress(with_losses=True)
         steps = model.num_timesteps
         if steps > 0 and steps != last_saved:
             path, step = save(model)
             events.checkpoint(path=path, step=step)
-        status = "done" if steps >= config.timesteps else "stopped"
+        if config.episodes is not None:
+            status = "done" if callback.episodes >= config.episodes else "stopped"
+        else:
+            status = "done" if steps >= config.timesteps else "stopped"
         if status == "done" and config.eval_episodes:
             try:
                 _evaluate(config, model, vecnorm, stop, events)
@@ -302,6 +327,9 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
     finally:
         venv.close()
 
+
+# learn()'s total under an episode target: far past any run, so only the callback ends it.
+_EPISODE_RUN_STEPS = 2**62
 
 EVAL_SEED = 1_000_003  # every agent is scored on the same games, unlike any training seed
 

@@ -82,10 +82,8 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
     if cfg.script is not None:
         console.print(f"{cfg.agents} agents, {cfg.jobs} at a time, each running: {escape(' '.join(cfg.script))}")
     else:
-        console.print(
-            f"{cfg.agents} agents, {cfg.jobs} at a time, preset {cfg.preset} on {cfg.env}, "
-            f"{_fmt(cfg.timesteps, '{:,}')} steps each"
-        )
+        each = f"{cfg.episodes:,} episodes" if cfg.episodes is not None else f"{_fmt(cfg.timesteps, '{:,}')} steps"
+        console.print(f"{cfg.agents} agents, {cfg.jobs} at a time, preset {cfg.preset} on {cfg.env}, {each} each")
     console.print(
         f"host {host.hostname}: {host.cpu_model}, {host.physical_cores} cores "
         f"({host.logical_cores} threads), {host.ram_gib} GiB, {host.os}"
@@ -104,9 +102,11 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
     for job in log.jobs:
         steps = _live_steps(run_dir, job.id) if live else job.steps
         rollout, train = job.phases.get("rollout"), job.phases.get("train")
+        progress = f"{_fmt(steps, '{:,}')}/{_fmt(job.target or None, '{:,}')}"
+        if job.target_episodes is not None:  # an episode target: its episodes of target, and the steps they took
+            progress = f"{_fmt(job.episodes, '{:,}')}/{job.target_episodes:,} ep, {_fmt(steps, '{:,}')}"
         table.add_row(
-            job.id, str(job.seed), str(job.status),
-            f"{_fmt(steps, '{:,}')}/{_fmt(job.target or None, '{:,}')}", _fmt(job.mean_sps, "{:,.0f}"),
+            job.id, str(job.seed), str(job.status), progress, _fmt(job.mean_sps, "{:,.0f}"),
             _fmt(job.final_ep_rew_mean), str(job.restarts), str(job.checkpoints),
             _fmt(job.cpu_percent_mean, "{:.0f}"), _fmt(job.peak_rss_mib, "{:,.0f}"),
             _fmt(rollout.gpu_util_mean if rollout else None, "{:.0f}"),
@@ -255,6 +255,7 @@ def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
     for job in state.jobs:
         counts[job.state.value] = counts.get(job.state.value, 0) + 1
     rates = [job.sps for job in state.jobs if job.sps is not None and job.state.stepping]
+    episode_rates = [j.episodes_per_h for j in state.jobs if j.episodes_per_h is not None and j.state.stepping]
     return {
         "schema_version": JSON_SCHEMA_VERSION,
         "run_dir": state.run_dir,
@@ -270,6 +271,7 @@ def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
         "now": iso(state.now),
         "sps": _round(sum(rates)) if rates else None,
         "eta_s": _round(state.eta_s),
+        "episodes_per_h": _round(sum(episode_rates)) if episode_rates else None,
         "counts": counts,
         "jobs": [
             {
@@ -278,7 +280,10 @@ def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
                 "state": job.state.value,
                 "steps": job.steps,
                 "target": job.target,
+                "target_episodes": job.target_episodes,
+                "episodes": job.episodes,
                 "sps": _round(job.sps) if job.state.stepping else None,
+                "episodes_per_h": _round(job.episodes_per_h) if job.state.stepping else None,
                 "mean_sps": _round(job.mean_sps),
                 "eta_s": _round(job.eta_s),
                 "ep_rew_mean": job.ep_rew_mean,

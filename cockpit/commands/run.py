@@ -52,7 +52,7 @@ def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[s
         if args.resume is not None:
             raise ConfigError(f"--resume {args.resume}: continues the run's own command; drop the one after --")
         given = (("--preset", args.preset), ("--env", args.env), ("--timesteps", args.timesteps),
-                 ("--auto", args.auto or None))  # fmt: skip
+                 ("--episodes", args.episodes), ("--auto", args.auto or None))  # fmt: skip
         worker_only = [flag for flag, value in given if value is not None]
         if worker_only:
             raise ConfigError(f"{', '.join(worker_only)}: cockpit's own worker's settings; a command after -- "
@@ -61,12 +61,14 @@ def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[s
         preset = args.preset or ("heavy" if gpu is not None else "cartpole")
         return build_spec(
             jobs=args.jobs or (1 if args.auto else 2), agents=args.agents, preset=preset, env=args.env,
-            timesteps=args.timesteps, seed=args.seed, run_dir=args.run_dir, max_restarts=args.max_restarts,
+            timesteps=args.timesteps, episodes=args.episodes, seed=args.seed, run_dir=args.run_dir,
+            max_restarts=args.max_restarts,
             healthy_uptime_s=args.healthy_uptime, stall_timeout_s=args.stall_timeout, pin=args.pin,
             command_line=command_line, script=script, name=args.name,
         )  # fmt: skip
     fixed = [flag for flag, value in (("--agents", args.agents), ("--preset", args.preset), ("--env", args.env),
-             ("--timesteps", args.timesteps), ("--run-dir", args.run_dir), ("--name", args.name))
+             ("--timesteps", args.timesteps), ("--episodes", args.episodes), ("--run-dir", args.run_dir),
+             ("--name", args.name))
              if value is not None]  # fmt: skip
     if fixed:
         raise ConfigError(f"--resume continues a run with its recorded settings; drop {', '.join(fixed)}")

@@ -62,6 +62,11 @@ class StartedEvent:
     # Whether float32 matmuls may use TF32 tensor cores, as torch's flag stood when training began
     # (on for a CUDA worker); what a GPU check reads instead of trusting that the worker set it.
     tf32: bool | None = None
+    # An episode target (`--episodes N`): the job ends after the rollout in which its N-th whole
+    # episode ended; `target_steps` is then None. `resumed_episodes` is the whole-episode count
+    # restored from the checkpoint it resumed from.
+    target_episodes: int | None = None
+    resumed_episodes: int | None = None
 
     @property
     def threads(self) -> int | None:
@@ -271,7 +276,8 @@ _CHECKS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
         "pid": _optional(_integer), "device": _optional(_string), "config": _mapping, "versions": _mapping,
         "target_steps": _optional(_integer), "policy": _optional(_string), "torch_threads": _optional(_integer),
         "resumed_from_step": _optional(_integer), "corrupt_checkpoints": _corrupt, "startup_s": _optional(_number),
-        "tf32": _optional(_boolean),
+        "tf32": _optional(_boolean), "target_episodes": _optional(_integer),
+        "resumed_episodes": _optional(_integer),
     },
     "phase": {"phase": _choice(get_args(Phase)), "iteration": _integer, "num_timesteps": _integer},
     "progress": {
@@ -353,11 +359,14 @@ class EventWriter:
         corrupt_checkpoints: tuple[CorruptCheckpoint, ...] = (),
         startup_s: float | None = None,
         tf32: bool | None = None,
+        target_episodes: int | None = None,
+        resumed_episodes: int | None = None,
         t: float | None = None,
     ) -> StartedEvent:
         """The job began (or resumed): its resolved config, pid, torch device and package versions."""
         event = StartedEvent(_now(t), pid, device, dict(config or {}), dict(versions or {}), target_steps, policy,
-                             torch_threads, resumed_from_step, tuple(corrupt_checkpoints), startup_s, tf32)  # fmt: skip
+                             torch_threads, resumed_from_step, tuple(corrupt_checkpoints), startup_s, tf32,
+                             target_episodes, resumed_episodes)  # fmt: skip
         return self.emit(event)
 
     def phase(self, phase: Phase, *, iteration: int, num_timesteps: int, t: float | None = None) -> PhaseEvent:

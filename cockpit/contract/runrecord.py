@@ -88,6 +88,8 @@ class ConfigRecord:
     `healthy_uptime_s` is absent in files written before it was recorded: the default then.
     `stall_timeout_s` is there only when the run set `--stall-timeout`; absent, each job's timeout
     was derived from its own silences (`RestartPolicy.stall_timeout`).
+    `episodes` is the episode target per agent (`--episodes`), absent for a step target; `timesteps`
+    is then 0.
     `script` is a script run's command template (`cockpit run -- COMMAND`); such a run trains no
     preset of cockpit's, so its `preset` and `env` are empty, its `timesteps` 0, and the record
     has no `[preset]` table.
@@ -104,6 +106,7 @@ class ConfigRecord:
     stall_timeout_s: float | None = None
     pin: bool = False
     script: tuple[str, ...] | None = None
+    episodes: int | None = None
 
     def shown(self) -> tuple[str, str]:
         """The preset and env as views show them; a script run's are "script" and its command's
@@ -159,6 +162,11 @@ class JobRecord:
     (joined by "; "), or "not judged: M of 13 min watched" for a job whose worker ran too briefly;
     absent in files from before the watch. `memory_growth_mib_h` and `gpu_memory_growth_mib_h`
     are the flagged growth rates, absent unless that memory keeps growing.
+
+    `target_episodes` is the job's episode target (absent for a step target, whose `target` is in
+    steps; with an episode target `target` is 0), `episodes` the whole episodes it has finished
+    (across restarts, as of its newest report), and `episodes_per_h` its live episode rate over
+    the same window as `sps_window` (absent when unknown or not training).
     """
 
     id: str
@@ -182,6 +190,9 @@ class JobRecord:
     memory: str | None = None
     memory_growth_mib_h: float | None = None
     gpu_memory_growth_mib_h: float | None = None
+    target_episodes: int | None = None
+    episodes: int | None = None
+    episodes_per_h: float | None = None
     phases: Mapping[str, PhaseRecord] = field(default_factory=dict)
 
 

@@ -63,6 +63,9 @@ class RunSpec:
     `script`, when set, is the user's command template that each job runs instead of cockpit's
     worker (`cockpit.contract.scriptargs`); there is then no `preset`, `preset_arg` and `env` are
     empty, and `timesteps` is 0 (a script that reports through CockpitCallback gives its own).
+    `episodes`, when set, is an episode target per agent (`--episodes`) in place of a step target:
+    `timesteps` is then 0, and each job stops after the rollout in which its `episodes`-th whole
+    episode ended.
     `name` is the run's name (`--name`, checked by `rundir.check_run_name`), None for none: the
     default run directory is then named after it, views show it, and `cockpit attach NAME` finds it.
     """
@@ -80,6 +83,7 @@ class RunSpec:
     command_line: tuple[str, ...]
     script: tuple[str, ...] | None = None
     name: str | None = None
+    episodes: int | None = None
 
     @property
     def slots(self) -> int:
@@ -166,8 +170,12 @@ def build_spec(
     resuming: bool = False,
     script: tuple[str, ...] | None = None,
     name: str | None = None,
+    episodes: int | None = None,
 ) -> RunSpec:
     """Validate the inputs of a run into a RunSpec; raises ConfigError (one line).
+
+    `timesteps` and `episodes` are the two kinds of target, never both; with neither the preset's
+    `timesteps` applies (every preset has one). An episode target replaces it.
 
     A new run refuses a run dir that already holds a run log; `resuming` expects one. With
     `script` (the command after `--`), `preset`, `env` and `timesteps` are not checked: the caller
@@ -175,6 +183,8 @@ def build_spec(
     a safe path component; without `run_dir` the run goes to `runs/<UTC time>-<name>`.
     """
     name = checked_name(name)
+    if timesteps is not None and episodes is not None:
+        raise ConfigError(f"--episodes {episodes}: a run's target is --timesteps or --episodes, not both")
     if run_dir is None and name is not None:
         run_dir = stamped(name)
     if script is not None:
@@ -201,13 +211,14 @@ def build_spec(
         preset=resolved,
         preset_arg=preset_arg,
         env=env_id,
-        timesteps=timesteps or resolved.timesteps,
+        timesteps=0 if episodes is not None else timesteps or resolved.timesteps,
         seed=seed,
         run_dir=directory,
         restart=RestartPolicy(max_restarts, healthy_uptime_s, stall_timeout_s=stall_timeout_s),
         pin=pin,
         command_line=command_line,
         name=name,
+        episodes=episodes,
     )
 
 

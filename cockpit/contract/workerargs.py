@@ -59,12 +59,19 @@ class WorkerArgs:
     job_dir: Path
     preset: str = "cartpole"
     env: str | None = None
-    timesteps: int | None = None
+    timesteps: int | None = None  # a step target; None: the preset's, unless `episodes` is given
     seed: int = 0
     device: DeviceRequest = "auto"
     threads: int | None = None
     torch_threads: int = 1
     eval_episodes: int | None = None  # score the model at its target with this many episodes
+    # An episode target instead of a step target (never both): stop after the rollout in which the
+    # N-th whole episode ended, counted across resumes.
+    episodes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.timesteps is not None and self.episodes is not None:
+            raise ValueError("a worker takes --timesteps or --episodes, not both")
 
     def to_argv(self) -> tuple[str, ...]:
         """The flags after `python -m cockpit_training.worker`; `parse(to_argv())` gives this back."""
@@ -73,6 +80,8 @@ class WorkerArgs:
             argv += ["--env", self.env]
         if self.timesteps is not None:
             argv += ["--timesteps", str(self.timesteps)]
+        if self.episodes is not None:
+            argv += ["--episodes", str(self.episodes)]
         argv += ["--job-dir", str(self.job_dir), "--seed", str(self.seed)]
         if self.device != "auto":
             argv += ["--device", self.device]
@@ -108,6 +117,7 @@ class WorkerArgs:
             threads=ns.threads,
             torch_threads=ns.torch_threads,
             eval_episodes=ns.eval_episodes,
+            episodes=ns.episodes,
         )
 
 
@@ -129,11 +139,20 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--env", metavar="ENV", help="environment id, e.g. CartPole-v1 or Pong-v5 (default: the preset's env)"
     )
-    parser.add_argument(
+    target = parser.add_mutually_exclusive_group()  # both at once is one line and exit 2
+    target.add_argument(
         "--timesteps",
         type=positive_int,
         metavar="T",
-        help="total environment steps to train for, across restarts (default: the preset's timesteps)",
+        help="total environment steps to train for, across restarts (default: the preset's timesteps, "
+        "unless --episodes is given)",
+    )
+    target.add_argument(
+        "--episodes",
+        type=positive_int,
+        metavar="N",
+        help="train until N whole episodes (whole games on Atari) have finished, across restarts: the job stops "
+        "after training the rollout in which the N-th ended; replaces the preset's timesteps",
     )
     parser.add_argument(
         "--job-dir",

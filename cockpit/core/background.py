@@ -56,7 +56,11 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
     ]
     # fmt: on
     if spec.script is None:  # a script run has no preset, env or timesteps: its command follows `--`
-        flags += ["--preset", spec.preset_arg, "--env", spec.env, "--timesteps", str(spec.timesteps)]
+        flags += ["--preset", spec.preset_arg, "--env", spec.env]
+        if spec.episodes is not None:
+            flags += ["--episodes", str(spec.episodes)]
+        else:
+            flags += ["--timesteps", str(spec.timesteps)]
     if spec.restart.stall_timeout_s is not None:  # none: the derived default, which the flag's absence means
         flags += ["--stall-timeout", repr(spec.restart.stall_timeout_s)]
     if spec.name is not None:

@@ -71,7 +71,8 @@ class Job:
     throughput: Throughput = field(default_factory=Throughput)
     ep_rew_mean: float | None = None
     ep_len_mean: float | None = None
-    episodes: int = 0
+    episodes: int = 0  # whole episodes finished, across restarts (as of the newest report)
+    target_episodes: int | None = None  # an episode target in place of the step `target`
     device: str | None = None
     phase: str | None = None
     phase_since: float | None = None

@@ -43,7 +43,7 @@ from cockpit.core.nvml import GpuInfo, GpuSample
 from cockpit.core.runlog import MIB
 from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import JobUsage, Sample
-from cockpit.core.throughput import job_eta, live_rate, run_eta, window_start
+from cockpit.core.throughput import S_PER_H, episodes_eta, job_eta, live_rate, run_eta, window_start
 
 NO_GPU_RECORDED = "no GPU recorded"
 TERMINAL_STATES = frozenset({"done", "stopped", "failed", "paused"})
@@ -113,8 +113,15 @@ class _JobHistory:
     steps: list[int] = field(default_factory=list)
     progress_ts: list[float] = field(default_factory=list)
     progress: list[tuple[float | None, float | None]] = field(default_factory=list)  # (sps, ep_rew_mean)
+    ep_lens: list[float | None] = field(default_factory=list)  # ep_len_mean of each progress event
+    # The whole-episode count as the supervisor's `Throughput` keeps it: set by each progress event
+    # and by a start (its resumed count), and kept at each rollout start for the episode rate.
+    episode_ts: list[float] = field(default_factory=list)
+    episodes: list[int | None] = field(default_factory=list)
     rollout_ts: list[float] = field(default_factory=list)  # rollout starts, for the live throughput
     rollout_steps: list[int] = field(default_factory=list)
+    rollout_episodes: list[int | None] = field(default_factory=list)
+    target_episodes: int | None = None  # an episode target, from run.toml or the workers' `started`
     checkpoint_ts: list[float] = field(default_factory=list)
     checkpoint_steps: list[int] = field(default_factory=list)
     phases: list[Transition] = field(default_factory=list)
@@ -147,9 +154,13 @@ class _JobHistory:
                 if event.phase == "rollout":
                     self.rollout_ts.append(t)
                     self.rollout_steps.append(event.num_timesteps)
+                    self.rollout_episodes.append(self.episodes[-1] if self.episodes else None)
             elif isinstance(event, ProgressEvent):
                 self.progress_ts.append(t)
                 self.progress.append((event.sps, event.ep_rew_mean))
+                self.ep_lens.append(event.ep_len_mean)
+                self.episode_ts.append(t)
+                self.episodes.append(event.episodes)
                 self._steps(t, event.num_timesteps)
             elif isinstance(event, CheckpointEvent):
                 self.checkpoint_ts.append(t)
@@ -167,6 +178,10 @@ class _JobHistory:
                 self.attempt_ts.append(t)
                 self._phase(t, None)
                 self._steps(t, event.resumed_from_step or 0)
+                self.episode_ts.append(t)
+                self.episodes.append(event.resumed_episodes or 0)
+                if event.target_episodes is not None:
+                    self.target_episodes = event.target_episodes
             elif isinstance(event, (FinishedEvent, ErrorEvent)) and current is not None and current.end == math.inf:
                 # An outcome with no open attempt is a previous worker's late word: ignored.
                 status: str
@@ -220,7 +235,12 @@ class _JobHistory:
         steps = self.steps[bisect.bisect_right(self.step_ts, cut) - 1] if self.step_ts and self.step_ts[0] <= cut else 0
         n_progress = bisect.bisect_right(self.progress_ts, cut)
         rollout_sps, reward = self.progress[n_progress - 1] if n_progress else (None, None)
-        sps = self._throughput(attempt, cut, steps, t if state == "running" else min(t, run_end))
+        measured_at = t if state == "running" else min(t, run_end)
+        sps = self._throughput(attempt, cut, steps, measured_at)
+        n_episodes = bisect.bisect_right(self.episode_ts, cut)
+        episodes = self.episodes[n_episodes - 1] if n_episodes else None
+        ep_len = self.ep_lens[n_progress - 1] if n_progress else None
+        episodes_per_h = self._episode_rate(attempt, cut, episodes, measured_at)
         n_checkpoints = bisect.bisect_right(self.checkpoint_ts, cut)
         phase = phase_since = None
         if state == "running":
@@ -250,6 +270,7 @@ class _JobHistory:
             mean_sps = final.mean_sps if final.mean_sps is not None else mean_sps
             if final.last_checkpoint_step is not None:
                 last_checkpoint = final.last_checkpoint_step
+            episodes = final.episodes if final.episodes is not None else episodes
             if final.memory is not None:  # the run's own last verdict, on every reading it took
                 memory, rss_growth, gpu_growth = final.memory, final.memory_growth_mib_h, final.gpu_memory_growth_mib_h
         live = state == "running"
@@ -277,8 +298,14 @@ class _JobHistory:
             peak_gpu_mem_bytes=peak,
             started_at=first.t if first is not None and first.t <= cut else None,
             ended_at=_ended_at(attempt, outcome, run_end) if state in TERMINAL_STATES else None,
-            eta_s=job_eta(JobState(state), steps, self.target, sps),
+            eta_s=job_eta(JobState(state), steps, self.target, sps)
+            if self.target_episodes is None
+            else episodes_eta(JobState(state), episodes or 0, self.target_episodes, sps, ep_len),
             rollout_sps=rollout_sps,
+            target_episodes=self.target_episodes,
+            episodes=episodes,
+            ep_len_mean=ep_len,
+            episodes_per_h=episodes_per_h,
             memory=memory,
             memory_growth_mib_h=rss_growth,
             gpu_memory_growth_mib_h=gpu_growth,
@@ -298,6 +325,23 @@ class _JobHistory:
         first = (self.rollout_ts[start], self.rollout_steps[start])
         last = (self.rollout_ts[hi - 1], self.rollout_steps[hi - 1])
         return live_rate(first, last, latest, min(now, attempt.end))
+
+    def _episode_rate(self, attempt: _Attempt | None, cut: float, episodes: int | None, now: float) -> float | None:
+        """Whole episodes per hour as the supervisor measured them at `now`: the window and rule
+        of `_throughput` over the episode counts at the rollout starts."""
+        if attempt is None or episodes is None:
+            return None
+        hi = bisect.bisect_right(self.rollout_ts, cut)
+        start = window_start(self.rollout_ts, attempt.first_rollout, hi)
+        if start is None:
+            return None
+        first_count, last_count = self.rollout_episodes[start], self.rollout_episodes[hi - 1]
+        if first_count is None or last_count is None:
+            return None
+        latest = (self.step_ts[bisect.bisect_right(self.step_ts, cut) - 1], episodes)
+        rate = live_rate((self.rollout_ts[start], first_count), (self.rollout_ts[hi - 1], last_count), latest,
+                         min(now, attempt.end))  # fmt: skip
+        return None if rate is None else rate * S_PER_H
 
 
 # The leak watch over a recorded run looks this often (or, over a long run, this many times in
@@ -479,6 +523,8 @@ class ReplaySource:
                 history = _JobHistory(job_id, record.seed, record.target, record)
             else:
                 history = _JobHistory(job_id, 0, recorded.config.timesteps, None)
+            # run.toml's episode target first; a job it does not list takes its workers' word.
+            history.target_episodes = record.target_episodes if record is not None else recorded.config.episodes
             history.read(self._files.job(job_id).events)
             histories.append(history)
         by_id = {h.id: h for h in histories}

@@ -196,7 +196,7 @@ def record(
         config=ConfigRecord(
             jobs=spec.jobs, agents=len(state.jobs), preset=spec.preset_arg, env=spec.env, timesteps=spec.timesteps,
             seed=spec.seed, max_restarts=spec.restart.max_restarts, healthy_uptime_s=spec.restart.healthy_uptime_s,
-            stall_timeout_s=spec.restart.stall_timeout_s, pin=spec.pin, script=spec.script,
+            stall_timeout_s=spec.restart.stall_timeout_s, pin=spec.pin, script=spec.script, episodes=spec.episodes,
         ),
         host=HostRecord(
             hostname=host.hostname, cpu_model=host.cpu_model, physical_cores=host.physical_cores,
@@ -217,6 +217,8 @@ def record(
                 last_checkpoint_step=j.last_checkpoint_step,
                 peak_gpu_mem_mib=j.peak_gpu_mem_bytes // MIB if j.peak_gpu_mem_bytes is not None else None,
                 cpu_percent_mean=_round(recorder.cpu_mean(j.id)), peak_rss_mib=recorder.rss_peak_mib(j.id),
+                target_episodes=j.target_episodes, episodes=j.episodes,
+                episodes_per_h=_round(j.episodes_per_h, 1) if j.state.stepping else None,
                 phases=_phases(accounting.jobs.get(j.id, {})),
                 **_memory(recorder.memory.verdict(j.id)),
             )

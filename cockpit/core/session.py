@@ -162,6 +162,7 @@ class RunSession:
             events = read_events(job.job_dir / EVENTS_FILE)
             sup.restore(job, events)
             done = [e for e in of_kind(events, FinishedEvent) if e.status == "done"]
+            # A worker reports `done` for an episode target only once it is reached (`target` is 0 then).
             if job.id in script_done or (self.spec.script is None and done and done[-1].steps >= job.target):
                 sup.queue.remove(job.id)
                 job.change_state(JobState.DONE, self.clock.time())
@@ -480,7 +481,7 @@ def _template(spec: RunSpec) -> JobTemplate:
     shown by its short name where a worker run shows its env (as `ConfigRecord.shown` does)."""
     if spec.script is not None:
         return JobTemplate("", script_label(spec.script), spec.timesteps, script=spec.script)
-    return JobTemplate(spec.preset_arg, spec.env, spec.timesteps)
+    return JobTemplate(spec.preset_arg, spec.env, spec.timesteps, episodes=spec.episodes)
 
 
 def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
@@ -505,6 +506,8 @@ def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
         args["stall_timeout_s"] = config.stall_timeout_s
     if config.script is not None:
         args["script"] = config.script
+    if config.episodes is not None:  # an episode target: the recorded timesteps (0) is no target
+        args["episodes"], args["timesteps"] = config.episodes, None
     if recorded.name is not None:  # a resumed run keeps its name (its directory already has it)
         args["name"] = recorded.name
     return args

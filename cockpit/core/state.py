@@ -56,6 +56,14 @@ class JobView:
     memory: str | None = None
     memory_growth_mib_h: float | None = None
     gpu_memory_growth_mib_h: float | None = None
+    # An episode target (`--episodes`; `target` is 0 then), the whole episodes finished (across
+    # restarts), the newest mean episode length, and the live episode rate over the window of
+    # `sps` (`Throughput.episodes_per_h`); None when unknown. With an episode target `eta_s` is
+    # the episodes left at `ep_len_mean` steps each over `sps` (`throughput.episodes_eta`).
+    target_episodes: int | None = None
+    episodes: int | None = None
+    ep_len_mean: float | None = None
+    episodes_per_h: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # a plain string is accepted
@@ -67,7 +75,9 @@ class JobView:
 
     @property
     def fraction(self) -> float:
-        """Progress towards the target, 0..1."""
+        """Progress towards the target (in episodes for an episode target), 0..1."""
+        if self.target_episodes:
+            return min(1.0, (self.episodes or 0) / self.target_episodes)
         return min(1.0, self.steps / self.target) if self.target else 0.0
 
 

@@ -79,7 +79,7 @@ from cockpit.core.launcher import Launcher, LaunchRequest
 from cockpit.core.memwatch import MemoryVerdict
 from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import Sample
-from cockpit.core.throughput import job_eta, run_eta
+from cockpit.core.throughput import episodes_eta, job_eta, run_eta
 
 STOP_GRACE_S = 12.0
 # A stalled job is shown as such at least this long before it is killed: a viewer sees why, and a
@@ -98,6 +98,7 @@ class JobTemplate:
     env: str
     timesteps: int
     script: tuple[str, ...] | None = None
+    episodes: int | None = None  # an episode target per job (`--episodes`) in place of `timesteps`
 
 
 def _exit_reason(code: int) -> str:
@@ -188,6 +189,7 @@ class Supervisor:
         env unless given; at the end of the queue, or held out of it (`queued=False`) for `restore`."""
         files = RunDir(self.run_dir).job(job_id)
         job = Job(job_id, seed, files.path, target, preset_arg, env, eval_episodes)
+        job.target_episodes = self.template.episodes
         job.state_since = self.clock.time()
         self.jobs[job_id] = job
         self._tails[job_id] = EventReader(files.events)
@@ -334,9 +336,10 @@ class Supervisor:
         if template.script is not None:
             args = ScriptArgs(job.job_dir, job.id, job.seed, template.script, threads=self.budget.threads_per_job)
         else:
+            episodes = job.target_episodes
             args = WorkerArgs(job.job_dir, preset=job.preset_arg or template.preset_arg, env=job.env or template.env,
-                              timesteps=job.target, seed=job.seed, threads=self.budget.threads_per_job,
-                              eval_episodes=job.eval_episodes)  # fmt: skip
+                              timesteps=job.target if episodes is None else None, episodes=episodes, seed=job.seed,
+                              threads=self.budget.threads_per_job, eval_episodes=job.eval_episodes)  # fmt: skip
         # Whatever an earlier worker wrote after its exit was read belongs to that attempt, not this one.
         for event in self._tails[job.id].read_new():
             self._apply(job, event)
@@ -389,6 +392,7 @@ class Supervisor:
                 job.target = event.target_steps  # the script's own total: its progress and ETA
             job.device = event.device
             job.steps = event.resumed_from_step or 0
+            job.episodes = event.resumed_episodes or 0
             if job.steps_at_first_start is None:
                 job.steps_at_first_start, job.first_started_at = job.steps, event.t
             if job.state is JobState.STARTING:
@@ -579,7 +583,11 @@ class Supervisor:
                     gpu_mem_bytes=usage.gpu_mem_bytes if usage else None,
                     peak_gpu_mem_bytes=(peak_gpu_mem or {}).get(job.id),
                     started_at=job.first_started_at, ended_at=job.ended_at,
-                    eta_s=job_eta(job.state, job.steps, job.target, sps), rollout_sps=job.rollout_sps,
+                    eta_s=job_eta(job.state, job.steps, job.target, sps) if job.target_episodes is None
+                    else episodes_eta(job.state, job.episodes, job.target_episodes, sps, job.ep_len_mean),
+                    rollout_sps=job.rollout_sps,
+                    target_episodes=job.target_episodes, episodes=job.episodes, ep_len_mean=job.ep_len_mean,
+                    episodes_per_h=job.throughput.episodes_per_h(now if job.state.live else job.state_since),
                     env=job.env, preset=Path(job.preset_arg).stem if job.preset_arg else None,
                     memory=verdict.line() if verdict is not None else None,
                     memory_growth_mib_h=verdict.rss_growth_mib_h if verdict is not None else None,

@@ -26,6 +26,15 @@ of rollout starts, so every view shows the same figure for the same events.
 
 `job_eta` is a job's steps left over its live rate; `run_eta` simulates the run's slots to say
 when every agent, queued ones included, reaches its target.
+
+Episodes: each rollout start also keeps the job's whole-episode count as of it (the `episodes` of
+the newest `progress` event, which the worker emits just before each rollout's `phase`; a
+`started` event's `resumed_episodes` before the first). `Throughput.episodes_per_h` is the
+episode rate over the very window of the live SPS, by the same rule (`live_rate`). An ETA to an
+episode target does not divide by that rate: episodes grow longer as an agent learns, so a
+window's count of episodes lags behind. It converts the episodes left into steps at the newest
+mean episode length (`ep_len_mean`, over the last 100 whole episodes) and divides by the live
+SPS (`steps_left`, `episodes_eta`): the ETA shortens or lengthens as soon as episodes change.
 """
 
 from __future__ import annotations
@@ -44,6 +53,7 @@ WINDOW_S = 30.0  # the live window spans at least this long when cycles are shor
 MAX_CYCLES = 512  # and at most this many cycles: a tiny-cycle job keeps a bounded list
 
 Mark = tuple[float, int]  # (t, num_timesteps): where a job was at a moment
+S_PER_H = 3600.0
 
 
 def steps_per_s(a: Mark, b: Mark) -> float | None:
@@ -90,18 +100,26 @@ class Throughput:
     window_s: float = WINDOW_S
     max_cycles: int = MAX_CYCLES
     latest: Mark | None = None  # the newest (t, num_timesteps) of a phase or progress event
+    # The newest whole-episode count (a progress event's, or the started event's resumed count);
+    # None while the worker reports none (a script's own events may not).
+    latest_episodes: int | None = None
     _times: list[float] = field(default_factory=list)  # rollout starts of this attempt, oldest first
     _steps: list[int] = field(default_factory=list)
+    _episodes: list[int | None] = field(default_factory=list)  # the episode count at each rollout start
 
     def feed(self, event: Event) -> None:
         """Take in the job's next event."""
         if isinstance(event, StartedEvent):
             self.restart()
+            self.latest_episodes = event.resumed_episodes or 0
         elif isinstance(event, (PhaseEvent, ProgressEvent)):
             self.latest = (event.t, event.num_timesteps)
-            if isinstance(event, PhaseEvent) and event.phase == "rollout":
+            if isinstance(event, ProgressEvent):
+                self.latest_episodes = event.episodes
+            elif event.phase == "rollout":
                 self._times.append(event.t)
                 self._steps.append(event.num_timesteps)
+                self._episodes.append(self.latest_episodes)
                 self._prune()
 
     def feed_all(self, events: Iterable[Event]) -> None:
@@ -112,8 +130,10 @@ class Throughput:
     def restart(self) -> None:
         """A new attempt began: what the previous worker did is not this one's throughput."""
         self.latest = None
+        self.latest_episodes = None
         self._times.clear()
         self._steps.clear()
+        self._episodes.clear()
 
     @property
     def rollout_starts(self) -> list[Mark]:
@@ -140,11 +160,24 @@ class Throughput:
             return None
         return live_rate(window[0], window[1], self.latest, now)
 
+    def episodes_per_h(self, now: float) -> float | None:
+        """Whole episodes per hour at `now`, over the live SPS's window and by its rule (`rate`);
+        None before the first whole cycle or when the worker reports no episode counts."""
+        start = window_start(self._times, 0, len(self._times), window_s=self.window_s, max_cycles=self.max_cycles)
+        if start is None or self.latest is None or self.latest_episodes is None:
+            return None
+        first, last = self._episodes[start], self._episodes[-1]
+        if first is None or last is None:
+            return None
+        rate = live_rate((self._times[start], first), (self._times[-1], last), (self.latest[0], self.latest_episodes),
+                         now)  # fmt: skip
+        return None if rate is None else rate * S_PER_H
+
     def _prune(self) -> None:
         # Drop the rollout starts the window can no longer reach, in batches (amortized O(1)).
         start = window_start(self._times, 0, len(self._times), window_s=self.window_s, max_cycles=self.max_cycles)
         if start is not None and start > 64 and start * 2 > len(self._times):
-            del self._times[:start], self._steps[:start]
+            del self._times[:start], self._steps[:start], self._episodes[:start]
 
 
 def job_eta(state: JobState, steps: int, target: int, sps: float | None) -> float | None:
@@ -155,6 +188,38 @@ def job_eta(state: JobState, steps: int, target: int, sps: float | None) -> floa
     if state is not JobState.RUNNING or sps is None or sps <= 0:
         return None
     return max(0, target - steps) / sps
+
+
+def steps_left(
+    steps: int,
+    target: int,
+    *,
+    target_episodes: int | None = None,
+    episodes: int | None = None,
+    ep_len_mean: float | None = None,
+) -> float | None:
+    """Steps a job still has to train: to a step `target`, or with `target_episodes` its episodes
+    left at `ep_len_mean` steps each (the newest mean length; see the module docstring). None for
+    an episode target whose episode length is not known yet."""
+    if target_episodes is None:
+        return float(max(0, target - steps))
+    left = max(0, target_episodes - (episodes or 0))
+    if left == 0:
+        return 0.0
+    return left * ep_len_mean if ep_len_mean is not None and ep_len_mean > 0 else None
+
+
+def episodes_eta(
+    state: JobState, episodes: int, target_episodes: int, sps: float | None, ep_len_mean: float | None
+) -> float | None:
+    """Seconds until a job reaches its episode target: its episodes left at the newest mean episode
+    length, over its live SPS. 0 when done, None when it is not training or either is unknown."""
+    if state is JobState.DONE:
+        return 0.0
+    if state is not JobState.RUNNING or sps is None or sps <= 0:
+        return None
+    left = steps_left(0, 0, target_episodes=target_episodes, episodes=episodes, ep_len_mean=ep_len_mean)
+    return None if left is None else left / sps
 
 
 class EtaJob(Protocol):
@@ -187,12 +252,21 @@ def run_eta(jobs: Sequence[EtaJob], slots: int) -> float | None:
     The slots are simulated: each job in a slot frees it at its own ETA (one without, a back-off
     or a start, needs its steps left at the mean live rate of the training jobs); queued jobs take
     the earliest free slot in queue order and need their steps left at that mean rate. Jobs that
-    will not train again without a command (stopped, failed, stopping) are left out."""
+    will not train again without a command (stopped, failed, stopping) are left out.
+
+    A job with an episode target (`target_episodes`, as a `JobView` has it) needs its episodes
+    left at its own newest mean episode length, or at the mean of the jobs that report one
+    (a queued job has played none yet): unknown (no ETA) while no job reports an episode length."""
     rates = [j.sps for j in jobs if j.state.stepping and j.sps is not None and j.sps > 0]
     mean = sum(rates) / len(rates) if rates else None
+    lengths = [length for j in jobs if (length := getattr(j, "ep_len_mean", None))]
+    mean_length = sum(lengths) / len(lengths) if lengths else None
 
     def need(job: EtaJob) -> float:
-        return max(0, job.target - job.steps) / mean if mean else math.inf
+        left = steps_left(job.steps, job.target, target_episodes=getattr(job, "target_episodes", None),
+                          episodes=getattr(job, "episodes", None),
+                          ep_len_mean=getattr(job, "ep_len_mean", None) or mean_length)  # fmt: skip
+        return left / mean if mean and left is not None else math.inf
 
     in_slot: list[float] = []
     queued: list[float] = []

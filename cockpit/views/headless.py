@@ -27,7 +27,7 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
 from cockpit.core.memwatch import NO_GROWTH
 from cockpit.core.state import FleetView, JobView, RunState
-from cockpit.views.units import MIB, eta, mib, num, si, steps_of
+from cockpit.views.units import MIB, episodes_of, eta, mib, num, si, steps_of, target_of
 
 
 def _stamp(t: float) -> str:
@@ -61,9 +61,14 @@ def job_line(job: JobView, *, with_state: bool = True) -> str:
     parts = [f"{job.state:<8}"] if with_state else []
     if job.phase:
         parts.append(f"{job.phase:<7}")
-    parts.append(f"{steps_of(job.steps, job.target)} ({job.fraction:.0%})" if job.target else steps_of(job.steps, 0))
+    if job.target_episodes is not None:
+        parts.append(f"{episodes_of(job.episodes, job.target_episodes)} ({job.fraction:.0%})  {job.steps:,} steps")
+    else:
+        parts.append(f"{steps_of(job.steps, job.target)} ({job.fraction:.0%})" if job.target else f"{job.steps:,}")
     if job.sps is not None and job.state.stepping:
         parts.append(f"{job.sps:,.0f} sps")
+    if job.episodes_per_h is not None and job.state.stepping:
+        parts.append(f"{job.episodes_per_h:,.0f} ep/h")
     if job.eta_s is not None and job.state.stepping:
         parts.append(f"eta {eta(job.eta_s)}")
     if job.ep_rew_mean is not None:
@@ -89,13 +94,19 @@ def jobs_table(state: RunState, width: int = WIDE) -> Table:
     step counts so an 80-column terminal shows every figure whole; GPU memory only with a GPU."""
     wide = width >= WIDE
     columns = [("job", "left"), ("seed", "right"), ("status", "left"), ("phase", "left"), ("progress", "left"),
-               ("steps", "right"), ("SPS", "right"), ("ETA", "right"), ("ep_rew", "right"), ("rst", "right"),
-               ("CPU%", "right"), ("GPU mem", "right")]  # fmt: skip
+               ("steps", "right"), ("SPS", "right"), ("ep/h", "right"), ("ETA", "right"), ("ep_rew", "right"),
+               ("rst", "right"), ("CPU%", "right"), ("GPU mem", "right")]  # fmt: skip
     keep = {name for name, _ in columns}
     if not wide:
         keep.discard("seed")
     if state.gpu is None:
         keep.discard("GPU mem")
+    if all(job.episodes is None for job in state.jobs):  # no episode counts reported (older files)
+        keep.discard("ep/h")
+    elif not wide:
+        # 80 columns hold one more figure: ep/h where the target is in episodes (its steps cell
+        # says how far in episodes, so the bar goes), else the bar.
+        keep.discard("progress" if any(job.target_episodes is not None for job in state.jobs) else "ep/h")
     # Narrow, adjacent cells share their padding: one space between columns leaves room for the ETA.
     table = Table(expand=False, pad_edge=False, box=box.SIMPLE_HEAD if not wide else box.HEAVY_HEAD,
                   collapse_padding=not wide)  # fmt: skip
@@ -113,15 +124,20 @@ def jobs_table(state: RunState, width: int = WIDE) -> Table:
                 "stalled": "bold red",
             }.get(job.state, ""),
         )
-        steps = steps_of(job.steps, job.target, wide=wide)
+        steps = target_of(job.steps, job.target, job.target_episodes, job.episodes, wide=wide)
         cells = {
             "job": job.id,
             "seed": str(job.seed),
             "status": status,
             "phase": job.phase or "",
-            "progress": ProgressBar(total=max(job.target, 1), completed=job.steps, width=20 if wide else 8),
+            "progress": ProgressBar(total=max(job.target, 1), completed=job.steps, width=20 if wide else 8)
+            if job.target_episodes is None
+            else ProgressBar(total=job.target_episodes, completed=job.episodes or 0, width=20 if wide else 8),
             "steps": steps,
             "SPS": (num(job.sps) if wide else si(job.sps)) if job.sps is not None and job.state.stepping else "-",
+            "ep/h": (num(job.episodes_per_h) if wide else si(job.episodes_per_h))
+            if job.episodes_per_h is not None and job.state.stepping
+            else "-",
             "ETA": eta(job.eta_s) if job.state.stepping else "-",
             "ep_rew": num(job.ep_rew_mean, "{:.1f}"),
             "rst": str(job.restarts),
@@ -137,7 +153,10 @@ def run_line(state: RunState) -> str | None:
     sps, eta_s = state.sps, state.eta_s
     if sps is None and eta_s is None:
         return None
-    return f"{num(sps)} sps  eta {eta(eta_s)}"
+    # The run's episodes per hour beside its SPS: the sum over its training jobs, as report --json's.
+    rates = [j.episodes_per_h for j in state.jobs if j.episodes_per_h is not None and j.state.stepping]
+    episodes = f"  {sum(rates):,.0f} ep/h" if rates else ""
+    return f"{num(sps)} sps{episodes}  eta {eta(eta_s)}"
 
 
 def money(usd: float | None) -> str:

@@ -38,6 +38,19 @@ def steps_of(steps: int, target: int, *, wide: bool = True) -> str:
     return f"{done}/{target:,}" if wide else f"{done}/{si(target)}"
 
 
+def episodes_of(episodes: int | None, target: int, *, wide: bool = True) -> str:
+    """Whole episodes towards an episode target: "412/3,000 ep" (wide) or "412/3.0k ep"."""
+    done = f"{episodes or 0:,}" if wide else si(episodes or 0)
+    return f"{done}/{target:,} ep" if wide else f"{done}/{si(target)} ep"
+
+
+def target_of(steps: int, target: int, target_episodes: int | None, episodes: int | None, *, wide: bool = True) -> str:
+    """A job's progress in the unit of its target: episodes (`episodes_of`) or steps (`steps_of`)."""
+    if target_episodes is not None:
+        return episodes_of(episodes, target_episodes, wide=wide)
+    return steps_of(steps, target, wide=wide)
+
+
 def eta(seconds: float | None) -> str:
     """A time to go (an ETA) in at most 6 characters: 45s, 3m20s, 2h05m, 3d04h; "-" when unknown."""
     if seconds is None or not math.isfinite(seconds):

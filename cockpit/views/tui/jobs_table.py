@@ -18,18 +18,22 @@ from textual.message import Message
 from cockpit.core.state import JobView, RunState
 from cockpit.core.supervisor import NO_EVENTS_NOTE
 from cockpit.views.tui.lines import LinesWidget
-from cockpit.views.units import eta, mib, num, si, steps_of
+from cockpit.views.units import eta, mib, num, si, target_of
 
 WIDE = 110
 # (key, label, shown in the narrow layout, width: fixed so rows do not jump as values grow; None fits the content)
 COLUMNS = (
     ("id", "job", True, None), ("seed", "seed", False, 5), ("env", "env", False, None),
     ("preset", "preset", False, None), ("status", "status", True, 8), ("phase", "phase", True, 7),
-    ("steps", "steps", True, None), ("sps", "SPS", True, 6), ("eta", "ETA", True, 6), ("rew", "ep_rew", True, 7),
+    ("steps", "steps", True, None), ("sps", "SPS", True, 6), ("eph", "ep/h", True, 5), ("eta", "ETA", True, 6),
+    ("rew", "ep_rew", True, 7),
     ("restarts", "rst", True, 3), ("gpu", "GPU mem", False, 10), ("memory", "memory", False, 11),
     ("cpu", "CPU%", True, 4),
 )  # fmt: skip
-NUMERIC = frozenset({"steps", "sps", "eta", "rew", "restarts", "gpu", "memory", "cpu"})
+NUMERIC = frozenset({"steps", "sps", "eph", "eta", "rew", "restarts", "gpu", "memory", "cpu"})
+# Shown only when some job reports episode counts (a replay of older files may not), and in the
+# narrow layout (80 columns hold one more figure) only where a job's target is in episodes.
+EPISODES_COLUMN = "eph"
 STATUS_CLASS = {"failed": "error", "backoff": "warning", "done": "success", "stopping": "warning", "paused": "warning",
                 "stalled": "error"}  # fmt: skip
 
@@ -37,7 +41,9 @@ STATUS_CLASS = {"failed": "error", "backoff": "warning", "done": "success", "sto
 def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
     """A job's row, keyed by column."""
     live = job.state.stepping
-    steps = steps_of(job.steps, job.target, wide=wide)
+    steps = target_of(job.steps, job.target, job.target_episodes, job.episodes, wide=wide)
+    if job.target_episodes is not None and not wide:
+        steps = steps.removesuffix(" ep")  # the narrow column is labelled "episodes" instead
     return {
         "id": job.id,
         "seed": str(job.seed),
@@ -46,9 +52,13 @@ def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
         "status": job.state,
         # A running script without CockpitCallback has no phases: say so where they would be.
         "phase": job.phase or ("no events" if job.state.stepping and job.exit_reason == NO_EVENTS_NOTE else ""),
-        "steps": f"{steps} {job.fraction:4.0%}" if job.target else steps,
+        # An episode target's cell is its unit and fraction already; narrow, it leaves room for ep/h.
+        "steps": f"{steps} {job.fraction:4.0%}" if job.target or (job.target_episodes and wide) else steps,
         # SPS: throughput over whole rollout + train cycles (never the rollout rate); ETA at that rate.
         "sps": (num(job.sps) if wide else si(job.sps)) if job.sps is not None and live else "-",
+        # Whole episodes per hour over the same window as SPS.
+        # Always in 4 characters (12k, 1.2M): a CartPole agent plays hundreds of thousands an hour.
+        "eph": si(job.episodes_per_h) if job.episodes_per_h is not None and live else "-",
         "eta": eta(job.eta_s) if live else "-",
         "rew": num(job.ep_rew_mean, "{:.1f}"),
         "restarts": str(job.restarts),
@@ -95,6 +105,8 @@ class JobsTable(LinesWidget, can_focus=True):
         self.cursor = 0
         self._offset = 0
         self._row_texts: dict[str, tuple[tuple[object, ...], Text]] = {}
+        self._with_episodes = False
+        self._episode_target = False
 
     @property
     def row_count(self) -> int:
@@ -113,6 +125,8 @@ class JobsTable(LinesWidget, can_focus=True):
     def show(self, state: RunState) -> None:
         """Take the new state; rows whose cells changed are repainted."""
         self._state = state
+        self._with_episodes = any(job.episodes is not None for job in state.jobs)
+        self._episode_target = any(job.target_episodes is not None for job in state.jobs)
         wide = self.size.width >= WIDE
         selected = self.selected_job
         shown = {job.id for job in state.jobs}
@@ -144,8 +158,12 @@ class JobsTable(LinesWidget, can_focus=True):
 
     def lines(self) -> list[Text]:
         wide = self.size.width >= WIDE
-        keys = [(key, label, width) for key, label, narrow, width in COLUMNS if wide or narrow]
+        keys = [(key, label, width) for key, label, narrow, width in COLUMNS
+                if (wide or narrow)
+                and (key != EPISODES_COLUMN or (self._with_episodes and (wide or self._episode_target)))]  # fmt: skip
         widths = {}
+        if self._episode_target and not wide:  # its cells are episodes, without the unit (80 columns)
+            keys = [(key, "episodes" if key == "steps" else label, width) for key, label, width in keys]
         for key, label, width in keys:
             widths[key] = width or max([len(label), *(len(row[key]) for row in self._cells.values())])
         header = Text(style=self.component_style("jobs--header"))
