@@ -19,7 +19,7 @@ from cockpit.core.host import thread_budget
 from cockpit.core.replay import _JobHistory  # the replay's per-job index, fed the same file
 from cockpit.core.state import JobView, RunState
 from cockpit.core.supervisor import JobTemplate, Supervisor
-from cockpit.core.throughput import episodes_eta, run_eta, steps_left
+from cockpit.core.throughput import job_eta, run_eta, steps_left
 from cockpit.views.headless import job_line, jobs_table, run_line
 from cockpit.views.tui.app import make_app
 from cockpit.views.tui.jobs_table import JobsTable, cells
@@ -144,9 +144,11 @@ def test_steps_left_to_an_episode_target_need_an_episode_length() -> None:
     assert steps_left(500, 0, target_episodes=10, episodes=4, ep_len_mean=50.0) == 300.0
     assert steps_left(500, 0, target_episodes=10, episodes=4, ep_len_mean=None) is None  # never invented
     assert steps_left(500, 0, target_episodes=10, episodes=12, ep_len_mean=None) == 0.0
-    assert episodes_eta(JobState.RUNNING, 4, 10, 100.0, None) is None
-    assert episodes_eta(JobState.DONE, 10, 10, None, None) == 0.0
-    assert episodes_eta(JobState.RUNNING, 4, 10, 100.0, 50.0) == pytest.approx(3.0)
+    assert job_eta(JobState.RUNNING, 0, 0, 100.0, target_episodes=10, episodes=4, ep_len_mean=None) is None
+    assert job_eta(JobState.DONE, 0, 0, None, target_episodes=10, episodes=10) == 0.0
+    assert job_eta(JobState.RUNNING, 0, 0, 100.0, target_episodes=10, episodes=4, ep_len_mean=50.0) == pytest.approx(
+        3.0
+    )
 
 
 def test_a_queued_job_with_an_episode_target_takes_the_running_jobs_episode_length() -> None:

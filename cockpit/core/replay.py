@@ -43,7 +43,7 @@ from cockpit.core.nvml import GpuInfo, GpuSample
 from cockpit.core.runlog import MIB
 from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import JobUsage, Sample
-from cockpit.core.throughput import S_PER_H, episodes_eta, job_eta, live_rate, run_eta, window_start
+from cockpit.core.throughput import S_PER_H, job_eta, live_rate, run_eta, window_start
 
 NO_GPU_RECORDED = "no GPU recorded"
 TERMINAL_STATES = frozenset({"done", "stopped", "failed", "paused"})
@@ -298,9 +298,15 @@ class _JobHistory:
             peak_gpu_mem_bytes=peak,
             started_at=first.t if first is not None and first.t <= cut else None,
             ended_at=_ended_at(attempt, outcome, run_end) if state in TERMINAL_STATES else None,
-            eta_s=job_eta(JobState(state), steps, self.target, sps)
-            if self.target_episodes is None
-            else episodes_eta(JobState(state), episodes or 0, self.target_episodes, sps, ep_len),
+            eta_s=job_eta(
+                JobState(state),
+                steps,
+                self.target,
+                sps,
+                target_episodes=self.target_episodes,
+                episodes=episodes,
+                ep_len_mean=ep_len,
+            ),
             rollout_sps=rollout_sps,
             target_episodes=self.target_episodes,
             episodes=episodes,

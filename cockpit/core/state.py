@@ -59,7 +59,7 @@ class JobView:
     # An episode target (`--episodes`; `target` is 0 then), the whole episodes finished (across
     # restarts), the newest mean episode length, and the live episode rate over the window of
     # `sps` (`Throughput.episodes_per_h`); None when unknown. With an episode target `eta_s` is
-    # the episodes left at `ep_len_mean` steps each over `sps` (`throughput.episodes_eta`).
+    # the episodes left at `ep_len_mean` steps each over `sps` (`throughput.job_eta`).
     target_episodes: int | None = None
     episodes: int | None = None
     ep_len_mean: float | None = None

@@ -79,7 +79,7 @@ from cockpit.core.launcher import Launcher, LaunchRequest
 from cockpit.core.memwatch import MemoryVerdict
 from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import Sample
-from cockpit.core.throughput import episodes_eta, job_eta, run_eta
+from cockpit.core.throughput import job_eta, run_eta
 
 STOP_GRACE_S = 12.0
 # A stalled job is shown as such at least this long before it is killed: a viewer sees why, and a
@@ -583,8 +583,8 @@ class Supervisor:
                     gpu_mem_bytes=usage.gpu_mem_bytes if usage else None,
                     peak_gpu_mem_bytes=(peak_gpu_mem or {}).get(job.id),
                     started_at=job.first_started_at, ended_at=job.ended_at,
-                    eta_s=job_eta(job.state, job.steps, job.target, sps) if job.target_episodes is None
-                    else episodes_eta(job.state, job.episodes, job.target_episodes, sps, job.ep_len_mean),
+                    eta_s=job_eta(job.state, job.steps, job.target, sps, target_episodes=job.target_episodes,
+                                  episodes=job.episodes, ep_len_mean=job.ep_len_mean),
                     rollout_sps=job.rollout_sps,
                     target_episodes=job.target_episodes, episodes=job.episodes, ep_len_mean=job.ep_len_mean,
                     episodes_per_h=job.throughput.episodes_per_h(now if job.state.live else job.state_since),

@@ -34,7 +34,7 @@ episode rate over the very window of the live SPS, by the same rule (`live_rate`
 episode target does not divide by that rate: episodes grow longer as an agent learns, so a
 window's count of episodes lags behind. It converts the episodes left into steps at the newest
 mean episode length (`ep_len_mean`, over the last 100 whole episodes) and divides by the live
-SPS (`steps_left`, `episodes_eta`): the ETA shortens or lengthens as soon as episodes change.
+SPS (`steps_left`, `job_eta`): the ETA shortens or lengthens as soon as episodes change.
 """
 
 from __future__ import annotations
@@ -180,14 +180,26 @@ class Throughput:
             del self._times[:start], self._steps[:start], self._episodes[:start]
 
 
-def job_eta(state: JobState, steps: int, target: int, sps: float | None) -> float | None:
-    """Seconds until a job reaches its target at its live rate: 0 when done, None when it is not
-    training (or has no rate yet)."""
+def job_eta(
+    state: JobState,
+    steps: int,
+    target: int,
+    sps: float | None,
+    *,
+    target_episodes: int | None = None,
+    episodes: int | None = None,
+    ep_len_mean: float | None = None,
+) -> float | None:
+    """Seconds until a job reaches its target at its live rate: the steps it has left
+    (`steps_left`: to a step `target`, or with `target_episodes` its episodes left at the newest
+    mean episode length) over its live SPS. 0 when done, None when it is not training, has no rate
+    yet, or has an episode target whose episode length is not known yet."""
     if state is JobState.DONE:
         return 0.0
     if state is not JobState.RUNNING or sps is None or sps <= 0:
         return None
-    return max(0, target - steps) / sps
+    left = steps_left(steps, target, target_episodes=target_episodes, episodes=episodes, ep_len_mean=ep_len_mean)
+    return None if left is None else left / sps
 
 
 def steps_left(
@@ -207,19 +219,6 @@ def steps_left(
     if left == 0:
         return 0.0
     return left * ep_len_mean if ep_len_mean is not None and ep_len_mean > 0 else None
-
-
-def episodes_eta(
-    state: JobState, episodes: int, target_episodes: int, sps: float | None, ep_len_mean: float | None
-) -> float | None:
-    """Seconds until a job reaches its episode target: its episodes left at the newest mean episode
-    length, over its live SPS. 0 when done, None when it is not training or either is unknown."""
-    if state is JobState.DONE:
-        return 0.0
-    if state is not JobState.RUNNING or sps is None or sps <= 0:
-        return None
-    left = steps_left(0, 0, target_episodes=target_episodes, episodes=episodes, ep_len_mean=ep_len_mean)
-    return None if left is None else left / sps
 
 
 class EtaJob(Protocol):
