@@ -85,7 +85,7 @@ from benchmarks.gpu.kit import (
     tail,
     write_report,
 )
-from cockpit.contract.events import ErrorEvent, Event, FinishedEvent, PhaseEvent, read_events
+from cockpit.contract.events import ErrorEvent, Event, FinishedEvent, PhaseEvent, of_kind, read_events
 from cockpit.contract.presets import Preset, load
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import UtilizationRecord
@@ -247,7 +247,7 @@ def worker_figures(preset: str, events: Sequence[Event], peak_mib: float | None)
     started = last_started(events)
     starts = measure.rollout_starts(events)
     rate = measure.job_rate(events, starts[1][0], starts[-1][0]) if len(starts) >= 3 else measure.JobRate(0, None)
-    phases = [e for e in events if isinstance(e, PhaseEvent)]
+    phases = of_kind(events, PhaseEvent)
     rollouts, trains = [], []
     for a, b in itertools.pairwise(phases):
         if a.iteration == (0 if a.phase == "rollout" else 1):
@@ -283,7 +283,7 @@ def check_worker(kit: Kit, sec: Section) -> None:
         started = last_started(events)
         result = worker_figures(name, events, apps.peak_mib(started.pid) if started and started.pid else None)
         results.append(result)
-        finished = [e for e in events if isinstance(e, FinishedEvent)]
+        finished = of_kind(events, FinishedEvent)
         if code != 0 or not finished or finished[-1].status != "done":
             problems.append(f"{name}: exit {code}, {'; '.join(job_errors({name: events})) or tail(log)}")
         if not kit.s.smoke and not (result.device or "").startswith("cuda"):
@@ -699,7 +699,7 @@ def check_oom(kit: Kit, sec: Section) -> None:
         ("cockpit run exit", code),
     ])  # fmt: skip
     kit.figure("oom", "job", "error", job.error)
-    types = [e.type for evs in run.events().values() for e in evs if isinstance(e, ErrorEvent)]
+    types = [e.type for evs in run.events().values() for e in of_kind(evs, ErrorEvent)]
     if "cuda_oom" not in types:
         raise KitError(f"expected a cuda_oom error event, got {types or 'none'}; the job {job.status.value}: "
                        f"{job.error or 'no error'}")  # fmt: skip

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.gpu import measure
-from cockpit.contract.events import ErrorEvent, Event, StartedEvent, read_events
+from cockpit.contract.events import ErrorEvent, Event, StartedEvent, of_kind, read_events
 from cockpit.contract.presets import builtin_names
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, RunRecordError, read
@@ -333,13 +333,13 @@ def job_events(run_dir: Path) -> dict[str, list[Event]]:
 
 def last_started(events: Sequence[Event]) -> StartedEvent | None:
     """The job's latest `started` event."""
-    started = [e for e in events if isinstance(e, StartedEvent)]
+    started = of_kind(events, StartedEvent)
     return started[-1] if started else None
 
 
 def job_errors(events: dict[str, list[Event]]) -> list[str]:
     """`job: type: message` of every job that reported an error."""
-    return [f"{job}: {e.reason}" for job, evs in events.items() for e in evs if isinstance(e, ErrorEvent)]
+    return [f"{job}: {e.reason}" for job, evs in events.items() for e in of_kind(evs, ErrorEvent)]
 
 
 @dataclass

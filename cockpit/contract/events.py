@@ -19,7 +19,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar, cast, get_args
@@ -483,6 +483,6 @@ def read_events(path: Path) -> list[Event]:
     return list(iter_events(path))
 
 
-def of_kind(events: Iterator[Event] | list[Event], cls: type[E]) -> list[E]:
+def of_kind(events: Iterable[Event], cls: type[E]) -> list[E]:
     """The events of one kind, in order."""
     return [event for event in events if isinstance(event, cls)]
