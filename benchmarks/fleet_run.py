@@ -176,8 +176,8 @@ def run(args: argparse.Namespace) -> int:
         slot_time.add(read_events(job_dir / "events.jsonl"))
     projected = projection.total.seconds or 0.0
     rate = trained / watched.wall_s
-    all_steps = projection.all_to_last.steps
-    print(f"steps trained: {trained:,} (projected {projection.total.steps:,}); all {args.agents} agents to "
+    all_steps = projection.all_to_last.amount
+    print(f"steps trained: {trained:,} (projected {projection.total.amount:,}); all {args.agents} agents to "
           f"{tiers[-1]:,}: {all_steps:,} steps: {1 - trained / all_steps:.1%} of the steps saved")  # fmt: skip
     print(f"wall time: projected {projected:,.0f} s, measured {watched.wall_s:,.0f} s: projected/measured = "
           f"{projected / watched.wall_s:.3f}")  # fmt: skip

@@ -253,13 +253,14 @@ def build_parser() -> ArgumentParser:
     fleet = sub.add_parser(
         "fleet",
         help="train many agents in tiers, promoting the best by evaluation score; project time and cost first",
-        description="A fleet trains many agents in tiers: every agent to the first tier's steps, then the best\n"
-        "share by evaluation score on to the next, each resuming from its checkpoint. Agents run in --jobs slots\n"
-        "under the same supervisor, TUI, attach, report and run.toml as `cockpit run`; scores and promotions\n"
-        "are kept in RUN_DIR/fleet.db, so --resume RUN_DIR continues after a crash or kill. The last tier's\n"
-        "models are collected in RUN_DIR/models/ with SHA-256 checksums (models.toml).\n"
+        description="A fleet trains many agents in tiers: every agent to the first tier's steps (or episodes), then\n"
+        "the best share by evaluation score on to the next, each resuming from its checkpoint. Agents run in\n"
+        "--jobs slots under the same supervisor, TUI, attach, report and run.toml as `cockpit run`; scores and\n"
+        "promotions are kept in RUN_DIR/fleet.db, so --resume RUN_DIR continues after a crash or kill. The last\n"
+        "tier's models are collected in RUN_DIR/models/ with SHA-256 checksums (models.toml).\n"
         "--dry-run checks the plan and projects each tier's agents, steps, wall time and cost from this\n"
-        "machine's measured costs (the probe runs once per preset, seconds). The plan format is in docs/fleets.md.",
+        "machine's measured costs (the probe runs once per preset, seconds); a plan in episodes takes its\n"
+        "envs' steps per episode from --from RUN_DIR, a run on them. The plan format is in docs/fleets.md.",
         epilog="Examples:\n  cockpit fleet screen.toml --dry-run --rate 1.99\n"
         "  cockpit fleet screen.toml --dry-run --from runs/20261120T090000Z-cartpole-CartPole-v1  (an A100's run)\n"
         "  cockpit fleet screen.toml --jobs 4\n"

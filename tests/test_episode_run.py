@@ -1,6 +1,6 @@
 """`cockpit run --episodes N`: one line and exit 2 beside --timesteps, the spec, the background
-run, run.toml, --resume and the supervisor carry the episode target; a fleet tier in episodes is
-refused."""
+run, run.toml, --resume and the supervisor carry the episode target (a fleet's tiers in episodes:
+`test_fleet_episodes`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from cockpit.cli import build_parser, main
 from cockpit.commands.report import print_report
 from cockpit.commands.run import _spec
 from cockpit.contract.events import EVENTS_FILE, EventWriter
-from cockpit.contract.fleetplan import PlanError, load_plan
 from cockpit.contract.runrecord import ConfigRecord, HostRecord, JobRecord, RunRecord, parse, render, write
 from cockpit.contract.runspec import ConfigError, RestartPolicy, RunSpec, build_spec
 from cockpit.contract.states import JobState, RunStatus
@@ -67,17 +66,6 @@ def test_an_episode_target_reaches_the_spec_the_background_run_run_toml_and_a_re
     assert resumed == recorded
     args = resume_spec_args(run_dir, parse(text, "run"))
     assert args["episodes"] == 50 and args["timesteps"] is None
-
-
-def test_a_fleet_tier_in_episodes_is_refused_in_one_line_naming_the_key(tmp_path: Path) -> None:
-    plan = tmp_path / "plan.toml"
-    plan.write_text('name = "x"\n[agents]\nenv = "CartPole-v1"\npreset = "cartpole"\nseeds = 2\n'
-                    "[[tiers]]\nepisodes = 3_000\npromote = 0.5\n[[tiers]]\ntimesteps = 2_000\n")  # fmt: skip
-    with pytest.raises(PlanError) as refused:
-        load_plan(plan)
-    assert str(refused.value) == (
-        f"{plan}: 'tiers[0].episodes': tiers in episodes are not supported yet; give 'timesteps'"
-    )
 
 
 def test_the_supervisor_gives_each_worker_the_episode_target_and_follows_its_count(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ import pytest
 
 from cockpit.contract.events import CheckpointEvent, EvaluatedEvent, FinishedEvent, StartedEvent, of_kind, read_events
 from cockpit.contract.models import read_manifest, verify
+from cockpit.core.fleetreport import fleet_summary
 from cockpit.core.fleetstore import FleetStore
 from cockpit.core.promotion import ranked
 
@@ -217,3 +218,41 @@ def test_kill_9_at_three_points_then_resume_ends_like_the_run_never_killed(refer
     entries = read_manifest(run_dir)
     assert sorted(e.agent for e in entries) == sorted(promotions[0])
     assert verify(run_dir, entries) == []
+
+
+def test_a_fleet_in_episodes_trains_each_tier_to_its_whole_episodes_and_resumes_the_promoted(tmp_path: Path) -> None:
+    """4 agents, tiers of 20 then 40 whole episodes, the best 2 promoted: each tier ends at the
+    first rollout boundary past its episodes, and a promoted agent goes on from its tier-0
+    checkpoint with the episodes it had, never from zero."""
+    plan = write_plan(tmp_path)
+    text = plan.read_text().replace("seeds = 8", "seeds = 4").replace("episodes = 100", "episodes = 10")
+    plan.write_text(text.replace("timesteps = 2048", "episodes = 20").replace("timesteps = 4096", "episodes = 40"))
+    run_dir, log = tmp_path / "run", tmp_path / "run.log"
+    proc = start(str(plan), "--run-dir", str(run_dir), log=log)
+    assert proc.wait(timeout=600) == 0, log.read_text()[-3000:]
+    assert "tier 0 (20 ep)" in log.read_text()
+    scores, promotions = outcome(run_dir)
+    store = FleetStore.in_run_dir(run_dir, read_only=True)
+    best = [r.agent for r in ranked(store.results(0))][:2]
+    store.close()
+    assert promotions == {0: set(best)} and {a for (a, t) in scores if t == 1} == set(best)
+    rollout = 8 * 32  # n_envs x n_steps: the stop comes at the first rollout boundary past the target
+    for agent in (run_dir / "jobs").iterdir():
+        stream = events(run_dir, agent.name)
+        started = of_kind(stream, StartedEvent)
+        evaluated = of_kind(stream, EvaluatedEvent)
+        targets = (20, 40) if agent.name in best else (20,)
+        assert [e.target_episodes for e in started] == list(targets)
+        assert len(evaluated) == len(targets)
+        for e, target in zip(evaluated, targets, strict=True):
+            # Whole episodes, at least the target; one rollout holds at most `rollout` more of them.
+            assert e.trained_episodes is not None and target <= e.trained_episodes < target + rollout
+        if agent.name in best:  # tier 1 went on from tier 0's end: its steps and its episodes
+            assert started[1].resumed_from_step == evaluated[0].step
+            assert started[1].resumed_episodes == evaluated[0].trained_episodes
+    entries = read_manifest(run_dir)
+    assert sorted(e.agent for e in entries) == sorted(best) and verify(run_dir, entries) == []
+    summary = fleet_summary(run_dir)
+    assert summary is not None
+    assert [(t.episodes, t.timesteps, t.finished, t.promoted) for t in summary.tiers] == [(20, None, 4, 2),
+                                                                                          (40, None, 2, 0)]  # fmt: skip

@@ -136,7 +136,7 @@ def test_the_projection_follows_the_documented_model(tmp_path: Path) -> None:
     projection = project(plan, speed)
     assert all(s.sps == pytest.approx(10_000) and s.fleet_sps == pytest.approx(20_000) for s in speeds.values())
     # tier 0: 40 agents x 4,000; tier 1: 20 x 4,000 more (they resume); tier 2: 3 x 12,000 more.
-    assert [(s.agents, s.steps_per_agent, s.steps) for s in projection.tiers] == [
+    assert [(s.agents, s.each, s.amount) for s in projection.tiers] == [
         (40, 4_000, 160_000), (20, 4_000, 80_000), (3, 12_000, 36_000),
     ]  # fmt: skip
     # Each agent holds a slot for its steps at 10,000 SPS; a sync tier takes whole rounds of 2
@@ -265,7 +265,7 @@ def test_a_500_agent_dry_run_prints_the_cost_models_figures_and_starts_no_proces
             for line in capsys.readouterr().out.splitlines() if line.strip()}  # fmt: skip
     for stage in (*expected.tiers, expected.total):
         row = rows[stage.label].split()
-        assert f"{stage.agents:,}" in row and f"{stage.steps:,}" in row
+        assert f"{stage.agents:,}" in row and f"{stage.amount:,}" in row
         assert _duration(stage.seconds) in row and f"${stage.cost_usd:,.2f}" in row
     assert expected.total.agents == 500 and expected.tiers[1].agents == 250 and expected.tiers[2].agents == 3
 

@@ -187,7 +187,7 @@ def test_report_json_has_the_fleet_with_every_agent(tmp_path: Path, capsys: pyte
     assert (fleet["name"], fleet["promotion"], fleet["rate_usd_per_h"]) == ("screen", "sync", 1.99)
     assert fleet["counts"] == {"training": 1, "culled": 3, "failed": 2, "done": 2}
     assert fleet["tiers"][0] == {"tier": 0, "timesteps": 4096, "planned": 8, "entered": 8, "training": 0,
-                                 "finished": 7, "promoted": 4, "culled": 3, "failed": 1}  # fmt: skip
+                                 "finished": 7, "promoted": 4, "culled": 3, "failed": 1, "episodes": None}  # fmt: skip
     agents = {agent["id"]: agent for agent in fleet["agents"]}
     assert list(agents) == [f"a{i:04d}" for i in range(8)]
     assert agents["a0007"] == {

@@ -65,7 +65,7 @@ async def test_f_opens_the_fleet_screen_which_follows_the_run_and_escape_returns
         assert "fleet screen  500 agents  sync promotion" in title
         assert "rate $1.99/h  spent $0.34  projected $" in title
         tiers = app.screen.query_one("#fleet-tiers", FleetTable)
-        assert [tiers.cell(0, c) for c in ("tier", "steps", "planned", "entered", "queued", "running", "finished",
+        assert [tiers.cell(0, c) for c in ("tier", "target", "planned", "entered", "queued", "running", "finished",
                                            "promoted", "culled", "failed")] == [
             "0", "500k", "500", "500", "374", "4", "120", "30", "0", "2"]  # fmt: skip
         assert [tiers.cell(1, c) for c in ("planned", "entered", "queued", "finished")] == ["125", "30", "30", "0"]

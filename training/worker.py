@@ -319,7 +319,7 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
             status = "done" if steps >= config.timesteps else "stopped"
         if status == "done" and config.eval_episodes:
             try:
-                _evaluate(config, model, vecnorm, stop, events)
+                _evaluate(config, model, vecnorm, stop, events, trained_episodes=callback.episodes)
             except StopRequested:
                 status = "stopped"  # a stop during the evaluation: the next start evaluates again
         events.finished(status=status, steps=steps, duration=round(time.time() - started, 3))
@@ -334,10 +334,11 @@ _EPISODE_RUN_STEPS = 2**62
 EVAL_SEED = 1_000_003  # every agent is scored on the same games, unlike any training seed
 
 
-def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, events: EventWriter) -> None:
+def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, events: EventWriter, *,
+              trained_episodes: int) -> None:  # fmt: skip
     """Score `model` over `config.eval_episodes` deterministic episodes on a new VecEnv (`eval_envs`
     envs) seeded `EVAL_SEED`, normalized with the training statistics frozen, and
-    emit `evaluated`.
+    emit `evaluated` (with the `trained_episodes` the model had trained on).
     StopRequested when a stop is asked for meanwhile."""
     import copy
 
@@ -369,8 +370,8 @@ def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, event
     finally:
         venv.close()
     events.evaluated(step=model.num_timesteps, mean_reward=float(mean), std_reward=float(std),
-                     episodes=config.eval_episodes, seed=EVAL_SEED,
-                     seconds=round(time.monotonic() - started, 3))  # fmt: skip
+                     episodes=config.eval_episodes, seed=EVAL_SEED, seconds=round(time.monotonic() - started, 3),
+                     trained_episodes=trained_episodes)  # fmt: skip
 
 
 def _input_error(message: str) -> int:

@@ -26,7 +26,7 @@ from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import stamped
 from cockpit.contract.runrecord import RunRecord
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, checked_name
-from cockpit.core.fleet import Projection, Speed, Stage, project, speed_from_record, speed_of
+from cockpit.core.fleet import Projection, Speed, Stage, episode_steps_from_record, project, speed_from_record, speed_of
 from cockpit.core.sizing import costs_for, this_machine
 
 if sys.version_info >= (3, 11):
@@ -98,7 +98,8 @@ def _spec(args: argparse.Namespace, plan: FleetPlan) -> RunSpec:
     run_dir = args.resume or args.run_dir or stamped(args.name if args.name is not None else f"fleet-{plan.name}")
     return build_spec(
         jobs=args.jobs or plan.jobs, agents=len(plan.agents), preset=first.preset_name, env=first.env,
-        timesteps=plan.tiers[-1].timesteps, seed=0, run_dir=run_dir, max_restarts=args.max_restarts, pin=False,
+        timesteps=plan.tiers[-1].timesteps, episodes=plan.tiers[-1].episodes, seed=0, run_dir=run_dir,
+        max_restarts=args.max_restarts, pin=False,
         command_line=("cockpit", *(sys.argv[1:] if args.argv is None else args.argv)),
         resuming=args.resume is not None, name=name,
     )  # fmt: skip
@@ -180,12 +181,27 @@ def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None, record: Ru
                                            score_episodes=plan.score_episodes) if costs else None)  # fmt: skip
         return speeds[preset]
 
-    projection = project(dataclasses.replace(plan, jobs=slots, rate_usd_per_h=rate), speed)
+    def episode_steps(env: str) -> float | None:
+        return episode_steps_from_record(env, record) if record is not None else None
+
+    projection = project(dataclasses.replace(plan, jobs=slots, rate_usd_per_h=rate), speed, episode_steps)
     console.print(f"[bold]{plan.name}[/] ({plan.source}): {len(plan.agents)} agents, {slots} slot(s), "
                   f"{plan.promotion} promotion, {len(plan.tiers)} tier(s)")  # fmt: skip
     console.print(projection_table(projection, rate))
-    console.print(f"the tiers train {projection.total.steps:,} steps instead of {projection.all_to_last.steps:,}: "
+    unit = "episodes" if projection.unit == "episodes" else "steps"
+    console.print(f"the tiers train {projection.total.amount:,} {unit} instead of {projection.all_to_last.amount:,}: "
                   f"{projection.saving:.0%} saved", highlight=False)  # fmt: skip
+    if plan.unit == "episodes":
+        for env in dict.fromkeys(agent.env for agent in plan.agents):
+            length = episode_steps(env)
+            if length is not None:
+                line = f"{env}: {length:,.0f} steps per episode, as {record_dir} measured them over its training"
+            elif record is not None:
+                line = f"{env}: {record_dir} measured no episodes of it, so no steps, time or cost"
+            else:
+                line = (f"{env}: no measured episode length, so no steps, time or cost (give --from RUN_DIR, a run "
+                        "that trained it: its steps per episode)")  # fmt: skip
+            console.print(line, highlight=False)
     said = set()
     for preset, measured in speeds.items():
         if measured is None and record is not None:
@@ -211,14 +227,18 @@ def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None, record: Ru
 def projection_table(projection: Projection, rate: float | None) -> Table:
     """Per tier, the total, and the same agents all trained to the last tier."""
     table = Table(title="projection", title_justify="left", box=box.SIMPLE_HEAD)
-    for column in ("stage", "agents", "steps each", "steps", "wall time", f"cost at ${rate or 0:g}/h"):
+    in_episodes = projection.unit == "episodes"
+    columns = ("episodes each", "episodes", "steps") if in_episodes else ("steps each", "steps")
+    for column in ("stage", "agents", *columns, "wall time", f"cost at ${rate or 0:g}/h"):
         table.add_column(column, justify="left" if column == "stage" else "right")
     rows: list[Stage] = [*projection.tiers, projection.total, projection.all_to_last]
     for i, stage in enumerate(rows):
         if i == len(projection.tiers):
             table.add_section()
-        each = f"{stage.steps_per_agent:,}" if stage.steps_per_agent else ""
-        table.add_row(stage.label, f"{stage.agents:,}", each, f"{stage.steps:,}", _duration(stage.seconds),
+        amounts = [f"{stage.each:,}" if stage.each else "", f"{stage.amount:,}"]
+        if in_episodes:  # the steps those episodes take at the measured length: "unknown" without one
+            amounts.append("unknown" if stage.steps is None else f"{stage.steps:,.0f}")
+        table.add_row(stage.label, f"{stage.agents:,}", *amounts, _duration(stage.seconds),
                       "-" if stage.cost_usd is None else f"${stage.cost_usd:,.2f}")  # fmt: skip
     return table
 

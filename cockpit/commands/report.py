@@ -156,11 +156,12 @@ def print_fleet(fleet: FleetSummary, console: Console) -> None:
     by_status = ", ".join(f"{n:,} {status}" for status in STATUSES if (n := fleet.count(status)))
     console.print(f"agents: {by_status or 'none'}", highlight=False)
     tiers = Table(title="tiers", title_justify="left")
-    for col in ("tier", "timesteps", "planned", "entered", "training", "finished", "promoted", "culled", "failed"):
+    unit = "episodes" if any(t.episodes is not None for t in fleet.tiers) else "timesteps"  # one unit a plan
+    for col in ("tier", unit, "planned", "entered", "training", "finished", "promoted", "culled", "failed"):
         tiers.add_column(col, justify="right")
     for t in fleet.tiers:
-        tiers.add_row(*(f"{n:,}" for n in (t.tier, t.timesteps, t.planned, t.entered, t.training, t.finished,
-                                           t.promoted, t.culled, t.failed)))  # fmt: skip
+        tiers.add_row(*(f"{n:,}" for n in (t.tier, t.episodes or t.timesteps or 0, t.planned, t.entered, t.training,
+                                           t.finished, t.promoted, t.culled, t.failed)))  # fmt: skip
     console.print(tiers)
     if fleet.leaderboard:
         shown = fleet.leaderboard[:LEADERS]

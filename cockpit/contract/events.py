@@ -153,7 +153,8 @@ class HeartbeatEvent:
 @dataclass(frozen=True)
 class EvaluatedEvent:
     """The trained model was scored: `episodes` deterministic episodes on a separate env seeded
-    with `seed` (the same for every agent), at `step` training steps; `mean_reward` ranks a fleet's
+    with `seed` (the same for every agent), at `step` training steps and `trained_episodes` whole
+    training episodes (absent from workers before episode targets); `mean_reward` ranks a fleet's
     agents. Written just before the `finished` event of a worker asked to evaluate."""
 
     kind: ClassVar[Literal["evaluated"]] = "evaluated"
@@ -164,6 +165,7 @@ class EvaluatedEvent:
     episodes: int
     seed: int
     seconds: float | None = None
+    trained_episodes: int | None = None
 
 
 Event = (
@@ -291,7 +293,7 @@ _CHECKS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "heartbeat": {"phase": _choice(get_args(Phase)), "num_timesteps": _integer},
     "evaluated": {
         "step": _integer, "mean_reward": _number, "std_reward": _number, "episodes": _integer, "seed": _integer,
-        "seconds": _optional(_number),
+        "seconds": _optional(_number), "trained_episodes": _optional(_integer),
     },
 }  # fmt: skip
 
@@ -409,10 +411,11 @@ class EventWriter:
 
     def evaluated(
         self, *, step: int, mean_reward: float, std_reward: float, episodes: int, seed: int,
-        seconds: float | None = None, t: float | None = None,
+        seconds: float | None = None, trained_episodes: int | None = None, t: float | None = None,
     ) -> EvaluatedEvent:  # fmt: skip
         """The trained model's evaluation score (see `EvaluatedEvent`)."""
-        return self.emit(EvaluatedEvent(_now(t), step, mean_reward, std_reward, episodes, seed, seconds))
+        return self.emit(EvaluatedEvent(_now(t), step, mean_reward, std_reward, episodes, seed, seconds,
+                                        trained_episodes))  # fmt: skip
 
     def close(self) -> None:
         """Release the file descriptor; further emits fail."""

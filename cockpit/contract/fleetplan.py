@@ -14,7 +14,7 @@ seeds = 50                        # a count from 0, or a list
 learning_rate = [1e-3, 3e-4]
 
 [[tiers]]
-timesteps = 500_000
+timesteps = 500_000               # or every tier in whole episodes: episodes = 3_000
 promote = 0.25                    # a fraction in (0, 1], or a count >= 1, promoted to the next tier
 [[tiers]]
 timesteps = 2_000_000
@@ -49,11 +49,12 @@ else:  # pragma: no cover - exercised only on Python 3.10
     import tomli as tomllib
 
 Promotion = Literal["sync", "async"]
+Unit = Literal["timesteps", "episodes"]  # what a plan's tiers count: every tier the same
 MAX_SEED = 2**31 - 1
 NAME_PATTERN = RUN_NAME_PATTERN  # the plan's name is the fleet's run name: one rule for both
 TOP_KEYS = ("name", "jobs", "rate_usd_per_h", "promotion", "agents", "tiers", "score")
 AGENT_KEYS = ("env", "preset", "seeds", "overrides")
-TIER_KEYS = ("timesteps", "promote")
+TIER_KEYS = ("timesteps", "episodes", "promote")
 SCORE_KEYS = ("episodes",)
 
 
@@ -63,11 +64,23 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class Tier:
-    """Agents train to `timesteps` in total; then `promote` of them (a fraction of those that
-    reached this tier, or a count) go on to the next tier. The last tier promotes no one."""
+    """Agents train to `target` in total, counted in `unit` (steps, or whole episodes as
+    `cockpit run --episodes` counts them); then `promote` of them (a fraction of those that reached
+    this tier, or a count) go on to the next tier. The last tier promotes no one."""
 
-    timesteps: int
+    target: int
     promote: float | int | None
+    unit: Unit = "timesteps"
+
+    @property
+    def timesteps(self) -> int | None:
+        """The step target, None for a tier in episodes."""
+        return self.target if self.unit == "timesteps" else None
+
+    @property
+    def episodes(self) -> int | None:
+        """The episode target, None for a tier in steps."""
+        return self.target if self.unit == "episodes" else None
 
     def promoted(self, agents: int) -> int:
         """How many of `agents` that finish this tier go on (0 for the last tier)."""
@@ -108,6 +121,11 @@ class FleetPlan:
     agents: tuple[Agent, ...]
     tiers: tuple[Tier, ...]
     score_episodes: int
+
+    @property
+    def unit(self) -> Unit:
+        """What every tier's target counts: steps or whole episodes."""
+        return self.tiers[0].unit
 
     def funnel(self) -> list[int]:
         """How many agents train in each tier: all of them in the first, then each tier's promoted."""
@@ -155,24 +173,24 @@ def _seeds(value: Any) -> tuple[list[int], list[str]]:
 
 def _tiers(value: Any) -> tuple[list[Tier], list[str]]:
     if not isinstance(value, list) or not value or not all(isinstance(t, dict) for t in value):
-        return [], ["'tiers' must be one or more [[tiers]] tables, each with 'timesteps'"]
+        return [], ["'tiers' must be one or more [[tiers]] tables, each with 'timesteps' or 'episodes'"]
     tiers: list[Tier] = []
     problems: list[str] = []
+    units = [unit for unit in ("timesteps", "episodes") if any(unit in table for table in value)]
+    if len(units) == 2:
+        # Promotion resumes an agent to the next tier's total: a total in another unit than the
+        # last one's has no order with it, and the projection one unit to add up.
+        problems.append("'tiers': give every tier 'timesteps' or every tier 'episodes', not some of each")
+    unit: Unit = "episodes" if units == ["episodes"] else "timesteps"
     for i, table in enumerate(value):
         where = f"tiers[{i}]"
-        if "episodes" in table:
-            # `cockpit run --episodes` has episode targets; a fleet's tiers do not yet (projection,
-            # promotion and fleet.db are in steps): say so rather than call the key unknown.
-            problems.append(f"'{where}.episodes': tiers in episodes are not supported yet; give 'timesteps'")
-            table = {k: v for k, v in table.items() if k != "episodes"}
         problems += _unknown(table, TIER_KEYS, f"{where}.")
-        steps = table.get("timesteps")
-        if "episodes" in value[i] and steps is None:  # refused above: no second line for the missing timesteps
-            tiers.append(Tier(0, table.get("promote")))
-            continue
-        if not _positive_int(steps):
-            problems.append(f"'{where}.timesteps' must be a positive integer, got {steps!r}")
-            steps = 0
+        target = table.get(unit)
+        if len(units) == 2 and target is None:  # said above: no second line for this tier
+            target = 0
+        elif not _positive_int(target):
+            problems.append(f"'{where}.{unit}' must be a positive integer, got {target!r}")
+            target = 0
         promote = table.get("promote")
         last = i == len(value) - 1
         if last and promote is not None:
@@ -182,11 +200,9 @@ def _tiers(value: Any) -> tuple[list[Tier], list[str]]:
             problems.append(f"'{where}.promote' is missing: say how many go on to tier {i + 1}")
         elif not last and not _promotes(promote):
             problems.append(f"'{where}.promote' must be a fraction in (0, 1] or a count >= 1, got {promote!r}")
-        if i and tiers and steps and steps <= tiers[-1].timesteps:
-            problems.append(
-                f"'{where}.timesteps' {steps:,} must be more than the tier before it ({tiers[-1].timesteps:,})"
-            )
-        tiers.append(Tier(steps, promote))
+        if i and tiers and target and target <= tiers[-1].target:
+            problems.append(f"'{where}.{unit}' {target:,} must be more than the tier before it ({tiers[-1].target:,})")
+        tiers.append(Tier(target, promote, unit))
     return tiers, problems
 
 

@@ -24,7 +24,9 @@ collide queue, which is why 4 jobs that each keep a GPU 25 % busy fill it to ~79
 A tier's wall time is its agents' steps to go at that rate, with what each agent pays around its
 training (its setup and its scoring, as the probe measured them) and the workers' start-ups
 (`project`); agents promoted to a later tier are not known before the run, so a later tier is
-costed at the matrix's mean.
+costed at the matrix's mean. A plan in episodes trains each agent its episodes at the measured
+steps per episode of its env (`project`'s `episode_steps`; unknown, and so its time, when nothing
+measured one).
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from cockpit.contract.envids import backend_for
-from cockpit.contract.fleetplan import FleetPlan
+from cockpit.contract.fleetplan import FleetPlan, Unit
 from cockpit.contract.presets import Preset
 from cockpit.contract.runrecord import RunRecord
 from cockpit.contract.workerargs import SERVE_MAX_JOBS, eval_envs
@@ -147,33 +149,40 @@ def scoring_s(preset: Preset, costs: Costs, episodes: int) -> float:
 
 @dataclass(frozen=True)
 class Stage:
-    """One tier (or the whole fleet) projected: agents, steps, wall time and cost."""
+    """One tier (or the whole fleet) projected: agents, the amount they train in the plan's unit
+    (steps or episodes), the steps that is, wall time and cost."""
 
     label: str
     agents: int
-    steps_per_agent: int  # the steps each agent trains in it (a promoted agent resumes: the difference)
-    steps: int
-    seconds: float | None  # None when a speed is unknown
+    each: int  # what each agent trains in it (a promoted agent resumes: the difference)
+    amount: int  # all its agents' together
+    steps: float | None  # `amount` in steps (None: a plan in episodes with no measured episode length)
+    seconds: float | None  # None when a speed or an episode length is unknown
     cost_usd: float | None  # None without a rate or a time
 
 
 @dataclass(frozen=True)
 class Projection:
-    """The plan's tiers, their total, and the same agents all trained to the last tier."""
+    """The plan's tiers, their total, and the same agents all trained to the last tier; `unit`
+    is what the stages' `each` and `amount` count."""
 
     tiers: tuple[Stage, ...]
     total: Stage
     all_to_last: Stage
+    unit: Unit = "timesteps"
 
     @property
     def saving(self) -> float:
-        """The share of steps the tiers save against training every agent to the last tier."""
-        return 1.0 - self.total.steps / self.all_to_last.steps if self.all_to_last.steps else 0.0
+        """The share of the plan's unit the tiers save against training every agent to the last tier."""
+        return 1.0 - self.total.amount / self.all_to_last.amount if self.all_to_last.amount else 0.0
 
 
-def project(plan: FleetPlan, speed: Callable[[Preset], Speed | None]) -> Projection:
+def project(plan: FleetPlan, speed: Callable[[Preset], Speed | None],
+            episode_steps: Callable[[str], float | None] = lambda env: None) -> Projection:  # fmt: skip
     """Project `plan` on this machine; `speed` gives each agent preset's measured speed for the
-    fleet's slots (None when it could not be measured).
+    fleet's slots (None when it could not be measured), and, for a plan in episodes,
+    `episode_steps` each env's measured steps per episode (None when nothing measured it: the
+    steps, time and cost are then unknown).
 
     An agent and tier holds its slot for its steps at one slot's share of the fleet's rate, its
     setup and its scoring, and `1 / SERVE_MAX_JOBS` of a fresh worker's start (a served worker
@@ -183,19 +192,35 @@ def project(plan: FleetPlan, speed: Callable[[Preset], Speed | None]) -> Project
     speeds = [speed(agent.preset) for agent in plan.agents]
     known = [s for s in speeds if s is not None]
     costs = _AgentCosts.mean(known, plan.jobs) if known and len(known) == len(speeds) else None
+    per: float | None = 1.0
+    if plan.unit == "episodes":  # the matrix's mean agent, as for its speed
+        lengths = [episode_steps(agent.env) for agent in plan.agents]
+        per = statistics.fmean(n for n in lengths if n is not None) if None not in lengths else None
     funnel = plan.funnel()
-    stages = []
-    done_steps = 0
-    for i, (tier, agents) in enumerate(zip(plan.tiers, funnel, strict=True)):
-        each = tier.timesteps - done_steps
-        done_steps = tier.timesteps
-        seconds = costs.wall_s(agents, each, plan, first=i == 0) if costs else None
-        stages.append(_stage(f"tier {i}", agents, each, seconds, plan.rate_usd_per_h))
-    total = _sum("total", stages, plan.rate_usd_per_h)
-    last = plan.tiers[-1].timesteps
-    everyone = costs.wall_s(funnel[0], last, plan, first=True) if costs else None
-    return Projection(tuple(stages), total, _stage("all to the last tier", funnel[0], last, everyone,
-                                                   plan.rate_usd_per_h))  # fmt: skip
+    rate = plan.rate_usd_per_h
+
+    def stage(label: str, agents: int, each: int, *, first: bool) -> Stage:
+        steps = None if per is None else each * per
+        seconds = costs.wall_s(agents, steps, plan, first=first) if costs and steps is not None else None
+        return Stage(label, agents, each, agents * each, None if steps is None else agents * steps, seconds,
+                     _cost(seconds, rate))  # fmt: skip
+
+    stages = [stage(f"tier {i}", agents, tier.target - (plan.tiers[i - 1].target if i else 0), first=i == 0)
+              for i, (tier, agents) in enumerate(zip(plan.tiers, funnel, strict=True))]  # fmt: skip
+    times = [s.seconds for s in stages]
+    seconds = sum(t for t in times if t is not None) if None not in times else None
+    steps = [s.steps for s in stages]
+    total = Stage(
+        "total",
+        funnel[0],
+        0,
+        sum(s.amount for s in stages),
+        sum(n for n in steps if n is not None) if None not in steps else None,
+        seconds,
+        _cost(seconds, rate),
+    )
+    everyone = stage("all to the last tier", funnel[0], plan.tiers[-1].target, first=True)
+    return Projection(tuple(stages), total, everyone, plan.unit)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -213,23 +238,12 @@ class _AgentCosts:
                    job_s=statistics.fmean(s.setup_s + s.score_s for s in speeds) + start / SERVE_MAX_JOBS,
                    start_s=start)  # fmt: skip
 
-    def wall_s(self, agents: int, steps_each: int, plan: FleetPlan, *, first: bool) -> float:
+    def wall_s(self, agents: int, steps_each: float, plan: FleetPlan, *, first: bool) -> float:
         """Wall seconds for `agents` agents each training `steps_each` steps on the plan's slots."""
         agent_s = steps_each * self.step_s + self.job_s
         slots = max(1, plan.jobs)
         rounds = math.ceil(agents / slots) if plan.promotion == "sync" else max(1.0, agents / slots)
         return rounds * agent_s + (self.start_s if first else 0.0)
-
-
-def _stage(label: str, agents: int, each: int, seconds: float | None, rate: float | None) -> Stage:
-    return Stage(label, agents, each, agents * each, seconds, _cost(seconds, rate))
-
-
-def _sum(label: str, stages: Sequence[Stage], rate: float | None) -> Stage:
-    times = [s.seconds for s in stages]
-    seconds = sum(t for t in times if t is not None) if all(t is not None for t in times) else None
-    return Stage(label, stages[0].agents if stages else 0, 0, sum(s.steps for s in stages), seconds,
-                 _cost(seconds, rate))  # fmt: skip
 
 
 def _cost(seconds: float | None, rate: float | None) -> float | None:
@@ -238,6 +252,16 @@ def _cost(seconds: float | None, rate: float | None) -> float | None:
 
 # The settings that decide how fast a job steps (not its learning rate or its seed).
 SPEED_KEYS = ("env", "n_envs", "n_steps", "batch_size", "n_epochs", "net_arch", "normalize", "env_kwargs", "vec_env")
+
+
+def episode_steps_from_record(env: str, record: RunRecord) -> float | None:
+    """Steps per whole episode over a finished run's training on `env` (on any machine: an
+    episode's length is the env's and the agents', not the hardware's): its jobs' steps over their
+    whole episodes. None when it trained another env or recorded no episodes."""
+    if record.config.env != env:
+        return None
+    jobs = [job for job in record.jobs if job.episodes]
+    return sum(job.steps for job in jobs) / sum(job.episodes or 0 for job in jobs) if jobs else None
 
 
 def speed_from_record(preset: Preset, record: RunRecord, slots: int) -> Speed | None:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from cockpit.contract.fleetplan import PlanError, Tier, parse_plan
+from cockpit.contract.fleetplan import PlanError, Tier, Unit, parse_plan
 from cockpit.contract.models import ModelEntry, read_manifest, verify
 from cockpit.core.fleetstore import FLEET_DB, AgentRow, FleetStore, FleetStoreError, Result
 from cockpit.core.promotion import async_promotions, rank_key
@@ -58,7 +58,7 @@ class TierSummary:
     """One tier: its target and how many agents are where in it (see the module docstring)."""
 
     tier: int
-    timesteps: int
+    timesteps: int | None  # its target: steps, or (a plan in episodes) None and `episodes`
     planned: int  # agents the plan sends into it (async may send more)
     entered: int  # agents assigned to it or a later tier
     training: int  # assigned to it, no score there yet
@@ -66,6 +66,7 @@ class TierSummary:
     promoted: int  # promoted out of it
     culled: int  # finished, not promoted, and the tier can promote no more (0 in the last tier)
     failed: int  # failed in it
+    episodes: int | None = None  # its target in whole episodes, for a plan in episodes
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,8 @@ def _read_plan(text: str, source: str, store: FleetStore) -> _Plan:
     except PlanError:
         pass
     try:
-        tiers = tuple(Tier(int(t["timesteps"]), t.get("promote")) for t in raw["tiers"])
+        unit: Unit = "episodes" if "episodes" in raw["tiers"][0] else "timesteps"
+        tiers = tuple(Tier(int(t[unit]), t.get("promote"), unit) for t in raw["tiers"])
         funnel = [len(store.agents())]
         for tier in tiers[:-1]:
             funnel.append(tier.promoted(funnel[-1]))
@@ -259,7 +261,7 @@ def _tiers(plan: _Plan, rows: list[AgentRow], by_tier: dict[int, list[Result]], 
         promoted = len(promotions.get(i, ()))
         culled = finished - promoted if i < last and closed[i] else 0
         out.append(TierSummary(i, tier.timesteps, plan.funnel[i], entered, training, finished, promoted, culled,
-                               failed))  # fmt: skip
+                               failed, tier.episodes))  # fmt: skip
     return tuple(out)
 
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cockpit.contract.events import read_events
-from cockpit.contract.fleetplan import Agent, FleetPlan, PlanError, parse_plan
+from cockpit.contract.events import EvaluatedEvent, read_events
+from cockpit.contract.fleetplan import Agent, FleetPlan, PlanError, Tier, parse_plan
 from cockpit.contract.models import MODELS_DIR, ModelEntry, copy_atomic, read_manifest, write_manifest
 from cockpit.contract.presets import builtin_names, to_toml
 from cockpit.contract.rundir import RunDir
@@ -192,7 +192,7 @@ class FleetRun:
             elif agent.status == "failed":
                 job.change_state(JobState.FAILED, now)
                 job.error = agent.row.error
-            elif job.evaluation is not None and job.evaluation.step >= job.target:
+            elif _reached(job.evaluation, self.plan.tiers[agent.tier]):
                 # Scored just before the kill: record it at the next update, train nothing again.
                 job.change_state(JobState.DONE, now)
                 job.exit_reason = "done in an earlier session"
@@ -233,7 +233,7 @@ class FleetRun:
         agent = self.agents[job.id]
         tier = agent.tier
         evaluation = job.evaluation
-        if ended == "failed" or evaluation is None or evaluation.step < job.target:
+        if ended == "failed" or evaluation is None or not _reached(evaluation, self.plan.tiers[tier]):
             error = job.error or "its worker finished without an evaluation"
             self.store.fail(job.id, tier, error)
             agent.status = "failed"
@@ -307,23 +307,26 @@ class FleetRun:
             free -= 1
 
     def _hand(self, agent: _Agent) -> None:
-        target = self.plan.tiers[agent.tier].timesteps
+        tier = self.plan.tiers[agent.tier]
         job = self.supervisor.jobs.get(agent.row.id)
         if job is None:
             self._job(agent, queued=True)
         elif job.state.terminal:
-            self.supervisor.extend(job.id, target)
+            self.supervisor.extend(job.id, tier.timesteps or 0, episodes=tier.episodes)
         else:  # restored in an earlier session's tier, still queued
-            job.target = target
+            job.target, job.target_episodes = tier.timesteps or 0, tier.episodes
             if job.id not in self.supervisor.queue:
                 self.supervisor.queue.append(job.id)
         agent.handed = True
 
     def _job(self, agent: _Agent, *, queued: bool) -> Job:
         row = agent.row
-        return self.supervisor.add_job(row.id, row.seed, self.plan.tiers[max(agent.tier, 0)].timesteps,
-                                       preset_arg=agent.preset_arg, env=row.env,
-                                       eval_episodes=self.plan.score_episodes, queued=queued)  # fmt: skip
+        tier = self.plan.tiers[max(agent.tier, 0)]
+        # A tier in episodes: the worker stops at the rollout boundary after its agent's whole
+        # episodes reach the target, counted across tiers (a checkpoint keeps the count).
+        return self.supervisor.add_job(row.id, row.seed, tier.timesteps or 0, preset_arg=agent.preset_arg, env=row.env,
+                                       eval_episodes=self.plan.score_episodes, queued=queued,
+                                       episodes=tier.episodes)  # fmt: skip
 
     def _collect(self, agent: _Agent, result: Result) -> None:
         """Copy the agent's final model into models/ and rewrite models.toml."""
@@ -375,15 +378,28 @@ class FleetRun:
             return trained / elapsed_s
         return live_sps
 
+    def _episode_steps(self, tier: int) -> float | None:
+        """Steps per episode to project a plan in episodes with: the mean of the measured episode
+        lengths of the agents now in `tier`, else of all agents measured so far (episodes grow as
+        agents learn: those in the tier are the nearest measure); None before any is measured."""
+        lengths = {a.row.id: j.ep_len_mean for a in self.agents.values()
+                   if (j := self.supervisor.jobs.get(a.row.id)) is not None and j.ep_len_mean}  # fmt: skip
+        in_tier = [n for agent_id, n in lengths.items() if self.agents[agent_id].tier == tier]
+        chosen = in_tier or list(lengths.values())
+        return sum(chosen) / len(chosen) if chosen else None
+
     def view(self, live_sps: float | None, elapsed_s: float) -> FleetView:
-        """The fleet now; ETAs at its measured rate (`rate_sps`), cost at the rate in dollars."""
+        """The fleet now; ETAs at its measured rate (`rate_sps`), cost at the rate in dollars. A
+        plan in episodes converts the episodes left into steps at the measured episode lengths
+        (each running agent's own, `_episode_steps` for the rest), updated as they change."""
         live_sps = self.rate_sps(live_sps, elapsed_s)
         sup = self.supervisor
         planned = self.plan.funnel()
         last = len(self.plan.tiers) - 1
         tiers = []
-        steps_left = 0.0
+        steps_left: float | None = 0.0
         eta_known = live_sps is not None and live_sps > 0
+        in_episodes = self.plan.unit == "episodes"
         for i, tier in enumerate(self.plan.tiers):
             entered = self._entered(i)
             running = sum(1 for a in entered if a.tier == i and (j := sup.jobs.get(a.row.id)) and j.state.live)
@@ -392,17 +408,21 @@ class FleetRun:
             promoted = len(self._promoted[i])
             # The last tier culls no one: its finished agents are the fleet's result.
             culled = finished - promoted if i < last and (self._tier_complete(i) or self.done) else 0
-            before = self.plan.tiers[i - 1].timesteps if i else 0
+            before = self.plan.tiers[i - 1].target if i else 0
+            mean_length = self._episode_steps(i) if in_episodes else 1.0
             # Steps this tier still needs: its unfinished entrants' remainders, and the planned rest.
             todo = max(planned[i], len(entered)) - finished - failed
             for a in entered:
                 if a.tier == i and a.status == "training" and (j := sup.jobs.get(a.row.id)) is not None:
                     todo -= 1
-                    steps_left += max(0, tier.timesteps - max(j.steps, before))
-            steps_left += max(0, todo) * (tier.timesteps - before)
-            eta = steps_left / live_sps if eta_known and live_sps else (0.0 if steps_left == 0 else None)
+                    done = (j.episodes or 0) if in_episodes else j.steps
+                    per = (j.ep_len_mean or mean_length) if in_episodes else 1.0
+                    steps_left = _add(steps_left, max(0, tier.target - max(done, before)), per)
+            steps_left = _add(steps_left, max(0, todo) * (tier.target - before), mean_length)
+            eta = None if steps_left is None else \
+                steps_left / live_sps if eta_known and live_sps else (0.0 if steps_left == 0 else None)  # fmt: skip
             tiers.append(TierView(i, tier.timesteps, planned[i], len(entered), running, finished, promoted, culled,
-                                  failed, eta))  # fmt: skip
+                                  failed, eta, tier.episodes))  # fmt: skip
         best: dict[str, Result] = {}
         for results in self._results.values():
             for r in results:
@@ -423,3 +443,20 @@ class FleetRun:
 
 
 FleetFactory = Callable[[Supervisor], FleetRun]
+
+
+def _add(steps: float | None, amount: float, steps_each: float | None) -> float | None:
+    """`steps` plus `amount` (steps or episodes) at `steps_each`; unknown once either is."""
+    if steps is None or not amount:
+        return steps
+    return None if steps_each is None else steps + amount * steps_each
+
+
+def _reached(evaluation: EvaluatedEvent | None, tier: Tier) -> bool:
+    """True when `evaluation` scored the agent at the end of `tier`, not of a tier before it: at or
+    past the tier's steps, or its whole training episodes."""
+    if evaluation is None:
+        return False
+    if tier.episodes is not None:
+        return (evaluation.trained_episodes or 0) >= tier.episodes
+    return evaluation.step >= (tier.timesteps or 0)

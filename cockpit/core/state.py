@@ -86,7 +86,7 @@ class TierView:
     """One tier of a fleet: how many agents are where in it, and when it will be done."""
 
     tier: int
-    timesteps: int
+    timesteps: int | None  # its target: steps, or (a plan in episodes) None and `episodes`
     planned: int  # agents the plan sends into it (async may send more)
     entered: int  # agents assigned to it so far
     running: int  # of those, with a worker now
@@ -95,6 +95,7 @@ class TierView:
     culled: int  # finished, not promoted, and the tier can promote no more of them
     failed: int
     eta_s: float | None  # until its last agent is done at the fleet's live rate (0 when done)
+    episodes: int | None = None  # its target in whole episodes, for a plan in episodes
 
 
 @dataclass(frozen=True)

@@ -183,13 +183,15 @@ class Supervisor:
 
     def add_job(
         self, job_id: str, seed: int, target: int, *, preset_arg: str | None = None, env: str | None = None,
-        eval_episodes: int | None = None, queued: bool = True,
+        eval_episodes: int | None = None, queued: bool = True, episodes: int | None = None,
     ) -> Job:  # fmt: skip
-        """Add job `job_id` in `jobs/<job_id>/`, training to `target` with the template's preset and
-        env unless given; at the end of the queue, or held out of it (`queued=False`) for `restore`."""
+        """Add job `job_id` in `jobs/<job_id>/`, training to `target` steps, or to `episodes` whole
+        episodes when given (else the template's episode target, if any), with the template's
+        preset and env unless given; at the end of the queue, or held out of it (`queued=False`)
+        for `restore`."""
         files = RunDir(self.run_dir).job(job_id)
         job = Job(job_id, seed, files.path, target, preset_arg, env, eval_episodes)
-        job.target_episodes = self.template.episodes
+        job.target_episodes = episodes if episodes is not None else self.template.episodes
         job.state_since = self.clock.time()
         self.jobs[job_id] = job
         self._tails[job_id] = EventReader(files.events)
@@ -197,11 +199,14 @@ class Supervisor:
             self.queue.append(job_id)
         return job
 
-    def extend(self, job_id: str, target: int) -> None:
-        """Queue the done job `job_id` again to train on to `target` (a fleet's promotion): its
-        worker resumes from the job's newest checkpoint."""
+    def extend(self, job_id: str, target: int, *, episodes: int | None = None) -> None:
+        """Queue the done job `job_id` again to train on to `target` steps, or `episodes` whole
+        episodes when given (a fleet's promotion): its worker resumes from the job's newest
+        checkpoint."""
         job = self.jobs[job_id]
         job.target = target
+        if episodes is not None:
+            job.target_episodes = episodes
         self._requeue(job)
         self.queue.rotate(-1)  # _requeue puts a job first; promotions wait their turn like any job
 

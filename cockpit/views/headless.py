@@ -27,7 +27,7 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
 from cockpit.core.memwatch import NO_GROWTH
 from cockpit.core.state import FleetView, JobView, RunState
-from cockpit.views.units import MIB, episodes_of, eta, mib, num, si, steps_of, target_of
+from cockpit.views.units import MIB, episodes_of, eta, mib, num, si, steps_of, target_of, tier_target
 
 
 def _stamp(t: float) -> str:
@@ -169,7 +169,9 @@ def fleet_line(fleet: FleetView) -> str:
     culled and failed; then the ETA and the cost so far and projected."""
     tiers = []
     for t in fleet.tiers:
-        parts = [f"tier {t.tier} ({si(t.timesteps)}): {t.finished}/{max(t.planned, t.entered)} done"]
+        parts = [
+            f"tier {t.tier} ({tier_target(t.timesteps, t.episodes)}): {t.finished}/{max(t.planned, t.entered)} done"
+        ]
         parts += [f"{n} {what}" for n, what in ((t.running, "running"), (t.promoted, "promoted"),
                                                  (t.culled, "culled"), (t.failed, "failed")) if n]  # fmt: skip
         tiers.append(", ".join(parts))

@@ -29,6 +29,11 @@ def si(n: float) -> str:
     return f"{n:.0f}"
 
 
+def tier_target(timesteps: int | None, episodes: int | None) -> str:
+    """A fleet tier's target in 4 characters and its unit: "500k" steps, or "3.0k ep" episodes."""
+    return f"{si(episodes)} ep" if episodes is not None else si(timesteps or 0)
+
+
 def steps_of(steps: int, target: int, *, wide: bool = True) -> str:
     """Steps towards a target: "4,096/8,192" (wide) or "4.1k/8.2k"; the steps alone, "4,096" or
     "4.1k", while the target is unknown (0: a script that has not reported its total)."""

@@ -21,13 +21,13 @@ from cockpit.core.feed import Frame, RunSource
 from cockpit.core.state import FleetView, TierView
 from cockpit.views.tui.lines import LinesWidget
 from cockpit.views.tui.shown_again import ShownAgain
-from cockpit.views.units import eta, num, si
+from cockpit.views.units import eta, num, si, tier_target
 
 POLL_S = 0.2
 NOTICES_SHOWN = 8
 
 # The ETA early: at 80 columns the last column is the one the edge may crop.
-TIER_COLUMNS = ("tier", "steps", "ETA", "planned", "entered", "queued", "running", "finished", "promoted", "culled",
+TIER_COLUMNS = ("tier", "target", "ETA", "planned", "entered", "queued", "running", "finished", "promoted", "culled",
                 "failed")  # fmt: skip
 # Seed before the overrides: an override list can be long, and the screen's edge crops the last column.
 LEADER_COLUMNS = ("#", "agent", "score", "tier", "steps", "env", "preset", "seed", "overrides")
@@ -69,8 +69,8 @@ def fleet_title(fleet: FleetView) -> str:
 def tier_rows(fleet: FleetView) -> list[tuple[str, ...]]:
     """The tier funnel, a row per tier, in `TIER_COLUMNS` order."""
     return [
-        (str(t.tier), si(t.timesteps), eta(t.eta_s), str(t.planned), str(t.entered), str(queued(t)), str(t.running),
-         str(t.finished), str(t.promoted), str(t.culled), str(t.failed))
+        (str(t.tier), tier_target(t.timesteps, t.episodes), eta(t.eta_s), str(t.planned), str(t.entered),
+         str(queued(t)), str(t.running), str(t.finished), str(t.promoted), str(t.culled), str(t.failed))
         for t in fleet.tiers
     ]  # fmt: skip
 
