@@ -4,7 +4,6 @@ the live ETA from the episode lengths the agents report as they learn."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,9 +15,9 @@ from cockpit.contract.fleetplan import PlanError, load_plan, parse_plan
 from cockpit.contract.runrecord import ConfigRecord, HostRecord, JobRecord, RunRecord
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.advisor import Costs
-from cockpit.core.costs import measured_costs
 from cockpit.core.fleet import episode_steps_from_record, project, speed_of
-from tests.test_fleetrun import ScriptedFleet, by_index
+from tests.test_fleetplan import cache_costs, forbid_processes
+from tests.test_fleetrun import ScriptedFleet, by_index, outcome
 from tests.test_supervisor import FakeProcess
 
 if sys.version_info >= (3, 11):
@@ -125,16 +124,8 @@ def test_a_dry_run_in_episodes_without_a_measured_length_says_so_and_starts_noth
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     plan = load_plan(write(tmp_path, plan_text()))
-    record = {"device": "cpu", "step_overhead_us": 400.0, "env_policy_us": 10.0, "env_step_us": 5.0,
-              "train_sample_us": 2.0, "train_epoch_us": 300.0, "setup_s": 0.5, "import_s": 6.0,
-              "episode_steps_max": 500, "busy_factor": 1.0, "shared_factor": 1.0}  # fmt: skip
-    for preset in {agent.preset for agent in plan.agents}:
-        measured_costs(preset, None, probe=lambda p, d: record)
-
-    def no_process(*args: object, **kwargs: object) -> None:
-        raise AssertionError(f"a process was started: {args}")
-
-    monkeypatch.setattr(subprocess, "Popen", no_process)
+    cache_costs(plan)
+    forbid_processes(monkeypatch)
     assert main(["fleet", str(tmp_path / "plan.toml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "episodes each" in out and "the tiers train 240 episodes instead of 320: 25% saved" in out
@@ -156,27 +147,16 @@ class EpisodeFleet(ScriptedFleet):
     def check_no_idle_slot(self) -> None:
         pass  # async's idling is `test_fleetrun`'s; these plans are sync
 
-    def step(self) -> None:
-        self.sup.tick()
-        for proc in self.launcher.processes:
-            if proc.exit_code is not None:
-                continue
-            started = self.started.setdefault(proc.pid, self.clock.t)
-            agent, tier = proc.request.job_id, self.tier_of(proc)
-            if self.clock.t - started >= self.duration(agent, tier):
-                done = EPISODES[tier] + 1
-                steps = 21 * 20 + (done - 21) * 40 if tier else done * 20
-                events = EventWriter(proc.request.args.job_dir / EVENTS_FILE)
-                events.started(pid=proc.pid, device="cpu", resumed_from_step=21 * 20 if tier else None,
-                               target_episodes=EPISODES[tier], resumed_episodes=21 if tier else None)  # fmt: skip
-                events.progress(num_timesteps=steps, episodes=done, ep_len_mean=20.0 * (tier + 1),
-                                ep_rew_mean=self.score(agent, tier) / 2)  # fmt: skip
-                events.evaluated(step=steps, mean_reward=self.score(agent, tier), std_reward=0.0, episodes=5, seed=1,
-                                 trained_episodes=done)  # fmt: skip
-                events.finished(status="done", steps=steps)
-                events.close()
-                proc.exit_code = 0
-        self.clock.sleep(0.2)
+    def finish(self, events: EventWriter, proc: FakeProcess, agent: str, tier: int) -> None:
+        done = EPISODES[tier] + 1
+        steps = 21 * 20 + (done - 21) * 40 if tier else done * 20
+        events.started(pid=proc.pid, device="cpu", resumed_from_step=21 * 20 if tier else None,
+                       target_episodes=EPISODES[tier], resumed_episodes=21 if tier else None)  # fmt: skip
+        events.progress(num_timesteps=steps, episodes=done, ep_len_mean=20.0 * (tier + 1),
+                        ep_rew_mean=self.score(agent, tier) / 2)  # fmt: skip
+        events.evaluated(step=steps, mean_reward=self.score(agent, tier), std_reward=0.0, episodes=5, seed=1,
+                         trained_episodes=done)  # fmt: skip
+        events.finished(status="done", steps=steps)
 
 
 def test_workers_train_to_each_tiers_episodes_and_the_promoted_resume_to_the_next(tmp_path: Path) -> None:
@@ -209,12 +189,6 @@ def test_resumed_in_episodes_no_tier_ends_on_an_earlier_tiers_score(tmp_path: Pa
     first.fleet.store.close()
     second = EpisodeFleet(tmp_path / "killed", plan_text(), lambda a, t: 10.0, by_index, resume=True)
     second.run()
-
-    def outcome(fleet: ScriptedFleet) -> tuple[object, ...]:
-        store = fleet.fleet.store
-        return (sorted((r.agent, r.tier, r.steps, r.score) for r in store.results()),
-                {t: sorted(a) for t, a in store.promotions().items()})  # fmt: skip
-
     assert outcome(second) == outcome(reference)
 
 

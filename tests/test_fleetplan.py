@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from cockpit.cli import main
-from cockpit.contract.fleetplan import PlanError, load_plan
+from cockpit.contract.fleetplan import FleetPlan, PlanError, load_plan
 from cockpit.contract.presets import load
 from cockpit.contract.workerargs import EVAL_ENVS_MAX, eval_envs
 from cockpit.core.advisor import Costs
@@ -48,6 +48,24 @@ def plan_file(tmp_path: Path, text: str = GOOD) -> Path:
     path = tmp_path / "plan.toml"
     path.write_text(text)
     return path
+
+
+def cache_costs(plan: FleetPlan) -> None:
+    """Put measured costs for every preset of `plan` in the (test's) cache, as a probe would."""
+    record = {"device": "cpu", "step_overhead_us": 400.0, "env_policy_us": 10.0, "env_step_us": 5.0,
+              "train_sample_us": 2.0, "train_epoch_us": 300.0, "setup_s": 0.5, "import_s": 6.0,
+              "episode_steps_max": 500, "busy_factor": 1.0, "shared_factor": 1.0}  # fmt: skip
+    for preset in {agent.preset for agent in plan.agents}:
+        measured_costs(preset, None, probe=lambda p, d: record)
+
+
+def forbid_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail the test if anything starts a process (a probe, a worker)."""
+
+    def no_process(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a process was started: {args}")
+
+    monkeypatch.setattr(subprocess, "Popen", no_process)
 
 
 def test_a_plan_expands_its_matrix_and_funnel(tmp_path: Path) -> None:
@@ -202,16 +220,9 @@ def test_with_costs_cached_a_dry_run_starts_no_process(
 ) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     plan = load_plan(plan_file(tmp_path))
-    record = {"device": "cpu", "step_overhead_us": 400.0, "env_policy_us": 10.0, "env_step_us": 5.0,
-              "train_sample_us": 2.0, "train_epoch_us": 300.0, "setup_s": 0.5, "import_s": 6.0,
-              "episode_steps_max": 500, "busy_factor": 1.0, "shared_factor": 1.0}  # fmt: skip
-    for preset in {agent.preset for agent in plan.agents}:
-        measured_costs(preset, None, probe=lambda p, d: record)
+    cache_costs(plan)
 
-    def no_process(*args: object, **kwargs: object) -> None:
-        raise AssertionError(f"a process was started: {args}")
-
-    monkeypatch.setattr(subprocess, "Popen", no_process)
+    forbid_processes(monkeypatch)
     assert main(["fleet", str(tmp_path / "plan.toml"), "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "tier 2" in out and "all to the last tier" in out and "66% saved" in out and "$" in out
@@ -247,19 +258,12 @@ def test_a_500_agent_dry_run_prints_the_cost_models_figures_and_starts_no_proces
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     plan = load_plan(plan_file(tmp_path, GOOD.replace("seeds = 10", "seeds = 125")))
     assert len(plan.agents) == 500
-    record = {"device": "cpu", "step_overhead_us": 400.0, "env_policy_us": 10.0, "env_step_us": 5.0,
-              "train_sample_us": 2.0, "train_epoch_us": 300.0, "setup_s": 0.5, "import_s": 6.0,
-              "episode_steps_max": 500, "busy_factor": 1.0, "shared_factor": 1.0}  # fmt: skip
-    for preset in {agent.preset for agent in plan.agents}:
-        measured_costs(preset, None, probe=lambda p, d: record)
+    cache_costs(plan)
     costs = Costs("cpu", 400.0, 10.0, 5.0, 2.0, 300.0, 0.5, 6.0, 500)
     cores = this_machine().physical_cores
     expected = project(plan, lambda preset: speed_of(preset, costs, plan.jobs, cores, score_episodes=5))
 
-    def no_process(*args: object, **kwargs: object) -> None:
-        raise AssertionError(f"a process was started: {args}")
-
-    monkeypatch.setattr(subprocess, "Popen", no_process)
+    forbid_processes(monkeypatch)
     assert main(["fleet", str(tmp_path / "plan.toml"), "--dry-run", "--rate", "2"]) == 0
     rows = {line.split()[0] + (" " + line.split()[1] if line.split()[0] == "tier" else ""): line
             for line in capsys.readouterr().out.splitlines() if line.strip()}  # fmt: skip
@@ -277,10 +281,7 @@ def test_from_a_finished_run_the_dry_run_uses_its_measured_speed_and_probes_noth
     SPS each: a plan of that preset is costed at their mean per job, 2 jobs at once at most."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # nothing cached: a probe would run
 
-    def no_process(*args: object, **kwargs: object) -> None:
-        raise AssertionError(f"a process was started: {args}")
-
-    monkeypatch.setattr(subprocess, "Popen", no_process)
+    forbid_processes(monkeypatch)
     golden = Path(__file__).parent / "data" / "run-v1"
     text = GOOD.replace('env = ["CartPole-v1", "Acrobot-v1"]', 'env = "CartPole-v1"')
     plan = load_plan(plan_file(tmp_path, text))

@@ -71,16 +71,20 @@ class ScriptedFleet:
             started = self.started.setdefault(proc.pid, self.clock.t)
             agent, tier = proc.request.job_id, self.tier_of(proc)
             if self.clock.t - started >= self.duration(agent, tier):
-                target = self.plan.tiers[tier].timesteps
                 events = EventWriter(proc.request.args.job_dir / EVENTS_FILE)
-                before = self.plan.tiers[tier - 1].timesteps if tier else None
-                events.started(pid=proc.pid, device="cpu", resumed_from_step=before, target_steps=target)
-                events.progress(num_timesteps=target, ep_rew_mean=self.score(agent, tier) / 2)
-                events.evaluated(step=target, mean_reward=self.score(agent, tier), std_reward=0.0, episodes=5, seed=1)
-                events.finished(status="done", steps=target)
+                self.finish(events, proc, agent, tier)
                 events.close()
                 proc.exit_code = 0
         self.clock.sleep(TICK)
+
+    def finish(self, events: EventWriter, proc: FakeProcess, agent: str, tier: int) -> None:
+        """Write what a worker that trained `agent` through `tier` writes."""
+        target = self.plan.tiers[tier].timesteps or 0
+        before = self.plan.tiers[tier - 1].timesteps if tier else None
+        events.started(pid=proc.pid, device="cpu", resumed_from_step=before, target_steps=target)
+        events.progress(num_timesteps=target, ep_rew_mean=self.score(agent, tier) / 2)
+        events.evaluated(step=target, mean_reward=self.score(agent, tier), std_reward=0.0, episodes=5, seed=1)
+        events.finished(status="done", steps=target)
 
     def check_no_idle_slot(self) -> None:
         """Record any moment a slot is free while work could start: an agent not started, or one
@@ -113,6 +117,13 @@ class ScriptedFleet:
             self.step()
             assert self.clock.t - begin < limit_s, "the fleet never finished"
         return self.clock.t - begin
+
+
+def outcome(fleet: ScriptedFleet) -> tuple[object, ...]:
+    """What a fleet decided: every score (agent, tier, steps, score) and every tier's promotions."""
+    store = fleet.fleet.store
+    return (sorted((r.agent, r.tier, r.steps, r.score) for r in store.results()),
+            {t: sorted(a) for t, a in store.promotions().items()})  # fmt: skip
 
 
 def uneven(agent: str, tier: int) -> float:
@@ -180,12 +191,6 @@ def test_a_fleet_rebuilt_from_fleet_db_ends_like_one_never_stopped(tmp_path: Pat
     first.fleet.store.close()  # nothing else of the first cockpit survives
     second = ScriptedFleet(tmp_path / "killed", plan_text(8, "sync"), lambda a, t: 10.0, by_index, resume=True)
     second.run()
-
-    def outcome(fleet: ScriptedFleet) -> tuple[object, ...]:
-        store = fleet.fleet.store
-        return (sorted((r.agent, r.tier, r.steps, r.score) for r in store.results()),
-                {t: sorted(a) for t, a in store.promotions().items()})  # fmt: skip
-
     assert outcome(second) == outcome(reference)
     # No agent trained a tier twice: per agent and tier, one worker ran it to its end. (A worker
     # killed with the first cockpit, before its events, ran again; its tier had not ended.)
