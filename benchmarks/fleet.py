@@ -23,6 +23,7 @@ from collections.abc import Callable
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "overlap": ("benchmarks.fleet_overlap", "predicted aggregate SPS of 1-4 slots against measured concurrent workers"),
     "run": ("benchmarks.fleet_run", "a whole fleet, end to end"),
+    "threads": ("benchmarks.fleet_threads", "one job alone at 1 vs K env threads, in turns"),
 }
 NOT_BUILT_EXIT = 2
 

@@ -226,9 +226,11 @@ def workloads(only: str | None, pong_n_steps: int, pong_epochs: int, tmp: Path) 
     return out
 
 
-def measure(workload: Workload, slots: int, args: argparse.Namespace, root: Path) -> Measured:
-    """Run `slots` workers of `workload` at once and measure their aggregate SPS (module docstring)."""
-    budget = thread_budget(slots, this_machine().physical_cores)
+def measure(workload: Workload, slots: int, args: argparse.Namespace, root: Path, *,
+            threads: int | None = None) -> Measured:  # fmt: skip
+    """Run `slots` workers of `workload` at once and measure their aggregate SPS (module docstring);
+    each with `threads` env threads, else what cockpit's `thread_budget` gives each of `slots`."""
+    threads = threads or thread_budget(slots, this_machine().physical_cores).threads_per_job
     launcher = LocalLauncher(cwd=REPO_ROOT, nice=0)
     traces: list[JobTrace] = []
     launched = time.time()
@@ -236,7 +238,7 @@ def measure(workload: Workload, slots: int, args: argparse.Namespace, root: Path
         for i in range(slots):
             job_dir = root / f"{workload.preset.env}-{slots}-{i}"
             worker = WorkerArgs(job_dir, preset=workload.spec, env=workload.preset.env, timesteps=ENOUGH_STEPS,
-                                seed=i, threads=budget.threads_per_job)  # fmt: skip
+                                seed=i, threads=threads)  # fmt: skip
             handle = launcher.launch(LaunchRequest(f"{i:03d}", worker))
             traces.append(JobTrace(handle, EventReader(JobDir(job_dir).events)))
         pids = [trace.handle.pid for trace in traces]
