@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from cockpit.contract.arguments import ArgumentParser, non_negative_int, positive_float, positive_int
+from cockpit.contract.rundir import RUN_NAME_RULE
 
 if TYPE_CHECKING:
     from cockpit.views.frontends import TerminalFrontEnds
@@ -135,8 +136,7 @@ def build_parser() -> ArgumentParser:
     run.add_argument(
         "--name", metavar="NAME",
         help="name the run: its directory (runs/<UTC time>-NAME), the cockpit's header, run.toml, and "
-        "`cockpit attach NAME` (the newest run of that name); 1-64 letters, digits, '.', '_' or '-', "
-        "starting with a letter or digit",
+        f"`cockpit attach NAME` (the newest run of that name); {RUN_NAME_RULE}",
     )  # fmt: skip
     run.add_argument(
         "--headless",
@@ -288,7 +288,7 @@ def build_parser() -> ArgumentParser:
     fleet.add_argument(
         "--name", metavar="NAME",
         help="the fleet's run name instead of the plan's name: its directory (runs/<UTC time>-NAME), header, "
-        "run.toml and `cockpit attach NAME`; same rule as the plan's name",
+        f"run.toml and `cockpit attach NAME`; {RUN_NAME_RULE}",
     )  # fmt: skip
     fleet.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the fleet in RUN_DIR")
     fleet.add_argument(

@@ -378,15 +378,10 @@ class FleetRun:
             return trained / elapsed_s
         return live_sps
 
-    def _episode_steps(self, tier: int) -> float | None:
-        """Steps per episode to project a plan in episodes with: the mean of the measured episode
-        lengths of the agents now in `tier`, else of all agents measured so far (episodes grow as
-        agents learn: those in the tier are the nearest measure); None before any is measured."""
-        lengths = {a.row.id: j.ep_len_mean for a in self.agents.values()
-                   if (j := self.supervisor.jobs.get(a.row.id)) is not None and j.ep_len_mean}  # fmt: skip
-        in_tier = [n for agent_id, n in lengths.items() if self.agents[agent_id].tier == tier]
-        chosen = in_tier or list(lengths.values())
-        return sum(chosen) / len(chosen) if chosen else None
+    def _episode_lengths(self) -> list[tuple[int, float]]:
+        """(tier, measured episode length) of every agent whose worker has reported one."""
+        return [(a.tier, j.ep_len_mean) for a in self.agents.values()
+                if (j := self.supervisor.jobs.get(a.row.id)) is not None and j.ep_len_mean]  # fmt: skip
 
     def view(self, live_sps: float | None, elapsed_s: float) -> FleetView:
         """The fleet now; ETAs at its measured rate (`rate_sps`), cost at the rate in dollars. A
@@ -400,6 +395,7 @@ class FleetRun:
         steps_left: float | None = 0.0
         eta_known = live_sps is not None and live_sps > 0
         in_episodes = self.plan.unit == "episodes"
+        lengths = self._episode_lengths() if in_episodes else []  # once a view, not once a tier
         for i, tier in enumerate(self.plan.tiers):
             entered = self._entered(i)
             running = sum(1 for a in entered if a.tier == i and (j := sup.jobs.get(a.row.id)) and j.state.live)
@@ -409,7 +405,7 @@ class FleetRun:
             # The last tier culls no one: its finished agents are the fleet's result.
             culled = finished - promoted if i < last and (self._tier_complete(i) or self.done) else 0
             before = self.plan.tiers[i - 1].target if i else 0
-            mean_length = self._episode_steps(i) if in_episodes else 1.0
+            mean_length = _episode_steps(lengths, i) if in_episodes else 1.0
             # Steps this tier still needs: its unfinished entrants' remainders, and the planned rest.
             todo = max(planned[i], len(entered)) - finished - failed
             for a in entered:
@@ -443,6 +439,14 @@ class FleetRun:
 
 
 FleetFactory = Callable[[Supervisor], FleetRun]
+
+
+def _episode_steps(lengths: list[tuple[int, float]], tier: int) -> float | None:
+    """Steps per episode to project a plan in episodes with: the mean of the measured episode
+    `lengths` (tier, length) of the agents now in `tier`, else of all measured so far (episodes grow
+    as agents learn: those in the tier are the nearest measure); None before any is measured."""
+    chosen = [n for t, n in lengths if t == tier] or [n for _, n in lengths]
+    return sum(chosen) / len(chosen) if chosen else None
 
 
 def _add(steps: float | None, amount: float, steps_each: float | None) -> float | None:
