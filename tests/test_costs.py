@@ -162,3 +162,15 @@ def test_the_probes_per_env_cost_is_the_rollouts_slope_never_under_an_env_steps_
     # the own shape's rollout step comes back whole: its fixed cost plus its envs' share
     own_step_us = 0.1 / preset.n_steps * 1e6
     assert record["step_overhead_us"] + preset.n_envs * record["env_policy_us"] == pytest.approx(own_step_us, abs=0.2)
+
+
+def test_the_probe_takes_the_median_of_three_iterations_unless_one_is_too_long_to_repeat() -> None:
+    from cockpit_training.probe import MEDIAN_LIMIT_S, TIMED_ITERATIONS, TIMED_S, _time_more
+
+    assert _time_more(0, 0.0) and _time_more(0, 10 * MEDIAN_LIMIT_S)  # at least one, however long
+    # Short iterations: up to TIMED_ITERATIONS while under TIMED_S.
+    assert _time_more(TIMED_ITERATIONS - 1, TIMED_S / 2) and not _time_more(TIMED_ITERATIONS, TIMED_S / 2)
+    # A heavy shape's 10-s iterations: three of them, not the one TIMED_S alone would allow.
+    assert [_time_more(n, 10.0 * n) for n in (1, 2, 3)] == [True, True, False]
+    # One iteration too long to repeat: that one only.
+    assert not _time_more(1, MEDIAN_LIMIT_S)

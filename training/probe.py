@@ -17,7 +17,7 @@ thread: envpool's too, so the per-env figures are one core's; workers may step e
 
 It trains real SB3 PPO on the real env three times and times its iterations' rollout and train
 phases through SB3's callback hooks (the first iteration carries one-off start-up costs and is left
-out; of the next few, the median): with 2 and 16 envs for one epoch, taking turns, which give how a rollout
+out; of the next few, at least three where they fit in `MEDIAN_LIMIT_S`, the median): with 2 and 16 envs for one epoch, taking turns, which give how a rollout
 step's cost grows with the envs and a training epoch's with its samples, then at the preset's own
 rollout, batch and epochs (all of them where an iteration takes under `OWN_ITERATION_S`, else
 `OWN_EPOCHS`). Both lines are drawn through the own shape's point, so the model gives back exactly
@@ -59,6 +59,10 @@ ENV_CHUNK = 50  # steps of one env count in a turn
 OWN_ITERATION_S = 0.5  # the own shape is timed with all its epochs where an iteration takes no longer
 OWN_EPOCHS = 5  # else with this many: enough to see each epoch's fixed cost
 TIMED_ITERATIONS, TIMED_S = 8, 1.5  # iterations timed per shape: this many, or fewer once they took this long
+# But at least this many, while they take under `MEDIAN_LIMIT_S` in all: one iteration of a heavy
+# shape (a Pong one: 10 s on a CPU) ranged from 159 to 192 SPS in one process, a median of one is
+# one draw, and the probe's figure for one Pong job came out a fifth under what its workers did.
+MEDIAN_OF, MEDIAN_LIMIT_S = 3, 45.0
 
 
 def _probe_preset(preset: Preset, n_envs: int) -> Preset:
@@ -126,8 +130,8 @@ def _iteration_marks(device: str) -> tuple[Any, list[tuple[str, float]]]:
 def _phase_times(presets: list[Preset], device: str) -> list[tuple[float, float, int, float]]:
     """(rollout seconds, train seconds, samples) of one PPO iteration of each of `presets`, and
     the seconds building its env and model took. The first iteration of each carries one-off
-    start-up costs and is left out. The presets then take turns, an iteration each, until each
-    has `TIMED_ITERATIONS` or all took `TIMED_S` apiece, and the median rollout and the median
+    start-up costs and is left out. The presets then take turns, an iteration each, for as long
+    as `_time_more` says, and the median rollout and the median
     train phase count: one iteration alone is at the mercy of whatever else the machine did in
     those milliseconds, and taking turns gives each preset the same share of the VM's drift, so
     the difference between two of them is not a difference between two moments."""
@@ -141,9 +145,7 @@ def _phase_times(presets: list[Preset], device: str) -> list[tuple[float, float,
             model.learn(preset.total_batch, callback=timer)  # the warm-up iteration
         rollouts: list[list[float]] = [[] for _ in presets]
         trains: list[list[float]] = [[] for _ in presets]
-        while not rollouts[0] or (
-            len(rollouts[0]) < TIMED_ITERATIONS and sum(map(sum, rollouts + trains)) < TIMED_S * len(presets)
-        ):
+        while _time_more(len(rollouts[0]), sum(map(sum, rollouts + trains)) / len(presets)):
             for preset, (_, model, timer, marks, _), rollout, train in zip(
                 presets, built, rollouts, trains, strict=True
             ):
@@ -159,6 +161,15 @@ def _phase_times(presets: list[Preset], device: str) -> list[tuple[float, float,
         (statistics.median(rollout), statistics.median(train), preset.total_batch, setup)
         for preset, (*_, setup), rollout, train in zip(presets, built, rollouts, trains, strict=True)
     ]
+
+
+def _time_more(timed: int, spent_s: float) -> bool:
+    """Whether to time another round of iterations, after `timed` rounds that took `spent_s` per
+    shape: up to `TIMED_ITERATIONS` while under `TIMED_S`, and at least `MEDIAN_OF` (one at
+    least) unless they took `MEDIAN_LIMIT_S`."""
+    if timed < TIMED_ITERATIONS and spent_s < TIMED_S:
+        return True
+    return timed < MEDIAN_OF and (timed == 0 or spent_s < MEDIAN_LIMIT_S)
 
 
 def partner(preset: Preset, device: str) -> None:
