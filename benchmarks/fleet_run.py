@@ -43,6 +43,8 @@ from cockpit.core.fleet import project, speed_of
 from cockpit.core.fleetstore import FleetStore
 from cockpit.core.sizing import costs_for, this_machine
 
+SETTLE_S = 15.0  # the cockpit's start-up (imports, the fleet's first launches) is over by then
+
 PLAN = """
 name = "bench"
 jobs = {slots}
@@ -72,6 +74,23 @@ class Watched:
     cpu_s: float
     peak_rss_mib: float
     exit_code: int | None
+    settled_cpu_s: float = 0.0  # the CPU seconds after its first `SETTLE_S` (imports, start-up)
+    settled_wall_s: float = 0.0  # the wall seconds after them
+
+    def cpu_lines(self) -> str:
+        """Its CPU per minute, in all and once settled (supervising, its start-up over)."""
+        whole = per_minute(self.cpu_s, self.wall_s)
+        if self.settled_wall_s <= 0:
+            return whole
+        return f"{whole}, start-up included; after its first {SETTLE_S:.0f} s: " + per_minute(
+            self.settled_cpu_s, self.settled_wall_s
+        )
+
+
+def per_minute(cpu_s: float, wall_s: float) -> str:
+    """`cpu_s` over `wall_s` as CPU seconds per minute and a share of a core."""
+    share = cpu_s / wall_s
+    return f"{cpu_s:.1f} CPU s over {wall_s:,.0f} s = {share * 60:.2f} CPU s per minute ({share:.2%} of a core)"
 
 
 def watch(cmd: list[str], *, log: Path, seconds: float | None = None) -> Watched:
@@ -82,21 +101,25 @@ def watch(cmd: list[str], *, log: Path, seconds: float | None = None) -> Watched
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     me = psutil.Process(proc.pid)
     cpu, rss = 0.0, 0
-    stopped = False
+    settled: tuple[float, float] | None = None  # (wall, cpu) once SETTLE_S have passed
     while proc.poll() is None:
         try:
             times = me.cpu_times()
             cpu, rss = times.user + times.system, max(rss, me.memory_info().rss)
         except psutil.Error:
             pass
-        if seconds is not None and not stopped and time.monotonic() - begin >= seconds:
-            wall = time.monotonic() - begin  # the figures cover the watched minute, not the stop
-            proc.send_signal(signal.SIGINT)
-            stopped = True
+        now = time.monotonic() - begin
+        if settled is None and now >= SETTLE_S:
+            settled = (now, cpu)
+        if seconds is not None and now >= seconds:
+            proc.send_signal(signal.SIGINT)  # the figures cover the watched seconds, not the stop
             proc.wait()
-            return Watched(wall, cpu, rss / 2**20, proc.returncode)
+            break
         time.sleep(1.0)
-    return Watched(time.monotonic() - begin, cpu, rss / 2**20, proc.returncode)
+    else:
+        now = time.monotonic() - begin
+    since_wall, since_cpu = settled or (now, cpu)
+    return Watched(now, cpu, rss / 2**20, proc.returncode, cpu - since_cpu, now - since_wall)
 
 
 @dataclasses.dataclass
@@ -189,9 +212,7 @@ def run(args: argparse.Namespace) -> int:
           f"{slot_time.startup_s / max(1, slot_time.launches):.2f} s): {slot_time.startup_s / slot_s:.1%} of the "
           "slots' time")  # fmt: skip
     print(f"the slots' {slot_s:,.0f} s (from the jobs' events):", *slot_time.lines(slot_s), sep="\n")
-    print(f"cockpit: {watched.cpu_s:.1f} CPU s over {watched.wall_s:,.0f} s = {watched.cpu_s / watched.wall_s * 60:.2f}"
-          f" CPU s per minute ({watched.cpu_s / watched.wall_s:.2%} of a core), peak RSS "
-          f"{watched.peak_rss_mib:,.0f} MiB")  # fmt: skip
+    print(f"cockpit: {watched.cpu_lines()}; peak RSS {watched.peak_rss_mib:,.0f} MiB")
     return 0
 
 
@@ -204,10 +225,10 @@ def scale(args: argparse.Namespace) -> int:
     validate_s = time.perf_counter() - begin
     cmd = [sys.executable, "-m", "cockpit", "fleet", str(plan_path), "--headless", "--run-dir", str(work / "run")]
     watched = watch(cmd, log=work / "cockpit.log", seconds=args.seconds)
-    print(f"{args.scale:,} agents planned, {args.slots} slots: validated in {validate_s:.2f} s; over the first "
-          f"{watched.wall_s:,.0f} s the cockpit used {watched.cpu_s:.1f} CPU s = "
-          f"{watched.cpu_s / watched.wall_s * 60:.2f} CPU s per minute ({watched.cpu_s / watched.wall_s:.2%} of a "
-          f"core), peak RSS {watched.peak_rss_mib:,.0f} MiB")  # fmt: skip
+    print(
+        f"{args.scale:,} agents planned, {args.slots} slots: validated in {validate_s:.2f} s; over the first "
+        f"{watched.wall_s:,.0f} s the cockpit used {watched.cpu_lines()}; peak RSS {watched.peak_rss_mib:,.0f} MiB"
+    )
     return 0
 
 

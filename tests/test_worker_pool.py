@@ -234,3 +234,49 @@ def test_a_served_worker_stops_its_job_and_exits_when_its_cockpit_dies(tmp_path:
     (finished,) = kinds(events, "finished")
     assert finished.status == "stopped" and kinds(events, "checkpoint")[-1].step == finished.steps
     assert lock_is_free(job_dir)
+
+
+def wait_idle(pid: int, timeout: float = 120.0) -> None:
+    """Until process `pid` stops using CPU (a served worker done importing, waiting for a job)."""
+    deadline = time.monotonic() + timeout
+    proc, last = psutil.Process(pid), -1.0
+    while time.monotonic() < deadline:
+        times = proc.cpu_times()
+        if times.user + times.system == last:
+            return
+        last = times.user + times.system
+        time.sleep(0.5)
+    raise AssertionError(f"process {pid} still busy after {timeout} s")
+
+
+@pytest.mark.slow
+def test_a_process_handed_its_last_job_gets_a_spare_that_imports_meanwhile(tmp_path: Path) -> None:
+    with PooledLauncher(cwd=REPO, nice=0, max_jobs=1) as launcher:
+        first = launcher.launch(job(tmp_path, "a"))
+        spares = [s for s in launcher._processes if s.proc.pid != first.pid]
+        assert len(spares) == 1  # started with the last job, not after it
+        spare = spares[0].proc.pid
+        assert wait_exit(launcher, first) == 0
+        assert first.process.served.proc.wait(timeout=10) == 0  # retired after its one job
+        wait_idle(spare)
+        second = launcher.launch(job(tmp_path, "b"))
+        assert second.pid == spare
+        assert wait_exit(launcher, second) == 0
+    fresh, spared = (kinds(read_events(h.job_dir / "events.jsonl"), "started")[0].startup_s for h in (first, second))
+    assert fresh is not None and spared is not None
+    print(f"startup_s: fresh process {fresh}, spare {spared}")
+    assert 0 < spared < fresh  # the spare's imports were paid before its job was sent
+    assert "[worker] finished: {'status': 'done', 'steps': 512" in (second.job_dir / "stdout.log").read_text()
+
+
+def test_a_request_carries_its_flags_and_send_time_and_a_malformed_one_is_refused(tmp_path: Path) -> None:
+    from cockpit.contract.workerargs import decode_request, encode_request
+
+    args = WorkerArgs(tmp_path / "j", preset="cartpole", timesteps=512, threads=1)
+    line = encode_request(args, sent_at=1234.5)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert decode_request(line) == (list(args.to_argv()), 1234.5)
+    for bad in (b'["--preset", "cartpole"]', b'{"argv": ["--x"]}', b'{"argv": [1], "sent_at": 1}',
+                b'{"argv": [], "sent_at": "now"}', b'{"argv": [], "sent_at": true}'):  # fmt: skip
+        with pytest.raises(ValueError):
+            decode_request(bad)

@@ -17,11 +17,12 @@ thread: envpool's too, so the per-env figures are one core's; workers may step e
 
 It trains real SB3 PPO on the real env three times and times its iterations' rollout and train
 phases through SB3's callback hooks (the first iteration carries one-off start-up costs and is left
-out; of the next few, at least three where they fit in `MEDIAN_LIMIT_S`, the median): with 2 and 16 envs for one epoch, taking turns, which give how a rollout
-step's cost grows with the envs and a training epoch's with its samples, then at the preset's own
-rollout, batch and epochs (all of them where an iteration takes under `OWN_ITERATION_S`, else
-`OWN_EPOCHS`). Both lines are drawn through the own shape's point, so the model gives back exactly
-what the preset was timed at. About 10-20 s in all.
+out; of the next few, at least three where they fit in `MEDIAN_LIMIT_S`, the median): with 2 and
+16 envs for one epoch, taking turns, which give how a rollout step's cost grows with the envs and a
+training epoch's with its samples, then at the preset's own rollout, batch and epochs (all of them
+where an iteration takes under `OWN_ITERATION_S`, else `OWN_EPOCHS`). Both lines are drawn through
+the own shape's point, so the model gives back exactly what the preset was timed at. About 10-20 s
+in all for CartPole; a minute or more for a shape whose iterations take seconds.
 
 What a fleet pays around the training, per agent and tier and per worker process:
 - `setup_s`: building the preset's env and model (the third time, so imports are warm), what a

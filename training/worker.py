@@ -465,11 +465,10 @@ def serve(opts: ServeArgs) -> int:
     `status_line` to `opts.status_fd`. Each job gets a fresh StopFlag; SIGTERM or SIGINT during a
     job stops that job only. Returns 0 on EOF, after `opts.max_jobs` jobs, after a job whose
     failure may have broken the process (CUDA), or when the status pipe is gone; SIGTERM or
-    SIGINT between jobs kills the process (exit by that signal). The first job's `startup_s`
-    counts from the process's start, later ones' from when their request was read.
+    SIGINT between jobs kills the process (exit by that signal). Each job's `startup_s` counts
+    from when its request was sent: a fresh process's first job's includes the imports, a
+    spare's (started ahead of its first job) does not.
     """
-    import psutil
-
     signals = JobSignals()
     wake = signals.install()
     parent = StopFlag()
@@ -480,16 +479,13 @@ def serve(opts: ServeArgs) -> int:
     _import_training_stack()
     devnull = os.open(os.devnull, os.O_WRONLY)
     requests = _Requests(wake, signals)
-    process_started = psutil.Process().create_time()  # when the first job was sent
     for count in range(1, opts.max_jobs + 1):
-        request = requests.next()
-        if request is None:
+        line = requests.next()
+        if line is None:
             signals.die_of_quit()  # returns on EOF only
             return 0
-        line, read_at = request
-        received_at = process_started if count == 1 else read_at
         stop = signals.begin_job()
-        code, failure = _serve_one(line, stop, received_at, devnull)
+        code, failure = _serve_one(line, stop, devnull)
         retiring = count == opts.max_jobs or _breaks_process(failure)
         try:
             os.write(opts.status_fd, status_line(code, retiring=retiring))
@@ -524,8 +520,8 @@ class _Requests:
         self.signals = signals
         self.pending = b""
 
-    def next(self) -> tuple[bytes, float] | None:
-        """The next request line and when it was read; None on EOF or on a signal while waiting."""
+    def next(self) -> bytes | None:
+        """The next request line; None on EOF or on a signal while waiting."""
         while b"\n" not in self.pending:
             if self.signals.quit is not None:
                 return None
@@ -543,13 +539,13 @@ class _Requests:
                     return None
                 self.pending += data
         line, _, self.pending = self.pending.partition(b"\n")
-        return line, time.time()
+        return line
 
 
-def _serve_one(line: bytes, stop: StopFlag, received_at: float, devnull: int) -> tuple[int, Exception | None]:
+def _serve_one(line: bytes, stop: StopFlag, devnull: int) -> tuple[int, Exception | None]:
     """Run one request with its output in its job dir's logs; its exit code and failure."""
     try:
-        argv = decode_request(line)
+        argv, received_at = decode_request(line)
     except ValueError as exc:
         print(f"[worker] bad job request: {exc}", file=sys.stderr, flush=True)
         return 2, None

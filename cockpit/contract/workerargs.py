@@ -13,7 +13,7 @@ restarting it.
 
 A served worker (`python -m cockpit_training.worker --serve --status-fd N`, `ServeArgs`) runs many jobs in
 one process, so that the imports and start-up are paid once: it reads one job per line on stdin
-(`encode_request`: a JSON list, the flags `WorkerArgs.to_argv` gives), runs it as a fresh worker
+(`encode_request`: the flags `WorkerArgs.to_argv` gives, and when it was sent), runs it as a fresh worker
 would (same events, logs, lock and exit codes), and writes one `status_line` per job on fd N:
 `exit <code>`, or `exit <code> retiring` when it exits after that job. EOF on stdin ends it.
 """
@@ -217,7 +217,8 @@ def build_serve_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog=f"python -m {WORKER_MODULE} {SERVE_FLAG}",
         description="Run job after job in one process, so that importing torch, SB3 and envpool is paid once. "
-        "Each stdin line is one job: a JSON list of the worker's flags (--preset ... --job-dir DIR ...). The job runs "
+        'Each stdin line is one job: a JSON object, {"argv": [the worker\'s flags: --preset ... --job-dir DIR ...], '
+        '"sent_at": epoch seconds}. The job runs '
         f"as `python -m {WORKER_MODULE} FLAGS` would, its output appended to DIR/stdout.log and DIR/stderr.log, and "
         "its exit code is written to --status-fd as one line, `exit CODE` (`exit CODE retiring` when the process exits "
         "after it). EOF on stdin, or SIGTERM between jobs, ends the process; SIGTERM during a job stops that job.",
@@ -240,17 +241,24 @@ def build_serve_parser() -> ArgumentParser:
     return parser
 
 
-def encode_request(args: WorkerArgs) -> bytes:
-    """One job for a served worker: its flags as a JSON list, on one line."""
-    return json.dumps(list(args.to_argv())).encode("utf-8") + b"\n"
+def encode_request(args: WorkerArgs, sent_at: float) -> bytes:
+    """One job for a served worker, on one line: a JSON object with its flags (`argv`) and when
+    the launcher began handing it over (`sent_at`, seconds since the epoch), from which the job's
+    `startup_s` counts: a process started ahead of its first job (a spare) must not count its
+    imports, nor a job sent to a busy process's pipe lose its wait."""
+    return json.dumps({"argv": list(args.to_argv()), "sent_at": sent_at}).encode("utf-8") + b"\n"
 
 
-def decode_request(line: bytes) -> list[str]:
-    """The flags in one request line; ValueError when it is not a JSON list of strings."""
-    argv = json.loads(line)
+def decode_request(line: bytes) -> tuple[list[str], float]:
+    """The flags and the send time in one request line; ValueError when it is malformed."""
+    request = json.loads(line)
+    argv = request.get("argv") if isinstance(request, dict) else None
+    sent_at = request.get("sent_at") if isinstance(request, dict) else None
     if not isinstance(argv, list) or not all(isinstance(arg, str) for arg in argv):
-        raise ValueError(f"a job request must be a JSON list of strings, got {line[:200]!r}")
-    return argv
+        raise ValueError(f"a job request needs `argv`, a JSON list of strings, got {line[:200]!r}")
+    if not isinstance(sent_at, (int, float)) or isinstance(sent_at, bool):
+        raise ValueError(f"a job request needs `sent_at`, a number of seconds, got {line[:200]!r}")
+    return argv, float(sent_at)
 
 
 RETIRING = "retiring"

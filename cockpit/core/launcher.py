@@ -8,7 +8,9 @@ the cockpit's pid in `COCKPIT_PARENT_PID`, which makes the worker ask the kernel
 
 `PooledLauncher` does the same with served workers (`python -m cockpit_training.worker --serve`), each of
 which runs job after job, so that a fleet of short jobs pays the worker's start-up (importing torch,
-SB3 and envpool: seconds) once per process rather than once per job. Its owner calls `close()`.
+SB3 and envpool: seconds) once per process rather than once per job; a process that will retire
+after its job gets a spare started beside it, so its successor has imported by the time it is
+needed. Its owner calls `close()`.
 """
 
 from __future__ import annotations
@@ -237,12 +239,14 @@ class PooledLauncher:
         self.close()
 
     def launch(self, request: LaunchRequest) -> WorkerHandle:
-        """Hand the job to an idle served worker, or to a new one; OSError if none can take it."""
+        """Hand the job to an idle served worker, or to a new one; OSError if none can take it. A
+        process handed its last job (`max_jobs`) gets a spare started beside it, which imports
+        while that job runs and serves the next."""
         if not isinstance(request.args, WorkerArgs):
             raise OSError("a served worker runs cockpit's own worker only, not a user's command")
+        line = encode_request(request.args, sent_at=time.time())  # before a process starts for it
         request.job_dir.mkdir(parents=True, exist_ok=True)
         self._reap()
-        line = encode_request(request.args)
         served = None
         while self._idle and served is None:
             candidate = self._idle.pop()
@@ -251,20 +255,29 @@ class PooledLauncher:
             else:
                 self._end(candidate)
         if served is None:
-            served = self._start(request)
-            self._processes.append(served)
+            served = self._start(JobDir(request.job_dir))
             if not self._hand(served, request, line):
                 self._end(served)
                 raise OSError(f"the served worker {served.proc.pid} exited before it took the job")
         job = _PooledJob(served)
         served.job, served.jobs = job, served.jobs + 1
+        if served.jobs >= self.max_jobs:
+            with contextlib.suppress(OSError):  # no spare costs the next job a start-up, nothing more
+                self._idle.insert(0, self._start(None))  # after any process that is already warm
         return WorkerHandle(request.job_id, served.proc.pid, request.job_dir, job)
 
-    def _start(self, request: LaunchRequest) -> _Served:
+    def _start(self, logs: JobDir | None) -> _Served:
+        """A new served process with its output in `logs`' stdout and stderr logs (a first job's),
+        or discarded (a spare's: its jobs' output goes to their own logs; one that fails to
+        start is found dead when handed a job, and a fresh process takes the job instead)."""
         read, write = os.pipe()
         try:
-            files = JobDir(request.job_dir)
-            with files.stdout_log.open("ab") as out, files.stderr_log.open("ab") as err:
+            with contextlib.ExitStack() as files:
+                out, err = (
+                    (files.enter_context(logs.stdout_log.open("ab")), files.enter_context(logs.stderr_log.open("ab")))
+                    if logs is not None
+                    else (subprocess.DEVNULL, subprocess.DEVNULL)
+                )
                 proc = subprocess.Popen(
                     ServeArgs(status_fd=write, max_jobs=self.max_jobs).command(self.python),
                     stdin=subprocess.PIPE,
@@ -284,7 +297,9 @@ class PooledLauncher:
         if self.nice:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.setpriority(os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + self.nice)
-        return _Served(proc, read)
+        served = _Served(proc, read)
+        self._processes.append(served)
+        return served
 
     def _hand(self, served: _Served, request: LaunchRequest, line: bytes) -> bool:
         """Pin `served` for the job, then send it the job; False when it is gone."""
