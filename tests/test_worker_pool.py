@@ -254,7 +254,7 @@ def test_a_process_handed_its_last_job_gets_a_spare_that_imports_meanwhile(tmp_p
     with PooledLauncher(cwd=REPO, nice=0, max_jobs=1) as launcher:
         first = launcher.launch(job(tmp_path, "a"))
         spares = [s for s in launcher._processes if s.proc.pid != first.pid]
-        assert len(spares) == 1  # started with the last job, not after it
+        assert len(spares) == 1  # started with the (here only) last job, not after it
         spare = spares[0].proc.pid
         assert wait_exit(launcher, first) == 0
         assert first.process.served.proc.wait(timeout=10) == 0  # retired after its one job

@@ -8,9 +8,9 @@ the cockpit's pid in `COCKPIT_PARENT_PID`, which makes the worker ask the kernel
 
 `PooledLauncher` does the same with served workers (`python -m cockpit_training.worker --serve`), each of
 which runs job after job, so that a fleet of short jobs pays the worker's start-up (importing torch,
-SB3 and envpool: seconds) once per process rather than once per job; a process that will retire
-after its job gets a spare started beside it, so its successor has imported by the time it is
-needed. Its owner calls `close()`.
+SB3 and envpool: seconds) once per process rather than once per job; a process a few jobs from
+retiring gets a spare started beside it, so its successor has imported by the time it is needed.
+Its owner calls `close()`.
 """
 
 from __future__ import annotations
@@ -42,6 +42,11 @@ from cockpit.contract.workerargs import (
     encode_request,
     parse_status,
 )
+
+# A retiring process's spare starts this many jobs before the end (its last job included): a
+# fleet's short jobs took 5-10 s, and a spare started with the last one, importing at nice 10
+# beside two training jobs on 2 cores, had not finished importing when it was needed (1.8-2.8 s).
+SPARE_LEAD_JOBS = 3
 
 
 @dataclass(frozen=True)
@@ -240,8 +245,9 @@ class PooledLauncher:
 
     def launch(self, request: LaunchRequest) -> WorkerHandle:
         """Hand the job to an idle served worker, or to a new one; OSError if none can take it. A
-        process handed its last job (`max_jobs`) gets a spare started beside it, which imports
-        while that job runs and serves the next."""
+        process handed its `SPARE_LEAD_JOBS`-th last job (of `max_jobs`) gets a spare started
+        beside it, which imports while those jobs run, waits behind the warm processes, and
+        serves the job after its last."""
         if not isinstance(request.args, WorkerArgs):
             raise OSError("a served worker runs cockpit's own worker only, not a user's command")
         line = encode_request(request.args, sent_at=time.time())  # before a process starts for it
@@ -261,7 +267,7 @@ class PooledLauncher:
                 raise OSError(f"the served worker {served.proc.pid} exited before it took the job")
         job = _PooledJob(served)
         served.job, served.jobs = job, served.jobs + 1
-        if served.jobs >= self.max_jobs:
+        if served.jobs == max(1, self.max_jobs - SPARE_LEAD_JOBS + 1):
             with contextlib.suppress(OSError):  # no spare costs the next job a start-up, nothing more
                 self._idle.insert(0, self._start(None))  # after any process that is already warm
         return WorkerHandle(request.job_id, served.proc.pid, request.job_dir, job)
