@@ -58,6 +58,13 @@ def _in_memory_logger(model: PPO) -> PPO:
     return model
 
 
+def import_lazy_parts() -> None:
+    """Import what torch loads only when a process builds its first optimizer (its compiler
+    stack, `torch._dynamo`: about 2 s on a CPU), so that a served worker pays it with its other
+    imports, before any job waits on it, and the probe counts it in `import_s`."""
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
+
+
 def new_model(preset: Preset, venv: VecEnv, *, seed: int, device: str) -> PPO:
     """A fresh PPO for `venv` with the preset's settings; CnnPolicy for images, else MlpPolicy."""
     model = PPO(

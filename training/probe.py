@@ -299,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if backend == "envpool":
         import envpool  # noqa: F401
+    from cockpit_training.model import import_lazy_parts
+
+    import_lazy_parts()
     import_s = time.time() - psutil.Process().create_time()
     apply_torch_threads(1)
     if device == "cuda":  # as the workers do
