@@ -6,6 +6,7 @@ for. Everything is a pure function of its arguments, so snapshots are stable."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 from cockpit.contract.commands import Command
@@ -15,6 +16,7 @@ from cockpit.core.feed import WINDOW_S, Checkpoint, Frame, JobDetail, SourceErro
 from cockpit.core.nvml import GpuInfo, GpuSample
 from cockpit.core.state import FleetView, JobView, LeaderView, RunState, TierView
 from cockpit.core.telemetry import JobUsage, Sample
+from cockpit.core.trend import Trend
 
 NOW = 1_790_000_000.0
 GIB = 1024**3
@@ -64,9 +66,21 @@ def sample(t: float, *, gpu: bool, jobs: int = 4, cores: int = 8) -> Sample:
     return Sample(t, cpu, 11 * GIB, 24 * GIB, g, usage, 0.001, ((t, util),) if gpu else ())
 
 
+def rising_trend(now: float = NOW, *, seconds: int = 600, sps: float = 6600.0, best: float = -0.5) -> Trend:
+    """A point a second over the last `seconds`: the SPS rising, with a wobble, to `sps` and the best
+    return rising to `best` (the four jobs' figures together and at best), neither known at first."""
+    t, rates, returns = [], [], []
+    for k in range(seconds + 1):
+        x = k / seconds
+        t.append(now - seconds + k)
+        rates.append(None if k < 40 else sps * (0.55 + 0.45 * x) - 150.0 * math.sin(k / 17.0) * (1 - x))
+        returns.append(None if k < 60 else best - 200.0 * (1 - x) ** 2)
+    return Trend(tuple(t), tuple(rates), tuple(returns))
+
+
 def frame(*, gpu: bool = True, jobs: int = 4, now: float = NOW, status: RunStatus = RunStatus.RUNNING,
-          warnings: tuple[str, ...] = (), **job_changes: object) -> Frame:  # fmt: skip
-    """A frozen frame of a run with `jobs` running jobs."""
+          warnings: tuple[str, ...] = (), trend: Trend | None = None, **job_changes: object) -> Frame:  # fmt: skip
+    """A frozen frame of a run with `jobs` running jobs (and, unless given, a `rising_trend`)."""
     samples = tuple(sample(now - WINDOW_S + k * 0.2, gpu=gpu, jobs=jobs) for k in range(1, int(WINDOW_S * 5) + 1))
     state = RunState(
         run_dir="runs/20261122T010000Z-heavy-LunarLander-v3", preset="heavy", env="LunarLander-v3", status=status,
@@ -75,6 +89,8 @@ def frame(*, gpu: bool = True, jobs: int = 4, now: float = NOW, status: RunStatu
         gpu=GpuInfo(0, "NVIDIA GeForce RTX 4070", 12 * GIB, "560.35") if gpu else None,
         gpu_status="" if gpu else "no NVIDIA driver (NVML library not found)", warnings=warnings,
         threads_per_job=2, physical_cores=8, eta_s=(1_000_000 - 50_000) / 1500.0,
+        trend=rising_trend(now, sps=sum(1500.0 + 100 * i for i in range(jobs)), best=-120.5 + 40 * (jobs - 1))
+        if trend is None else trend,
     )  # fmt: skip
     return Frame(state, samples, {f"{i:03d}": transitions(i, now) for i in range(jobs)})
 

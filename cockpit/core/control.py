@@ -5,12 +5,14 @@ any number of viewers (`cockpit attach`, the TUI of the run itself) connect with
 The protocol is newline-delimited JSON, one response line per request line:
 
     {"op": "hello"}  ->  {"ok": true, "run_dir": ..., "pid": ..., "version": 1}
-    {"op": "frame", "since": t, "phase_since": {job: t}}
+    {"op": "frame", "since": t, "phase_since": {job: t}, "trend_since": t | null}
         ->  {"ok": true, "state": {...} | null, "samples": [...], "phases": {job: [[t, phase], ...]}}
     {"op": "command", "command": {...}}  ->  {"ok": true} | {"ok": false, "error": "..."}
 
 A frame answer carries only what is new since the asker's `since` times, and never more than the
-last `WINDOW_S` seconds. The socket is private: mode 0600, and every peer's uid is checked.
+last `WINDOW_S` seconds. Its state's trend likewise holds only the points after `trend_since` (the
+asker's newest, `trend.increment`; the whole trend without the key, or with null). The socket is
+private: mode 0600, and every peer's uid is checked.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from cockpit.core.detail import JobDetails
 from cockpit.core.feed import WINDOW_S, Frame, FrameWindow, JobDetail, SourceError, Transition
 from cockpit.core.state import RunState
 from cockpit.core.telemetry import Sample
-from cockpit.core.wire import decode_sample, decode_state, encode_sample, encode_state
+from cockpit.core.trend import increment
+from cockpit.core.wire import decode_sample, decode_state, encode_sample, encode_state, encode_trend
 
 PROTOCOL_VERSION = 1
 # sun_path holds 108 bytes on Linux and 104 on macOS, terminator included; stay clear of both.
@@ -290,6 +293,8 @@ class ControlServer:
         asked = request.get("phase_since") or {}
         if not isinstance(asked, dict):
             raise ValueError("key 'phase_since' must be an object")
+        held = request.get("trend_since")
+        trend_since = None if held is None else _number(held, "trend_since")
         state = self.provider.latest_state()
         if state is None:
             return {"ok": True, "state": None, "samples": [], "phases": {}}
@@ -297,9 +302,12 @@ class ControlServer:
         samples = self.provider.samples_since(max(since, left))
         phase_since = {job.id: max(_number(asked.get(job.id, left), "phase_since"), left) for job in state.jobs}
         phases = self.provider.phases_since(phase_since)
+        encoded = self._encode(state)
+        if trend_since is not None:  # the state as encoded for all, with this asker's part of the trend
+            encoded = {**encoded, "trend": encode_trend(increment(state.trend, trend_since))}
         return {
             "ok": True,
-            "state": self._encode(state),
+            "state": encoded,
             "samples": [encode_sample(sample) for sample in samples],
             "phases": {job_id: [list(tr) for tr in transitions] for job_id, transitions in phases.items()},
         }
@@ -463,6 +471,7 @@ class AttachSource:
                 "op": "frame",
                 "since": self._window.last_sample_t,
                 "phase_since": {job_id: self._window.last_phase_t(job_id) for job_id in held},
+                "trend_since": self._window.last_trend_t,
             }
         try:
             reply = self._link.request(request, POLL_TIMEOUT_S)

@@ -12,13 +12,14 @@ from __future__ import annotations
 import bisect
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
 from cockpit.contract.commands import Command
 from cockpit.contract.events import Event
 from cockpit.core.state import RunState
 from cockpit.core.telemetry import Sample
+from cockpit.core.trend import NO_TREND, merge
 
 WINDOW_S = 60.0
 
@@ -119,20 +120,27 @@ def phases_since(transitions: list[Transition], since: float) -> list[Transition
 
 class FrameWindow:
     """Builds frames from increments: each new state with the samples and phase transitions that
-    arrived since the previous one. Keeps only what the window shows: a job's transitions in it
-    and the last one before it, and none of a job the state no longer lists once they are all
-    older than the window."""
+    arrived since the previous one, and its trend's new points (`trend.increment`), merged into the
+    trend held (`trend.merge`), so each frame's state has the whole trend. Keeps only what the
+    window shows: a job's transitions in it and the last one before it, and none of a job the
+    state no longer lists once they are all older than the window."""
 
     def __init__(self, window_s: float = WINDOW_S) -> None:
         self.window_s = window_s
         self._samples: deque[Sample] = deque()
         self._phases: dict[str, deque[Transition]] = {}
+        self._trend = NO_TREND
         self._frame: Frame | None = None
 
     @property
     def last_sample_t(self) -> float:
         """Time of the newest sample held (0 when none): what to ask the source for next."""
         return self._samples[-1].t if self._samples else 0.0
+
+    @property
+    def last_trend_t(self) -> float | None:
+        """Time of the newest trend point held (None when none): what the trend's next increment follows."""
+        return self._trend.t[-1] if len(self._trend) else None
 
     def last_phase_t(self, job_id: str) -> float:
         """Time of the newest transition held for a job (0 when none)."""
@@ -149,6 +157,8 @@ class FrameWindow:
     ) -> Frame:
         """Merge an increment (only samples and transitions newer than those held are kept) and
         return the new frame."""
+        self._trend = merge(self._trend, state.trend, state.now)
+        state = replace(state, trend=self._trend)
         newest = self.last_sample_t
         self._samples.extend(s for s in samples if s.t > newest)
         for job_id, transitions in (phases or {}).items():

@@ -12,6 +12,8 @@ from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.advisor import Advice
 from cockpit.core.nvml import GpuInfo
 from cockpit.core.telemetry import Sample
+from cockpit.core.throughput import run_sps
+from cockpit.core.trend import NO_TREND, Trend
 
 
 @dataclass(frozen=True)
@@ -153,12 +155,13 @@ class RunState:
     eta_s: float | None = None
     fleet: FleetView | None = None  # a fleet's tiers and leaderboard (`cockpit fleet`)
     name: str | None = None  # the run's name (`--name`, a fleet's plan name); None: it has none
+    # Its aggregate SPS and best return over the last minutes (`cockpit.core.trend`), for the plot.
+    trend: Trend = NO_TREND
 
     @property
     def sps(self) -> float | None:
         """The run's live throughput: its training jobs' `sps` together (None when none has one)."""
-        rates = [job.sps for job in self.jobs if job.sps is not None and job.state.stepping]
-        return sum(rates) if rates else None
+        return run_sps(job.sps for job in self.jobs if job.state.stepping)
 
     def count(self, state: JobState | str) -> int:
         """How many jobs are in `state` (the enum or its value)."""

@@ -34,6 +34,7 @@ slots; fleets add jobs to the same queue.
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import signal
@@ -79,7 +80,8 @@ from cockpit.core.launcher import Launcher, LaunchRequest
 from cockpit.core.memwatch import MemoryVerdict
 from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import Sample
-from cockpit.core.throughput import job_eta, run_eta
+from cockpit.core.throughput import job_eta, run_eta, run_sps
+from cockpit.core.trend import TrendRecorder, best_return
 
 STOP_GRACE_S = 12.0
 # A stalled job is shown as such at least this long before it is killed: a viewer sees why, and a
@@ -99,6 +101,7 @@ class JobTemplate:
     timesteps: int
     script: tuple[str, ...] | None = None
     episodes: int | None = None  # an episode target per job (`--episodes`) in place of `timesteps`
+    tensorboard: bool = True  # the workers log SB3's scalars to <job dir>/tb (False: --no-tensorboard)
 
 
 def _exit_reason(code: int) -> str:
@@ -108,6 +111,12 @@ def _exit_reason(code: int) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exited with code {code}"
+
+
+@functools.lru_cache(maxsize=1024)  # a fleet's jobs share a few preset files; snapshots come 5 times a second
+def _preset_name(preset_arg: str) -> str:
+    """A preset's name as the jobs table shows it: a name, or a preset file's stem."""
+    return Path(preset_arg).stem
 
 
 class Supervisor:
@@ -153,6 +162,7 @@ class Supervisor:
         # Show front ends the live jobs and only this many ended ones, the latest (None: every job).
         self.view_limit: int | None = None
         self.warnings: list[str] = [w for w in [budget.warning()] if w]
+        self.trend = TrendRecorder()  # the run's SPS and best return, sampled by `snapshot`
         cpus = sorted(os.sched_getaffinity(0))
         self._pins = pin_sets(slots, cpus) if pin else None
         for seed in seeds:
@@ -344,7 +354,8 @@ class Supervisor:
             episodes = job.target_episodes
             args = WorkerArgs(job.job_dir, preset=job.preset_arg or template.preset_arg, env=job.env or template.env,
                               timesteps=job.target if episodes is None else None, episodes=episodes, seed=job.seed,
-                              threads=self.budget.threads_per_job, eval_episodes=job.eval_episodes)  # fmt: skip
+                              threads=self.budget.threads_per_job, eval_episodes=job.eval_episodes,
+                              tensorboard=template.tensorboard)  # fmt: skip
         # Whatever an earlier worker wrote after its exit was read belongs to that attempt, not this one.
         for event in self._tails[job.id].read_new():
             self._apply(job, event)
@@ -567,7 +578,8 @@ class Supervisor:
         **extra: Any,
     ) -> RunState:
         """An immutable RunState for the front ends (with `all_jobs`, every job despite `view_limit`);
-        `memory` is the leak watch's verdict per job."""
+        `memory` is the leak watch's verdict per job. It also offers the run's figures to its trend
+        (`self.trend`), which keeps a point once a second however often it is called."""
         views = []
         now = self.clock.time()
         memory = memory or {}
@@ -593,13 +605,17 @@ class Supervisor:
                     rollout_sps=job.rollout_sps,
                     target_episodes=job.target_episodes, episodes=job.episodes, ep_len_mean=job.ep_len_mean,
                     episodes_per_h=job.throughput.episodes_per_h(now if job.state.live else job.state_since),
-                    env=job.env, preset=Path(job.preset_arg).stem if job.preset_arg else None,
+                    env=job.env, preset=_preset_name(job.preset_arg) if job.preset_arg else None,
                     memory=verdict.line() if verdict is not None else None,
                     memory_growth_mib_h=verdict.rss_growth_mib_h if verdict is not None else None,
                     gpu_memory_growth_mib_h=verdict.gpu_growth_mib_h if verdict is not None else None,
                 )
             )
         # fmt: on
+        sps = run_sps(view.sps for view in views if view.state.stepping)
+        # Every job's return counts, not only the shown ones: a fleet's best agent may have ended.
+        best = best_return(job.ep_rew_mean for job in self.jobs.values())
+        trend = self.trend.observe(self.clock.monotonic(), now, sps, best)
         return RunState(
             run_dir=str(self.run_dir),
             preset=self.preset_name,
@@ -619,4 +635,5 @@ class Supervisor:
             suggestions=extra.get("suggestions", ()),
             eta_s=run_eta(views, self.slots),
             name=extra.get("name"),
+            trend=trend,
         )

@@ -24,7 +24,8 @@ throughput. `Throughput` is fed with events in order (the supervisor, tune's tri
 `window_start` and `live_rate` are the definition, and replay applies them to its indexed lists
 of rollout starts, so every view shows the same figure for the same events.
 
-`job_eta` is a job's steps left over its live rate; `run_eta` simulates the run's slots to say
+`run_sps` is the run's throughput: its training jobs' live rates together. `job_eta` is a job's
+steps left over its live rate; `run_eta` simulates the run's slots to say
 when every agent, queued ones included, reaches its target.
 
 Episodes: each rollout start also keeps the job's whole-episode count as of it (the `episodes` of
@@ -178,6 +179,13 @@ class Throughput:
         start = window_start(self._times, 0, len(self._times), window_s=self.window_s, max_cycles=self.max_cycles)
         if start is not None and start > 64 and start * 2 > len(self._times):
             del self._times[:start], self._steps[:start], self._episodes[:start]
+
+
+def run_sps(rates: Iterable[float | None]) -> float | None:
+    """The run's live throughput: the live rates (`Throughput.rate`) of its training jobs together;
+    None when none has one yet. The header, the headless view and the trend all show this sum."""
+    known = [rate for rate in rates if rate is not None]
+    return sum(known) if known else None
 
 
 def job_eta(

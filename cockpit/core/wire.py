@@ -18,6 +18,7 @@ from cockpit.core.advisor import Advice
 from cockpit.core.nvml import GpuInfo, GpuSample
 from cockpit.core.state import FleetView, JobView, LeaderView, RunState, TierView
 from cockpit.core.telemetry import JobUsage, Sample
+from cockpit.core.trend import Trend
 
 T = TypeVar("T")
 
@@ -131,8 +132,21 @@ def encode_state(state: RunState) -> dict[str, Any]:
         advice=list(state.advice),
         suggestions=[_plain(item) for item in state.suggestions],
         fleet=_plain(state.fleet) if state.fleet is not None else None,
+        trend=encode_trend(state.trend),
     )
     return encoded
+
+
+def encode_trend(trend: Trend) -> dict[str, Any]:
+    """A trend as its three columns of plain numbers (and nulls)."""
+    # list() of each column rather than _plain: a viewer's first frame carries all 600 points.
+    return {"t": list(trend.t), "sps": list(trend.sps), "best_return": list(trend.best_return)}
+
+
+def decode_trend(data: Any) -> Trend:
+    """The Trend that `encode_trend` encoded; ValueError names a missing key or columns of
+    different lengths."""
+    return _build(Trend, data, "trend", t=_tuple, sps=_tuple, best_return=_tuple)
 
 
 def _decode_fleet(data: Any) -> FleetView:
@@ -156,4 +170,5 @@ def decode_state(data: Any) -> RunState:
         advice=_tuple,
         suggestions=lambda items: tuple(_build(Advice, item, "suggestion") for item in _tuple(items)),
         fleet=_optional(_decode_fleet),
+        trend=decode_trend,
     )

@@ -1,4 +1,5 @@
-"""The main screen: GPU and phase lanes, CPU, jobs, advice, and the controls in the footer.
+"""The main screen: GPU and phase lanes, the run's SPS and best return over time, CPU, jobs,
+advice, and the controls in the footer.
 
 It polls its `RunSource` at 5 Hz and redraws only when a new frame arrived. Controls go to the
 source as supervisor commands; nothing here keeps run state."""
@@ -27,6 +28,7 @@ from cockpit.views.tui.help_screen import HelpScreen
 from cockpit.views.tui.jobs_table import JobsTable
 from cockpit.views.tui.quit_screen import LEAVE, STOP_ALL, QuitScreen
 from cockpit.views.tui.replay_bar import ReplayBar
+from cockpit.views.tui.trend_panel import TrendPanel
 from cockpit.views.units import eta, si
 
 POLL_S = 0.2
@@ -130,6 +132,7 @@ class CockpitScreen(Screen[None]):
         yield FleetLine(id="fleet-line")
         with Horizontal(id="top"):
             yield GpuPanel(id="gpu")
+            yield TrendPanel(id="trend")
             yield CpuPanel(id="cpu")
         yield JobsTable(id="jobs")
         yield AdvicePanel(id="advice")
@@ -161,6 +164,7 @@ class CockpitScreen(Screen[None]):
             if fleet is not None:
                 self.query_one(FleetLine).show(fleet_summary(fleet))
             self.query_one(GpuPanel).show(frame)
+            self.query_one(TrendPanel).show(frame)
             self.query_one(CpuPanel).show(frame)
             self.query_one(JobsTable).show(frame.state)
             self.query_one(AdvicePanel).show(frame.state)

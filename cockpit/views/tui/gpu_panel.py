@@ -75,11 +75,16 @@ class GpuPanel(LinesWidget):
             lines.append(Text("No GPU: CPU training", style=self._style("gpu--title")))
             lines.append(Text(state.gpu_status or "no GPU telemetry", style=label))
         else:
-            figures = ""
+            parts: list[str] = []
             if gpu is not None:
                 mem = f"{gpu.mem_used_bytes / GIB:.1f}/{gpu.mem_total_bytes / GIB:.1f} GiB"
-                figures = f"  {num(gpu.util_percent)}%  {mem}  {num(gpu.power_w)} W  {num(gpu.temperature_c)} °C"
+                parts = [f"{num(gpu.util_percent)}%", mem, f"{num(gpu.power_w)} W", f"{num(gpu.temperature_c)} °C"]
             name = state.gpu.name.removeprefix("NVIDIA ").removeprefix("GeForce ")
+            # A narrow panel (beside the trend panel at 100 columns) keeps the GPU's name whole and
+            # drops temperature, then power; utilization and memory always stay.
+            while len(parts) > 2 and len(name) + sum(2 + len(part) for part in parts) > self.size.width:
+                parts.pop()
+            figures = "".join(f"  {part}" for part in parts)
             room = self.size.width - len(figures)
             head = Text(name[: max(0, room)], style=self._style("gpu--title")).append(figures)
             head.truncate(self.size.width, overflow="ellipsis")
@@ -104,8 +109,10 @@ class GpuPanel(LinesWidget):
         axis = Text(f"{'':{label_w}}-{WINDOW_S:.0f}s", style=label)
         axis.append("  lanes: ", style=label).append("░ rollout", style=self._style("lane--rollout"))
         axis.append(" ").append("█ train", style=self._style("lane--train"))
-        axis.pad_right(label_w + width - axis.cell_len - 3)
-        lines.append(axis.append("now", style=label))
+        if axis.cell_len + 4 <= label_w + width:  # a narrow panel keeps the legend and drops "now"
+            axis.pad_right(label_w + width - axis.cell_len - 3)
+            axis.append("now", style=label)
+        lines.append(axis)
         width = self.size.width
         for line in lines:
             line.truncate(width, overflow="ellipsis")
