@@ -4,12 +4,17 @@ On resume the current preset's rollout and optimization settings replace the sav
 job restarted with a new n_envs or batch size, as the advisor does, trains with them), but the
 env's spaces, the network, its activation and observation normalization must be the ones the
 checkpoint was trained with.
+
+With a `tensorboard_log` (the job's `tb/`), SB3's own logger writes its scalars there, its run
+directory named by SB3 (`learn(tb_log_name=...)`); without one the model logs to memory only. The
+caller closes the logger (`close_logger`) when the job ends.
 """
 
 from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -51,11 +56,31 @@ def ppo_hyperparameters(preset: Preset) -> dict[str, Any]:
     }
 
 
-def _in_memory_logger(model: PPO) -> PPO:
-    """Give `model` a logger that keeps its values in memory only. Left to itself, every `learn()`
-    creates an empty `SB3-<timestamp>` directory in the system temp dir, one per job start."""
-    model.set_logger(Logger(folder=None, output_formats=[]))
+def sb3_logs_tensorboard() -> bool:
+    """Whether stable-baselines3 can write TensorBoard files here: its logger imports
+    `torch.utils.tensorboard.SummaryWriter` when it loads, and has None in its place where that
+    import failed (the `tensorboard` package is missing). A model given a `tensorboard_log`
+    then would fail its first `learn()` with an ImportError."""
+    from stable_baselines3.common import logger
+
+    return logger.SummaryWriter is not None
+
+
+def _logger_for(model: PPO) -> PPO:
+    """Without a `tensorboard_log`, give `model` a logger that keeps its values in memory only: left
+    to itself, every `learn()` creates an empty `SB3-<timestamp>` directory in the system temp dir,
+    one per job start. With one, `learn()` sets up SB3's own logger there."""
+    if model.tensorboard_log is None:
+        model.set_logger(Logger(folder=None, output_formats=[]))
     return model
+
+
+def close_logger(model: PPO) -> None:
+    """Close what SB3's logger holds open (a TensorBoard event file and its writer thread): a
+    served worker runs job after job in one process."""
+    logger = getattr(model, "_logger", None)  # none before the first `learn()`
+    if logger is not None:
+        logger.close()
 
 
 def import_lazy_parts() -> None:
@@ -65,8 +90,9 @@ def import_lazy_parts() -> None:
     torch.optim.Adam([torch.zeros(1, requires_grad=True)])
 
 
-def new_model(preset: Preset, venv: VecEnv, *, seed: int, device: str) -> PPO:
-    """A fresh PPO for `venv` with the preset's settings; CnnPolicy for images, else MlpPolicy."""
+def new_model(preset: Preset, venv: VecEnv, *, seed: int, device: str, tensorboard_log: Path | None = None) -> PPO:
+    """A fresh PPO for `venv` with the preset's settings; CnnPolicy for images, else MlpPolicy. With
+    `tensorboard_log`, SB3 logs its scalars there."""
     model = PPO(
         policy_for(venv.observation_space),
         venv,
@@ -74,9 +100,10 @@ def new_model(preset: Preset, venv: VecEnv, *, seed: int, device: str) -> PPO:
         seed=seed,
         device=device,
         verbose=0,
+        tensorboard_log=str(tensorboard_log) if tensorboard_log is not None else None,
         **ppo_hyperparameters(preset),
     )
-    return _in_memory_logger(model)
+    return _logger_for(model)
 
 
 @dataclass
@@ -108,8 +135,11 @@ def _mismatches(data: dict[str, Any], checkpoint: Checkpoint, preset: Preset, ve
     return problems
 
 
-def resume(store: CheckpointStore, preset: Preset, venv: VecEnv, *, device: str) -> Resumed:
+def resume(
+    store: CheckpointStore, preset: Preset, venv: VecEnv, *, device: str, tensorboard_log: Path | None = None
+) -> Resumed:
     """Load the newest checkpoint that verifies and deserializes; quarantine each one that does not.
+    The model logs to `tensorboard_log` (None: to memory), whatever the checkpoint was trained with.
 
     Raises `CheckpointMismatch` when that checkpoint cannot continue under this preset and env
     (different spaces, network, activation or normalization): those checkpoints are good, so they
@@ -138,9 +168,11 @@ def resume(store: CheckpointStore, preset: Preset, venv: VecEnv, *, device: str)
         vecnorm = None
         if checkpoint.vecnormalize_path is not None:
             vecnorm = VecNormalize.load(str(checkpoint.vecnormalize_path), venv)
+        # The saved `tensorboard_log` is the one of the run that saved it: this run's replaces it.
         model = PPO.load(
-            checkpoint.model_path, env=vecnorm or venv, device=device, custom_objects=ppo_hyperparameters(preset)
-        )
-        result.model, result.vecnormalize, result.checkpoint = _in_memory_logger(model), vecnorm, checkpoint
+            checkpoint.model_path, env=vecnorm or venv, device=device, custom_objects=ppo_hyperparameters(preset),
+            tensorboard_log=str(tensorboard_log) if tensorboard_log is not None else None,
+        )  # fmt: skip
+        result.model, result.vecnormalize, result.checkpoint = _logger_for(model), vecnorm, checkpoint
         return result
     return result

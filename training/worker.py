@@ -49,7 +49,7 @@ from cockpit.contract.events import (
 )
 from cockpit.contract.files import free_space
 from cockpit.contract.presets import Preset, PresetError, load
-from cockpit.contract.rundir import JobDir
+from cockpit.contract.rundir import TB_LOG_NAME, JobDir
 from cockpit.contract.workerargs import (
     DISK_FULL_ERROR,
     DISK_FULL_EXIT,
@@ -94,6 +94,7 @@ class JobConfig:
     torch_threads: int
     eval_episodes: int | None = None
     episodes: int | None = None
+    tensorboard: bool = True  # SB3's scalars to <job dir>/tb, where the tensorboard package is installed
 
     def as_dict(self) -> dict[str, Any]:
         """The config as recorded in the `started` event."""
@@ -109,6 +110,7 @@ class JobConfig:
             "torch_threads": self.torch_threads,
             "eval_episodes": self.eval_episodes,
             "episodes": self.episodes,
+            "tensorboard": self.tensorboard,
         }
 
 
@@ -134,7 +136,7 @@ def resolve_config(args: WorkerArgs) -> JobConfig:
     timesteps = 0 if args.episodes is not None else args.timesteps or preset.timesteps
     threads = args.threads or max(1, min(preset.n_envs, len(os.sched_getaffinity(0))))
     return JobConfig(preset, env, backend, timesteps, args.job_dir, args.seed, device, threads, args.torch_threads,
-                     args.eval_episodes, args.episodes)  # fmt: skip
+                     args.eval_episodes, args.episodes, args.tensorboard)  # fmt: skip
 
 
 class _ConsoleEvents(EventWriter):
@@ -225,7 +227,7 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
     from cockpit_training.checkpoints import CheckpointStore
     from cockpit_training.device import apply_torch_threads, enable_tf32
     from cockpit_training.envs import make_vec_env
-    from cockpit_training.model import new_model, resume
+    from cockpit_training.model import close_logger, new_model, resume
     from cockpit_training.stopping import StopRequested
 
     started = time.time()
@@ -243,8 +245,9 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
     venv = make_vec_env(config.env, preset.n_envs, seed=config.seed + offset, threads=config.threads,
                         env_kwargs=preset.env_kwargs, vec_env=preset.vec_env,
                         report=lambda line: print(f"[worker] {line}", file=sys.stderr, flush=True))  # fmt: skip
+    tensorboard_log = _tensorboard_log(config)
     try:
-        resumed = resume(store, preset, venv, device=config.device)
+        resumed = resume(store, preset, venv, device=config.device, tensorboard_log=tensorboard_log)
         for bad in resumed.corrupt:
             warning = f"checkpoint {bad.path} is corrupt ({bad.reason}); using an older one"
             print(f"[worker] warning: {warning}", file=sys.stderr)
@@ -252,7 +255,8 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
         if model is None:
             if preset.normalize:
                 vecnorm = VecNormalize(venv, gamma=preset.gamma)
-            model = new_model(preset, vecnorm or venv, seed=config.seed, device=config.device)
+            model = new_model(preset, vecnorm or venv, seed=config.seed, device=config.device,
+                              tensorboard_log=tensorboard_log)  # fmt: skip
         else:
             model.set_random_seed(config.seed + model.num_timesteps)
         last_saved = resumed.checkpoint.step if resumed.checkpoint else None
@@ -300,13 +304,16 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
         if target > model.num_timesteps and not stop.requested:
             reached = False
             try:
-                model.learn(target - model.num_timesteps, callback=callback, reset_num_timesteps=False, log_interval=1)
+                # The same run directory at every start (`TB_SB3_RUN`): reset_num_timesteps=False.
+                model.learn(target - model.num_timesteps, callback=callback, reset_num_timesteps=False, log_interval=1,
+                            tb_log_name=TB_LOG_NAME)  # fmt: skip
             except EpisodeTargetReached:
                 reached = True  # at a rollout start, which already reported the final progress
             except StopRequested:
                 pass
             finally:
                 callback.close()
+                close_logger(model)
             if not reached:
                 callback.emit_progress(with_losses=True)
         steps = model.num_timesteps
@@ -326,6 +333,20 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
         return 0
     finally:
         venv.close()
+
+
+def _tensorboard_log(config: JobConfig) -> Path | None:
+    """Where SB3 logs the job's scalars, `<job dir>/tb`; None when turned off (`--no-tensorboard`),
+    or when stable-baselines3 cannot write TensorBoard files here (one line says why)."""
+    from cockpit_training.model import sb3_logs_tensorboard
+
+    if not config.tensorboard:
+        return None
+    if not sb3_logs_tensorboard():
+        print("[worker] no TensorBoard logs: stable-baselines3 cannot import torch.utils.tensorboard "
+              "(pip install 'cockpit[tensorboard]')", file=sys.stderr, flush=True)  # fmt: skip
+        return None
+    return JobDir(config.job_dir).tensorboard
 
 
 # learn()'s total under an episode target: far past any run, so only the callback ends it.

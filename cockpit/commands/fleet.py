@@ -101,7 +101,7 @@ def _spec(args: argparse.Namespace, plan: FleetPlan) -> RunSpec:
         timesteps=plan.tiers[-1].timesteps, episodes=plan.tiers[-1].episodes, seed=0, run_dir=run_dir,
         max_restarts=args.max_restarts, pin=False,
         command_line=("cockpit", *(sys.argv[1:] if args.argv is None else args.argv)),
-        resuming=args.resume is not None, name=name,
+        resuming=args.resume is not None, name=name, tensorboard=not args.no_tensorboard,
     )  # fmt: skip
 
 
@@ -151,6 +151,8 @@ def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds
     from cockpit.core.background import spawn, watch_to_exit
 
     flags = ["--jobs", str(spec.jobs), "--max-restarts", str(spec.restart.max_restarts)]
+    if not spec.tensorboard:
+        flags.append("--no-tensorboard")
     if args.rate is not None:
         flags += ["--rate", repr(args.rate)]
     where = [str(args.plan), "--run-dir", str(spec.run_dir)] if args.resume is None else ["--resume", str(spec.run_dir)]

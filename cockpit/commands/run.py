@@ -64,7 +64,7 @@ def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[s
             timesteps=args.timesteps, episodes=args.episodes, seed=args.seed, run_dir=args.run_dir,
             max_restarts=args.max_restarts,
             healthy_uptime_s=args.healthy_uptime, stall_timeout_s=args.stall_timeout, pin=args.pin,
-            command_line=command_line, script=script, name=args.name,
+            command_line=command_line, script=script, name=args.name, tensorboard=not args.no_tensorboard,
         )  # fmt: skip
     fixed = [flag for flag, value in (("--agents", args.agents), ("--preset", args.preset), ("--env", args.env),
              ("--timesteps", args.timesteps), ("--episodes", args.episodes), ("--run-dir", args.run_dir),
@@ -80,6 +80,7 @@ def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[s
         spec_args["jobs"] = args.jobs
     if args.stall_timeout is not None:  # a resumed run may be given another stall timeout
         spec_args["stall_timeout_s"] = args.stall_timeout
+    spec_args["tensorboard"] = not args.no_tensorboard  # not recorded: each session takes the flag afresh
     return build_spec(**spec_args, command_line=command_line, resuming=True)
 
 

@@ -28,6 +28,8 @@ run directory, so `JobDir` stands alone:
   stdout.log        the worker's output, when the cockpit started it
   stderr.log
   .lock             held (flock) by the worker using the directory
+  tb/               TensorBoard's logdir: PPO_0/ (SB3's own scalars, the worker's) and cockpit/
+                    (the cockpit's scalars for the job), unless --no-tensorboard
 ```
 
 Every process (the cockpit run, its viewers, `report`, `recommend`, replay, the worker) names these
@@ -56,6 +58,13 @@ CHECKPOINTS = "checkpoints"
 STDOUT_LOG = "stdout.log"
 STDERR_LOG = "stderr.log"
 JOB_LOCK = ".lock"
+TENSORBOARD = "tb"  # the worker's `tensorboard_log`
+TB_LOG_NAME = "PPO"  # the worker's `tb_log_name`
+# SB3's run directory in it: `configure_logger` names it `<tb_log_name>_<get_latest_run_id() + 1>`,
+# less one with `reset_num_timesteps=False` (the worker's, always): `PPO_0` at the first start, and
+# `PPO_0` again at every resume, as the newest id it finds is then 0.
+TB_SB3_RUN = f"{TB_LOG_NAME}_0"
+TB_COCKPIT_RUN = "cockpit"  # the cockpit's own scalars: a run of its own, apart from SB3's event files
 
 RUNS = Path("runs")  # where runs go by default, relative to the working directory
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"  # the UTC time that starts a default run directory's name
@@ -126,6 +135,21 @@ class JobDir:
     def lock(self) -> Path:
         """Held by the one worker allowed to use the directory at a time."""
         return self.path / JOB_LOCK
+
+    @property
+    def tensorboard(self) -> Path:
+        """`tb/`: TensorBoard's logdir for the job, the worker's `tensorboard_log`."""
+        return self.path / TENSORBOARD
+
+    @property
+    def tensorboard_run(self) -> Path:
+        """`tb/PPO_0/`: SB3's scalars, across every start of the job's worker."""
+        return self.path / TENSORBOARD / TB_SB3_RUN
+
+    @property
+    def tensorboard_cockpit(self) -> Path:
+        """`tb/cockpit/`: the cockpit's scalars for the job (`cockpit.core.tbscalars`)."""
+        return self.path / TENSORBOARD / TB_COCKPIT_RUN
 
 
 @dataclass(frozen=True)

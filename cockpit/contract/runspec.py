@@ -68,6 +68,8 @@ class RunSpec:
     episode ended.
     `name` is the run's name (`--name`, checked by `rundir.check_run_name`), None for none: the
     default run directory is then named after it, views show it, and `cockpit attach NAME` finds it.
+    `tensorboard` False (`--no-tensorboard`) turns off each job's TensorBoard logs: the workers'
+    (SB3's scalars) and the cockpit's own scalars.
     """
 
     jobs: int
@@ -84,6 +86,7 @@ class RunSpec:
     script: tuple[str, ...] | None = None
     name: str | None = None
     episodes: int | None = None
+    tensorboard: bool = True
 
     @property
     def slots(self) -> int:
@@ -171,6 +174,7 @@ def build_spec(
     script: tuple[str, ...] | None = None,
     name: str | None = None,
     episodes: int | None = None,
+    tensorboard: bool = True,
 ) -> RunSpec:
     """Validate the inputs of a run into a RunSpec; raises ConfigError (one line).
 
@@ -190,7 +194,8 @@ def build_spec(
     if script is not None:
         return _script_spec(script, jobs=jobs, agents=agents or jobs, seed=seed, run_dir=run_dir,
                             restart=RestartPolicy(max_restarts, healthy_uptime_s, stall_timeout_s=stall_timeout_s),
-                            pin=pin, command_line=command_line, resuming=resuming, name=name)  # fmt: skip
+                            pin=pin, command_line=command_line, resuming=resuming, name=name,
+                            tensorboard=tensorboard)  # fmt: skip
     try:
         resolved = load(preset)
     except PresetError as exc:
@@ -219,12 +224,13 @@ def build_spec(
         command_line=command_line,
         name=name,
         episodes=episodes,
+        tensorboard=tensorboard,
     )
 
 
 def _script_spec(
     script: tuple[str, ...], *, jobs: int, agents: int, seed: int, run_dir: Path | None, restart: RestartPolicy,
-    pin: bool, command_line: tuple[str, ...], resuming: bool, name: str | None,
+    pin: bool, command_line: tuple[str, ...], resuming: bool, name: str | None, tensorboard: bool,
 ) -> RunSpec:  # fmt: skip
     """The RunSpec of a script run (`build_spec` with `script`)."""
     try:
@@ -237,7 +243,7 @@ def _script_spec(
     _check_run_dir(directory, resuming)
     return RunSpec(jobs=jobs, agents=agents, preset=None, preset_arg="", env="", timesteps=0, seed=seed,
                    run_dir=directory, restart=restart, pin=pin, command_line=command_line, script=script,
-                   name=name)  # fmt: skip
+                   name=name, tensorboard=tensorboard)  # fmt: skip
 
 
 def _check_run_dir(directory: Path, resuming: bool) -> None:

@@ -68,6 +68,8 @@ class WorkerArgs:
     # An episode target instead of a step target (never both): stop after the rollout in which the
     # N-th whole episode ended, counted across resumes.
     episodes: int | None = None
+    # SB3's scalars to <job dir>/tb (when the tensorboard package is there); False: --no-tensorboard.
+    tensorboard: bool = True
 
     def __post_init__(self) -> None:
         if self.timesteps is not None and self.episodes is not None:
@@ -91,6 +93,8 @@ class WorkerArgs:
             argv += ["--torch-threads", str(self.torch_threads)]
         if self.eval_episodes is not None:
             argv += ["--eval-episodes", str(self.eval_episodes)]
+        if not self.tensorboard:
+            argv.append("--no-tensorboard")
         return tuple(argv)
 
     def command(self, python: str) -> list[str]:
@@ -118,6 +122,7 @@ class WorkerArgs:
             torch_threads=ns.torch_threads,
             eval_episodes=ns.eval_episodes,
             episodes=ns.episodes,
+            tensorboard=not ns.no_tensorboard,
         )
 
 
@@ -184,6 +189,12 @@ def build_parser() -> ArgumentParser:
         metavar="N",
         help="once at the target, score the model over N deterministic episodes on a separate env with a fixed "
         "seed and report it as an `evaluated` event (a fleet ranks its agents on it; default: no evaluation)",
+    )
+    parser.add_argument(
+        "--no-tensorboard",
+        action="store_true",
+        help="no TensorBoard logs (default: SB3's scalars go to DIR/tb/PPO_0 when the tensorboard package is "
+        "installed)",
     )
     return parser
 

@@ -46,8 +46,9 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
     (`spec.command_line`), not these."""
     auto = ["--auto", "--auto-window", str(auto_window_s)] if auto_window_s is not None else []
     typed = ["--typed", json.dumps(spec.command_line)]
+    tensorboard = [] if spec.tensorboard else ["--no-tensorboard"]
     if resume:
-        return ["--resume", str(spec.run_dir), "--jobs", str(spec.jobs), *auto, *typed]
+        return ["--resume", str(spec.run_dir), "--jobs", str(spec.jobs), *auto, *tensorboard, *typed]
     # fmt: off
     flags = [
         "--jobs", str(spec.jobs), "--agents", str(spec.agents), "--seed", str(spec.seed),
@@ -66,7 +67,7 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
     if spec.name is not None:
         flags += ["--name", spec.name]
     script = ["--", *spec.script] if spec.script is not None else []
-    return [*flags, *auto, *(["--pin"] if spec.pin else []), *typed, *script]
+    return [*flags, *auto, *(["--pin"] if spec.pin else []), *tensorboard, *typed, *script]
 
 
 def spawn(run_args: Sequence[str], run_dir: Path, verb: str = "run") -> BackgroundRun:

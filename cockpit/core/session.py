@@ -60,6 +60,7 @@ from cockpit.core.rundirwatch import RunDirWatch
 from cockpit.core.runlog import Recorder, phase_accounting, record
 from cockpit.core.state import RunState
 from cockpit.core.supervisor import STOP_GRACE_S, JobTemplate, Supervisor
+from cockpit.core.tbscalars import TensorBoardScalars, install_hint, tensorboard_api
 from cockpit.core.telemetry import Sample, Sampler
 
 TICK_S = 0.2
@@ -122,6 +123,15 @@ class RunSession:
             preset_name=self.spec.preset.name if self.spec.preset is not None else "script",
         )
         self.recorder = Recorder(self.spec.run_dir)
+        # Each job's cockpit scalars for TensorBoard (<job dir>/tb/cockpit), unless --no-tensorboard;
+        # without the package the run says once how to get them.
+        self.tensorboard: TensorBoardScalars | None = None
+        if self.spec.tensorboard:
+            api = tensorboard_api()
+            if api is None:
+                self.supervisor.warnings.append(install_hint(self.spec.run_dir))
+            else:
+                self.tensorboard = TensorBoardScalars(self.spec.run_dir, api)
         # The preset the jobs train now (applied advice changes it); None for a script run.
         self._preset = dataclasses.replace(self.spec.preset, env=self.spec.env) if self.spec.preset else None
         self._suggestions: tuple[Advice, ...] = ()
@@ -356,10 +366,13 @@ class RunSession:
                 state = self._latest = self.snapshot(all_jobs=True)
                 if self.lost is None:  # else there is no run dir to write into (or a stranger's)
                     warned = len(self.supervisor.warnings)
+                    self._write_scalars(state, final=True)
                     self.write_run_log(state, final=True)
                     if len(self.supervisor.warnings) > warned:  # the last words say it was not written
                         state = self._latest = self.snapshot(all_jobs=True)
                 self.recorder.close()
+                if self.tensorboard is not None:
+                    self.tensorboard.close()
                 if self.fleet is not None:
                     self.fleet.close()
             if self.lost is not None:
@@ -402,6 +415,7 @@ class RunSession:
                 for command in self.auto.tick(state):
                     self.submit(command)
             self._show(view.update, state)
+            self._write_scalars(state)
             if on_tick is not None:
                 on_tick(state)
             now = self.clock.monotonic()
@@ -412,6 +426,17 @@ class RunSession:
                 return
             next_tick += TICK_S
             self.clock.sleep(next_tick - self.clock.monotonic())
+
+    def _write_scalars(self, state: RunState, *, final: bool = False) -> None:
+        """Write each job's cockpit scalars for TensorBoard when they are due (every few seconds)
+        and at the end; a failed write ends them with one warning."""
+        board = self.tensorboard
+        if board is None or not (final or board.due(state.now)):
+            return
+        phases = {job.id: list(job.phases) for job in self.supervisor.jobs.values()}
+        board.update(state, self.sampler.history(), phases, final=final)
+        if board.failed is not None and board.failed not in self.supervisor.warnings:
+            self.supervisor.warnings.append(board.failed)
 
     def _show(self, show: Callable[[RunState], None], state: RunState) -> None:
         """Hand the view a state; a view whose output cannot be written (its log on a full disk)
@@ -481,7 +506,7 @@ def _template(spec: RunSpec) -> JobTemplate:
     shown by its short name where a worker run shows its env (as `ConfigRecord.shown` does)."""
     if spec.script is not None:
         return JobTemplate("", script_label(spec.script), spec.timesteps, script=spec.script)
-    return JobTemplate(spec.preset_arg, spec.env, spec.timesteps, episodes=spec.episodes)
+    return JobTemplate(spec.preset_arg, spec.env, spec.timesteps, episodes=spec.episodes, tensorboard=spec.tensorboard)
 
 
 def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
