@@ -4,7 +4,12 @@
 A fleet's run dir (`cockpit fleet`) also has its fleet reported from `fleet.db` and
 `models/models.toml` (`cockpit.core.fleetreport`): the tiers, the leaderboard, every agent and the
 collected models, whose checksums are verified. When one fails, the whole report is still printed,
-and the command exits 1 with one line on stderr naming the files."""
+and the command exits 1 with one line on stderr naming the files.
+
+`--html OUT.html` writes the report with plots instead, as one self-contained page
+(`cockpit.commands.htmlreport`), and `--png DIR` writes each figure as `DIR/<name>.png`
+(`cockpit.commands.plots`, matplotlib; both imported only then, so the text report does not pay
+for matplotlib)."""
 
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from rich.table import Table
 
 from cockpit.commands.console import output_console
 from cockpit.contract.events import FinishedEvent, PhaseEvent, ProgressEvent, read_events
+from cockpit.contract.files import write_atomic
 from cockpit.contract.models import MODELS_DIR
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, RunRecordError, iso, read
@@ -29,6 +35,7 @@ from cockpit.core.feed import Replay, SourceError
 from cockpit.core.fleetreport import STATUSES, FleetReportError, FleetSummary, fleet_summary
 from cockpit.core.memwatch import NO_GROWTH
 from cockpit.core.runs import open_run
+from cockpit.core.runseries import read_series
 from cockpit.core.state import RunState
 
 
@@ -195,12 +202,64 @@ def print_fleet(fleet: FleetSummary, console: Console) -> None:
             console.print(f"  {problem}", style="red", highlight=False, markup=False)
 
 
-def main(run_dir: Path, *, as_json: bool = False) -> int:
-    """`cockpit report` on stdout, as tables or (`as_json`) as one JSON object; returns the exit
-    code: 2 with one line for no readable run; 1, after the whole report and with one line on
-    stderr, when a fleet's collected model is missing or fails its checksum."""
+def check_outputs(html: Path | None, png_dir: Path | None, *, as_json: bool = False) -> None:
+    """ConfigError (one line naming the flag and what would be valid) when `--html` or `--png` name
+    a place the report cannot go, or come with `--json`; nothing is read or written before."""
+    if as_json and (html is not None or png_dir is not None):
+        raise ConfigError("--json prints the run as JSON; --html and --png write its plots: give one or the other")
+    if html is not None:
+        if html.is_dir():
+            raise ConfigError(
+                f"--html {html}: is a directory; give the page's file name, such as {html / 'report.html'}"
+            )
+        if not html.parent.is_dir():
+            raise ConfigError(f"--html {html}: directory {html.parent} does not exist; create it or name another file")
+    if png_dir is not None:
+        if png_dir.exists() and not png_dir.is_dir():
+            raise ConfigError(f"--png {png_dir}: not a directory; give a directory for the PNG files")
+        if not png_dir.exists() and not png_dir.parent.is_dir():
+            raise ConfigError(f"--png {png_dir}: directory {png_dir.parent} does not exist; create it or name another")
+
+
+def write_plots(run_dir: Path, *, html: Path | None, png_dir: Path | None) -> list[str]:
+    """Draw the run's figures and write them: the page to `html`, each figure to `png_dir/<name>.png`
+    (the directory made if missing), every file atomically; prints a line per output and returns a
+    fleet's model problems. ConfigError (one line) for no readable run, or a file that cannot be
+    written."""
+    from cockpit.commands.htmlreport import page
+    from cockpit.commands.plots import plots
+
     try:
-        if as_json:
+        series = read_series(run_dir)
+    except (RunRecordError, FleetReportError) as exc:
+        raise ConfigError(str(exc)) from exc
+    figures = plots(series)
+    flag = f"--html {html}"
+    try:
+        if html is not None:
+            write_atomic(html, page(series, figures))
+            print(f"wrote {html} ({len(figures)} figures)")
+        if png_dir is not None:
+            flag = f"--png {png_dir}"
+            png_dir.mkdir(exist_ok=True)
+            for figure in figures:
+                write_atomic(png_dir / f"{figure.name}.png", figure.png)
+            print(f"wrote {len(figures)} PNGs to {png_dir}: {', '.join(f'{f.name}.png' for f in figures)}")
+    except OSError as exc:
+        raise ConfigError(f"{flag}: cannot write: {exc.strerror or exc}") from exc
+    return list(series.fleet.summary.models.problems) if series.fleet is not None else []
+
+
+def main(run_dir: Path, *, as_json: bool = False, html: Path | None = None, png_dir: Path | None = None) -> int:
+    """`cockpit report` on stdout, as tables or (`as_json`) as one JSON object, or (`html`,
+    `png_dir`) as plots written to files; returns the exit code: 2 with one line for no readable
+    run or a bad flag; 1, after the whole report and with one line on stderr, when a fleet's
+    collected model is missing or fails its checksum."""
+    try:
+        check_outputs(html, png_dir, as_json=as_json)
+        if html is not None or png_dir is not None:
+            problems = write_plots(run_dir, html=html, png_dir=png_dir)
+        elif as_json:
             report = json_report(run_dir)
             print(json.dumps(report, indent=2))
             problems = report["fleet"]["models"]["problems"] if report["fleet"] is not None else []

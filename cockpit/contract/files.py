@@ -12,13 +12,15 @@ import os
 from pathlib import Path
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` atomically (temp file in the same directory, fsync, rename);
-    raises OSError on failure, leaving the old file as it was and no temp file behind."""
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """Replace `path` with `text` (UTF-8), or with bytes as they are, atomically (temp file in the
+    same directory, fsync, rename); raises OSError on failure, leaving the old file as it was and no
+    temp file behind."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    data = text.encode("utf-8") if isinstance(text, str) else text
     try:
-        with tmp.open("w", encoding="utf-8") as fh:
-            fh.write(text)
+        with tmp.open("wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
