@@ -68,7 +68,13 @@ def _cmd_fleet(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from cockpit.commands.report import main as report
 
-    return report(args.run_dir, as_json=args.json)
+    return report(args.run_dir, as_json=args.json, html=args.html, png_dir=args.png)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from cockpit.commands.export import main as export
+
+    return export(args)
 
 
 def build_parser() -> ArgumentParser:
@@ -144,6 +150,11 @@ def build_parser() -> ArgumentParser:
         help="no TUI: a live table on a terminal, plain lines otherwise (the default when not on a terminal)",
     )
     run.add_argument("--pin", action="store_true", help="pin each parallel slot to its own CPU cores")
+    run.add_argument(
+        "--no-tensorboard", action="store_true",
+        help="no TensorBoard logs (default, with the tensorboard package: each job's SB3 scalars and the cockpit's "
+        "SPS, CPU %% and GPU utilization by phase in RUN_DIR/jobs/<id>/tb, for tensorboard --logdir RUN_DIR)",
+    )  # fmt: skip
     # What the user typed, for run.toml, when `cockpit run` on a terminal runs itself in the background.
     run.add_argument("--typed", metavar="JSON", help=argparse.SUPPRESS)
     run.add_argument(
@@ -300,6 +311,11 @@ def build_parser() -> ArgumentParser:
         "--max-restarts", type=non_negative_int, default=3, metavar="K",
         help="restarts in a row before an agent fails (default: 3)",
     )  # fmt: skip
+    fleet.add_argument(
+        "--no-tensorboard", action="store_true",
+        help="no TensorBoard logs (default, with the tensorboard package: each agent's SB3 scalars and the "
+        "cockpit's in RUN_DIR/jobs/<id>/tb)",
+    )  # fmt: skip
     fleet.set_defaults(func=_cmd_fleet)
 
     report = sub.add_parser(
@@ -308,6 +324,8 @@ def build_parser() -> ArgumentParser:
         description="Print a run's config, host, GPU, per-job results and utilization by phase; for a fleet, its\n"
         "tiers, leaderboard and every agent, with its collected models' SHA-256 checksums verified.\n"
         "Exit codes: 0, 1 when a collected model fails its checksum, 2 when RUN_DIR holds no readable run.",
+        epilog="Examples:\n  cockpit report runs/20261121T230000Z-cartpole-CartPole-v1\n"
+        "  cockpit report runs/20261121T230000Z-cartpole-CartPole-v1 --html report.html --png plots/",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     report.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's directory")
@@ -317,7 +335,65 @@ def build_parser() -> ArgumentParser:
         help="print the run as one JSON object (live from its socket, else from its files): state, steps, "
         "windowed SPS, ETA, restarts and reasons per job; schema in docs/report.schema.json",
     )
+    report.add_argument(
+        "--html", type=Path, metavar="OUT.html",
+        help="write the report with plots as one self-contained page that opens offline: GPU utilization with "
+        "each job's phases, utilization by phase, SPS and return over steps, CPU per core, a fleet's funnel, "
+        "leaderboard and scores, settings, warnings and advice",
+    )  # fmt: skip
+    report.add_argument(
+        "--png", type=Path, metavar="DIR", help="write each of those figures as DIR/<figure>.png (alone or with --html)"
+    )
     report.set_defaults(func=_cmd_report)
+
+    export = sub.add_parser(
+        "export",
+        help="export a finished or live run into another tool (mlflow)",
+        description="Export a run's jobs into another tool. Exporting again adds only what is new.",
+        epilog="Example:\n  cockpit export mlflow runs/20261123T140000Z-fleet-screen --register screen-best",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    targets = export.add_subparsers(dest="target", metavar="TARGET", required=True)
+    to_mlflow = targets.add_parser(
+        "mlflow",
+        help="each job as an MLflow run: params, metrics over its steps, tags, run.toml and its final model",
+        description="Log each job of RUN_DIR (finished or live) as one MLflow run, in the experiment named after\n"
+        "RUN_DIR (or --experiment):\n"
+        "  params     the resolved preset (preset.<key>), env, seed, the target, a fleet agent's overrides.<key>\n"
+        "  metrics    at the job's steps: rollout/ep_rew_mean, rollout/ep_len_mean, train/<loss>, time/sps,\n"
+        "             phase/rollout_s and phase/train_s per iteration, a fleet's eval/mean_reward; and run.toml's\n"
+        "             totals (phase/<phase>/gpu_util_mean, .../cpu_percent_mean, job/mean_sps, job/peak_rss_mib)\n"
+        "  tags       cockpit.run_dir, cockpit.job, cockpit.status; a fleet's cockpit.tier and cockpit.score\n"
+        "  artifacts  run.toml (the run's record with this job's entry), and a finished job's model under\n"
+        "             model/ (its final checkpoint's model.zip; a fleet's collected models/<agent>.zip)\n"
+        "Exporting again duplicates nothing: each job's MLflow run is found by its cockpit.run_dir and\n"
+        "cockpit.job tags and gets only the metric points past the steps it holds, params it lacks and\n"
+        "changed artifacts; export a live run again to add its new points.\n\n"
+        "The default store is SQLite beside the runs: sqlite:///<RUN_DIR's parent>/mlflow.db (artifacts in\n"
+        "mlartifacts/ beside it). Open it with:\n"
+        "  mlflow ui --backend-store-uri sqlite:///<RUN_DIR's parent>/mlflow.db   (the UI: pip install mlflow)\n"
+        "Needs MLflow's client: pip install 'cockpit[mlflow]'.",
+        epilog="Examples:\n  cockpit export mlflow runs/20261121T230000Z-heavy-LunarLander-v3\n"
+        "  cockpit export mlflow runs/20261123T140000Z-fleet-screen --register screen-best --register screen-second\n"
+        "  cockpit export mlflow runs/20261123T140000Z-fleet-screen --tracking-uri http://mlflow.lan:5000 "
+        "--experiment screens",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    to_mlflow.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's directory")
+    to_mlflow.add_argument(
+        "--tracking-uri", metavar="URI",
+        help="the MLflow store: sqlite:///FILE, a server's http(s)://HOST:PORT, ... (default: "
+        "sqlite:///<RUN_DIR's parent>/mlflow.db)",
+    )  # fmt: skip
+    to_mlflow.add_argument(
+        "--experiment", metavar="NAME", help="the MLflow experiment (default: RUN_DIR's name; created if missing)"
+    )
+    to_mlflow.add_argument(
+        "--register", action="append", metavar="NAME",
+        help="a fleet: register its best collected model in MLflow's model registry as NAME; give it again for "
+        "the next best (--register best --register second). Registering the same model again adds no version",
+    )  # fmt: skip
+    to_mlflow.set_defaults(func=_cmd_export)
     return parser
 
 
