@@ -11,9 +11,9 @@ and in train for the rest, job 001 the other way round. A sample a second carrie
 from __future__ import annotations
 
 import sys
-import threading
 from pathlib import Path
 
+import psutil
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -163,20 +163,25 @@ def test_a_resumed_session_adds_an_event_file_to_the_same_run_and_steps_go_on(
     assert per_file == [[5000], [10_000, 15_000]]  # the first session's, then the resumed one's
 
 
+def open_event_files(run_dir: Path) -> set[str]:
+    """The jobs whose cockpit event file this process holds open."""
+    return {Path(f.path).parent.parent.parent.name for f in psutil.Process().open_files() if ".tfevents." in f.path
+            and Path(f.path).is_relative_to(run_dir)}  # fmt: skip
+
+
 def test_an_ended_jobs_file_is_closed_once_its_samples_are_written(tmp_path: Path, api: TensorBoardApi) -> None:
     writer = TensorBoardScalars(tmp_path, api)
-    before = threading.active_count()
     history = samples(20)
     phases = {"000": phases_of("000", 20), "001": [*phases_of("001", 5), (T0 + 5, "train"), (T0 + 7, None)]}
     writer.update(run_state(tmp_path, T0 + 5, view("000", T0 + 5), view("001", T0 + 5)), history[:5], phases)
-    assert threading.active_count() == before + 2  # a writer thread per job
+    assert open_event_files(tmp_path) == {"000", "001"}  # a file open per job
     # Job 001 ends at 7 s while 000 goes on: once the samples up to then are written, its file closes.
     for now in (T0 + 10, T0 + 15):
         writer.update(run_state(tmp_path, now, view("000", now), view("001", T0 + 7, JobState.DONE)),
                       [s for s in history if s.t <= now], phases)  # fmt: skip
-    assert threading.active_count() == before + 1
+    assert open_event_files(tmp_path) == {"000"}
     writer.close()
-    assert threading.active_count() == before
+    assert open_event_files(tmp_path) == set()
     assert points(scalars(tmp_path, "001"), CPU_TAG + "train") == [(5000, 50.0), (7000, 50.0)]
 
 

@@ -2,7 +2,7 @@
 
 The worker logs what stable-baselines3 logs (`rollout/ep_rew_mean`, `train/loss`, ...) into
 `<job dir>/tb/PPO_0` (`cockpit.contract.rundir`). What only the cockpit measures is written here,
-in the cockpit process, with TensorBoard's own `EventFileWriter` and protos (torch never loads
+in the cockpit process, with TensorBoard's own `RecordWriter` and protos (torch never loads
 here), into a run of its own, `<job dir>/tb/cockpit/`, so its event files never mix with SB3's:
 
 - `cockpit/sps`: the job's live SPS (`cockpit.core.throughput`: whole rollout + train cycles), at
@@ -18,11 +18,10 @@ an interval is settled once it is `PHASE_EVENT_LAG_S` old, as run.toml's account
 events that say where its samples belong reach the cockpit a moment after the samples. Its figures
 go at the job's steps at the interval's end (the step the job had at the update nearest it).
 
-The session calls `update` from its loop every `EVERY_S`: a few protos per job, queued to the
-writer's thread, and one flush. The flush is this module's, in the caller's thread, after each
-update (`flush_secs` is effectively never): a failed write (a full disk) then raises here, where
-it ends the scalars with one warning (`failed`), never in the writer's own thread, whose death
-would leave the next `add_event` blocked on a full queue.
+The session calls `update` from its loop every `EVERY_S`: a few protos per job, appended in the
+caller's thread, and one flush. TensorBoard's `EventFileWriter` is not used: it writes from a
+thread of its own, which on a full disk died with a traceback on the cockpit's stderr. Here a
+failed write raises where the update runs, which ends the scalars with one warning (`failed`).
 
 `tensorboard` is an optional extra. `tensorboard_api()` is the one place it is imported; without
 it a run goes on unchanged and says once how to enable it (`install_hint`).
@@ -32,6 +31,9 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import os
+import socket
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,9 +51,6 @@ EVERY_S = 5.0  # how often the session writes: a point per 5 s is plenty for a c
 SPS_TAG = "cockpit/sps"
 CPU_TAG = "cockpit/cpu_percent/"  # + phase
 GPU_TAG = "cockpit/gpu_util/"  # + phase
-NEVER_S = 10**9  # the writer thread's own flush period: never (see the module docstring)
-# Events a writer may queue: one update queues at most two per job, then flushes.
-QUEUE_SIZE = 64
 
 
 def install_hint(run_dir: Path) -> str:
@@ -60,18 +59,18 @@ def install_hint(run_dir: Path) -> str:
 
 
 class EventFile(Protocol):
-    """What this module uses of TensorBoard's `EventFileWriter`."""
+    """An event file this module appends to (`_EventFile`; tests swap in their own)."""
 
     def add_event(self, event: Any) -> None:
-        """Queue one `Event` proto."""
+        """Append one `Event` proto."""
         ...
 
     def flush(self) -> None:
-        """Write every queued event to the file."""
+        """Hand what was appended to the OS."""
         ...
 
     def close(self) -> None:
-        """Flush, stop the writer's thread and close the file."""
+        """Flush and close the file."""
         ...
 
 
@@ -86,19 +85,52 @@ class TensorBoardApi:
 
 
 def tensorboard_api() -> TensorBoardApi | None:
-    """TensorBoard's writer and protos; None when the `tensorboard` package cannot be imported."""
+    """TensorBoard's record writer and protos; None when the `tensorboard` package cannot be imported."""
     try:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.compat.proto.summary_pb2 import Summary
-        from tensorboard.summary.writer.event_file_writer import EventFileWriter
+        from tensorboard.summary.writer.record_writer import RecordWriter
     except ImportError:
         return None
 
     def writer(logdir: str) -> EventFile:
-        file: EventFile = EventFileWriter(logdir, max_queue_size=QUEUE_SIZE, flush_secs=NEVER_S)
-        return file
+        return _EventFile(Path(logdir), RecordWriter, Event)
 
     return TensorBoardApi(writer, Event, Summary)
+
+
+class _EventFile:
+    """One TensorBoard event file, written in the caller's thread through TensorBoard's own
+    `RecordWriter` and `Event` proto, named and begun as its `EventFileWriter` does. That writer
+    writes from a thread of its own, which on a full disk died with a traceback on the cockpit's
+    stderr; here a failed write raises `OSError` in `add_event` or `flush`, where the caller
+    turns it into one warning."""
+
+    _opened = 0  # a per-process count in the file name, as TensorBoard's writer keeps one
+
+    def __init__(self, logdir: Path, record_writer: Callable[[Any], Any], event: Callable[..., Any]) -> None:
+        logdir.mkdir(parents=True, exist_ok=True)
+        _EventFile._opened += 1
+        name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{_EventFile._opened}"
+        self._file = (logdir / name).open("ab")
+        try:
+            self._records = record_writer(self._file)
+            self.add_event(event(wall_time=time.time(), file_version="brain.Event:2"))
+        except BaseException:
+            self._file.close()
+            raise
+
+    def add_event(self, event: Any) -> None:
+        """Append one `Event` proto."""
+        self._records.write(event.SerializeToString())
+
+    def flush(self) -> None:
+        """Hand what was appended to the OS."""
+        self._file.flush()
+
+    def close(self) -> None:
+        """Flush and close the file."""
+        self._file.close()
 
 
 @dataclass
