@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 
 from cockpit.core.feed import Frame
-from cockpit.views.tui.lines import LinesWidget
+from cockpit.views.tui.lines import FramePanel
 from cockpit.views.tui.timeaxis import bar_rows, hbar
 from cockpit.views.units import GIB, num
 
@@ -22,19 +22,10 @@ def rows_needed(frame: Frame) -> int:
     return 2 + core_rows + (1 + live if live else 0)
 
 
-class CpuPanel(LinesWidget):
+class CpuPanel(FramePanel):
     """Renders the newest `Frame` given to `show()`; owns no run state."""
 
     COMPONENT_CLASSES = {"cpu--bar", "cpu--over", "cpu--label", "cpu--title"}  # noqa: RUF012
-
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self._frame: Frame | None = None
-
-    def show(self, frame: Frame) -> None:
-        """Draw this frame (only the rows that changed are repainted)."""
-        self._frame = frame
-        self.redraw()
 
     def lines(self) -> list[Text]:
         frame = self._frame

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from cockpit.core.feed import WINDOW_S, Frame
 from cockpit.core.state import JobView
-from cockpit.views.tui.lines import LinesWidget
+from cockpit.views.tui.lines import FramePanel
 from cockpit.views.tui.timeaxis import LaneCells, bar_rows, bucket_max
 from cockpit.views.units import GIB, num
 
@@ -37,20 +37,14 @@ def rows_needed(frame: Frame) -> int:
     return fixed + max(1, len(lane_jobs(frame)))
 
 
-class GpuPanel(LinesWidget):
+class GpuPanel(FramePanel):
     """Renders the newest `Frame` given to `show()`; owns no run state."""
 
     COMPONENT_CLASSES = {"gpu--util", "gpu--mem", "gpu--label", "gpu--title", "lane--rollout", "lane--train"}  # noqa: RUF012
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self._frame: Frame | None = None
+        super().__init__(**kwargs)
         self._lane_cells: dict[str, LaneCells] = {}
-
-    def show(self, frame: Frame) -> None:
-        """Draw this frame (only the rows that changed are repainted)."""
-        self._frame = frame
-        self.redraw()
 
     def _style(self, name: str) -> Style:
         return self.component_style(name)

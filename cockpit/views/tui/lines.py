@@ -16,6 +16,8 @@ from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
+from cockpit.core.feed import Frame
+
 
 class LinesWidget(Widget):
     """Subclasses build their rows in `lines()`; `redraw()` diffs and repaints."""
@@ -79,3 +81,16 @@ class LinesWidget(Widget):
             strip = strip.apply_style(self.rich_style)
             self._strips[y] = strip
         return strip
+
+
+class FramePanel(LinesWidget):
+    """A panel that renders the newest `Frame` given to `show()` in `lines()`; owns no run state."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self._frame: Frame | None = None
+
+    def show(self, frame: Frame) -> None:
+        """Draw this frame (only the rows that changed are repainted)."""
+        self._frame = frame
+        self.redraw()

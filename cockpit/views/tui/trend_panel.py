@@ -22,9 +22,8 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from cockpit.core.feed import Frame
 from cockpit.core.trend import TREND_EVERY_S, Trend
-from cockpit.views.tui.lines import LinesWidget
+from cockpit.views.tui.lines import FramePanel
 from cockpit.views.tui.timeaxis import bar_rows
 from cockpit.views.units import si
 
@@ -101,19 +100,10 @@ class _Series:
         return f"max {self.fmt(hi)}" if self.from_zero else f"min {self.fmt(lo)}, max {self.fmt(hi)}"
 
 
-class TrendPanel(LinesWidget):
+class TrendPanel(FramePanel):
     """Renders the trend of the newest `Frame` given to `show()`; owns no run state."""
 
     COMPONENT_CLASSES = {"trend--title", "trend--label", "trend--sps", "trend--return"}  # noqa: RUF012
-
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self._frame: Frame | None = None
-
-    def show(self, frame: Frame) -> None:
-        """Draw this frame (only the rows that changed are repainted)."""
-        self._frame = frame
-        self.redraw()
 
     def lines(self) -> list[Text]:
         frame = self._frame
