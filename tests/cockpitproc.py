@@ -110,26 +110,37 @@ def last_steps(events: list[dict[str, Any]]) -> int:
     return steps
 
 
+def required_tool(tool: str, tests: str) -> str:
+    """The path of `tool` (a Debian package of that name); where it is missing, the test fails
+    under CI (whose `.ci/run` installs it, so a CI run never passes without those tests) and is
+    skipped elsewhere with a warning naming `tests`."""
+    import os
+    import shutil
+    import warnings
+
+    import pytest
+
+    found = shutil.which(tool)
+    if found is not None:
+        return found
+    if os.environ.get("CI"):
+        pytest.fail(f"{tool} is missing: .ci/run installs it")
+    message = (
+        f"{tool.upper()} IS NOT INSTALLED: {tests} did not run; install {tool} (e.g. apt-get install {tool}) to "
+        "run them (with CI=1 set, as .ci/run does, they fail instead)"
+    )
+    warnings.warn(message, stacklevel=3)
+    pytest.skip(message)
+
+
 class Tmux:
     """A private tmux server (`-L`, no user config) with one session running `command`; skips
     the test where tmux is missing, except in CI, whose `.ci/run` installs it."""
 
     def __init__(self, name: str, command: str, size: tuple[int, int]) -> None:
         import os
-        import shutil
-        import warnings
 
-        import pytest
-
-        if shutil.which("tmux") is None:
-            if os.environ.get("CI"):
-                pytest.fail("tmux is missing: .ci/run installs it")
-            message = (
-                "TMUX IS NOT INSTALLED: the terminal (TUI) tests did not run; install tmux "
-                "(e.g. apt-get install tmux) to run them (with CI=1 set, as .ci/run does, they fail instead)"
-            )
-            warnings.warn(message, stacklevel=2)
-            pytest.skip(message)
+        required_tool("tmux", "the terminal (TUI) tests")
         self.name = f"{name}-{os.getpid()}"
         self.tmux = ["tmux", "-L", self.name, "-f", "/dev/null"]
         subprocess.run([*self.tmux, "new-session", "-d", "-s", self.name, "-x", str(size[0]), "-y", str(size[1]),

@@ -64,3 +64,11 @@ def _no_cockpit_outlives_its_test() -> Iterator[None]:
             proc.kill()
             proc.wait()
     STARTED.clear()
+
+
+@pytest.fixture
+def torch_threads_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's `train` run in pytest's process leaves pytest's torch threads as they are."""
+    import cockpit_training.device
+
+    monkeypatch.setattr(cockpit_training.device, "apply_torch_threads", lambda _threads: None)

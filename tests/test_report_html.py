@@ -9,12 +9,10 @@ Chromium (Debian's package), checking the screenshot's pixels where the plots mu
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 import sys
-import warnings
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -41,7 +39,7 @@ from cockpit.commands.plots import (
     utilization_by_phase,
 )
 from cockpit.core.runseries import RunSeries, read_series
-from tests.cockpitproc import Cockpit, run_cockpit
+from tests.cockpitproc import Cockpit, required_tool, run_cockpit
 from tests.test_report_json import GOLDEN_RUN
 
 RUN_FIGURES = {"gpu_phases", "utilization_by_phase", "sps_return", "cpu_cores"}
@@ -301,21 +299,6 @@ def test_text_from_the_run_is_escaped(tmp_path: Path) -> None:
 # ----- in a real browser -----
 
 
-def _chromium() -> str:
-    """Debian's Chromium; skips the test where it is missing, except in CI, whose .ci/run installs it."""
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is missing: .ci/run installs it")
-        message = (
-            "CHROMIUM IS NOT INSTALLED: the browser test of report --html did not run; install Debian's chromium "
-            "(apt-get install chromium) to run it (with CI=1 set, as .ci/run does, it fails instead)"
-        )
-        warnings.warn(message, stacklevel=2)
-        pytest.skip(message)
-    return found
-
-
 def screenshot(chromium: str, url: str, out: Path, profile: Path) -> np.ndarray:
     """Chromium's headless screenshot of `url` at 1280x2400, as an RGB array."""
     subprocess.run(
@@ -346,7 +329,7 @@ def chromium_profile(tmp_path: Path) -> Iterator[Path]:
 @pytest.mark.slow
 def test_a_real_runs_report_opens_in_headless_chromium(plain_cartpole_run: Cockpit, tmp_path: Path,
                                                        chromium_profile: Path) -> None:  # fmt: skip
-    chromium = _chromium()
+    chromium = required_tool("chromium", "the browser test of report --html")
     assert plain_cartpole_run.proc.returncode == 0, plain_cartpole_run.text()[-3000:]
     out = tmp_path / "report.html"
     result = run_cockpit("report", str(plain_cartpole_run.run_dir), "--html", str(out))

@@ -15,7 +15,7 @@ from rich.console import Console
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from cockpit.cli import build_parser
-from cockpit.contract.events import E, EventWriter, PhaseEvent, read_events
+from cockpit.contract.events import read_events
 from cockpit.contract.rundir import TB_COCKPIT_RUN, TB_SB3_RUN, JobDir, RunDir
 from cockpit.contract.runspec import build_spec
 from cockpit.contract.workerargs import WorkerArgs
@@ -30,7 +30,7 @@ from cockpit_training.stopping import StopFlag
 from tests.cockpitproc import Cockpit, last_steps, run_cockpit, small_preset, start_cockpit
 from tests.test_control import FakeWorkers
 from tests.test_tbscalars import hide_tensorboard
-from tests.test_worker_seams import ROLLOUT, tiny_preset
+from tests.test_worker_seams import ROLLOUT, StopAtRollout, config, tiny_preset
 
 SB3_TAGS = {"rollout/ep_rew_mean", "train/loss", "train/entropy_loss", "time/fps"}
 TARGET = 6144  # the stop-and-resume run's steps: 24 rollouts of the small preset
@@ -66,24 +66,8 @@ def train(job_dir: Path, timesteps: int, *, tensorboard: bool = True, stop_at: i
     """The worker's `train` on the tiny CartPole preset; with `stop_at`, stopped (as by SIGTERM) in
     the rollout that starts at that step, one vector step into it."""
     stop = StopFlag()
-
-    class StopThere(EventWriter):
-        def emit(self, event: E) -> E:
-            if isinstance(event, PhaseEvent) and event.phase == "rollout" and event.num_timesteps == stop_at:
-                stop.request("SIGTERM")  # what the signal handler does
-            return super().emit(event)
-
-    preset = tiny_preset()
-    config = worker.JobConfig(preset, preset.env, "envpool", timesteps, job_dir, 0, "cpu", 1, 1,
-                              tensorboard=tensorboard)  # fmt: skip
-    return worker.train(config, stop, StopThere(JobDir(job_dir).events))
-
-
-@pytest.fixture
-def torch_threads_kept(monkeypatch: pytest.MonkeyPatch) -> None:
-    import cockpit_training.device
-
-    monkeypatch.setattr(cockpit_training.device, "apply_torch_threads", lambda _threads: None)  # pytest's torch stays
+    return worker.train(config(job_dir, tiny_preset(), timesteps, tensorboard=tensorboard), stop,
+                        StopAtRollout(JobDir(job_dir).events, stop, stop_at))  # fmt: skip
 
 
 @pytest.mark.usefixtures("torch_threads_kept")

@@ -35,27 +35,32 @@ def tiny_preset(**overrides: object) -> Preset:
     return replace(load("cartpole"), **{**small, **overrides})  # type: ignore[arg-type]
 
 
-def config(job_dir: Path, preset: Preset, timesteps: int) -> worker.JobConfig:
-    return worker.JobConfig(preset, preset.env, "envpool", timesteps, job_dir, 0, "cpu", 1, 1)
+def config(job_dir: Path, preset: Preset, timesteps: int, *, tensorboard: bool = True) -> worker.JobConfig:
+    return worker.JobConfig(preset, preset.env, "envpool", timesteps, job_dir, 0, "cpu", 1, 1,
+                            tensorboard=tensorboard)  # fmt: skip
 
 
-def test_a_stop_mid_run_writes_a_loadable_checkpoint_and_finishes_stopped(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import cockpit_training.device
+class StopAtRollout(EventWriter):
+    """The worker's events to `path`, with a stop requested (as SIGTERM's handler does) when the
+    rollout that starts at step `step` begins; never with `step` None."""
 
-    monkeypatch.setattr(cockpit_training.device, "apply_torch_threads", lambda _threads: None)  # pytest's torch stays
+    def __init__(self, path: Path, stop: StopFlag, step: int | None) -> None:
+        super().__init__(path)
+        self.stop, self.step = stop, step
+
+    def emit(self, event: E) -> E:
+        if isinstance(event, PhaseEvent) and event.phase == "rollout" and event.num_timesteps == self.step:
+            self.stop.request("SIGTERM")
+        return super().emit(event)
+
+
+@pytest.mark.usefixtures("torch_threads_kept")
+def test_a_stop_mid_run_writes_a_loadable_checkpoint_and_finishes_stopped(tmp_path: Path) -> None:
     job_dir = tmp_path / "job"
     job_dir.mkdir()
     stop = StopFlag()
-
-    class StopInSecondRollout(EventWriter):
-        def emit(self, event: E) -> E:
-            if isinstance(event, PhaseEvent) and event.phase == "rollout" and event.num_timesteps == ROLLOUT:
-                stop.request("SIGTERM")  # what the signal handler does
-            return super().emit(event)
-
-    code = worker.train(config(job_dir, tiny_preset(), 100_000), stop, StopInSecondRollout(job_dir / "events.jsonl"))
+    code = worker.train(config(job_dir, tiny_preset(), 100_000), stop,
+                        StopAtRollout(job_dir / "events.jsonl", stop, ROLLOUT))  # fmt: skip
     assert code == 0
     events = read_events(job_dir / "events.jsonl")
     (checkpoint,) = [e for e in events if e.kind == "checkpoint"]
