@@ -69,9 +69,8 @@ from cockpit.contract.states import RunStatus
 from cockpit.core.control import ControlServer
 from cockpit.core.feed import WINDOW_S, Transition, phases_since
 from cockpit.core.launcher import WORKER_NICE
-from cockpit.core.state import FleetView, JobView, LeaderView, RunState, TierView
+from cockpit.core.state import FleetView, JobView, LeaderView, RunState, TierView, stepping_sps
 from cockpit.core.telemetry import JobUsage, Sample
-from cockpit.core.throughput import run_sps
 from cockpit.core.trend import TREND_SPAN_S, TrendRecorder, best_return
 
 CPU_GOAL_PERCENT = 5.0
@@ -272,7 +271,7 @@ class ScriptedFleet:
         # A trend already 10 minutes long, so every frame carries (and the cockpit draws) a full one.
         self._trend = TrendRecorder()
         for second in range(int(TREND_SPAN_S), 0, -1):
-            self._trend.observe(-float(second), self.t0 - second, 8000.0 - 4 * second, 20.0 - second / 30)
+            self._trend.observe(-float(second), self.t0 - second, lambda s=second: (8000.0 - 4 * s, 20.0 - s / 30))
         self.tick()
 
     def _start(self, k: int) -> float:
@@ -343,8 +342,8 @@ class ScriptedFleet:
                  if job.state.live}  # fmt: skip
         cores = tuple(min(100.0, 90.0 + 10 * math.sin(now * (c + 1))) for c in range(2))
         sample = Sample(now, cores, 6 * 1024**3, 16 * 1024**3, None, usage, 0.001)
-        trend = self._trend.observe(now - self.t0, now, run_sps(job.sps for job in jobs if job.state.stepping),
-                                    best_return(job.ep_rew_mean for job in jobs))  # fmt: skip
+        figures = lambda: (stepping_sps(jobs), best_return(job.ep_rew_mean for job in jobs))  # noqa: E731
+        trend = self._trend.observe(now - self.t0, now, figures)
         state = RunState(
             run_dir=str(self.run_dir), preset="quick.toml", env="CartPole-v1", status=RunStatus.RUNNING,
             started_at=self.t0, now=now, slots=SCRIPTED_SLOTS, jobs=jobs, sample=sample, gpu=None,

@@ -40,7 +40,7 @@ def test_the_recorder_keeps_one_point_a_second_however_often_it_is_offered_figur
     start = clock.t
     for tick in range(50):  # the session's 5 Hz loop for 10 s
         clock.t = start + tick * 0.2
-        recorder.observe(clock.monotonic(), clock.time(), 100.0 + tick, None)
+        recorder.observe(clock.monotonic(), clock.time(), lambda tick=tick: (100.0 + tick, None))
     trend = recorder.trend
     assert trend.t == tuple(start + k * TREND_EVERY_S for k in range(10))
     assert trend.sps == tuple(100.0 + 5 * k for k in range(10))  # the figures of the tick each point was due at
@@ -50,28 +50,28 @@ def test_the_recorder_keeps_one_point_a_second_however_often_it_is_offered_figur
 def test_after_a_stall_the_next_point_is_a_whole_step_later() -> None:
     recorder = TrendRecorder()
     for at in (0.0, 1.0, 7.25, 7.5, 8.0, 8.25, 9.25):
-        recorder.observe(at, 1000.0 + at, at, None)
+        recorder.observe(at, 1000.0 + at, lambda at=at: (at, None))
     assert recorder.trend.t == (1000.0, 1001.0, 1007.25, 1008.25, 1009.25)
 
 
 def test_the_recorder_is_bounded_to_its_span_by_age_and_by_count() -> None:
     recorder = TrendRecorder()
     for second in range(3 * int(TREND_SPAN_S)):
-        trend = recorder.observe(float(second), 1000.0 + second, 1.0, 2.0)
+        trend = recorder.observe(float(second), 1000.0 + second, lambda: (1.0, 2.0))
     assert len(trend) == int(TREND_SPAN_S / TREND_EVERY_S) + 1
     assert trend.t[0] == trend.t[-1] - TREND_SPAN_S
     # Points spaced by several seconds (a busy machine) go by age, not by count.
     sparse = TrendRecorder()
     for k in range(200):
-        trend = sparse.observe(10.0 * k, 1000.0 + 10.0 * k, 1.0, 2.0)
+        trend = sparse.observe(10.0 * k, 1000.0 + 10.0 * k, lambda: (1.0, 2.0))
     assert len(trend) == 61 and trend.t[0] == trend.t[-1] - TREND_SPAN_S
 
 
 def test_a_wall_clock_that_goes_back_starts_the_trend_again() -> None:
     recorder = TrendRecorder()
     for at in range(5):
-        recorder.observe(float(at), 2000.0 + at, 1.0, 1.0)
-    trend = recorder.observe(5.0, 1500.0, 3.0, 4.0)  # NTP stepped the clock back by 500 s
+        recorder.observe(float(at), 2000.0 + at, lambda: (1.0, 1.0))
+    trend = recorder.observe(5.0, 1500.0, lambda: (3.0, 4.0))  # NTP stepped the clock back by 500 s
     assert trend.t == (1500.0,) and trend.sps == (3.0,) and trend.best_return == (4.0,)
 
 

@@ -645,8 +645,8 @@ class ReplaySource:
             point = known.get(k)
             if point is None:
                 at = k * TREND_EVERY_S
-                # Only jobs started by then can be training; every job's last return counts.
-                point = (run_sps(job.sps_at(at) for job in self._jobs if job.attempt_ts and job.attempt_ts[0] <= at),
+                # A job not started or not running at `at` has no sps there; every job's last return counts.
+                point = (run_sps(job.sps_at(at) for job in self._jobs),
                          best_return(job.return_at(at) for job in self._jobs))  # fmt: skip
             points[k] = point
         self._trend_points = points

@@ -6,6 +6,7 @@ supervisor's one command interface.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cockpit.contract.states import JobState, RunStatus
@@ -14,6 +15,11 @@ from cockpit.core.nvml import GpuInfo
 from cockpit.core.telemetry import Sample
 from cockpit.core.throughput import run_sps
 from cockpit.core.trend import NO_TREND, Trend
+
+
+def stepping_sps(jobs: Iterable[JobView]) -> float | None:
+    """The run's live throughput: its training jobs' `sps` together (None when none has one)."""
+    return run_sps(job.sps for job in jobs if job.state.stepping)
 
 
 @dataclass(frozen=True)
@@ -161,7 +167,7 @@ class RunState:
     @property
     def sps(self) -> float | None:
         """The run's live throughput: its training jobs' `sps` together (None when none has one)."""
-        return run_sps(job.sps for job in self.jobs if job.state.stepping)
+        return stepping_sps(self.jobs)
 
     def count(self, state: JobState | str) -> int:
         """How many jobs are in `state` (the enum or its value)."""

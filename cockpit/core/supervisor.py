@@ -78,9 +78,9 @@ from cockpit.core.host import ThreadBudget, pin_sets, thread_budget
 from cockpit.core.jobs import Job
 from cockpit.core.launcher import Launcher, LaunchRequest
 from cockpit.core.memwatch import MemoryVerdict
-from cockpit.core.state import JobView, RunState
+from cockpit.core.state import JobView, RunState, stepping_sps
 from cockpit.core.telemetry import Sample
-from cockpit.core.throughput import job_eta, run_eta, run_sps
+from cockpit.core.throughput import job_eta, run_eta
 from cockpit.core.trend import TrendRecorder, best_return
 
 STOP_GRACE_S = 12.0
@@ -612,10 +612,12 @@ class Supervisor:
                 )
             )
         # fmt: on
-        sps = run_sps(view.sps for view in views if view.state.stepping)
         # Every job's return counts, not only the shown ones: a fleet's best agent may have ended.
-        best = best_return(job.ep_rew_mean for job in self.jobs.values())
-        trend = self.trend.observe(self.clock.monotonic(), now, sps, best)
+        trend = self.trend.observe(
+            self.clock.monotonic(),
+            now,
+            lambda: (stepping_sps(views), best_return(job.ep_rew_mean for job in self.jobs.values())),
+        )  # fmt: skip
         return RunState(
             run_dir=str(self.run_dir),
             preset=self.preset_name,

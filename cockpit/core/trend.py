@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -104,12 +104,14 @@ class TrendRecorder:
         self._due: float | None = None  # the monotonic time of the next point
         self._trend = NO_TREND
 
-    def observe(self, monotonic: float, t: float, sps: float | None, best: float | None) -> Trend:
+    def observe(self, monotonic: float, t: float, figures: Callable[[], tuple[float | None, float | None]]) -> Trend:
         """Offer the run's figures at wall time `t` (`monotonic` on the same clock's monotonic
-        scale, which schedules the points); return the trend, with them as its newest point when
-        one was due."""
+        scale, which schedules the points); return the trend, with `figures()` (its SPS and best
+        return) as its newest point when one was due. `figures` is called only then: the caller
+        offers five times a second, and a fleet's best return walks every agent."""
         if self._due is not None and monotonic < self._due:
             return self._trend
+        sps, best = figures()
         # Regular steps while the caller keeps up; after a stall, the next point a whole step on.
         self._due = self._due + self.every_s if self._due is not None else monotonic + self.every_s
         if self._due <= monotonic:
