@@ -66,6 +66,11 @@ def sb3_logs_tensorboard() -> bool:
     return logger.SummaryWriter is not None
 
 
+def _logdir(tensorboard_log: Path | None) -> str | None:
+    """`tensorboard_log` as SB3 takes it (a string path, None for none)."""
+    return str(tensorboard_log) if tensorboard_log is not None else None
+
+
 def _logger_for(model: PPO) -> PPO:
     """Without a `tensorboard_log`, give `model` a logger that keeps its values in memory only: left
     to itself, every `learn()` creates an empty `SB3-<timestamp>` directory in the system temp dir,
@@ -100,7 +105,7 @@ def new_model(preset: Preset, venv: VecEnv, *, seed: int, device: str, tensorboa
         seed=seed,
         device=device,
         verbose=0,
-        tensorboard_log=str(tensorboard_log) if tensorboard_log is not None else None,
+        tensorboard_log=_logdir(tensorboard_log),
         **ppo_hyperparameters(preset),
     )
     return _logger_for(model)
@@ -171,7 +176,7 @@ def resume(
         # The saved `tensorboard_log` is the one of the run that saved it: this run's replaces it.
         model = PPO.load(
             checkpoint.model_path, env=vecnorm or venv, device=device, custom_objects=ppo_hyperparameters(preset),
-            tensorboard_log=str(tensorboard_log) if tensorboard_log is not None else None,
+            tensorboard_log=_logdir(tensorboard_log),
         )  # fmt: skip
         result.model, result.vecnormalize, result.checkpoint = _logger_for(model), vecnorm, checkpoint
         return result

@@ -144,12 +144,12 @@ class JobDir:
     @property
     def tensorboard_run(self) -> Path:
         """`tb/PPO_0/`: SB3's scalars, across every start of the job's worker."""
-        return self.path / TENSORBOARD / TB_SB3_RUN
+        return self.tensorboard / TB_SB3_RUN
 
     @property
     def tensorboard_cockpit(self) -> Path:
         """`tb/cockpit/`: the cockpit's scalars for the job (`cockpit.core.tbscalars`)."""
-        return self.path / TENSORBOARD / TB_COCKPIT_RUN
+        return self.tensorboard / TB_COCKPIT_RUN
 
 
 @dataclass(frozen=True)

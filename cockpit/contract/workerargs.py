@@ -263,8 +263,9 @@ def encode_request(args: WorkerArgs, sent_at: float) -> bytes:
 def decode_request(line: bytes) -> tuple[list[str], float]:
     """The flags and the send time in one request line; ValueError when it is malformed."""
     request = json.loads(line)
-    argv = request.get("argv") if isinstance(request, dict) else None
-    sent_at = request.get("sent_at") if isinstance(request, dict) else None
+    if not isinstance(request, dict):
+        raise ValueError(f"a job request must be a JSON object, got {line[:200]!r}")
+    argv, sent_at = request.get("argv"), request.get("sent_at")
     if not isinstance(argv, list) or not all(isinstance(arg, str) for arg in argv):
         raise ValueError(f"a job request needs `argv`, a JSON list of strings, got {line[:200]!r}")
     if not isinstance(sent_at, (int, float)) or isinstance(sent_at, bool):

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from cockpit.contract.states import JobState
 from cockpit.core.runexport import JobExport, RunExport
 
 if TYPE_CHECKING:
@@ -58,13 +59,12 @@ PAGE = 10_000  # runs per search page
 
 # A job's state as an MLflow run status.
 _STATUS = {
-    "queued": "SCHEDULED",
-    "done": "FINISHED",
-    "failed": "FAILED",
-    "stopped": "KILLED",
-    "paused": "KILLED",
+    JobState.QUEUED: "SCHEDULED",
+    JobState.DONE: "FINISHED",
+    JobState.FAILED: "FAILED",
+    JobState.STOPPED: "KILLED",
+    JobState.PAUSED: "KILLED",
 }
-_TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 
 class ExportError(ValueError):
@@ -277,8 +277,7 @@ def _artifacts(client: MlflowClient, run_id: str, job: JobExport, tags: Mapping[
     one; the tags that record what is now logged."""
     out: dict[str, str] = {}
     status = str(job.status)
-    logged_status = tags.get(TAG_RUN_TOML)
-    if logged_status is None or logged_status != status or not job.status.terminal:
+    if tags.get(TAG_RUN_TOML) != status or not job.status.terminal:
         with tempfile.TemporaryDirectory(prefix="cockpit-mlflow-") as tmp:
             path = Path(tmp) / "run.toml"
             path.write_text(job.run_toml, encoding="utf-8")
@@ -295,10 +294,10 @@ def _artifacts(client: MlflowClient, run_id: str, job: JobExport, tags: Mapping[
 
 def _set_status(client: MlflowClient, run_id: str, job: JobExport, status: str) -> None:
     """The MLflow run's status as the job's, with its end time once the job ended."""
-    wanted = _STATUS.get(str(job.status), "RUNNING")
+    wanted = _STATUS.get(job.status, "RUNNING")
     if wanted == status:
         return
-    if wanted in _TERMINAL:
+    if job.status.terminal:
         end = round(job.ended_at * 1000) if job.ended_at is not None else None
         client.set_terminated(run_id, status=wanted, end_time=end)
     else:
