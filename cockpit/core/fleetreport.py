@@ -141,6 +141,7 @@ class FleetSummary:
     leaderboard: tuple[Leader, ...]
     agents: tuple[AgentSummary, ...]
     models: ModelsSummary
+    results: tuple[Result, ...] = ()  # every recorded score, as fleet.db holds them
 
     def count(self, status: Status) -> int:
         """How many agents have `status`."""
@@ -199,7 +200,7 @@ def fleet_summary(run_dir: Path) -> FleetSummary | None:
     return FleetSummary(
         name=plan.name, source=source, promotion=plan.promotion, rate_usd_per_h=plan.rate,
         tiers=_tiers(plan, rows, by_tier, promotions, closed), leaderboard=_leaderboard(latest, agents),
-        agents=agents, models=_models(run_dir),
+        agents=agents, models=_models(run_dir), results=tuple(results),
     )  # fmt: skip
 
 

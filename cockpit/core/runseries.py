@@ -22,7 +22,6 @@ second on the 2-core dev box (`benchmarks/report_render.py`).
 from __future__ import annotations
 
 import math
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,8 +36,8 @@ from cockpit.contract.events import (
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, read, unix
 from cockpit.core.feed import Transition
-from cockpit.core.fleetreport import FleetReportError, FleetSummary, fleet_summary
-from cockpit.core.fleetstore import FleetStore, FleetStoreError, Result
+from cockpit.core.fleetreport import FleetSummary, fleet_summary
+from cockpit.core.fleetstore import Result
 from cockpit.core.replay import csv_rows
 from cockpit.core.throughput import Throughput
 
@@ -182,19 +181,7 @@ def _fleet(run_dir: Path) -> FleetSeries | None:
     """The fleet in `run_dir` with every recorded score; None for a plain run. FleetReportError
     (one line naming the file) when fleet.db cannot be read."""
     summary = fleet_summary(run_dir)
-    if summary is None:
-        return None
-    try:
-        store = FleetStore.in_run_dir(run_dir, read_only=True)
-        try:
-            results = store.results()
-        finally:
-            store.close()
-    except FleetStoreError as exc:
-        raise FleetReportError(str(exc)) from None
-    except sqlite3.Error as exc:
-        raise FleetReportError(f"{run_dir}: fleet.db: not a readable fleet database ({exc})") from None
-    return FleetSeries(summary, tuple(results))
+    return None if summary is None else FleetSeries(summary, summary.results)
 
 
 def read_series(run_dir: Path) -> RunSeries:
