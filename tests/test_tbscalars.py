@@ -10,6 +10,7 @@ and in train for the rest, job 001 the other way round. A sample a second carrie
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -70,6 +71,9 @@ def view(job_id: str, now: float, state: JobState = JobState.RUNNING, sps: float
 
 
 def run_state(run_dir: Path, now: float, *jobs: JobView) -> RunState:
+    """The run's state at `now`, with each job's directory there, as its launch made it."""
+    for job in jobs:
+        RunDir(run_dir).job(job.id).path.mkdir(parents=True, exist_ok=True)
     return RunState(run_dir=str(run_dir), preset="cartpole", env="CartPole-v1", status=RunStatus.RUNNING,
                     started_at=T0, now=now, slots=2, jobs=jobs, sample=None, gpu=None, gpu_status="",
                     warnings=())  # fmt: skip
@@ -193,6 +197,16 @@ def test_a_failed_write_ends_the_scalars_with_one_line_and_the_run_goes_on(tmp_p
     assert writer.failed is not None and writer.failed.startswith("TensorBoard scalars not written after ")
     assert not writer.due(T0 + 100)
     writer.update(run_state(tmp_path, T0 + 100, view("000", T0 + 100)), [], {})  # a no-op, not an error
+
+
+def test_a_deleted_run_directory_is_not_made_again(tmp_path: Path, api: TensorBoardApi) -> None:
+    run_dir = tmp_path / "run"
+    writer = TensorBoardScalars(run_dir, api)
+    state = run_state(run_dir, T0 + 5, view("000", T0 + 5))
+    shutil.rmtree(run_dir)  # deleted under the run: the session must find it gone, not replaced
+    writer.update(state, samples(5), {"000": phases_of("000", 5)})
+    assert not run_dir.exists()
+    assert writer.failed is not None and writer.failed.startswith("TensorBoard scalars not written after ")
 
 
 def test_the_hint_names_the_extra_and_where_the_logs_would_go(tmp_path: Path) -> None:

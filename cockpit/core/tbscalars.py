@@ -109,7 +109,10 @@ class _EventFile:
     _opened = 0  # a per-process count in the file name, as TensorBoard's writer keeps one
 
     def __init__(self, logdir: Path, record_writer: Callable[[Any], Any], event: Callable[..., Any]) -> None:
-        logdir.mkdir(parents=True, exist_ok=True)
+        # tb/ and tb/cockpit/ only: a job or run dir that is gone stays gone (FileNotFoundError),
+        # since a deleted run directory made again would pass for a replaced one.
+        for folder in (logdir.parent, logdir):
+            folder.mkdir(exist_ok=True)
         _EventFile._opened += 1
         name = f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}.{os.getpid()}.{_EventFile._opened}"
         self._file = (logdir / name).open("ab")
