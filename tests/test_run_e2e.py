@@ -12,8 +12,10 @@ from pathlib import Path
 import psutil
 import pytest
 
+from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import RunStatus
 from tests.cockpitproc import Cockpit, Tmux, last_steps, run_cockpit, small_preset, start_cockpit
+from tests.test_tensorboard import assert_curves_go_on_in_the_same_runs
 
 
 @pytest.mark.parametrize(
@@ -149,6 +151,9 @@ def test_sigint_checkpoints_every_job_and_resume_finishes_them(tmp_path: Path) -
     for job_id in ("000", "001"):
         starts = [e for e in cockpit.events(job_id) if e.kind == "started"]
         assert starts[-1].resumed_from_step == stopped[job_id]
+    # TensorBoard's curves went on across the stop, in the same runs (the tensorboard extra is a dev dependency).
+    assert_curves_go_on_in_the_same_runs(RunDir(run_dir).job("000"), stopped["000"], 16_000,
+                                         cockpit.text() + resumed.stdout + resumed.stderr)  # fmt: skip
 
 
 @pytest.mark.slow
