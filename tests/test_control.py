@@ -4,6 +4,7 @@ clients in front of it, and one real RunSession (fake workers) serving while it 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -26,9 +27,10 @@ from cockpit.core import control
 from cockpit.core.control import AttachSource, ControlError, ControlServer, control_path, peer_uid
 from cockpit.core.feed import Frame, SourceError, Transition, phases_since
 from cockpit.core.launcher import LaunchRequest, WorkerHandle
-from cockpit.core.session import RunSession
+from cockpit.core.session import TICK_S, UNWATCHED_STATE_S, RunSession
 from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import Sample, Sampler
+from tests.fakeclock import FakeClock
 
 T0 = 1_800_000_000.0
 
@@ -591,3 +593,30 @@ def _try_connect(run_dir: Path) -> AttachSource | None:
         return AttachSource.connect(run_dir, hz=20)
     except SourceError:
         return None
+
+
+def test_an_unwatched_session_builds_its_state_once_a_second_and_a_viewer_gets_every_tick(tmp_path: Path) -> None:
+    """Headless with nobody attached, the state (over every job, a fleet's every agent) is built
+    once a second while jobs are followed at every tick; a viewer's fetch makes it every tick."""
+    clock = FakeClock()
+    session = scripted_session(tmp_path / "run", clock=clock)
+    built: list[float] = []
+    snapshot = session.snapshot
+    session.snapshot = lambda **kw: (built.append(clock.monotonic()), snapshot(**kw))[-1]  # type: ignore[method-assign]
+    ticks: list[float] = []
+    tick = session.supervisor.tick
+    session.supervisor.tick = lambda: (ticks.append(clock.monotonic()), tick())[-1]  # type: ignore[method-assign]
+
+    class Watcher(QuietView):
+        def update(self, state: RunState) -> None:
+            if len(built) == 10:
+                session.latest_state()  # an attached viewer's poll: from now on, every tick
+            if len(built) == 30:
+                session.submit(StopAll())
+
+    session.run(Watcher(), handle_signals=False)
+    unwatched = [b for b in built if b <= built[9]]
+    assert len(unwatched) == 10 and unwatched[-1] - unwatched[0] == pytest.approx(9 * UNWATCHED_STATE_S)
+    assert len([t for t in ticks if t <= built[9]]) == 9 * round(UNWATCHED_STATE_S / TICK_S) + 1
+    watched = built[10:30]
+    assert [b - a for a, b in itertools.pairwise(watched)] == pytest.approx([TICK_S] * 19)

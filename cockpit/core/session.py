@@ -21,6 +21,7 @@ import fcntl
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,13 @@ from cockpit.core.tbscalars import TensorBoardScalars, install_hint, tensorboard
 from cockpit.core.telemetry import Sample, Sampler
 
 TICK_S = 0.2
+# With nobody watching live (headless, no viewer attached, no --auto), the run's state is built this
+# often rather than every tick: building it goes over every job the view shows, and a fleet's view
+# over every agent, while headless prints a line at most every few seconds. Jobs are still followed
+# and slots filled at every tick.
+UNWATCHED_STATE_S = 1.0
+# A viewer that fetched the state this recently is watching: the state is built at every tick.
+WATCHED_FOR_S = 2.0
 RUN_LOG_EVERY_S = 10.0  # also how often the advisor looks at the run again
 ADVICE_CPU_SAMPLES = 300  # the last minute at 5 Hz
 CONTROL_LINGER_S = 1.0
@@ -143,6 +151,7 @@ class RunSession:
         # Set when the run directory was lost: "run directory X was deleted ...; the workers were stopped ..."
         self.lost: str | None = None
         self._view_failure: str | None = None
+        self._watched_at: float | None = None  # time.monotonic() of a viewer's latest fetch
         self.fleet: FleetRun | None = None
         self._fleet_view: tuple[float, Any] | None = None  # (when, FleetView): refreshed once a second
         if self.resume and isinstance(self.launcher, (LocalLauncher, PooledLauncher)):
@@ -236,7 +245,9 @@ class RunSession:
     # ----- ControlProvider (called from the control server's threads) -----
 
     def latest_state(self) -> RunState | None:
-        """The state of the latest tick (the final state once the run ended), None before the first."""
+        """The latest state built (the final state once the run ended), None before the first. An
+        attached viewer asking for it makes the loop build a state at every tick while it asks."""
+        self._watched_at = time.monotonic()
         return self._latest
 
     def samples_since(self, t: float) -> list[Sample]:
@@ -397,8 +408,14 @@ class RunSession:
             return None
         return server
 
+    def _watched(self, on_tick: Callable[[RunState], Any] | None) -> bool:
+        """True when someone follows every tick's state: `on_tick`, --auto, or a viewer that asked
+        for the state within `WATCHED_FOR_S`."""
+        recently = self._watched_at is not None and time.monotonic() - self._watched_at < WATCHED_FOR_S
+        return on_tick is not None or self.auto is not None or recently
+
     def _loop(self, view: View, on_tick: Callable[[RunState], Any] | None) -> None:
-        last_log = None
+        last_log = last_state = None
         next_tick = self.clock.monotonic()
         assert self._watch is not None
         while True:
@@ -410,22 +427,30 @@ class RunSession:
                 return
             self.supervisor.tick()
             self.sampler.set_jobs(self.supervisor.live_pids())
-            state = self._latest = self.snapshot()
-            if self.auto is not None:
-                for command in self.auto.tick(state):
-                    self.submit(command)
-            self._show(view.update, state)
-            self._write_scalars(state)
-            if on_tick is not None:
-                on_tick(state)
             now = self.clock.monotonic()
-            if last_log is None or now - last_log >= RUN_LOG_EVERY_S:
-                self.write_run_log(state)
-                last_log = now
-            if self.supervisor.finished:
-                return
+            due = last_state is None or now - last_state >= UNWATCHED_STATE_S - TICK_S / 2
+            if due or self._watched(on_tick) or self.supervisor.finished:
+                state = self._latest = self.snapshot()
+                last_state = now
+                self._hand_out(state, view, on_tick)
+                if last_log is None or now - last_log >= RUN_LOG_EVERY_S:
+                    self.write_run_log(state)
+                    last_log = now
+                if self.supervisor.finished:
+                    return
             next_tick += TICK_S
             self.clock.sleep(next_tick - self.clock.monotonic())
+
+    def _hand_out(self, state: RunState, view: View, on_tick: Callable[[RunState], Any] | None) -> None:
+        """Give a new state to everything that follows the run: --auto, the view, TensorBoard's
+        scalars and `on_tick`."""
+        if self.auto is not None:
+            for command in self.auto.tick(state):
+                self.submit(command)
+        self._show(view.update, state)
+        self._write_scalars(state)
+        if on_tick is not None:
+            on_tick(state)
 
     def _write_scalars(self, state: RunState, *, final: bool = False) -> None:
         """Write each job's cockpit scalars for TensorBoard when they are due (every few seconds)
