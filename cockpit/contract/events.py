@@ -442,6 +442,10 @@ class EventReader:
     def read_new(self) -> list[Event]:
         """Complete events written since the previous call ([] while the file does not exist)."""
         try:
+            # A live job is followed at every tick and has usually written nothing new: a stat is
+            # a fraction of an open, a read and a close.
+            if os.stat(self.path).st_size <= self.offset:
+                return []
             with self.path.open("rb") as fh:
                 fh.seek(self.offset)
                 data = fh.read()
