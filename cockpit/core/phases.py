@@ -42,10 +42,14 @@ class Accounting:
 
 
 class _Timeline:
-    """One job's phases as sorted transitions; `at(t)` is the phase at time t (None outside)."""
+    """One job's phases as sorted transitions; `at(t)` is the phase at time t (None outside). With
+    `start`, only the phase at `start` and the transitions after it are kept: what `intervals`
+    clipped to `start` needs, in time that does not grow with the job's history."""
 
-    def __init__(self, transitions: Transitions, end: float) -> None:
+    def __init__(self, transitions: Transitions, end: float, start: float | None = None) -> None:
         ordered = sorted(transitions, key=lambda x: x[0])
+        if start is not None:
+            del ordered[: max(0, bisect.bisect_right(ordered, start, key=lambda x: x[0]) - 1)]
         self.times = [t for t, _ in ordered]
         self.phases = [p for _, p in ordered]
         self.end = end
@@ -103,7 +107,7 @@ def _slice(phases: Mapping[str, Transitions], start: float | None, end: float) -
     for job, transitions in phases.items():
         if not transitions:
             continue
-        timeline = _Timeline(transitions, end)
+        timeline = _Timeline(transitions, end, start)
         for phase in PHASES:
             # A span runs to the next transition, which may come after `end`: clip both sides.
             spans = [(s if start is None else max(s, start), min(e, end)) for s, e in timeline.intervals(phase)]

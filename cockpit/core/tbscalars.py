@@ -251,7 +251,7 @@ class TensorBoardScalars:
         """Attribute the samples before `until` to the jobs' phases and write each job's means."""
         if self._settled is not None and until <= self._settled:
             return
-        self._settled = until
+        start, self._settled = self._settled, until
         util = [s for s in self._util if s[0] < until]
         cpu = [s for s in self._cpu if s[0] < until]
         self._util = [s for s in self._util if s[0] >= until]
@@ -262,7 +262,10 @@ class TensorBoardScalars:
         interval.add_util(util)
         for t, job_id, percent in cpu:
             interval.add_cpu(t, job_id, percent)
-        accounting = interval.result({job_id: tr for job_id, tr in phases.items() if job_id in self._jobs}, until)
+        # Only the transitions since the previous update, and the one in effect then: a job keeps
+        # minutes of them, and attributing 5 s of samples must not go over all of them each time.
+        recent = {job_id: _since(tr, start) for job_id, tr in phases.items() if job_id in self._jobs}
+        accounting = interval.result(recent, until)
         for job_id, by_phase in accounting.jobs.items():
             steps = self._jobs[job_id].steps_at(until)
             if steps is None:
@@ -300,3 +303,11 @@ class TensorBoardScalars:
                 del self._jobs[job_id]
             else:
                 log.forget_before(settled)
+
+
+def _since(transitions: Transitions, start: float | None) -> Transitions:
+    """The transitions after `start` and the last one before it (the phase at `start`); all of
+    them when `start` is None."""
+    if start is None:
+        return transitions
+    return transitions[max(0, bisect.bisect_right(transitions, start, key=lambda tr: tr[0]) - 1) :]
