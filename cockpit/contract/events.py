@@ -306,10 +306,15 @@ def from_json(data: Any) -> Event:
     cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise _Invalid(f"event: unknown kind {kind!r}")
-    values: dict[str, Any] = {"t": _number(obj.get("t"), f"{kind}.t")}
-    for name, check in _CHECKS[cls.kind].items():
-        if name in obj:
-            values[name] = check(obj[name], f"{kind}.{name}")
+    # The checks name only the field; the kind is put in front when one fails (every event of a
+    # live job is parsed: no message is built for the fields that are fine).
+    try:
+        values: dict[str, Any] = {"t": _number(obj.get("t"), "t")}
+        for name, check in _CHECKS[cls.kind].items():
+            if name in obj:
+                values[name] = check(obj[name], name)
+    except _Invalid as exc:
+        raise _Invalid(f"{kind}.{exc}") from None
     try:
         return cls(**values)
     except TypeError as exc:  # a required field is missing
