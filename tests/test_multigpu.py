@@ -255,7 +255,8 @@ def test_each_jobs_phases_meet_its_own_gpus_utilization_and_run_toml_has_each_gp
     assert [(g.index, g.memory_total_mib // 1024, g.jobs) for g in recorded.gpus] == [
         (0, 8, ("000",)), (1, 24, ()), (2, 24, ()), (3, 80, ("001",))
     ]  # fmt: skip
-    assert recorded.gpus[3].gpu_util_mean == pytest.approx(40.0, abs=0.5) and recorded.gpus[1].gpu_util_mean is None
+    assert recorded.gpus[3].utilization is not None and recorded.gpus[1].utilization is None
+    assert recorded.gpus[3].utilization.gpu_util_mean == pytest.approx(40.0, abs=0.5)
     assert [(j.id, j.gpu, j.gpu_uuid) for j in recorded.jobs] == [("000", 0, "GPU-fake-0"), ("001", 3, "GPU-fake-3")]
     assert recorded.jobs[1].phases["train"].gpu_util_mean == pytest.approx(40.0, abs=0.5)
     assert recorded.config.gpus == (0, 1, 2, 3)

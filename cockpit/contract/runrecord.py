@@ -15,7 +15,7 @@ schema_version, name, command, status, started_at, ended_at, updated_at, duratio
 [preset]        the resolved preset (`cockpit.contract.presets.Preset`)
 [[jobs]]        one per job, with its GPU and [jobs.phases.<phase>] (time, GPU % and CPU % by phase)
 [utilization]   the GPUs over the run (every GPU's samples together), by phase, and what the sampler cost
-[[gpus]]        one per GPU sampled: its index, UUID, name, memory, jobs, and its utilization by phase
+[[gpus]]        one per GPU sampled: its index, UUID, name, memory, jobs, and [gpus.utilization]
 [[advice]]      `--auto`'s decisions and applied advice, in time order
 ```
 
@@ -148,22 +148,30 @@ class GpuRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
-class GpuUseRecord:
-    """`[[gpus]]`: one GPU the run sampled (by its NVML `index`), the jobs placed on it, and its
-    utilization over the run as `[utilization]` gives the whole run's: mean, p50, p95, the share of
-    time one of its jobs trained, and the mean while one did and while none did."""
+class UtilizationFigures:
+    """GPU utilization over the run (mean, p50, p95), the share of time with at least one job
+    training, and the GPU while one trained and while none did: the whole run's in `[utilization]`,
+    one GPU's (over its own jobs) in `[gpus.utilization]`."""
 
-    index: int
-    uuid: str | None = None
-    name: str
-    memory_total_mib: int
-    jobs: tuple[str, ...] = ()
     gpu_util_mean: float | None = None
     gpu_util_p50: float | None = None
     gpu_util_p95: float | None = None
     train_share: float | None = None
     gpu_util_while_training: float | None = None
     gpu_util_while_not_training: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuUseRecord:
+    """`[[gpus]]`: one GPU the run sampled (by its NVML `index`), the jobs placed on it, and its
+    utilization over the run (`[gpus.utilization]`, absent before any job of it was sampled)."""
+
+    index: int
+    uuid: str | None = None
+    name: str
+    memory_total_mib: int
+    jobs: tuple[str, ...] = ()
+    utilization: UtilizationFigures | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,16 +238,10 @@ class JobRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
-class UtilizationRecord:
-    """`[utilization]`: GPU utilization over the run (mean, p50, p95), the share of time with at
-    least one job training, the GPU while training and not, and the sampler's own cost."""
+class UtilizationRecord(UtilizationFigures):
+    """`[utilization]`: the run's `UtilizationFigures` over every GPU's samples, and the sampler's
+    own cost."""
 
-    gpu_util_mean: float | None = None
-    gpu_util_p50: float | None = None
-    gpu_util_p95: float | None = None
-    train_share: float | None = None
-    gpu_util_while_training: float | None = None
-    gpu_util_while_not_training: float | None = None
     sampler_ticks: int
     sampler_cost_ms_mean: float | None = None
 

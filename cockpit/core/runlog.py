@@ -30,6 +30,7 @@ from cockpit.contract.runrecord import (
     JobRecord,
     PhaseRecord,
     RunRecord,
+    UtilizationFigures,
     UtilizationRecord,
     iso,
 )
@@ -239,7 +240,8 @@ def record(
             GpuUseRecord(index=info.index, uuid=info.uuid or None, name=info.name,
                          memory_total_mib=info.memory_total_bytes // MIB,
                          jobs=tuple(j.id for j in state.jobs if j.gpu == info.index),
-                         **(_figures(accounting.gpus[info.index]) if info.index in accounting.gpus else {}))
+                         utilization=UtilizationFigures(**_figures(accounting.gpus[info.index]))
+                         if info.index in accounting.gpus else None)
             for info in state.gpus
         ),
         warnings=(*state.warnings, *[w for w in [recorder.failed] if w and w not in state.warnings]),
