@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cockpit.contract.arguments import ArgumentParser, non_negative_int, positive_float, positive_int
+from cockpit.contract.arguments import ArgumentParser, gpu_indices, non_negative_int, positive_float, positive_int
 from cockpit.contract.rundir import RUN_NAME_RULE
 
 if TYPE_CHECKING:
@@ -150,6 +150,11 @@ def build_parser() -> ArgumentParser:
         help="no TUI: a live table on a terminal, plain lines otherwise (the default when not on a terminal)",
     )
     run.add_argument("--pin", action="store_true", help="pin each parallel slot to its own CPU cores")
+    run.add_argument(
+        "--gpus", type=gpu_indices, metavar="I,J",
+        help="the GPUs to sample and place jobs on, by NVML index as nvidia-smi numbers them (default: every "
+        "GPU; each job runs on one, the only one its worker sees)",
+    )  # fmt: skip
     run.add_argument(
         "--no-tensorboard", action="store_true",
         help="no TensorBoard logs (default, with the tensorboard package: each job's SB3 scalars and the cockpit's "
@@ -307,6 +312,11 @@ def build_parser() -> ArgumentParser:
         action="store_true",
         help="no TUI: a live table on a terminal, plain lines otherwise (the default when not on a terminal)",
     )
+    fleet.add_argument(
+        "--gpus", type=gpu_indices, metavar="I,J",
+        help="the GPUs to sample and place jobs on, by NVML index as nvidia-smi numbers them (default: every "
+        "GPU; each job runs on one, the only one its worker sees)",
+    )  # fmt: skip
     fleet.add_argument(
         "--max-restarts", type=non_negative_int, default=3, metavar="K",
         help="restarts in a row before an agent fails (default: 3)",

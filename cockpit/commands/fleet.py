@@ -84,9 +84,10 @@ def _plan(args: argparse.Namespace) -> tuple[FleetPlan, str]:
     return parse_plan(tomllib.loads(text), source), text
 
 
-def _spec(args: argparse.Namespace, plan: FleetPlan) -> RunSpec:
-    """The run the fleet is: its slots, run dir, name and restart policy; the first agent's preset
-    and env stand for the run in its header.
+def _spec(args: argparse.Namespace, plan: FleetPlan, gpu_count: int | None = None) -> RunSpec:
+    """The run the fleet is: its slots, run dir, name, restart policy and GPUs (`--gpus`, checked
+    against the `gpu_count` GPUs NVML sees); the first agent's preset and env stand for the run in
+    its header.
 
     The fleet's run name is `--name`, else the plan's `name` (both follow `rundir.check_run_name`);
     a resumed fleet keeps the name its run.toml recorded. Its directory is `--run-dir`, else
@@ -102,6 +103,7 @@ def _spec(args: argparse.Namespace, plan: FleetPlan) -> RunSpec:
         max_restarts=args.max_restarts, pin=False,
         command_line=("cockpit", *(sys.argv[1:] if args.argv is None else args.argv)),
         resuming=args.resume is not None, name=name, tensorboard=not args.no_tensorboard,
+        gpus=args.gpus, gpu_count=gpu_count,
     )  # fmt: skip
 
 
@@ -118,17 +120,20 @@ def _recorded_name(run_dir: Path) -> str | None:
 def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: FrontEnds) -> int:
     from cockpit.core.fleetrun import FleetRun
     from cockpit.core.launcher import PooledLauncher
-    from cockpit.core.nvml import open_gpu
+    from cockpit.core.nvml import close_gpus, keep_gpus, open_gpus
     from cockpit.core.session import RunSession, run_to_exit
     from cockpit.core.supervisor import Supervisor
     from cockpit.core.telemetry import Sampler
 
+    gpus, gpu_status = open_gpus()
     try:
-        spec = _spec(args, plan)
+        spec = _spec(args, plan, len(gpus) or None)
     except ConfigError as exc:
+        close_gpus(gpus)
         print(f"cockpit fleet: error: {exc}", file=sys.stderr)
         return 2
     if not (args.headless or not interactive()):
+        close_gpus(gpus)
         return _run_in_background(args, spec, front)
     rate = args.rate
 
@@ -137,11 +142,11 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
             return FleetRun.resume(supervisor, rate_usd_per_h=rate)
         return FleetRun.new(plan, plan_text, supervisor, rate_usd_per_h=rate)
 
-    gpu, gpu_status = open_gpu()
+    gpus = keep_gpus(gpus, spec.gpus)
     # Served workers run agent after agent: a fleet's many short tiers pay the worker's start-up
     # (torch, SB3, envpool imports) once per process instead of once per agent and tier.
     with PooledLauncher() as launcher:
-        session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), launcher=launcher,
+        session = RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
                              resume=args.resume is not None, fleet_factory=fleet)  # fmt: skip
         return run_to_exit(session, front.headless(), "cockpit fleet")
 
@@ -153,6 +158,8 @@ def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds
     flags = ["--jobs", str(spec.jobs), "--max-restarts", str(spec.restart.max_restarts)]
     if not spec.tensorboard:
         flags.append("--no-tensorboard")
+    if spec.gpus is not None:
+        flags += ["--gpus", ",".join(map(str, spec.gpus))]
     if args.rate is not None:
         flags += ["--rate", repr(args.rate)]
     where = [str(args.plan), "--run-dir", str(spec.run_dir)] if args.resume is None else ["--resume", str(spec.run_dir)]

@@ -353,6 +353,7 @@ def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
                 "memory": job.memory,
                 "memory_growth_mib_h": job.memory_growth_mib_h,
                 "gpu_memory_growth_mib_h": job.gpu_memory_growth_mib_h,
+                "gpu": job.gpu,
             }
             for job in state.jobs
         ],

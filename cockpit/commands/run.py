@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import json
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from cockpit.commands.console import interactive
@@ -42,8 +43,9 @@ def _typed(args: argparse.Namespace) -> tuple[str, ...] | None:
     return tuple(typed) if ok else None
 
 
-def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[str, ...]) -> RunSpec:
-    """The validated run the flags ask for; ConfigError (one line) on bad input."""
+def _spec(args: argparse.Namespace, gpus: Sequence[GpuReader] | None, command_line: tuple[str, ...]) -> RunSpec:
+    """The validated run the flags ask for (`--gpus` checked against the GPUs NVML sees, `gpus`;
+    None: no GPU); ConfigError (one line) on bad input."""
     from cockpit.contract.runrecord import RunRecordError, read
     from cockpit.core.session import resume_spec_args
 
@@ -57,14 +59,16 @@ def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[s
         if worker_only:
             raise ConfigError(f"{', '.join(worker_only)}: cockpit's own worker's settings; a command after -- "
                               "trains its own way (give it its own flags)")  # fmt: skip
+    gpu_count = len(gpus or ()) or None  # no GPU: --gpus has nothing to be checked against, and a warning says so
     if args.resume is None:
-        preset = args.preset or ("heavy" if gpu is not None else "cartpole")
+        preset = args.preset or ("heavy" if gpus else "cartpole")
         return build_spec(
             jobs=args.jobs or (1 if args.auto else 2), agents=args.agents, preset=preset, env=args.env,
             timesteps=args.timesteps, episodes=args.episodes, seed=args.seed, run_dir=args.run_dir,
             max_restarts=args.max_restarts,
             healthy_uptime_s=args.healthy_uptime, stall_timeout_s=args.stall_timeout, pin=args.pin,
             command_line=command_line, script=script, name=args.name, tensorboard=not args.no_tensorboard,
+            gpus=args.gpus, gpu_count=gpu_count,
         )  # fmt: skip
     fixed = [flag for flag, value in (("--agents", args.agents), ("--preset", args.preset), ("--env", args.env),
              ("--timesteps", args.timesteps), ("--episodes", args.episodes), ("--run-dir", args.run_dir),
@@ -81,13 +85,15 @@ def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[s
     if args.stall_timeout is not None:  # a resumed run may be given another stall timeout
         spec_args["stall_timeout_s"] = args.stall_timeout
     spec_args["tensorboard"] = not args.no_tensorboard  # not recorded: each session takes the flag afresh
-    return build_spec(**spec_args, command_line=command_line, resuming=True)
+    if args.gpus is not None:  # a resumed run may be given other GPUs; its jobs keep theirs where they can
+        spec_args["gpus"] = args.gpus
+    return build_spec(**spec_args, command_line=command_line, resuming=True, gpu_count=gpu_count)
 
 
 def main(args: argparse.Namespace, front: FrontEnds) -> int:
     """Carry out `cockpit run` as parsed; returns the exit code (0 done, 1 failed, 2 bad input,
     3 run directory lost, 128 + the signal when interrupted)."""
-    from cockpit.core.nvml import open_gpu
+    from cockpit.core.nvml import close_gpus, keep_gpus, open_gpus
     from cockpit.core.session import RunSession, run_to_exit
     from cockpit.core.telemetry import Sampler
 
@@ -96,20 +102,20 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
         print("cockpit run: error: --typed: give the command line as a JSON list of strings", file=sys.stderr)
         return 2
     headless = args.headless or not interactive()
-    gpu, gpu_status = open_gpu()
+    gpus, gpu_status = open_gpus()
     try:
-        spec = _spec(args, gpu, command_line)
+        spec = _spec(args, gpus, command_line)
     except ConfigError as exc:
-        if gpu is not None:
-            gpu.close()
+        close_gpus(gpus)
         print(f"cockpit run: error: {exc}", file=sys.stderr)
         return 2
     if not headless:
-        if gpu is not None:
-            gpu.close()
+        close_gpus(gpus)
         return _run_in_background(spec, args, front)
+    gpus = keep_gpus(gpus, spec.gpus)
+    gpu = gpus[0] if gpus else None
     auto = _auto_tuner(spec, gpu, args.auto_window) if args.auto else None
-    session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), resume=args.resume is not None, auto=auto,
+    session = RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), resume=args.resume is not None, auto=auto,
                          costs=_cached_costs(spec, gpu))  # fmt: skip
     return run_to_exit(session, front.headless(), "cockpit run")
 

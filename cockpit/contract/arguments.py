@@ -41,6 +41,21 @@ non_negative_int = _int_at_least(0, "an integer >= 0")
 """argparse type: an integer >= 0."""
 
 
+def gpu_indices(text: str) -> tuple[int, ...]:
+    """argparse type: GPU indices separated by commas (`0,2`), each an integer >= 0, none twice.
+    Whether the machine has them is checked where NVML is known (`runspec.build_spec`)."""
+    try:
+        indices = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        indices = (-1,)
+    if any(index < 0 for index in indices):
+        raise argparse.ArgumentTypeError(f"expected GPU indices such as 0,2 (integers >= 0), got {text!r}")
+    twice = sorted({index for index in indices if indices.count(index) > 1})
+    if twice:
+        raise argparse.ArgumentTypeError(f"GPU {twice[0]} is given twice in {text!r}: name each GPU once")
+    return indices
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0 (`300`, `0.5`, `1_800`); not nan or inf."""
     try:

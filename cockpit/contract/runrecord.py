@@ -11,12 +11,19 @@ The file, top to bottom (absent keys are facts that were not known: TOML has no 
 schema_version, name, command, status, started_at, ended_at, updated_at, duration_s, eta_s, warnings
 [config]        the run's settings: what `--resume` starts again with
 [host]          the machine
-[gpu]           the GPU, or why there is no GPU telemetry
+[gpu]           the (first) GPU, or why there is no GPU telemetry
 [preset]        the resolved preset (`cockpit.contract.presets.Preset`)
-[[jobs]]        one per job, with [jobs.phases.<phase>] (time, GPU % and CPU % by phase)
-[utilization]   the GPU over the run, by phase, and what the sampler cost
+[[jobs]]        one per job, with its GPU and [jobs.phases.<phase>] (time, GPU % and CPU % by phase)
+[utilization]   the GPUs over the run (every GPU's samples together), by phase, and what the sampler cost
+[[gpus]]        one per GPU sampled: its index, UUID, name, memory, jobs, and [gpus.utilization]
 [[advice]]      `--auto`'s decisions and applied advice, in time order
 ```
+
+A job's `gpu` is the NVML index of the GPU its worker ran on (the only GPU it saw, as `cuda:0`),
+`gpu_uuid` that GPU's UUID; a job's `phases` figures are its GPU's utilization while it was in
+each phase. `[[gpus]]` and the jobs' `gpu` keys were added without a new version: a file without
+them is a run of at most one GPU, and an older reader that ignores them reads `[gpu]` as the first
+GPU and `[utilization]` as the GPUs' together (on one GPU, that GPU's).
 
 Versioning: `schema_version` is 1. A reader takes a file without one as version 1, ignores keys
 it does not know (a newer cockpit may add facts without a new version), and refuses a newer version
@@ -90,6 +97,7 @@ class ConfigRecord:
     was derived from its own silences (`RestartPolicy.stall_timeout`).
     `episodes` is the episode target per agent (`--episodes`), absent for a step target; `timesteps`
     is then 0.
+    `gpus` is `--gpus`, the GPUs the run was limited to (absent: every GPU NVML saw).
     `script` is a script run's command template (`cockpit run -- COMMAND`); such a run trains no
     preset of cockpit's, so its `preset` and `env` are empty, its `timesteps` 0, and the record
     has no `[preset]` table.
@@ -107,6 +115,7 @@ class ConfigRecord:
     pin: bool = False
     script: tuple[str, ...] | None = None
     episodes: int | None = None
+    gpus: tuple[int, ...] | None = None
 
     def shown(self) -> tuple[str, str]:
         """The preset and env as views show them; a script run's are "script" and its command's
@@ -139,6 +148,33 @@ class GpuRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
+class UtilizationFigures:
+    """GPU utilization over the run (mean, p50, p95), the share of time with at least one job
+    training, and the GPU while one trained and while none did: the whole run's in `[utilization]`,
+    one GPU's (over its own jobs) in `[gpus.utilization]`."""
+
+    gpu_util_mean: float | None = None
+    gpu_util_p50: float | None = None
+    gpu_util_p95: float | None = None
+    train_share: float | None = None
+    gpu_util_while_training: float | None = None
+    gpu_util_while_not_training: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuUseRecord:
+    """`[[gpus]]`: one GPU the run sampled (by its NVML `index`), the jobs placed on it, and its
+    utilization over the run (`[gpus.utilization]`, absent before any job of it was sampled)."""
+
+    index: int
+    uuid: str | None = None
+    name: str
+    memory_total_mib: int
+    jobs: tuple[str, ...] = ()
+    utilization: UtilizationFigures | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class PhaseRecord:
     """`[jobs.phases.<phase>]`: a job's time in one phase and the GPU and CPU % meanwhile."""
 
@@ -162,6 +198,9 @@ class JobRecord:
     (joined by "; "), or "not judged: M of 13 min watched" for a job whose worker ran too briefly;
     absent in files from before the watch. `memory_growth_mib_h` and `gpu_memory_growth_mib_h`
     are the flagged growth rates, absent unless that memory keeps growing.
+
+    `gpu` is the NVML index of the GPU its worker ran on last and `gpu_uuid` that GPU's UUID,
+    both absent without a GPU (or in files from before placement).
 
     `target_episodes` is the job's episode target (absent for a step target, whose `target` is in
     steps; with an episode target `target` is 0), `episodes` the whole episodes it has finished
@@ -193,20 +232,16 @@ class JobRecord:
     target_episodes: int | None = None
     episodes: int | None = None
     episodes_per_h: float | None = None
+    gpu: int | None = None
+    gpu_uuid: str | None = None
     phases: Mapping[str, PhaseRecord] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
-class UtilizationRecord:
-    """`[utilization]`: GPU utilization over the run (mean, p50, p95), the share of time with at
-    least one job training, the GPU while training and not, and the sampler's own cost."""
+class UtilizationRecord(UtilizationFigures):
+    """`[utilization]`: the run's `UtilizationFigures` over every GPU's samples, and the sampler's
+    own cost."""
 
-    gpu_util_mean: float | None = None
-    gpu_util_p50: float | None = None
-    gpu_util_p95: float | None = None
-    train_share: float | None = None
-    gpu_util_while_training: float | None = None
-    gpu_util_while_not_training: float | None = None
     sampler_ticks: int
     sampler_cost_ms_mean: float | None = None
 
@@ -235,7 +270,8 @@ class RunRecord:
     """The whole of run.toml. `ended_at` is absent while the run is live; `gpu`, `preset` and
     `utilization` are None only in files that lack those tables. `eta_s` is the seconds until
     every agent, queued ones included, would reach its target, as estimated when the file was
-    written (absent when unknown). `name` is the run's name (`--name`, or a fleet plan's `name`),
+    written (absent when unknown). `gpus` is every GPU sampled (empty without one, and in files
+    from before it was recorded). `name` is the run's name (`--name`, or a fleet plan's `name`),
     absent for a run without one and in files written before runs had names."""
 
     schema_version: int = SCHEMA_VERSION
@@ -253,6 +289,7 @@ class RunRecord:
     preset: Preset | None = None
     jobs: tuple[JobRecord, ...] = ()
     utilization: UtilizationRecord | None = None
+    gpus: tuple[GpuUseRecord, ...] = field(default=(), metadata={"omit_if_default": True})
     warnings: tuple[str, ...] = ()
     advice: tuple[AdviceRecord, ...] = ()
 

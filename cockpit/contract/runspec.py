@@ -70,6 +70,8 @@ class RunSpec:
     default run directory is then named after it, views show it, and `cockpit attach NAME` finds it.
     `tensorboard` False (`--no-tensorboard`) turns off each job's TensorBoard logs: the workers'
     (SB3's scalars) and the cockpit's own scalars.
+    `gpus` (`--gpus 0,2`) are the NVML indices of the GPUs the run samples and places jobs on,
+    sorted; None: every GPU NVML sees.
     """
 
     jobs: int
@@ -87,6 +89,7 @@ class RunSpec:
     name: str | None = None
     episodes: int | None = None
     tensorboard: bool = True
+    gpus: tuple[int, ...] | None = None
 
     @property
     def slots(self) -> int:
@@ -156,6 +159,22 @@ def checked_env(preset: Preset, env: str | None) -> str:
     return env_id
 
 
+def checked_gpus(gpus: tuple[int, ...] | None, gpu_count: int | None) -> tuple[int, ...] | None:
+    """`--gpus`, sorted, checked against the `gpu_count` GPUs NVML sees (None: no GPU telemetry,
+    nothing to check against: the run goes on CPU-only and says so); ConfigError (one line) for an
+    index the machine does not have."""
+    if gpus is None:
+        return None
+    text = ",".join(map(str, gpus))
+    missing = [index for index in gpus if gpu_count is not None and index >= gpu_count]
+    if missing and gpu_count is not None:
+        raise ConfigError(f"--gpus {text}: no GPU {missing[0]} here; NVML sees {gpu_count} GPU(s), "
+                          f"indices 0-{gpu_count - 1}")  # fmt: skip
+    if len(set(gpus)) != len(gpus):
+        raise ConfigError(f"--gpus {text}: name each GPU once")
+    return tuple(sorted(gpus))
+
+
 def build_spec(
     *,
     jobs: int,
@@ -175,6 +194,8 @@ def build_spec(
     name: str | None = None,
     episodes: int | None = None,
     tensorboard: bool = True,
+    gpus: tuple[int, ...] | None = None,
+    gpu_count: int | None = None,
 ) -> RunSpec:
     """Validate the inputs of a run into a RunSpec; raises ConfigError (one line).
 
@@ -184,9 +205,11 @@ def build_spec(
     A new run refuses a run dir that already holds a run log; `resuming` expects one. With
     `script` (the command after `--`), `preset`, `env` and `timesteps` are not checked: the caller
     refuses them with a script, and the jobs run the command instead. A `name` (`--name`) must be
-    a safe path component; without `run_dir` the run goes to `runs/<UTC time>-<name>`.
+    a safe path component; without `run_dir` the run goes to `runs/<UTC time>-<name>`. `gpus`
+    (`--gpus`) is checked against the `gpu_count` GPUs NVML sees (`checked_gpus`).
     """
     name = checked_name(name)
+    gpus = checked_gpus(gpus, gpu_count)
     if timesteps is not None and episodes is not None:
         raise ConfigError(f"--episodes {episodes}: a run's target is --timesteps or --episodes, not both")
     if run_dir is None and name is not None:
@@ -195,7 +218,7 @@ def build_spec(
         return _script_spec(script, jobs=jobs, agents=agents or jobs, seed=seed, run_dir=run_dir,
                             restart=RestartPolicy(max_restarts, healthy_uptime_s, stall_timeout_s=stall_timeout_s),
                             pin=pin, command_line=command_line, resuming=resuming, name=name,
-                            tensorboard=tensorboard)  # fmt: skip
+                            tensorboard=tensorboard, gpus=gpus)  # fmt: skip
     try:
         resolved = load(preset)
     except PresetError as exc:
@@ -225,12 +248,14 @@ def build_spec(
         name=name,
         episodes=episodes,
         tensorboard=tensorboard,
+        gpus=gpus,
     )
 
 
 def _script_spec(
     script: tuple[str, ...], *, jobs: int, agents: int, seed: int, run_dir: Path | None, restart: RestartPolicy,
     pin: bool, command_line: tuple[str, ...], resuming: bool, name: str | None, tensorboard: bool,
+    gpus: tuple[int, ...] | None,
 ) -> RunSpec:  # fmt: skip
     """The RunSpec of a script run (`build_spec` with `script`)."""
     try:
@@ -243,7 +268,7 @@ def _script_spec(
     _check_run_dir(directory, resuming)
     return RunSpec(jobs=jobs, agents=agents, preset=None, preset_arg="", env="", timesteps=0, seed=seed,
                    run_dir=directory, restart=restart, pin=pin, command_line=command_line, script=script,
-                   name=name, tensorboard=tensorboard)  # fmt: skip
+                   name=name, tensorboard=tensorboard, gpus=gpus)  # fmt: skip
 
 
 def _check_run_dir(directory: Path, resuming: bool) -> None:

@@ -6,7 +6,8 @@ with `parse`. The parser lives here so the flags, their defaults and their help 
 
 The launcher and the worker also agree on two environment variables: `PARENT_PID_ENV` (the
 supervising process, whose death the worker follows) and `THREAD_ENV_VARS` (native thread pools
-pinned to one thread before numpy or torch load), and on how a full disk ends a worker: an `error`
+pinned to one thread before numpy or torch load), `gpu_environment` (the one GPU a worker of a
+machine with several may use, as `cuda:0`), and on how a full disk ends a worker: an `error`
 event of type `DISK_FULL_ERROR` and the exit code `DISK_FULL_EXIT` (the exit code alone when the
 event could not be written either), after which the supervisor pauses the job instead of
 restarting it.
@@ -32,6 +33,20 @@ from cockpit.contract.presets import builtin_names
 WORKER_MODULE = "cockpit_training.worker"
 PARENT_PID_ENV = "COCKPIT_PARENT_PID"
 THREAD_ENV_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+CUDA_VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+CUDA_DEVICE_ORDER_ENV = "CUDA_DEVICE_ORDER"
+
+
+def gpu_environment(gpu: int | None) -> dict[str, str]:
+    """The environment that gives a worker GPU `gpu` (its NVML index) alone, which it then sees as
+    `cuda:0`; nothing for None (no GPU placement: the worker sees what the cockpit sees)."""
+    if gpu is None:
+        return {}
+    # CUDA numbers GPUs fastest first unless told otherwise; NVML by PCI bus id. Without the
+    # order the index would name another GPU on a machine of mixed models.
+    return {CUDA_VISIBLE_DEVICES_ENV: str(gpu), CUDA_DEVICE_ORDER_ENV: "PCI_BUS_ID"}
+
+
 DISK_FULL_ERROR = "disk_full"  # the `error` event's type when a write failed with ENOSPC or EDQUOT
 DISK_FULL_EXIT = 3  # the worker's exit code then (0 done or stopped, 1 failed, 2 bad input)
 

@@ -5,13 +5,18 @@ setting, its current and suggested value, the expected effect, and the reason wi
 was computed from. The seeds did these by hand: one job left the GPU idle through its rollouts,
 four jobs overlapped their phases (4 x 25 % -> 70-90 %), beast wanted about 16 cores, and the
 batch and env count were scaled up once an A100 was detected.
+
+On a machine of several GPUs, jobs and GPU memory are counted per GPU: each job holds memory on its
+own GPU (`JobMeasure.gpu`), and how many jobs fit is how many `cockpit.core.placement` would put on
+the GPUs (evenly, so a small GPU among large ones caps the count) before one of them is over
+`GPU_MEM_BUDGET`; an added job goes where placement would put it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -20,6 +25,7 @@ from cockpit.contract.presets import Preset, largest_divisor_at_most
 from cockpit.core.fleet import Station, overlap_sps, speed_of
 from cockpit.core.host import HostInfo
 from cockpit.core.nvml import GpuInfo
+from cockpit.core.placement import GpuRoom, fit_jobs, place
 
 GIB = 1024**3
 ENVS_PER_CORE = 4  # the seeds: heavy (32 envs) needs ~8 cores, beast (64 envs) ~16
@@ -61,13 +67,22 @@ GPU_TABLE = (
 
 @dataclass(frozen=True)
 class Machine:
-    """The hardware the advice is for."""
+    """The hardware the advice is for: its cores and RAM, its (first) GPU's name and memory, and
+    every GPU the run uses (`gpus`; empty: at most the one GPU named, at NVML index 0)."""
 
     physical_cores: int
     logical_cores: int
     ram_bytes: int
     gpu_name: str | None = None  # None: no GPU
     gpu_memory_bytes: int | None = None
+    gpus: tuple[GpuInfo, ...] = ()
+
+    def gpu_rooms(self) -> list[GpuRoom]:
+        """Each GPU with all its memory free: what placement sees of an empty machine."""
+        gpus = self.gpus
+        if not gpus and self.gpu_name is not None and self.gpu_memory_bytes:
+            gpus = (GpuInfo(0, self.gpu_name, self.gpu_memory_bytes, ""),)
+        return [GpuRoom(g.index, g.uuid, g.memory_total_bytes, g.memory_total_bytes) for g in gpus]
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,7 @@ class JobMeasure:
     # The leak watch's flagged growth rates (`cockpit.core.memwatch`): None unless it keeps growing.
     memory_growth_mib_h: float | None = None
     gpu_memory_growth_mib_h: float | None = None
+    gpu: int | None = None  # the NVML index of the GPU it runs on (None: none, or not known)
 
 
 @dataclass(frozen=True)
@@ -126,11 +142,11 @@ class PhaseFigures(Protocol):
 
 def job_measure(job_id: str, *, sps: float | None, phases: Mapping[str, PhaseFigures], gpu_mem_peak_bytes: int | None,
                 cpu_percent: float | None, error: str | None, memory_growth_mib_h: float | None = None,
-                gpu_memory_growth_mib_h: float | None = None) -> JobMeasure:  # fmt: skip
+                gpu_memory_growth_mib_h: float | None = None, gpu: int | None = None) -> JobMeasure:  # fmt: skip
     """What one job measured, for a live run and a recorded one alike: its SPS, CPU % and GPU
     memory peak as given, its train share of rollout + train time and the GPU % in each (from
-    `phases`, by phase name), whether its error was a CUDA out-of-memory, and the growth rates the
-    leak watch flagged."""
+    `phases`, by phase name), whether its error was a CUDA out-of-memory, the growth rates the
+    leak watch flagged, and its GPU."""
     train, rollout = phases.get("train"), phases.get("rollout")
     train_s = train.seconds if train is not None else 0.0
     total = train_s + (rollout.seconds if rollout is not None else 0.0)
@@ -138,6 +154,7 @@ def job_measure(job_id: str, *, sps: float | None, phases: Mapping[str, PhaseFig
         job_id, sps, train_s / total if total else None,
         rollout.gpu_util_mean if rollout is not None else None, train.gpu_util_mean if train is not None else None,
         gpu_mem_peak_bytes, cpu_percent, "cuda_oom" in (error or ""), memory_growth_mib_h, gpu_memory_growth_mib_h,
+        gpu,
     )  # fmt: skip
 
 
@@ -234,10 +251,10 @@ class Advice:
         return f"{self.setting}: {self.current} -> {self.suggested}. {self.effect} ({self.reason})"
 
 
-def machine_of(host: HostInfo, gpu: GpuInfo | None) -> Machine:
-    """The advisor's view of a host and its GPU (None: no GPU)."""
+def machine_of(host: HostInfo, gpu: GpuInfo | None, gpus: Sequence[GpuInfo] = ()) -> Machine:
+    """The advisor's view of a host, its (first) GPU (None: no GPU) and every GPU the run uses."""
     return Machine(host.physical_cores, host.logical_cores, host.ram_bytes,
-                   gpu.name if gpu else None, gpu.memory_total_bytes if gpu else None)  # fmt: skip
+                   gpu.name if gpu else None, gpu.memory_total_bytes if gpu else None, tuple(gpus))  # fmt: skip
 
 
 def gpu_model(name: str | None) -> GpuModel | None:
@@ -378,6 +395,11 @@ def _oom(preset: Preset, measured: Measurements) -> list[Advice]:
 
 
 def _gpu_memory(host: Machine, jobs: int, measured: Measurements) -> list[Advice]:
+    """Jobs whose GPU memory peaks add up to more than `GPU_MEM_BUDGET` of a GPU: all of them on
+    one GPU, or on several GPUs those placed on each one."""
+    rooms = host.gpu_rooms()
+    if len(rooms) > 1:
+        return _gpus_memory(rooms, jobs, measured)
     peak, total = measured.peak_gpu_mem_bytes, host.gpu_memory_bytes
     if peak is None or not total or jobs * peak <= GPU_MEM_BUDGET * total:
         return []
@@ -386,6 +408,28 @@ def _gpu_memory(host: Machine, jobs: int, measured: Measurements) -> list[Advice
               f"{GPU_MEM_BUDGET:.0%} of {total / GIB:.0f} GiB")  # fmt: skip
     return [Advice(AdviceSetting.JOBS, str(jobs), str(fit), "no job runs out of GPU memory", reason,
                    {"peak_gib": peak / GIB, "total_gib": total / GIB})]  # fmt: skip
+
+
+def _gpus_memory(rooms: Sequence[GpuRoom], jobs: int, measured: Measurements) -> list[Advice]:
+    """`_gpu_memory` on several GPUs: each GPU's own jobs against its own memory; the jobs that
+    fit are those placement spreads over the GPUs before one is over budget."""
+    peak = measured.peak_gpu_mem_bytes
+    if peak is None:
+        return []
+    over = []
+    for room in rooms:
+        peaks = [j.gpu_mem_peak_bytes for j in measured.jobs if j.gpu == room.index and j.gpu_mem_peak_bytes]
+        if peaks and len(peaks) * max(peaks) > GPU_MEM_BUDGET * room.total_bytes:
+            over.append((room, len(peaks), max(peaks)))
+    fit = fit_jobs(rooms, peak, GPU_MEM_BUDGET)
+    if not over or fit >= jobs:
+        return []
+    room, on_it, worst = over[0]
+    reason = (f"GPU {room.index}: {on_it} jobs x {worst / GIB:.1f} GiB peak = {on_it * worst / GIB:.1f} GiB, over "
+              f"{GPU_MEM_BUDGET:.0%} of its {room.total_bytes / GIB:.0f} GiB; spread evenly over GPUs "
+              f"{', '.join(str(r.index) for r in rooms)}, {fit} jobs of {peak / GIB:.1f} GiB fit")  # fmt: skip
+    return [Advice(AdviceSetting.JOBS, str(jobs), str(fit), "no job runs out of GPU memory", reason,
+                   {"peak_gib": peak / GIB, "total_gib": room.total_bytes / GIB, "gpu": room.index})]  # fmt: skip
 
 
 def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements, costs: Costs | None) -> list[Advice]:
@@ -398,24 +442,39 @@ def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements, c
     wanted = math.ceil(jobs * TARGET_GPU_UTIL / max(mean, 1.0))
     caps = {"cores": max_jobs_for_cores(preset, host.physical_cores, costs)}
     peak = measured.peak_gpu_mem_bytes
-    if peak is not None and host.gpu_memory_bytes:
-        caps["GPU memory"] = max_jobs_for_gpu_memory(peak, host.gpu_memory_bytes)
+    rooms = host.gpu_rooms()
+    if peak is not None and rooms:
+        caps["GPU memory"] = fit_jobs(rooms, peak, GPU_MEM_BUDGET)
     suggested = min(wanted, *caps.values())
     if suggested <= jobs:
         return []
     limit = min(caps, key=lambda k: caps[k])
     capped = f"; {limit} cap it at {caps[limit]}" if caps[limit] < wanted else ""
     reason = (f"GPU {_pct(mean)} on average but {_pct(burst)} while a job trains, CPU {_pct(cpu)}: "
-              f"{jobs} job(s) leave the GPU idle between train bursts{capped}")  # fmt: skip
-    # The fleet's overlap model: each job keeps the GPU busy for its share of the time, and the
-    # train bursts of `suggested` jobs queue for it rather than add up (4 x 25 % -> 79 %).
-    share = min(1.0, mean / 100 / jobs)
-    network = (Station("cores", 1.0 - share, host.physical_cores), Station("gpu", share, 1))
-    expected = overlap_sps(network, suggested) / 1e6 * share * 100
+              f"{jobs} job(s) leave the GPU idle between train bursts{capped}{_next_gpu(rooms, measured)}")  # fmt: skip
+    # The fleet's overlap model: each job keeps a GPU busy for its share of the time, and the
+    # train bursts of `suggested` jobs queue for the GPUs rather than add up (4 x 25 % -> 79 % on one).
+    gpus = max(1, len(rooms))
+    share = min(1.0, mean / 100 * gpus / jobs)
+    network = (Station("cores", 1.0 - share, host.physical_cores), Station("gpu", share, gpus))
+    expected = overlap_sps(network, suggested) / 1e6 * share * 100 / gpus
     return [Advice(AdviceSetting.JOBS, str(jobs), str(suggested),
                    f"train phases overlap: ~{expected:.0f} % GPU expected (the fleet's overlap model)", reason,
                    {"gpu_util_mean": mean, "gpu_util_train": burst, "cpu_percent": cpu,
                     "gpu_util_expected": expected})]  # fmt: skip
+
+
+def _next_gpu(rooms: Sequence[GpuRoom], measured: Measurements) -> str:
+    """Where placement would put one more job, on a machine of several GPUs ("" on one)."""
+    if len(rooms) <= 1:
+        return ""
+    jobs_on: dict[int, int] = {}
+    for job in measured.jobs:
+        if job.gpu is not None:
+            jobs_on[job.gpu] = jobs_on.get(job.gpu, 0) + 1
+    chosen = place(rooms, jobs_on)
+    assert chosen is not None
+    return f"; the next job goes to GPU {chosen.index}, which runs {jobs_on.get(chosen.index, 0)}"
 
 
 RSS_GROWTH_CAUSES = (
@@ -496,9 +555,14 @@ def _gpu_defaults(host: Machine, preset: Preset, jobs: int, costs: Costs | None)
         out.append(Advice(AdviceSetting.PRESET, preset.name, model.preset,
                           f"the usual work per rollout for a {model.match}", note,
                           {"gpu": host.gpu_name or ""}))  # fmt: skip
-    fit = min(model.jobs, max_jobs_for_cores(preset, host.physical_cores, costs))
+    # Each GPU takes its own row's jobs (one the table lacks, the first GPU's): jobs are counted per GPU.
+    rows = [gpu_model(g.name) or model for g in host.gpus] or [model]
+    table_jobs = sum(row.jobs for row in rows)
+    if len(rows) > 1:
+        note += f"; {len(rows)} GPUs: {' + '.join(str(row.jobs) for row in rows)} jobs"
+    fit = min(table_jobs, max_jobs_for_cores(preset, host.physical_cores, costs))
     if fit != jobs:
-        capped = "" if fit == model.jobs else f"; {host.physical_cores} physical cores fit {fit} of {model.jobs}"
+        capped = "" if fit == table_jobs else f"; {host.physical_cores} physical cores fit {fit} of {table_jobs}"
         out.append(Advice(AdviceSetting.JOBS, str(jobs), str(fit), "enough parallel jobs to keep the GPU busy",
                           note + capped, {"gpu": host.gpu_name or ""}))  # fmt: skip
     return out

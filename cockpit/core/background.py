@@ -46,9 +46,11 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
     (`spec.command_line`), not these."""
     auto = ["--auto", "--auto-window", str(auto_window_s)] if auto_window_s is not None else []
     typed = ["--typed", json.dumps(spec.command_line)]
-    tensorboard = [] if spec.tensorboard else ["--no-tensorboard"]
+    # A resumed run takes these again as given: they are not all in its run.toml.
+    session = [*([] if spec.tensorboard else ["--no-tensorboard"]),
+               *(["--gpus", ",".join(map(str, spec.gpus))] if spec.gpus is not None else [])]  # fmt: skip
     if resume:
-        return ["--resume", str(spec.run_dir), "--jobs", str(spec.jobs), *auto, *tensorboard, *typed]
+        return ["--resume", str(spec.run_dir), "--jobs", str(spec.jobs), *auto, *session, *typed]
     # fmt: off
     flags = [
         "--jobs", str(spec.jobs), "--agents", str(spec.agents), "--seed", str(spec.seed),
@@ -67,7 +69,7 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
     if spec.name is not None:
         flags += ["--name", spec.name]
     script = ["--", *spec.script] if spec.script is not None else []
-    return [*flags, *auto, *(["--pin"] if spec.pin else []), *tensorboard, *typed, *script]
+    return [*flags, *auto, *(["--pin"] if spec.pin else []), *session, *typed, *script]
 
 
 def spawn(run_args: Sequence[str], run_dir: Path, verb: str = "run") -> BackgroundRun:

@@ -13,6 +13,7 @@ from typing import Any
 
 from cockpit.contract.events import ErrorEvent, EvaluatedEvent, FinishedEvent
 from cockpit.contract.states import JobState
+from cockpit.core.placement import GpuRef
 from cockpit.core.throughput import Throughput
 
 # How a worker that exists can end up: asked to stop, crashed (back-off or failed), done, stopped,
@@ -56,6 +57,8 @@ class Job:
     state_since: float = 0.0
     handle: Any = None
     slot: int | None = None
+    # The GPU its worker runs on (`cockpit.core.placement`); kept across restarts while it is there.
+    gpu: GpuRef | None = None
     restarts: int = 0  # in this run, as the views and run.toml show them
     # Restarts since the last attempt that ran `RestartPolicy.healthy_uptime_s`: what the policy counts.
     restarts_in_a_row: int = 0

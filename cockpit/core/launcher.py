@@ -10,7 +10,8 @@ the cockpit's pid in `COCKPIT_PARENT_PID`, which makes the worker ask the kernel
 which runs job after job, so that a fleet of short jobs pays the worker's start-up (importing torch,
 SB3 and envpool: seconds) once per process rather than once per job; a process a few jobs from
 retiring gets a spare started beside it, so its successor has imported by the time it is needed.
-Its owner calls `close()`.
+A served process is bound to the GPU it was started for (CUDA is set up once per process), so
+the pool hands a job only to a process of the job's GPU. Its owner calls `close()`.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from cockpit.contract.workerargs import (
     ServeArgs,
     WorkerArgs,
     encode_request,
+    gpu_environment,
     parse_status,
 )
 
@@ -51,12 +53,15 @@ SPARE_LEAD_JOBS = 3
 
 @dataclass(frozen=True)
 class LaunchRequest:
-    """One worker to start: its arguments (which name its job dir), and the CPUs it may use. The
-    worker is cockpit's own (`WorkerArgs`) or a user's command under the guard (`ScriptArgs`)."""
+    """One worker to start: its arguments (which name its job dir), the CPUs it may use, and the
+    GPU (NVML index) it runs on, the only one it sees (`workerargs.gpu_environment`; None: no
+    placement, it sees what we see). The worker is cockpit's own (`WorkerArgs`) or a user's
+    command under the guard (`ScriptArgs`)."""
 
     job_id: str
     args: WorkerArgs | ScriptArgs
     cpus: tuple[int, ...] | None = None
+    gpu: int | None = None
 
     @property
     def job_dir(self) -> Path:
@@ -128,7 +133,7 @@ class LocalLauncher:
                 stdout=out,
                 stderr=err,
                 cwd=self.cwd,
-                env={**worker_env(), **request.args.environment()},
+                env={**worker_env(), **request.args.environment(), **gpu_environment(request.gpu)},
                 start_new_session=True,
             )
         # Affinity and priority are set from here rather than in a preexec_fn, which is unsafe in a
@@ -198,6 +203,7 @@ class _Served:
 
     proc: subprocess.Popen[bytes]
     status_fd: int  # the read end of its status pipe (non-blocking); -1 once closed
+    gpu: int | None = None  # the GPU it was started for: it serves jobs placed there only
     cpus: tuple[int, ...] | None = None  # the CPUs it was last pinned to (None: as started)
     jobs: int = 0  # handed to it so far
     job: _PooledJob | None = None  # the job it runs now
@@ -207,7 +213,8 @@ class _Served:
 
 class PooledLauncher:
     """Workers as served processes (`python -m cockpit_training.worker --serve`), each running one job
-    after another: `launch` hands the job to an idle one, or starts one if none is idle.
+    after another: `launch` hands the job to an idle one started for the job's GPU, or starts one
+    if none is idle.
 
     Each process is started as `LocalLauncher` starts a worker (its own session, `nice` steps
     nicer, the same environment, so it follows our pid's death), with its stdout and stderr in the
@@ -254,14 +261,18 @@ class PooledLauncher:
         request.job_dir.mkdir(parents=True, exist_ok=True)
         self._reap()
         served = None
-        while self._idle and served is None:
-            candidate = self._idle.pop()
+        while served is None:
+            # The most recently idle process of the job's GPU: the others keep waiting for theirs.
+            candidate = next((p for p in reversed(self._idle) if p.gpu == request.gpu), None)
+            if candidate is None:
+                break
+            self._idle.remove(candidate)
             if candidate.proc.poll() is None and self._hand(candidate, request, line):
                 served = candidate
             else:
                 self._end(candidate)
         if served is None:
-            served = self._start(JobDir(request.job_dir))
+            served = self._start(JobDir(request.job_dir), request.gpu)
             if not self._hand(served, request, line):
                 self._end(served)
                 raise OSError(f"the served worker {served.proc.pid} exited before it took the job")
@@ -269,11 +280,11 @@ class PooledLauncher:
         served.job, served.jobs = job, served.jobs + 1
         if served.jobs == max(1, self.max_jobs - SPARE_LEAD_JOBS + 1):
             with contextlib.suppress(OSError):  # no spare costs the next job a start-up, nothing more
-                self._idle.insert(0, self._start(None))  # after any process that is already warm
+                self._idle.insert(0, self._start(None, request.gpu))  # after any process already warm
         return WorkerHandle(request.job_id, served.proc.pid, request.job_dir, job)
 
-    def _start(self, logs: JobDir | None) -> _Served:
-        """A new served process with its output in `logs`' stdout and stderr logs (a first job's),
+    def _start(self, logs: JobDir | None, gpu: int | None) -> _Served:
+        """A new served process for GPU `gpu` with its output in `logs`' stdout and stderr logs (a first job's),
         or discarded (a spare's: its jobs' output goes to their own logs; one that fails to
         start is found dead when handed a job, and a fresh process takes the job instead)."""
         read, write = os.pipe()
@@ -290,7 +301,7 @@ class PooledLauncher:
                     stdout=out,
                     stderr=err,
                     cwd=self.cwd,
-                    env=worker_env(),
+                    env={**worker_env(), **gpu_environment(gpu)},
                     start_new_session=True,
                     pass_fds=(write,),
                 )
@@ -303,7 +314,7 @@ class PooledLauncher:
         if self.nice:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.setpriority(os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + self.nice)
-        served = _Served(proc, read)
+        served = _Served(proc, read, gpu=gpu)
         self._processes.append(served)
         return served
 

@@ -1,14 +1,18 @@
 """The only code that talks to NVML (NVIDIA's `nvidia-ml-py`, imported as `pynvml`).
 
 Tests pass a scripted stand-in module as `nvml`; the product always uses the real one. Every read
-that a GPU or driver may not support (power, clocks, per-process data) degrades to None instead
-of failing the tick.
+that a GPU or driver may not support (power, clocks, per-process data, the UUID) degrades to None
+(or "") instead of failing the tick.
+
+A GPU is known by its NVML index, and by its UUID, which says whether the GPU at an index is still
+the one a job was placed on. `open_gpus` gives a reader for every GPU NVML sees; each reader holds
+one reference on NVML (NVML counts `nvmlInit` calls), so each reader's `close` is its own.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, TypeVar
@@ -31,18 +35,21 @@ THROTTLE_REASONS: dict[int, str] = {
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """The sampled GPU, for the run log."""
+    """A sampled GPU, for the run log: its NVML index, name, memory and driver, and its UUID ("" when
+    the driver does not say)."""
 
     index: int
     name: str
     memory_total_bytes: int
     driver: str
+    uuid: str = ""
 
 
 @dataclass(frozen=True)
 class GpuSample:
-    """Device counters at one tick. `util_percent` is the mean of the NVML samples since the last
-    tick and `util_peak_percent` their maximum (the burst a 1 s poll would miss)."""
+    """One GPU's device counters at one tick. `util_percent` is the mean of the NVML samples since
+    the last tick (`util_samples`, as (Unix time, %)) and `util_peak_percent` their maximum (the
+    burst a 1 s poll would miss). `index` is the GPU's NVML index."""
 
     util_percent: float | None
     util_peak_percent: float | None
@@ -52,6 +59,8 @@ class GpuSample:
     temperature_c: float | None
     sm_clock_mhz: int | None
     throttle_reasons: tuple[str, ...]
+    index: int = 0
+    util_samples: tuple[tuple[float, float], ...] = ()
 
 
 def _text(value: Any) -> str:
@@ -59,17 +68,19 @@ def _text(value: Any) -> str:
 
 
 class GpuReader:
-    """Reads one GPU through an initialised NVML module."""
+    """Reads one GPU through an initialised NVML module; `close` gives back one NVML reference."""
 
     def __init__(self, nvml: Any, index: int = 0) -> None:
         self.nvml = nvml
         self.handle = nvml.nvmlDeviceGetHandleByIndex(index)
         memory = nvml.nvmlDeviceGetMemoryInfo(self.handle)
+        uuid = self._try(nvml.nvmlDeviceGetUUID, self.handle)
         self.info = GpuInfo(
             index=index,
             name=_text(nvml.nvmlDeviceGetName(self.handle)),
             memory_total_bytes=int(memory.total),
             driver=_text(nvml.nvmlSystemGetDriverVersion()),
+            uuid=_text(uuid) if uuid is not None else "",
         )
         self._last_util_us = 0
         self._last_process_us = 0
@@ -78,7 +89,7 @@ class GpuReader:
     def _try(self, fn: Callable[..., T], *args: Any) -> T | None:
         try:
             return fn(*args)
-        except self.nvml.NVMLError:
+        except (self.nvml.NVMLError, AttributeError):  # AttributeError: bindings without the call
             return None
 
     def utilization_samples(self) -> list[tuple[float, float]]:
@@ -126,6 +137,8 @@ class GpuReader:
             temperature_c=self._try(nvml.nvmlDeviceGetTemperature, h, nvml.NVML_TEMPERATURE_GPU),
             sm_clock_mhz=self._try(nvml.nvmlDeviceGetClockInfo, h, nvml.NVML_CLOCK_SM),
             throttle_reasons=tuple(name for bit, name in THROTTLE_REASONS.items() if mask & bit and bit != 0x1),
+            index=self.info.index,
+            util_samples=tuple(util),
         )
         return sample, util
 
@@ -144,7 +157,7 @@ class GpuReader:
         return result
 
     def close(self) -> None:
-        """Shut NVML down."""
+        """Give back this reader's reference on NVML (the last one shuts it down)."""
         self._try(self.nvml.nvmlShutdown)
 
 
@@ -157,25 +170,57 @@ def _import_pynvml() -> ModuleType | None:
     return module
 
 
-def open_gpu(nvml: Any = None, index: int = 0) -> tuple[GpuReader | None, str]:
-    """A reader for GPU `index` and "", or None and the reason there is no GPU telemetry."""
+def open_gpus(nvml: Any = None) -> tuple[list[GpuReader], str]:
+    """A reader for every GPU NVML sees, in index order, and ""; or no readers and the reason there
+    is no GPU telemetry. Each reader holds its own NVML reference (see the module docstring)."""
     nvml = nvml if nvml is not None else _import_pynvml()
     if nvml is None:
-        return None, "no GPU telemetry: nvidia-ml-py is not installed"
+        return [], "no GPU telemetry: nvidia-ml-py is not installed"
     try:
         nvml.nvmlInit()
     except nvml.NVMLError as exc:
         kind = type(exc).__name__
         if "LibraryNotFound" in kind:
-            return None, "no GPU telemetry: NVML library not found (no NVIDIA driver installed)"
+            return [], "no GPU telemetry: NVML library not found (no NVIDIA driver installed)"
         if "DriverNotLoaded" in kind:
-            return None, "no GPU telemetry: the NVIDIA driver is not loaded"
-        return None, f"no GPU telemetry: NVML failed to start ({exc})"
+            return [], "no GPU telemetry: the NVIDIA driver is not loaded"
+        return [], f"no GPU telemetry: NVML failed to start ({exc})"
+    readers: list[GpuReader] = []
     try:
-        if nvml.nvmlDeviceGetCount() <= index:
-            nvml.nvmlShutdown()
-            return None, "no GPU telemetry: no NVIDIA GPU found"
-        return GpuReader(nvml, index), ""
+        count = nvml.nvmlDeviceGetCount()
+        for index in range(count):
+            if index > 0:
+                nvml.nvmlInit()  # one reference per reader: the first one is the call above
+            readers.append(GpuReader(nvml, index))
     except nvml.NVMLError as exc:
+        close_gpus(readers)
+        if not readers:
+            nvml.nvmlShutdown()
+        return [], f"no GPU telemetry: {exc}"
+    if not readers:
         nvml.nvmlShutdown()
-        return None, f"no GPU telemetry: {exc}"
+        return [], "no GPU telemetry: no NVIDIA GPU found"
+    return readers, ""
+
+
+def keep_gpus(readers: Sequence[GpuReader], indices: Sequence[int] | None) -> list[GpuReader]:
+    """The readers of the GPUs in `indices` (every one when None), in index order; the others are
+    closed."""
+    kept = [r for r in readers if indices is None or r.info.index in indices]
+    close_gpus([r for r in readers if r not in kept])
+    return kept
+
+
+def close_gpus(readers: Sequence[GpuReader]) -> None:
+    """Close every reader (each gives back its NVML reference)."""
+    for reader in readers:
+        reader.close()
+
+
+def open_gpu(nvml: Any = None, index: int = 0) -> tuple[GpuReader | None, str]:
+    """A reader for GPU `index` and "", or None and the reason there is no GPU telemetry."""
+    readers, status = open_gpus(nvml)
+    kept = keep_gpus(readers, [index])
+    if readers and not kept:
+        return None, "no GPU telemetry: no NVIDIA GPU found"
+    return (kept[0] if kept else None), status

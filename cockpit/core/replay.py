@@ -69,6 +69,20 @@ def csv_rows(path: Path) -> Iterator[dict[str, str]]:
     yield from csv.DictReader(io.StringIO(text))
 
 
+def gpu_util_readings(path: Path, gpu: int) -> list[tuple[float, float]]:
+    """GPU `gpu`'s (NVML index) utilization readings in gpu_util.csv as (Unix time, %), sorted;
+    a file from before its `gpu` column holds one GPU's, taken as `gpu`'s. Rows that do not
+    parse are skipped."""
+    readings = []
+    for row in csv_rows(path):
+        try:
+            if int(row.get("gpu") or gpu) == gpu:
+                readings.append((float(row["t"]), float(row["util"])))
+        except (KeyError, TypeError, ValueError):
+            continue
+    return sorted(readings)
+
+
 def _num(row: Mapping[str, str | None], key: str) -> float | None:
     """A numeric cell, None when empty or absent; raises ValueError on a malformed one."""
     value = row.get(key)
@@ -305,6 +319,7 @@ class _JobHistory:
             rss_bytes=usage.rss_bytes if usage else None,
             gpu_mem_bytes=usage.gpu_mem_bytes if usage else None,
             peak_gpu_mem_bytes=peak,
+            gpu=self.final.gpu if self.final is not None else None,  # where it last ran: run.toml's word
             started_at=first.t if first is not None and first.t <= cut else None,
             ended_at=_ended_at(attempt, outcome, run_end) if state in TERMINAL_STATES else None,
             eta_s=job_eta(
@@ -428,12 +443,22 @@ class ReplaySource:
         config, host, gpu_table = recorded.config, recorded.host, recorded.gpu
         self._gpu: GpuInfo | None = None
         if gpu_table is not None and gpu_table.present:
+            # samples.csv's GPU columns are the first sampled GPU's: [[gpus]]'s first, where recorded.
+            first = recorded.gpus[0] if recorded.gpus else None
             self._gpu = GpuInfo(
-                index=0,
-                name=gpu_table.name or "",
-                memory_total_bytes=(gpu_table.memory_total_mib or 0) * MIB,
+                index=first.index if first is not None else 0,
+                name=first.name if first is not None else gpu_table.name or "",
+                memory_total_bytes=(first.memory_total_mib if first is not None else gpu_table.memory_total_mib or 0)
+                * MIB,
                 driver=gpu_table.driver or "",
+                uuid=first.uuid or "" if first is not None else "",
             )
+        # Every GPU the run sampled (its samples over time are the first one's only).
+        self._gpus = tuple(
+            GpuInfo(index=g.index, name=g.name, memory_total_bytes=g.memory_total_mib * MIB,
+                    driver=gpu_table.driver or "" if gpu_table is not None else "", uuid=g.uuid or "")
+            for g in recorded.gpus
+        ) if self._gpu is not None and len(recorded.gpus) > 1 else ()  # fmt: skip
         telemetry = gpu_table.telemetry if gpu_table is not None else None
         # run.toml writes "ok" for a healthy GPU, where a live RunState has "".
         self._gpu_status = "" if self._gpu is not None and telemetry == "ok" else telemetry or NO_GPU_RECORDED
@@ -491,13 +516,7 @@ class ReplaySource:
 
     def _read_samples(self, usage: Mapping[float, Mapping[str, JobUsage]]) -> tuple[list[Sample], list[float]]:
         """samples.csv (with gpu_util.csv's readings) rebuilt as Samples, and their times, sorted."""
-        util: list[tuple[float, float]] = []
-        for row in csv_rows(self._files.gpu_util):
-            try:
-                util.append((float(row["t"]), float(row["util"])))
-            except (KeyError, TypeError, ValueError):
-                continue
-        util.sort()
+        util = gpu_util_readings(self._files.gpu_util, self._gpu.index if self._gpu is not None else 0)
         util_ts = [t for t, _ in util]
         samples: list[Sample] = []
         for row in csv_rows(self._files.samples):
@@ -625,6 +644,7 @@ class ReplaySource:
             jobs=views,
             sample=sample,
             gpu=self._gpu,
+            gpus=self._gpus,
             gpu_status=self._gpu_status,
             warnings=self._warnings,
             threads_per_job=self._threads_per_job,

@@ -3,8 +3,9 @@
 `record()` turns the live run into a `RunRecord`; the contract (`cockpit.contract.runrecord`)
 renders it and writes it atomically, so a crash, a kill or a full disk leaves the previous complete
 file, never a torn one. Samples are appended to CSV files (`samples.csv` per tick,
-`job_samples.csv` per job and tick, `gpu_util.csv` for every NVML utilization sample) for plots and
-replay; a torn last line there is skipped by readers. Columns are only ever appended
+`job_samples.csv` per job and tick, `gpu_util.csv` for every NVML utilization sample of every GPU,
+with its NVML index) for plots and replay; a torn last line there is skipped by readers. The GPU
+columns of `samples.csv` are the first sampled GPU's. Columns are only ever appended
 (`samples.csv`'s last, `cpu_cores`, is each core's CPU % separated by spaces), so readers go by
 header name and older files simply lack the newer columns.
 """
@@ -24,17 +25,19 @@ from cockpit.contract.runrecord import (
     AdviceRecord,
     ConfigRecord,
     GpuRecord,
+    GpuUseRecord,
     HostRecord,
     JobRecord,
     PhaseRecord,
     RunRecord,
+    UtilizationFigures,
     UtilizationRecord,
     iso,
 )
 from cockpit.contract.runspec import RunSpec
 from cockpit.core.host import HostInfo
 from cockpit.core.memwatch import MemoryVerdict, MemWatch
-from cockpit.core.phases import Accounting, PhaseAccountant, PhaseStats
+from cockpit.core.phases import Accounting, GpuFigures, PhaseAccountant, PhaseStats
 from cockpit.core.state import RunState
 from cockpit.core.telemetry import Sample
 
@@ -66,7 +69,7 @@ class Recorder:
         SAMPLES_CSV: ["t", "gpu_util", "gpu_util_peak", "gpu_mem_used_mib", "gpu_power_w", "gpu_temp_c",
                       "gpu_sm_mhz", "cpu_percent", "ram_used_mib", "cost_ms", "cpu_cores"],
         JOB_SAMPLES_CSV: ["t", "job", "cpu_percent", "rss_mib", "gpu_mem_mib", "gpu_sm_percent"],
-        GPU_UTIL_CSV: ["t", "util"],
+        GPU_UTIL_CSV: ["t", "util", "gpu"],
     }  # fmt: skip
 
     def _writer(self, name: str) -> Any:
@@ -85,7 +88,8 @@ class Recorder:
         sample that read it (`Sample.usage_fresh`), at the time it was read: a reading carried
         over to later ticks is one measurement, not several, and it describes the time before
         it was taken, not the ticks after."""
-        self.accountant.add_util(sample.util_samples)
+        for gpu, util in sample.gpu_util().items():
+            self.accountant.add_util(util, gpu)
         fresh = sample.usage_fresh
         if fresh:
             for job, usage in sample.jobs.items():
@@ -125,8 +129,9 @@ class Recorder:
             jobs.writerow([f"{sample.t:.3f}", job, _fmt(u.cpu_percent), _fmt(u.rss_bytes / MIB),
                            _fmt(gpu_mem), _fmt(u.gpu_sm_percent)])  # fmt: skip
         util = self._writer(GPU_UTIL_CSV)
-        for t, value in sample.util_samples:
-            util.writerow([f"{t:.6f}", _fmt(value)])
+        for gpu, samples in sample.gpu_util().items():
+            for t, value in samples:
+                util.writerow([f"{t:.6f}", _fmt(value), gpu])
         for fh in self._files.values():
             fh.flush()
 
@@ -184,6 +189,7 @@ def record(
         gpu = GpuRecord(present=True, telemetry=gpu.telemetry, name=state.gpu.name,
                         memory_total_mib=state.gpu.memory_total_bytes // MIB, driver=state.gpu.driver)  # fmt: skip
     cost_s, ticks = recorder.sampler_cost()
+    uuids = {info.index: info.uuid for info in state.gpus}
     return RunRecord(
         name=spec.name,
         command=" ".join(spec.command_line),
@@ -197,6 +203,7 @@ def record(
             jobs=spec.jobs, agents=len(state.jobs), preset=spec.preset_arg, env=spec.env, timesteps=spec.timesteps,
             seed=spec.seed, max_restarts=spec.restart.max_restarts, healthy_uptime_s=spec.restart.healthy_uptime_s,
             stall_timeout_s=spec.restart.stall_timeout_s, pin=spec.pin, script=spec.script, episodes=spec.episodes,
+            gpus=spec.gpus,
         ),
         host=HostRecord(
             hostname=host.hostname, cpu_model=host.cpu_model, physical_cores=host.physical_cores,
@@ -220,20 +227,34 @@ def record(
                 target_episodes=j.target_episodes, episodes=j.episodes,
                 episodes_per_h=_round(j.episodes_per_h, 1) if j.state.stepping else None,
                 phases=_phases(accounting.jobs.get(j.id, {})),
+                gpu=j.gpu, gpu_uuid=uuids.get(j.gpu) or None if j.gpu is not None else None,
                 **_memory(recorder.memory.verdict(j.id)),
             )
             for j in state.jobs
         ),
         utilization=UtilizationRecord(
-            gpu_util_mean=_round(accounting.gpu_util_mean), gpu_util_p50=_round(accounting.gpu_util_p50),
-            gpu_util_p95=_round(accounting.gpu_util_p95), train_share=_round(accounting.train_share, 4),
-            gpu_util_while_training=_round(accounting.gpu_util_while_training),
-            gpu_util_while_not_training=_round(accounting.gpu_util_while_not_training),
+            **_figures(accounting),
             sampler_ticks=ticks, sampler_cost_ms_mean=round(cost_s / ticks * 1000, 3) if ticks else None,
+        ),
+        gpus=tuple(
+            GpuUseRecord(index=info.index, uuid=info.uuid or None, name=info.name,
+                         memory_total_mib=info.memory_total_bytes // MIB,
+                         jobs=tuple(j.id for j in state.jobs if j.gpu == info.index),
+                         utilization=UtilizationFigures(**_figures(accounting.gpus[info.index]))
+                         if info.index in accounting.gpus else None)
+            for info in state.gpus
         ),
         warnings=(*state.warnings, *[w for w in [recorder.failed] if w and w not in state.warnings]),
         advice=tuple(advice),
     )  # fmt: skip
+
+
+def _figures(figures: GpuFigures) -> dict[str, float | None]:
+    """Utilization figures as run.toml rounds them (`[utilization]` and each of `[[gpus]]`)."""
+    return {"gpu_util_mean": _round(figures.gpu_util_mean), "gpu_util_p50": _round(figures.gpu_util_p50),
+            "gpu_util_p95": _round(figures.gpu_util_p95), "train_share": _round(figures.train_share, 4),
+            "gpu_util_while_training": _round(figures.gpu_util_while_training),
+            "gpu_util_while_not_training": _round(figures.gpu_util_while_not_training)}  # fmt: skip
 
 
 def _memory(verdict: MemoryVerdict | None) -> dict[str, Any]:
@@ -249,8 +270,11 @@ def _round(value: float | None, digits: int = 2) -> float | None:
 
 
 def phase_accounting(
-    phases: Mapping[str, list[tuple[float, str | None]]], recorder: Recorder, end: float, *, final: bool = False
-) -> Accounting:
-    """Phase accounting so far. Until the run is over (`final`), samples of the last
-    `PHASE_EVENT_LAG_S` wait: the phase events that say where they belong may not be read yet."""
-    return recorder.accountant.result(phases, end, settle_until=end if final else end - PHASE_EVENT_LAG_S)
+    phases: Mapping[str, list[tuple[float, str | None]]], recorder: Recorder, end: float, *, final: bool = False,
+    placement: Mapping[str, int] | None = None,
+) -> Accounting:  # fmt: skip
+    """Phase accounting so far, each job's phases against its GPU's samples (`placement`: job ->
+    NVML index). Until the run is over (`final`), samples of the last `PHASE_EVENT_LAG_S` wait: the
+    phase events that say where they belong may not be read yet."""
+    return recorder.accountant.result(phases, end, settle_until=end if final else end - PHASE_EVENT_LAG_S,
+                                      placement=placement)  # fmt: skip

@@ -38,7 +38,7 @@ from cockpit.contract.runrecord import RunRecord, read, unix
 from cockpit.core.feed import Transition
 from cockpit.core.fleetreport import FleetSummary, fleet_summary
 from cockpit.core.fleetstore import Result
-from cockpit.core.replay import csv_rows
+from cockpit.core.replay import csv_rows, gpu_util_readings
 from cockpit.core.throughput import Throughput
 
 __all__ = ["FleetSeries", "JobSeries", "RunSeries", "Telemetry", "read_series"]
@@ -110,8 +110,9 @@ def _number(text: str | None) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _telemetry(files: RunDir) -> Telemetry:
-    """samples.csv and gpu_util.csv; rows that do not parse are skipped, as replay skips them."""
+def _telemetry(files: RunDir, gpu_index: int) -> Telemetry:
+    """samples.csv and gpu_util.csv (GPU `gpu_index`'s readings: samples.csv's GPU is the first sampled,
+    so is the plot's); rows that do not parse are skipped, as replay skips them."""
     cpu_t: list[float] = []
     cores: list[tuple[float, ...]] = []
     tick_util: list[tuple[float, float]] = []
@@ -127,14 +128,7 @@ def _telemetry(files: RunDir) -> Telemetry:
         cores.append(per_core or ((total,) if total is not None else ()))
         if util is not None:
             tick_util.append((t, util))
-    readings: list[tuple[float, float]] = []
-    for row in csv_rows(files.gpu_util):
-        try:
-            value = _number(row.get("util"))
-            if value is not None:
-                readings.append((float(row["t"]), value))
-        except (KeyError, TypeError, ValueError):
-            continue
+    readings = gpu_util_readings(files.gpu_util, gpu_index)
     # Every NVML reading where the run kept them; a file without any falls back to the ticks' means.
     gpu = sorted(readings or tick_util)
     order = sorted(range(len(cpu_t)), key=cpu_t.__getitem__)
@@ -191,7 +185,7 @@ def read_series(run_dir: Path) -> RunSeries:
     read. The jobs are run.toml's, in its order."""
     record = read(run_dir)
     files = RunDir(run_dir)
-    telemetry = _telemetry(files)
+    telemetry = _telemetry(files, record.gpus[0].index if record.gpus else 0)
     started, ended = unix(record.started_at), unix(record.ended_at) or unix(record.updated_at)
     starts = [t for t in (started, *telemetry.cpu_t[:1]) if t is not None]
     start = min(starts) if starts else 0.0

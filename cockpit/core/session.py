@@ -57,6 +57,7 @@ from cockpit.core.host import HostInfo, host_info, thread_budget
 from cockpit.core.launcher import Launcher, LocalLauncher, PooledLauncher, wait_for_previous_workers
 from cockpit.core.memwatch import MemoryVerdict
 from cockpit.core.phases import Accounting, prune
+from cockpit.core.placement import GpuRef
 from cockpit.core.rundirwatch import RunDirWatch
 from cockpit.core.runlog import Recorder, phase_accounting, record
 from cockpit.core.state import RunState
@@ -129,7 +130,12 @@ class RunSession:
             pin=self.spec.pin,
             clock=self.clock,
             preset_name=self.spec.preset.name if self.spec.preset is not None else "script",
+            gpus=self.sampler.gpu_rooms,
         )
+        if self.spec.gpus is not None and not self.sampler.gpus:
+            asked = ",".join(map(str, self.spec.gpus))
+            why = self.sampler.gpu_status or "no GPU"
+            self.supervisor.warnings.append(f"--gpus {asked}: {why}; training on the CPU")
         self.recorder = Recorder(self.spec.run_dir)
         # Each job's cockpit scalars for TensorBoard (<job dir>/tb/cockpit), unless --no-tensorboard;
         # without the package the run says once how to get them.
@@ -172,6 +178,9 @@ class RunSession:
         if recorded is not None and self.spec.script is not None:
             script_done = {job.id for job in recorded.jobs if job.status is JobState.DONE}
         for job_record in recorded.jobs if recorded is not None else ():
+            job = sup.jobs.get(job_record.id)
+            if job is not None and job_record.gpu is not None:  # back on its GPU, if that is still there
+                job.gpu = GpuRef(job_record.gpu, job_record.gpu_uuid or "")
             # What the leak watch said of it then, until a worker of this session is judged.
             verdict = MemoryVerdict.recorded(job_record.memory, job_record.memory_growth_mib_h,
                                              job_record.gpu_memory_growth_mib_h)  # fmt: skip
@@ -269,6 +278,7 @@ class RunSession:
             dict(self.sampler.peak_gpu_mem),
             all_jobs=all_jobs,
             gpu=self.sampler.gpu_info,
+            gpus=self.sampler.gpu_infos,
             gpu_status=self.sampler.gpu_status,
             advice=tuple(change.line() for change in self.auto.log) if self.auto is not None else (),
             suggestions=self._suggestions,
@@ -294,7 +304,7 @@ class RunSession:
             job_measure(job.id, sps=job.sps, phases=accounting.jobs.get(job.id, {}),
                         gpu_mem_peak_bytes=job.peak_gpu_mem_bytes, cpu_percent=job.cpu_percent, error=job.error,
                         memory_growth_mib_h=job.memory_growth_mib_h,
-                        gpu_memory_growth_mib_h=job.gpu_memory_growth_mib_h)
+                        gpu_memory_growth_mib_h=job.gpu_memory_growth_mib_h, gpu=job.gpu)
             for job in state.jobs
         )  # fmt: skip
         recent = [s.cpu_total_percent for s in self.sampler.history()[-ADVICE_CPU_SAMPLES:]]
@@ -307,7 +317,7 @@ class RunSession:
             # A script run's settings are the script's: no advice on them; but its memory is watched.
             self._suggestions = tuple(memory_advice(measured))
             return
-        machine = machine_of(self.host, self.sampler.gpu_info)
+        machine = machine_of(self.host, self.sampler.gpu_info, [r.info for r in self.sampler.gpus])
         cap = self.spec.preset.n_envs * MAX_ENVS_SCALE  # of the preset the run began with
         self._suggestions = tuple(advise(machine, self._preset, state.slots, measured, self.costs, max_envs=cap))
 
@@ -318,7 +328,8 @@ class RunSession:
         if failed is not None and failed not in self.supervisor.warnings:
             self.supervisor.warnings.append(failed)
         phases = {job.id: list(job.phases) for job in self.supervisor.jobs.values()}
-        accounting = phase_accounting(phases, self.recorder, state.now, final=final)
+        placement = {job.id: job.gpu.index for job in self.supervisor.jobs.values() if job.gpu is not None}
+        accounting = phase_accounting(phases, self.recorder, state.now, final=final, placement=placement)
         folded = self.recorder.accountant.folded_until
         if folded is not None:  # keep what is not summed up yet, and what viewers still show
             for job in self.supervisor.jobs.values():
@@ -560,4 +571,6 @@ def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
         args["episodes"], args["timesteps"] = config.episodes, None
     if recorded.name is not None:  # a resumed run keeps its name (its directory already has it)
         args["name"] = recorded.name
+    if config.gpus is not None:
+        args["gpus"] = config.gpus
     return args

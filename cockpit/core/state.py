@@ -72,6 +72,8 @@ class JobView:
     episodes: int | None = None
     ep_len_mean: float | None = None
     episodes_per_h: float | None = None
+    # The GPU its worker runs (or last ran) on, by NVML index (`cockpit.core.placement`); None: none.
+    gpu: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # a plain string is accepted
@@ -163,6 +165,19 @@ class RunState:
     name: str | None = None  # the run's name (`--name`, a fleet's plan name); None: it has none
     # Its aggregate SPS and best return over the last minutes (`cockpit.core.trend`), for the plot.
     trend: Trend = NO_TREND
+    # Every GPU sampled, in index order; `gpu` is the first (what a view of one GPU shows).
+    gpus: tuple[GpuInfo, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.gpus and self.gpu is not None:
+            object.__setattr__(self, "gpus", (self.gpu,))
+
+    def jobs_on(self, index: int) -> tuple[JobView, ...]:
+        """The jobs placed on GPU `index`; on a run of one GPU, every job (a job not placed, of a
+        run recorded before placement, ran on the only GPU there was)."""
+        if len(self.gpus) <= 1:
+            return self.jobs
+        return tuple(job for job in self.jobs if job.gpu == index)
 
     @property
     def sps(self) -> float | None:

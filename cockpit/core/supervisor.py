@@ -27,6 +27,10 @@ when the command exits 0; any other exit is a crash. Its events, if its script r
 job's target); until the first one it shows `NO_EVENTS_NOTE`, and the stall watch leaves it
 alone: a script may be silent all its life.
 
+On a machine with GPUs, each launch places the job on one (`cockpit.core.placement`: the GPU it
+ran on before while that GPU is there, else the one with the fewest jobs, then the most free
+memory); the launcher makes that the only GPU its worker sees.
+
 Commands and interrupts may come from any thread (a signal handler, the TUI); they are only
 recorded there and acted on at the next tick. A plain `--jobs 4` run is a queue of 4 jobs with 4
 slots; fleets add jobs to the same queue.
@@ -39,7 +43,7 @@ import os
 import queue
 import signal
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -78,6 +82,7 @@ from cockpit.core.host import ThreadBudget, pin_sets, thread_budget
 from cockpit.core.jobs import Job
 from cockpit.core.launcher import Launcher, LaunchRequest
 from cockpit.core.memwatch import MemoryVerdict
+from cockpit.core.placement import GpuRef, GpuRoom, place
 from cockpit.core.state import JobView, RunState, stepping_sps
 from cockpit.core.telemetry import Sample
 from cockpit.core.throughput import job_eta, run_eta
@@ -121,7 +126,8 @@ def _preset_name(preset_arg: str) -> str:
 
 class Supervisor:
     """Runs a queue of jobs through `slots` parallel workers via a `Launcher`; crashed jobs
-    restart as `restart` says (see the module docstring)."""
+    restart as `restart` says (see the module docstring). `gpus` gives the GPUs jobs may be
+    placed on as they are at the moment of a launch (none: no placement)."""
 
     def __init__(
         self,
@@ -136,8 +142,10 @@ class Supervisor:
         pin: bool = False,
         clock: Clock | None = None,
         preset_name: str = "",
+        gpus: Callable[[], Sequence[GpuRoom]] = tuple,
     ) -> None:
         self.run_dir = run_dir
+        self.gpus = gpus
         self.template = template
         self.slots = slots
         self.launcher = launcher
@@ -341,10 +349,24 @@ class Supervisor:
         taken = {j.slot for j in self.jobs.values() if j.slot is not None and j.state.holds_slot}
         return next(i for i in range(self.slots + len(taken) + 1) if i not in taken)
 
+    def _jobs_on_gpus(self, but: Job) -> dict[int, int]:
+        """NVML index -> the jobs other than `but` that hold a slot on that GPU."""
+        counts: dict[int, int] = {}
+        for job in self.jobs.values():
+            if job is not but and job.gpu is not None and job.state.holds_slot:
+                counts[job.gpu.index] = counts.get(job.gpu.index, 0) + 1
+        return counts
+
+    def _place(self, job: Job) -> None:
+        """Put `job` on its GPU for this launch (`cockpit.core.placement`); None without a GPU."""
+        room = place(self.gpus(), self._jobs_on_gpus(job), job.gpu)
+        job.gpu = GpuRef(room.index, room.uuid) if room is not None else None
+
     def _launch(self, job: Job) -> None:
         now = self.clock.time()
         if job.slot is None:
             job.slot = self._free_slot()
+        self._place(job)
         cpus = tuple(self._pins[job.slot % len(self._pins)]) if self._pins else None
         template = self.template
         args: WorkerArgs | ScriptArgs
@@ -363,7 +385,8 @@ class Supervisor:
         job.attempt_started_seen = False
         job.last_event_at, job.stalled_at, job.stall_reason = self.clock.monotonic(), None, None
         try:
-            job.handle = self.launcher.launch(LaunchRequest(job.id, args, cpus))
+            gpu = job.gpu.index if job.gpu is not None else None
+            job.handle = self.launcher.launch(LaunchRequest(job.id, args, cpus, gpu))
         except OSError as exc:
             job.error = f"could not start the worker: {exc}"
             job.change_state(JobState.STARTING, now)
@@ -606,6 +629,7 @@ class Supervisor:
                     target_episodes=job.target_episodes, episodes=job.episodes, ep_len_mean=job.ep_len_mean,
                     episodes_per_h=job.throughput.episodes_per_h(now if job.state.live else job.state_since),
                     env=job.env, preset=_preset_name(job.preset_arg) if job.preset_arg else None,
+                    gpu=job.gpu.index if job.gpu is not None else None,
                     memory=verdict.line() if verdict is not None else None,
                     memory_growth_mib_h=verdict.rss_growth_mib_h if verdict is not None else None,
                     gpu_memory_growth_mib_h=verdict.gpu_growth_mib_h if verdict is not None else None,
@@ -629,6 +653,7 @@ class Supervisor:
             jobs=tuple(views),
             sample=sample,
             gpu=extra.get("gpu"),
+            gpus=extra.get("gpus", ()),
             gpu_status=extra.get("gpu_status", ""),
             warnings=tuple(self.warnings),
             threads_per_job=self.budget.threads_per_job,

@@ -9,8 +9,8 @@ here), into a run of its own, `<job dir>/tb/cockpit/`, so its event files never 
   the job's steps when it was read, written when the steps have moved since the last one;
 - `cockpit/cpu_percent/rollout` and `cockpit/cpu_percent/train`: the job's CPU % (its process
   tree, psutil) while it was in that phase, the mean over each interval of `EVERY_S`;
-- `cockpit/gpu_util/rollout` and `cockpit/gpu_util/train`: the GPU's utilization (NVML's samples)
-  while the job was in that phase, over the same intervals. Without a GPU there are no NVML
+- `cockpit/gpu_util/rollout` and `cockpit/gpu_util/train`: the utilization (NVML's samples) of the
+  job's GPU while the job was in that phase, over the same intervals. Without a GPU there are no NVML
   samples and so no GPU scalar at all: never a zero that was not measured.
 
 Samples are attributed to phases by `cockpit.core.phases` (a `PhaseAccountant` per interval), and
@@ -182,7 +182,7 @@ class TensorBoardScalars:
         self._last: float | None = None  # `now` of the last update
         self._settled: float | None = None  # samples before this were attributed and written
         self._seen: float | None = None  # `t` of the newest sample taken in
-        self._util: list[tuple[float, float]] = []  # NVML samples not settled yet
+        self._util: list[tuple[float, float, int]] = []  # NVML samples (t, %, GPU) not settled yet
         self._cpu: list[tuple[float, str, float]] = []  # (t, job, CPU %) readings not settled yet
 
     def due(self, now: float) -> bool:
@@ -204,7 +204,8 @@ class TensorBoardScalars:
         try:
             self._take(samples)
             self._write_sps(state)
-            self._write_phases(phases, state.now if final else state.now - self.lag_s)
+            placement = {job.id: job.gpu for job in state.jobs if job.gpu is not None}
+            self._write_phases(phases, state.now if final else state.now - self.lag_s, placement)
             self._flush(final=final)
         except OSError as exc:
             self.failed = f"TensorBoard scalars not written after {iso(state.now)}: {exc.strerror or exc}"
@@ -224,7 +225,8 @@ class TensorBoardScalars:
         first = 0 if self._seen is None else bisect.bisect_right(samples, self._seen, key=lambda sample: sample.t)
         for sample in samples[first:]:
             self._seen = sample.t
-            self._util.extend(sample.util_samples)
+            for gpu, util in sample.gpu_util().items():
+                self._util.extend((t, value, gpu) for t, value in util)
             if sample.usage_fresh:  # a reading carried over to later ticks is one reading (as the recorder counts)
                 self._cpu.extend((sample.t, job, usage.cpu_percent) for job, usage in sample.jobs.items())
 
@@ -247,8 +249,9 @@ class TensorBoardScalars:
                 log.sps_steps = job.steps
                 self._write(job.id, state.now, job.steps, {SPS_TAG: job.sps})
 
-    def _write_phases(self, phases: Mapping[str, Transitions], until: float) -> None:
-        """Attribute the samples before `until` to the jobs' phases and write each job's means."""
+    def _write_phases(self, phases: Mapping[str, Transitions], until: float, placement: Mapping[str, int]) -> None:
+        """Attribute the samples before `until` to the jobs' phases, each job's against its GPU's
+        (`placement`), and write each job's means."""
         if self._settled is not None and until <= self._settled:
             return
         start, self._settled = self._settled, until
@@ -259,13 +262,14 @@ class TensorBoardScalars:
         if not util and not cpu:
             return
         interval = PhaseAccountant()
-        interval.add_util(util)
+        for t, value, gpu in util:
+            interval.add_util([(t, value)], gpu)
         for t, job_id, percent in cpu:
             interval.add_cpu(t, job_id, percent)
         # Only the transitions since the previous update, and the one in effect then: a job keeps
         # minutes of them, and attributing 5 s of samples must not go over all of them each time.
         recent = {job_id: _since(tr, start) for job_id, tr in phases.items() if job_id in self._jobs}
-        accounting = interval.result(recent, until)
+        accounting = interval.result(recent, until, placement=placement)
         for job_id, by_phase in accounting.jobs.items():
             steps = self._jobs[job_id].steps_at(until)
             if steps is None:

@@ -1,6 +1,7 @@
 """One sampler thread: GPU counters through NVML and CPU through psutil, on a drift-free 5 Hz beat.
 
-Each tick reads the GPU's device counters; GPU utilization comes from NVML's own sample buffer
+Each tick reads every sampled GPU's device counters (all the GPUs NVML sees, or those `--gpus`
+names); GPU utilization comes from NVML's own sample buffer
 (`nvmlDeviceGetSamples`) so bursts shorter than the 200 ms tick are still seen. The CPU and memory
 figures are averages and change slowly, and reading them is most of what the sampler costs, so
 they are read once a second (`USAGE_EVERY_S`), and at once when the set of jobs changes: each
@@ -11,7 +12,8 @@ each walk that finds every tree unchanged, up to every `TREE_SCAN_MAX_S`: a walk
 process table, and a worker's tree is settled once its envs have started (a served worker that
 takes its next job keeps its tree). Every sample is timestamped and records the CPU time the tick
 itself cost. With no NVML library or no driver, the GPU part is one clear "no GPU telemetry"
-status and the CPU part keeps working.
+status and the CPU part keeps working; a GPU whose read fails (a driver reset, a GPU off the bus)
+is dropped, with a status that says so, and the others go on.
 """
 
 from __future__ import annotations
@@ -19,13 +21,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import psutil
 
 from cockpit.core.clock import Clock, SystemClock
-from cockpit.core.nvml import GpuInfo, GpuReader, GpuSample
+from cockpit.core.nvml import GpuInfo, GpuReader, GpuSample, close_gpus
+from cockpit.core.placement import GpuRoom
 
 SAMPLE_HZ = 5.0
 # CPU % per core and per job, RAM, RSS and per-process GPU memory: read this often, not at every tick.
@@ -53,7 +56,9 @@ class JobUsage:
 class Sample:
     """Everything measured at one tick (`t` is Unix time).
 
-    `gpu` and `util_samples` (NVML's readings since the previous tick) are read at every tick.
+    `gpus` (each sampled GPU's counters, in index order) are read at every tick; `gpu` is the
+    first of them and `util_samples` its NVML readings since the previous tick (what a view of one
+    GPU shows). A sample made with `gpu` alone gets `gpus == (gpu,)`.
     `cpu_percent`, the RAM figures and `jobs` are the latest reading of them, taken at `usage_t`
     (once a second, see `USAGE_EVERY_S`): a tick in between carries that reading unchanged, and
     None means it was taken at `t` (samples rebuilt from files or received over the wire). Each
@@ -70,6 +75,22 @@ class Sample:
     cost_s: float
     util_samples: tuple[tuple[float, float], ...] = ()
     usage_t: float | None = None
+    gpus: tuple[GpuSample, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.gpus and self.gpu is not None:
+            object.__setattr__(self, "gpus", (self.gpu,))
+
+    def gpu_util(self) -> dict[int, tuple[tuple[float, float], ...]]:
+        """Each sampled GPU's NVML utilization readings since the previous tick, by NVML index (the
+        first GPU's are `util_samples`; with no GPU sample, they count as GPU 0's)."""
+        util = {(self.gpu.index if self.gpu is not None else 0): self.util_samples}
+        util.update((g.index, g.util_samples) for g in self.gpus[1:])
+        return util
+
+    def gpu_of(self, index: int) -> GpuSample | None:
+        """The counters of GPU `index` at this tick, if it was sampled."""
+        return next((g for g in self.gpus if g.index == index), None)
 
     @property
     def usage_fresh(self) -> bool:
@@ -105,20 +126,24 @@ class _Usage:
 class Sampler:
     """Samples at `hz` in a daemon thread; `latest()` and `history()` are safe from any thread.
 
-    `on_sample` (if given) is called in the sampler thread with each new sample.
+    It samples the GPUs `gpus` reads (in index order), or the one GPU `gpu` reads. `on_sample` (if
+    given) is called in the sampler thread with each new sample.
     """
 
     def __init__(
         self,
         *,
         gpu: GpuReader | None = None,
+        gpus: Sequence[GpuReader] = (),
         gpu_status: str = "",
         hz: float = SAMPLE_HZ,
         clock: Clock | None = None,
         history: int = 3000,
         on_sample: Callable[[Sample], None] | None = None,
     ) -> None:
-        self.gpu = gpu
+        self.gpus: list[GpuReader] = sorted([gpu] if gpu is not None else gpus, key=lambda r: r.info.index)
+        # Every GPU sampled at the start, kept when one is lost: a job placed on it must move.
+        self._infos = tuple(reader.info for reader in self.gpus)
         self.gpu_status = gpu_status
         self.period = 1.0 / hz
         self.clock = clock or SystemClock()
@@ -140,9 +165,31 @@ class Sampler:
         psutil.cpu_percent(percpu=True)  # the first call only sets the baseline
 
     @property
+    def gpu(self) -> GpuReader | None:
+        """The first sampled GPU's reader (the GPU of single-GPU views), or None."""
+        return self.gpus[0] if self.gpus else None
+
+    @property
     def gpu_info(self) -> GpuInfo | None:
-        """Name, memory and driver of the sampled GPU, or None."""
-        return self.gpu.info if self.gpu else None
+        """Name, memory and driver of the first sampled GPU, or None."""
+        return self.gpus[0].info if self.gpus else None
+
+    @property
+    def gpu_infos(self) -> tuple[GpuInfo, ...]:
+        """Every GPU this sampler started with, in index order; one lost since stays (the jobs that
+        ran on it name it), but it gets no samples and no more jobs (`gpu_rooms`)."""
+        return self._infos
+
+    def gpu_rooms(self) -> list[GpuRoom]:
+        """Each GPU sampled now with its free memory at the latest tick (before the first: all of
+        it), for placing jobs (`cockpit.core.placement`)."""
+        latest = self.latest()
+        rooms = []
+        for info in (reader.info for reader in self.gpus):
+            sample = latest.gpu_of(info.index) if latest is not None else None
+            used = sample.mem_used_bytes if sample is not None else 0
+            rooms.append(GpuRoom(info.index, info.uuid, info.memory_total_bytes, info.memory_total_bytes - used))
+        return rooms
 
     def set_jobs(self, pids: Mapping[str, int]) -> None:
         """The worker pid of each live job; the sampler follows each one's process tree."""
@@ -159,8 +206,7 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
-        if self.gpu is not None:
-            self.gpu.close()
+        close_gpus(self.gpus)
 
     def latest(self) -> Sample | None:
         """The newest sample, if any."""
@@ -179,7 +225,7 @@ class Sampler:
             try:
                 self.tick()
             except Exception as exc:  # one bad read must not silently freeze every figure
-                self._lose_gpu(exc)
+                self._lose_gpus(exc)
             next_tick += self.period
             delay = next_tick - self.clock.monotonic()
             if delay < 0:  # fell behind (suspend, overload): skip the missed beats
@@ -187,12 +233,29 @@ class Sampler:
                 continue
             self._stop.wait(delay)
 
-    def _lose_gpu(self, exc: Exception) -> None:
-        """Carry on CPU-only after a GPU read failed (driver reset, GPU fell off the bus)."""
-        if self.gpu is not None:
-            self.gpu_status = f"no GPU telemetry: lost ({type(exc).__name__}: {exc})"
-            gpu, self.gpu = self.gpu, None
-            gpu.close()
+    def _lose_gpus(self, exc: Exception, readers: Sequence[GpuReader] | None = None) -> None:
+        """Carry on without `readers` (default: every GPU) after a read of them failed (a driver
+        reset, a GPU that fell off the bus); CPU-only once none is left."""
+        lost = list(self.gpus if readers is None else readers)
+        if not lost:
+            return
+        self.gpus = [reader for reader in self.gpus if reader not in lost]
+        why = f"lost ({type(exc).__name__}: {exc})"
+        if self.gpus:
+            self.gpu_status = f"GPU {', '.join(str(r.info.index) for r in lost)} {why}"
+        else:
+            self.gpu_status = f"no GPU telemetry: {why}"
+        close_gpus(lost)
+
+    def _read_gpus(self) -> list[GpuSample]:
+        """Every sampled GPU's counters now; a GPU whose read fails is dropped (`_lose_gpus`)."""
+        samples = []
+        for reader in list(self.gpus):
+            try:
+                samples.append(reader.read()[0])
+            except Exception as exc:  # one GPU gone must not take the others' figures with it
+                self._lose_gpus(exc, [reader])
+        return samples
 
     def tick(self) -> Sample:
         """Take one sample now (the thread calls this; tests may call it directly).
@@ -204,10 +267,7 @@ class Sampler:
         t = self.clock.time()
         with self._lock:
             pids = dict(self._pids)
-        gpu_sample = None
-        util: list[tuple[float, float]] = []
-        if self.gpu is not None:
-            gpu_sample, util = self.gpu.read()
+        gpus = self._read_gpus()
         now = self.clock.monotonic()
         usage = self._usage
         # Half a tick of slack: a beat that lands a hair early must not push the read a whole tick late.
@@ -218,11 +278,12 @@ class Sampler:
             cpu_percent=usage.cpu_percent,
             ram_used_bytes=usage.ram_used_bytes,
             ram_total_bytes=usage.ram_total_bytes,
-            gpu=gpu_sample,
+            gpu=gpus[0] if gpus else None,
             jobs=usage.jobs,
             cost_s=time.thread_time() - started,
-            util_samples=tuple(util),
+            util_samples=gpus[0].util_samples if gpus else (),
             usage_t=usage.t,
+            gpus=tuple(gpus),
         )
         with self._lock:
             self._history.append(sample)
@@ -232,8 +293,13 @@ class Sampler:
 
     def _read_usage(self, pids: Mapping[str, int], t: float, now: float) -> _Usage:
         """Read every core's CPU %, RAM and each job's processes (and their GPU use) now."""
-        if self.gpu is not None:
-            self._process_gpu = self.gpu.processes()
+        self._process_gpu = {}
+        for reader in self.gpus:
+            for pid, (mem, sm) in reader.processes().items():
+                # A process on several GPUs holds memory on each: its total is theirs together.
+                known_mem, known_sm = self._process_gpu.get(pid, (None, None))
+                self._process_gpu[pid] = (mem if known_mem is None else known_mem + (mem or 0),
+                                          sm if known_sm is None else known_sm + (sm or 0.0))  # fmt: skip
         roots = set(pids.values())
         for gone in self._trees.keys() - roots:
             del self._trees[gone]

@@ -91,11 +91,17 @@ def encode_sample(sample: Sample) -> dict[str, Any]:
         "jobs": {job_id: _plain(usage) for job_id, usage in sample.jobs.items()},
         "cost_s": sample.cost_s,
         "util_samples": [list(point) for point in sample.util_samples],
+        # Every GPU's counters, the first's again: on a machine of one GPU a few numbers more a tick.
+        "gpus": [_plain(gpu) for gpu in sample.gpus] if len(sample.gpus) > 1 else [],
     }
 
 
+def _points(points: Any) -> tuple[tuple[float, float], ...]:
+    return tuple(_tuple(point) for point in _tuple(points))
+
+
 def _gpu_sample(data: Any) -> GpuSample:
-    return _build(GpuSample, data, "gpu sample", throttle_reasons=_tuple)
+    return _build(GpuSample, data, "gpu sample", throttle_reasons=_tuple, util_samples=_points)
 
 
 def _job_usages(data: Any) -> dict[str, JobUsage]:
@@ -112,7 +118,8 @@ def decode_sample(data: Any) -> Sample:
         cpu_percent=_tuple,
         gpu=_optional(_gpu_sample),
         jobs=_job_usages,
-        util_samples=lambda points: tuple(_tuple(point) for point in _tuple(points)),
+        util_samples=_points,
+        gpus=lambda gpus: tuple(_gpu_sample(gpu) for gpu in _tuple(gpus)),
     )
 
 
@@ -128,6 +135,7 @@ def encode_state(state: RunState) -> dict[str, Any]:
         jobs=[_plain(job) for job in state.jobs],
         sample=encode_sample(state.sample) if state.sample is not None else None,
         gpu=_plain(state.gpu) if state.gpu is not None else None,
+        gpus=[_plain(gpu) for gpu in state.gpus],
         warnings=list(state.warnings),
         advice=list(state.advice),
         suggestions=[_plain(item) for item in state.suggestions],
@@ -166,6 +174,7 @@ def decode_state(data: Any) -> RunState:
         jobs=lambda jobs: tuple(_build(JobView, job, "job", state=JobState) for job in _tuple(jobs)),
         sample=_optional(decode_sample),
         gpu=_optional(lambda gpu: _build(GpuInfo, gpu, "gpu")),
+        gpus=lambda gpus: tuple(_build(GpuInfo, gpu, "gpu") for gpu in _tuple(gpus)),
         warnings=_tuple,
         advice=_tuple,
         suggestions=lambda items: tuple(_build(Advice, item, "suggestion") for item in _tuple(items)),

@@ -34,10 +34,28 @@ def _stamp(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
+def _gpus_part(state: RunState) -> str:
+    """Several GPUs, each by its index: utilization and memory now, and how many jobs it runs."""
+    parts = []
+    for info in state.gpus:
+        g = state.sample.gpu_of(info.index) if state.sample is not None else None
+        jobs = sum(1 for job in state.jobs_on(info.index) if job.state.live)
+        figures = (
+            "no sample"
+            if g is None
+            else (f"{num(g.util_percent)}% {g.mem_used_bytes / MIB:,.0f}/{g.mem_total_bytes / MIB:,.0f} MiB")
+        )
+        parts.append(f"GPU{info.index} {figures} {jobs} job{'s' if jobs != 1 else ''}")
+    return "  ".join(parts)
+
+
 def system_line(state: RunState) -> str:
-    """One line: GPU utilization, memory, power, temperature (or why there is no GPU) and CPU."""
+    """One line: GPU utilization, memory, power, temperature (or why there is no GPU) and CPU; on a
+    machine of several GPUs, each one's utilization, memory and jobs."""
     s = state.sample
-    if state.gpu is None:
+    if len(state.gpus) > 1:
+        gpu = _gpus_part(state)
+    elif state.gpu is None:
         gpu = state.gpu_status or "no GPU telemetry"
     elif s is None or s.gpu is None:
         gpu = f"GPU {state.gpu.name}: waiting for the first sample"

@@ -1,5 +1,9 @@
 """The GPU panel: utilization and memory over the last minute, and one phase lane per job below
-them on the same time axis, so a training burst lines up with the job that caused it."""
+them on the same time axis, so a training burst lines up with the job that caused it.
+
+On a machine of several GPUs it has a section per GPU: its name, utilization and memory now, one
+row of each over the minute, and the lanes of the jobs placed on it, so a GPU's bursts line up with
+its own jobs. One GPU looks as it always did."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from rich.style import Style
 from rich.text import Text
 
 from cockpit.core.feed import WINDOW_S, Frame
+from cockpit.core.nvml import GpuInfo, GpuSample
 from cockpit.core.state import JobView
 from cockpit.views.tui.lines import FramePanel
 from cockpit.views.tui.timeaxis import LaneCells, bar_rows, bucket_max
@@ -16,13 +21,16 @@ from cockpit.views.units import GIB, num
 
 LABEL_W = 5
 UTIL_ROWS = 3
+GPU_ROWS = 3  # a section of a machine of several GPUs: its head line, one util row and one mem row
 SETTLE_S = 2.0  # phase events reach a viewer within a poll or two; older buckets no longer change
 PHASE_CHARS = {"rollout": "░", "train": "█"}
 
 
-def lane_jobs(frame: Frame) -> list[JobView]:
-    """The jobs that get a lane: those running now, and those that ran within the window."""
-    return [job for job in frame.state.jobs
+def lane_jobs(frame: Frame, gpu: int | None = None) -> list[JobView]:
+    """The jobs that get a lane: those running now, and those that ran within the window (with
+    `gpu`, of those on that GPU)."""
+    jobs = frame.state.jobs if gpu is None else frame.state.jobs_on(gpu)
+    return [job for job in jobs
             if job.state.live or any(phase for _, phase in frame.phases.get(job.id, ()))]  # fmt: skip
 
 
@@ -33,8 +41,29 @@ def label_width(frame: Frame) -> int:
 
 def rows_needed(frame: Frame) -> int:
     """Content rows to show every lane."""
+    gpus = frame.state.gpus
+    if len(gpus) > 1:  # each GPU's section, then the time axis
+        return 1 + sum(GPU_ROWS + max(1, len(lane_jobs(frame, gpu.index))) for gpu in gpus)
     fixed = 2 + (UTIL_ROWS + 1 if frame.state.gpu is not None else 1)
     return fixed + max(1, len(lane_jobs(frame)))
+
+
+def gpu_series(frame: Frame, index: int) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """GPU `index`'s utilization (every NVML reading, else each tick's mean) and memory in use
+    over the frame's samples, as (Unix time, value), sorted."""
+    util_points: list[tuple[float, float]] = []
+    mem_points: list[tuple[float, float]] = []
+    for s in frame.samples:
+        g = s.gpu_of(index)
+        readings = s.gpu_util().get(index, ())
+        if readings:
+            util_points.extend(readings)
+        elif g is not None and g.util_percent is not None:
+            util_points.append((s.t, g.util_percent))
+        if g is not None:
+            mem_points.append((s.t, g.mem_used_bytes))
+    util_points.sort()
+    return util_points, mem_points
 
 
 class GpuPanel(FramePanel):
@@ -65,41 +94,17 @@ class GpuPanel(FramePanel):
         lines: list[Text] = []
         sample = state.sample
         gpu = sample.gpu if sample is not None else None
-        if state.gpu is None:
+        if len(state.gpus) > 1:
+            lines = self._sections(frame, left, right, width, label_w)
+        elif state.gpu is None:
             lines.append(Text("No GPU: CPU training", style=self._style("gpu--title")))
             lines.append(Text(state.gpu_status or "no GPU telemetry", style=label))
         else:
-            parts: list[str] = []
-            if gpu is not None:
-                mem = f"{gpu.mem_used_bytes / GIB:.1f}/{gpu.mem_total_bytes / GIB:.1f} GiB"
-                parts = [f"{num(gpu.util_percent)}%", mem, f"{num(gpu.power_w)} W", f"{num(gpu.temperature_c)} °C"]
-            name = state.gpu.name.removeprefix("NVIDIA ").removeprefix("GeForce ")
-            # A narrow panel (beside the trend panel at 100 columns) keeps the GPU's name whole and
-            # drops temperature, then power; utilization and memory always stay.
-            while len(parts) > 2 and len(name) + sum(2 + len(part) for part in parts) > self.size.width:
-                parts.pop()
-            figures = "".join(f"  {part}" for part in parts)
-            room = self.size.width - len(figures)
-            head = Text(name[: max(0, room)], style=self._style("gpu--title")).append(figures)
-            head.truncate(self.size.width, overflow="ellipsis")
-            lines.append(head)
-            util_points: list[tuple[float, float]] = []
-            mem_points: list[tuple[float, float]] = []
-            for s in frame.samples:
-                if s.util_samples:
-                    util_points.extend(s.util_samples)
-                elif s.gpu is not None and s.gpu.util_percent is not None:
-                    util_points.append((s.t, s.gpu.util_percent))
-                if s.gpu is not None:
-                    mem_points.append((s.t, s.gpu.mem_used_bytes))
-            util_points.sort()
-            for i, row in enumerate(bar_rows(bucket_max(util_points, left, right, width), UTIL_ROWS, 100.0)):
-                line = Text(f"{'util' if i == 0 else '':<{label_w}}", style=label)
-                lines.append(line.append(row, style=self._style("gpu--util")))
-            mem_total = float(state.gpu.memory_total_bytes)
-            mem_row = bar_rows(bucket_max(mem_points, left, right, width), 1, mem_total)[0]
-            lines.append(Text(f"{'mem':<{label_w}}", style=label).append(mem_row, style=self._style("gpu--mem")))
-        lines.extend(self._lanes(frame, left, right, width, self.size.height - len(lines) - 1, label_w))
+            lines.append(self._head(state.gpu, gpu))
+            lines.extend(self._bars(frame, state.gpu, left, right, width, label_w, UTIL_ROWS))
+        if len(state.gpus) <= 1:
+            rows = self.size.height - len(lines) - 1
+            lines.extend(self._lanes(frame, lane_jobs(frame), left, right, width, rows, label_w))
         axis = Text(f"{'':{label_w}}-{WINDOW_S:.0f}s", style=label)
         axis.append("  lanes: ", style=label).append("░ rollout", style=self._style("lane--rollout"))
         axis.append(" ").append("█ train", style=self._style("lane--train"))
@@ -112,11 +117,70 @@ class GpuPanel(FramePanel):
             line.truncate(width, overflow="ellipsis")
         return lines
 
-    def _lanes(self, frame: Frame, left: float, right: float, width: int, rows: int, label_w: int) -> list[Text]:
-        """One lane per live job, as many as fit; the rest are counted."""
-        live = lane_jobs(frame)
+    def _head(self, info: GpuInfo, gpu: GpuSample | None, index: str = "") -> Text:
+        """A GPU's name and its figures now; a narrow panel (beside the trend panel at 100
+        columns) keeps the name whole and drops temperature, then power: utilization and memory
+        always stay. `index` ("0 ") leads it on a machine of several GPUs."""
+        parts: list[str] = []
+        if gpu is not None:
+            mem = f"{gpu.mem_used_bytes / GIB:.1f}/{gpu.mem_total_bytes / GIB:.1f} GiB"
+            parts = [f"{num(gpu.util_percent)}%", mem, f"{num(gpu.power_w)} W", f"{num(gpu.temperature_c)} °C"]
+        name = index + info.name.removeprefix("NVIDIA ").removeprefix("GeForce ")
+        while len(parts) > 2 and len(name) + sum(2 + len(part) for part in parts) > self.size.width:
+            parts.pop()
+        figures = "".join(f"  {part}" for part in parts)
+        room = self.size.width - len(figures)
+        head = Text(name[: max(0, room)], style=self._style("gpu--title")).append(figures)
+        head.truncate(self.size.width, overflow="ellipsis")
+        return head
+
+    def _bars(
+        self, frame: Frame, info: GpuInfo, left: float, right: float, width: int, label_w: int, util_rows: int
+    ) -> list[Text]:
+        """A GPU's utilization (`util_rows` rows) and memory (one row) over the window."""
+        label = self._style("gpu--label")
+        util_points, mem_points = gpu_series(frame, info.index)
+        lines = []
+        for i, row in enumerate(bar_rows(bucket_max(util_points, left, right, width), util_rows, 100.0)):
+            line = Text(f"{'util' if i == 0 else '':<{label_w}}", style=label)
+            lines.append(line.append(row, style=self._style("gpu--util")))
+        mem_row = bar_rows(bucket_max(mem_points, left, right, width), 1, float(info.memory_total_bytes))[0]
+        lines.append(Text(f"{'mem':<{label_w}}", style=label).append(mem_row, style=self._style("gpu--mem")))
+        return lines
+
+    def _sections(self, frame: Frame, left: float, right: float, width: int, label_w: int) -> list[Text]:
+        """A section per GPU: its head, a util and a mem row, and the lanes of its jobs; the rows
+        left for lanes go a row at a time to the GPUs whose jobs still lack one."""
+        state = frame.state
+        sample = state.sample
+        lanes = [lane_jobs(frame, gpu.index) for gpu in state.gpus]
+        self._keep_cells([job for jobs in lanes for job in jobs])
+        rows = [1] * len(lanes)
+        spare = self.size.height - 1 - (GPU_ROWS + 1) * len(lanes)
+        while spare > 0 and any(len(jobs) > n for jobs, n in zip(lanes, rows, strict=True)):
+            for i, jobs in enumerate(lanes):
+                if spare > 0 and len(jobs) > rows[i]:
+                    rows[i] += 1
+                    spare -= 1
+        lines: list[Text] = []
+        for info, jobs, n in zip(state.gpus, lanes, rows, strict=True):
+            lines.append(self._head(info, sample.gpu_of(info.index) if sample is not None else None, f"{info.index} "))
+            lines.extend(self._bars(frame, info, left, right, width, label_w, 1))
+            lines.extend(self._lanes(frame, jobs, left, right, width, n, label_w, keep=False))
+        return lines
+
+    def _keep_cells(self, jobs: list[JobView]) -> None:
         # Only the jobs with a lane keep their cells: a fleet's agents come and go by the hundred.
-        self._lane_cells = {job.id: self._lane_cells[job.id] for job in live if job.id in self._lane_cells}
+        self._lane_cells = {job.id: self._lane_cells[job.id] for job in jobs if job.id in self._lane_cells}
+
+    def _lanes(
+        self, frame: Frame, live: list[JobView], left: float, right: float, width: int, rows: int, label_w: int,
+        *, keep: bool = True,
+    ) -> list[Text]:  # fmt: skip
+        """One lane for each job of `live`, as many as fit; the rest are counted. `keep`: these
+        are every lane, and the cells of jobs without one are dropped."""
+        if keep:
+            self._keep_cells(live)
         if rows <= 0:
             return []
         shown = live if len(live) <= rows else live[: rows - 1]
