@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cockpit.contract.commands import AddJob, AdviceSetting, ApplyAdvice, Command, RestartJob, SetPreset, SetSlots
-from cockpit.contract.events import EVENTS_FILE, FinishedEvent, of_kind, read_events
+from cockpit.contract.events import FinishedEvent, of_kind
 from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import largest_divisor_at_most, to_toml
 from cockpit.contract.rundir import RunDir
@@ -169,8 +169,7 @@ class RunSession:
             if verdict is not None:
                 self.recorder.memory.restore(job_record.id, verdict)
         for job in sup.jobs.values():
-            events = read_events(job.job_dir / EVENTS_FILE)
-            sup.restore(job, events)
+            events = sup.restore(job)
             done = [e for e in of_kind(events, FinishedEvent) if e.status == "done"]
             # A worker reports `done` for an episode target only once it is reached (`target` is 0 then).
             if job.id in script_done or (self.spec.script is None and done and done[-1].steps >= job.target):
