@@ -25,7 +25,7 @@ from cockpit.contract.fleetplan import FleetPlan, PlanError, load_plan, parse_pl
 from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import stamped
 from cockpit.contract.runrecord import RunRecord
-from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, checked_name
+from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, checked_name, on_cluster
 from cockpit.core.fleet import Projection, Speed, Stage, episode_steps_from_record, project, speed_from_record, speed_of
 from cockpit.core.sizing import costs_for, this_machine
 
@@ -96,13 +96,14 @@ def _spec(args: argparse.Namespace, plan: FleetPlan) -> RunSpec:
     if args.resume is not None:
         name = _recorded_name(args.resume) or plan.name
     run_dir = args.resume or args.run_dir or stamped(args.name if args.name is not None else f"fleet-{plan.name}")
-    return build_spec(
+    spec = build_spec(
         jobs=args.jobs or plan.jobs, agents=len(plan.agents), preset=first.preset_name, env=first.env,
         timesteps=plan.tiers[-1].timesteps, episodes=plan.tiers[-1].episodes, seed=0, run_dir=run_dir,
         max_restarts=args.max_restarts, pin=False,
         command_line=("cockpit", *(sys.argv[1:] if args.argv is None else args.argv)),
         resuming=args.resume is not None, name=name, tensorboard=not args.no_tensorboard,
     )  # fmt: skip
+    return on_cluster(spec, args.ray, args.storage, run_dir_given=args.resume is not None or args.run_dir is not None)
 
 
 def _recorded_name(run_dir: Path) -> str | None:
@@ -119,7 +120,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     from cockpit.core.fleetrun import FleetRun
     from cockpit.core.launcher import PooledLauncher
     from cockpit.core.nvml import open_gpu
-    from cockpit.core.session import RunSession, run_to_exit
+    from cockpit.core.session import RunSession, open_launcher, run_to_exit
     from cockpit.core.supervisor import Supervisor
     from cockpit.core.telemetry import Sampler
 
@@ -139,8 +140,14 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
 
     gpu, gpu_status = open_gpu()
     # Served workers run agent after agent: a fleet's many short tiers pay the worker's start-up
-    # (torch, SB3, envpool imports) once per process instead of once per agent and tier.
-    with PooledLauncher() as launcher:
+    # (torch, SB3, envpool imports) once per process instead of once per agent and tier. On Ray
+    # (--ray) each agent's attempt is an actor of its own.
+    try:
+        opened = open_launcher(spec, PooledLauncher)
+    except ConfigError as exc:
+        print(f"cockpit fleet: error: {exc}", file=sys.stderr)
+        return 2
+    with opened as launcher:
         session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), launcher=launcher,
                              resume=args.resume is not None, fleet_factory=fleet)  # fmt: skip
         return run_to_exit(session, front.headless(), "cockpit fleet")
@@ -148,7 +155,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
 
 def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds) -> int:
     """Start the fleet as `cockpit fleet --headless` in its own session and open the cockpit on it."""
-    from cockpit.core.background import spawn, watch_to_exit
+    from cockpit.core.background import cluster_argv, spawn, watch_to_exit
 
     flags = ["--jobs", str(spec.jobs), "--max-restarts", str(spec.restart.max_restarts)]
     if not spec.tensorboard:
@@ -156,6 +163,7 @@ def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds
     if args.rate is not None:
         flags += ["--rate", repr(args.rate)]
     where = [str(args.plan), "--run-dir", str(spec.run_dir)] if args.resume is None else ["--resume", str(spec.run_dir)]
+    flags += cluster_argv(spec)
     if args.resume is None and args.name is not None:
         where += ["--name", args.name]
     run = spawn([*where, *flags], spec.run_dir, verb="fleet")

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from cockpit.commands.console import interactive
 from cockpit.commands.frontends import FrontEnds
-from cockpit.contract.runspec import ConfigError, RunSpec, build_spec
+from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, on_cluster
 from cockpit.core.nvml import GpuReader
 
 if TYPE_CHECKING:
@@ -43,7 +43,12 @@ def _typed(args: argparse.Namespace) -> tuple[str, ...] | None:
 
 
 def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[str, ...]) -> RunSpec:
-    """The validated run the flags ask for; ConfigError (one line) on bad input."""
+    """The validated run the flags ask for, on Ray with `--ray`; ConfigError (one line) on bad input."""
+    spec = _local_spec(args, gpu, command_line)
+    return on_cluster(spec, args.ray, args.storage, run_dir_given=args.run_dir is not None or args.resume is not None)
+
+
+def _local_spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[str, ...]) -> RunSpec:
     from cockpit.contract.runrecord import RunRecordError, read
     from cockpit.core.session import resume_spec_args
 
@@ -87,8 +92,9 @@ def _spec(args: argparse.Namespace, gpu: GpuReader | None, command_line: tuple[s
 def main(args: argparse.Namespace, front: FrontEnds) -> int:
     """Carry out `cockpit run` as parsed; returns the exit code (0 done, 1 failed, 2 bad input,
     3 run directory lost, 128 + the signal when interrupted)."""
+    from cockpit.core.launcher import LocalLauncher
     from cockpit.core.nvml import open_gpu
-    from cockpit.core.session import RunSession, run_to_exit
+    from cockpit.core.session import RunSession, open_launcher, run_to_exit
     from cockpit.core.telemetry import Sampler
 
     command_line = _typed(args)
@@ -109,9 +115,15 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
             gpu.close()
         return _run_in_background(spec, args, front)
     auto = _auto_tuner(spec, gpu, args.auto_window) if args.auto else None
-    session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), resume=args.resume is not None, auto=auto,
-                         costs=_cached_costs(spec, gpu))  # fmt: skip
-    return run_to_exit(session, front.headless(), "cockpit run")
+    try:
+        opened = open_launcher(spec, LocalLauncher)
+    except ConfigError as exc:
+        print(f"cockpit run: error: {exc}", file=sys.stderr)
+        return 2
+    with opened as launcher:
+        session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), launcher=launcher,
+                             resume=args.resume is not None, auto=auto, costs=_cached_costs(spec, gpu))  # fmt: skip
+        return run_to_exit(session, front.headless(), "cockpit run")
 
 
 def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:

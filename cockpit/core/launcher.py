@@ -28,12 +28,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import psutil
 
 from cockpit.contract.envids import WORKDIR_ENV
 from cockpit.contract.events import Event, EventReader
+from cockpit.contract.remote import NodeSample
 from cockpit.contract.rundir import JOB_LOCK, JOBS, JobDir
 from cockpit.contract.scriptargs import ScriptArgs
 from cockpit.contract.workerargs import (
@@ -47,6 +48,7 @@ from cockpit.contract.workerargs import (
     encode_request,
     parse_status,
 )
+from cockpit.core.telemetry import JobUsage
 
 # A retiring process's spare starts this many jobs before the end (its last job included): a
 # fleet's short jobs took 5-10 s, and a spare started with the last one, importing at nice 10
@@ -77,6 +79,7 @@ class WorkerHandle:
     pid: int
     job_dir: Path
     process: object = field(repr=False, default=None)
+    node: str | None = None  # the IP of the node it runs on, for a launcher that runs jobs elsewhere
 
 
 class EventSource(Protocol):
@@ -136,6 +139,16 @@ class LocalJobFiles:
     def stderr_tail(self, handle: WorkerHandle, lines: int = 5) -> str:
         """The last `lines` non-empty lines of the job's stderr log."""
         return log_tail(JobDir(handle.job_dir).stderr_log, lines)
+
+
+@runtime_checkable
+class RemoteJobs(Protocol):
+    """A launcher whose workers run on other machines, where the local sampler cannot see them:
+    it reports their usage itself, with each node's."""
+
+    def usage(self) -> tuple[dict[str, JobUsage], tuple[NodeSample, ...]]:
+        """Each live job's worker tree by job id, and every node's latest sample (`Sampler.remote`)."""
+        ...
 
 
 # Workers run this much nicer than the cockpit. They saturate every core by design; at equal

@@ -22,6 +22,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -53,7 +54,7 @@ from cockpit.core.control import ControlError, ControlServer
 from cockpit.core.feed import WINDOW_S, Transition, phases_since
 from cockpit.core.fleetrun import FleetFactory, FleetRun
 from cockpit.core.host import HostInfo, host_info, thread_budget
-from cockpit.core.launcher import Launcher, LocalLauncher, PooledLauncher, wait_for_previous_workers
+from cockpit.core.launcher import Launcher, LocalLauncher, PooledLauncher, RemoteJobs, wait_for_previous_workers
 from cockpit.core.memwatch import MemoryVerdict
 from cockpit.core.phases import Accounting, prune
 from cockpit.core.rundirwatch import RunDirWatch
@@ -137,6 +138,10 @@ class RunSession:
         self._suggestions: tuple[Advice, ...] = ()
         self._applied: list[AdviceRecord] = []
         self.sampler.on_sample = self.recorder
+        # Jobs on other machines have no local pid to follow: their launcher reports them, and their nodes.
+        self._remote = isinstance(self.launcher, RemoteJobs)
+        if isinstance(self.launcher, RemoteJobs):
+            self.sampler.remote = self.launcher.usage
         self.log_failure: str | None = None
         self._latest: RunState | None = None  # written by the loop, read by control threads
         self._watch: RunDirWatch | None = None  # from the start of `run()`
@@ -408,7 +413,7 @@ class RunSession:
                 self._abandon(gone)
                 return
             self.supervisor.tick()
-            self.sampler.set_jobs(self.supervisor.live_pids())
+            self.sampler.set_jobs({} if self._remote else self.supervisor.live_pids())
             state = self._latest = self.snapshot()
             if self.auto is not None:
                 for command in self.auto.tick(state):
@@ -483,6 +488,18 @@ def exit_code(state: RunState, interrupt_signal: int = signal.SIGINT) -> int:
     if state.status is RunStatus.INTERRUPTED:
         return 128 + int(interrupt_signal)
     return EXIT_CODES.get(state.status, 1)
+
+
+def open_launcher(spec: RunSpec, local: Callable[[], Launcher]) -> AbstractContextManager[Launcher]:
+    """The launcher a run's jobs go through, to use in a `with`: `local()` (this machine's), or a
+    `RayLauncher` on `spec.cluster`, which joins or starts the cluster now and leaves it at the
+    end; ConfigError (one line) when the cluster cannot run the run."""
+    if spec.cluster is None:
+        launcher = local()
+        return launcher if isinstance(launcher, AbstractContextManager) else nullcontext(launcher)
+    from cockpit.core.raylauncher import RayLauncher
+
+    return RayLauncher(spec.cluster.address, storage=spec.cluster.storage, slots=spec.slots)
 
 
 def run_to_exit(session: RunSession, view: View, who: str) -> int:

@@ -72,6 +72,9 @@ class JobView:
     episodes: int | None = None
     ep_len_mean: float | None = None
     episodes_per_h: float | None = None
+    # The IP of the cluster node its worker runs on (`--ray`; None for a job of this machine): the
+    # views group the jobs' CPU under their nodes.
+    node: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # a plain string is accepted

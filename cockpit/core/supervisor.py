@@ -609,6 +609,7 @@ class Supervisor:
                     memory=verdict.line() if verdict is not None else None,
                     memory_growth_mib_h=verdict.rss_growth_mib_h if verdict is not None else None,
                     gpu_memory_growth_mib_h=verdict.gpu_growth_mib_h if verdict is not None else None,
+                    node=job.handle.node if job.handle is not None else None,
                 )
             )
         # fmt: on

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from cockpit.contract.remote import NodeSample
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.nvml import GpuInfo, GpuReader, GpuSample
 
@@ -58,7 +59,9 @@ class Sample:
     (once a second, see `USAGE_EVERY_S`): a tick in between carries that reading unchanged, and
     None means it was taken at `t` (samples rebuilt from files or received over the wire). Each
     CPU % is the mean over the interval between that reading and the one before it. `cost_s` is
-    the CPU time the sampler thread spent on this tick (not counting `on_sample`).
+    the CPU time the sampler thread spent on this tick (not counting `on_sample`). `nodes` are the
+    cluster's nodes as their samplers last read them, when the jobs run on Ray (else empty; the
+    figures above are then this machine's, the cockpit's own).
     """
 
     t: float
@@ -70,6 +73,7 @@ class Sample:
     cost_s: float
     util_samples: tuple[tuple[float, float], ...] = ()
     usage_t: float | None = None
+    nodes: tuple[NodeSample, ...] = ()
 
     @property
     def usage_fresh(self) -> bool:
@@ -100,12 +104,19 @@ class _Usage:
     ram_used_bytes: int
     ram_total_bytes: int
     jobs: Mapping[str, JobUsage]
+    nodes: tuple[NodeSample, ...] = ()
+
+
+# What a launcher whose workers run elsewhere reports (`RayLauncher.usage`): each of its live jobs'
+# worker tree by job id, and each node's latest sample.
+RemoteUsage = Callable[[], tuple[Mapping[str, JobUsage], tuple[NodeSample, ...]]]
 
 
 class Sampler:
     """Samples at `hz` in a daemon thread; `latest()` and `history()` are safe from any thread.
 
-    `on_sample` (if given) is called in the sampler thread with each new sample.
+    `on_sample` (if given) is called in the sampler thread with each new sample. `remote` (if
+    given) is read with the CPU figures: its jobs join the local ones, its nodes are `Sample.nodes`.
     """
 
     def __init__(
@@ -117,12 +128,14 @@ class Sampler:
         clock: Clock | None = None,
         history: int = 3000,
         on_sample: Callable[[Sample], None] | None = None,
+        remote: RemoteUsage | None = None,
     ) -> None:
         self.gpu = gpu
         self.gpu_status = gpu_status
         self.period = 1.0 / hz
         self.clock = clock or SystemClock()
         self.on_sample = on_sample
+        self.remote = remote
         self._lock = threading.Lock()
         self._history: deque[Sample] = deque(maxlen=history)
         self._pids: dict[str, int] = {}
@@ -223,6 +236,7 @@ class Sampler:
             cost_s=time.thread_time() - started,
             util_samples=tuple(util),
             usage_t=usage.t,
+            nodes=usage.nodes,
         )
         with self._lock:
             self._history.append(sample)
@@ -245,8 +259,13 @@ class Sampler:
             self._tree_scan_every = TREE_SCAN_S if changed else min(TREE_SCAN_MAX_S, 2 * self._tree_scan_every)
             self._walked, self._next_tree_scan = roots, now + self._tree_scan_every
         jobs = {job_id: self._job_usage(pid) for job_id, pid in pids.items()}
+        nodes: tuple[NodeSample, ...] = ()
+        if self.remote is not None:
+            remote_jobs, nodes = self.remote()
+            jobs.update(remote_jobs)
         vm = psutil.virtual_memory()
-        usage = self._usage = _Usage(t, tuple(psutil.cpu_percent(percpu=True)), vm.total - vm.available, vm.total, jobs)
+        cpu = tuple(psutil.cpu_percent(percpu=True))
+        usage = self._usage = _Usage(t, cpu, vm.total - vm.available, vm.total, jobs, nodes)
         self._usage_pids, self._next_usage = dict(pids), now + USAGE_EVERY_S
         with self._lock:
             for job_id, job_usage in jobs.items():

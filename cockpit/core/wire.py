@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import MISSING, fields, is_dataclass
 from typing import Any, TypeVar
 
+from cockpit.contract.remote import NodeSample
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.advisor import Advice
 from cockpit.core.nvml import GpuInfo, GpuSample
@@ -91,6 +92,7 @@ def encode_sample(sample: Sample) -> dict[str, Any]:
         "jobs": {job_id: _plain(usage) for job_id, usage in sample.jobs.items()},
         "cost_s": sample.cost_s,
         "util_samples": [list(point) for point in sample.util_samples],
+        "nodes": [_plain(node) for node in sample.nodes],
     }
 
 
@@ -113,6 +115,9 @@ def decode_sample(data: Any) -> Sample:
         gpu=_optional(_gpu_sample),
         jobs=_job_usages,
         util_samples=lambda points: tuple(_tuple(point) for point in _tuple(points)),
+        nodes=lambda nodes: tuple(
+            _build(NodeSample, node, "node sample", cpu_percent=_tuple) for node in _tuple(nodes)
+        ),
     )
 
 
