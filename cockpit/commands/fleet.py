@@ -120,7 +120,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     from cockpit.core.fleetrun import FleetRun
     from cockpit.core.launcher import PooledLauncher
     from cockpit.core.nvml import open_gpu
-    from cockpit.core.session import RunSession, open_launcher, run_to_exit
+    from cockpit.core.session import RunSession, run_on_launcher
     from cockpit.core.supervisor import Supervisor
     from cockpit.core.telemetry import Sampler
 
@@ -142,15 +142,12 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     # Served workers run agent after agent: a fleet's many short tiers pay the worker's start-up
     # (torch, SB3, envpool imports) once per process instead of once per agent and tier. On Ray
     # (--ray) each agent's attempt is an actor of its own.
-    try:
-        opened = open_launcher(spec, PooledLauncher)
-    except ConfigError as exc:
-        print(f"cockpit fleet: error: {exc}", file=sys.stderr)
-        return 2
-    with opened as launcher:
-        session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), launcher=launcher,
-                             resume=args.resume is not None, fleet_factory=fleet)  # fmt: skip
-        return run_to_exit(session, front.headless(), "cockpit fleet")
+    return run_on_launcher(
+        spec, PooledLauncher,
+        lambda launcher: RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), launcher=launcher,
+                                    resume=args.resume is not None, fleet_factory=fleet),
+        front.headless(), "cockpit fleet",
+    )  # fmt: skip
 
 
 def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds) -> int:

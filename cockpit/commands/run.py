@@ -94,7 +94,7 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     3 run directory lost, 128 + the signal when interrupted)."""
     from cockpit.core.launcher import LocalLauncher
     from cockpit.core.nvml import open_gpu
-    from cockpit.core.session import RunSession, open_launcher, run_to_exit
+    from cockpit.core.session import RunSession, run_on_launcher
     from cockpit.core.telemetry import Sampler
 
     command_line = _typed(args)
@@ -115,15 +115,12 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
             gpu.close()
         return _run_in_background(spec, args, front)
     auto = _auto_tuner(spec, gpu, args.auto_window) if args.auto else None
-    try:
-        opened = open_launcher(spec, LocalLauncher)
-    except ConfigError as exc:
-        print(f"cockpit run: error: {exc}", file=sys.stderr)
-        return 2
-    with opened as launcher:
-        session = RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), launcher=launcher,
-                             resume=args.resume is not None, auto=auto, costs=_cached_costs(spec, gpu))  # fmt: skip
-        return run_to_exit(session, front.headless(), "cockpit run")
+    return run_on_launcher(
+        spec, LocalLauncher,
+        lambda launcher: RunSession(spec, Sampler(gpu=gpu, gpu_status=gpu_status), launcher=launcher,
+                                    resume=args.resume is not None, auto=auto, costs=_cached_costs(spec, gpu)),
+        front.headless(), "cockpit run",
+    )  # fmt: skip
 
 
 def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:

@@ -502,6 +502,21 @@ def open_launcher(spec: RunSpec, local: Callable[[], Launcher]) -> AbstractConte
     return RayLauncher(spec.cluster.address, storage=spec.cluster.storage, slots=spec.slots)
 
 
+def run_on_launcher(
+    spec: RunSpec, local: Callable[[], Launcher], session: Callable[[Launcher], RunSession], view: View, who: str
+) -> int:
+    """`run_to_exit` for the session `session(launcher)` builds on the run's launcher
+    (`open_launcher`), which is closed after the run; a cluster that cannot run it is one line
+    on stderr and 2."""
+    try:
+        opened = open_launcher(spec, local)
+    except ConfigError as exc:
+        print(f"{who}: error: {exc}", file=sys.stderr)
+        return 2
+    with opened as launcher:
+        return run_to_exit(session(launcher), view, who)
+
+
 def run_to_exit(session: RunSession, view: View, who: str) -> int:
     """Run `session` with `view` to its end and return the command's exit code (`exit_code`); a
     run that cannot start (another cockpit holds it) is one line on stderr and 2, a lost run
