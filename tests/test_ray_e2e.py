@@ -11,19 +11,15 @@ from pathlib import Path
 import psutil
 import pytest
 
+from benchmarks.raycluster import LOSS_STEPS, LocalCluster, keepers, loss_preset, ray_processes, run_through_node_loss
 from cockpit.contract.events import CheckpointEvent, FinishedEvent, StartedEvent, of_kind, read_events
 from cockpit.contract.runrecord import read
-from cockpit.contract.runspec import build_spec, on_cluster
 from cockpit.contract.scriptargs import ScriptArgs
-from cockpit.contract.states import JobState, RunStatus
+from cockpit.contract.states import RunStatus
 from cockpit.contract.workerargs import WorkerArgs
 from cockpit.core.launcher import LaunchRequest, WorkerHandle
 from cockpit.core.raylauncher import RayLauncher
-from cockpit.core.session import RunSession
-from cockpit.core.state import RunState
-from cockpit.core.telemetry import Sampler
 from tests.cockpitproc import run_cockpit, small_preset
-from tests.raycluster import NODE2, LocalCluster, keepers, ray_processes
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -142,43 +138,16 @@ def test_terminate_and_kill_through_ray_leave_no_process_of_the_job(cluster: Loc
         assert not trapped.exists()
 
 
-class Quiet:
-    def update(self, state: RunState) -> None:
-        pass
-
-    def close(self, state: RunState) -> None:
-        pass
-
-
 def test_a_lost_nodes_job_resumes_from_its_checkpoint_on_the_head(cluster: LocalCluster, tmp_path: Path) -> None:
     storage = tmp_path / "storage"
     storage.mkdir()
-    preset = small_preset(tmp_path, checkpoint_every=1024, timesteps=30_000)
-    spec = build_spec(jobs=1, agents=1, preset=str(preset), env=None, timesteps=None, seed=0, run_dir=None,
-                      max_restarts=2, pin=False, command_line=("cockpit", "run", "--ray"), name="lost")  # fmt: skip
-    spec = on_cluster(spec, cluster.address, storage, run_dir_given=False)
-    # The first attempt asks for the second node's resource; the requeued one may go anywhere.
-    place = {NODE2: 1.0}
-    lost: list[float] = []
-    node2 = cluster.node2_processes()
-    assert node2
-
-    def on_tick(state: RunState) -> None:
-        (job,) = state.jobs
-        if not lost and job.checkpoints >= 1 and job.state is JobState.RUNNING:
-            assert job.node is not None
-            cluster.lose_node2()
-            lost.append(time.monotonic())
-
-    with RayLauncher(cluster.address, storage=storage, resources_for=lambda _job, n: place if n == 1 else {}) as ray:
-        session = RunSession(spec, Sampler(gpu=None, gpu_status="test"), launcher=ray, serve=False)
-        state = session.run(Quiet(), on_tick=on_tick, handle_signals=False)
-    assert lost, "the node was never lost"
-    assert state.status is RunStatus.DONE, [(j.state, j.error) for j in state.jobs]
-    (job,) = read(spec.run_dir).jobs
-    assert job.status == "done" and job.steps == 30_000 and job.restarts == 1
-    assert job.error is not None and "node" in job.error  # why it restarted: its actor died with the node
-    started = of_kind(read_events(spec.run_dir / "jobs" / "000" / "events.jsonl"), StartedEvent)
+    loss = run_through_node_loss(cluster, storage, loss_preset(tmp_path))
+    assert loss.lost_at is not None, "the node was never lost"
+    assert loss.state.status is RunStatus.DONE, [(j.state, j.error) for j in loss.state.jobs]
+    (job,) = read(loss.spec.run_dir).jobs
+    assert job.status == "done" and job.steps == LOSS_STEPS and job.restarts == 1
+    assert job.error is not None and "gone with its node" in job.error  # why it restarted
+    started = of_kind(read_events(loss.spec.run_dir / "jobs" / "000" / "events.jsonl"), StartedEvent)
     assert len(started) == 2 and (started[1].resumed_from_step or 0) >= 1024  # from its checkpoint
-    _, alive = psutil.wait_procs(node2, timeout=10)
-    assert not alive, f"processes of the lost node outlived it: {alive}"
+    _, alive = psutil.wait_procs(loss.node2, timeout=10)
+    assert loss.node2 and not alive, f"processes of the lost node outlived it: {alive}"
