@@ -77,6 +77,20 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return export(args)
 
 
+def _add_cluster_flags(parser: ArgumentParser, what: str) -> None:
+    """`--ray [ADDRESS]` and `--storage DIR`, for `run` and `fleet` (docs/ray.md)."""
+    parser.add_argument(
+        "--ray", nargs="?", const="local", metavar="ADDRESS",
+        help=f"run the {what} on Ray: the cluster at ADDRESS (host:port of its head), or without one a "
+        "local Ray instance started for it (needs pip install 'cockpit[ray]'; see docs/ray.md)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--storage", type=Path, metavar="DIR",
+        help="with --ray: the directory every node mounts at the same path; the run directory goes there "
+        "(job dirs, checkpoints). Required on a cluster of more than one node",
+    )  # fmt: skip
+
+
 def build_parser() -> ArgumentParser:
     """The `cockpit` command and its subcommands."""
     parser = ArgumentParser(
@@ -203,6 +217,7 @@ def build_parser() -> ArgumentParser:
         "in train phases too)",
     )
     run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run's unfinished jobs")
+    _add_cluster_flags(run, "jobs")
     run.set_defaults(func=_cmd_run)
 
     rec = sub.add_parser(
@@ -326,6 +341,7 @@ def build_parser() -> ArgumentParser:
         help="no TensorBoard logs (default, with the tensorboard package: each agent's SB3 scalars and the "
         "cockpit's in RUN_DIR/jobs/<id>/tb)",
     )  # fmt: skip
+    _add_cluster_flags(fleet, "fleet's agents")
     fleet.set_defaults(func=_cmd_fleet)
 
     report = sub.add_parser(

@@ -26,7 +26,7 @@ from cockpit.contract.states import RunStatus
 from cockpit.core import control
 from cockpit.core.control import AttachSource, ControlError, ControlServer, control_path, peer_uid
 from cockpit.core.feed import Frame, SourceError, Transition, phases_since
-from cockpit.core.launcher import LaunchRequest, WorkerHandle
+from cockpit.core.launcher import LaunchRequest, LocalJobFiles, WorkerHandle
 from cockpit.core.session import TICK_S, UNWATCHED_STATE_S, RunSession
 from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import Sample, Sampler
@@ -488,7 +488,7 @@ def test_detail_reads_the_job_files_and_then_only_what_was_appended(server: Cont
 # ----- a real session -----
 
 
-class FakeWorkers:
+class FakeWorkers(LocalJobFiles):
     """A launcher whose 'workers' write a start and a rollout phase at once, and stop on SIGTERM."""
 
     def __init__(self) -> None:

@@ -28,6 +28,9 @@ from tests.test_tensorboard import assert_curves_go_on_in_the_same_runs
         (["--env", "CartPol-v1"], "--env 'CartPol-v1': neither envpool nor gymnasium has this environment; "
                                   "did you mean CartPole-v1"),
         (["--typed", "[1, 2]"], "--typed: give the command line as a JSON list of strings"),
+        (["--storage", "/tmp"], "--storage /tmp: only with --ray, where it is the directory the nodes share"),
+        (["--ray", "plan.toml"], "--ray plan.toml: expected a Ray head's HOST:PORT, ray://HOST:PORT or auto"),
+        (["--ray", "--storage", "/nonexistent"], "--storage /nonexistent: no such directory"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path: Path, args: list[str], message: str) -> None:

@@ -14,7 +14,7 @@ from cockpit.contract.runspec import RestartPolicy
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.host import thread_budget
 from cockpit.core.jobs import InvalidTransition, Job
-from cockpit.core.launcher import LaunchRequest, WorkerHandle
+from cockpit.core.launcher import LaunchRequest, LocalJobFiles, WorkerHandle
 from cockpit.core.supervisor import STOP_GRACE_S, JobTemplate, Supervisor
 from tests.cycles import script
 from tests.fakeclock import FakeClock
@@ -29,8 +29,9 @@ class FakeProcess:
     stopped: bool = False  # process state T (SIGSTOP)
 
 
-class FakeLauncher:
-    """Records launches and signals; the test decides when each 'process' exits."""
+class FakeLauncher(LocalJobFiles):
+    """Records launches and signals; the test decides when each 'process' exits (its events are
+    read from the job dir, where the tests write them)."""
 
     def __init__(self) -> None:
         self.processes: list[FakeProcess] = []
@@ -296,10 +297,8 @@ def test_restoring_a_resumed_job_closes_its_last_phase(tmp_path: Path) -> None:
     writer.started(t=clock.t - 100, config={}, pid=1, device="cpu", versions={})
     writer.phase(t=clock.t - 90, phase="rollout", iteration=0, num_timesteps=0)
     writer.phase(t=clock.t - 80, phase="train", iteration=1, num_timesteps=256)
-    from cockpit.contract.events import read_events
-
     job = sup.jobs["000"]
-    sup.restore(job, read_events(job.job_dir / EVENTS_FILE))
+    assert [e.kind for e in sup.restore(job)] == ["started", "phase", "phase"]
     assert job.phases[-1] == (clock.t - 80, None) and job.phase is None
     assert job.steps_at_first_start == 256
 

@@ -25,7 +25,7 @@ from cockpit.contract.fleetplan import FleetPlan, PlanError, load_plan, parse_pl
 from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import stamped
 from cockpit.contract.runrecord import RunRecord
-from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, checked_name
+from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, checked_name, on_cluster
 from cockpit.core.fleet import Projection, Speed, Stage, episode_steps_from_record, project, speed_from_record, speed_of
 from cockpit.core.sizing import costs_for, this_machine
 
@@ -97,7 +97,7 @@ def _spec(args: argparse.Namespace, plan: FleetPlan, gpu_count: int | None = Non
     if args.resume is not None:
         name = _recorded_name(args.resume) or plan.name
     run_dir = args.resume or args.run_dir or stamped(args.name if args.name is not None else f"fleet-{plan.name}")
-    return build_spec(
+    spec = build_spec(
         jobs=args.jobs or plan.jobs, agents=len(plan.agents), preset=first.preset_name, env=first.env,
         timesteps=plan.tiers[-1].timesteps, episodes=plan.tiers[-1].episodes, seed=0, run_dir=run_dir,
         max_restarts=args.max_restarts, pin=False,
@@ -105,6 +105,7 @@ def _spec(args: argparse.Namespace, plan: FleetPlan, gpu_count: int | None = Non
         resuming=args.resume is not None, name=name, tensorboard=not args.no_tensorboard,
         gpus=args.gpus, gpu_count=gpu_count,
     )  # fmt: skip
+    return on_cluster(spec, args.ray, args.storage, run_dir_given=args.resume is not None or args.run_dir is not None)
 
 
 def _recorded_name(run_dir: Path) -> str | None:
@@ -121,7 +122,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     from cockpit.core.fleetrun import FleetRun
     from cockpit.core.launcher import PooledLauncher
     from cockpit.core.nvml import close_gpus, keep_gpus, open_gpus
-    from cockpit.core.session import RunSession, run_to_exit
+    from cockpit.core.session import RunSession, run_on_launcher
     from cockpit.core.supervisor import Supervisor
     from cockpit.core.telemetry import Sampler
 
@@ -144,16 +145,19 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
 
     gpus = keep_gpus(gpus, spec.gpus)
     # Served workers run agent after agent: a fleet's many short tiers pay the worker's start-up
-    # (torch, SB3, envpool imports) once per process instead of once per agent and tier.
-    with PooledLauncher() as launcher:
-        session = RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
-                             resume=args.resume is not None, fleet_factory=fleet)  # fmt: skip
-        return run_to_exit(session, front.headless(), "cockpit fleet")
+    # (torch, SB3, envpool imports) once per process instead of once per agent and tier. On Ray
+    # (--ray) each agent's attempt is an actor of its own.
+    return run_on_launcher(
+        spec, PooledLauncher,
+        lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
+                                    resume=args.resume is not None, fleet_factory=fleet),
+        front.headless(), "cockpit fleet",
+    )  # fmt: skip
 
 
 def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds) -> int:
     """Start the fleet as `cockpit fleet --headless` in its own session and open the cockpit on it."""
-    from cockpit.core.background import spawn, watch_to_exit
+    from cockpit.core.background import cluster_argv, spawn, watch_to_exit
 
     flags = ["--jobs", str(spec.jobs), "--max-restarts", str(spec.restart.max_restarts)]
     if not spec.tensorboard:
@@ -163,6 +167,7 @@ def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds
     if args.rate is not None:
         flags += ["--rate", repr(args.rate)]
     where = [str(args.plan), "--run-dir", str(spec.run_dir)] if args.resume is None else ["--resume", str(spec.run_dir)]
+    flags += cluster_argv(spec)
     if args.resume is None and args.name is not None:
         where += ["--name", args.name]
     run = spawn([*where, *flags], spec.run_dir, verb="fleet")

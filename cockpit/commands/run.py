@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from cockpit.commands.console import interactive
 from cockpit.commands.frontends import FrontEnds
-from cockpit.contract.runspec import ConfigError, RunSpec, build_spec
+from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, on_cluster
 from cockpit.core.nvml import GpuReader
 
 if TYPE_CHECKING:
@@ -44,7 +44,13 @@ def _typed(args: argparse.Namespace) -> tuple[str, ...] | None:
 
 
 def _spec(args: argparse.Namespace, gpus: Sequence[GpuReader] | None, command_line: tuple[str, ...]) -> RunSpec:
-    """The validated run the flags ask for (`--gpus` checked against the GPUs NVML sees, `gpus`;
+    """The validated run the flags ask for, on Ray with `--ray`; ConfigError (one line) on bad input."""
+    spec = _local_spec(args, gpus, command_line)
+    return on_cluster(spec, args.ray, args.storage, run_dir_given=args.run_dir is not None or args.resume is not None)
+
+
+def _local_spec(args: argparse.Namespace, gpus: Sequence[GpuReader] | None, command_line: tuple[str, ...]) -> RunSpec:
+    """The validated run on this machine (`--gpus` checked against the GPUs NVML sees, `gpus`;
     None: no GPU); ConfigError (one line) on bad input."""
     from cockpit.contract.runrecord import RunRecordError, read
     from cockpit.core.session import resume_spec_args
@@ -93,8 +99,9 @@ def _spec(args: argparse.Namespace, gpus: Sequence[GpuReader] | None, command_li
 def main(args: argparse.Namespace, front: FrontEnds) -> int:
     """Carry out `cockpit run` as parsed; returns the exit code (0 done, 1 failed, 2 bad input,
     3 run directory lost, 128 + the signal when interrupted)."""
+    from cockpit.core.launcher import LocalLauncher
     from cockpit.core.nvml import close_gpus, keep_gpus, open_gpus
-    from cockpit.core.session import RunSession, run_to_exit
+    from cockpit.core.session import RunSession, run_on_launcher
     from cockpit.core.telemetry import Sampler
 
     command_line = _typed(args)
@@ -115,9 +122,12 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     gpus = keep_gpus(gpus, spec.gpus)
     gpu = gpus[0] if gpus else None
     auto = _auto_tuner(spec, gpu, args.auto_window) if args.auto else None
-    session = RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), resume=args.resume is not None, auto=auto,
-                         costs=_cached_costs(spec, gpu))  # fmt: skip
-    return run_to_exit(session, front.headless(), "cockpit run")
+    return run_on_launcher(
+        spec, LocalLauncher,
+        lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
+                                    resume=args.resume is not None, auto=auto, costs=_cached_costs(spec, gpu)),
+        front.headless(), "cockpit run",
+    )  # fmt: skip
 
 
 def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:

@@ -456,6 +456,11 @@ class EventReader:
                 data = fh.read()
         except FileNotFoundError:
             return []
+        return self.feed(data)
+
+    def feed(self, data: bytes) -> list[Event]:
+        """The complete events in `data`, the file's bytes from `offset` on (read here, or brought
+        from another machine); `offset` moves past them, a torn last line waits for its end."""
         end = data.rfind(b"\n") + 1
         self.offset += end
         return self._parse_lines(data[:end].splitlines())

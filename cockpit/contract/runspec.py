@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib.util
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +56,20 @@ class RestartPolicy:
         return max(STALL_MIN_S, STALL_FACTOR * longest_silence_s)
 
 
+LOCAL_RAY = "local"  # `--ray` without an address: a Ray instance on this machine, for the run
+RAY_INSTALL_HINT = "pip install 'cockpit[ray]'"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Where a `--ray` run's jobs go: the cluster at `address` (None: a local Ray instance started
+    for the run), and `storage`, the directory every node mounts at the same path, which holds
+    the run directory (job dirs, checkpoints) when given."""
+
+    address: str | None
+    storage: Path | None = None
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """Everything a run needs, validated.
@@ -72,6 +88,7 @@ class RunSpec:
     (SB3's scalars) and the cockpit's own scalars.
     `gpus` (`--gpus 0,2`) are the NVML indices of the GPUs the run samples and places jobs on,
     sorted; None: every GPU NVML sees.
+    `cluster`, when set (`--ray`), runs the jobs on a Ray cluster instead of this machine.
     """
 
     jobs: int
@@ -90,6 +107,7 @@ class RunSpec:
     episodes: int | None = None
     tensorboard: bool = True
     gpus: tuple[int, ...] | None = None
+    cluster: Cluster | None = None
 
     @property
     def slots(self) -> int:
@@ -275,3 +293,34 @@ def _check_run_dir(directory: Path, resuming: bool) -> None:
     check_writable(directory)
     if RunDir(directory).run_toml.exists() and not resuming:
         raise ConfigError(f"--run-dir {directory}: already holds a run; continue it with --resume {directory}")
+
+
+def on_cluster(spec: RunSpec, ray: str | None, storage: Path | None, *, run_dir_given: bool) -> RunSpec:
+    """`spec` run on Ray (`--ray [ADDRESS]`: `ray` is "local" or the address) with `--storage`;
+    the spec itself without `ray` or `storage`. With `storage` the run directory is on it: a run
+    directory of the user's (`run_dir_given`) must be inside it, the default one goes there.
+    ConfigError (one line) for `--storage` without `--ray`, a storage that is not a directory, a
+    run directory outside it, and `--ray` without the ray package."""
+    if ray is None:
+        if storage is not None:
+            raise ConfigError(f"--storage {storage}: only with --ray, where it is the directory the nodes share")
+        return spec
+    if ray != LOCAL_RAY and ray != "auto" and ":" not in ray:
+        raise ConfigError(f"--ray {ray}: expected a Ray head's HOST:PORT, ray://HOST:PORT or auto (or nothing: "
+                          "a local instance; then put --ray after any positional argument)")  # fmt: skip
+    if importlib.util.find_spec("ray") is None:
+        raise ConfigError(f"--ray: Ray is not installed: {RAY_INSTALL_HINT}")
+    run_dir = spec.run_dir
+    if storage is not None:
+        if not storage.is_dir():
+            raise ConfigError(f"--storage {storage}: no such directory (give the directory every node mounts)")
+        storage = storage.resolve()
+        if not run_dir_given:
+            run_dir = storage / run_dir
+            check_writable(run_dir)
+        elif not run_dir.resolve().is_relative_to(storage):
+            raise ConfigError(
+                f"--run-dir {run_dir}: with --storage {storage} the run lives on the storage; give a directory in it"
+            )
+    cluster = Cluster(None if ray == LOCAL_RAY else ray, storage)
+    return dataclasses.replace(spec, run_dir=run_dir, cluster=cluster)

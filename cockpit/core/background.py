@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cockpit.contract.rundir import RunDir
-from cockpit.contract.runspec import RunSpec
+from cockpit.contract.runspec import LOCAL_RAY, RunSpec
 from cockpit.core.control import AttachSource
 from cockpit.core.feed import SourceError
 from cockpit.core.launcher import log_tail
@@ -48,7 +48,8 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
     typed = ["--typed", json.dumps(spec.command_line)]
     # A resumed run takes these again as given: they are not all in its run.toml.
     session = [*([] if spec.tensorboard else ["--no-tensorboard"]),
-               *(["--gpus", ",".join(map(str, spec.gpus))] if spec.gpus is not None else [])]  # fmt: skip
+               *(["--gpus", ",".join(map(str, spec.gpus))] if spec.gpus is not None else []),
+               *cluster_argv(spec)]  # fmt: skip
     if resume:
         return ["--resume", str(spec.run_dir), "--jobs", str(spec.jobs), *auto, *session, *typed]
     # fmt: off
@@ -70,6 +71,14 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
         flags += ["--name", spec.name]
     script = ["--", *spec.script] if spec.script is not None else []
     return [*flags, *auto, *(["--pin"] if spec.pin else []), *session, *typed, *script]
+
+
+def cluster_argv(spec: RunSpec) -> list[str]:
+    """The `--ray [ADDRESS]` and `--storage DIR` flags that carry `spec.cluster` (none without it)."""
+    if spec.cluster is None:
+        return []
+    storage = ["--storage", str(spec.cluster.storage)] if spec.cluster.storage is not None else []
+    return [f"--ray={spec.cluster.address or LOCAL_RAY}", *storage]
 
 
 def spawn(run_args: Sequence[str], run_dir: Path, verb: str = "run") -> BackgroundRun:

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cockpit.contract.events import EvaluatedEvent, read_events
+from cockpit.contract.events import EvaluatedEvent
 from cockpit.contract.fleetplan import Agent, FleetPlan, PlanError, Tier, parse_plan
 from cockpit.contract.models import MODELS_DIR, ModelEntry, copy_atomic, read_manifest, write_manifest
 from cockpit.contract.presets import builtin_names, to_toml
@@ -181,8 +181,7 @@ class FleetRun:
             if agent.tier < 0:
                 continue
             job = self._job(agent, queued=False)
-            events = read_events(job.job_dir / "events.jsonl") if job.job_dir.is_dir() else []
-            sup.restore(job, events)
+            sup.restore(job)
             agent.handed = True
             if agent.status == "scored":
                 job.change_state(JobState.DONE, now)

@@ -1,10 +1,14 @@
-"""Where a job's worker is started, signalled and reaped: the seam a Ray launcher will plug into.
+"""Where a job's worker is started, signalled and reaped, and where its events are read from.
 
-The supervisor only talks to a `Launcher`. `LocalLauncher` runs each worker as a subprocess in its
-own session (so a terminal's Ctrl-C reaches only the cockpit, which stops workers cleanly), with
-stdout and stderr in the job dir, the thread budget in its environment, optional CPU pinning, and
-the cockpit's pid in `COCKPIT_PARENT_PID`, which makes the worker ask the kernel for SIGTERM
-(PR_SET_PDEATHSIG) if the cockpit dies, even by SIGKILL.
+The supervisor only talks to a `Launcher`, and reads each job's events from the `EventSource` its
+launcher gives it (`Launcher.events`): the local launchers tail the job dir's `events.jsonl`, a
+remote one brings them back from the node the worker runs on.
+
+`LocalLauncher` runs each worker as a subprocess in its own session (so a terminal's Ctrl-C
+reaches only the cockpit, which stops workers cleanly), with stdout and stderr in the job dir, the
+thread budget in its environment, optional CPU pinning, and the cockpit's pid in
+`COCKPIT_PARENT_PID`, which makes the worker ask the kernel for SIGTERM (PR_SET_PDEATHSIG) if the
+cockpit dies, even by SIGKILL.
 
 `PooledLauncher` does the same with served workers (`python -m cockpit_training.worker --serve`), each of
 which runs job after job, so that a fleet of short jobs pays the worker's start-up (importing torch,
@@ -25,11 +29,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import psutil
 
 from cockpit.contract.envids import WORKDIR_ENV
+from cockpit.contract.events import Event, EventReader
+from cockpit.contract.remote import NodeSample
 from cockpit.contract.rundir import JOB_LOCK, JOBS, JobDir
 from cockpit.contract.scriptargs import ScriptArgs
 from cockpit.contract.workerargs import (
@@ -44,6 +50,7 @@ from cockpit.contract.workerargs import (
     gpu_environment,
     parse_status,
 )
+from cockpit.core.telemetry import JobUsage
 
 # A retiring process's spare starts this many jobs before the end (its last job included): a
 # fleet's short jobs took 5-10 s, and a spare started with the last one, importing at nice 10
@@ -77,10 +84,28 @@ class WorkerHandle:
     pid: int
     job_dir: Path
     process: object = field(repr=False, default=None)
+    node: str | None = None  # the IP of the node it runs on, for a launcher that runs jobs elsewhere
+
+
+class EventSource(Protocol):
+    """One job's events, across all its attempts: `read_new` returns those written since the
+    previous call, in order; `offset` is how far into the job's event stream (in bytes of
+    `events.jsonl`) it has read, and setting it makes the next `read_new` start there."""
+
+    offset: int
+
+    def read_new(self) -> list[Event]:
+        """Complete events written since the previous call ([] when there are none yet)."""
+        ...
 
 
 class Launcher(Protocol):
     """Starts workers and reports on them; every method must return promptly."""
+
+    def events(self, job_id: str, job_dir: Path) -> EventSource:
+        """Where the supervisor reads job `job_id`'s events from, before, during and after each of
+        its attempts (one source per job, asked for once, when the job is added)."""
+        ...
 
     def launch(self, request: LaunchRequest) -> WorkerHandle:
         """Start the worker; raise OSError if it cannot be started."""
@@ -108,13 +133,36 @@ class Launcher(Protocol):
         ...
 
 
+class LocalJobFiles:
+    """What a launcher whose workers write on this machine reads from their job dirs: the events
+    file, tailed (an `EventReader`, as cheap as reading it directly), and the stderr log."""
+
+    def events(self, job_id: str, job_dir: Path) -> EventSource:
+        """An `EventReader` on the job dir's `events.jsonl`."""
+        return EventReader(JobDir(job_dir).events)
+
+    def stderr_tail(self, handle: WorkerHandle, lines: int = 5) -> str:
+        """The last `lines` non-empty lines of the job's stderr log."""
+        return log_tail(JobDir(handle.job_dir).stderr_log, lines)
+
+
+@runtime_checkable
+class RemoteJobs(Protocol):
+    """A launcher whose workers run on other machines, where the local sampler cannot see them:
+    it reports their usage itself, with each node's."""
+
+    def usage(self) -> tuple[dict[str, JobUsage], tuple[NodeSample, ...]]:
+        """Each live job's worker tree by job id, and every node's latest sample (`Sampler.remote`)."""
+        ...
+
+
 # Workers run this much nicer than the cockpit. They saturate every core by design; at equal
 # priority the supervisor's 5 Hz sampling and a viewer's key presses would queue behind them. The
 # cockpit sleeps almost all the time, so the workers lose nothing measurable to it.
 WORKER_NICE = 10
 
 
-class LocalLauncher:
+class LocalLauncher(LocalJobFiles):
     """Workers as local subprocesses (`python -m cockpit_training.worker ...`), `nice` steps nicer than us."""
 
     def __init__(self, python: str = sys.executable, cwd: Path | None = None, nice: int = WORKER_NICE) -> None:
@@ -163,10 +211,6 @@ class LocalLauncher:
         assert isinstance(handle.process, subprocess.Popen)
         return handle.process.poll()
 
-    def stderr_tail(self, handle: WorkerHandle, lines: int = 5) -> str:
-        """The last `lines` non-empty lines of the job's stderr log."""
-        return log_tail(JobDir(handle.job_dir).stderr_log, lines)
-
     def stopped(self, handle: WorkerHandle) -> bool:
         """The worker's process state is T (stopped by a job-control signal). A tracer's stop (t: a
         debugger or py-spy looking at it) is not counted: that pause is someone's intent and brief."""
@@ -211,7 +255,7 @@ class _Served:
     unread: bytes = b""  # a status line's start, read before its end
 
 
-class PooledLauncher:
+class PooledLauncher(LocalJobFiles):
     """Workers as served processes (`python -m cockpit_training.worker --serve`), each running one job
     after another: `launch` hands the job to an idle one started for the job's GPU, or starts one
     if none is idle.
@@ -383,10 +427,6 @@ class PooledLauncher:
         if self.poll(handle) is None:
             _job(handle).served.retiring = True
             _send(lambda: os.killpg(handle.pid, signal.SIGKILL))
-
-    def stderr_tail(self, handle: WorkerHandle, lines: int = 5) -> str:
-        """The last `lines` non-empty lines of the job's stderr log."""
-        return log_tail(JobDir(handle.job_dir).stderr_log, lines)
 
     def stopped(self, handle: WorkerHandle) -> bool:
         """The process is in state T while it runs this job (see `LocalLauncher.stopped`)."""

@@ -23,12 +23,13 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from cockpit.contract.commands import AddJob, AdviceSetting, ApplyAdvice, Command, RestartJob, SetPreset, SetSlots
-from cockpit.contract.events import EVENTS_FILE, FinishedEvent, of_kind, read_events
+from cockpit.contract.events import FinishedEvent, of_kind
 from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import largest_divisor_at_most, to_toml
 from cockpit.contract.rundir import RunDir
@@ -54,7 +55,7 @@ from cockpit.core.control import ControlError, ControlServer
 from cockpit.core.feed import WINDOW_S, Transition, phases_since
 from cockpit.core.fleetrun import FleetFactory, FleetRun
 from cockpit.core.host import HostInfo, host_info, thread_budget
-from cockpit.core.launcher import Launcher, LocalLauncher, PooledLauncher, wait_for_previous_workers
+from cockpit.core.launcher import Launcher, LocalLauncher, PooledLauncher, RemoteJobs, wait_for_previous_workers
 from cockpit.core.memwatch import MemoryVerdict
 from cockpit.core.phases import Accounting, prune
 from cockpit.core.placement import GpuRef
@@ -130,7 +131,8 @@ class RunSession:
             pin=self.spec.pin,
             clock=self.clock,
             preset_name=self.spec.preset.name if self.spec.preset is not None else "script",
-            gpus=self.sampler.gpu_rooms,
+            # On Ray the cluster places each actor on a GPU of its node; this machine's are not theirs.
+            gpus=tuple if isinstance(self.launcher, RemoteJobs) else self.sampler.gpu_rooms,
         )
         if self.spec.gpus is not None and not self.sampler.gpus:
             asked = ",".join(map(str, self.spec.gpus))
@@ -151,6 +153,10 @@ class RunSession:
         self._suggestions: tuple[Advice, ...] = ()
         self._applied: list[AdviceRecord] = []
         self.sampler.on_sample = self.recorder
+        # Jobs on other machines have no local pid to follow: their launcher reports them, and their nodes.
+        self._remote = isinstance(self.launcher, RemoteJobs)
+        if isinstance(self.launcher, RemoteJobs):
+            self.sampler.remote = self.launcher.usage
         self.log_failure: str | None = None
         self._latest: RunState | None = None  # written by the loop, read by control threads
         self._watch: RunDirWatch | None = None  # from the start of `run()`
@@ -187,8 +193,7 @@ class RunSession:
             if verdict is not None:
                 self.recorder.memory.restore(job_record.id, verdict)
         for job in sup.jobs.values():
-            events = read_events(job.job_dir / EVENTS_FILE)
-            sup.restore(job, events)
+            events = sup.restore(job)
             done = [e for e in of_kind(events, FinishedEvent) if e.status == "done"]
             # A worker reports `done` for an episode target only once it is reached (`target` is 0 then).
             if job.id in script_done or (self.spec.script is None and done and done[-1].steps >= job.target):
@@ -437,7 +442,7 @@ class RunSession:
                 self._abandon(gone)
                 return
             self.supervisor.tick()
-            self.sampler.set_jobs(self.supervisor.live_pids())
+            self.sampler.set_jobs({} if self._remote else self.supervisor.live_pids())
             now = self.clock.monotonic()
             due = last_state is None or now - last_state >= UNWATCHED_STATE_S - TICK_S / 2
             if due or self._watched(on_tick) or self.supervisor.finished:
@@ -520,6 +525,33 @@ def exit_code(state: RunState, interrupt_signal: int = signal.SIGINT) -> int:
     if state.status is RunStatus.INTERRUPTED:
         return 128 + int(interrupt_signal)
     return EXIT_CODES.get(state.status, 1)
+
+
+def open_launcher(spec: RunSpec, local: Callable[[], Launcher]) -> AbstractContextManager[Launcher]:
+    """The launcher a run's jobs go through, to use in a `with`: `local()` (this machine's), or a
+    `RayLauncher` on `spec.cluster`, which joins or starts the cluster now and leaves it at the
+    end; ConfigError (one line) when the cluster cannot run the run."""
+    if spec.cluster is None:
+        launcher = local()
+        return launcher if isinstance(launcher, AbstractContextManager) else nullcontext(launcher)
+    from cockpit.core.raylauncher import RayLauncher
+
+    return RayLauncher(spec.cluster.address, storage=spec.cluster.storage, slots=spec.slots)
+
+
+def run_on_launcher(
+    spec: RunSpec, local: Callable[[], Launcher], session: Callable[[Launcher], RunSession], view: View, who: str
+) -> int:
+    """`run_to_exit` for the session `session(launcher)` builds on the run's launcher
+    (`open_launcher`), which is closed after the run; a cluster that cannot run it is one line
+    on stderr and 2."""
+    try:
+        opened = open_launcher(spec, local)
+    except ConfigError as exc:
+        print(f"{who}: error: {exc}", file=sys.stderr)
+        return 2
+    with opened as launcher:
+        return run_to_exit(session(launcher), view, who)
 
 
 def run_to_exit(session: RunSession, view: View, who: str) -> int:

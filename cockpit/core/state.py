@@ -74,6 +74,9 @@ class JobView:
     episodes_per_h: float | None = None
     # The GPU its worker runs (or last ran) on, by NVML index (`cockpit.core.placement`); None: none.
     gpu: int | None = None
+    # The IP of the cluster node its worker runs on (`--ray`; None for a job of this machine): the
+    # views group the jobs' CPU under their nodes.
+    node: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # a plain string is accepted

@@ -60,12 +60,10 @@ from cockpit.contract.commands import (
     StopJob,
 )
 from cockpit.contract.events import (
-    EVENTS_FILE,
     CheckpointEvent,
     ErrorEvent,
     EvaluatedEvent,
     Event,
-    EventReader,
     FinishedEvent,
     PhaseEvent,
     ProgressEvent,
@@ -80,7 +78,7 @@ from cockpit.contract.workerargs import DISK_FULL_ERROR, DISK_FULL_EXIT, WorkerA
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.host import ThreadBudget, pin_sets, thread_budget
 from cockpit.core.jobs import Job
-from cockpit.core.launcher import Launcher, LaunchRequest
+from cockpit.core.launcher import EventSource, Launcher, LaunchRequest
 from cockpit.core.memwatch import MemoryVerdict
 from cockpit.core.placement import GpuRef, GpuRoom, place
 from cockpit.core.state import JobView, RunState, stepping_sps
@@ -155,7 +153,7 @@ class Supervisor:
         self.preset_name = preset_name
         self.jobs: dict[str, Job] = {}
         self.queue: deque[str] = deque()
-        self._tails: dict[str, EventReader] = {}
+        self._tails: dict[str, EventSource] = {}  # each job's events, from its launcher
         self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._interrupt_requested = False
         self._interrupted = False
@@ -212,7 +210,7 @@ class Supervisor:
         job.target_episodes = episodes if episodes is not None else self.template.episodes
         job.state_since = self.clock.time()
         self.jobs[job_id] = job
-        self._tails[job_id] = EventReader(files.events)
+        self._tails[job_id] = self.launcher.events(job_id, files.path)
         if queued:
             self.queue.append(job_id)
         return job
@@ -228,17 +226,19 @@ class Supervisor:
         self._requeue(job)
         self.queue.rotate(-1)  # _requeue puts a job first; promotions wait their turn like any job
 
-    def restore(self, job: Job, events: list[Event]) -> None:
-        """Bring a job of an earlier (resumed) run up to date with the events it wrote then."""
+    def restore(self, job: Job) -> list[Event]:
+        """Bring a job of an earlier (resumed) run up to date with the events it wrote then, read
+        from its launcher's source; returns them. Its next worker's events follow on from there."""
+        events = self._tails[job.id].read_new()
         for event in events:
             self._apply(job, event)
-        self._tails[job.id].offset = (job.job_dir / EVENTS_FILE).stat().st_size if events else 0
         job.attempt_finished = job.attempt_error = None
         if job.phase is not None:  # the earlier session's last phase ended with that session
             job.phases.append((events[-1].t, None))
         job.phase = job.phase_since = None
         # Mean SPS covers what this session trains, over this session's running time.
         job.steps_at_first_start, job.first_started_at = job.steps, None
+        return events
 
     def tick(self) -> None:
         """Advance every job once: commands, events, exits, back-offs, free slots."""
@@ -633,6 +633,7 @@ class Supervisor:
                     memory=verdict.line() if verdict is not None else None,
                     memory_growth_mib_h=verdict.rss_growth_mib_h if verdict is not None else None,
                     gpu_memory_growth_mib_h=verdict.gpu_growth_mib_h if verdict is not None else None,
+                    node=job.handle.node if job.handle is not None else None,
                 )
             )
         # fmt: on

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import psutil
 
+from cockpit.contract.remote import NodeSample
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.nvml import GpuInfo, GpuReader, GpuSample, close_gpus
 from cockpit.core.placement import GpuRoom
@@ -63,7 +64,9 @@ class Sample:
     (once a second, see `USAGE_EVERY_S`): a tick in between carries that reading unchanged, and
     None means it was taken at `t` (samples rebuilt from files or received over the wire). Each
     CPU % is the mean over the interval between that reading and the one before it. `cost_s` is
-    the CPU time the sampler thread spent on this tick (not counting `on_sample`).
+    the CPU time the sampler thread spent on this tick (not counting `on_sample`). `nodes` are the
+    cluster's nodes as their samplers last read them, when the jobs run on Ray (else empty; the
+    figures above are then this machine's, the cockpit's own).
     """
 
     t: float
@@ -76,6 +79,7 @@ class Sample:
     util_samples: tuple[tuple[float, float], ...] = ()
     usage_t: float | None = None
     gpus: tuple[GpuSample, ...] = ()
+    nodes: tuple[NodeSample, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.gpus and self.gpu is not None:
@@ -121,13 +125,20 @@ class _Usage:
     ram_used_bytes: int
     ram_total_bytes: int
     jobs: Mapping[str, JobUsage]
+    nodes: tuple[NodeSample, ...] = ()
+
+
+# What a launcher whose workers run elsewhere reports (`RayLauncher.usage`): each of its live jobs'
+# worker tree by job id, and each node's latest sample.
+RemoteUsage = Callable[[], tuple[Mapping[str, JobUsage], tuple[NodeSample, ...]]]
 
 
 class Sampler:
     """Samples at `hz` in a daemon thread; `latest()` and `history()` are safe from any thread.
 
     It samples the GPUs `gpus` reads (in index order), or the one GPU `gpu` reads. `on_sample` (if
-    given) is called in the sampler thread with each new sample.
+    given) is called in the sampler thread with each new sample. `remote` (if given) is read with
+    the CPU figures: its jobs join the local ones, its nodes are `Sample.nodes`.
     """
 
     def __init__(
@@ -140,6 +151,7 @@ class Sampler:
         clock: Clock | None = None,
         history: int = 3000,
         on_sample: Callable[[Sample], None] | None = None,
+        remote: RemoteUsage | None = None,
     ) -> None:
         self.gpus: list[GpuReader] = sorted([gpu] if gpu is not None else gpus, key=lambda r: r.info.index)
         # Every GPU sampled at the start, kept when one is lost: a job placed on it must move.
@@ -148,6 +160,7 @@ class Sampler:
         self.period = 1.0 / hz
         self.clock = clock or SystemClock()
         self.on_sample = on_sample
+        self.remote = remote
         self._lock = threading.Lock()
         self._history: deque[Sample] = deque(maxlen=history)
         self._pids: dict[str, int] = {}
@@ -284,6 +297,7 @@ class Sampler:
             util_samples=gpus[0].util_samples if gpus else (),
             usage_t=usage.t,
             gpus=tuple(gpus),
+            nodes=usage.nodes,
         )
         with self._lock:
             self._history.append(sample)
@@ -311,8 +325,13 @@ class Sampler:
             self._tree_scan_every = TREE_SCAN_S if changed else min(TREE_SCAN_MAX_S, 2 * self._tree_scan_every)
             self._walked, self._next_tree_scan = roots, now + self._tree_scan_every
         jobs = {job_id: self._job_usage(pid) for job_id, pid in pids.items()}
+        nodes: tuple[NodeSample, ...] = ()
+        if self.remote is not None:
+            remote_jobs, nodes = self.remote()
+            jobs.update(remote_jobs)
         vm = psutil.virtual_memory()
-        usage = self._usage = _Usage(t, tuple(psutil.cpu_percent(percpu=True)), vm.total - vm.available, vm.total, jobs)
+        cpu = tuple(psutil.cpu_percent(percpu=True))
+        usage = self._usage = _Usage(t, cpu, vm.total - vm.available, vm.total, jobs, nodes)
         self._usage_pids, self._next_usage = dict(pids), now + USAGE_EVERY_S
         with self._lock:
             for job_id, job_usage in jobs.items():

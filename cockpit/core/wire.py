@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import MISSING, fields, is_dataclass
 from typing import Any, TypeVar
 
+from cockpit.contract.remote import NodeSample
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.advisor import Advice
 from cockpit.core.nvml import GpuInfo, GpuSample
@@ -93,6 +94,7 @@ def encode_sample(sample: Sample) -> dict[str, Any]:
         "util_samples": [list(point) for point in sample.util_samples],
         # Every GPU's counters, the first's again: on a machine of one GPU a few numbers more a tick.
         "gpus": [_plain(gpu) for gpu in sample.gpus] if len(sample.gpus) > 1 else [],
+        "nodes": [_plain(node) for node in sample.nodes],
     }
 
 
@@ -120,6 +122,9 @@ def decode_sample(data: Any) -> Sample:
         jobs=_job_usages,
         util_samples=_points,
         gpus=lambda gpus: tuple(_gpu_sample(gpu) for gpu in _tuple(gpus)),
+        nodes=lambda nodes: tuple(
+            _build(NodeSample, node, "node sample", cpu_percent=_tuple) for node in _tuple(nodes)
+        ),
     )
 
 

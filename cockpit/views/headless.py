@@ -71,7 +71,10 @@ def system_line(state: RunState) -> str:
         return gpu
     cores = " ".join(f"{c:.0f}" for c in s.cpu_percent)
     ram = f"{s.ram_used_bytes / 1024**3:.1f}/{s.ram_total_bytes / 1024**3:.1f} GiB"
-    return f"{gpu}  |  CPU {s.cpu_total_percent:.0f}% [{cores}]  RAM {ram}"
+    # On a cluster, each node's CPU after this machine's (the cockpit's own, where no job runs).
+    nodes = "".join(f"  |  {n.node} CPU {n.cpu_total_percent:.0f}% [{' '.join(f'{c:.0f}' for c in n.cpu_percent)}]"
+                    for n in s.nodes)  # fmt: skip
+    return f"{gpu}  |  CPU {s.cpu_total_percent:.0f}% [{cores}]  RAM {ram}{nodes}"
 
 
 def job_line(job: JobView, *, with_state: bool = True) -> str:
