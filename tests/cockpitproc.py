@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from cockpit.contract.events import read_events
 from cockpit.contract.runrecord import RunRecord, read
@@ -32,6 +33,11 @@ def small_preset(directory: Path, *, checkpoint_every: int = 2048, timesteps: in
     path = directory / "small.toml"
     path.write_text(SMALL_PRESET.format(checkpoint_every=checkpoint_every, timesteps=timesteps))
     return path
+
+
+# The tests that read the session's plain run (conftest.py's `plain_cartpole_run`: two CartPole
+# trainings to 100k steps) go to one pytest-xdist worker, so the run is made once, not per worker.
+PLAIN_RUN = pytest.mark.xdist_group("plain_cartpole_run")
 
 
 @dataclass

@@ -42,6 +42,10 @@ def entries(cache_home: Path) -> dict[str, dict[str, list[str]]]:
     return data["entries"]
 
 
+# One pytest-xdist worker runs the module: its tests share the module's filled cache.
+pytestmark = pytest.mark.xdist_group("envids_cache")
+
+
 @pytest.fixture(scope="module")
 def filled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A cache home whose cache a first, fresh lookup filled (it imports both libraries, once)."""

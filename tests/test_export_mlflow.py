@@ -49,6 +49,10 @@ T0 = 1_795_000_000.0  # the runs' start, Unix time
 ROLLOUT = 256  # steps per rollout
 
 
+# One pytest-xdist worker runs the module: its tests share one store (`runs`).
+pytestmark = pytest.mark.xdist_group("mlflow_store")
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The folder the tests' run directories share, and with it the default store, runs/mlflow.db."""

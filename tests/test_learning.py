@@ -8,10 +8,11 @@ import pytest
 from stable_baselines3 import PPO
 
 from cockpit_training.checkpoints import CheckpointStore
-from tests.cockpitproc import Cockpit
+from tests.cockpitproc import PLAIN_RUN, Cockpit
 from tests.workerproc import kinds
 
 
+@PLAIN_RUN
 @pytest.mark.slow
 def test_cartpole_preset_reaches_475_within_100k_steps(plain_cartpole_run: Cockpit) -> None:
     # The worker of the session's plain `cockpit run` (conftest.py) that trained seed 1: the

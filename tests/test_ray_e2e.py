@@ -21,7 +21,8 @@ from cockpit.core.launcher import LaunchRequest, WorkerHandle
 from cockpit.core.raylauncher import RayLauncher
 from tests.cockpitproc import run_cockpit, small_preset
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+# One worker runs the module, so its one cluster (a module fixture) is started once.
+pytestmark = [pytest.mark.ray, pytest.mark.slow, pytest.mark.xdist_group("ray_cluster")]
 
 
 @pytest.fixture(scope="module")

@@ -39,7 +39,7 @@ from cockpit.commands.plots import (
     utilization_by_phase,
 )
 from cockpit.core.runseries import RunSeries, read_series
-from tests.cockpitproc import Cockpit, required_tool, run_cockpit
+from tests.cockpitproc import PLAIN_RUN, Cockpit, required_tool, run_cockpit
 from tests.test_report_json import GOLDEN_RUN
 
 RUN_FIGURES = {"gpu_phases", "utilization_by_phase", "sps_return", "cpu_cores"}
@@ -326,6 +326,7 @@ def chromium_profile(tmp_path: Path) -> Iterator[Path]:
     shutil.rmtree(profile, ignore_errors=True)
 
 
+@PLAIN_RUN
 @pytest.mark.slow
 def test_a_real_runs_report_opens_in_headless_chromium(plain_cartpole_run: Cockpit, tmp_path: Path,
                                                        chromium_profile: Path) -> None:  # fmt: skip

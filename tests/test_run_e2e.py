@@ -14,7 +14,7 @@ import pytest
 
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import RunStatus
-from tests.cockpitproc import Cockpit, Tmux, last_steps, run_cockpit, small_preset, start_cockpit
+from tests.cockpitproc import PLAIN_RUN, Cockpit, Tmux, last_steps, run_cockpit, small_preset, start_cockpit
 from tests.test_tensorboard import assert_curves_go_on_in_the_same_runs
 
 
@@ -68,6 +68,7 @@ def test_a_run_dir_holding_a_run_is_not_overwritten(tmp_path: Path) -> None:
     assert result.returncode == 2 and "already holds a run; continue it with --resume" in result.stderr
 
 
+@PLAIN_RUN
 @pytest.mark.slow
 def test_plain_cockpit_run_trains_two_cartpole_jobs_to_the_end(plain_cartpole_run: Cockpit) -> None:
     cockpit = plain_cartpole_run  # `cockpit run --run-dir DIR`, nothing else (conftest.py)

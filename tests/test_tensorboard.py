@@ -26,7 +26,7 @@ from cockpit.core.telemetry import Sampler
 from cockpit.views.headless import HeadlessView
 from cockpit_training import worker
 from cockpit_training.stopping import StopFlag
-from tests.cockpitproc import Cockpit
+from tests.cockpitproc import PLAIN_RUN, Cockpit
 from tests.test_control import FakeWorkers
 from tests.test_tbscalars import hide_tensorboard
 from tests.test_worker_seams import ROLLOUT, StopAtRollout, config, tiny_preset
@@ -193,6 +193,7 @@ def cockpit_scalars_in_order(job: JobDir) -> dict[str, list[int]]:
     return steps
 
 
+@PLAIN_RUN
 @pytest.mark.slow
 def test_every_job_of_a_run_has_sb3s_scalars_and_the_cockpits(plain_cartpole_run: Cockpit) -> None:
     log = plain_cartpole_run.run_log()
