@@ -84,6 +84,47 @@ def test_a_two_job_run_on_the_cluster_finishes_and_records_run_toml_as_a_local_r
     assert "run done: 2 done" in result.stdout
 
 
+FLEET_PLAN = """
+name = "rayfleet"
+jobs = 2
+promotion = "sync"
+[agents]
+env = "CartPole-v1"
+preset = "cartpole"
+seeds = 4
+[[tiers]]
+timesteps = 4096
+promote = 0.5
+[[tiers]]
+timesteps = 8192
+[score]
+episodes = 3
+"""
+
+
+def test_a_fleet_runs_its_tiers_on_the_cluster_and_promoted_agents_resume_their_checkpoints(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    plan = tmp_path / "plan.toml"
+    plan.write_text(FLEET_PLAN, encoding="utf-8")
+    result = run_cockpit("fleet", str(plan), "--headless", "--ray", cluster.address, "--storage", str(storage),
+                         timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (run_dir,) = (storage / "runs").iterdir()
+    log = read(run_dir)
+    assert log.status == "done", result.stdout[-3000:]
+    assert sorted(job.steps for job in log.jobs) == [4096, 4096, 8192, 8192], [(j.id, j.steps) for j in log.jobs]
+    promoted = [job.id for job in log.jobs if job.steps == 8192]
+    assert len(promoted) == 2
+    for job_id in promoted:  # tier 1 went on from tier 0's checkpoint, on whichever node ran it
+        started = of_kind(read_events(run_dir / "jobs" / job_id / "events.jsonl"), StartedEvent)
+        assert [e.resumed_from_step for e in started] == [None, 4096]
+    report = run_cockpit("report", str(run_dir), timeout=60)
+    assert report.returncode == 0 and "models: 2 collected, checksums verified" in report.stdout, report.stdout
+
+
 def launch_until_placed(launcher: RayLauncher, request: LaunchRequest) -> WorkerHandle:
     launcher.events(request.job_id, request.job_dir)
     handle = launcher.launch(request)
