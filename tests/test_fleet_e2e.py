@@ -25,7 +25,8 @@ from cockpit.core.fleetreport import fleet_summary
 from cockpit.core.fleetstore import FleetStore
 from cockpit.core.promotion import ranked
 
-pytestmark = pytest.mark.slow
+# One pytest-xdist worker runs the module: its tests share the module's `reference`, made once.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_fleet_e2e")]
 
 PRESET = """
 env = "CartPole-v1"

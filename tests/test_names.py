@@ -33,6 +33,10 @@ MARK = "user's {name}"
 """
 
 
+# One pytest-xdist worker runs the module: its tests share the module's `installed`, made once.
+pytestmark = pytest.mark.xdist_group("test_names")
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """cockpit installed without -e into a fresh directory (its dependencies are the venv's)."""

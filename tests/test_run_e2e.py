@@ -31,6 +31,8 @@ from tests.test_tensorboard import assert_curves_go_on_in_the_same_runs
         (["--storage", "/tmp"], "--storage /tmp: only with --ray, where it is the directory the nodes share"),
         (["--ray", "plan.toml"], "--ray plan.toml: expected a Ray head's HOST:PORT, ray://HOST:PORT or auto"),
         (["--ray", "--storage", "/nonexistent"], "--storage /nonexistent: no such directory"),
+        (["--pin", "--ray"], "--pin: places jobs on this machine's GPUs or cores; with --ray the cluster places them"),
+        (["--auto", "--ray"], "--auto: sizes the run to this machine's cores and GPU; with --ray the jobs run on"),
     ],
 )  # fmt: skip
 def test_bad_input_is_one_line_exit_2_and_starts_nothing(tmp_path: Path, args: list[str], message: str) -> None:

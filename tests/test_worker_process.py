@@ -65,6 +65,10 @@ def test_an_existing_job_dir_gets_an_error_event_for_bad_input(tmp_path: Path) -
     assert event.type == "invalid_config" and "Nope-v0" in event.message
 
 
+# One pytest-xdist worker runs the module: its tests share the module's `finished_1024`, made once.
+pytestmark = pytest.mark.xdist_group("test_worker_process")
+
+
 @pytest.fixture(scope="module")
 def finished_1024(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The job dir of one worker run of the test preset (`write_preset()`) from nothing to 1,024

@@ -121,8 +121,8 @@ def _recorded_name(run_dir: Path) -> str | None:
 def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: FrontEnds) -> int:
     from cockpit.core.fleetrun import FleetRun
     from cockpit.core.launcher import PooledLauncher
-    from cockpit.core.nvml import close_gpus, keep_gpus, open_gpus
-    from cockpit.core.session import RunSession, run_on_launcher
+    from cockpit.core.nvml import close_gpus, open_gpus
+    from cockpit.core.session import RunSession, run_on_launcher, sampled_gpus
     from cockpit.core.supervisor import Supervisor
     from cockpit.core.telemetry import Sampler
 
@@ -143,7 +143,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
             return FleetRun.resume(supervisor, rate_usd_per_h=rate)
         return FleetRun.new(plan, plan_text, supervisor, rate_usd_per_h=rate)
 
-    gpus = keep_gpus(gpus, spec.gpus)
+    gpus, gpu_status = sampled_gpus(spec, gpus, gpu_status)
     # Served workers run agent after agent: a fleet's many short tiers pay the worker's start-up
     # (torch, SB3, envpool imports) once per process instead of once per agent and tier. On Ray
     # (--ray) each agent's attempt is an actor of its own.

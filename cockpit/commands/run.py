@@ -45,6 +45,9 @@ def _typed(args: argparse.Namespace) -> tuple[str, ...] | None:
 
 def _spec(args: argparse.Namespace, gpus: Sequence[GpuReader] | None, command_line: tuple[str, ...]) -> RunSpec:
     """The validated run the flags ask for, on Ray with `--ray`; ConfigError (one line) on bad input."""
+    if args.ray is not None and args.auto:
+        raise ConfigError("--auto: sizes the run to this machine's cores and GPU; with --ray the jobs run on the "
+                          "cluster's: give --jobs instead")  # fmt: skip
     spec = _local_spec(args, gpus, command_line)
     return on_cluster(spec, args.ray, args.storage, run_dir_given=args.run_dir is not None or args.resume is not None)
 
@@ -100,8 +103,8 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     """Carry out `cockpit run` as parsed; returns the exit code (0 done, 1 failed, 2 bad input,
     3 run directory lost, 128 + the signal when interrupted)."""
     from cockpit.core.launcher import LocalLauncher
-    from cockpit.core.nvml import close_gpus, keep_gpus, open_gpus
-    from cockpit.core.session import RunSession, run_on_launcher
+    from cockpit.core.nvml import close_gpus, open_gpus
+    from cockpit.core.session import RunSession, run_on_launcher, sampled_gpus
     from cockpit.core.telemetry import Sampler
 
     command_line = _typed(args)
@@ -119,7 +122,7 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     if not headless:
         close_gpus(gpus)
         return _run_in_background(spec, args, front)
-    gpus = keep_gpus(gpus, spec.gpus)
+    gpus, gpu_status = sampled_gpus(spec, gpus, gpu_status)
     gpu = gpus[0] if gpus else None
     auto = _auto_tuner(spec, gpu, args.auto_window) if args.auto else None
     return run_on_launcher(

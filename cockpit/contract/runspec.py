@@ -300,7 +300,7 @@ def on_cluster(spec: RunSpec, ray: str | None, storage: Path | None, *, run_dir_
     the spec itself without `ray` or `storage`. With `storage` the run directory is on it: a run
     directory of the user's (`run_dir_given`) must be inside it, the default one goes there.
     ConfigError (one line) for `--storage` without `--ray`, a storage that is not a directory, a
-    run directory outside it, and `--ray` without the ray package."""
+    run directory outside it, `--gpus` or `--pin` with `--ray`, and `--ray` without the ray package."""
     if ray is None:
         if storage is not None:
             raise ConfigError(f"--storage {storage}: only with --ray, where it is the directory the nodes share")
@@ -308,6 +308,11 @@ def on_cluster(spec: RunSpec, ray: str | None, storage: Path | None, *, run_dir_
     if ray != LOCAL_RAY and ray != "auto" and ":" not in ray:
         raise ConfigError(f"--ray {ray}: expected a Ray head's HOST:PORT, ray://HOST:PORT or auto (or nothing: "
                           "a local instance; then put --ray after any positional argument)")  # fmt: skip
+    # This machine's GPUs and cores are not where the jobs run: the cluster places each actor.
+    local_only = [flag for flag, given in (("--gpus", spec.gpus is not None), ("--pin", spec.pin)) if given]
+    if local_only:
+        raise ConfigError(f"{', '.join(local_only)}: places jobs on this machine's GPUs or cores; with --ray the "
+                          "cluster places them: drop it")  # fmt: skip
     if importlib.util.find_spec("ray") is None:
         raise ConfigError(f"--ray: Ray is not installed: {RAY_INSTALL_HINT}")
     run_dir = spec.run_dir

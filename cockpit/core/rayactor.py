@@ -74,7 +74,8 @@ class JobKeeper:
 
     def report(self, offset: int) -> JobReport:
         """The events from byte `offset` on, and the worker's state (`JobReport`). The exit code is
-        read before the events, so a report with a code carries everything the worker wrote."""
+        read before the events and given only with the last of them, so a report with a code
+        carries everything the worker wrote."""
         proc = self._proc
         assert proc is not None and self._events is not None, "start() first"
         code = proc.poll()
@@ -82,7 +83,7 @@ class JobKeeper:
         with contextlib.suppress(FileNotFoundError), self._events.open("rb") as fh:
             fh.seek(offset)
             data = fh.read(MAX_EVENT_BYTES)
-        if code is not None:
+        if code is not None and len(data) < MAX_EVENT_BYTES:  # else more to fetch: the code comes with the rest
             self._end_group(proc.pid)  # what the worker left in its session has no one to answer to
             return JobReport(data, code, False, None, None, log_tail(self._stderr, 5) if self._stderr else "")
         try:

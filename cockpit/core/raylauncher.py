@@ -41,7 +41,7 @@ from typing import Any
 from cockpit.contract.events import Event, EventReader
 from cockpit.contract.remote import JobReport, NodeSample, Placement
 from cockpit.contract.rundir import JobDir
-from cockpit.contract.runspec import RAY_INSTALL_HINT, ConfigError
+from cockpit.contract.runspec import LOCAL_RAY, RAY_INSTALL_HINT, ConfigError
 from cockpit.core.launcher import WORKER_NICE, EventSource, LaunchRequest, WorkerHandle
 from cockpit.core.rayactor import JobKeeper, NodeSampler
 from cockpit.core.telemetry import JobUsage
@@ -116,6 +116,12 @@ class _RemoteEvents(EventReader):
         before = self.offset
         events = self.feed(self._unread)
         self._unread = self._unread[self.offset - before :]
+        if self.attempt.code is not None:
+            # The attempt is over (its actor is gone): what no report carried, such as events a
+            # worker wrote after its node was lost, is read from the job's file where this machine
+            # sees it (the shared storage), from the last byte consumed.
+            self._unread = b""
+            events += super().read_new()
         return events
 
 
@@ -148,19 +154,23 @@ class RayLauncher:
         self._samplers: dict[str, Any] = {}  # node id -> its NodeSampler actor
         self._node_samples: dict[str, NodeSample] = {}  # node id -> its latest sample
         self._dead: set[str] = set()  # ids of the nodes Ray reported dead
+        self._sampling: dict[Any, str] = {}  # each node sampler's call in flight -> its node
         self._names: dict[str, str] = {}  # node id -> the name the views show
         self._node_cpus = 0.0  # the most CPUs a node has had: no actor may ask for more
         self._nodes_at = 0.0
         self._lock = threading.Lock()  # the sampler thread's usage() beside the supervisor's calls
         self._actor_cls = ray.remote(JobKeeper)
         self._sampler_cls = ray.remote(NodeSampler)
-        ray.init(
-            address=address,
-            log_to_driver=False,
-            include_dashboard=False,
-            logging_level=logging.ERROR,
-            configure_logging=True,
-        )
+        try:
+            ray.init(
+                address=address,
+                log_to_driver=False,
+                include_dashboard=False,
+                logging_level=logging.ERROR,
+                configure_logging=True,
+            )
+        except (ConnectionError, RuntimeError, ValueError) as exc:  # no cluster there, or not one we may join
+            raise ClusterError(f"--ray {address or LOCAL_RAY}: cannot start or join Ray: {_first_line(exc)}") from exc
         try:
             nodes = self._alive_nodes()
             if len(nodes) > 1 and storage is None:
@@ -226,6 +236,10 @@ class RayLauncher:
         try:
             answers = {node: sampler.sees.remote(str(probe)) for node, sampler in self._samplers.items()}
             blind = [node for node, ref in answers.items() if not self._ray.get(ref, timeout=60)]
+        except self._ray.exceptions.RayError as exc:  # a node that does not answer cannot be trusted with it
+            raise ClusterError(
+                f"--storage {storage}: a node did not answer whether it sees it ({_first_line(exc)})"
+            ) from exc
         finally:
             probe.unlink(missing_ok=True)
         if blind:
@@ -292,7 +306,10 @@ class RayLauncher:
         except ray.exceptions.ActorUnavailableError:
             attempt.pending = None  # unreachable for now: asked again at the next call
         except ray.exceptions.RayActorError as exc:
-            self._lost(attempt, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+            self._lost(attempt, _first_line(exc))
+        except ray.exceptions.RayError as exc:  # the actor's own call failed (a job dir it cannot make)
+            attempt.code, attempt.tail = 1, f"ray: the job's actor failed: {_first_line(exc)}"
+            self._end(attempt)
 
     def _take(self, attempt: _Attempt, report: JobReport) -> None:
         attempt.events.receive(report.events)
@@ -372,12 +389,17 @@ class RayLauncher:
                 with contextlib.suppress(Exception):
                     self._start_samplers(self._alive_nodes())
             samplers = dict(self._samplers)
-        refs = {sampler.sample.remote(): node for node, sampler in samplers.items()}
-        with contextlib.suppress(Exception):
-            ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=SAMPLE_WAIT_S)
-            for ref in ready:
+        # One call in flight per node: a sampler that hangs (NVML stuck) is not asked again and again.
+        for node, sampler in samplers.items():
+            if node not in self._sampling.values():
                 with contextlib.suppress(Exception):
-                    self._node_samples[refs[ref]] = ray.get(ref)
+                    self._sampling[sampler.sample.remote()] = node
+        with contextlib.suppress(Exception):
+            ready, _ = ray.wait(list(self._sampling), num_returns=len(self._sampling), timeout=SAMPLE_WAIT_S)
+            for ref in ready:
+                node = self._sampling.pop(ref)
+                with contextlib.suppress(Exception):
+                    self._node_samples[node] = ray.get(ref)
         jobs = {
             job_id: source.attempt.usage
             for job_id, source in list(self._events.items())
@@ -408,3 +430,9 @@ def _ready(ray: Any, ref: Any) -> bool:
 def _attempt(handle: WorkerHandle) -> _Attempt:
     assert isinstance(handle.process, _Attempt), "not a RayLauncher's handle"
     return handle.process
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, or its type's name when it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -57,6 +57,7 @@ from cockpit.core.fleetrun import FleetFactory, FleetRun
 from cockpit.core.host import HostInfo, host_info, thread_budget
 from cockpit.core.launcher import Launcher, LocalLauncher, PooledLauncher, RemoteJobs, wait_for_previous_workers
 from cockpit.core.memwatch import MemoryVerdict
+from cockpit.core.nvml import GpuReader, close_gpus, keep_gpus
 from cockpit.core.phases import Accounting, prune
 from cockpit.core.placement import GpuRef
 from cockpit.core.rundirwatch import RunDirWatch
@@ -537,6 +538,16 @@ def open_launcher(spec: RunSpec, local: Callable[[], Launcher]) -> AbstractConte
     from cockpit.core.raylauncher import RayLauncher
 
     return RayLauncher(spec.cluster.address, storage=spec.cluster.storage, slots=spec.slots)
+
+
+def sampled_gpus(spec: RunSpec, gpus: list[GpuReader], status: str) -> tuple[list[GpuReader], str]:
+    """The GPUs the run's sampler reads, of `gpus` (this machine's, open), and their status line:
+    those `--gpus` names; none on a Ray cluster joined by address, whose jobs run on other
+    machines (each node's GPU is in its node's samples), so this machine's GPU is no job's."""
+    if spec.cluster is not None and spec.cluster.address is not None:
+        close_gpus(gpus)
+        return [], "no GPU telemetry here: the jobs run on the Ray cluster (each node's GPU is on its line)"
+    return keep_gpus(gpus, spec.gpus), status
 
 
 def run_on_launcher(

@@ -327,8 +327,11 @@ class Sampler:
         jobs = {job_id: self._job_usage(pid) for job_id, pid in pids.items()}
         nodes: tuple[NodeSample, ...] = ()
         if self.remote is not None:
-            remote_jobs, nodes = self.remote()
-            jobs.update(remote_jobs)
+            try:
+                remote_jobs, nodes = self.remote()
+                jobs.update(remote_jobs)
+            except Exception:  # a cluster that does not answer costs its figures, not the GPUs'
+                nodes = self._usage.nodes if self._usage is not None else ()
         vm = psutil.virtual_memory()
         cpu = tuple(psutil.cpu_percent(percpu=True))
         usage = self._usage = _Usage(t, cpu, vm.total - vm.available, vm.total, jobs, nodes)
