@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -20,6 +21,7 @@ from cockpit.contract.commands import (
 )
 from cockpit.contract.commands import decode as decode_command
 from cockpit.contract.commands import encode as encode_command
+from cockpit.contract.remote import NodeSample
 from cockpit.contract.states import RunStatus
 from cockpit.core.advisor import Advice
 from cockpit.core.nvml import GpuInfo, GpuSample
@@ -127,6 +129,33 @@ def test_the_etas_and_rollout_sps_round_trip_and_default_to_unknown_from_an_olde
 def test_a_sample_round_trips_on_its_own() -> None:
     one = sample(5.0, gpu=True)
     assert decode_sample(through_json(encode_sample(one))) == one
+
+
+def test_several_gpus_cluster_nodes_and_each_jobs_gpu_and_node_round_trip() -> None:
+    """An attached viewer of a 2-GPU machine on a Ray cluster sees what the run sees: every GPU's
+    counters and NVML readings, every node's sample, and which GPU and node each job is on."""
+    t = 1_800_000_000.4
+
+    def gpu(index: int, util: float) -> GpuSample:
+        return GpuSample(util, util + 10, (index + 1) << 30, 24 << 30, 250.0, 60.0 + index, 2100, (), index=index,
+                         util_samples=((t - 0.1, util - 5), (t, util + 5)))  # fmt: skip
+
+    gpus = (gpu(0, 40.0), gpu(2, 80.0))
+    nodes = (NodeSample("10.0.0.1", t, (50.0, 75.0), 4 << 30, 16 << 30, 40.0, 1 << 30, 24 << 30),
+             NodeSample("10.0.0.2", t - 0.5, (100.0,), 2 << 30, 8 << 30))  # fmt: skip
+    two = dataclasses.replace(sample(t, gpu=False), gpu=gpus[0], util_samples=gpus[0].util_samples, gpus=gpus,
+                              nodes=nodes)  # fmt: skip
+    infos = (GpuInfo(0, "NVIDIA A100", 40 << 30, "555.42"), GpuInfo(2, "NVIDIA A100", 80 << 30, "555.42"))
+    state = dataclasses.replace(
+        run_state(gpu=True), sample=two, gpu=infos[0], gpus=infos,
+        jobs=(job_view("000", gpu=0, node="10.0.0.1"), job_view("001", gpu=2, node="10.0.0.2")),
+    )  # fmt: skip
+    back = decode_state(through_json(encode_state(state)))
+    assert back == state
+    assert back.sample is not None and [g.index for g in back.sample.gpus] == [0, 2]
+    assert back.sample.gpu_util()[2] == gpus[1].util_samples and back.sample.nodes == nodes
+    assert [(j.gpu, j.node) for j in back.jobs] == [(0, "10.0.0.1"), (2, "10.0.0.2")]
+    assert [g.index for g in back.gpus] == [0, 2]
 
 
 def test_a_missing_or_malformed_key_is_named() -> None:
