@@ -25,8 +25,9 @@ from cockpit.contract.runspec import build_spec
 from cockpit.contract.states import RunStatus
 from cockpit.core import control
 from cockpit.core.control import AttachSource, ControlError, ControlServer, control_path, peer_uid
-from cockpit.core.feed import Frame, SourceError, Transition, phases_since
+from cockpit.core.feed import Frame, SourceError, Transition
 from cockpit.core.launcher import LaunchRequest, LocalJobFiles, WorkerHandle
+from cockpit.core.phases import phases_since
 from cockpit.core.session import TICK_S, UNWATCHED_STATE_S, RunSession
 from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import Sample, Sampler

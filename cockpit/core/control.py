@@ -115,7 +115,7 @@ class ControlProvider(Protocol):
 
     def phases_since(self, since: Mapping[str, float]) -> dict[str, list[Transition]]:
         """For each job in `since`: its transitions after that time, preceded by the last one at or
-        before it (`feed.phases_since`). Unknown jobs are left out."""
+        before it (`phases.phases_since`). Unknown jobs are left out."""
         ...
 
     def submit(self, command: Command) -> None:

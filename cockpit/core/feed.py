@@ -9,7 +9,6 @@ scripted fake. Sources are the only thing a view holds; it never keeps run state
 
 from __future__ import annotations
 
-import bisect
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -110,12 +109,6 @@ class Replay(RunSource, Protocol):
     def seek(self, t: float) -> None:
         """Make `frame()` show the run as it was at `t` (clamped to `span`)."""
         ...
-
-
-def phases_since(transitions: list[Transition], since: float) -> list[Transition]:
-    """The transitions after `since`, preceded by the last one at or before it (if any)."""
-    start = bisect.bisect_right(transitions, since, key=lambda tr: tr[0])
-    return transitions[max(0, start - 1) :]
 
 
 class FrameWindow:

@@ -63,7 +63,7 @@ class _Timeline:
     def __init__(self, transitions: Transitions, end: float, start: float | None = None) -> None:
         ordered = sorted(transitions, key=lambda x: x[0])
         if start is not None:
-            del ordered[: max(0, bisect.bisect_right(ordered, start, key=lambda x: x[0]) - 1)]
+            prune(ordered, start)
         self.times = [t for t, _ in ordered]
         self.phases = [p for _, p in ordered]
         self.end = end
@@ -164,12 +164,20 @@ def _slice(phases: Mapping[str, Transitions], start: float | None, end: float) -
     return seconds, _union_length(train), _union_length(active)
 
 
+def _phase_at(transitions: Sequence[tuple[float, str | None]], t: float) -> int:
+    """The index of the last transition at or before `t` (0 when none is)."""
+    return max(0, bisect.bisect_right(transitions, t, key=lambda tr: tr[0]) - 1)
+
+
+def phases_since(transitions: list[tuple[float, str | None]], since: float) -> list[tuple[float, str | None]]:
+    """The transitions after `since`, preceded by the last one at or before it (if any)."""
+    return transitions[_phase_at(transitions, since) :]
+
+
 def prune(transitions: list[tuple[float, str | None]], before: float) -> None:
-    """Drop the transitions before `before` but the last of them (the phase at `before`), in
-    place: what `PhaseAccountant` has folded, a viewer's window has no use for either."""
-    keep_from = bisect.bisect_right(transitions, before, key=lambda tr: tr[0]) - 1
-    if keep_from > 0:
-        del transitions[:keep_from]
+    """`phases_since` in place: drop the transitions before `before` but the last of them (the
+    phase at `before`): what `PhaseAccountant` has folded, a viewer's window has no use for either."""
+    del transitions[: _phase_at(transitions, before)]
 
 
 def _on_gpu(phases: Mapping[str, Transitions], placement: Placement, gpu: int) -> dict[str, Transitions]:

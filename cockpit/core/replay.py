@@ -44,9 +44,10 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import JobRecord, RunRecord, RunRecordError, read, unix
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.detail import JobDetails
-from cockpit.core.feed import WINDOW_S, Frame, JobDetail, SourceError, Transition, phases_since
+from cockpit.core.feed import WINDOW_S, Frame, JobDetail, SourceError, Transition
 from cockpit.core.memwatch import MemoryVerdict, MemWatch
 from cockpit.core.nvml import GpuInfo, GpuSample
+from cockpit.core.phases import phases_since
 from cockpit.core.runlog import MIB
 from cockpit.core.state import JobView, RunState
 from cockpit.core.telemetry import JobUsage, Sample

@@ -52,13 +52,13 @@ from cockpit.core.advisor import (
 from cockpit.core.autotune import AutoTuner
 from cockpit.core.clock import Clock, SystemClock
 from cockpit.core.control import ControlError, ControlServer
-from cockpit.core.feed import WINDOW_S, Transition, phases_since
+from cockpit.core.feed import WINDOW_S, Transition
 from cockpit.core.fleetrun import FleetFactory, FleetRun
 from cockpit.core.host import HostInfo, host_info, thread_budget
 from cockpit.core.launcher import Launcher, LocalLauncher, PooledLauncher, RemoteJobs, wait_for_previous_workers
 from cockpit.core.memwatch import MemoryVerdict
 from cockpit.core.nvml import GpuReader, close_gpus, keep_gpus
-from cockpit.core.phases import Accounting, prune
+from cockpit.core.phases import Accounting, phases_since, prune
 from cockpit.core.placement import GpuRef
 from cockpit.core.rundirwatch import RunDirWatch
 from cockpit.core.runlog import Recorder, phase_accounting, record
@@ -271,7 +271,7 @@ class RunSession:
         return history[bisect.bisect_right(history, t, key=lambda sample: sample.t) :]
 
     def phases_since(self, since: Mapping[str, float]) -> dict[str, list[Transition]]:
-        """For each job in `since`, its phase transitions after that time (`feed.phases_since`)."""
+        """For each job in `since`, its phase transitions after that time (`phases.phases_since`)."""
         # The loop thread adds jobs and appends transitions while this runs: copying a dict or a
         # list is one step under the GIL, so work on copies and never iterate the originals.
         jobs = dict(self.supervisor.jobs)

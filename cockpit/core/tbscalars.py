@@ -42,7 +42,7 @@ from typing import Any, Protocol
 
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import iso
-from cockpit.core.phases import PHASES, PhaseAccountant, Transitions
+from cockpit.core.phases import PHASES, PhaseAccountant, phases_since
 from cockpit.core.runlog import PHASE_EVENT_LAG_S
 from cockpit.core.state import RunState
 from cockpit.core.telemetry import Sample
@@ -190,7 +190,12 @@ class TensorBoardScalars:
         return self.failed is None and (self._last is None or now - self._last >= self.every_s)
 
     def update(
-        self, state: RunState, samples: Sequence[Sample], phases: Mapping[str, Transitions], *, final: bool = False
+        self,
+        state: RunState,
+        samples: Sequence[Sample],
+        phases: Mapping[str, list[tuple[float, str | None]]],
+        *,
+        final: bool = False,
     ) -> None:
         """Write what is new: each live job's SPS at its steps now, and each job's CPU % and GPU
         utilization by phase over the samples older than `lag_s` (all of them when `final`).
@@ -249,7 +254,9 @@ class TensorBoardScalars:
                 log.sps_steps = job.steps
                 self._write(job.id, state.now, job.steps, {SPS_TAG: job.sps})
 
-    def _write_phases(self, phases: Mapping[str, Transitions], until: float, placement: Mapping[str, int]) -> None:
+    def _write_phases(
+        self, phases: Mapping[str, list[tuple[float, str | None]]], until: float, placement: Mapping[str, int]
+    ) -> None:
         """Attribute the samples before `until` to the jobs' phases, each job's against its GPU's
         (`placement`), and write each job's means."""
         if self._settled is not None and until <= self._settled:
@@ -268,7 +275,8 @@ class TensorBoardScalars:
             interval.add_cpu(t, job_id, percent)
         # Only the transitions since the previous update, and the one in effect then: a job keeps
         # minutes of them, and attributing 5 s of samples must not go over all of them each time.
-        recent = {job_id: _since(tr, start) for job_id, tr in phases.items() if job_id in self._jobs}
+        recent = {job_id: tr if start is None else phases_since(tr, start)
+                  for job_id, tr in phases.items() if job_id in self._jobs}  # fmt: skip
         accounting = interval.result(recent, until, placement=placement)
         for job_id, by_phase in accounting.jobs.items():
             steps = self._jobs[job_id].steps_at(until)
@@ -307,11 +315,3 @@ class TensorBoardScalars:
                 del self._jobs[job_id]
             else:
                 log.forget_before(settled)
-
-
-def _since(transitions: Transitions, start: float | None) -> Transitions:
-    """The transitions after `start` and the last one before it (the phase at `start`); all of
-    them when `start` is None."""
-    if start is None:
-        return transitions
-    return transitions[max(0, bisect.bisect_right(transitions, start, key=lambda tr: tr[0]) - 1) :]
