@@ -77,6 +77,15 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return export(args)
 
 
+def _add_gpus_flag(parser: ArgumentParser) -> None:
+    """`--gpus I,J`, for `run` and `fleet`."""
+    parser.add_argument(
+        "--gpus", type=gpu_indices, metavar="I,J",
+        help="the GPUs to sample and place jobs on, by NVML index as nvidia-smi numbers them (default: every "
+        "GPU; each job runs on one, the only one its worker sees)",
+    )  # fmt: skip
+
+
 def _add_cluster_flags(parser: ArgumentParser, what: str) -> None:
     """`--ray [ADDRESS]` and `--storage DIR`, for `run` and `fleet` (docs/ray.md)."""
     parser.add_argument(
@@ -164,11 +173,7 @@ def build_parser() -> ArgumentParser:
         help="no TUI: a live table on a terminal, plain lines otherwise (the default when not on a terminal)",
     )
     run.add_argument("--pin", action="store_true", help="pin each parallel slot to its own CPU cores")
-    run.add_argument(
-        "--gpus", type=gpu_indices, metavar="I,J",
-        help="the GPUs to sample and place jobs on, by NVML index as nvidia-smi numbers them (default: every "
-        "GPU; each job runs on one, the only one its worker sees)",
-    )  # fmt: skip
+    _add_gpus_flag(run)
     run.add_argument(
         "--no-tensorboard", action="store_true",
         help="no TensorBoard logs (default, with the tensorboard package: each job's SB3 scalars and the cockpit's "
@@ -327,11 +332,7 @@ def build_parser() -> ArgumentParser:
         action="store_true",
         help="no TUI: a live table on a terminal, plain lines otherwise (the default when not on a terminal)",
     )
-    fleet.add_argument(
-        "--gpus", type=gpu_indices, metavar="I,J",
-        help="the GPUs to sample and place jobs on, by NVML index as nvidia-smi numbers them (default: every "
-        "GPU; each job runs on one, the only one its worker sees)",
-    )  # fmt: skip
+    _add_gpus_flag(fleet)
     fleet.add_argument(
         "--max-restarts", type=non_negative_int, default=3, metavar="K",
         help="restarts in a row before an agent fails (default: 3)",
