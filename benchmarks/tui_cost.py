@@ -68,8 +68,8 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import RunStatus
 from cockpit.core.control import ControlServer
 from cockpit.core.feed import WINDOW_S, Transition
-from cockpit.core.phases import phases_since
 from cockpit.core.launcher import WORKER_NICE
+from cockpit.core.phases import phases_since
 from cockpit.core.state import FleetView, JobView, LeaderView, RunState, TierView, stepping_sps
 from cockpit.core.telemetry import JobUsage, Sample
 from cockpit.core.trend import TREND_SPAN_S, TrendRecorder, best_return
