@@ -1,7 +1,7 @@
 """Fleet benchmarks, one subcommand each: `python -m benchmarks.fleet SUBCOMMAND [ARGS]`.
 
 - `overlap` (benchmarks/fleet_overlap.py): the fleet model's predicted aggregate SPS of N slots
-  (`cockpit.core.fleet.speed_of`, from one job's probed costs) against N real concurrent workers;
+  (`cockpit.core.sizing.overlap.speed_of`, from one job's probed costs) against N real concurrent workers;
 - `run` (benchmarks/fleet_run.py, once it exists): a whole fleet, end to end.
 
 Each subcommand lives in its own module with a `main(argv) -> int`; this module only dispatches,

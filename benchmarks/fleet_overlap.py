@@ -2,9 +2,9 @@
 
 What it measures: for CartPole (the `cartpole` preset on CartPole-v1) and Pong (the `fast` preset
 on Pong-v5, with a shorter rollout and fewer epochs by default, see below), one job's costs are
-taken the way the product takes them (`cockpit.core.sizing.costs_for`: the probe, once, cached in
+taken the way the product takes them (`cockpit.core.sizing.starting_point.costs_for`: the probe, once, cached in
 `~/.cache/cockpit/costs.toml`; with `--fresh-probe`, probed anew once the machine is quiet, into a
-throwaway cache), and the model (`cockpit.core.fleet.speed_of`) predicts the aggregate SPS of
+throwaway cache), and the model (`cockpit.core.sizing.overlap.speed_of`) predicts the aggregate SPS of
 N = 1, 2, 3 and 4 slots on this machine's physical cores. Then N real workers (`python -m
 cockpit_training.worker`, started by cockpit's `LocalLauncher` with the env threads cockpit's
 `thread_budget` gives each of N slots, but not niced: the figure is the workers' own) run at once,
@@ -68,16 +68,18 @@ from benchmarks.common import (
     print_table,
     warn_if_busy,
 )
+from cockpit.contract.costs import Costs
 from cockpit.contract.events import ErrorEvent, EventReader, FinishedEvent, PhaseEvent
 from cockpit.contract.presets import Preset, load, to_toml
 from cockpit.contract.rundir import JobDir
 from cockpit.contract.workerargs import WorkerArgs
-from cockpit.core.advisor import Costs, Machine
-from cockpit.core.costs import cache_path
-from cockpit.core.fleet import speed_of
-from cockpit.core.host import thread_budget
-from cockpit.core.launcher import LaunchRequest, LocalLauncher, WorkerHandle
-from cockpit.core.sizing import costs_for, this_machine
+from cockpit.core.launch.local import LocalLauncher
+from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
+from cockpit.core.machine.host import thread_budget
+from cockpit.core.sizing.advisor import Machine
+from cockpit.core.sizing.cost_probe import cache_path
+from cockpit.core.sizing.overlap import speed_of
+from cockpit.core.sizing.starting_point import costs_for, this_machine
 
 POLL_S = 0.5
 STOP_WAIT_S = 10.0

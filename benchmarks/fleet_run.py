@@ -1,7 +1,7 @@
 """A whole fleet end to end, projected first and then measured: `python -m benchmarks.fleet run`.
 
 1. Writes a CartPole plan (default: 64 agents, tiers 10k, 20k, 40k promoting 0.25 then 0.5, sync,
-   2 slots) and projects it as `cockpit fleet --dry-run` does (`cockpit.core.fleet.project`, from
+   2 slots) and projects it as `cockpit fleet --dry-run` does (`cockpit.core.fleet.projection.project`, from
    this machine's cached or freshly probed costs; the probe is not timed).
 2. Runs it with the real `cockpit fleet --headless` and measures its wall time, the cockpit's own
    CPU time and peak RSS (psutil, once a second), and from the run dir: the steps trained and each
@@ -39,9 +39,10 @@ from cockpit.contract.events import (
     read_events,
 )
 from cockpit.contract.fleetplan import load_plan
-from cockpit.core.fleet import project, speed_of
-from cockpit.core.fleetstore import FleetStore
-from cockpit.core.sizing import costs_for, this_machine
+from cockpit.core.fleet.projection import project
+from cockpit.core.fleet.store import FleetStore
+from cockpit.core.sizing.overlap import speed_of
+from cockpit.core.sizing.starting_point import costs_for, this_machine
 
 SETTLE_S = 15.0  # the cockpit's start-up (imports, the fleet's first launches) is over by then
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 from benchmarks.common import fmt_ratio, fmt_sps, log, print_table, warn_if_busy
 from benchmarks.fleet_overlap import measure, workloads
-from cockpit.core.fleet import speed_of
-from cockpit.core.sizing import costs_for, this_machine
+from cockpit.core.sizing.overlap import speed_of
+from cockpit.core.sizing.starting_point import costs_for, this_machine
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,10 +32,10 @@ from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import load, to_toml
 from cockpit.contract.runspec import RunSpec, build_spec, on_cluster
 from cockpit.contract.states import JobState
-from cockpit.core.raylauncher import RayLauncher
-from cockpit.core.session import RunSession
-from cockpit.core.state import RunState
-from cockpit.core.telemetry import Sampler
+from cockpit.core.feed.snapshot import RunState
+from cockpit.core.launch.ray_launcher import RayLauncher
+from cockpit.core.session.loop import RunSession
+from cockpit.core.telemetry.sampler import Sampler
 
 RAY = str(Path(sys.executable).with_name("ray"))
 AUTH_ENV = {"RAY_AUTH_MODE": "disabled"}

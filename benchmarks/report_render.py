@@ -44,11 +44,11 @@ from cockpit.contract.runrecord import (
     write,
 )
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.core.fleetstore import FleetStore
-from cockpit.core.nvml import GpuSample
-from cockpit.core.promotion import sync_promotions
-from cockpit.core.runlog import MIB, Recorder
-from cockpit.core.telemetry import JobUsage, Sample
+from cockpit.core.fleet.promotion import sync_promotions
+from cockpit.core.fleet.store import FleetStore
+from cockpit.core.machine.nvml import GpuSample
+from cockpit.core.record.runlog import MIB, Recorder
+from cockpit.core.telemetry.sampler import JobUsage, Sample
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -273,7 +273,7 @@ def render(run_dir: Path, out: Path) -> dict[str, float]:
     from cockpit.commands.htmlreport import page
     from cockpit.commands.plots import plots
     from cockpit.contract.files import write_atomic
-    from cockpit.core.runseries import read_series
+    from cockpit.core.record.series import read_series
 
     t0 = time.perf_counter()
     series = read_series(run_dir)

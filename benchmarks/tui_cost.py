@@ -63,16 +63,16 @@ from pathlib import Path
 import psutil
 
 from benchmarks.common import fmt_ratio, load_caption, log, print_table, warn_if_busy
-from cockpit.contract.commands import Command
+from cockpit.contract.controls import Command
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import RunStatus
-from cockpit.core.control import ControlServer
-from cockpit.core.feed import WINDOW_S, Transition
-from cockpit.core.launcher import WORKER_NICE
-from cockpit.core.phases import phases_since
-from cockpit.core.state import FleetView, JobView, LeaderView, RunState, TierView, stepping_sps
-from cockpit.core.telemetry import JobUsage, Sample
-from cockpit.core.trend import TREND_SPAN_S, TrendRecorder, best_return
+from cockpit.core.feed.control import ControlServer
+from cockpit.core.feed.snapshot import FleetView, JobView, LeaderView, RunState, TierView, stepping_sps
+from cockpit.core.feed.source import WINDOW_S, Transition
+from cockpit.core.launch.local import WORKER_NICE
+from cockpit.core.telemetry.phases import phases_since
+from cockpit.core.telemetry.sampler import JobUsage, Sample
+from cockpit.core.telemetry.trend import TREND_SPAN_S, TrendRecorder, best_return
 
 CPU_GOAL_PERCENT = 5.0
 LATENCY_GOAL_MS = 100.0

@@ -11,11 +11,11 @@ from cockpit.contract.arguments import ArgumentParser, gpu_indices, non_negative
 from cockpit.contract.rundir import RUN_NAME_RULE
 
 if TYPE_CHECKING:
-    from cockpit.views.frontends import TerminalFrontEnds
+    from cockpit.views.terminal import TerminalFrontEnds
 
 
 def _front_ends() -> TerminalFrontEnds:
-    from cockpit.views.frontends import TerminalFrontEnds
+    from cockpit.views.terminal import TerminalFrontEnds
 
     return TerminalFrontEnds()
 
@@ -44,7 +44,7 @@ def _cmd_launcher(parser: ArgumentParser) -> int:
     if not interactive():
         parser.print_help()
         return 0
-    return _front_ends().launcher()
+    return _front_ends().start_screen()
 
 
 def _cmd_recommend(args: argparse.Namespace) -> int:
@@ -105,7 +105,7 @@ def build_parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="cockpit",
         description="Keep one GPU workstation busy with parallel PPO training jobs.\n"
-        "With no command on a terminal, cockpit opens the launcher: pick a preset, env and jobs, or reopen a run.",
+        "With no command on a terminal, cockpit opens the start screen: pick a preset, env and jobs, or reopen a run.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")

@@ -28,7 +28,7 @@ def tiny_ppo() -> Callable[..., PPO]:
 
 @pytest.fixture(autouse=True, scope="session")
 def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Measured costs (`cockpit.core.costs`) go to a cache of the test session, not the user's."""
+    """Measured costs (`cockpit.core.sizing.cost_probe`) go to a cache of the test session, not the user's."""
     saved = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg-cache"))
     yield

@@ -1,6 +1,6 @@
 """A scripted stand-in for the `pynvml` module: replays a GPU utilization pattern on one GPU or several.
 
-Only tests use it. It implements the calls `cockpit.core.nvml` makes, with NVML's semantics:
+Only tests use it. It implements the calls `cockpit.core.machine.nvml` makes, with NVML's semantics:
 `nvmlDeviceGetSamples` returns the buffered samples newer than the timestamp it is given (and
 raises NVMLError_NotFound when there are none), timestamps are microseconds since the epoch, a
 handle names one device, and `nvmlInit` / `nvmlShutdown` are counted (NVML's own reference count).
@@ -66,7 +66,7 @@ def four_gpus(clock: Callable[[], float], util_at: Callable[[int, float], float]
 
 
 class FakeNvml:
-    """Module-like object: pass it as `nvml` to `cockpit.core.nvml.open_gpu`."""
+    """Module-like object: pass it as `nvml` to `cockpit.core.machine.nvml.open_gpu`."""
 
     NVMLError = NVMLError
     NVML_GPU_UTILIZATION_SAMPLES = NVML_GPU_UTILIZATION_SAMPLES

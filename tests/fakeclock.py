@@ -1,4 +1,4 @@
-"""A clock that moves only when a test moves it (the `cockpit.core.clock.Clock` protocol)."""
+"""A clock that moves only when a test moves it (the `cockpit.core.machine.clock.Clock` protocol)."""
 
 from __future__ import annotations
 

@@ -6,8 +6,10 @@ from dataclasses import replace
 
 import pytest
 
+from cockpit.contract.advice import Advice
+from cockpit.contract.costs import Costs
 from cockpit.contract.presets import Preset, load
-from cockpit.core.advisor import Advice, Costs, JobMeasure, Machine, Measurements, advise, cores_needed
+from cockpit.core.sizing.advisor import JobMeasure, Machine, Measurements, advise, cores_needed
 
 GIB = 1024**3
 THIS_MACHINE = Machine(physical_cores=2, logical_cores=2, ram_bytes=24 * GIB)

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 from pytest import approx
 
-from cockpit.contract.commands import AddJob, ApplyAdvice, Command, SetSlots
+from cockpit.contract.controls import AddJob, ApplyAdvice, Command, SetSlots
 from cockpit.contract.states import RunStatus
-from cockpit.core.autotune import AutoTuner
-from cockpit.core.state import RunState
+from cockpit.core.feed.snapshot import RunState
+from cockpit.core.sizing.autotune import AutoTuner
 from tests.fakeclock import FakeClock
 from tests.tui_fakes import job_view
 

@@ -60,7 +60,7 @@ def test_a_bad_healthy_uptime_is_one_line_naming_the_flag_and_exit_2(
 def test_healthy_uptime_reaches_the_spec_and_the_background_run(tmp_path: Path) -> None:
     from cockpit.commands.run import _spec
     from cockpit.contract.runspec import RestartPolicy
-    from cockpit.core.background import headless_argv
+    from cockpit.core.session.background import headless_argv
 
     def spec_of(argv: list[str]) -> RestartPolicy:
         return _spec(build_parser().parse_args(["run", *argv]), None, ("cockpit", "run")).restart

@@ -1,4 +1,4 @@
-"""Jobs side by side (`cockpit.core.contention`): the factors' arithmetic and the partners' shape.
+"""Jobs side by side (`cockpit.core.sizing.contention`): the factors' arithmetic and the partners' shape.
 The real measurement with two CartPole partners is part of the suite's one full probe
 (tests/test_recommend.py): its factors are in range and no partner outlives it."""
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from cockpit.contract.presets import load
-from cockpit.core import contention
-from cockpit.core.contention import Contention, Iteration, factors, partner_shape, rate
+from cockpit.core.sizing import contention
+from cockpit.core.sizing.contention import Contention, Iteration, factors, partner_shape, rate
 
 
 def test_a_rate_is_samples_over_the_iterations_seconds() -> None:
@@ -27,7 +27,7 @@ def test_factors_are_costs_over_the_cost_alone() -> None:
 
 
 def test_one_jobs_speed_is_the_mean_of_the_probes_and_the_partners_processes() -> None:
-    from cockpit.core.costs import SPEED_FIGURES, _three_processes
+    from cockpit.core.sizing.cost_probe import SPEED_FIGURES, _three_processes
 
     cartpole = load("cartpole")  # 256 samples an iteration, 20 epochs
     record = {"iteration_s": 0.128, "own_epochs": 20, "env_step_us": 9.0, "step_overhead_us": 900.0,

@@ -19,18 +19,19 @@ from typing import Any
 
 import pytest
 
-from cockpit.contract.commands import Command, StopAll, StopJob
+from cockpit.contract.controls import Command, StopAll, StopJob
 from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.contract.runspec import build_spec
 from cockpit.contract.states import RunStatus
-from cockpit.core import control
-from cockpit.core.control import AttachSource, ControlError, ControlServer, control_path, peer_uid
-from cockpit.core.feed import Frame, SourceError, Transition
-from cockpit.core.launcher import LaunchRequest, LocalJobFiles, WorkerHandle
-from cockpit.core.phases import phases_since
-from cockpit.core.session import TICK_S, UNWATCHED_STATE_S, RunSession
-from cockpit.core.state import JobView, RunState
-from cockpit.core.telemetry import Sample, Sampler
+from cockpit.core.feed import control
+from cockpit.core.feed.control import AttachSource, ControlError, ControlServer, control_path, peer_uid
+from cockpit.core.feed.snapshot import JobView, RunState
+from cockpit.core.feed.source import Frame, SourceError, Transition
+from cockpit.core.launch.local import LocalJobFiles
+from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
+from cockpit.core.session.loop import TICK_S, UNWATCHED_STATE_S, RunSession
+from cockpit.core.telemetry.phases import phases_since
+from cockpit.core.telemetry.sampler import Sample, Sampler
 from tests.fakeclock import FakeClock
 
 T0 = 1_800_000_000.0

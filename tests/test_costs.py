@@ -1,4 +1,4 @@
-"""Measured job costs: the probe (`cockpit_training.probe`) and its cache (`cockpit.core.costs`)."""
+"""Measured job costs: the probe (`cockpit_training.probe`) and its cache (`cockpit.core.sizing.cost_probe`)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 import tomli_w
 
+from cockpit.contract.costs import Costs
 from cockpit.contract.presets import Preset, load
 from cockpit.contract.runspec import ConfigError
-from cockpit.core.advisor import Costs
-from cockpit.core.costs import cache_key, cache_path, cached_costs, measured_costs, run_probe
-from cockpit.core.host import HostInfo
+from cockpit.core.machine.host import HostInfo
+from cockpit.core.sizing.cost_probe import cache_key, cache_path, cached_costs, measured_costs, run_probe
 
 RECORD = {"env": "CartPole-v1", "device": "cpu", "step_overhead_us": 372.0, "env_policy_us": 5.0,
           "env_step_us": 7.8, "train_sample_us": 5.0, "train_epoch_us": 512.0, "batch_size": 256,

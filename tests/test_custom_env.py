@@ -22,6 +22,7 @@ import pytest
 from rich.console import Console
 
 from cockpit.contract import envids
+from cockpit.contract.costs import Costs
 from cockpit.contract.envids import (
     SUBPROC_MIN_STEP_US,
     WORKDIR_ENV,
@@ -37,7 +38,7 @@ from cockpit.contract.presets import load, to_toml
 from cockpit.contract.rundir import JobDir
 from cockpit.contract.runrecord import ConfigRecord, HostRecord, RunRecord, parse, render
 from cockpit.contract.states import RunStatus
-from cockpit.core.advisor import Costs, Machine
+from cockpit.core.sizing.advisor import Machine
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "gridworld"
@@ -114,7 +115,7 @@ def test_the_launchers_workdir_wins_over_the_processes_cwd(workdir: Path, monkey
 
 
 def test_workers_get_the_cockpits_working_directory(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from cockpit.core.launcher import worker_env
+    from cockpit.core.launch.local import worker_env
 
     monkeypatch.delenv(WORKDIR_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
@@ -187,7 +188,7 @@ def test_env_kwargs_round_trip_through_to_toml_and_run_toml(tmp_path: Path) -> N
 
 
 def test_the_measured_costs_are_kept_apart_by_env_kwargs(tmp_path: Path) -> None:
-    from cockpit.core.costs import cache_key
+    from cockpit.core.sizing.cost_probe import cache_key
 
     plain = load(str(preset_file(tmp_path, "CartPole-v1")))
     bigger = load(str(preset_file(tmp_path, "CartPole-v1", "[env_kwargs]\nmax_episode_steps = 1000\n", name="b.toml")))
@@ -289,7 +290,7 @@ def test_subprocvecenv_children_find_the_module_though_their_forkserver_started_
 
 def test_recommend_says_which_vec_env_and_why(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from cockpit.commands.recommend import recommend, vec_env_line
-    from cockpit.core.costs import measured_costs
+    from cockpit.core.sizing.cost_probe import measured_costs
 
     preset = load(str(preset_file(workdir, "gridworld:GridWorld-v0")))
     machine = Machine(16, 32, 64 * 1024**3)

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from cockpit.contract.events import EVENTS_FILE, EventWriter
-from cockpit.core.detail import MAX_EVENTS, MAX_POINTS, Thinned, job_detail
-from cockpit.core.feed import SourceError
+from cockpit.core.feed.detail import MAX_EVENTS, MAX_POINTS, job_detail
+from cockpit.core.feed.source import SourceError
+from cockpit.core.telemetry.thinned import Thinned
 
 T0 = 1_800_000_000.0
 

@@ -15,11 +15,11 @@ from cockpit.commands.report import state_json
 from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.contract.runspec import RestartPolicy
 from cockpit.contract.states import JobState
-from cockpit.core.host import thread_budget
-from cockpit.core.replay import _JobHistory  # the replay's per-job index, fed the same file
-from cockpit.core.state import JobView, RunState
-from cockpit.core.supervisor import JobTemplate, Supervisor
-from cockpit.core.throughput import job_eta, run_eta, steps_left
+from cockpit.core.feed.snapshot import JobView, RunState
+from cockpit.core.machine.host import thread_budget
+from cockpit.core.record.replay import _JobHistory  # the replay's per-job index, fed the same file
+from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
+from cockpit.core.telemetry.throughput import job_eta, run_eta, steps_left
 from cockpit.views.headless import job_line, jobs_table, run_line
 from cockpit.views.tui.app import make_app
 from cockpit.views.tui.jobs_table import JobsTable, cells

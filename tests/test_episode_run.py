@@ -18,10 +18,10 @@ from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.contract.runrecord import ConfigRecord, HostRecord, JobRecord, RunRecord, parse, render, write
 from cockpit.contract.runspec import ConfigError, RestartPolicy, RunSpec, build_spec
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.core.background import headless_argv
-from cockpit.core.host import thread_budget
-from cockpit.core.session import resume_spec_args
-from cockpit.core.supervisor import JobTemplate, Supervisor
+from cockpit.core.machine.host import thread_budget
+from cockpit.core.session.background import headless_argv
+from cockpit.core.session.loop import resume_spec_args
+from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
 from tests.fakeclock import FakeClock
 from tests.test_supervisor import FakeLauncher
 

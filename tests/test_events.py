@@ -53,8 +53,8 @@ def test_a_new_writer_ends_a_torn_line_so_its_events_survive(tmp_path: Path) -> 
 def test_a_heartbeat_round_trips_and_readers_that_do_not_care_pass_over_it(tmp_path: Path) -> None:
     from cockpit.commands.report import _live_steps
     from cockpit.contract.events import HeartbeatEvent, parse
-    from cockpit.core.detail import job_detail
-    from cockpit.core.replay import _JobHistory
+    from cockpit.core.feed.detail import job_detail
+    from cockpit.core.record.replay import _JobHistory
 
     job_dir = tmp_path / "jobs" / "000"
     writer = EventWriter(job_dir / "events.jsonl")

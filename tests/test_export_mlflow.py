@@ -30,7 +30,7 @@ from cockpit.contract.runrecord import (
     write,
 )
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.core.fleetstore import FleetStore
+from cockpit.core.fleet.store import FleetStore
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -21,9 +21,9 @@ import pytest
 
 from cockpit.contract.events import CheckpointEvent, EvaluatedEvent, FinishedEvent, StartedEvent, of_kind, read_events
 from cockpit.contract.models import read_manifest, verify
-from cockpit.core.fleetreport import fleet_summary
-from cockpit.core.fleetstore import FleetStore
-from cockpit.core.promotion import ranked
+from cockpit.core.fleet.promotion import ranked
+from cockpit.core.fleet.report import fleet_summary
+from cockpit.core.fleet.store import FleetStore
 
 # One pytest-xdist worker runs the module: its tests share the module's `reference`, made once.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_fleet_e2e")]

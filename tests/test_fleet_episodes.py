@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from cockpit.cli import main
+from cockpit.contract.costs import Costs
 from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.contract.fleetplan import PlanError, load_plan, parse_plan
 from cockpit.contract.runrecord import ConfigRecord, HostRecord, JobRecord, RunRecord
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.core.advisor import Costs
-from cockpit.core.fleet import episode_steps_from_record, project, speed_of
+from cockpit.core.fleet.projection import episode_steps_from_record, project
+from cockpit.core.sizing.overlap import speed_of
 from tests.test_fleetplan import cache_costs, forbid_processes
 from tests.test_fleetrun import ScriptedFleet, by_index, outcome
 from tests.test_supervisor import FakeProcess

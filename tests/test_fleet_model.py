@@ -9,9 +9,9 @@ from dataclasses import replace
 
 import pytest
 
+from cockpit.contract.costs import Costs
 from cockpit.contract.presets import Preset, load
-from cockpit.core.advisor import Costs
-from cockpit.core.fleet import Station, gpu_stations, overlap_sps, speed_of
+from cockpit.core.sizing.overlap import Station, gpu_stations, overlap_sps, speed_of
 
 
 def cartpole() -> Preset:

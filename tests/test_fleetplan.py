@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from cockpit.cli import main
+from cockpit.contract.costs import Costs
 from cockpit.contract.fleetplan import FleetPlan, PlanError, load_plan
 from cockpit.contract.presets import load
 from cockpit.contract.workerargs import EVAL_ENVS_MAX, eval_envs
-from cockpit.core.advisor import Costs
-from cockpit.core.costs import measured_costs
-from cockpit.core.fleet import Speed, project, speed_of
+from cockpit.core.fleet.projection import project
+from cockpit.core.sizing.cost_probe import measured_costs
+from cockpit.core.sizing.overlap import Speed, speed_of
 
 GOOD = """
 name = "screen"
@@ -253,7 +254,7 @@ def test_a_500_agent_dry_run_prints_the_cost_models_figures_and_starts_no_proces
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from cockpit.commands.fleet import _duration
-    from cockpit.core.sizing import this_machine
+    from cockpit.core.sizing.starting_point import this_machine
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     plan = load_plan(plan_file(tmp_path, GOOD.replace("seeds = 10", "seeds = 125")))

@@ -16,11 +16,11 @@ import pytest
 from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.contract.fleetplan import parse_plan
 from cockpit.contract.states import JobState
-from cockpit.core.fleetrun import FleetRun
-from cockpit.core.fleetstore import FleetStore
-from cockpit.core.host import thread_budget
-from cockpit.core.promotion import async_promotions
-from cockpit.core.supervisor import JobTemplate, Supervisor
+from cockpit.core.fleet.promotion import async_promotions
+from cockpit.core.fleet.run import FleetRun
+from cockpit.core.fleet.store import FleetStore
+from cockpit.core.machine.host import thread_budget
+from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
 from tests.fakeclock import FakeClock
 from tests.test_supervisor import FakeLauncher, FakeProcess
 

@@ -21,8 +21,8 @@ from cockpit.contract.events import Event, PhaseEvent, StartedEvent
 from cockpit.contract.presets import resolve
 from cockpit.contract.runrecord import ConfigRecord, HostRecord, JobRecord, RunRecord, write
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.core.advisor import Machine
-from cockpit.core.search import Config
+from cockpit.core.sizing.advisor import Machine
+from cockpit.core.sizing.hill_climb import Config
 
 CHECK_SH = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu" / "check.sh"
 
@@ -146,7 +146,7 @@ def test_the_halving_advice_is_found_in_an_oom_runs_record(tmp_path: Path) -> No
 def test_tunes_preset_file_gives_the_kit_its_pick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import cockpit.commands.tune
     from cockpit.commands.tune import TuneResult, tune
-    from cockpit.core.trials import Trial
+    from cockpit.core.sizing.trials import Trial
 
     best = Config(3, 16, 512)
 

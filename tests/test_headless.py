@@ -7,9 +7,9 @@ from dataclasses import replace
 
 from rich.console import Console
 
+from cockpit.contract.advice import Advice
 from cockpit.contract.states import RunStatus
-from cockpit.core.advisor import Advice
-from cockpit.core.state import JobView, RunState
+from cockpit.core.feed.snapshot import JobView, RunState
 from cockpit.views.headless import HeadlessView, jobs_table
 
 T0 = 1_800_000_000.0

@@ -1,10 +1,14 @@
-"""The core and the training side never pull in Textual (ARCHITECTURE.md's boundaries)."""
+"""The core and the training side never pull in Textual (docs/architecture.md's boundaries), and no
+module of cockpit imports itself back through others."""
 
 from __future__ import annotations
 
+import graphlib
 import pkgutil
 import subprocess
 import sys
+
+import grimp
 
 import cockpit.core
 
@@ -16,7 +20,8 @@ def _modules_loaded_by(modules: list[str]) -> set[str]:
 
 
 def test_core_never_imports_textual() -> None:
-    core = ["cockpit.core"] + [f"cockpit.core.{m.name}" for m in pkgutil.iter_modules(cockpit.core.__path__)]
+    core = ["cockpit.core"] + [m.name for m in pkgutil.walk_packages(cockpit.core.__path__, "cockpit.core.")]
+    assert "cockpit.core.session.loop" in core  # the walk reaches into the packages
     loaded = _modules_loaded_by(core)
     assert not any(m == "textual" or m.startswith("textual.") for m in loaded)
 
@@ -42,8 +47,19 @@ def test_worker_module_defers_torch_until_thread_limits_are_set() -> None:
 def test_the_headless_path_loads_neither_textual_nor_torch() -> None:
     # A headless run over ssh must not pay for the TUI, and the supervising process must not
     # carry torch's memory: only the workers train.
-    headless = ["cockpit.cli", "cockpit.commands.run", "cockpit.views.headless", "cockpit.views.frontends",
-                "cockpit.core.background", "cockpit.core.session"]  # fmt: skip
+    headless = ["cockpit.cli", "cockpit.commands.run", "cockpit.views.headless", "cockpit.views.terminal",
+                "cockpit.core.session.background", "cockpit.core.session.loop"]  # fmt: skip
     loaded = _modules_loaded_by(headless)
     assert not any(m == "textual" or m.startswith("textual.") for m in loaded)
     assert "torch" not in loaded
+
+
+def test_no_import_cycle_among_cockpits_modules() -> None:
+    # The layers contracts (pyproject.toml) order the packages; this catches a circle inside one,
+    # such as the advisor and the fleet projection importing each other, which they once did.
+    graph = grimp.build_graph("cockpit", "cockpit_training")
+    imports = {m: {d for d in graph.find_modules_directly_imported_by(m) if d in graph.modules} for m in graph.modules}
+    try:
+        graphlib.TopologicalSorter(imports).prepare()
+    except graphlib.CycleError as cycle:
+        raise AssertionError(f"import cycle: {' -> '.join(cycle.args[1])}") from None

@@ -8,7 +8,8 @@ from pathlib import Path
 import psutil
 
 from cockpit.contract.workerargs import WorkerArgs
-from cockpit.core.launcher import WORKER_NICE, LaunchRequest, LocalLauncher
+from cockpit.core.launch.local import WORKER_NICE, LocalLauncher
+from cockpit.core.launch.protocol import LaunchRequest
 
 
 def test_workers_run_nicer_than_the_cockpit_in_their_own_session(tmp_path: Path) -> None:

@@ -19,17 +19,18 @@ from rich.console import Console
 from textual.widgets import Label, Static
 
 from cockpit.commands.report import json_report, print_report
-from cockpit.contract.commands import AdviceSetting, ApplyAdvice
+from cockpit.contract.advice import AdviceSetting
+from cockpit.contract.controls import ApplyAdvice
 from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import build_spec
 from cockpit.contract.states import RunStatus
-from cockpit.core.advisor import JobMeasure, Measurements, advise, job_measure, machine_of, memory_advice
-from cockpit.core.host import HostInfo
-from cockpit.core.memwatch import MIB, MemoryVerdict
-from cockpit.core.replay import open_replay
-from cockpit.core.session import RunSession
-from cockpit.core.state import RunState
-from cockpit.core.telemetry import JobUsage, Sample, Sampler
+from cockpit.core.feed.snapshot import RunState
+from cockpit.core.machine.host import HostInfo
+from cockpit.core.record.replay import open_replay
+from cockpit.core.session.loop import RunSession
+from cockpit.core.sizing.advisor import JobMeasure, Measurements, advise, job_measure, machine_of, memory_advice
+from cockpit.core.telemetry.memwatch import MIB, MemoryVerdict
+from cockpit.core.telemetry.sampler import JobUsage, Sample, Sampler
 from cockpit.views.headless import HeadlessView
 from cockpit.views.tui.app import make_app
 from cockpit.views.tui.detail_screen import JobDetailScreen

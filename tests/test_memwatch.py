@@ -10,14 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from cockpit.core.memwatch import (
-    GROWTH_MIB_PER_H,
-    MAX_POINTS,
-    MIB,
-    MemoryVerdict,
-    MemWatch,
-    assess,
-)
+from cockpit.core.telemetry.memwatch import GROWTH_MIB_PER_H, MAX_POINTS, MIB, MemoryVerdict, MemWatch, assess
 
 T0 = 1_800_000_000.0
 Series = Callable[[float], float]  # seconds since the worker started -> MiB

@@ -20,16 +20,17 @@ from cockpit.contract.runrecord import read, write
 from cockpit.contract.runspec import ConfigError, build_spec
 from cockpit.contract.scriptargs import ScriptArgs
 from cockpit.contract.workerargs import CUDA_VISIBLE_DEVICES_ENV
-from cockpit.core.advisor import GIB, JobMeasure, Machine, Measurements, advise
-from cockpit.core.host import HostInfo, thread_budget
-from cockpit.core.launcher import LaunchRequest, LocalLauncher
-from cockpit.core.nvml import GpuInfo, GpuReader, keep_gpus, open_gpus
-from cockpit.core.phases import PhaseAccountant
-from cockpit.core.placement import GpuRef, GpuRoom, fit_jobs, place
-from cockpit.core.runlog import Recorder, record
-from cockpit.core.session import RunSession
-from cockpit.core.supervisor import JobTemplate, Supervisor
-from cockpit.core.telemetry import Sampler
+from cockpit.core.launch.local import LocalLauncher
+from cockpit.core.launch.protocol import LaunchRequest
+from cockpit.core.machine.host import HostInfo, thread_budget
+from cockpit.core.machine.nvml import GpuInfo, GpuReader, keep_gpus, open_gpus
+from cockpit.core.machine.placement import GpuRef, GpuRoom, fit_jobs, place
+from cockpit.core.record.runlog import Recorder, record
+from cockpit.core.session.loop import RunSession
+from cockpit.core.sizing.advisor import GIB, JobMeasure, Machine, Measurements, advise
+from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
+from cockpit.core.telemetry.phases import PhaseAccountant
+from cockpit.core.telemetry.sampler import Sampler
 from cockpit.views.headless import system_line
 from cockpit.views.tui.app import make_app
 from cockpit.views.tui.gpu_panel import GpuPanel

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.core.nvml import open_gpu
-from cockpit.core.phases import Accounting, PhaseAccountant, Transitions
+from cockpit.core.machine.nvml import open_gpu
+from cockpit.core.telemetry.phases import Accounting, PhaseAccountant, Transitions
 from tests.fake_pynvml import FakeGpu, FakeNvml
 
 T0 = 1_800_000_000.0
@@ -86,7 +86,7 @@ def test_no_samples_means_no_figures() -> None:
 
 
 def test_settling_in_steps_gives_the_same_result_as_all_at_once() -> None:
-    from cockpit.core.phases import PhaseAccountant
+    from cockpit.core.telemetry.phases import PhaseAccountant
 
     phases = {"000": job_phases(0.0, 4), "001": job_phases(1.5, 4)}
     util = [(T0 + i * 0.1, float(i % 97)) for i in range(0, 175)]
@@ -105,7 +105,7 @@ def test_settling_in_steps_gives_the_same_result_as_all_at_once() -> None:
 def test_folding_and_pruning_as_a_long_run_does_give_the_same_figures() -> None:
     import random
 
-    from cockpit.core.phases import PhaseAccountant, prune
+    from cockpit.core.telemetry.phases import PhaseAccountant, prune
 
     rng = random.Random(7)
     full: dict[str, list[tuple[float, str | None]]] = {}
@@ -143,7 +143,7 @@ def test_folding_and_pruning_as_a_long_run_does_give_the_same_figures() -> None:
 
 
 def test_prune_keeps_the_phase_at_the_cut() -> None:
-    from cockpit.core.phases import prune
+    from cockpit.core.telemetry.phases import prune
 
     transitions: list[tuple[float, str | None]] = [(1.0, "rollout"), (2.0, "train"), (3.0, "rollout"), (4.0, "train")]
     prune(transitions, 3.5)

@@ -1,9 +1,9 @@
-"""Ranking and the sync and async (ASHA) promotion rules (`cockpit.core.promotion`)."""
+"""Ranking and the sync and async (ASHA) promotion rules (`cockpit.core.fleet.promotion`)."""
 
 from __future__ import annotations
 
-from cockpit.core.fleetstore import Result
-from cockpit.core.promotion import async_promotions, ranked, sync_promotions
+from cockpit.core.fleet.promotion import async_promotions, ranked, sync_promotions
+from cockpit.core.fleet.store import Result
 
 
 def result(agent: str, score: float, train_return: float | None = None, seed: int = 0) -> Result:

@@ -17,8 +17,8 @@ from cockpit.contract.runrecord import read
 from cockpit.contract.scriptargs import ScriptArgs
 from cockpit.contract.states import RunStatus
 from cockpit.contract.workerargs import WorkerArgs
-from cockpit.core.launcher import LaunchRequest, WorkerHandle
-from cockpit.core.raylauncher import RayLauncher
+from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
+from cockpit.core.launch.ray_launcher import RayLauncher
 from tests.cockpitproc import run_cockpit, small_preset
 
 # One worker runs the module, so its one cluster (a module fixture) is started once.

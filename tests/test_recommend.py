@@ -21,7 +21,7 @@ from cockpit.contract.runrecord import (
     write,
 )
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.core.advisor import Machine
+from cockpit.core.sizing.advisor import Machine
 from tests.cockpitproc import run_cockpit
 
 if sys.version_info >= (3, 11):
@@ -120,14 +120,14 @@ def test_recommend_measures_this_machine_once_then_reads_the_cache(tmp_path: Pat
 def test_a_failing_probe_says_why_and_the_advice_comes_from_the_tables(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import cockpit.core.costs
+    import cockpit.core.sizing.cost_probe
     from cockpit.contract.runspec import ConfigError
 
     def broken(*_: object) -> dict:
         raise ConfigError("measuring CartPole-v1: the probe failed: RuntimeError: boom")
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    monkeypatch.setattr(cockpit.core.costs, "run_probe", broken)
+    monkeypatch.setattr(cockpit.core.sizing.cost_probe, "run_probe", broken)
     console = Console(record=True, width=200)
     two_cores = Machine(2, 2, 24 * GIB)
     items = recommend(console, preset="cartpole", env=None, jobs=16, run_dir=None, machine=two_cores)

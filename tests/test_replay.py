@@ -13,20 +13,20 @@ from typing import Any
 import pytest
 
 from cockpit.contract import presets
-from cockpit.contract.commands import StopAll, StopJob
+from cockpit.contract.controls import StopAll, StopJob
 from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import write
 from cockpit.contract.runspec import RestartPolicy, RunSpec
 from cockpit.contract.states import RunStatus
-from cockpit.core.feed import WINDOW_S, Replay, SourceError
-from cockpit.core.host import HostInfo
-from cockpit.core.nvml import GpuInfo, GpuSample
-from cockpit.core.replay import NO_GPU_RECORDED, ReplaySource, open_replay
-from cockpit.core.runlog import MIB, Recorder, phase_accounting, record
-from cockpit.core.state import JobView, RunState
-from cockpit.core.telemetry import JobUsage, Sample
-from cockpit.core.throughput import Throughput
+from cockpit.core.feed.snapshot import JobView, RunState
+from cockpit.core.feed.source import WINDOW_S, Replay, SourceError
+from cockpit.core.machine.host import HostInfo
+from cockpit.core.machine.nvml import GpuInfo, GpuSample
+from cockpit.core.record.replay import NO_GPU_RECORDED, ReplaySource, open_replay
+from cockpit.core.record.runlog import MIB, Recorder, phase_accounting, record
+from cockpit.core.telemetry.sampler import JobUsage, Sample
+from cockpit.core.telemetry.throughput import Throughput
 from tests.cycles import script
 
 T0 = 1_800_000_000.0

@@ -17,9 +17,9 @@ from cockpit.cli import main
 from cockpit.commands.report import print_report
 from cockpit.contract.fleetplan import parse_plan
 from cockpit.contract.models import MODELS_DIR, ModelEntry, copy_atomic, write_manifest
-from cockpit.core.fleetreport import fleet_summary
-from cockpit.core.fleetstore import FleetStore
-from cockpit.core.promotion import async_promotions, sync_promotions
+from cockpit.core.fleet.promotion import async_promotions, sync_promotions
+from cockpit.core.fleet.report import fleet_summary
+from cockpit.core.fleet.store import FleetStore
 from tests.test_report_json import GOLDEN_RUN, validate
 
 if sys.version_info >= (3, 11):

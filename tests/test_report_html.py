@@ -38,7 +38,7 @@ from cockpit.commands.plots import (
     tier_funnel,
     utilization_by_phase,
 )
-from cockpit.core.runseries import RunSeries, read_series
+from cockpit.core.record.series import RunSeries, read_series
 from tests.cockpitproc import PLAIN_RUN, Cockpit, required_tool, run_cockpit
 from tests.test_report_json import GOLDEN_RUN
 
@@ -165,7 +165,7 @@ from pathlib import Path
 import cockpit.cli, cockpit.commands.report
 assert "matplotlib" not in sys.modules, "the text report and --json load matplotlib"
 from cockpit.commands.plots import gpu_and_phases, png
-from cockpit.core.runseries import read_series
+from cockpit.core.record.series import read_series
 assert png(gpu_and_phases(read_series(Path({str(GOLDEN_RUN)!r})))).startswith(b"\\x89PNG")
 gui = ("matplotlib.pyplot", "tkinter", "PyQt5", "PyQt6", "PySide2", "PySide6", "gi", "wx")
 print(sorted(name for name in sys.modules if name in gui or name.startswith("matplotlib.backends.backend_")))

@@ -14,12 +14,12 @@ import pytest
 
 from cockpit.cli import main
 from cockpit.commands.report import json_report
-from cockpit.contract.commands import StopAll
+from cockpit.contract.controls import StopAll
 from cockpit.contract.runspec import build_spec
 from cockpit.contract.states import JobState
-from cockpit.core.fleetreport import STATUSES
-from cockpit.core.session import RunSession
-from cockpit.core.telemetry import Sampler
+from cockpit.core.fleet.report import STATUSES
+from cockpit.core.session.loop import RunSession
+from cockpit.core.telemetry.sampler import Sampler
 from tests.test_control import FakeWorkers, QuietView, _try_connect, wait_for
 
 SCHEMA = json.loads((Path(__file__).parent.parent / "docs" / "report.schema.json").read_text())

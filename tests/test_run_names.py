@@ -1,4 +1,4 @@
-"""Run names (`--name`): the run directory, run.toml, the views' headers, the launcher's recent
+"""Run names (`--name`): the run directory, run.toml, the views' headers, the start screen's recent
 runs, `report --json`, `cockpit attach NAME`, and the one-line refusal of an unsafe name.
 
 No process is started: specs are built and refused in this process, run directories are copies of
@@ -22,17 +22,17 @@ from cockpit.contract.rundir import RunDir, RunNameError, check_run_name, stamp_
 from cockpit.contract.runrecord import parse, read, render, write
 from cockpit.contract.runspec import ConfigError, build_spec
 from cockpit.contract.states import RunStatus
-from cockpit.core.background import headless_argv
-from cockpit.core.feed import RunSource, SourceError
-from cockpit.core.host import HostInfo
-from cockpit.core.replay import open_replay
-from cockpit.core.runlog import Recorder, phase_accounting, record
-from cockpit.core.runs import named_run, recent_runs
-from cockpit.core.session import resume_spec_args
+from cockpit.core.feed.source import RunSource, SourceError
+from cockpit.core.machine.host import HostInfo
+from cockpit.core.record.find_runs import named_run, recent_runs
+from cockpit.core.record.replay import open_replay
+from cockpit.core.record.runlog import Recorder, phase_accounting, record
+from cockpit.core.session.background import headless_argv
+from cockpit.core.session.loop import resume_spec_args
 from cockpit.views.headless import HeadlessView
 from cockpit.views.tui.app import make_app
 from cockpit.views.tui.cockpit_screen import RunHeader, header_line
-from cockpit.views.tui.launcher_screen import LauncherScreen
+from cockpit.views.tui.start_screen import StartScreen
 from tests.test_fleetplan import plan_file
 from tests.test_headless import T0
 from tests.test_headless import state as headless_state
@@ -214,7 +214,7 @@ async def test_the_launchers_recent_runs_show_the_name(tmp_path: Path) -> None:
     app = make_app(opener=Opener(ScriptedSource(frame())))
     async with app.run_test(size=(120, 30)) as pilot:
         await pilot.pause()
-        assert isinstance(app.screen, LauncherScreen)
+        assert isinstance(app.screen, StartScreen)
         table = app.screen.query_one("#recent", DataTable)
         assert [str(c.label) for c in table.columns.values()][:2] == ["name", "run"]
         names = {str(table.get_row_at(i)[1]): str(table.get_row_at(i)[0]) for i in range(table.row_count)}

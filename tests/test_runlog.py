@@ -5,9 +5,9 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from cockpit.core.host import pin_sets, thread_budget
-from cockpit.core.runlog import Recorder, phase_accounting
-from cockpit.core.telemetry import JobUsage, Sample
+from cockpit.core.machine.host import pin_sets, thread_budget
+from cockpit.core.record.runlog import Recorder, phase_accounting
+from cockpit.core.telemetry.sampler import JobUsage, Sample
 
 
 def test_thread_budget_splits_physical_cores_and_warns_with_numbers() -> None:

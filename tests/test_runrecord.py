@@ -33,12 +33,12 @@ from cockpit.contract.runrecord import (
 )
 from cockpit.contract.runspec import RestartPolicy, RunSpec
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.core.feed import SourceError
-from cockpit.core.host import HostInfo
-from cockpit.core.replay import open_replay
-from cockpit.core.runlog import Recorder, phase_accounting, record
-from cockpit.core.session import resume_spec_args
-from cockpit.core.state import RunState
+from cockpit.core.feed.snapshot import RunState
+from cockpit.core.feed.source import SourceError
+from cockpit.core.machine.host import HostInfo
+from cockpit.core.record.replay import open_replay
+from cockpit.core.record.runlog import Recorder, phase_accounting, record
+from cockpit.core.session.loop import resume_spec_args
 from tests.test_replay import T0, _build_run, _view
 
 GOLDEN = Path(__file__).parent / "data" / "run-v1"

@@ -31,10 +31,10 @@ from cockpit.contract.scriptargs import (
 )
 from cockpit.contract.states import JobState
 from cockpit.contract.workerargs import PARENT_PID_ENV, THREAD_ENV_VARS
-from cockpit.core.background import headless_argv
-from cockpit.core.host import thread_budget
-from cockpit.core.launcher import worker_env
-from cockpit.core.supervisor import NO_EVENTS_NOTE, JobTemplate, Supervisor
+from cockpit.core.launch.local import worker_env
+from cockpit.core.machine.host import thread_budget
+from cockpit.core.session.background import headless_argv
+from cockpit.core.supervise.supervisor import NO_EVENTS_NOTE, JobTemplate, Supervisor
 from tests.fakeclock import FakeClock
 from tests.test_supervisor import FakeLauncher, events
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.contract.commands import StopJob
+from cockpit.contract.controls import StopJob
 from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import STALL_MIN_S, RestartPolicy
 from cockpit.contract.states import JobState
-from cockpit.core.jobs import Job
-from cockpit.core.supervisor import STALL_GRACE_S, Supervisor
+from cockpit.core.supervise.jobs import Job
+from cockpit.core.supervise.supervisor import STALL_GRACE_S, Supervisor
 from tests.fakeclock import FakeClock
 from tests.test_supervisor import events, make
 
@@ -215,7 +215,8 @@ def test_the_local_launcher_sees_a_process_stopped_by_a_signal(tmp_path: Path) -
     import subprocess
     import time
 
-    from cockpit.core.launcher import LocalLauncher, WorkerHandle
+    from cockpit.core.launch.local import LocalLauncher
+    from cockpit.core.launch.protocol import WorkerHandle
 
     proc = subprocess.Popen(["sleep", "30"], start_new_session=True)
     handle = WorkerHandle("000", proc.pid, tmp_path, proc)
@@ -243,8 +244,8 @@ def test_stall_timeout_reaches_the_spec_the_background_run_the_record_and_a_resu
     from cockpit.cli import build_parser
     from cockpit.commands.run import _spec
     from cockpit.contract.runrecord import parse, render
-    from cockpit.core.background import headless_argv
-    from cockpit.core.session import resume_spec_args
+    from cockpit.core.session.background import headless_argv
+    from cockpit.core.session.loop import resume_spec_args
 
     def spec_of(argv: list[str]) -> RestartPolicy:
         return _spec(build_parser().parse_args(["run", *argv]), None, ("cockpit", "run")).restart

@@ -8,14 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.contract.commands import AddJob, KillJob, RestartJob, SetSlots, StopJob
+from cockpit.contract.controls import AddJob, KillJob, RestartJob, SetSlots, StopJob
 from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.contract.runspec import RestartPolicy
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.core.host import thread_budget
-from cockpit.core.jobs import InvalidTransition, Job
-from cockpit.core.launcher import LaunchRequest, LocalJobFiles, WorkerHandle
-from cockpit.core.supervisor import STOP_GRACE_S, JobTemplate, Supervisor
+from cockpit.core.launch.local import LocalJobFiles
+from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
+from cockpit.core.machine.host import thread_budget
+from cockpit.core.supervise.jobs import InvalidTransition, Job
+from cockpit.core.supervise.supervisor import STOP_GRACE_S, JobTemplate, Supervisor
 from tests.cycles import script
 from tests.fakeclock import FakeClock
 

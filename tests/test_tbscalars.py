@@ -1,4 +1,4 @@
-"""The cockpit's own TensorBoard scalars (`cockpit.core.tbscalars`) from scripted telemetry, read
+"""The cockpit's own TensorBoard scalars (`cockpit.core.export.tensorboard`) from scripted telemetry, read
 back with TensorBoard's own `EventAccumulator`: SPS at the job's steps, CPU % and GPU utilization
 by phase per interval, nothing for a GPU that is not there, one event file per session in the
 same run directory, and a failed write that ends the scalars with a warning instead of the run.
@@ -20,8 +20,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.core.state import JobView, RunState
-from cockpit.core.tbscalars import (
+from cockpit.core.export.tensorboard import (
     CPU_TAG,
     GPU_TAG,
     SPS_TAG,
@@ -30,7 +29,8 @@ from cockpit.core.tbscalars import (
     install_hint,
     tensorboard_api,
 )
-from cockpit.core.telemetry import JobUsage, Sample
+from cockpit.core.feed.snapshot import JobView, RunState
+from cockpit.core.telemetry.sampler import JobUsage, Sample
 
 T0 = 1_800_000_000.0
 CYCLE_S = 5.0

@@ -11,8 +11,8 @@ from typing import Any
 import psutil
 import pytest
 
-from cockpit.core.nvml import open_gpu
-from cockpit.core.telemetry import TREE_SCAN_MAX_S, TREE_SCAN_S, Sample, Sampler
+from cockpit.core.machine.nvml import open_gpu
+from cockpit.core.telemetry.sampler import TREE_SCAN_MAX_S, TREE_SCAN_S, Sample, Sampler
 from tests.fake_pynvml import GIB, FakeGpu, FakeNvml, NVMLError_LibraryNotFound, NVMLError_NotSupported
 from tests.fakeclock import FakeClock
 

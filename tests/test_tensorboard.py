@@ -18,11 +18,11 @@ from cockpit.contract.events import read_events
 from cockpit.contract.rundir import TB_COCKPIT_RUN, TB_SB3_RUN, JobDir, RunDir
 from cockpit.contract.runspec import build_spec
 from cockpit.contract.workerargs import WorkerArgs
-from cockpit.core.background import headless_argv
-from cockpit.core.launcher import LaunchRequest, WorkerHandle
-from cockpit.core.session import RunSession
-from cockpit.core.tbscalars import CPU_TAG, GPU_TAG, SPS_TAG, install_hint
-from cockpit.core.telemetry import Sampler
+from cockpit.core.export.tensorboard import CPU_TAG, GPU_TAG, SPS_TAG, install_hint
+from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
+from cockpit.core.session.background import headless_argv
+from cockpit.core.session.loop import RunSession
+from cockpit.core.telemetry.sampler import Sampler
 from cockpit.views.headless import HeadlessView
 from cockpit_training import worker
 from cockpit_training.stopping import StopFlag

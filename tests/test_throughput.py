@@ -1,5 +1,5 @@
 """The live SPS is throughput over whole rollout + train cycles, and the ETAs that follow from it
-(`cockpit.core.throughput`), against scripted workers whose true figures are known."""
+(`cockpit.core.telemetry.throughput`), against scripted workers whose true figures are known."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 
 from cockpit.contract.events import PhaseEvent, ProgressEvent, StartedEvent
 from cockpit.contract.states import JobState
-from cockpit.core.throughput import MAX_CYCLES, Throughput, job_eta, run_eta, window_start
-from cockpit.views.units import eta
+from cockpit.core.telemetry.throughput import MAX_CYCLES, Throughput, job_eta, run_eta, window_start
+from cockpit.views.formatting import eta
 from tests.cycles import script
 
 T0 = 1_800_000_000.0

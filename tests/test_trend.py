@@ -12,11 +12,12 @@ import pytest
 
 from cockpit.contract.events import Event, ProgressEvent
 from cockpit.contract.states import JobState
-from cockpit.core.control import AttachSource, ControlServer
-from cockpit.core.host import thread_budget
-from cockpit.core.replay import open_replay
-from cockpit.core.supervisor import JobTemplate, Supervisor
-from cockpit.core.trend import (
+from cockpit.core.feed.control import AttachSource, ControlServer
+from cockpit.core.feed.wire import decode_state, encode_state
+from cockpit.core.machine.host import thread_budget
+from cockpit.core.record.replay import open_replay
+from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
+from cockpit.core.telemetry.trend import (
     NO_TREND,
     TREND_EVERY_S,
     TREND_SPAN_S,
@@ -26,7 +27,6 @@ from cockpit.core.trend import (
     increment,
     merge,
 )
-from cockpit.core.wire import decode_state, encode_state
 from tests.cycles import script
 from tests.fakeclock import FakeClock
 from tests.test_control import FakeProvider, Raw, state_at, wait_for

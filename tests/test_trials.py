@@ -1,4 +1,4 @@
-"""How a tune trial turns a worker's events into steps per second (`cockpit.core.trials.Progress`)."""
+"""How a tune trial turns a worker's events into steps per second (`cockpit.core.sizing.trials.Progress`)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from cockpit.contract.events import ErrorEvent, Event, PhaseEvent, ProgressEvent
-from cockpit.core.trials import Progress
+from cockpit.core.sizing.trials import Progress
 
 
 def cycle_events(t: float, steps: int, *, rollout_s: float, train_s: float, samples: int) -> list[Event]:

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, Static
 
-from cockpit.contract.commands import AddJob, ApplyAdvice, KillJob, RestartJob, StopAll, StopJob
+from cockpit.contract.advice import Advice
+from cockpit.contract.controls import AddJob, ApplyAdvice, KillJob, RestartJob, StopAll, StopJob
 from cockpit.contract.states import RunStatus
-from cockpit.core.advisor import Advice
-from cockpit.core.feed import RunSource
-from cockpit.core.runs import RecentRun
+from cockpit.core.feed.source import RunSource
+from cockpit.core.record.find_runs import RecentRun
 from cockpit.views.tui.app import NEVER, make_app
 from cockpit.views.tui.cockpit_screen import CockpitScreen
 from cockpit.views.tui.detail_screen import JobDetailScreen
@@ -21,8 +21,8 @@ from cockpit.views.tui.footer import Keys
 from cockpit.views.tui.gpu_panel import GpuPanel
 from cockpit.views.tui.help_screen import HelpScreen
 from cockpit.views.tui.jobs_table import JobsTable
-from cockpit.views.tui.launcher_screen import LaunchChoice, LaunchError, LauncherScreen
 from cockpit.views.tui.quit_screen import QuitScreen
+from cockpit.views.tui.start_screen import LaunchChoice, LaunchError, StartScreen
 from tests.tui_fakes import NOW, ScriptedReplay, ScriptedSource, frame, job_view
 
 SIZE = (100, 30)
@@ -169,7 +169,7 @@ async def test_without_a_gpu_the_panel_says_so() -> None:
 
 
 class FakeOpener:
-    """Records what the launcher asks for."""
+    """Records what the start screen asks for."""
 
     physical_cores = 8
 
@@ -198,7 +198,7 @@ async def test_launcher_starts_a_run_and_shows_its_cockpit() -> None:
     app = make_app(opener=opener)
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        assert isinstance(app.screen, LauncherScreen)
+        assert isinstance(app.screen, StartScreen)
         jobs = app.screen.query_one("#jobs", Input)
         jobs.value = "12"
         await pilot.pause()
@@ -218,7 +218,7 @@ async def test_launcher_reports_a_start_failure_and_stays() -> None:
         await pilot.pause()
         await pilot.press("ctrl+r")
         await pilot.pause(0.5)
-        assert isinstance(app.screen, LauncherScreen)
+        assert isinstance(app.screen, StartScreen)
         assert "unknown env" in str(app.screen.query_one("#launch-error", Static).render())
 
 

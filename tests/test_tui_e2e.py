@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from cockpit.contract.runrecord import read
-from cockpit.core.control import AttachSource
-from cockpit.core.feed import Frame, SourceError
+from cockpit.core.feed.control import AttachSource
+from cockpit.core.feed.source import Frame, SourceError
 from cockpit.views.tui.app import make_app
 from cockpit.views.tui.opener import open_run
 from tests.cockpitproc import Tmux, run_cockpit, small_preset, start_cockpit

@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.contract.commands import ApplyAdvice, RestartJob, SetPreset, StopAll
+from cockpit.contract.controls import ApplyAdvice, RestartJob, SetPreset, StopAll
 from cockpit.contract.presets import load
 from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import build_spec
 from cockpit.contract.states import RunStatus
-from cockpit.core.control import AttachSource
-from cockpit.core.feed import SourceError
-from cockpit.core.nvml import open_gpu
-from cockpit.core.session import RunSession
-from cockpit.core.state import RunState
-from cockpit.core.telemetry import Sampler
+from cockpit.core.feed.control import AttachSource
+from cockpit.core.feed.snapshot import RunState
+from cockpit.core.feed.source import SourceError
+from cockpit.core.machine.nvml import open_gpu
+from cockpit.core.session.loop import RunSession
+from cockpit.core.telemetry.sampler import Sampler
 from cockpit.views.tui.advice_panel import AdvicePanel
 from cockpit.views.tui.app import make_app
 from cockpit.views.tui.gpu_panel import GpuPanel
@@ -116,7 +116,7 @@ def test_applying_n_envs_writes_a_preset_and_restarts_live_jobs_under_it(tmp_pat
 def test_the_frame_window_forgets_agents_the_state_no_longer_shows() -> None:
     from dataclasses import replace
 
-    from cockpit.core.feed import FrameWindow
+    from cockpit.core.feed.source import FrameWindow
     from tests.tui_fakes import NOW, frame
 
     window = FrameWindow(window_s=60.0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from cockpit.core.trend import Trend
+from cockpit.core.telemetry.trend import Trend
 from cockpit.views.tui.app import make_app
 from cockpit.views.tui.trend_panel import WAITING, TrendPanel, columns, fmt_return, heights, span_for
 from tests.tui_fakes import NOW, ScriptedSource, frame, rising_trend

@@ -19,10 +19,10 @@ from rich.console import Console
 from cockpit.commands.tune import parse_budget
 from cockpit.contract.presets import Preset, load
 from cockpit.contract.runspec import ConfigError
-from cockpit.core.advisor import Machine
-from cockpit.core.costs import measured_costs
-from cockpit.core.search import Config, HillClimb, Space
-from cockpit.core.trials import Trial
+from cockpit.core.sizing.advisor import Machine
+from cockpit.core.sizing.cost_probe import measured_costs
+from cockpit.core.sizing.hill_climb import Config, HillClimb, Space
+from cockpit.core.sizing.trials import Trial
 from tests.cockpitproc import run_cockpit
 
 # What the probe measured for a CartPole job on the 2-core development machine (costs.toml).
@@ -91,7 +91,7 @@ def test_a_bad_budget_is_one_line_exit_2() -> None:
 def test_a_first_time_probe_is_paid_from_the_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import cockpit.commands.tune
     from cockpit.commands.tune import TuneResult, tune
-    from cockpit.core.advisor import Costs
+    from cockpit.contract.costs import Costs
 
     budgets: list[float] = []
 
@@ -166,7 +166,7 @@ def test_the_leaders_measured_again_decide_by_their_means() -> None:
 
 def test_the_climb_starts_at_recommends_pick_inside_the_space() -> None:
     from cockpit.commands.tune import start_config
-    from cockpit.core.advisor import Costs
+    from cockpit.contract.costs import Costs
 
     two_cores = Machine(2, 2, 24 * 1024**3)
     measured = Costs("cpu", 372.0, 5.0, 7.8, 5.0)

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from cockpit.contract.commands import (
+from cockpit.contract.advice import Advice
+from cockpit.contract.controls import (
     AddJob,
     ApplyAdvice,
     Command,
@@ -19,15 +20,14 @@ from cockpit.contract.commands import (
     StopAll,
     StopJob,
 )
-from cockpit.contract.commands import decode as decode_command
-from cockpit.contract.commands import encode as encode_command
+from cockpit.contract.controls import decode as decode_command
+from cockpit.contract.controls import encode as encode_command
 from cockpit.contract.remote import NodeSample
 from cockpit.contract.states import RunStatus
-from cockpit.core.advisor import Advice
-from cockpit.core.nvml import GpuInfo, GpuSample
-from cockpit.core.state import JobView, RunState
-from cockpit.core.telemetry import JobUsage, Sample
-from cockpit.core.wire import decode_sample, decode_state, encode_sample, encode_state
+from cockpit.core.feed.snapshot import JobView, RunState
+from cockpit.core.feed.wire import decode_sample, decode_state, encode_sample, encode_state
+from cockpit.core.machine.nvml import GpuInfo, GpuSample
+from cockpit.core.telemetry.sampler import JobUsage, Sample
 
 
 def job_view(job_id: str, **overrides: Any) -> JobView:

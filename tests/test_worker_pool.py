@@ -17,7 +17,8 @@ import pytest
 
 from cockpit.contract.events import Event, read_events
 from cockpit.contract.workerargs import WorkerArgs
-from cockpit.core.launcher import LaunchRequest, PooledLauncher, WorkerHandle
+from cockpit.core.launch.pooled import PooledLauncher
+from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
 from tests.workerproc import kinds, write_preset
 
 REPO = Path(__file__).resolve().parent.parent
@@ -200,7 +201,7 @@ COCKPIT = """
 import sys, time
 from pathlib import Path
 from cockpit.contract.workerargs import WorkerArgs
-from cockpit.core.launcher import LaunchRequest, PooledLauncher
+from cockpit.core.launch.local import LaunchRequest, PooledLauncher
 launcher = PooledLauncher(nice=0)
 handle = launcher.launch(LaunchRequest("0", WorkerArgs(Path(sys.argv[1]), preset=sys.argv[2], timesteps=1_000_000,
                                                        threads=1)))

@@ -9,14 +9,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from cockpit.contract.commands import Command
+from cockpit.contract.controls import Command
 from cockpit.contract.events import CheckpointEvent, StartedEvent
 from cockpit.contract.states import RunStatus
-from cockpit.core.feed import WINDOW_S, Checkpoint, Frame, JobDetail, SourceError
-from cockpit.core.nvml import GpuInfo, GpuSample
-from cockpit.core.state import FleetView, JobView, LeaderView, RunState, TierView
-from cockpit.core.telemetry import JobUsage, Sample
-from cockpit.core.trend import Trend
+from cockpit.core.feed.snapshot import FleetView, JobView, LeaderView, RunState, TierView
+from cockpit.core.feed.source import WINDOW_S, Checkpoint, Frame, JobDetail, SourceError
+from cockpit.core.machine.nvml import GpuInfo, GpuSample
+from cockpit.core.telemetry.sampler import JobUsage, Sample
+from cockpit.core.telemetry.trend import Trend
 
 NOW = 1_790_000_000.0
 GIB = 1024**3

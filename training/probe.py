@@ -177,7 +177,7 @@ def partner(preset: Preset, device: str) -> None:
     """Train `preset` until killed, printing one JSON line `[start, end, samples]` (monotonic
     seconds, comparable across processes) per iteration: cockpit runs two such partners side by
     side, pinned as it chooses, to see what jobs running together cost each other
-    (`cockpit.core.contention`)."""
+    (`cockpit.core.sizing.contention`)."""
     _, model = _build(preset, device)
     first = True
     while True:

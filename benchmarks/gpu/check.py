@@ -179,9 +179,9 @@ def wheel_state() -> str:
 
 
 def nvml_reading(kit: Kit) -> tuple[list[tuple[str, object]], list[str]]:
-    """cockpit's own NVML reader (`cockpit.core.nvml`) on the idle GPU for 2 s: the report rows and
+    """cockpit's own NVML reader (`cockpit.core.machine.nvml`) on the idle GPU for 2 s: the report rows and
     what is wrong with them (on a GPU machine)."""
-    from cockpit.core.nvml import open_gpu
+    from cockpit.core.machine.nvml import open_gpu
 
     reader, reason = open_gpu()
     if reader is None:
@@ -324,7 +324,7 @@ class ThrottleWatch:
     run's own sampler's, which the check reads from gpu_util.csv."""
 
     def __init__(self) -> None:
-        from cockpit.core.nvml import open_gpu
+        from cockpit.core.machine.nvml import open_gpu
 
         self.reader, _ = open_gpu()
         self.reasons: dict[str, int] = {}
@@ -657,9 +657,9 @@ def halving_advice(run_dir: Path) -> tuple[str, str, str] | None:
     """The advisor's batch-size change for a run whose jobs hit CUDA out-of-memory, as `cockpit
     recommend --from RUN_DIR` gives it: (current, suggested, reason), or None without one."""
     from cockpit.commands.recommend import measurements_from_run
-    from cockpit.contract.commands import AdviceSetting
-    from cockpit.core.advisor import advise
-    from cockpit.core.sizing import resolve_preset, this_machine
+    from cockpit.contract.advice import AdviceSetting
+    from cockpit.core.sizing.advisor import advise
+    from cockpit.core.sizing.starting_point import resolve_preset, this_machine
 
     recorded, measured = measurements_from_run(run_dir)
     machine = this_machine()
@@ -760,9 +760,9 @@ def check_probe(kit: Kit, sec: Section) -> None:
 
 def probe_and_tune(kit: Kit, rows: list[tuple[str, object]]) -> None:
     """`check_probe`'s work, its report rows appended to `rows` as they are known."""
-    from cockpit.core.costs import cached_costs
-    from cockpit.core.fleet import speed_of
-    from cockpit.core.sizing import resolve_preset, static_pick, this_machine
+    from cockpit.core.sizing.cost_probe import cached_costs
+    from cockpit.core.sizing.overlap import speed_of
+    from cockpit.core.sizing.starting_point import resolve_preset, static_pick, this_machine
 
     out = kit.work / "recommend.txt"
     kit.keep_raw(out, "probe/recommend.txt")

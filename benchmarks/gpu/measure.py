@@ -3,7 +3,7 @@
 - GPU utilization per second from `gpu_util.csv` (every NVML sample the run's sampler read), set
   against `nvidia-smi dmon`'s rows (`compare_util`): a dmon row stamped second T describes the
   second that ends at T, so it meets cockpit's samples in [T-1, T), shifted by `lag` seconds.
-- Throughput over whole rollout + train cycles, the definition `cockpit.core.throughput` gives
+- Throughput over whole rollout + train cycles, the definition `cockpit.core.telemetry.throughput` gives
   the cockpit's own SPS: between two rollout starts of one worker attempt, never a cut mid-cycle.
   A run's aggregate is the sum over its jobs inside a common window that opens once every job has
   finished its first cycle (its start-up and first rollout are warm-up, not throughput).
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from benchmarks.gpu.nvsmi import DmonRow
 from cockpit.contract.events import Event, PhaseEvent, StartedEvent
-from cockpit.core.throughput import Mark, steps_per_s
+from cockpit.core.telemetry.throughput import Mark, steps_per_s
 
 Sample = tuple[float, float]  # (Unix time, util %)
 

@@ -3,7 +3,7 @@ finished one, given its directory or its name.
 
 An argument that is an existing directory is that run. Anything else that is a run name (`--name`,
 or a fleet plan's name) is looked up under `runs/`: the newest run of that name, by the UTC time
-that starts its directory's name (`cockpit.core.runs.named_run`)."""
+that starts its directory's name (`cockpit.core.record.find_runs.named_run`)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 from cockpit.commands.console import interactive
 from cockpit.commands.frontends import FrontEnds
 from cockpit.contract.rundir import RUN_NAME_PATTERN, RUNS
-from cockpit.core.feed import SourceError
-from cockpit.core.runs import named_run, open_run
+from cockpit.core.feed.source import SourceError
+from cockpit.core.record.find_runs import named_run, open_run
 
 
 def find(run_dir: Path, root: Path = RUNS) -> Path:

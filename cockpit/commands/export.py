@@ -1,7 +1,7 @@
 """`cockpit export TARGET RUN_DIR`: a run's jobs into another tool; `mlflow` is the one target now.
 
 `cockpit export mlflow RUN_DIR [--tracking-uri URI] [--experiment NAME] [--register NAME ...]`
-logs each job of a finished or live run as an MLflow run (`cockpit.core.mlflowexport`): params,
+logs each job of a finished or live run as an MLflow run (`cockpit.core.export.mlflow`): params,
 metrics over the job's steps, tags, run.toml and the final model; again, it adds only what is new.
 Exit codes: 0 exported, 1 MLflow refused a write midway (what was written stays; run it again),
 2 bad input or MLflow not installed (one line; nothing written).
@@ -36,7 +36,7 @@ def mlflow(
     console: Console | None = None,
 ) -> int:
     """Export `run_dir` to MLflow and print what was done (see the module docstring)."""
-    from cockpit.core.mlflowexport import (
+    from cockpit.core.export.mlflow import (
         ExportError,
         ExportFailed,
         check_installed,
@@ -45,7 +45,7 @@ def mlflow(
         default_tracking_uri,
         export,
     )
-    from cockpit.core.runexport import RunExportError, read_run
+    from cockpit.core.export.run_export import RunExportError, read_run
 
     console = console or output_console()
 

@@ -1,9 +1,9 @@
 """`cockpit fleet`: many agents in tiers, promoted by evaluation score, durable, projected.
 
 `cockpit fleet PLAN.toml` runs the plan under the same supervisor, telemetry, TUI, attach, report
-and run log as `cockpit run` (`cockpit.core.fleetrun` drives the tiers); `--resume RUN_DIR`
+and run log as `cockpit run` (`cockpit.core.fleet.run` drives the tiers); `--resume RUN_DIR`
 continues one from its `fleet.db`; `--dry-run` checks the plan and projects its steps, wall time
-and cost from what this machine measured (`cockpit.core.fleet`) and starts no training.
+and cost from what this machine measured (`cockpit.core.fleet.projection`) and starts no training.
 
 Exit codes are `cockpit run`'s: 0 every agent done, 1 some failed or were stopped, 2 bad input
 (one line, nothing started), 3 the run directory was lost, 128 + the signal when interrupted.
@@ -26,8 +26,9 @@ from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import stamped
 from cockpit.contract.runrecord import RunRecord
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, checked_name, on_cluster
-from cockpit.core.fleet import Projection, Speed, Stage, episode_steps_from_record, project, speed_from_record, speed_of
-from cockpit.core.sizing import costs_for, this_machine
+from cockpit.core.fleet.projection import Projection, Stage, episode_steps_from_record, project, speed_from_record
+from cockpit.core.sizing.overlap import Speed, speed_of
+from cockpit.core.sizing.starting_point import costs_for, this_machine
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -71,7 +72,7 @@ def _plan(args: argparse.Namespace) -> tuple[FleetPlan, str]:
                                       ("--name", args.name)) if value is not None]  # fmt: skip
     if given:
         raise ConfigError(f"--resume continues a fleet with its recorded plan and name; drop {', '.join(given)}")
-    from cockpit.core.fleetstore import FleetStore, FleetStoreError
+    from cockpit.core.fleet.store import FleetStore, FleetStoreError
 
     try:
         store = FleetStore.in_run_dir(args.resume, read_only=True)
@@ -119,12 +120,12 @@ def _recorded_name(run_dir: Path) -> str | None:
 
 
 def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: FrontEnds) -> int:
-    from cockpit.core.fleetrun import FleetRun
-    from cockpit.core.launcher import PooledLauncher
-    from cockpit.core.nvml import close_gpus, open_gpus
-    from cockpit.core.session import RunSession, run_on_launcher, sampled_gpus
-    from cockpit.core.supervisor import Supervisor
-    from cockpit.core.telemetry import Sampler
+    from cockpit.core.fleet.run import FleetRun
+    from cockpit.core.launch.pooled import PooledLauncher
+    from cockpit.core.machine.nvml import close_gpus, open_gpus
+    from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus
+    from cockpit.core.supervise.supervisor import Supervisor
+    from cockpit.core.telemetry.sampler import Sampler
 
     gpus, gpu_status = open_gpus()
     try:
@@ -157,7 +158,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
 
 def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds) -> int:
     """Start the fleet as `cockpit fleet --headless` in its own session and open the cockpit on it."""
-    from cockpit.core.background import cluster_argv, spawn, watch_to_exit
+    from cockpit.core.session.background import cluster_argv, spawn, watch_to_exit
 
     flags = ["--jobs", str(spec.jobs), "--max-restarts", str(spec.restart.max_restarts)]
     if not spec.tensorboard:

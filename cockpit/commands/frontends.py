@@ -1,15 +1,15 @@
 """What the commands that show a run need from the views: the headless view and the cockpit.
 
 Views sit above commands, so a command never imports one: `cli.py` hands `run` and `attach` a
-`FrontEnds` (`cockpit.views.frontends.TerminalFrontEnds`), and tests can hand them another.
+`FrontEnds` (`cockpit.views.terminal.TerminalFrontEnds`), and tests can hand them another.
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from cockpit.core.feed import RunSource
-from cockpit.core.session import View
+from cockpit.core.feed.source import RunSource
+from cockpit.core.session.loop import View
 
 
 class FrontEnds(Protocol):

@@ -15,9 +15,9 @@ from typing import Any
 
 from cockpit.commands.plots import Plot
 from cockpit.contract.runrecord import RunRecord
-from cockpit.core.fleetreport import STATUSES, FleetSummary
-from cockpit.core.memwatch import NO_GROWTH
-from cockpit.core.runseries import RunSeries
+from cockpit.core.fleet.report import STATUSES, FleetSummary
+from cockpit.core.record.series import RunSeries
+from cockpit.core.telemetry.memwatch import NO_GROWTH
 
 LEADERS_LISTED = 20  # leaderboard rows in the page's table
 FAILED_LISTED = 20  # failed agents named with their errors

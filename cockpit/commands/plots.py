@@ -1,5 +1,5 @@
 """The plotted report's figures: matplotlib on its Agg backend, from a run's series
-(`cockpit.core.runseries`), each rendered to PNG bytes.
+(`cockpit.core.record.series`), each rendered to PNG bytes.
 
 It sits in the commands layer, beside `report`, its one user: matplotlib is a renderer, as the rich
 tables `report` prints are, and the views layer (headless, the TUI), above the commands, may not be
@@ -31,8 +31,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from cockpit.contract.runrecord import JobRecord
-from cockpit.core.feed import Transition
-from cockpit.core.runseries import FleetSeries, RunSeries
+from cockpit.core.feed.source import Transition
+from cockpit.core.record.series import FleetSeries, RunSeries
 
 DPI = 100
 WIDTH_IN = 12.0

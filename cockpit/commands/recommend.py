@@ -15,25 +15,17 @@ from rich.console import Console
 from rich.table import Table
 
 from cockpit.commands.console import output_console, say
-from cockpit.contract.commands import AdviceSetting
+from cockpit.contract.advice import Advice, AdviceSetting
+from cockpit.contract.costs import Costs
 from cockpit.contract.envids import SUBPROC_MIN_STEP_US, backend_for, pick_vec_env
 from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, RunRecordError, read
 from cockpit.contract.runspec import ConfigError
-from cockpit.core.advisor import (
-    Advice,
-    Costs,
-    Machine,
-    Measurements,
-    advise,
-    cores_needed,
-    envs_per_core,
-    job_measure,
-)
-from cockpit.core.fleet import speed_of
-from cockpit.core.host import thread_budget
-from cockpit.core.sizing import costs_for, resolve_preset, this_machine
+from cockpit.core.machine.host import thread_budget
+from cockpit.core.sizing.advisor import Machine, Measurements, advise, cores_needed, envs_per_core, job_measure
+from cockpit.core.sizing.overlap import speed_of
+from cockpit.core.sizing.starting_point import costs_for, resolve_preset, this_machine
 
 MIB = 1024 * 1024
 
@@ -140,7 +132,7 @@ def advice_table(items: list[Advice]) -> Table:
 def recommend(console: Console, *, preset: str | None, env: str | None, jobs: int | None, run_dir: Path | None,
               machine: Machine | None = None, probe: bool = True) -> list[Advice]:  # fmt: skip
     """Print the numbers and the advice; returns the advice. ConfigError on bad input. With
-    `probe`, the core budget and n_envs come from measured costs (`cockpit.core.costs`)."""
+    `probe`, the core budget and n_envs come from measured costs (`cockpit.core.sizing.cost_probe`)."""
     machine = machine or this_machine()
     measured = None
     if run_dir is not None:

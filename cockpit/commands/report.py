@@ -2,7 +2,7 @@
 (`--json`) the run as one JSON object for scripts and monitors.
 
 A fleet's run dir (`cockpit fleet`) also has its fleet reported from `fleet.db` and
-`models/models.toml` (`cockpit.core.fleetreport`): the tiers, the leaderboard, every agent and the
+`models/models.toml` (`cockpit.core.fleet.report`): the tiers, the leaderboard, every agent and the
 collected models, whose checksums are verified. When one fails, the whole report is still printed,
 and the command exits 1 with one line on stderr naming the files.
 
@@ -31,12 +31,12 @@ from cockpit.contract.models import MODELS_DIR
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, RunRecordError, iso, read
 from cockpit.contract.runspec import ConfigError
-from cockpit.core.feed import Replay, SourceError
-from cockpit.core.fleetreport import STATUSES, FleetReportError, FleetSummary, fleet_summary
-from cockpit.core.memwatch import NO_GROWTH
-from cockpit.core.runs import open_run
-from cockpit.core.runseries import read_series
-from cockpit.core.state import RunState
+from cockpit.core.feed.snapshot import RunState
+from cockpit.core.feed.source import Replay, SourceError
+from cockpit.core.fleet.report import STATUSES, FleetReportError, FleetSummary, fleet_summary
+from cockpit.core.record.find_runs import open_run
+from cockpit.core.record.series import read_series
+from cockpit.core.telemetry.memwatch import NO_GROWTH
 
 
 def load(run_dir: Path) -> RunRecord:

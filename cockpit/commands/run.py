@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING
 from cockpit.commands.console import interactive
 from cockpit.commands.frontends import FrontEnds
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, on_cluster
-from cockpit.core.nvml import GpuReader
+from cockpit.core.machine.nvml import GpuReader
 
 if TYPE_CHECKING:
-    from cockpit.core.advisor import Costs
-    from cockpit.core.autotune import AutoTuner
+    from cockpit.contract.costs import Costs
+    from cockpit.core.sizing.autotune import AutoTuner
 
 
 def _typed(args: argparse.Namespace) -> tuple[str, ...] | None:
@@ -56,7 +56,7 @@ def _local_spec(args: argparse.Namespace, gpus: Sequence[GpuReader] | None, comm
     """The validated run on this machine (`--gpus` checked against the GPUs NVML sees, `gpus`;
     None: no GPU); ConfigError (one line) on bad input."""
     from cockpit.contract.runrecord import RunRecordError, read
-    from cockpit.core.session import resume_spec_args
+    from cockpit.core.session.loop import resume_spec_args
 
     script = getattr(args, "script", None)
     if script is not None:
@@ -102,10 +102,10 @@ def _local_spec(args: argparse.Namespace, gpus: Sequence[GpuReader] | None, comm
 def main(args: argparse.Namespace, front: FrontEnds) -> int:
     """Carry out `cockpit run` as parsed; returns the exit code (0 done, 1 failed, 2 bad input,
     3 run directory lost, 128 + the signal when interrupted)."""
-    from cockpit.core.launcher import LocalLauncher
-    from cockpit.core.nvml import close_gpus, open_gpus
-    from cockpit.core.session import RunSession, run_on_launcher, sampled_gpus
-    from cockpit.core.telemetry import Sampler
+    from cockpit.core.launch.local import LocalLauncher
+    from cockpit.core.machine.nvml import close_gpus, open_gpus
+    from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus
+    from cockpit.core.telemetry.sampler import Sampler
 
     command_line = _typed(args)
     if command_line is None:
@@ -136,7 +136,7 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
 def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:
     """The costs `recommend` or `tune` measured for this run's preset on this machine, if any:
     a run never waits for a probe."""
-    from cockpit.core.costs import cached_costs
+    from cockpit.core.sizing.cost_probe import cached_costs
 
     if spec.preset is None:
         return None
@@ -145,10 +145,10 @@ def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:
 
 def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float) -> AutoTuner:
     """The --auto loop for this machine: capped by the cores the preset's envs need."""
-    from cockpit.core.advisor import envs_per_core, max_jobs_for_cores
-    from cockpit.core.autotune import AutoTuner
-    from cockpit.core.clock import SystemClock
-    from cockpit.core.host import host_info
+    from cockpit.core.machine.clock import SystemClock
+    from cockpit.core.machine.host import host_info
+    from cockpit.core.sizing.advisor import envs_per_core, max_jobs_for_cores
+    from cockpit.core.sizing.autotune import AutoTuner
 
     assert spec.preset is not None  # --auto with a script is refused up front
     preset = dataclasses.replace(spec.preset, env=spec.env)
@@ -161,7 +161,7 @@ def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float) -> AutoTu
 
 def _run_in_background(spec: RunSpec, args: argparse.Namespace, front: FrontEnds) -> int:
     """Start the validated run in the background and open the cockpit on it."""
-    from cockpit.core.background import headless_argv, spawn, watch_to_exit
+    from cockpit.core.session.background import headless_argv, spawn, watch_to_exit
 
     argv = headless_argv(spec, resume=args.resume is not None, auto_window_s=args.auto_window if args.auto else None)
     run = spawn(argv, spec.run_dir)

@@ -1,8 +1,8 @@
 """`cockpit tune`: a time-boxed search for the fastest jobs x n_envs (x batch) on this machine.
 
-It starts at `recommend`'s static pick, sized by this machine's measured costs (`cockpit.core.costs`),
-and climbs (see `cockpit.core.search`), measuring each configuration with real workers
-(`cockpit.core.trials`). It stops when the climb ends or the next trial would overrun the budget.
+It starts at `recommend`'s static pick, sized by this machine's measured costs (`cockpit.core.sizing.cost_probe`),
+and climbs (see `cockpit.core.sizing.hill_climb`), measuring each configuration with real workers
+(`cockpit.core.sizing.trials`). It stops when the climb ends or the next trial would overrun the budget.
 It prints every trial and writes the winner as a preset file.
 """
 
@@ -21,14 +21,15 @@ from rich.console import Console
 from rich.table import Table
 
 from cockpit.commands.console import output_console, say
+from cockpit.contract.costs import Costs
 from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.runspec import ConfigError
-from cockpit.core.advisor import Costs, Machine
-from cockpit.core.nvml import open_gpu
-from cockpit.core.search import Config, HillClimb, Space
-from cockpit.core.sizing import costs_for, resolve_preset, static_pick, this_machine
-from cockpit.core.trials import Trial, preset_toml, run_trial
+from cockpit.core.machine.nvml import open_gpu
+from cockpit.core.sizing.advisor import Machine
+from cockpit.core.sizing.hill_climb import Config, HillClimb, Space
+from cockpit.core.sizing.starting_point import costs_for, resolve_preset, static_pick, this_machine
+from cockpit.core.sizing.trials import Trial, preset_toml, run_trial
 
 STARTUP_S = 5.0  # a trial's worker start-up, before measuring (the first trial learns the real figure)
 CONFIRM = 2  # the leaders measured a second time before the pick: one short trial is noisy

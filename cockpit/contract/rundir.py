@@ -148,7 +148,7 @@ class JobDir:
 
     @property
     def tensorboard_cockpit(self) -> Path:
-        """`tb/cockpit/`: the cockpit's scalars for the job (`cockpit.core.tbscalars`)."""
+        """`tb/cockpit/`: the cockpit's scalars for the job (`cockpit.core.export.tensorboard`)."""
         return self.tensorboard / TB_COCKPIT_RUN
 
 
@@ -180,7 +180,7 @@ class RunDir:
 
     @property
     def socket(self) -> Path:
-        """The control socket's place in the directory (`cockpit.core.control.control_path` falls
+        """The control socket's place in the directory (`cockpit.core.feed.control.control_path` falls
         back elsewhere when this path is too long for an AF_UNIX address)."""
         return self.path / SOCKET
 

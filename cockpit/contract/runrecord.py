@@ -1,7 +1,7 @@
 """The run record: `run.toml`, as typed records with one render and one read.
 
 `cockpit run` rewrites `<run dir>/run.toml` whole every ~10 s and at exit; everything else that
-looks at a run afterwards (`report`, replay, `recommend --from`, `run --resume`, the launcher's list
+looks at a run afterwards (`report`, replay, `recommend --from`, `run --resume`, the start screen's list
 of recent runs) reads it back. This module is the only place that turns a `RunRecord` into TOML
 (`render`, `write`) and TOML back into a `RunRecord` (`parse`, `read`); nobody else indexes the file.
 
@@ -193,7 +193,7 @@ class JobRecord:
     training; `peak_gpu_mem_mib`, `cpu_percent_mean` and `peak_rss_mib` (the job's process tree)
     come from the sampler; `phases` is keyed by phase name (rollout, train).
 
-    `memory` is the leak watch's verdict on the job's memory (`cockpit.core.memwatch`): "no
+    `memory` is the leak watch's verdict on the job's memory (`cockpit.core.telemetry.memwatch`): "no
     growth", or "memory growing: +N MiB/h" for its RSS and/or "GPU memory growing: +N MiB/h"
     (joined by "; "), or "not judged: M of 13 min watched" for a job whose worker ran too briefly;
     absent in files from before the watch. `memory_growth_mib_h` and `gpu_memory_growth_mib_h`

@@ -1,7 +1,7 @@
 """The states a job and a run can be in, as every process and file names them.
 
 They cross the control socket (attach) and are recorded in run.toml, so they live in the contract.
-Only the supervisor changes a job's state (`cockpit.core.jobs` holds the allowed transitions).
+Only the supervisor changes a job's state (`cockpit.core.supervise.jobs` holds the allowed transitions).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ summary line. Without a TTY (nohup, a pipe, CI) it prints a line for each job st
 happens and a progress line per live job every `every_s` seconds, each prefixed with the UTC time
 and the job id, so logs stay greppable, then a `[run]` line with the run's SPS and ETA once known.
 
-SPS is a job's throughput over its recent whole rollout + train cycles (`cockpit.core.throughput`),
+SPS is a job's throughput over its recent whole rollout + train cycles (`cockpit.core.telemetry.throughput`),
 never the rollout rate the worker reports; ETA is the steps left at that rate.
 """
 
@@ -25,9 +25,9 @@ from rich.text import Text
 
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
-from cockpit.core.memwatch import NO_GROWTH
-from cockpit.core.state import FleetView, JobView, RunState
-from cockpit.views.units import MIB, episodes_of, eta, mib, num, si, steps_of, target_of, tier_target
+from cockpit.core.feed.snapshot import FleetView, JobView, RunState
+from cockpit.core.telemetry.memwatch import NO_GROWTH
+from cockpit.views.formatting import MIB, episodes_of, eta, mib, num, si, steps_of, target_of, tier_target
 
 
 def _stamp(t: float) -> str:

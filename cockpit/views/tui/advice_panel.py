@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from cockpit.core.state import RunState
+from cockpit.core.feed.snapshot import RunState
 
 MAX_AUTO = 2
 

@@ -1,4 +1,4 @@
-"""The Textual app: the launcher (bare `cockpit`) or the cockpit over one run's `RunSource`.
+"""The Textual app: the start screen (bare `cockpit`) or the cockpit over one run's `RunSource`.
 
 `make_app()` is the only way in, so tests hand it a scripted source and fake openers. The app's
 return value is the last `Frame` shown (None if none arrived), from which the command line tells
@@ -11,9 +11,9 @@ import gc
 
 from textual.app import App
 
-from cockpit.core.feed import Frame, RunSource
+from cockpit.core.feed.source import Frame, RunSource
 from cockpit.views.tui.cockpit_screen import CockpitScreen
-from cockpit.views.tui.launcher_screen import LauncherScreen, Opener
+from cockpit.views.tui.start_screen import StartScreen, Opener
 
 # How often the app runs a full collection itself; Python's own are turned off while it runs.
 FULL_GC_S = 30.0
@@ -21,7 +21,7 @@ NEVER = 1 << 30
 
 
 class CockpitApp(App[Frame | None]):
-    """One source at a time; the launcher swaps in the run it starts or reopens."""
+    """One source at a time; the start screen swaps in the run it starts or reopens."""
 
     CSS_PATH = "cockpit.tcss"
     TITLE = "cockpit"
@@ -37,7 +37,7 @@ class CockpitApp(App[Frame | None]):
         if self.source is not None:
             self.push_screen(CockpitScreen(self.source))
         elif self.opener is not None:
-            self.push_screen(LauncherScreen(self.opener))
+            self.push_screen(StartScreen(self.opener))
         else:
             raise ValueError("make_app needs a source or an opener")
 
@@ -73,5 +73,5 @@ class CockpitApp(App[Frame | None]):
 
 
 def make_app(source: RunSource | None = None, *, opener: Opener | None = None) -> CockpitApp:
-    """The cockpit on `source`, or the launcher when only an `opener` is given."""
+    """The cockpit on `source`, or the start screen when only an `opener` is given."""
     return CockpitApp(source, opener)

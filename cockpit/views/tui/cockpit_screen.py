@@ -14,9 +14,10 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widget import Widget
 
-from cockpit.contract.commands import AddJob, ApplyAdvice, Command, KillJob, RestartJob, StopAll, StopJob
+from cockpit.contract.controls import AddJob, ApplyAdvice, Command, KillJob, RestartJob, StopAll, StopJob
 from cockpit.contract.states import JobState
-from cockpit.core.feed import Frame, Replay, RunSource, SourceError
+from cockpit.core.feed.source import Frame, Replay, RunSource, SourceError
+from cockpit.views.formatting import eta, si
 from cockpit.views.tui import cpu_panel, gpu_panel
 from cockpit.views.tui.advice_panel import AdvicePanel
 from cockpit.views.tui.cpu_panel import CpuPanel
@@ -29,7 +30,6 @@ from cockpit.views.tui.jobs_table import JobsTable
 from cockpit.views.tui.quit_screen import LEAVE, STOP_ALL, QuitScreen
 from cockpit.views.tui.replay_bar import ReplayBar
 from cockpit.views.tui.trend_panel import TrendPanel
-from cockpit.views.units import eta, si
 
 POLL_S = 0.2
 MIN_TOP = 7

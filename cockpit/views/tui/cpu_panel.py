@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from cockpit.core.feed import Frame
-from cockpit.core.state import JobView, RunState
-from cockpit.views.tui.lines import FramePanel
+from cockpit.core.feed.snapshot import JobView, RunState
+from cockpit.core.feed.source import Frame
+from cockpit.views.formatting import GIB, num
+from cockpit.views.tui.lines_widget import FramePanel
 from cockpit.views.tui.timeaxis import bar_rows, hbar
-from cockpit.views.units import GIB, num
 
 LABEL_W = 6
 CORE_ROWS_MAX = 4  # more cores than this are drawn as a strip of vertical bars

@@ -15,10 +15,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Label, Sparkline, Static
 
 from cockpit.contract.events import CheckpointEvent, ErrorEvent, Event, FinishedEvent, StartedEvent
-from cockpit.core.feed import JobDetail, RunSource, SourceError
+from cockpit.core.feed.source import JobDetail, RunSource, SourceError
+from cockpit.views.formatting import eta, num, steps_of
 from cockpit.views.tui.footer import Keys
-from cockpit.views.tui.shown_again import ShownAgain
-from cockpit.views.units import eta, num, steps_of
+from cockpit.views.tui.kept_screen import ShownAgain
 
 REFRESH_S = 2.0
 

@@ -17,11 +17,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widget import Widget
 
-from cockpit.core.feed import Frame, RunSource
-from cockpit.core.state import FleetView, TierView
-from cockpit.views.tui.lines import LinesWidget
-from cockpit.views.tui.shown_again import ShownAgain
-from cockpit.views.units import eta, num, si, tier_target
+from cockpit.core.feed.snapshot import FleetView, TierView
+from cockpit.core.feed.source import Frame, RunSource
+from cockpit.views.formatting import eta, num, si, tier_target
+from cockpit.views.tui.kept_screen import ShownAgain
+from cockpit.views.tui.lines_widget import LinesWidget
 
 POLL_S = 0.2
 NOTICES_SHOWN = 8

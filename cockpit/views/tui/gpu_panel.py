@@ -12,12 +12,12 @@ import math
 from rich.style import Style
 from rich.text import Text
 
-from cockpit.core.feed import WINDOW_S, Frame
-from cockpit.core.nvml import GpuInfo, GpuSample
-from cockpit.core.state import JobView
-from cockpit.views.tui.lines import FramePanel
+from cockpit.core.feed.snapshot import JobView
+from cockpit.core.feed.source import WINDOW_S, Frame
+from cockpit.core.machine.nvml import GpuInfo, GpuSample
+from cockpit.views.formatting import GIB, num
+from cockpit.views.tui.lines_widget import FramePanel
 from cockpit.views.tui.timeaxis import LaneCells, bar_rows, bucket_max
-from cockpit.views.units import GIB, num
 
 LABEL_W = 5
 UTIL_ROWS = 3

@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from cockpit.views.tui.shown_again import ShownAgain
+from cockpit.views.tui.kept_screen import ShownAgain
 
 PANELS = """\
 GPU panel: utilization (the peak in each column, from NVML's own sample buffer) and memory over the

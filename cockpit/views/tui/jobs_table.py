@@ -15,10 +15,10 @@ from textual import events
 from textual.binding import Binding
 from textual.message import Message
 
-from cockpit.core.state import JobView, RunState
-from cockpit.core.supervisor import NO_EVENTS_NOTE
-from cockpit.views.tui.lines import LinesWidget
-from cockpit.views.units import eta, mib, num, si, target_of
+from cockpit.core.feed.snapshot import JobView, RunState
+from cockpit.core.supervise.supervisor import NO_EVENTS_NOTE
+from cockpit.views.formatting import eta, mib, num, si, target_of
+from cockpit.views.tui.lines_widget import LinesWidget
 
 WIDE = 110
 # (key, label, shown in the narrow layout, width: fixed so rows do not jump as values grow; None fits the content)

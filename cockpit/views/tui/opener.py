@@ -1,4 +1,4 @@
-"""The launcher's real opener: validate the form like `cockpit run` does, start the run in the
+"""The start screen's real opener: validate the form like `cockpit run` does, start the run in the
 background and attach; reopen recent runs (attach if live, else replay)."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from pathlib import Path
 
 from cockpit.contract.rundir import RUNS
 from cockpit.contract.runspec import ConfigError, build_spec
-from cockpit.core.background import attach_when_ready, headless_argv, spawn
-from cockpit.core.feed import RunSource, SourceError
-from cockpit.core.host import host_info
-from cockpit.core.runs import RecentRun, open_run, recent_runs
-from cockpit.views.tui.launcher_screen import LaunchChoice, LaunchError
+from cockpit.core.feed.source import RunSource, SourceError
+from cockpit.core.machine.host import host_info
+from cockpit.core.record.find_runs import RecentRun, open_run, recent_runs
+from cockpit.core.session.background import attach_when_ready, headless_argv, spawn
+from cockpit.views.tui.start_screen import LaunchChoice, LaunchError
 
 
 class LocalOpener:

@@ -3,7 +3,7 @@
 Two bar charts on one time axis, each under a label with its latest value (`SPS 6.6k`, `best
 return 412`) and with its range on a scale at its left (its top and bottom values; in the label,
 `(max 7.0k)` or `(min -180, max 415)`, when the chart has one row), drawn from the state's `Trend`
-(`cockpit.core.trend`). SPS bars rise from zero, returns from the lowest return. The axis spans
+(`cockpit.core.telemetry.trend`). SPS bars rise from zero, returns from the lowest return. The axis spans
 the trend's age rounded up to 1, 2, 5 or 10 minutes, so a young run fills the width. A series
 with no value yet says so instead of drawing zeros, and a moment without a value (no job through
 its first cycle, none training) is a blank column.
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 from rich.text import Text
 
-from cockpit.core.trend import TREND_EVERY_S, Trend
-from cockpit.views.tui.lines import FramePanel
+from cockpit.core.telemetry.trend import TREND_EVERY_S, Trend
+from cockpit.views.formatting import si
+from cockpit.views.tui.lines_widget import FramePanel
 from cockpit.views.tui.timeaxis import bar_rows
-from cockpit.views.units import si
 
 SPANS_S = (60.0, 120.0, 300.0, 600.0)
 WAITING = "waiting for the first progress"

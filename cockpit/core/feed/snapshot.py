@@ -1,0 +1,193 @@
+"""RunState: the immutable snapshot every front end renders (TUI, headless, report).
+
+Views never own state: they receive these snapshots and send `Command`s back through the
+supervisor's one command interface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from cockpit.contract.advice import Advice
+from cockpit.contract.states import JobState, RunStatus
+from cockpit.core.machine.nvml import GpuInfo
+from cockpit.core.telemetry.sampler import Sample
+from cockpit.core.telemetry.throughput import run_sps
+from cockpit.core.telemetry.trend import NO_TREND, Trend
+
+
+def stepping_sps(jobs: Iterable[JobView]) -> float | None:
+    """The run's live throughput: its training jobs' `sps` together (None when none has one)."""
+    return run_sps(job.sps for job in jobs if job.state.stepping)
+
+
+@dataclass(frozen=True)
+class JobView:
+    """One job as a front end shows it."""
+
+    id: str
+    seed: int
+    state: JobState
+    phase: str | None
+    phase_since: float | None
+    steps: int
+    target: int
+    sps: float | None  # live throughput over recent whole rollout + train cycles (`cockpit.core.telemetry.throughput`)
+    mean_sps: float | None  # steps trained per second of running time, over the run
+    ep_rew_mean: float | None
+    restarts: int
+    checkpoints: int
+    last_checkpoint_step: int | None
+    error: str | None
+    exit_reason: str | None
+    pid: int | None
+    device: str | None
+    cpu_percent: float | None
+    rss_bytes: int | None
+    gpu_mem_bytes: int | None
+    peak_gpu_mem_bytes: int | None
+    started_at: float | None
+    ended_at: float | None
+    # Seconds until the job reaches its target at `sps` (`cockpit.core.telemetry.throughput.job_eta`): 0 when
+    # done, None when unknown (not training, or before its first whole cycle).
+    eta_s: float | None = None
+    # The worker's own `sps` of its newest progress event: the rollout rate, far above the
+    # throughput when train phases are long. Shown only labelled "rollout SPS".
+    rollout_sps: float | None = None
+    # The job's own env and preset name when it differs from the run's (a fleet's agents); None: the run's.
+    env: str | None = None
+    preset: str | None = None
+    # The leak watch's verdict (`cockpit.core.telemetry.memwatch`, as run.toml records it): None before the
+    # first judgment, "no growth", "memory growing: +N MiB/h" (and/or GPU memory), or "not judged:
+    # ..."; and the flagged growth rates, None unless that memory keeps growing.
+    memory: str | None = None
+    memory_growth_mib_h: float | None = None
+    gpu_memory_growth_mib_h: float | None = None
+    # An episode target (`--episodes`; `target` is 0 then), the whole episodes finished (across
+    # restarts), the newest mean episode length, and the live episode rate over the window of
+    # `sps` (`Throughput.episodes_per_h`); None when unknown. With an episode target `eta_s` is
+    # the episodes left at `ep_len_mean` steps each over `sps` (`throughput.job_eta`).
+    target_episodes: int | None = None
+    episodes: int | None = None
+    ep_len_mean: float | None = None
+    episodes_per_h: float | None = None
+    # The GPU its worker runs (or last ran) on, by NVML index (`cockpit.core.machine.placement`); None: none.
+    gpu: int | None = None
+    # The IP of the cluster node its worker runs on (`--ray`; None for a job of this machine): the
+    # views group the jobs' CPU under their nodes.
+    node: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", JobState(self.state))  # a plain string is accepted
+
+    @property
+    def memory_growing(self) -> bool:
+        """True when the leak watch flags its RSS or GPU memory as growing."""
+        return self.memory_growth_mib_h is not None or self.gpu_memory_growth_mib_h is not None
+
+    @property
+    def fraction(self) -> float:
+        """Progress towards the target (in episodes for an episode target), 0..1."""
+        if self.target_episodes:
+            return min(1.0, (self.episodes or 0) / self.target_episodes)
+        return min(1.0, self.steps / self.target) if self.target else 0.0
+
+
+@dataclass(frozen=True)
+class TierView:
+    """One tier of a fleet: how many agents are where in it, and when it will be done."""
+
+    tier: int
+    timesteps: int | None  # its target: steps, or (a plan in episodes) None and `episodes`
+    planned: int  # agents the plan sends into it (async may send more)
+    entered: int  # agents assigned to it so far
+    running: int  # of those, with a worker now
+    finished: int  # with a score
+    promoted: int
+    culled: int  # finished, not promoted, and the tier can promote no more of them
+    failed: int
+    eta_s: float | None  # until its last agent is done at the fleet's live rate (0 when done)
+    episodes: int | None = None  # its target in whole episodes, for a plan in episodes
+
+
+@dataclass(frozen=True)
+class LeaderView:
+    """One agent on the leaderboard: its best tier's score and its settings."""
+
+    agent: str
+    env: str
+    preset: str
+    overrides: str  # "key=value, ..." or ""
+    seed: int
+    tier: int
+    steps: int
+    score: float
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """A fleet's progress: its tier funnel, leaderboard, ETA and cost, and what it decided."""
+
+    name: str
+    promotion: str
+    agents: int
+    tiers: tuple[TierView, ...]
+    leaders: tuple[LeaderView, ...]  # best first
+    eta_s: float | None  # until the last tier is done at the fleet's live rate
+    rate_usd_per_h: float | None
+    spent_usd: float | None  # the run's wall time so far at the rate
+    projected_usd: float | None  # spent plus the ETA at the rate
+    notices: tuple[str, ...]  # promotions and tier summaries, the newest last (the last few)
+    notice_count: int  # notices so far, so a viewer prints only those it has not seen
+
+
+@dataclass(frozen=True)
+class RunState:
+    """The whole run at one moment."""
+
+    run_dir: str
+    preset: str
+    env: str
+    status: RunStatus
+    started_at: float
+    now: float
+    slots: int
+    jobs: tuple[JobView, ...]
+    sample: Sample | None
+    gpu: GpuInfo | None
+    gpu_status: str
+    warnings: tuple[str, ...]
+    threads_per_job: int = 0  # env threads each job gets from the thread budget (0: unknown)
+    physical_cores: int = 0  # the cores that budget divides (0: unknown)
+    advice: tuple[str, ...] = ()  # the --auto loop's decisions, newest last
+    suggestions: tuple[Advice, ...] = ()  # the advisor on this run's measurements, most pressing first
+    # Seconds until every agent, queued ones included, reaches its target (`throughput.run_eta`).
+    eta_s: float | None = None
+    fleet: FleetView | None = None  # a fleet's tiers and leaderboard (`cockpit fleet`)
+    name: str | None = None  # the run's name (`--name`, a fleet's plan name); None: it has none
+    # Its aggregate SPS and best return over the last minutes (`cockpit.core.telemetry.trend`), for the plot.
+    trend: Trend = NO_TREND
+    # Every GPU sampled, in index order; `gpu` is the first (what a view of one GPU shows).
+    gpus: tuple[GpuInfo, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.gpus and self.gpu is not None:
+            object.__setattr__(self, "gpus", (self.gpu,))
+
+    def jobs_on(self, index: int) -> tuple[JobView, ...]:
+        """The jobs placed on GPU `index`; on a run of one GPU, every job (a job not placed, of a
+        run recorded before placement, ran on the only GPU there was)."""
+        if len(self.gpus) <= 1:
+            return self.jobs
+        return tuple(job for job in self.jobs if job.gpu == index)
+
+    @property
+    def sps(self) -> float | None:
+        """The run's live throughput: its training jobs' `sps` together (None when none has one)."""
+        return stepping_sps(self.jobs)
+
+    def count(self, state: JobState | str) -> int:
+        """How many jobs are in `state` (the enum or its value)."""
+        wanted = JobState(state)
+        return sum(1 for job in self.jobs if job.state is wanted)

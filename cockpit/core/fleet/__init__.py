@@ -1,0 +1,10 @@
+"""Fleets: many agents through tiers of training, scored and promoted.
+
+- `projection`: a plan's time and cost before it runs, from the overlap model;
+- `run`: `FleetRun`, driving the supervisor's queue through the tiers;
+- `store`: fleet.db (SQLite in WAL mode): agents, scores, promotions, each change a transaction;
+- `promotion`: ranking and the sync and ASHA promotion rules;
+- `report`: a fleet read back from fleet.db for `cockpit report` and exports.
+
+Imports `sizing`, `supervise` and everything below them.
+"""

@@ -1,0 +1,314 @@
+"""A fleet as `cockpit report` shows it: its tiers, leaderboard, agents and collected models.
+
+`fleet_summary(run_dir)` reads a fleet's run directory without changing it: `fleet.db` opened
+read-only (WAL lets it read while the cockpit writes, so a live fleet can be reported too), the plan
+recorded in it, and `models/models.toml`, whose checksums it verifies. It runs a handful of queries
+whatever the fleet's size (the agents, the results, the promotions, and a few `meta` keys), never
+one per agent.
+
+The tier counts are the live view's (`FleetRun.view`): an agent has *entered* a tier once it was
+assigned to it or any later one; *finished* agents have a score there; *culled* ones finished, were
+not promoted, and the tier can promote no more (the last tier culls no one). A sync tier can promote
+no more once its promotion is decided (fleet.db records it); an async one once nothing can still
+arrive in it or finish it and none of its agents is owed a promotion (the ASHA rule on its results).
+
+Each agent's status, read from fleet.db:
+- `waiting`: not started (its `tier` is None);
+- `training`: assigned to its tier with no score there yet: queued, running, resuming, or left
+  unfinished by an interrupted fleet. An agent promoted out of a tier is `training` in the next one
+  (fleet.db moves it there in the promotion's own transaction), so "promoted" is no status: its
+  `tier` says how far it went;
+- `scored`: scored in its tier, whose promotion is not decided yet (a sync tier waits for its last
+  agents; an async one may still promote it as more results come in);
+- `culled`: scored in a tier that can promote no more, and not promoted;
+- `failed`: its worker failed in its tier past the restart policy;
+- `done`: scored in the last tier.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from cockpit.contract.fleetplan import PlanError, Tier, Unit, parse_plan
+from cockpit.contract.models import ModelEntry, read_manifest, verify
+from cockpit.core.fleet.promotion import async_promotions, rank_key
+from cockpit.core.fleet.store import FLEET_DB, AgentRow, FleetStore, FleetStoreError, Result
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
+
+Status = Literal["waiting", "training", "scored", "culled", "failed", "done"]
+STATUSES: tuple[Status, ...] = ("waiting", "training", "scored", "culled", "failed", "done")
+_GENERATED_PRESET = re.compile(r"(.+)-[0-9a-f]{10}")  # fleetrun's presets/<name>-<hash>.toml
+
+
+class FleetReportError(ValueError):
+    """The run dir's fleet.db, recorded plan or models.toml cannot be read; one line naming the file."""
+
+
+@dataclass(frozen=True)
+class TierSummary:
+    """One tier: its target and how many agents are where in it (see the module docstring)."""
+
+    tier: int
+    timesteps: int | None  # its target: steps, or (a plan in episodes) None and `episodes`
+    planned: int  # agents the plan sends into it (async may send more)
+    entered: int  # agents assigned to it or a later tier
+    training: int  # assigned to it, no score there yet
+    finished: int  # with a score in it
+    promoted: int  # promoted out of it
+    culled: int  # finished, not promoted, and the tier can promote no more (0 in the last tier)
+    failed: int  # failed in it
+    episodes: int | None = None  # its target in whole episodes, for a plan in episodes
+
+
+@dataclass(frozen=True)
+class AgentSummary:
+    """One agent: its settings, how far it went and its latest score.
+
+    `preset` is the plan's preset name (a built-in name or a file's stem); `tier` is the tier it is
+    in or reached, None while it waits; `steps`, `score`, `score_std`, `train_return` and
+    `score_tier` come from its latest (highest-tier) result: 0 and None before it has one.
+    """
+
+    id: str
+    index: int
+    env: str
+    preset: str
+    overrides: dict[str, Any]
+    seed: int
+    tier: int | None
+    status: Status
+    steps: int
+    score: float | None
+    score_std: float | None
+    train_return: float | None
+    score_tier: int | None
+    error: str | None  # why it failed, for a failed agent
+
+
+@dataclass(frozen=True)
+class Leader:
+    """A place on the leaderboard: an agent's highest-tier result and its settings."""
+
+    rank: int  # 1 for the best
+    agent: str
+    env: str
+    preset: str
+    overrides: dict[str, Any]
+    seed: int
+    tier: int
+    steps: int
+    score: float
+    score_std: float | None
+    train_return: float | None
+
+
+@dataclass(frozen=True)
+class ModelsSummary:
+    """The collected models (models.toml, best first) and each problem `verify` found: a file
+    missing or not matching its SHA-256, or a manifest that cannot be read (then `entries` is empty)."""
+
+    entries: tuple[ModelEntry, ...]
+    problems: tuple[str, ...]
+
+    @property
+    def verified(self) -> bool:
+        """True when every listed file is there and matches its checksum."""
+        return not self.problems
+
+
+@dataclass(frozen=True)
+class FleetSummary:
+    """A fleet as its run dir records it (see the module docstring).
+
+    `leaderboard` holds every agent with a result, the highest tier first, then best first
+    (`promotion.rank_key`); `agents` holds every agent of the plan's matrix, in matrix order.
+    """
+
+    name: str
+    source: str  # the plan file it was started from
+    promotion: str  # "sync" or "async"
+    rate_usd_per_h: float | None
+    tiers: tuple[TierSummary, ...]
+    leaderboard: tuple[Leader, ...]
+    agents: tuple[AgentSummary, ...]
+    models: ModelsSummary
+    results: tuple[Result, ...] = ()  # every recorded score, as fleet.db holds them
+
+    def count(self, status: Status) -> int:
+        """How many agents have `status`."""
+        return sum(1 for agent in self.agents if agent.status == status)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the report needs of the recorded plan."""
+
+    name: str
+    promotion: str
+    rate: float | None
+    tiers: tuple[Tier, ...]
+    funnel: list[int]
+    presets: dict[int, str]  # agent index -> the plan's preset name ({} when the plan no longer resolves)
+
+
+def fleet_summary(run_dir: Path) -> FleetSummary | None:
+    """The fleet in `run_dir`, or None when it holds no fleet.db. Reads only; FleetReportError
+    (one line) when fleet.db or its recorded plan cannot be read. A models.toml that cannot be read
+    is no error here: it is a problem in `models.problems`."""
+    if not (run_dir / FLEET_DB).is_file():
+        return None
+    try:
+        store = FleetStore.in_run_dir(run_dir, read_only=True)
+    except (FleetStoreError, sqlite3.Error) as exc:
+        raise FleetReportError(f"{run_dir / FLEET_DB}: cannot open ({exc})") from None
+    try:
+        text, source = store.meta("plan"), store.meta("plan_source") or "plan"
+        if text is None:
+            raise FleetReportError(f"{store.path}: records no plan")
+        plan = _read_plan(text, source, store)
+        # Each read is its own snapshot while a live fleet writes, so they go in the order its
+        # transactions make things true: a decision before its promotions, a promotion after its
+        # tier's results, and an agent's row last (at worst newer than the rest, never older).
+        decided = {i for i in range(len(plan.tiers) - 1) if store.meta(f"decided:{i}") is not None}
+        promotions = store.promotions()
+        results = store.results()
+        rows = store.agents()
+    except FleetStoreError as exc:
+        raise FleetReportError(str(exc)) from None
+    except sqlite3.Error as exc:
+        raise FleetReportError(f"{store.path}: not a readable fleet database ({exc})") from None
+    finally:
+        store.close()
+    by_tier: dict[int, list[Result]] = {i: [] for i in range(len(plan.tiers))}
+    latest: dict[str, Result] = {}
+    for result in results:
+        by_tier.setdefault(result.tier, []).append(result)
+        if result.agent not in latest or result.tier > latest[result.agent].tier:
+            latest[result.agent] = result
+    closed = _closed(plan, rows, by_tier, promotions, decided)
+    last = len(plan.tiers) - 1
+    agents = tuple(_agent(row, latest.get(row.id), plan, last, closed) for row in rows)
+    return FleetSummary(
+        name=plan.name, source=source, promotion=plan.promotion, rate_usd_per_h=plan.rate,
+        tiers=_tiers(plan, rows, by_tier, promotions, closed), leaderboard=_leaderboard(latest, agents),
+        agents=agents, models=_models(run_dir), results=tuple(results),
+    )  # fmt: skip
+
+
+def _read_plan(text: str, source: str, store: FleetStore) -> _Plan:
+    """The recorded plan, validated by `parse_plan`. A plan that no longer validates where the report
+    runs (a preset given as a path relative to where the fleet started, say) still gives its name,
+    promotion, rate and tiers; the presets are then named from the agents' rows."""
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise FleetReportError(f"{store.path}: its recorded plan is not TOML ({exc})") from None
+    try:
+        plan = parse_plan(raw, source)
+        presets = {agent.index: agent.preset_name for agent in plan.agents}
+        return _Plan(plan.name, plan.promotion, plan.rate_usd_per_h, plan.tiers, plan.funnel(), presets)
+    except PlanError:
+        pass
+    try:
+        unit: Unit = "episodes" if "episodes" in raw["tiers"][0] else "timesteps"
+        tiers = tuple(Tier(int(t[unit]), t.get("promote"), unit) for t in raw["tiers"])
+        funnel = [len(store.agents())]
+        for tier in tiers[:-1]:
+            funnel.append(tier.promoted(funnel[-1]))
+        rate = raw.get("rate_usd_per_h")
+        name = str(raw.get("name", Path(source).stem))
+        return _Plan(name, str(raw.get("promotion", "sync")), float(rate) if rate else None, tiers, funnel, {})
+    except (KeyError, TypeError, ValueError, AttributeError):
+        raise FleetReportError(f"{store.path}: its recorded plan has no readable tiers") from None
+
+
+def _closed(plan: _Plan, rows: list[AgentRow], by_tier: dict[int, list[Result]], promotions: dict[int, set[str]],
+            decided: set[int]) -> list[bool]:  # fmt: skip
+    """Per tier, whether it can promote no more (see the module docstring); the last tier is closed
+    to promotion from the start."""
+    last = len(plan.tiers) - 1
+    if plan.promotion == "sync":
+        return [i in decided for i in range(last)] + [True]
+    training = {row.tier for row in rows if row.status == "training"}
+    resolved = not any(row.status == "waiting" for row in rows)
+    out = []
+    for i in range(last):
+        count = plan.tiers[i].promote
+        fraction = count if isinstance(count, float) else plan.funnel[i + 1] / max(plan.funnel[i], 1)
+        owed = async_promotions(by_tier.get(i, []), fraction, promotions.get(i, set()))
+        resolved = resolved and i not in training and not owed
+        out.append(resolved)
+    return [*out, True]
+
+
+def _tiers(plan: _Plan, rows: list[AgentRow], by_tier: dict[int, list[Result]], promotions: dict[int, set[str]],
+           closed: list[bool]) -> tuple[TierSummary, ...]:  # fmt: skip
+    last = len(plan.tiers) - 1
+    out = []
+    for i, tier in enumerate(plan.tiers):
+        entered = sum(1 for row in rows if row.tier >= i)
+        training = sum(1 for row in rows if row.tier == i and row.status == "training")
+        failed = sum(1 for row in rows if row.tier == i and row.status == "failed")
+        finished = len(by_tier.get(i, []))
+        promoted = len(promotions.get(i, ()))
+        culled = finished - promoted if i < last and closed[i] else 0
+        out.append(TierSummary(i, tier.timesteps, plan.funnel[i], entered, training, finished, promoted, culled,
+                               failed, tier.episodes))  # fmt: skip
+    return tuple(out)
+
+
+def _preset_name(row: AgentRow, plan: _Plan) -> str:
+    """The plan's preset name for the agent; from its preset argument when the plan did not resolve
+    (a built-in name, or a file's stem without the hash fleetrun adds to the files it writes)."""
+    if row.index in plan.presets:
+        return plan.presets[row.index]
+    if not row.preset.endswith(".toml"):
+        return row.preset
+    stem = Path(row.preset).stem
+    generated = _GENERATED_PRESET.fullmatch(stem)
+    return generated.group(1) if generated and Path(row.preset).parent.name == "presets" else stem
+
+
+def _status(row: AgentRow, last: int, closed: list[bool]) -> Status:
+    if row.status != "scored":
+        return row.status
+    if row.tier == last:
+        return "done"
+    return "culled" if closed[row.tier] else "scored"
+
+
+def _agent(row: AgentRow, result: Result | None, plan: _Plan, last: int, closed: list[bool]) -> AgentSummary:
+    return AgentSummary(
+        id=row.id, index=row.index, env=row.env, preset=_preset_name(row, plan), overrides=row.overrides,
+        seed=row.seed, tier=row.tier if row.tier >= 0 else None, status=_status(row, last, closed),
+        steps=result.steps if result else 0, score=result.score if result else None,
+        score_std=result.score_std if result else None, train_return=result.train_return if result else None,
+        score_tier=result.tier if result else None, error=row.error if row.status == "failed" else None,
+    )  # fmt: skip
+
+
+def _leaderboard(latest: dict[str, Result], agents: tuple[AgentSummary, ...]) -> tuple[Leader, ...]:
+    by_id = {agent.id: agent for agent in agents}  # every result's agent is one (results reference agents)
+    ordered = sorted(latest.values(), key=lambda r: (-r.tier, *rank_key(r)))
+    return tuple(
+        Leader(rank, r.agent, (a := by_id[r.agent]).env, a.preset, a.overrides, a.seed, r.tier, r.steps, r.score,
+               r.score_std, r.train_return)
+        for rank, r in enumerate(ordered, start=1)
+    )  # fmt: skip
+
+
+def _models(run_dir: Path) -> ModelsSummary:
+    try:
+        entries = read_manifest(run_dir)
+    except ValueError as exc:
+        return ModelsSummary((), (str(exc),))
+    return ModelsSummary(tuple(entries), tuple(verify(run_dir, entries)))

@@ -1,0 +1,465 @@
+"""Running a fleet: agents through tiers on the run's supervisor, promoted by score, durably.
+
+`FleetRun` sits beside the `Supervisor` of an ordinary run session and drives its queue: each
+agent is one job (`jobs/<agent id>/`), trained by the ordinary worker with `--eval-episodes`, so it
+ends each tier with an `evaluated` event. In every supervisor tick, once ended workers are reaped
+and before free slots are filled (`Supervisor.before_launch`), `update`:
+
+1. **harvests** the jobs that ended: a done job's score is recorded in `fleet.db`
+   (`cockpit.core.fleet.store`), a failed one is taken out of the ranking;
+2. **promotes** as the plan says (`cockpit.core.fleet.promotion`): sync when a tier is complete, async
+   as soon as an agent is in its tier's top share. A promoted agent's job is queued again with the
+   next tier's total as its target: its worker resumes from the job's newest checkpoint and trains
+   only the difference;
+3. **feeds** the supervisor's queue up to its free slots, promoted agents first (the highest tier
+   first, the best first), then agents that have not started, in matrix order. The supervisor's
+   queue never holds more than its free slots, so a promotion never waits behind 500 new agents.
+
+Agents that finish the last tier have their final model copied to `models/` (`cockpit.contract.models`).
+
+Durability: each of those steps is a transaction in `fleet.db`, written before the supervisor
+acts on it. `FleetRun.resume` rebuilds the run from it: agents with a score stay done; agents in
+a tier without one are queued again and resume from their checkpoints; an agent whose worker had
+already written its `evaluated` event before the kill is scored from that event, not trained again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import sys
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cockpit.contract.events import EvaluatedEvent
+from cockpit.contract.fleetplan import Agent, FleetPlan, PlanError, Tier, parse_plan
+from cockpit.contract.models import MODELS_DIR, ModelEntry, copy_atomic, read_manifest, write_manifest
+from cockpit.contract.presets import builtin_names, to_toml
+from cockpit.contract.rundir import RunDir
+from cockpit.contract.states import JobState
+from cockpit.core.feed.snapshot import FleetView, LeaderView, TierView
+from cockpit.core.fleet.promotion import async_promotions, rank_key, ranked, sync_promotions
+from cockpit.core.fleet.store import AgentRow, FleetStore, Result
+from cockpit.core.machine.clock import Clock, SystemClock
+from cockpit.core.supervise.jobs import Job
+from cockpit.core.supervise.supervisor import Supervisor
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised only on Python 3.10
+    import tomli as tomllib
+
+PRESETS_DIR = "presets"
+LEADERS = 10
+NOTICES_KEPT = 20
+
+
+@dataclass
+class _Agent:
+    """An agent as the fleet tracks it in memory (fleet.db is the durable copy)."""
+
+    row: AgentRow
+    preset_arg: str
+    tier: int
+    status: str
+    handed: bool = False  # its job for this tier is in the supervisor (queued, running or ended)
+
+
+def _preset_arg(agent: Agent, run_dir: Path) -> str:
+    """What the agent's worker gets as --preset: the plan's built-in name or file when the agent has
+    no overrides, else a preset file written into the run dir (one per distinct preset)."""
+    if not agent.overrides and agent.preset_name in builtin_names():
+        return agent.preset_name
+    if not agent.overrides and Path(agent.preset_name).is_file():
+        return str(Path(agent.preset_name).resolve())
+    text = to_toml(agent.preset)
+    path = run_dir / PRESETS_DIR / f"{agent.preset.name}-{hashlib.sha256(text.encode()).hexdigest()[:10]}.toml"
+    if not path.exists():
+        from cockpit.contract.files import write_atomic
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, text)
+    return str(path.resolve())
+
+
+def overrides_text(overrides: dict[str, Any]) -> str:
+    """`key=value, ...` in key order ("" for none)."""
+    return ", ".join(f"{key}={value!r}" for key, value in sorted(overrides.items()))
+
+
+class FleetRun:
+    """Drives one fleet on `supervisor` (see the module docstring). Build it with `new` or `resume`."""
+
+    def __init__(self, plan: FleetPlan, store: FleetStore, supervisor: Supervisor, *, clock: Clock | None = None,
+                 rate_usd_per_h: float | None = None) -> None:  # fmt: skip
+        self.plan = plan
+        self.store = store
+        self.supervisor = supervisor
+        self.clock = clock or SystemClock()
+        self.rate = rate_usd_per_h if rate_usd_per_h is not None else plan.rate_usd_per_h
+        self.run_dir = supervisor.run_dir
+        self.agents: dict[str, _Agent] = {}
+        self._waiting: deque[str] = deque()
+        self._results: dict[int, list[Result]] = {i: [] for i in range(len(plan.tiers))}
+        self._promoted: dict[int, set[str]] = {i: set() for i in range(len(plan.tiers))}
+        self._models: dict[str, ModelEntry] = {}
+        self._decided: set[int] = set()  # tiers whose sync promotion is made (even of no one)
+        self.notices: list[str] = []
+        self.notice_count = 0
+        self._fractions = self._async_fractions()
+        supervisor.pending_work = self.pending
+        supervisor.before_launch = self.update
+        supervisor.view_limit = 2 * supervisor.slots
+
+    # ----- construction -----
+
+    @classmethod
+    def new(cls, plan: FleetPlan, plan_text: str, supervisor: Supervisor, **kwargs: Any) -> FleetRun:
+        """A fresh fleet in the supervisor's run dir: fleet.db records the plan and every agent."""
+        run_dir = supervisor.run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        store = FleetStore.in_run_dir(run_dir)
+        store.create(plan_text, str(Path(plan.source).resolve()), [
+            (a.id, a.index, a.env, _preset_arg(a, run_dir), dict(a.overrides), a.seed) for a in plan.agents
+        ])  # fmt: skip
+        fleet = cls(plan, store, supervisor, **kwargs)
+        if fleet.rate is not None:
+            store.set_meta("rate_usd_per_h", repr(fleet.rate))
+        fleet._load()
+        return fleet
+
+    @classmethod
+    def resume(cls, supervisor: Supervisor, **kwargs: Any) -> FleetRun:
+        """The fleet recorded in the supervisor's run dir, continued where it stopped. PlanError
+        (one line) when the run dir holds no fleet or its recorded plan no longer validates."""
+        run_dir = supervisor.run_dir
+        store = FleetStore.in_run_dir(run_dir)
+        text, source = store.meta("plan"), store.meta("plan_source")
+        if text is None or source is None:
+            store.close()
+            raise PlanError(f"--resume {run_dir}: no fleet recorded there (no plan in {store.path})")
+        plan = parse_plan(tomllib.loads(text), source)
+        recorded = store.meta("rate_usd_per_h")
+        if kwargs.get("rate_usd_per_h") is None and recorded is not None:
+            kwargs["rate_usd_per_h"] = float(recorded)  # the rate the fleet began with, unless given anew
+        fleet = cls(plan, store, supervisor, **kwargs)
+        fleet._load()
+        fleet._restore()
+        return fleet
+
+    def _async_fractions(self) -> list[float]:
+        """Each tier's promoted share for async: the fraction, or the count over the agents the plan
+        sends into the tier."""
+        funnel = self.plan.funnel()
+        out = []
+        for i, tier in enumerate(self.plan.tiers[:-1]):
+            out.append(tier.promote if isinstance(tier.promote, float) else funnel[i + 1] / funnel[i])
+        return out
+
+    def _load(self) -> None:
+        """The agents, results and promotions from fleet.db."""
+        for row in self.store.agents():
+            self.agents[row.id] = _Agent(row, row.preset, row.tier, row.status)
+            if row.status == "waiting":
+                self._waiting.append(row.id)
+        for result in self.store.results():
+            self._results[result.tier].append(result)
+        for tier, agents in self.store.promotions().items():
+            self._promoted[tier] |= agents
+        self._decided = {i for i in range(len(self.plan.tiers)) if self.store.meta(f"decided:{i}") is not None}
+        self._models = {entry.agent: entry for entry in read_manifest(self.run_dir)}
+
+    def _restore(self) -> None:
+        """Give the supervisor a job for every agent that started, in the state fleet.db says,
+        brought up to date with the events its worker wrote."""
+        sup = self.supervisor
+        now = self.clock.time()
+        for agent in self.agents.values():
+            if agent.tier < 0:
+                continue
+            job = self._job(agent, queued=False)
+            sup.restore(job)
+            agent.handed = True
+            if agent.status == "scored":
+                job.change_state(JobState.DONE, now)
+                job.exit_reason = "done in an earlier session"
+                if agent.tier == len(self.plan.tiers) - 1 and agent.row.id not in self._models:
+                    self._collect(agent, self._result_of(agent.row.id, agent.tier))
+            elif agent.status == "failed":
+                job.change_state(JobState.FAILED, now)
+                job.error = agent.row.error
+            elif _reached(job.evaluation, self.plan.tiers[agent.tier]):
+                # Scored just before the kill: record it at the next update, train nothing again.
+                job.change_state(JobState.DONE, now)
+                job.exit_reason = "done in an earlier session"
+            else:
+                agent.handed = False  # fed again, ahead of agents that have not started
+
+    def _result_of(self, agent: str, tier: int) -> Result:
+        return next(r for r in self._results[tier] if r.agent == agent)
+
+    # ----- the loop -----
+
+    def pending(self) -> bool:
+        """True while the fleet has work the supervisor has not been given yet (or not harvested)."""
+        if any(not a.handed and a.status == "training" for a in self.agents.values()) or self._waiting:
+            return True
+        return any(self._ended(job) is not None for job in self.supervisor.jobs.values())
+
+    def update(self) -> None:
+        """Harvest ended jobs, promote, and feed free slots (see the module docstring)."""
+        for job in list(self.supervisor.jobs.values()):
+            self._harvest(job)
+        self._decide()
+        self._feed()
+
+    def _ended(self, job: Job) -> str | None:
+        """'done' or 'failed' for a job whose tier ended and is not recorded yet, else None."""
+        agent = self.agents.get(job.id)
+        if agent is None or agent.status != "training" or not agent.handed:
+            return None
+        if job.state is JobState.DONE:
+            return "done"
+        return "failed" if job.state is JobState.FAILED else None
+
+    def _harvest(self, job: Job) -> None:
+        ended = self._ended(job)
+        if ended is None:
+            return
+        agent = self.agents[job.id]
+        tier = agent.tier
+        evaluation = job.evaluation
+        if ended == "failed" or evaluation is None or not _reached(evaluation, self.plan.tiers[tier]):
+            error = job.error or "its worker finished without an evaluation"
+            self.store.fail(job.id, tier, error)
+            agent.status = "failed"
+            self._notice(f"{job.id} failed in tier {tier}: {error}")
+            return
+        self.store.record(job.id, tier, steps=evaluation.step, score=evaluation.mean_reward,
+                          score_std=evaluation.std_reward, train_return=job.ep_rew_mean)  # fmt: skip
+        agent.status = "scored"
+        result = Result(job.id, tier, evaluation.step, evaluation.mean_reward, evaluation.std_reward, job.ep_rew_mean,
+                        agent.row.seed, self.clock.time())  # fmt: skip
+        self._results[tier].append(result)
+        if tier == len(self.plan.tiers) - 1:
+            self._collect(agent, result)
+
+    def _entered(self, tier: int) -> list[_Agent]:
+        return [a for a in self.agents.values() if a.tier >= tier]
+
+    def _decide(self) -> None:
+        last = len(self.plan.tiers) - 1
+        if self.plan.promotion == "sync":
+            for tier in range(last):
+                if tier in self._decided:
+                    continue
+                entered = self._entered(tier)
+                complete = not self._waiting if tier == 0 else self._tier_complete(tier - 1)
+                if not complete or any(a.tier == tier and a.status == "training" for a in entered):
+                    return  # later tiers wait for this one
+                quota = self.plan.tiers[tier].promoted(len(entered))
+                self._promote(sync_promotions(self._results[tier], quota), tier)
+            return
+        for tier in reversed(range(last)):  # the highest tier's promotions are fed first anyway
+            chosen = async_promotions(self._results[tier], self._fractions[tier], self._promoted[tier])
+            if chosen:
+                self._promote(chosen, tier)
+
+    def _tier_complete(self, tier: int) -> bool:
+        return tier in self._decided
+
+    def _promote(self, chosen: list[str], tier: int) -> None:
+        decided = self.plan.promotion == "sync"
+        self.store.promote(chosen, tier, decided=decided)
+        self._promoted[tier] |= set(chosen)
+        if decided:
+            self._decided.add(tier)
+        for agent_id in chosen:
+            agent = self.agents[agent_id]
+            agent.tier, agent.status, agent.handed = tier + 1, "training", False
+            score = self._result_of(agent_id, tier).score
+            self._notice(f"{agent_id} promoted to tier {tier + 1} (score {score:.1f} in tier {tier})")
+        if self.plan.promotion == "sync":
+            results = self._results[tier]
+            best = f", best {ranked(results)[0].agent} {ranked(results)[0].score:.1f}" if results else ""
+            self._notice(f"tier {tier} done: {len(results)} scored, {len(chosen)} promoted, "
+                         f"{len(results) - len(chosen)} culled{best}")  # fmt: skip
+
+    def _feed(self) -> None:
+        sup = self.supervisor
+        free = sup.slots - sum(1 for j in sup.jobs.values() if j.state.holds_slot) - len(sup.queue)
+        if free <= 0 or sup.interrupted:
+            return
+        promoted = sorted((a for a in self.agents.values() if a.status == "training" and not a.handed),
+                          key=lambda a: (-a.tier, a.row.index))  # fmt: skip
+        for agent in promoted[:free]:
+            self._hand(agent)
+            free -= 1
+        while free > 0 and self._waiting:
+            agent = self.agents[self._waiting.popleft()]
+            self.store.start(agent.row.id, 0)
+            agent.tier, agent.status = 0, "training"
+            self._hand(agent)
+            free -= 1
+
+    def _hand(self, agent: _Agent) -> None:
+        tier = self.plan.tiers[agent.tier]
+        job = self.supervisor.jobs.get(agent.row.id)
+        if job is None:
+            self._job(agent, queued=True)
+        elif job.state.terminal:
+            self.supervisor.extend(job.id, tier.timesteps or 0, episodes=tier.episodes)
+        else:  # restored in an earlier session's tier, still queued
+            job.target, job.target_episodes = tier.timesteps or 0, tier.episodes
+            if job.id not in self.supervisor.queue:
+                self.supervisor.queue.append(job.id)
+        agent.handed = True
+
+    def _job(self, agent: _Agent, *, queued: bool) -> Job:
+        row = agent.row
+        tier = self.plan.tiers[max(agent.tier, 0)]
+        # A tier in episodes: the worker stops at the rollout boundary after its agent's whole
+        # episodes reach the target, counted across tiers (a checkpoint keeps the count).
+        return self.supervisor.add_job(row.id, row.seed, tier.timesteps or 0, preset_arg=agent.preset_arg, env=row.env,
+                                       eval_episodes=self.plan.score_episodes, queued=queued,
+                                       episodes=tier.episodes)  # fmt: skip
+
+    def _collect(self, agent: _Agent, result: Result) -> None:
+        """Copy the agent's final model into models/ and rewrite models.toml."""
+        checkpoints = RunDir(self.run_dir).job(agent.row.id).checkpoints
+        found = sorted((p for p in checkpoints.glob("step-*-*") if p.is_dir()),
+                       key=lambda p: tuple(int(x) for x in p.name.split("-")[1:]))  # fmt: skip
+        if not found:
+            self._notice(f"{agent.row.id}: no checkpoint to collect its model from")
+            return
+        newest = found[-1]
+        directory = self.run_dir / MODELS_DIR
+        directory.mkdir(exist_ok=True)
+        digest = copy_atomic(newest / "model.zip", directory / f"{agent.row.id}.zip")
+        vecnorm = newest / "vecnormalize.pkl"
+        vn_name = vn_digest = None
+        if vecnorm.is_file():
+            vn_name = f"{agent.row.id}.vecnormalize.pkl"
+            vn_digest = copy_atomic(vecnorm, directory / vn_name)
+        row = agent.row
+        preset = self.plan.agents[row.index].preset.name
+        self._models[row.id] = ModelEntry(row.id, f"{row.id}.zip", digest, row.env, preset, row.seed, result.score,
+                                          result.steps, row.overrides, vn_name, vn_digest)  # fmt: skip
+        order = {r.agent: i for i, r in enumerate(ranked(self._results[result.tier]))}
+        entries = sorted(self._models.values(), key=lambda e: order.get(e.agent, math.inf))
+        write_manifest(self.run_dir, self.plan.name, entries)
+
+    def close(self) -> None:
+        """Close fleet.db (its WAL is checkpointed into it)."""
+        self.store.close()
+
+    def _notice(self, line: str) -> None:
+        self.notices = [*self.notices[-(NOTICES_KEPT - 1) :], line]
+        self.notice_count += 1
+
+    # ----- the view -----
+
+    @property
+    def done(self) -> bool:
+        """Every agent is resolved: failed, culled, or scored in the last tier."""
+        return not self.pending() and all(a.status != "training" for a in self.agents.values())
+
+    def rate_sps(self, live_sps: float | None, elapsed_s: float) -> float | None:
+        """The fleet's measured speed: the steps its agents trained in this session per second of
+        it, start-ups and tier boundaries included (what the rest of the fleet will pay too); the
+        live throughput until a minute has passed."""
+        trained = sum(j.steps - j.steps_at_first_start for j in self.supervisor.jobs.values()
+                      if j.steps_at_first_start is not None)  # fmt: skip
+        if elapsed_s >= 60 and trained > 0:
+            return trained / elapsed_s
+        return live_sps
+
+    def _episode_lengths(self) -> list[tuple[int, float]]:
+        """(tier, measured episode length) of every agent whose worker has reported one."""
+        return [(a.tier, j.ep_len_mean) for a in self.agents.values()
+                if (j := self.supervisor.jobs.get(a.row.id)) is not None and j.ep_len_mean]  # fmt: skip
+
+    def view(self, live_sps: float | None, elapsed_s: float) -> FleetView:
+        """The fleet now; ETAs at its measured rate (`rate_sps`), cost at the rate in dollars. A
+        plan in episodes converts the episodes left into steps at the measured episode lengths
+        (each running agent's own, `_episode_steps` for the rest), updated as they change."""
+        live_sps = self.rate_sps(live_sps, elapsed_s)
+        sup = self.supervisor
+        planned = self.plan.funnel()
+        last = len(self.plan.tiers) - 1
+        tiers = []
+        steps_left: float | None = 0.0
+        eta_known = live_sps is not None and live_sps > 0
+        in_episodes = self.plan.unit == "episodes"
+        lengths = self._episode_lengths() if in_episodes else []  # once a view, not once a tier
+        for i, tier in enumerate(self.plan.tiers):
+            entered = self._entered(i)
+            running = sum(1 for a in entered if a.tier == i and (j := sup.jobs.get(a.row.id)) and j.state.live)
+            finished = len(self._results[i])
+            failed = sum(1 for a in entered if a.tier == i and a.status == "failed")
+            promoted = len(self._promoted[i])
+            # The last tier culls no one: its finished agents are the fleet's result.
+            culled = finished - promoted if i < last and (self._tier_complete(i) or self.done) else 0
+            before = self.plan.tiers[i - 1].target if i else 0
+            mean_length = _episode_steps(lengths, i) if in_episodes else 1.0
+            # Steps this tier still needs: its unfinished entrants' remainders, and the planned rest.
+            todo = max(planned[i], len(entered)) - finished - failed
+            for a in entered:
+                if a.tier == i and a.status == "training" and (j := sup.jobs.get(a.row.id)) is not None:
+                    todo -= 1
+                    done = (j.episodes or 0) if in_episodes else j.steps
+                    per = (j.ep_len_mean or mean_length) if in_episodes else 1.0
+                    steps_left = _add(steps_left, max(0, tier.target - max(done, before)), per)
+            steps_left = _add(steps_left, max(0, todo) * (tier.target - before), mean_length)
+            eta = None if steps_left is None else \
+                steps_left / live_sps if eta_known and live_sps else (0.0 if steps_left == 0 else None)  # fmt: skip
+            tiers.append(TierView(i, tier.timesteps, planned[i], len(entered), running, finished, promoted, culled,
+                                  failed, eta, tier.episodes))  # fmt: skip
+        best: dict[str, Result] = {}
+        for results in self._results.values():
+            for r in results:
+                if r.agent not in best or r.tier > best[r.agent].tier:
+                    best[r.agent] = r
+        top = sorted(best.values(), key=lambda r: (-r.tier, *rank_key(r)))[:LEADERS]
+        rows = [self.agents[r.agent].row for r in top]
+        leaders = tuple(
+            LeaderView(r.agent, row.env, self.plan.agents[row.index].preset.name, overrides_text(row.overrides), r.seed,
+                       r.tier, r.steps, r.score)
+            for r, row in zip(top, rows, strict=True)
+        )  # fmt: skip
+        eta_s = tiers[-1].eta_s
+        spent = elapsed_s / 3600 * self.rate if self.rate is not None else None
+        projected = spent + eta_s / 3600 * self.rate if spent is not None and eta_s is not None and self.rate else None
+        return FleetView(self.plan.name, self.plan.promotion, len(self.agents), tuple(tiers), leaders, eta_s,
+                         self.rate, spent, projected, tuple(self.notices), self.notice_count)  # fmt: skip
+
+
+FleetFactory = Callable[[Supervisor], FleetRun]
+
+
+def _episode_steps(lengths: list[tuple[int, float]], tier: int) -> float | None:
+    """Steps per episode to project a plan in episodes with: the mean of the measured episode
+    `lengths` (tier, length) of the agents now in `tier`, else of all measured so far (episodes grow
+    as agents learn: those in the tier are the nearest measure); None before any is measured."""
+    chosen = [n for t, n in lengths if t == tier] or [n for _, n in lengths]
+    return sum(chosen) / len(chosen) if chosen else None
+
+
+def _add(steps: float | None, amount: float, steps_each: float | None) -> float | None:
+    """`steps` plus `amount` (steps or episodes) at `steps_each`; unknown once either is."""
+    if steps is None or not amount:
+        return steps
+    return None if steps_each is None else steps + amount * steps_each
+
+
+def _reached(evaluation: EvaluatedEvent | None, tier: Tier) -> bool:
+    """True when `evaluation` scored the agent at the end of `tier`, not of a tier before it: at or
+    past the tier's steps, or its whole training episodes."""
+    if evaluation is None:
+        return False
+    if tier.episodes is not None:
+        return (evaluation.trained_episodes or 0) >= tier.episodes
+    return evaluation.step >= (tier.timesteps or 0)

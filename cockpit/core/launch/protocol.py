@@ -1,0 +1,102 @@
+"""What the supervisor asks of a launcher, whatever runs the job: start, signal and reap it, and
+read its events (`Launcher.events`: the local launchers tail the job dir's `events.jsonl`, a remote
+one brings them back from the node the worker runs on)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from cockpit.contract.events import Event
+from cockpit.contract.remote import NodeSample
+from cockpit.contract.scriptargs import ScriptArgs
+from cockpit.contract.workerargs import (
+    WorkerArgs,
+)
+from cockpit.core.telemetry.sampler import JobUsage
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One worker to start: its arguments (which name its job dir), the CPUs it may use, and the
+    GPU (NVML index) it runs on, the only one it sees (`workerargs.gpu_environment`; None: no
+    placement, it sees what we see). The worker is cockpit's own (`WorkerArgs`) or a user's
+    command under the guard (`ScriptArgs`)."""
+
+    job_id: str
+    args: WorkerArgs | ScriptArgs
+    cpus: tuple[int, ...] | None = None
+    gpu: int | None = None
+
+    @property
+    def job_dir(self) -> Path:
+        """Where the worker writes its events, checkpoints and logs."""
+        return self.args.job_dir
+
+
+@dataclass
+class WorkerHandle:
+    """A started worker, as its launcher identifies it."""
+
+    job_id: str
+    pid: int
+    job_dir: Path
+    process: object = field(repr=False, default=None)
+    node: str | None = None  # the IP of the node it runs on, for a launcher that runs jobs elsewhere
+
+
+class EventSource(Protocol):
+    """One job's events, across all its attempts: `read_new` returns those written since the
+    previous call, in order; `offset` is how far into the job's event stream (in bytes of
+    `events.jsonl`) it has read, and setting it makes the next `read_new` start there."""
+
+    offset: int
+
+    def read_new(self) -> list[Event]:
+        """Complete events written since the previous call ([] when there are none yet)."""
+        ...
+
+
+class Launcher(Protocol):
+    """Starts workers and reports on them; every method must return promptly."""
+
+    def events(self, job_id: str, job_dir: Path) -> EventSource:
+        """Where the supervisor reads job `job_id`'s events from, before, during and after each of
+        its attempts (one source per job, asked for once, when the job is added)."""
+        ...
+
+    def launch(self, request: LaunchRequest) -> WorkerHandle:
+        """Start the worker; raise OSError if it cannot be started."""
+        ...
+
+    def terminate(self, handle: WorkerHandle) -> None:
+        """Ask the worker to checkpoint and stop (SIGTERM to the worker itself)."""
+        ...
+
+    def kill(self, handle: WorkerHandle) -> None:
+        """Kill the worker and everything it started, at once."""
+        ...
+
+    def poll(self, handle: WorkerHandle) -> int | None:
+        """The exit code once the worker has exited (negative: killed by that signal), else None."""
+        ...
+
+    def stderr_tail(self, handle: WorkerHandle, lines: int = 5) -> str:
+        """The last lines the worker wrote to stderr, for error messages."""
+        ...
+
+    def stopped(self, handle: WorkerHandle) -> bool:
+        """True while the worker is stopped by a signal (SIGSTOP, SIGTSTP: process state T): it
+        cannot make progress until continued. False when it runs, sleeps, has exited or is unknown."""
+        ...
+
+
+@runtime_checkable
+class RemoteJobs(Protocol):
+    """A launcher whose workers run on other machines, where the local sampler cannot see them:
+    it reports their usage itself, with each node's."""
+
+    def usage(self) -> tuple[dict[str, JobUsage], tuple[NodeSample, ...]]:
+        """Each live job's worker tree by job id, and every node's latest sample (`Sampler.remote`)."""
+        ...

@@ -1,0 +1,9 @@
+"""The machine the cockpit runs on, and nothing above it.
+
+- `host`: cores, memory, the CPU's model, and each job's thread budget and pinned cores;
+- `nvml`: every GPU through NVML (the one module that imports `pynvml`), and what to do without one;
+- `placement`: pure: which GPU a job's worker runs on, and how many jobs of a size fit;
+- `clock`: the injectable clock that tests move by hand.
+
+Imports nothing else of `cockpit.core`.
+"""

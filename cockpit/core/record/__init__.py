@@ -1,0 +1,10 @@
+"""What a run leaves behind, and reading it back.
+
+- `runlog`: the recorder (telemetry CSVs, each job's memory to the leak watch) and run.toml,
+  written atomically;
+- `replay`: a finished or killed run played back as the same `RunSource` a live one is;
+- `series`: a recorded run as the series `report --html` plots;
+- `find_runs`: the runs under a directory, newest first, and a run by its name.
+
+Imports `fleet` and everything below it.
+"""

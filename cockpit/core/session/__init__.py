@@ -1,0 +1,8 @@
+"""A run's life: the 5 Hz loop that ties the rest together, and runs in the background.
+
+- `loop`: `run_session` and friends: opens the launcher and sampler, ticks the supervisor, the
+  recorder, TensorBoard, `--auto` and the control socket, and ends the run cleanly;
+- `background`: `cockpit run --headless` detached from the terminal, and the wait for its socket.
+
+The top of `cockpit.core`: it may import every package below it, and none imports it.
+"""

@@ -1,0 +1,12 @@
+"""How many jobs, envs and batch: measured, modelled and advised.
+
+- `advisor`: pure: hardware, preset and measurements in, `Advice` out;
+- `overlap`: the overlap model: N jobs' speed from one job's measured costs;
+- `cost_probe`: running `cockpit_training.probe` and caching its `Costs` per machine and preset;
+- `contention`: two jobs side by side, to measure what sharing cores costs;
+- `starting_point`: this machine, the preset asked for and recommend's static pick;
+- `autotune`: `run --auto`, adjusting a live run from its snapshots;
+- `hill_climb`, `trials`: `cockpit tune`'s search and the short trial runs it scores.
+
+Imports `feed`, `launch`, `telemetry` and `machine` below it (never `supervise`).
+"""

@@ -1,0 +1,52 @@
+"""Where a sizing decision starts: this machine, the preset asked for, what a job of it costs
+here, and the pick the advisor makes from those alone. `recommend` and `tune` both start here."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from cockpit.contract.advice import AdviceSetting
+from cockpit.contract.costs import Costs
+from cockpit.contract.presets import Preset, PresetError, load
+from cockpit.contract.runspec import ConfigError, checked_env
+from cockpit.core.machine.host import host_info
+from cockpit.core.machine.nvml import open_gpu
+from cockpit.core.sizing.advisor import Machine, advise, machine_of
+from cockpit.core.sizing.cost_probe import measured_costs
+
+
+def this_machine() -> Machine:
+    """Cores, RAM and GPU (through NVML, if it answers) of the machine we run on."""
+    gpu, _status = open_gpu()
+    info = gpu.info if gpu is not None else None
+    if gpu is not None:
+        gpu.close()
+    return machine_of(host_info(), info)
+
+
+def resolve_preset(preset: str | None, env: str | None, machine: Machine) -> Preset:
+    """The preset asked for (heavy with a GPU, cartpole without), on `env` if given; ConfigError
+    (one line) for an unknown or invalid preset or env."""
+    try:
+        resolved = load(preset or ("heavy" if machine.gpu_name else "cartpole"))
+    except PresetError as exc:
+        raise ConfigError(str(exc)) from exc
+    return dataclasses.replace(resolved, env=checked_env(resolved, env))
+
+
+def costs_for(say: Callable[[str], None], machine: Machine, preset: Preset) -> Costs | None:
+    """This machine's measured costs for `preset` (a probe the first time, which `say` announces);
+    None, after saying why, when the probe fails: the advice then comes from the tables."""
+    try:
+        return measured_costs(preset, machine.gpu_name, on_probe=say)
+    except ConfigError as exc:
+        say(f"{exc}; sizing from the tables instead")
+        return None
+
+
+def static_pick(machine: Machine, preset: Preset, jobs: int = 2, costs: Costs | None = None) -> tuple[int, int]:
+    """(jobs, n_envs) after applying the advice that needs no run (hardware facts and the
+    probe's `costs`): `recommend`'s pick before any run."""
+    changes = {a.setting: a.suggested for a in advise(machine, preset, jobs, costs=costs)}
+    return int(changes.get(AdviceSetting.JOBS, jobs)), int(changes.get(AdviceSetting.N_ENVS, preset.n_envs))

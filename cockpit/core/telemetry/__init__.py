@@ -1,0 +1,12 @@
+"""What the cockpit measures while a run goes on, from the machine's readings and the jobs' events.
+
+- `sampler`: the one sampler thread: NVML at 5 Hz per GPU, psutil per core and per job tree;
+  `Sample` and `JobUsage`, what it hands on;
+- `phases`: each job's rollout and train phases set against its GPU's samples;
+- `throughput`: steps per second, episodes per hour and ETAs, one definition for all;
+- `trend`: the run's aggregate SPS and best return over the last minutes;
+- `memwatch`: the verdict on a job's memory series (steady, or growing: a leak);
+- `thinned`: a bounded series that keeps its shape as it thins.
+
+Imports only `cockpit.core.machine` below it.
+"""
