@@ -44,16 +44,12 @@ from cockpit.contract.runrecord import (
     write,
 )
 from cockpit.contract.states import JobState, RunStatus
+from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.promotion import sync_promotions
 from cockpit.core.fleet.store import FleetStore
 from cockpit.core.machine.nvml import GpuSample
 from cockpit.core.record.runlog import MIB, Recorder
 from cockpit.core.telemetry.sampler import JobUsage, Sample
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
 
 TICK_S = 0.2  # the sampler's 5 Hz
 NVML_S = 1 / 6  # NVML's sample buffer, about 6 readings a second

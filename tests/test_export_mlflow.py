@@ -30,12 +30,8 @@ from cockpit.contract.runrecord import (
     write,
 )
 from cockpit.contract.states import JobState, RunStatus
+from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.store import FleetStore
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
 
 if os.environ.get("CI"):
     import mlflow  # CI installs the dev extra, which has MLflow: these tests must run there

@@ -4,7 +4,6 @@ the live ETA from the episode lengths the agents report as they learn."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,16 +14,12 @@ from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.contract.fleetplan import PlanError, load_plan, parse_plan
 from cockpit.contract.runrecord import ConfigRecord, HostRecord, JobRecord, RunRecord
 from cockpit.contract.states import JobState, RunStatus
+from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.projection import episode_steps_from_record, project
 from cockpit.core.sizing.overlap import speed_of
 from tests.test_fleetplan import cache_costs, forbid_processes
 from tests.test_fleetrun import ScriptedFleet, by_index, outcome
 from tests.test_supervisor import FakeProcess
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 EPISODES = (20, 40)
 

@@ -7,7 +7,6 @@ else is the product: the supervisor, `FleetRun`, and fleet.db on disk.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.contract.fleetplan import parse_plan
 from cockpit.contract.states import JobState
+from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.promotion import async_promotions
 from cockpit.core.fleet.run import FleetRun
 from cockpit.core.fleet.store import FleetStore
@@ -23,11 +23,6 @@ from cockpit.core.machine.host import thread_budget
 from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
 from tests.fakeclock import FakeClock
 from tests.test_supervisor import FakeLauncher, FakeProcess
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 TICK = 0.2
 

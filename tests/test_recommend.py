@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import psutil
@@ -21,13 +20,9 @@ from cockpit.contract.runrecord import (
     write,
 )
 from cockpit.contract.states import JobState, RunStatus
+from cockpit.contract.toml import tomllib
 from cockpit.core.sizing.advisor import Machine
 from tests.cockpitproc import run_cockpit
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
 
 GIB = 1024**3
 RTX_4070 = Machine(32, 64, 128 * GIB, "NVIDIA GeForce RTX 4070", 8 * GIB)

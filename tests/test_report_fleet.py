@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,15 +16,11 @@ from cockpit.cli import main
 from cockpit.commands.report import print_report
 from cockpit.contract.fleetplan import parse_plan
 from cockpit.contract.models import MODELS_DIR, ModelEntry, copy_atomic, write_manifest
+from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.promotion import async_promotions, sync_promotions
 from cockpit.core.fleet.report import fleet_summary
 from cockpit.core.fleet.store import FleetStore
 from tests.test_report_json import GOLDEN_RUN, validate
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
 
 PLAN = """
 name = "screen"

@@ -89,11 +89,7 @@ from cockpit.contract.events import ErrorEvent, Event, FinishedEvent, PhaseEvent
 from cockpit.contract.presets import Preset, load
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import UtilizationRecord
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
+from cockpit.contract.toml import tomllib
 
 CLAIM = (70.0, 90.0)  # the seeds: "4 x 25 % = 70-90 %" GPU utilization with 4 heavy jobs
 

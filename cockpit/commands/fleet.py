@@ -26,14 +26,10 @@ from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import stamped
 from cockpit.contract.runrecord import RunRecord
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, checked_name, on_cluster
+from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.projection import Projection, Stage, episode_steps_from_record, project, speed_from_record
 from cockpit.core.sizing.overlap import Speed, speed_of
 from cockpit.core.sizing.starting_point import costs_for, this_machine
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
 
 
 def main(args: argparse.Namespace, front: FrontEnds) -> int:

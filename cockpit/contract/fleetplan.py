@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,11 +41,7 @@ from typing import Any, Literal
 from cockpit.contract.envids import EnvError, UnknownEnvError, backend_for, check_env
 from cockpit.contract.presets import PRESET_KEYS, Preset, PresetError, load, resolve
 from cockpit.contract.rundir import RUN_NAME_PATTERN, RUN_NAME_RULE
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
+from cockpit.contract.toml import tomllib
 
 Promotion = Literal["sync", "async"]
 Unit = Literal["timesteps", "episodes"]  # what a plan's tiers count: every tier the same

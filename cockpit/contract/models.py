@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,11 +35,7 @@ from typing import Any
 import tomli_w
 
 from cockpit.contract.files import sha256_of, write_atomic
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
+from cockpit.contract.toml import tomllib
 
 MODELS_DIR = "models"
 MANIFEST = "models.toml"

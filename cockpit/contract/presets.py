@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import math
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -26,10 +25,7 @@ from typing import Any, Literal
 
 import tomli_w
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
+from cockpit.contract.toml import tomllib
 
 Schedule = Literal["constant", "linear"]
 Activation = Literal["tanh", "relu"]

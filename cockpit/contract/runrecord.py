@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import calendar
 import dataclasses
-import sys
 import time
 import types
 import typing
@@ -54,11 +53,7 @@ from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import RUN_TOML, RunDir
 from cockpit.contract.scriptargs import script_label
 from cockpit.contract.states import JobState, RunStatus
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
+from cockpit.contract.toml import tomllib
 
 SCHEMA_VERSION = 1
 ISO_FORMAT = "%Y-%m-%dT%H:%M:%SZ"

@@ -29,20 +29,15 @@ from __future__ import annotations
 
 import re
 import sqlite3
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from cockpit.contract.fleetplan import PlanError, Tier, Unit, parse_plan
 from cockpit.contract.models import ModelEntry, read_manifest, verify
+from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.promotion import async_promotions, rank_key
 from cockpit.core.fleet.store import FLEET_DB, AgentRow, FleetStore, FleetStoreError, Result
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
 
 Status = Literal["waiting", "training", "scored", "culled", "failed", "done"]
 STATUSES: tuple[Status, ...] = ("waiting", "training", "scored", "culled", "failed", "done")

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import sys
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,17 +39,13 @@ from cockpit.contract.models import MODELS_DIR, ModelEntry, copy_atomic, read_ma
 from cockpit.contract.presets import builtin_names, to_toml
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
+from cockpit.contract.toml import tomllib
 from cockpit.core.feed.snapshot import FleetView, LeaderView, TierView
 from cockpit.core.fleet.promotion import async_promotions, rank_key, ranked, sync_promotions
 from cockpit.core.fleet.store import AgentRow, FleetStore, Result
 from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.supervise.jobs import Job
 from cockpit.core.supervise.supervisor import Supervisor
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
 
 PRESETS_DIR = "presets"
 LEADERS = 10

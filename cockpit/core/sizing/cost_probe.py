@@ -28,14 +28,10 @@ from cockpit.contract.costs import Costs
 from cockpit.contract.files import cache_dir, write_atomic
 from cockpit.contract.presets import Preset, to_toml
 from cockpit.contract.runspec import ConfigError
+from cockpit.contract.toml import tomllib
 from cockpit.contract.workerargs import PARENT_PID_ENV
 from cockpit.core.machine.host import cpu_model
 from cockpit.core.sizing import contention
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised only on Python 3.10
-    import tomli as tomllib
 
 PROBE_TIMEOUT_S = 300.0
 CACHE_FILE = "costs.toml"
