@@ -1,4 +1,11 @@
-"""The `cockpit` command line: it parses, then dispatches to one module per command."""
+"""The `cockpit` command line: it parses the command line and dispatches to a command; nothing else.
+
+Each command's work lives in its own module under cockpit.commands, imported only when that command
+runs, so that `cockpit --help` or a mistyped flag answers without loading the rest. Here: the
+dispatchers, one helper per flag that several commands take, chiefly `run` and `fleet` (one
+declaration, so its spelling, type, default and metavar cannot drift apart between them), one function
+per command adding its subparser, `build_parser` and `main`.
+"""
 
 from __future__ import annotations
 
@@ -13,32 +20,41 @@ from cockpit.contract.rundir import RUN_NAME_RULE
 if TYPE_CHECKING:
     from cockpit.views.terminal import TerminalFrontEnds
 
+    # What `add_subparsers` returns: each command function adds its parser to it.
+    Commands = argparse._SubParsersAction[ArgumentParser]
+
 
 def _front_ends() -> TerminalFrontEnds:
+    """The terminal front ends (TUI, live table, plain lines) that the commands drive."""
+    # Imported here: Textual loads only for a command that shows something.
     from cockpit.views.terminal import TerminalFrontEnds
 
     return TerminalFrontEnds()
 
 
 def _cmd_presets(args: argparse.Namespace) -> int:
+    """`cockpit presets`: returns its exit code."""
     from cockpit.commands import presets
 
     return presets.main(args.preset)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    """`cockpit run`: returns its exit code."""
     from cockpit.commands import run
 
     return run.main(args, _front_ends())
 
 
 def _cmd_attach(args: argparse.Namespace) -> int:
+    """`cockpit attach`: returns its exit code."""
     from cockpit.commands import attach
 
     return attach.main(args.run_dir, _front_ends())
 
 
 def _cmd_launcher(parser: ArgumentParser) -> int:
+    """`cockpit` with no command: the start screen on a terminal, else the help; returns the exit code."""
     from cockpit.commands.console import interactive
 
     if not interactive():
@@ -48,33 +64,71 @@ def _cmd_launcher(parser: ArgumentParser) -> int:
 
 
 def _cmd_recommend(args: argparse.Namespace) -> int:
+    """`cockpit recommend`: returns its exit code."""
     from cockpit.commands.recommend import main as recommend
 
     return recommend(preset=args.preset, env=args.env, jobs=args.jobs, run_dir=args.run_from, probe=not args.no_probe)
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
+    """`cockpit tune`: returns its exit code."""
     from cockpit.commands.tune import main as tune
 
     return tune(preset=args.preset, env=args.env, budget=args.budget, out=args.out)
 
 
 def _cmd_fleet(args: argparse.Namespace) -> int:
+    """`cockpit fleet`: returns its exit code."""
     from cockpit.commands.fleet import main as fleet
 
     return fleet(args, _front_ends())
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    """`cockpit report`: returns its exit code."""
     from cockpit.commands.report import main as report
 
     return report(args.run_dir, as_json=args.json, html=args.html, png_dir=args.png)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
+    """`cockpit export TARGET`: returns its exit code."""
     from cockpit.commands.export import main as export
 
     return export(args)
+
+
+# Flags that several commands take, chiefly `run` and `fleet`. Where the commands word a flag's help
+# differently (jobs or agents, a run or a fleet), the caller passes the help; everything else about the
+# flag is declared here once. Each is called at the place the flag has in its command's usage, so the
+# helpers fix no order.
+
+
+def _add_jobs_flag(parser: ArgumentParser, help_text: str) -> None:
+    """`--jobs N`, the jobs running at once: for `run`, `fleet` and `recommend`."""
+    parser.add_argument("--jobs", type=positive_int, metavar="N", help=help_text)
+
+
+def _add_naming_flags(parser: ArgumentParser, *, run_dir_help: str, name_help: str) -> None:
+    """`--run-dir DIR` and `--name NAME`, where the run goes and what it is called: for `run` and `fleet`.
+
+    `name_help` is completed with the rule a name must follow, so every command states the same rule."""
+    parser.add_argument("--run-dir", type=Path, metavar="DIR", help=run_dir_help)
+    parser.add_argument("--name", metavar="NAME", help=f"{name_help}; {RUN_NAME_RULE}")
+
+
+def _add_resume_flag(parser: ArgumentParser, help_text: str) -> None:
+    """`--resume RUN_DIR`, continue an interrupted run: for `run` and `fleet`."""
+    parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help=help_text)
+
+
+def _add_headless_flag(parser: ArgumentParser) -> None:
+    """`--headless`, no TUI: for `run` and `fleet`."""
+    parser.add_argument(
+        "--headless",
+        action="store_true",
+        help="no TUI: a live table on a terminal, plain lines otherwise (the default when not on a terminal)",
+    )
 
 
 def _add_gpus_flag(parser: ArgumentParser) -> None:
@@ -84,6 +138,17 @@ def _add_gpus_flag(parser: ArgumentParser) -> None:
         help="the GPUs to sample and place jobs on, by NVML index as nvidia-smi numbers them (default: every "
         "GPU; each job runs on one, the only one its worker sees)",
     )  # fmt: skip
+
+
+def _add_no_tensorboard_flag(parser: ArgumentParser, help_text: str) -> None:
+    """`--no-tensorboard`, write no TensorBoard logs: for `run` and `fleet`."""
+    parser.add_argument("--no-tensorboard", action="store_true", help=help_text)
+
+
+def _add_max_restarts_flag(parser: ArgumentParser, help_text: str) -> None:
+    """`--max-restarts K`, a crashed job's restarts in a row before it fails: for `run` and `fleet`."""
+    # default: RestartPolicy.max_restarts, spelled out: importing runspec here slows every command
+    parser.add_argument("--max-restarts", type=non_negative_int, default=3, metavar="K", help=help_text)
 
 
 def _add_cluster_flags(parser: ArgumentParser, what: str) -> None:
@@ -100,16 +165,15 @@ def _add_cluster_flags(parser: ArgumentParser, what: str) -> None:
     )  # fmt: skip
 
 
-def build_parser() -> ArgumentParser:
-    """The `cockpit` command and its subcommands."""
-    parser = ArgumentParser(
-        prog="cockpit",
-        description="Keep one GPU workstation busy with parallel PPO training jobs.\n"
-        "With no command on a terminal, cockpit opens the start screen: pick a preset, env and jobs, or reopen a run.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    presets = sub.add_parser(
+def _add_from_flag(parser: ArgumentParser, help_text: str) -> None:
+    """`--from RUN_DIR`, use a finished run's measurements: for `recommend` and `fleet`."""
+    # dest: `from` is a Python keyword, and both commands read args.run_from.
+    parser.add_argument("--from", dest="run_from", type=Path, metavar="RUN_DIR", help=help_text)
+
+
+def _add_presets_command(commands: Commands) -> None:
+    """`cockpit presets [PRESET ...]`."""
+    presets = commands.add_parser(
         "presets",
         help="list the training presets with their resolved values",
         description="Show every preset's resolved PPO settings, its total batch per rollout and "
@@ -118,7 +182,10 @@ def build_parser() -> ArgumentParser:
     presets.add_argument("preset", nargs="*", help="preset names or .toml files (default: all built-in presets)")
     presets.set_defaults(func=_cmd_presets)
 
-    run = sub.add_parser(
+
+def _add_run_command(commands: Commands) -> None:
+    """`cockpit run [FLAGS] [-- COMMAND [ARG ...]]`; `main` splits off what follows `--`."""
+    run = commands.add_parser(
         "run",
         help="train N PPO agents in parallel (or run your own training script N times), supervised, with a "
         "live table and a TOML run log",
@@ -142,7 +209,34 @@ def build_parser() -> ArgumentParser:
         "  cockpit run --jobs 2 --agents 3 -- python examples/train_sb3.py --seed {seed} --out {job_dir}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    run.add_argument("--jobs", type=positive_int, metavar="N", help="workers running at once (default: 2)")
+    _add_run_workload_flags(run)
+    _add_naming_flags(
+        run,
+        run_dir_help="where the run goes (default: runs/<UTC time>-<name> with --name, else "
+        "runs/<UTC time>-<preset>-<env>)",
+        name_help="name the run: its directory (runs/<UTC time>-NAME), the cockpit's header, run.toml, and "
+        "`cockpit attach NAME` (the newest run of that name)",
+    )
+    _add_headless_flag(run)
+    run.add_argument("--pin", action="store_true", help="pin each parallel slot to its own CPU cores")
+    _add_gpus_flag(run)
+    _add_no_tensorboard_flag(
+        run,
+        "no TensorBoard logs (default, with the tensorboard package: each job's SB3 scalars and the cockpit's "
+        "SPS, CPU %% and GPU utilization by phase in RUN_DIR/jobs/<id>/tb, for tensorboard --logdir RUN_DIR)",
+    )
+    # What the user typed, for run.toml, when `cockpit run` on a terminal runs itself in the background.
+    run.add_argument("--typed", metavar="JSON", help=argparse.SUPPRESS)
+    _add_run_sizing_flags(run)
+    _add_run_restart_flags(run)
+    _add_resume_flag(run, "continue an interrupted run's unfinished jobs")
+    _add_cluster_flags(run, "jobs")
+    run.set_defaults(func=_cmd_run)
+
+
+def _add_run_workload_flags(run: ArgumentParser) -> None:
+    """`run`'s flags for what to train: jobs at once, agents, preset, env, target and seeds."""
+    _add_jobs_flag(run, "workers running at once (default: 2)")
     run.add_argument(
         "--agents", type=positive_int, metavar="M", help="agents to train in all, seeds S..S+M-1 (default: N)"
     )
@@ -158,29 +252,10 @@ def build_parser() -> ArgumentParser:
         "rollout in which its N-th episode ended, across restarts; the preset's timesteps then do not apply",
     )  # fmt: skip
     run.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="first agent's seed (default: 0)")
-    run.add_argument(
-        "--run-dir", type=Path, metavar="DIR",
-        help="where the run goes (default: runs/<UTC time>-<name> with --name, else runs/<UTC time>-<preset>-<env>)",
-    )  # fmt: skip
-    run.add_argument(
-        "--name", metavar="NAME",
-        help="name the run: its directory (runs/<UTC time>-NAME), the cockpit's header, run.toml, and "
-        f"`cockpit attach NAME` (the newest run of that name); {RUN_NAME_RULE}",
-    )  # fmt: skip
-    run.add_argument(
-        "--headless",
-        action="store_true",
-        help="no TUI: a live table on a terminal, plain lines otherwise (the default when not on a terminal)",
-    )
-    run.add_argument("--pin", action="store_true", help="pin each parallel slot to its own CPU cores")
-    _add_gpus_flag(run)
-    run.add_argument(
-        "--no-tensorboard", action="store_true",
-        help="no TensorBoard logs (default, with the tensorboard package: each job's SB3 scalars and the cockpit's "
-        "SPS, CPU %% and GPU utilization by phase in RUN_DIR/jobs/<id>/tb, for tensorboard --logdir RUN_DIR)",
-    )  # fmt: skip
-    # What the user typed, for run.toml, when `cockpit run` on a terminal runs itself in the background.
-    run.add_argument("--typed", metavar="JSON", help=argparse.SUPPRESS)
+
+
+def _add_run_sizing_flags(run: ArgumentParser) -> None:
+    """`run --auto [--auto-window S]`: size the run by measuring it."""
     run.add_argument(
         "--auto",
         action="store_true",
@@ -195,12 +270,13 @@ def build_parser() -> ArgumentParser:
         metavar="S",
         help="seconds of each --auto measurement (default: 30; jobs settle for a third of it first)",
     )
-    run.add_argument(
-        "--max-restarts",
-        type=non_negative_int,
-        default=3,
-        metavar="K",
-        help="restarts in a row of a crashed job before it is marked failed (default: 3; back-off 1 s, 2 s, "
+
+
+def _add_run_restart_flags(run: ArgumentParser) -> None:
+    """`run`'s restart policy: `--max-restarts`, `--healthy-uptime` and `--stall-timeout`."""
+    _add_max_restarts_flag(
+        run,
+        "restarts in a row of a crashed job before it is marked failed (default: 3; back-off 1 s, 2 s, "
         "4 s... up to 60 s); see --healthy-uptime",
     )
     run.add_argument(
@@ -221,11 +297,11 @@ def build_parser() -> ArgumentParser:
         "job's longest silence between events so far, at least 60 s; a worker reports every few seconds, "
         "in train phases too)",
     )
-    run.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run's unfinished jobs")
-    _add_cluster_flags(run, "jobs")
-    run.set_defaults(func=_cmd_run)
 
-    rec = sub.add_parser(
+
+def _add_recommend_command(commands: Commands) -> None:
+    """`cockpit recommend [--from RUN_DIR]`."""
+    rec = commands.add_parser(
         "recommend",
         help="advice for this machine: jobs, n_envs, batch size and preset, from hardware or a finished run",
         description="Recommend the number of parallel jobs, n_envs, batch size and preset for this machine's\n"
@@ -241,12 +317,15 @@ def build_parser() -> ArgumentParser:
     )
     rec.add_argument("--preset", metavar="P", help="preset name or .toml file (default: the run's, or heavy/cartpole)")
     rec.add_argument("--env", metavar="ENV", help="environment id (default: the preset's)")
-    rec.add_argument("--jobs", type=positive_int, metavar="N", help="parallel jobs planned (default: the run's, or 2)")
-    rec.add_argument("--from", dest="run_from", type=Path, metavar="RUN_DIR", help="use this run's measurements")
+    _add_jobs_flag(rec, "parallel jobs planned (default: the run's, or 2)")
+    _add_from_flag(rec, "use this run's measurements")
     rec.add_argument("--no-probe", action="store_true", help="hardware facts and tables only: measure nothing")
     rec.set_defaults(func=_cmd_recommend)
 
-    tune = sub.add_parser(
+
+def _add_tune_command(commands: Commands) -> None:
+    """`cockpit tune [--budget TIME]`."""
+    tune = commands.add_parser(
         "tune",
         help="measure a few jobs x n_envs configurations within a time budget and write the fastest as a preset",
         description="A time-boxed search, not an exhaustive one: from recommend's pick, it climbs over parallel\n"
@@ -270,7 +349,10 @@ def build_parser() -> ArgumentParser:
     )
     tune.set_defaults(func=_cmd_tune)
 
-    attach = sub.add_parser(
+
+def _add_attach_command(commands: Commands) -> None:
+    """`cockpit attach RUN_DIR|NAME`."""
+    attach = commands.add_parser(
         "attach",
         help="open the cockpit on a run supervised elsewhere (tmux, nohup, another login), or replay a finished one",
         description="Attach the cockpit to a live run through its control socket (RUN_DIR/cockpit.sock, mode 0600:\n"
@@ -286,7 +368,10 @@ def build_parser() -> ArgumentParser:
     )  # fmt: skip
     attach.set_defaults(func=_cmd_attach)
 
-    fleet = sub.add_parser(
+
+def _add_fleet_command(commands: Commands) -> None:
+    """`cockpit fleet PLAN.toml [FLAGS]` or `cockpit fleet --resume RUN_DIR [FLAGS]`."""
+    fleet = commands.add_parser(
         "fleet",
         help="train many agents in tiers, promoting the best by evaluation score; project time and cost first",
         description="A fleet trains many agents in tiers: every agent to the first tier's steps (or episodes), then\n"
@@ -303,8 +388,9 @@ def build_parser() -> ArgumentParser:
         "  cockpit fleet --resume runs/20261123T140000Z-fleet-screen",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    # Optional: --resume RUN_DIR reads the plan from the fleet's own record (commands.fleet checks one of the two).
     fleet.add_argument("plan", type=Path, nargs="?", metavar="PLAN.toml", help="the fleet plan")
-    fleet.add_argument("--jobs", type=positive_int, metavar="N", help="parallel slots (default: the plan's jobs)")
+    _add_jobs_flag(fleet, "parallel slots (default: the plan's jobs)")
     fleet.add_argument(
         "--rate",
         type=positive_float,
@@ -312,40 +398,34 @@ def build_parser() -> ArgumentParser:
         help="what this machine costs per hour (default: the plan's)",
     )
     fleet.add_argument("--dry-run", action="store_true", help="check and project the plan; start nothing")
-    fleet.add_argument(
-        "--from", dest="run_from", type=Path, metavar="RUN_DIR",
-        help="with --dry-run: cost the plan at the speeds a finished run measured (on this or another machine: "
+    _add_from_flag(
+        fleet,
+        "with --dry-run: cost the plan at the speeds a finished run measured (on this or another machine: "
         "its run.toml's SPS per job and jobs at once) instead of this machine's probe",
-    )  # fmt: skip
-    fleet.add_argument(
-        "--run-dir", type=Path, metavar="DIR",
-        help="where the fleet goes (default: runs/<UTC time>-NAME with --name, else runs/<UTC time>-fleet-<plan name>)",
-    )  # fmt: skip
-    fleet.add_argument(
-        "--name", metavar="NAME",
-        help="the fleet's run name instead of the plan's name: its directory (runs/<UTC time>-NAME), header, "
-        f"run.toml and `cockpit attach NAME`; {RUN_NAME_RULE}",
-    )  # fmt: skip
-    fleet.add_argument("--resume", type=Path, metavar="RUN_DIR", help="continue the fleet in RUN_DIR")
-    fleet.add_argument(
-        "--headless",
-        action="store_true",
-        help="no TUI: a live table on a terminal, plain lines otherwise (the default when not on a terminal)",
     )
+    _add_naming_flags(
+        fleet,
+        run_dir_help="where the fleet goes (default: runs/<UTC time>-NAME with --name, else "
+        "runs/<UTC time>-fleet-<plan name>)",
+        name_help="the fleet's run name instead of the plan's name: its directory (runs/<UTC time>-NAME), header, "
+        "run.toml and `cockpit attach NAME`",
+    )
+    _add_resume_flag(fleet, "continue the fleet in RUN_DIR")
+    _add_headless_flag(fleet)
     _add_gpus_flag(fleet)
-    fleet.add_argument(
-        "--max-restarts", type=non_negative_int, default=3, metavar="K",
-        help="restarts in a row before an agent fails (default: 3)",
-    )  # fmt: skip
-    fleet.add_argument(
-        "--no-tensorboard", action="store_true",
-        help="no TensorBoard logs (default, with the tensorboard package: each agent's SB3 scalars and the "
+    _add_max_restarts_flag(fleet, "restarts in a row before an agent fails (default: 3)")
+    _add_no_tensorboard_flag(
+        fleet,
+        "no TensorBoard logs (default, with the tensorboard package: each agent's SB3 scalars and the "
         "cockpit's in RUN_DIR/jobs/<id>/tb)",
-    )  # fmt: skip
+    )
     _add_cluster_flags(fleet, "fleet's agents")
     fleet.set_defaults(func=_cmd_fleet)
 
-    report = sub.add_parser(
+
+def _add_report_command(commands: Commands) -> None:
+    """`cockpit report RUN_DIR [--json] [--html OUT.html] [--png DIR]`."""
+    report = commands.add_parser(
         "report",
         help="summarize a finished or live run (a fleet's tiers, leaderboard and models too)",
         description="Print a run's config, host, GPU, per-job results and utilization by phase; for a fleet, its\n"
@@ -373,7 +453,10 @@ def build_parser() -> ArgumentParser:
     )
     report.set_defaults(func=_cmd_report)
 
-    export = sub.add_parser(
+
+def _add_export_command(commands: Commands) -> None:
+    """`cockpit export TARGET ...`, one nested subcommand per target tool."""
+    export = commands.add_parser(
         "export",
         help="export a finished or live run into another tool (mlflow)",
         description="Export a run's jobs into another tool. Exporting again adds only what is new.",
@@ -381,6 +464,11 @@ def build_parser() -> ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     targets = export.add_subparsers(dest="target", metavar="TARGET", required=True)
+    _add_export_mlflow_command(targets)
+
+
+def _add_export_mlflow_command(targets: Commands) -> None:
+    """`cockpit export mlflow RUN_DIR [--tracking-uri URI] [--experiment NAME] [--register NAME ...]`."""
     to_mlflow = targets.add_parser(
         "mlflow",
         help="each job as an MLflow run: params, metrics over its steps, tags, run.toml and its final model",
@@ -421,6 +509,26 @@ def build_parser() -> ArgumentParser:
         "the next best (--register best --register second). Registering the same model again adds no version",
     )  # fmt: skip
     to_mlflow.set_defaults(func=_cmd_export)
+
+
+def build_parser() -> ArgumentParser:
+    """The `cockpit` command and its subcommands; each subcommand's `func` default is its dispatcher."""
+    parser = ArgumentParser(
+        prog="cockpit",
+        description="Keep one GPU workstation busy with parallel PPO training jobs.\n"
+        "With no command on a terminal, cockpit opens the start screen: pick a preset, env and jobs, or reopen a run.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # The order here is the order `cockpit --help` lists them in.
+    _add_presets_command(commands)
+    _add_run_command(commands)
+    _add_recommend_command(commands)
+    _add_tune_command(commands)
+    _add_attach_command(commands)
+    _add_fleet_command(commands)
+    _add_report_command(commands)
+    _add_export_command(commands)
     return parser
 
 
