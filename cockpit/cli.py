@@ -206,7 +206,7 @@ def _add_run_command(commands: Commands) -> None:
         "  cockpit run --auto --agents 16       size the parallel jobs by measuring\n"
         "  cockpit run --name production        in runs/<UTC time>-production; later: cockpit attach production\n"
         "  cockpit run --resume runs/20261121T230000Z-heavy-LunarLander-v3\n"
-        "  cockpit run --jobs 2 --agents 3 -- python examples/train_sb3.py --seed {seed} --out {job_dir}",
+        "  cockpit run --jobs 2 --agents 3 -- python examples/train_gridworld.py --seed {seed} --out {job_dir}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_run_workload_flags(run)
@@ -310,7 +310,7 @@ def _add_recommend_command(commands: Commands) -> None:
         "The first time for a preset and env it measures what one job costs here (20-40 s: a few\n"
         "real PPO iterations on 2 and 16 envs and at the preset's shape, then two such jobs side by\n"
         "side) and keeps the figures in ~/.cache/cockpit/costs.toml;\n"
-        "they size n_envs and the core budget. --no-probe uses the seeds' envs-per-core table.",
+        "they size n_envs and the core budget. --no-probe uses a fixed envs-per-core table instead.",
         epilog="Examples:\n  cockpit recommend\n  cockpit recommend --preset beast --jobs 4\n"
         "  cockpit recommend --from runs/20261121T230000Z-heavy-LunarLander-v3",
         formatter_class=argparse.RawDescriptionHelpFormatter,

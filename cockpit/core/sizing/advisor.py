@@ -47,7 +47,7 @@ MAX_ENVS_SCALE = 4  # never more than this times the preset's envs: the rollout'
 
 @dataclass(frozen=True)
 class GpuModel:
-    """Defaults for a GPU family, from the seeds' experience."""
+    """Defaults for a GPU family, from runs users reported on such GPUs."""
 
     match: str
     preset: str
@@ -57,11 +57,11 @@ class GpuModel:
 
 # Longest match first: "RTX 4070 Ti" must not read as a plain 4070.
 GPU_TABLE = (
-    GpuModel("A100", "beast", 8, "the seeds ran 8 parallel agents on an A100 80GB at 8.7 % memory"),
-    GpuModel("A40", "heavy", 4, "the seeds planned 4 parallel agents on an A40 48GB"),
+    GpuModel("A100", "beast", 8, "8 parallel agents have run on an A100 80GB at 8.7 % of its memory"),
+    GpuModel("A40", "heavy", 4, "4 parallel agents are a usual plan for an A40 48GB"),
     GpuModel("4090", "heavy", 4, "24 GB: four heavy jobs overlap their train bursts"),
-    GpuModel("4070", "heavy", 4, "the seeds' RTX 4070: 4 heavy jobs took the GPU from 25 % to 70-90 %"),
-    GpuModel("3070", "fast", 2, "8 GB: the seeds' RTX 3070 used ~4 GB for one job"),
+    GpuModel("4070", "heavy", 4, "on an RTX 4070, 4 heavy jobs took the GPU from 25 % to 70-90 %"),
+    GpuModel("3070", "fast", 2, "8 GB: one job has used ~4 GB on an RTX 3070"),
 )
 
 
