@@ -27,6 +27,7 @@ from cockpit.core.telemetry.thinned import Thinned
 
 NOTABLE = (StartedEvent, CheckpointEvent, FinishedEvent, ErrorEvent)
 MAX_EVENTS = 50
+MAX_POINTS = 500
 STDERR_LINES = 20
 
 
@@ -73,8 +74,8 @@ class JobDetailReader:
         self._tail = EventReader(self._files.events)
         self._config: Mapping[str, Any] = {}
         self._notable: deque[Event] = deque(maxlen=MAX_EVENTS)
-        self._curve: Thinned[tuple[int, float]] = Thinned()
-        self._sps: Thinned[tuple[float, float]] = Thinned()
+        self._curve: Thinned[tuple[int, float]] = Thinned(MAX_POINTS)
+        self._sps: Thinned[tuple[float, float]] = Thinned(MAX_POINTS)
         self._checkpoint_times: dict[str, float] = {}
 
     def _take(self, event: Event) -> None:

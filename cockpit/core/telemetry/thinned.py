@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-MAX_POINTS = 500
-
 P = TypeVar("P")
 
 
@@ -17,7 +15,7 @@ class Thinned(Generic[P]):
     the kept points stay evenly spread over the whole series; the newest point is always kept.
     """
 
-    def __init__(self, limit: int = MAX_POINTS) -> None:
+    def __init__(self, limit: int) -> None:
         self.limit = limit
         self._stride = 1
         self._count = 0
