@@ -44,14 +44,14 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import JobRecord, RunRecord, RunRecordError, read, unix
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.feed.detail import JobDetails
-from cockpit.core.feed.snapshot import JobView, RunState
+from cockpit.core.feed.snapshot import JobView, MemoryFigures, RunState, job_view
 from cockpit.core.feed.source import WINDOW_S, Frame, JobDetail, SourceError, Transition
 from cockpit.core.machine.nvml import GpuInfo, GpuSample
 from cockpit.core.record.runlog import MIB
 from cockpit.core.telemetry.memwatch import MemoryVerdict, MemWatch
 from cockpit.core.telemetry.phases import phases_since
 from cockpit.core.telemetry.sampler import JobUsage, Sample
-from cockpit.core.telemetry.throughput import S_PER_H, job_eta, live_rate, run_eta, run_sps, window_start
+from cockpit.core.telemetry.throughput import S_PER_H, live_rate, run_eta, run_sps, window_start
 from cockpit.core.telemetry.trend import TREND_EVERY_S, TREND_SPAN_S, Trend, best_return
 
 NO_GPU_RECORDED = "no GPU recorded"
@@ -244,7 +244,8 @@ class _JobHistory:
         return state, outcome.error, outcome.status if outcome.status in ("done", "stopped") else None
 
     def view(self, t: float, at_end: bool, usage: JobUsage | None, run_end: float) -> JobView:
-        """The job as it was at `t` (`at_end`: at the run's end, where run.toml has the last word)."""
+        """The job as it was at `t` (`at_end`: at the run's end, where run.toml has the last word).
+        `usage` is the job's reading in the sample shown (the newest at or before `t`), None if none."""
         cut = math.inf if at_end else t
         n_starts = bisect.bisect_right(self.attempt_ts, cut)
         n_outcomes = bisect.bisect_right(self.outcome_ts, cut)
@@ -282,10 +283,7 @@ class _JobHistory:
         n_peaks = bisect.bisect_right(self.peak_ts, cut)
         peak = self.peaks[n_peaks - 1] if n_peaks else None
         n_memory = bisect.bisect_right(self.memory_ts, cut)
-        verdict = self.memory[n_memory - 1] if n_memory else None
-        memory = verdict.line() if verdict is not None else None
-        rss_growth = verdict.rss_growth_mib_h if verdict is not None else None
-        gpu_growth = verdict.gpu_growth_mib_h if verdict is not None else None
+        memory: MemoryVerdict | MemoryFigures | None = self.memory[n_memory - 1] if n_memory else None
         restarts = attempt.restarts if attempt else 0
         last_checkpoint = self.checkpoint_steps[n_checkpoints - 1] if n_checkpoints else None
         if at_end and self.final is not None:
@@ -296,9 +294,9 @@ class _JobHistory:
                 last_checkpoint = final.last_checkpoint_step
             episodes = final.episodes if final.episodes is not None else episodes
             if final.memory is not None:  # the run's own last verdict, on every reading it took
-                memory, rss_growth, gpu_growth = final.memory, final.memory_growth_mib_h, final.gpu_memory_growth_mib_h
+                memory = MemoryFigures(final.memory, final.memory_growth_mib_h, final.gpu_memory_growth_mib_h)
         live = state == "running"
-        return JobView(
+        return job_view(
             id=self.id,
             seed=self.seed,
             state=JobState(state),
@@ -316,30 +314,22 @@ class _JobHistory:
             exit_reason=exit_reason,
             pid=attempt.pid if live and attempt else None,
             device=attempt.device if attempt else None,
-            cpu_percent=usage.cpu_percent if usage else None,
-            rss_bytes=usage.rss_bytes if usage else None,
-            gpu_mem_bytes=usage.gpu_mem_bytes if usage else None,
+            # As recorded: a job's reading in a sample taken just before its worker ended still
+            # shows after the end, until the next sample (live, an ended worker has none).
+            usage=usage,
             peak_gpu_mem_bytes=peak,
-            gpu=self.final.gpu if self.final is not None else None,  # where it last ran: run.toml's word
             started_at=first.t if first is not None and first.t <= cut else None,
             ended_at=_ended_at(attempt, outcome, run_end) if state in TERMINAL_STATES else None,
-            eta_s=job_eta(
-                JobState(state),
-                steps,
-                self.target,
-                sps,
-                target_episodes=self.target_episodes,
-                episodes=episodes,
-                ep_len_mean=ep_len,
-            ),
             rollout_sps=rollout_sps,
+            env=None,  # run.toml records no job's own env or preset (a fleet's agents'): the run's
+            preset=None,
+            memory=memory,
             target_episodes=self.target_episodes,
             episodes=episodes,
             ep_len_mean=ep_len,
             episodes_per_h=episodes_per_h,
-            memory=memory,
-            memory_growth_mib_h=rss_growth,
-            gpu_memory_growth_mib_h=gpu_growth,
+            gpu=self.final.gpu if self.final is not None else None,  # where it last ran: run.toml's word
+            node=None,  # not recorded
         )
 
     def sps_at(self, t: float) -> float | None:
