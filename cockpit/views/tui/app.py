@@ -13,7 +13,7 @@ from textual.app import App
 
 from cockpit.core.feed.source import Frame, RunSource
 from cockpit.views.tui.cockpit_screen import CockpitScreen
-from cockpit.views.tui.start_screen import StartScreen, Opener
+from cockpit.views.tui.start_screen import Opener, StartScreen
 
 # How often the app runs a full collection itself; Python's own are turned off while it runs.
 FULL_GC_S = 30.0
