@@ -7,6 +7,7 @@ CUDA OOM at 40, is restarted at 42 and is stopped by an interrupt at 90; job 002
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -14,20 +15,23 @@ import pytest
 
 from cockpit.contract import presets
 from cockpit.contract.controls import StopAll, StopJob
-from cockpit.contract.events import EVENTS_FILE, EventWriter
+from cockpit.contract.events import EVENTS_FILE, CheckpointEvent, Event, EventWriter, ProgressEvent, StartedEvent
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import write
 from cockpit.contract.runspec import RestartPolicy, RunSpec
-from cockpit.contract.states import RunStatus
+from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.feed.snapshot import JobView, RunState
 from cockpit.core.feed.source import WINDOW_S, Replay, SourceError
-from cockpit.core.machine.host import HostInfo
+from cockpit.core.machine.host import HostInfo, thread_budget
 from cockpit.core.machine.nvml import GpuInfo, GpuSample
 from cockpit.core.record.replay import NO_GPU_RECORDED, ReplaySource, open_replay
 from cockpit.core.record.runlog import MIB, Recorder, phase_accounting, record
+from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
 from cockpit.core.telemetry.sampler import JobUsage, Sample
 from cockpit.core.telemetry.throughput import Throughput
 from tests.cycles import script
+from tests.fakeclock import FakeClock
+from tests.test_supervisor import FakeLauncher, events
 
 T0 = 1_800_000_000.0
 END = T0 + 100
@@ -306,3 +310,84 @@ def test_replay_shows_the_live_throughput_the_supervisor_showed(tmp_path: Path) 
             assert shown.sps is not None and shown.sps < 0.5 * run.rollout_rate
             lowered += shown.sps < 0.95 * 2048 / 60
     assert lowered > 50  # the long train phase lowered the figure, as it did live
+
+
+def test_a_replayed_job_shows_what_the_live_one_did(tmp_path: Path) -> None:
+    # Both build their views through `job_view`: given the same events and samples, the replay
+    # shows each job as the live supervisor's snapshots did at every tick of the run.
+    clock, launcher = FakeClock(T0), FakeLauncher()
+    long = script(T0 + 12, cycles=6, rollout_s=5, train_s=3, steps_per_cycle=1000, startup_s=10)
+    short = script(T0 + 12, cycles=3, rollout_s=4, train_s=2, steps_per_cycle=800, startup_s=10)
+    run_dir = tmp_path / "run"
+    sup = Supervisor(run_dir=run_dir, template=JobTemplate("cartpole", "CartPole-v1", long.target), seeds=range(2),
+                     slots=2, launcher=launcher, budget=thread_budget(2, 2), clock=clock)  # fmt: skip
+    sup.tick()
+    # Each worker's events as it writes them: its own pid, its episodes so far, and a checkpoint.
+    pending: dict[str, list[Event]] = {}
+    for job_id, run, pid in (("000", long, 10_001), ("001", short, 10_002)):
+        evented = [replace(e, pid=pid) if isinstance(e, StartedEvent) else e for e in run.events]
+        evented = [replace(e, episodes=int(e.t - T0) // (pid - 10_000)) if isinstance(e, ProgressEvent) else e
+                   for e in evented]  # fmt: skip
+        checkpoint = CheckpointEvent(run.cycle_starts[2], str(tmp_path / job_id), run.steps_per_cycle * 2)
+        pending[job_id] = sorted([*evented, checkpoint], key=lambda e: e.t)
+    writers = {job_id: events(sup, job_id) for job_id in pending}
+    recorder = Recorder(run_dir)
+    peaks: dict[str, int] = {}
+    live: list[RunState] = []
+    for tick in range(int((long.end - T0) / 0.25) + 2):
+        clock.t = T0 + tick * 0.25  # exact in binary, as the CSVs' times read back
+        for job_id, queue in pending.items():
+            while queue and queue[0].t <= clock.t:
+                writers[job_id].emit(queue.pop(0))
+            if not queue and launcher.processes[int(job_id)].exit_code is None:
+                launcher.processes[int(job_id)].exit_code = 0
+        sup.tick()
+        usage = {p.request.job_id: JobUsage(cpu_percent=50.0 + tick % 7, rss_bytes=(100 + tick // 4) * MIB,
+                                            gpu_mem_bytes=(10 + tick % 5) * MIB, pid=p.pid)
+                 for p in launcher.processes if p.exit_code is None}  # fmt: skip
+        sample = Sample(t=clock.t, cpu_percent=(60.0,), ram_used_bytes=GPU.memory_total_bytes, ram_total_bytes=2**34,
+                        gpu=None, jobs=usage, cost_s=0.0)  # fmt: skip
+        recorder(sample)
+        for job_id, job_usage in usage.items():
+            peaks[job_id] = max(peaks.get(job_id, 0), job_usage.gpu_mem_bytes or 0)
+        live.append(sup.snapshot(sample, dict(peaks), all_jobs=True, memory=recorder.memory.verdicts()))
+    recorder.close()
+    assert sup.finished and live[-1].status is RunStatus.DONE
+    spec = RunSpec(jobs=2, agents=2, preset=presets.load("cartpole"), preset_arg="cartpole", env="CartPole-v1",
+                   timesteps=long.target, seed=0, run_dir=run_dir, restart=RestartPolicy(), pin=False,
+                   command_line=("cockpit", "run"))  # fmt: skip
+    host = HostInfo("box", "Test CPU", 4, 4, 16 * 1024**3, "Linux")
+    write(run_dir, record(spec, live[-1], host, phase_accounting({}, recorder, clock.t, final=True), recorder))
+
+    replay = open_replay(run_dir)
+    # What the two know differently, by design: a job launched but not started yet is `starting`
+    # live and queued in the files (they hold no launch); the mean SPS runs on the supervisor's
+    # clock from the launch, and on the events' from the `started`; the leak watch re-forms its
+    # verdicts in a replay from job_samples.csv at its own pace (at the end, run.toml's last word
+    # is shown: compared below); and a job with no episode count in its files (queued, or its
+    # worker reports none) has None for it in a replay, where the supervisor counts 0.
+    apart = {"mean_sps", "memory", "memory_growth_mib_h", "gpu_memory_growth_mib_h"}
+    rates = {"sps", "eta_s", "episodes_per_h"}  # the same measure, in a different order of sums
+    compared = 0
+    for state in live:
+        shown = _at(replay, state.now)
+        for job in state.jobs:
+            if job.state not in (JobState.RUNNING, JobState.DONE):
+                continue
+            compared += 1
+            replayed = shown[job.id]
+            for name in {f.name for f in fields(JobView)} - apart - rates:
+                assert getattr(replayed, name) == getattr(job, name), (state.now - T0, job.id, name)
+            for name in rates:
+                expected = getattr(job, name)
+                assert getattr(replayed, name) == (None if expected is None else pytest.approx(expected)), name
+    assert compared >= 2 * len(live) - 20  # all but the 2 s each job is `starting`
+    assert any(job.eta_s for job in live[len(live) // 2].jobs) and live[-1].jobs[1].episodes == 13
+    assert any(job.cpu_percent for job in live[len(live) // 2].jobs)
+    # At the end run.toml has the last word, and its memory verdicts are the ones the run showed.
+    final = _at(replay, replay.span[1])
+    for job in live[-1].jobs:
+        assert job.memory is not None and job.memory.startswith("not judged")
+        replayed = final[job.id]
+        assert (replayed.memory, replayed.memory_growth_mib_h, replayed.gpu_memory_growth_mib_h) == (
+            job.memory, job.memory_growth_mib_h, job.gpu_memory_growth_mib_h)  # fmt: skip

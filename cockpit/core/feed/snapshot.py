@@ -2,6 +2,9 @@
 
 Views never own state: they receive these snapshots and send `Command`s back through the
 supervisor's one command interface.
+
+A job's `JobView` is built by `job_view`, whoever builds it (the live supervisor, a replay): the
+one place that turns its usage, its leak-watch verdict and its figures into what the views show.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ from dataclasses import dataclass
 from cockpit.contract.advice import Advice
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.machine.nvml import GpuInfo
-from cockpit.core.telemetry.sampler import Sample
-from cockpit.core.telemetry.throughput import run_sps
+from cockpit.core.telemetry.memwatch import MemoryVerdict
+from cockpit.core.telemetry.sampler import JobUsage, Sample
+from cockpit.core.telemetry.throughput import job_eta, run_sps
 from cockpit.core.telemetry.trend import NO_TREND, Trend
 
 
@@ -22,9 +26,9 @@ def stepping_sps(jobs: Iterable[JobView]) -> float | None:
     return run_sps(job.sps for job in jobs if job.state.stepping)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobView:
-    """One job as a front end shows it."""
+    """One job as a front end shows it (built by `job_view` from what a source knows of the job)."""
 
     id: str
     seed: int
@@ -92,6 +96,85 @@ class JobView:
         if self.target_episodes:
             return min(1.0, (self.episodes or 0) / self.target_episodes)
         return min(1.0, self.steps / self.target) if self.target else 0.0
+
+
+@dataclass(frozen=True)
+class MemoryFigures:
+    """The leak watch's verdict on a job as the views show it and run.toml records it (the
+    `memory`, `memory_growth_mib_h` and `gpu_memory_growth_mib_h` of `JobView` and `JobRecord`):
+    all None before the job's first judgment."""
+
+    memory: str | None = None
+    memory_growth_mib_h: float | None = None
+    gpu_memory_growth_mib_h: float | None = None
+
+    @classmethod
+    def of(cls, verdict: MemoryVerdict | None) -> MemoryFigures:
+        """A verdict's line and flagged growth rates (None: no verdict yet, all None)."""
+        if verdict is None:
+            return cls()
+        return cls(verdict.line(), verdict.rss_growth_mib_h, verdict.gpu_growth_mib_h)
+
+
+def job_view(
+    *,
+    id: str,
+    seed: int,
+    state: JobState,
+    phase: str | None,
+    phase_since: float | None,
+    steps: int,
+    target: int,
+    sps: float | None,
+    mean_sps: float | None,
+    ep_rew_mean: float | None,
+    restarts: int,
+    checkpoints: int,
+    last_checkpoint_step: int | None,
+    error: str | None,
+    exit_reason: str | None,
+    pid: int | None,
+    device: str | None,
+    usage: JobUsage | None,
+    peak_gpu_mem_bytes: int | None,
+    started_at: float | None,
+    ended_at: float | None,
+    rollout_sps: float | None,
+    env: str | None,
+    preset: str | None,
+    memory: MemoryVerdict | MemoryFigures | None,
+    target_episodes: int | None,
+    episodes: int | None,
+    ep_len_mean: float | None,
+    episodes_per_h: float | None,
+    gpu: int | None,
+    node: str | None,
+) -> JobView:
+    """One job as the views show it, from what its source knows of it: the one builder of a
+    `JobView`, so that a replayed job shows what the live one did.
+
+    Every argument is required: a source that cannot know a figure (a replay, the node a job ran
+    on) says None for it where it calls this. The rest of `JobView` is derived here, the same for
+    every source: the CPU %, RSS and GPU memory of `usage` (the job's process tree in the sample
+    shown; None when there is no reading of it: all three None), the leak watch's `memory` (a
+    verdict, or the figures a run.toml recorded; None before its first judgment) as its line and
+    flagged rates, and the ETA at `sps` (`throughput.job_eta`)."""
+    figures = memory if isinstance(memory, MemoryFigures) else MemoryFigures.of(memory)
+    eta_s = job_eta(state, steps, target, sps, target_episodes=target_episodes, episodes=episodes,
+                    ep_len_mean=ep_len_mean)  # fmt: skip
+    return JobView(
+        id=id, seed=seed, state=state, phase=phase, phase_since=phase_since, steps=steps, target=target, sps=sps,
+        mean_sps=mean_sps, ep_rew_mean=ep_rew_mean, restarts=restarts, checkpoints=checkpoints,
+        last_checkpoint_step=last_checkpoint_step, error=error, exit_reason=exit_reason, pid=pid, device=device,
+        cpu_percent=usage.cpu_percent if usage is not None else None,
+        rss_bytes=usage.rss_bytes if usage is not None else None,
+        gpu_mem_bytes=usage.gpu_mem_bytes if usage is not None else None,
+        peak_gpu_mem_bytes=peak_gpu_mem_bytes, started_at=started_at, ended_at=ended_at, eta_s=eta_s,
+        rollout_sps=rollout_sps, env=env, preset=preset, memory=figures.memory,
+        memory_growth_mib_h=figures.memory_growth_mib_h, gpu_memory_growth_mib_h=figures.gpu_memory_growth_mib_h,
+        target_episodes=target_episodes, episodes=episodes, ep_len_mean=ep_len_mean, episodes_per_h=episodes_per_h,
+        gpu=gpu, node=node,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -25,10 +25,10 @@ import bisect
 import csv
 import io
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from cockpit.contract.controls import Command
 from cockpit.contract.events import (
@@ -44,15 +44,17 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import JobRecord, RunRecord, RunRecordError, read, unix
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.feed.detail import JobDetails
-from cockpit.core.feed.snapshot import JobView, RunState
+from cockpit.core.feed.snapshot import JobView, MemoryFigures, RunState, job_view
 from cockpit.core.feed.source import WINDOW_S, Frame, JobDetail, SourceError, Transition
 from cockpit.core.machine.nvml import GpuInfo, GpuSample
 from cockpit.core.record.runlog import MIB
 from cockpit.core.telemetry.memwatch import MemoryVerdict, MemWatch
-from cockpit.core.telemetry.phases import phases_since
 from cockpit.core.telemetry.sampler import JobUsage, Sample
-from cockpit.core.telemetry.throughput import S_PER_H, job_eta, live_rate, run_eta, run_sps, window_start
+from cockpit.core.telemetry.throughput import S_PER_H, live_rate, run_eta, run_sps, window_start
 from cockpit.core.telemetry.trend import TREND_EVERY_S, TREND_SPAN_S, Trend, best_return
+
+V = TypeVar("V")
+D = TypeVar("D")
 
 NO_GPU_RECORDED = "no GPU recorded"
 TERMINAL_STATES = frozenset({"done", "stopped", "failed", "paused"})
@@ -97,6 +99,33 @@ def _int(value: Any, default: int = 0) -> int:
         return default
 
 
+# A job's history is kept as time-indexed lists: a list of times, non-decreasing, beside the
+# values recorded at them. These three are the only lookups made in them (bisections over the
+# plain float lists, so they run at C speed however long the run).
+
+
+def _upto(ts: Sequence[float], t: float) -> int:
+    """How many of the times `ts` are at or before `t`: the index just past them."""
+    return bisect.bisect_right(ts, t)
+
+
+@overload
+def _latest(ts: Sequence[float], values: Sequence[V], t: float) -> V | None: ...
+@overload
+def _latest(ts: Sequence[float], values: Sequence[V], t: float, default: D) -> V | D: ...
+def _latest(ts: Sequence[float], values: Sequence[V], t: float, default: object = None) -> object:
+    """The value recorded last at or before `t` (`default` when none was)."""
+    n = bisect.bisect_right(ts, t)
+    return values[n - 1] if n else default
+
+
+def _since(ts: Sequence[float], values: Sequence[V], since: float, until: float) -> Sequence[V]:
+    """The values recorded after `since` up to `until`, preceded by the last one at or before
+    `since`, if any: for phase transitions, the phase in effect at `since` and its changes (what
+    `phases.phases_since` gives, bounded at `until` without copying a long run's whole list)."""
+    return values[max(0, bisect.bisect_right(ts, since) - 1) : bisect.bisect_right(ts, until)]
+
+
 @dataclass
 class _Attempt:
     """One `started` event: a worker process's life, until its outcome, the next start, or the end."""
@@ -136,8 +165,8 @@ class _JobHistory:
     step_ts: list[float] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
     progress_ts: list[float] = field(default_factory=list)
-    progress: list[tuple[float | None, float | None]] = field(default_factory=list)  # (sps, ep_rew_mean)
-    ep_lens: list[float | None] = field(default_factory=list)  # ep_len_mean of each progress event
+    # (sps, ep_rew_mean, ep_len_mean) of each progress event
+    progress: list[tuple[float | None, float | None, float | None]] = field(default_factory=list)
     # The whole-episode count as the supervisor's `Throughput` keeps it: set by each progress event
     # and by a start (its resumed count), and kept at each rollout start for the episode rate.
     episode_ts: list[float] = field(default_factory=list)
@@ -155,6 +184,7 @@ class _JobHistory:
     memory_ts: list[float] = field(default_factory=list)
     memory: list[MemoryVerdict] = field(default_factory=list)  # the leak watch's verdicts, as they changed
     threads: int | None = None  # env threads of its first start (the run's thread budget per job)
+    first_steps: int | None = None  # the index in `steps` of its count at its first start (for `mean_sps`)
 
     def _phase(self, t: float, phase: str | None) -> None:
         if (self.phases[-1][1] if self.phases else None) != phase:
@@ -181,8 +211,7 @@ class _JobHistory:
                     self.rollout_episodes.append(self.episodes[-1] if self.episodes else None)
             elif isinstance(event, ProgressEvent):
                 self.progress_ts.append(t)
-                self.progress.append((event.sps, event.ep_rew_mean))
-                self.ep_lens.append(event.ep_len_mean)
+                self.progress.append((event.sps, event.ep_rew_mean, event.ep_len_mean))
                 self.episode_ts.append(t)
                 self.episodes.append(event.episodes)
                 self._steps(t, event.num_timesteps)
@@ -197,6 +226,8 @@ class _JobHistory:
                 restarts = (current.restarts if current else 0) + crashed
                 if self.threads is None:
                     self.threads = event.threads
+                if not self.attempts:  # the first count at or after this start: this start's own, or a tie's
+                    self.first_steps = bisect.bisect_left(self.step_ts, t)
                 attempt = _Attempt(seq, t, event.device, event.pid, restarts, len(self.rollout_ts))
                 self.attempts.append(attempt)
                 self.attempt_ts.append(t)
@@ -244,50 +275,40 @@ class _JobHistory:
         return state, outcome.error, outcome.status if outcome.status in ("done", "stopped") else None
 
     def view(self, t: float, at_end: bool, usage: JobUsage | None, run_end: float) -> JobView:
-        """The job as it was at `t` (`at_end`: at the run's end, where run.toml has the last word)."""
+        """The job as it was at `t` (`at_end`: at the run's end, where run.toml has the last word).
+        `usage` is the job's reading in the sample shown (the newest at or before `t`), None if none."""
         cut = math.inf if at_end else t
-        n_starts = bisect.bisect_right(self.attempt_ts, cut)
-        n_outcomes = bisect.bisect_right(self.outcome_ts, cut)
-        attempt = self.attempts[n_starts - 1] if n_starts else None
-        outcome = self.outcomes[n_outcomes - 1] if n_outcomes else None
+        attempts = self.attempts[: _upto(self.attempt_ts, cut)]
+        attempt = attempts[-1] if attempts else None
+        outcome = _latest(self.outcome_ts, self.outcomes, cut)
         if outcome is not None and (attempt is None or outcome.seq < attempt.seq):
             outcome = None  # an earlier attempt's: this one has not ended yet
-        state, error, exit_reason = self._status(attempt, outcome, restarted=n_starts < len(self.attempts))
+        state, error, exit_reason = self._status(attempt, outcome, restarted=len(attempts) < len(self.attempts))
         if at_end and self.final is not None:
             state = self.final.status.value
             error, exit_reason = self.final.error, self.final.exit_reason
-        steps = self.steps[bisect.bisect_right(self.step_ts, cut) - 1] if self.step_ts and self.step_ts[0] <= cut else 0
-        n_progress = bisect.bisect_right(self.progress_ts, cut)
-        rollout_sps, reward = self.progress[n_progress - 1] if n_progress else (None, None)
+        steps = _latest(self.step_ts, self.steps, cut, 0)
+        rollout_sps, reward, ep_len = _latest(self.progress_ts, self.progress, cut, (None, None, None))
         measured_at = t if state == "running" else min(t, run_end)
         sps = self._throughput(attempt, cut, steps, measured_at)
-        n_episodes = bisect.bisect_right(self.episode_ts, cut)
-        episodes = self.episodes[n_episodes - 1] if n_episodes else None
-        ep_len = self.ep_lens[n_progress - 1] if n_progress else None
+        episodes = _latest(self.episode_ts, self.episodes, cut)
         episodes_per_h = self._episode_rate(attempt, cut, episodes, measured_at)
-        n_checkpoints = bisect.bisect_right(self.checkpoint_ts, cut)
+        n_checkpoints = _upto(self.checkpoint_ts, cut)
+        last_checkpoint = _latest(self.checkpoint_ts, self.checkpoint_steps, cut)
         phase = phase_since = None
         if state == "running":
-            n_phases = bisect.bisect_right(self.phase_ts, cut)
-            if n_phases:
-                phase_since, phase = self.phases[n_phases - 1]
-                if phase is None:
-                    phase_since = None
+            phase_since, phase = _latest(self.phase_ts, self.phases, cut, (None, None))
+            if phase is None:
+                phase_since = None
         first = self.attempts[0] if self.attempts else None
         mean_sps = None
         if first is not None and attempt is not None:
-            active = sum(min(cut, a.end, run_end) - a.t for a in self.attempts[:n_starts])
-            first_steps = self.steps[bisect.bisect_left(self.step_ts, first.t)]
-            mean_sps = (steps - first_steps) / active if active > 0 else None
-        n_peaks = bisect.bisect_right(self.peak_ts, cut)
-        peak = self.peaks[n_peaks - 1] if n_peaks else None
-        n_memory = bisect.bisect_right(self.memory_ts, cut)
-        verdict = self.memory[n_memory - 1] if n_memory else None
-        memory = verdict.line() if verdict is not None else None
-        rss_growth = verdict.rss_growth_mib_h if verdict is not None else None
-        gpu_growth = verdict.gpu_growth_mib_h if verdict is not None else None
+            active = sum(min(cut, a.end, run_end) - a.t for a in attempts)
+            assert self.first_steps is not None  # set with the first attempt
+            mean_sps = (steps - self.steps[self.first_steps]) / active if active > 0 else None
+        peak = _latest(self.peak_ts, self.peaks, cut)
+        memory: MemoryVerdict | MemoryFigures | None = _latest(self.memory_ts, self.memory, cut)
         restarts = attempt.restarts if attempt else 0
-        last_checkpoint = self.checkpoint_steps[n_checkpoints - 1] if n_checkpoints else None
         if at_end and self.final is not None:
             final = self.final
             steps, restarts, n_checkpoints = final.steps, final.restarts, final.checkpoints
@@ -296,9 +317,9 @@ class _JobHistory:
                 last_checkpoint = final.last_checkpoint_step
             episodes = final.episodes if final.episodes is not None else episodes
             if final.memory is not None:  # the run's own last verdict, on every reading it took
-                memory, rss_growth, gpu_growth = final.memory, final.memory_growth_mib_h, final.gpu_memory_growth_mib_h
+                memory = MemoryFigures(final.memory, final.memory_growth_mib_h, final.gpu_memory_growth_mib_h)
         live = state == "running"
-        return JobView(
+        return job_view(
             id=self.id,
             seed=self.seed,
             state=JobState(state),
@@ -316,61 +337,51 @@ class _JobHistory:
             exit_reason=exit_reason,
             pid=attempt.pid if live and attempt else None,
             device=attempt.device if attempt else None,
-            cpu_percent=usage.cpu_percent if usage else None,
-            rss_bytes=usage.rss_bytes if usage else None,
-            gpu_mem_bytes=usage.gpu_mem_bytes if usage else None,
+            # As recorded: a job's reading in a sample taken just before its worker ended still
+            # shows after the end, until the next sample (live, an ended worker has none).
+            usage=usage,
             peak_gpu_mem_bytes=peak,
-            gpu=self.final.gpu if self.final is not None else None,  # where it last ran: run.toml's word
             started_at=first.t if first is not None and first.t <= cut else None,
             ended_at=_ended_at(attempt, outcome, run_end) if state in TERMINAL_STATES else None,
-            eta_s=job_eta(
-                JobState(state),
-                steps,
-                self.target,
-                sps,
-                target_episodes=self.target_episodes,
-                episodes=episodes,
-                ep_len_mean=ep_len,
-            ),
             rollout_sps=rollout_sps,
+            env=None,  # run.toml records no job's own env or preset (a fleet's agents'): the run's
+            preset=None,
+            memory=memory,
             target_episodes=self.target_episodes,
             episodes=episodes,
             ep_len_mean=ep_len,
             episodes_per_h=episodes_per_h,
-            memory=memory,
-            memory_growth_mib_h=rss_growth,
-            gpu_memory_growth_mib_h=gpu_growth,
+            gpu=self.final.gpu if self.final is not None else None,  # where it last ran: run.toml's word
+            node=None,  # not recorded
         )
 
     def sps_at(self, t: float) -> float | None:
         """The live throughput `view(t, ...)` shows while the job trains at `t`; None when it does
         not (not started, or its attempt ended) or has no rate yet. What the run's trend adds up."""
-        n_starts = bisect.bisect_right(self.attempt_ts, t)
-        if not n_starts:
+        attempt = _latest(self.attempt_ts, self.attempts, t)
+        if attempt is None:
             return None
-        attempt = self.attempts[n_starts - 1]
-        n_outcomes = bisect.bisect_right(self.outcome_ts, t)
-        if n_outcomes and self.outcomes[n_outcomes - 1].seq > attempt.seq:
+        outcome = _latest(self.outcome_ts, self.outcomes, t)
+        if outcome is not None and outcome.seq > attempt.seq:
             return None  # this attempt's outcome: the job is not running at `t`
-        n_steps = bisect.bisect_right(self.step_ts, t)
-        return self._throughput(attempt, t, self.steps[n_steps - 1] if n_steps else 0, t)
+        return self._throughput(attempt, t, _latest(self.step_ts, self.steps, t, 0), t)
 
     def return_at(self, t: float) -> float | None:
         """The `ep_rew_mean` of the job's newest progress event at or before `t` (as `view` shows it)."""
-        n_progress = bisect.bisect_right(self.progress_ts, t)
-        return self.progress[n_progress - 1][1] if n_progress else None
+        progress = _latest(self.progress_ts, self.progress, t)
+        return progress[1] if progress is not None else None
 
     def _throughput(self, attempt: _Attempt | None, cut: float, steps: int, now: float) -> float | None:
         """The live throughput of `attempt` as the supervisor measured it at `now` (at most the
         attempt's end): the same window over its rollout starts up to `cut`, the same rate."""
         if attempt is None:
             return None
-        hi = bisect.bisect_right(self.rollout_ts, cut)
+        hi = _upto(self.rollout_ts, cut)
         start = window_start(self.rollout_ts, attempt.first_rollout, hi)
         if start is None:
             return None
         # The newest step count up to `cut` is a phase or progress event's once two rollouts began.
-        latest = (self.step_ts[bisect.bisect_right(self.step_ts, cut) - 1], steps)
+        latest = (self._latest_step_t(cut), steps)
         first = (self.rollout_ts[start], self.rollout_steps[start])
         last = (self.rollout_ts[hi - 1], self.rollout_steps[hi - 1])
         return live_rate(first, last, latest, min(now, attempt.end))
@@ -380,17 +391,23 @@ class _JobHistory:
         of `_throughput` over the episode counts at the rollout starts."""
         if attempt is None or episodes is None:
             return None
-        hi = bisect.bisect_right(self.rollout_ts, cut)
+        hi = _upto(self.rollout_ts, cut)
         start = window_start(self.rollout_ts, attempt.first_rollout, hi)
         if start is None:
             return None
         first_count, last_count = self.rollout_episodes[start], self.rollout_episodes[hi - 1]
         if first_count is None or last_count is None:
             return None
-        latest = (self.step_ts[bisect.bisect_right(self.step_ts, cut) - 1], episodes)
+        latest = (self._latest_step_t(cut), episodes)
         rate = live_rate((self.rollout_ts[start], first_count), (self.rollout_ts[hi - 1], last_count), latest,
                          min(now, attempt.end))  # fmt: skip
         return None if rate is None else rate * S_PER_H
+
+    def _latest_step_t(self, cut: float) -> float:
+        """When the newest step count up to `cut` was read; there is one once a rollout started."""
+        t = _latest(self.step_ts, self.step_ts, cut)
+        assert t is not None  # a rollout's phase event carries a step count
+        return t
 
 
 # The leak watch over a recorded run looks this often (or, over a long run, this many times in
@@ -414,7 +431,7 @@ def _watch_memory(jobs: Mapping[str, _JobHistory], usage_rows: list[tuple[float,
         if job is None or usage.rss_bytes <= 0 or (last is not None and last[1] == usage and t - last[0] < 1.5):
             continue
         fed[job_id] = (t, usage)
-        watch.add(t, job_id, bisect.bisect_right(job.attempt_ts, t), usage.rss_bytes, usage.gpu_mem_bytes)
+        watch.add(t, job_id, _upto(job.attempt_ts, t), usage.rss_bytes, usage.gpu_mem_bytes)
         verdict = watch.verdict(job_id)
         if verdict is not None and (not job.memory or job.memory[-1] is not verdict):
             job.memory_ts.append(t)
@@ -530,8 +547,8 @@ class ReplaySource:
         if util:
             # Each sample carries the NVML utilization readings since the previous one, as live.
             for i, s in enumerate(samples):
-                lo = bisect.bisect_right(util_ts, ts[i - 1]) if i else 0
-                hi = bisect.bisect_right(util_ts, s.t)
+                lo = _upto(util_ts, ts[i - 1]) if i else 0
+                hi = _upto(util_ts, s.t)
                 if hi > lo:
                     samples[i] = Sample(s.t, s.cpu_percent, s.ram_used_bytes, s.ram_total_bytes, s.gpu, s.jobs,
                                         s.cost_s, tuple(util[lo:hi]))  # fmt: skip
@@ -620,20 +637,14 @@ class ReplaySource:
 
     def _build(self, t: float) -> Frame:
         at_end = t >= self._span[1]
-        hi = bisect.bisect_right(self._sample_ts, t)
-        lo = bisect.bisect_right(self._sample_ts, t - WINDOW_S)
-        sample = self._samples[hi - 1] if hi else None
+        since = t - WINDOW_S
+        sample = _latest(self._sample_ts, self._samples, t)
         end = self._span[1]
         views = tuple(
             job.view(t, at_end, sample.jobs.get(job.id) if sample is not None else None, end) for job in self._jobs
         )
-        since = t - WINDOW_S
-        phases = {}
-        for job in self._jobs:
-            # Bound the slice first: a long run's transition list is long, a window's is short.
-            first = max(0, bisect.bisect_right(job.phase_ts, since) - 1)
-            last = bisect.bisect_right(job.phase_ts, math.inf if at_end else t)
-            phases[job.id] = tuple(phases_since(job.phases[first:last], since))
+        until = math.inf if at_end else t
+        phases = {job.id: tuple(_since(job.phase_ts, job.phases, since, until)) for job in self._jobs}
         state = RunState(
             run_dir=str(self.run_dir),
             preset=self._preset,
@@ -654,7 +665,8 @@ class ReplaySource:
             name=self._name,
             trend=self._trend(t),
         )
-        return Frame(state=state, samples=tuple(self._samples[lo:hi]), phases=phases)
+        samples = self._samples[_upto(self._sample_ts, since) : _upto(self._sample_ts, t)]
+        return Frame(state=state, samples=tuple(samples), phases=phases)
 
     def _trend(self, t: float) -> Trend:
         """The run's trend as the live run kept it at `t`: a point at each whole multiple of

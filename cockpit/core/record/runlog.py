@@ -35,9 +35,9 @@ from cockpit.contract.runrecord import (
     iso,
 )
 from cockpit.contract.runspec import RunSpec
-from cockpit.core.feed.snapshot import RunState
+from cockpit.core.feed.snapshot import JobView, MemoryFigures, RunState
 from cockpit.core.machine.host import HostInfo
-from cockpit.core.telemetry.memwatch import MemoryVerdict, MemWatch
+from cockpit.core.telemetry.memwatch import MemWatch
 from cockpit.core.telemetry.phases import Accounting, GpuFigures, PhaseAccountant, PhaseStats
 from cockpit.core.telemetry.sampler import Sample
 
@@ -211,27 +211,7 @@ def record(
         ),
         gpu=gpu,
         preset=spec.preset,
-        jobs=tuple(
-            JobRecord(
-                id=j.id, seed=j.seed, status=j.state, exit_reason=j.exit_reason, error=j.error,
-                steps=j.steps, target=j.target,
-                duration_s=round((j.ended_at or state.now) - j.started_at, 3) if j.started_at else None,
-                mean_sps=round(j.mean_sps, 1) if j.mean_sps is not None else None,
-                # The live figures as they are now, for a job still training.
-                sps_window=_round(j.sps, 1) if j.state.stepping else None,
-                eta_s=_round(j.eta_s, 1) if j.state.stepping else None,
-                final_ep_rew_mean=j.ep_rew_mean, restarts=j.restarts, checkpoints=j.checkpoints,
-                last_checkpoint_step=j.last_checkpoint_step,
-                peak_gpu_mem_mib=j.peak_gpu_mem_bytes // MIB if j.peak_gpu_mem_bytes is not None else None,
-                cpu_percent_mean=_round(recorder.cpu_mean(j.id)), peak_rss_mib=recorder.rss_peak_mib(j.id),
-                target_episodes=j.target_episodes, episodes=j.episodes,
-                episodes_per_h=_round(j.episodes_per_h, 1) if j.state.stepping else None,
-                phases=_phases(accounting.jobs.get(j.id, {})),
-                gpu=j.gpu, gpu_uuid=uuids.get(j.gpu) or None if j.gpu is not None else None,
-                **_memory(recorder.memory.verdict(j.id)),
-            )
-            for j in state.jobs
-        ),
+        jobs=tuple(_job_record(j, state.now, recorder, accounting, uuids) for j in state.jobs),
         utilization=UtilizationRecord(
             **_figures(accounting),
             sampler_ticks=ticks, sampler_cost_ms_mean=round(cost_s / ticks * 1000, 3) if ticks else None,
@@ -249,20 +229,39 @@ def record(
     )  # fmt: skip
 
 
+def _job_record(j: JobView, now: float, recorder: Recorder, accounting: Accounting,
+                uuids: Mapping[int, str]) -> JobRecord:  # fmt: skip
+    """`[[jobs]]`'s record of a job now. Its memory is the leak watch's verdict as the recorder has
+    it at this writing (`MemoryFigures`, as `JobView` shows it), which the view may not carry: a
+    state built without the watch's verdicts still records them."""
+    memory = MemoryFigures.of(recorder.memory.verdict(j.id))
+    return JobRecord(
+        id=j.id, seed=j.seed, status=j.state, exit_reason=j.exit_reason, error=j.error,
+        steps=j.steps, target=j.target,
+        duration_s=round((j.ended_at or now) - j.started_at, 3) if j.started_at else None,
+        mean_sps=round(j.mean_sps, 1) if j.mean_sps is not None else None,
+        # The live figures as they are now, for a job still training.
+        sps_window=_round(j.sps, 1) if j.state.stepping else None,
+        eta_s=_round(j.eta_s, 1) if j.state.stepping else None,
+        final_ep_rew_mean=j.ep_rew_mean, restarts=j.restarts, checkpoints=j.checkpoints,
+        last_checkpoint_step=j.last_checkpoint_step,
+        peak_gpu_mem_mib=j.peak_gpu_mem_bytes // MIB if j.peak_gpu_mem_bytes is not None else None,
+        cpu_percent_mean=_round(recorder.cpu_mean(j.id)), peak_rss_mib=recorder.rss_peak_mib(j.id),
+        memory=memory.memory, memory_growth_mib_h=memory.memory_growth_mib_h,
+        gpu_memory_growth_mib_h=memory.gpu_memory_growth_mib_h,
+        target_episodes=j.target_episodes, episodes=j.episodes,
+        episodes_per_h=_round(j.episodes_per_h, 1) if j.state.stepping else None,
+        phases=_phases(accounting.jobs.get(j.id, {})),
+        gpu=j.gpu, gpu_uuid=uuids.get(j.gpu) or None if j.gpu is not None else None,
+    )  # fmt: skip
+
+
 def _figures(figures: GpuFigures) -> dict[str, float | None]:
     """Utilization figures as run.toml rounds them (`[utilization]` and each of `[[gpus]]`)."""
     return {"gpu_util_mean": _round(figures.gpu_util_mean), "gpu_util_p50": _round(figures.gpu_util_p50),
             "gpu_util_p95": _round(figures.gpu_util_p95), "train_share": _round(figures.train_share, 4),
             "gpu_util_while_training": _round(figures.gpu_util_while_training),
             "gpu_util_while_not_training": _round(figures.gpu_util_while_not_training)}  # fmt: skip
-
-
-def _memory(verdict: MemoryVerdict | None) -> dict[str, Any]:
-    """A job's leak-watch verdict as its run.toml keys (none before its first judgment)."""
-    if verdict is None:
-        return {}
-    return {"memory": verdict.line(), "memory_growth_mib_h": verdict.rss_growth_mib_h,
-            "gpu_memory_growth_mib_h": verdict.gpu_growth_mib_h}  # fmt: skip
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:

@@ -46,8 +46,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
+from cockpit.contract.advice import Advice
 from cockpit.contract.controls import (
     AddJob,
     ApplyAdvice,
@@ -75,15 +75,16 @@ from cockpit.contract.runspec import RestartPolicy
 from cockpit.contract.scriptargs import ScriptArgs
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.contract.workerargs import DISK_FULL_ERROR, DISK_FULL_EXIT, WorkerArgs
-from cockpit.core.feed.snapshot import JobView, RunState, stepping_sps
+from cockpit.core.feed.snapshot import RunState, job_view, stepping_sps
 from cockpit.core.launch.protocol import EventSource, Launcher, LaunchRequest
 from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.machine.host import ThreadBudget, pin_sets, thread_budget
+from cockpit.core.machine.nvml import GpuInfo
 from cockpit.core.machine.placement import GpuRef, GpuRoom, place
 from cockpit.core.supervise.jobs import Job
 from cockpit.core.telemetry.memwatch import MemoryVerdict
 from cockpit.core.telemetry.sampler import Sample
-from cockpit.core.telemetry.throughput import job_eta, run_eta
+from cockpit.core.telemetry.throughput import run_eta
 from cockpit.core.telemetry.trend import TrendRecorder, best_return
 
 STOP_GRACE_S = 12.0
@@ -598,45 +599,44 @@ class Supervisor:
         *,
         all_jobs: bool = False,
         memory: Mapping[str, MemoryVerdict] | None = None,
-        **extra: Any,
+        gpu: GpuInfo | None = None,
+        gpus: tuple[GpuInfo, ...] = (),
+        gpu_status: str = "",
+        advice: tuple[str, ...] = (),
+        suggestions: tuple[Advice, ...] = (),
+        name: str | None = None,
     ) -> RunState:
         """An immutable RunState for the front ends (with `all_jobs`, every job despite `view_limit`);
-        `memory` is the leak watch's verdict per job. It also offers the run's figures to its trend
-        (`self.trend`), which keeps a point once a second however often it is called."""
+        `memory` is the leak watch's verdict per job. What the supervisor does not own (the sampler's
+        GPUs and their status, the --auto log and the advisor's suggestions, the run's name) is
+        passed through to the state. It also offers the run's figures to its trend (`self.trend`),
+        which keeps a point once a second however often it is called."""
         views = []
         now = self.clock.time()
         memory = memory or {}
-        # fmt: off
         for job in self.jobs.values() if all_jobs else self._shown():
-            usage = sample.jobs.get(job.id) if sample is not None and job.handle is not None else None
-            verdict = memory.get(job.id)
             # A worker's throughput is measured until it exits; an ended attempt keeps its last figure.
-            sps = job.throughput.rate(now if job.state.live else job.state_since)
+            measured_at = now if job.state.live else job.state_since
+            sps = job.throughput.rate(measured_at)
             views.append(
-                JobView(
+                job_view(
                     id=job.id, seed=job.seed, state=job.state, phase=job.phase, phase_since=job.phase_since,
                     steps=job.steps, target=job.target, sps=sps, mean_sps=job.mean_sps,
                     ep_rew_mean=job.ep_rew_mean, restarts=job.restarts, checkpoints=job.checkpoints,
                     last_checkpoint_step=job.last_checkpoint_step, error=job.error, exit_reason=job.exit_reason,
                     pid=job.handle.pid if job.handle is not None else None, device=job.device,
-                    cpu_percent=usage.cpu_percent if usage else None, rss_bytes=usage.rss_bytes if usage else None,
-                    gpu_mem_bytes=usage.gpu_mem_bytes if usage else None,
+                    # Only a job with a worker now is measured: a sample taken before its exit was
+                    # reaped still holds the worker's last reading.
+                    usage=sample.jobs.get(job.id) if sample is not None and job.handle is not None else None,
                     peak_gpu_mem_bytes=(peak_gpu_mem or {}).get(job.id),
-                    started_at=job.first_started_at, ended_at=job.ended_at,
-                    eta_s=job_eta(job.state, job.steps, job.target, sps, target_episodes=job.target_episodes,
-                                  episodes=job.episodes, ep_len_mean=job.ep_len_mean),
-                    rollout_sps=job.rollout_sps,
-                    target_episodes=job.target_episodes, episodes=job.episodes, ep_len_mean=job.ep_len_mean,
-                    episodes_per_h=job.throughput.episodes_per_h(now if job.state.live else job.state_since),
+                    started_at=job.first_started_at, ended_at=job.ended_at, rollout_sps=job.rollout_sps,
                     env=job.env, preset=_preset_name(job.preset_arg) if job.preset_arg else None,
+                    memory=memory.get(job.id), target_episodes=job.target_episodes, episodes=job.episodes,
+                    ep_len_mean=job.ep_len_mean, episodes_per_h=job.throughput.episodes_per_h(measured_at),
                     gpu=job.gpu.index if job.gpu is not None else None,
-                    memory=verdict.line() if verdict is not None else None,
-                    memory_growth_mib_h=verdict.rss_growth_mib_h if verdict is not None else None,
-                    gpu_memory_growth_mib_h=verdict.gpu_growth_mib_h if verdict is not None else None,
                     node=job.handle.node if job.handle is not None else None,
                 )
-            )
-        # fmt: on
+            )  # fmt: skip
         # Every job's return counts, not only the shown ones: a fleet's best agent may have ended.
         trend = self.trend.observe(
             self.clock.monotonic(),
@@ -653,15 +653,15 @@ class Supervisor:
             slots=self.slots,
             jobs=tuple(views),
             sample=sample,
-            gpu=extra.get("gpu"),
-            gpus=extra.get("gpus", ()),
-            gpu_status=extra.get("gpu_status", ""),
+            gpu=gpu,
+            gpus=gpus,
+            gpu_status=gpu_status,
             warnings=tuple(self.warnings),
             threads_per_job=self.budget.threads_per_job,
             physical_cores=self.budget.physical_cores,
-            advice=extra.get("advice", ()),
-            suggestions=extra.get("suggestions", ()),
+            advice=advice,
+            suggestions=suggestions,
             eta_s=run_eta(views, self.slots),
-            name=extra.get("name"),
+            name=name,
             trend=trend,
         )
