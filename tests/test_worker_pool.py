@@ -201,7 +201,8 @@ COCKPIT = """
 import sys, time
 from pathlib import Path
 from cockpit.contract.workerargs import WorkerArgs
-from cockpit.core.launch.local import LaunchRequest, PooledLauncher
+from cockpit.core.launch.pooled import PooledLauncher
+from cockpit.core.launch.protocol import LaunchRequest
 launcher = PooledLauncher(nice=0)
 handle = launcher.launch(LaunchRequest("0", WorkerArgs(Path(sys.argv[1]), preset=sys.argv[2], timesteps=1_000_000,
                                                        threads=1)))

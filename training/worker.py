@@ -33,7 +33,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cockpit.contract.events import (
     EVENTS_FILE,
@@ -44,6 +44,7 @@ from cockpit.contract.events import (
     EvaluatedEvent,
     EventWriter,
     FinishedEvent,
+    FinishStatus,
     ProgressEvent,
     to_json,
 )
@@ -65,6 +66,13 @@ from cockpit_training.stopping import JobSignals, StopFlag, stop_with_parent
 
 # numpy, torch, SB3 and gymnasium are imported inside functions: their thread pools size
 # themselves at import, so they must load only after `limit_native_threads()` has run.
+if TYPE_CHECKING:  # for the type hints alone: at run time these load inside `train`
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+
+    from cockpit_training.callback import CockpitCallback
+    from cockpit_training.checkpoints import CheckpointStore
+    from cockpit_training.model import Resumed
 
 PROGRESS_PRINT_INTERVAL = 5.0
 MAX_SEED = 2**31 - 1
@@ -215,20 +223,20 @@ def _report_failure(events: EventWriter, exc: Exception, job_dir: Path) -> int:
 
 
 def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: float | None = None) -> int:
-    """Build or resume the model, train to `config.timesteps`, checkpoint, and report. Returns 0.
+    """Build or resume the model, train it to its target, checkpoint, evaluate, and report. Returns 0.
+
+    The events, in order: `started`; the callback's `phase`, `progress`, `heartbeat` and periodic
+    `checkpoint` events; a last `checkpoint` unless its step is saved already; `evaluated` when the
+    target was reached and `config.eval_episodes` asks for it; `finished` (`done` or `stopped`). A
+    stop asked for before anything is built emits `finished` alone. Failures propagate (`run_job`
+    reports them); the VecEnv is closed either way.
 
     `received_at`: when this job was handed to the process (a served worker's); the `started`
     event's `startup_s` counts from it, else from the process's start."""
-    import psutil
-    import torch
-    from stable_baselines3.common.vec_env import VecNormalize
-
-    from cockpit_training.callback import CockpitCallback, EpisodeTargetReached, package_versions
+    _import_job_modules()
     from cockpit_training.checkpoints import CheckpointStore
     from cockpit_training.device import apply_torch_threads, enable_tf32
     from cockpit_training.envs import make_vec_env
-    from cockpit_training.model import close_logger, new_model, resume
-    from cockpit_training.stopping import StopRequested
 
     started = time.time()
     apply_torch_threads(config.torch_threads)
@@ -245,94 +253,199 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
     venv = make_vec_env(config.env, preset.n_envs, seed=config.seed + offset, threads=config.threads,
                         env_kwargs=preset.env_kwargs, vec_env=preset.vec_env,
                         report=lambda line: print(f"[worker] {line}", file=sys.stderr, flush=True))  # fmt: skip
-    tensorboard_log = _tensorboard_log(config)
     try:
-        resumed = resume(store, preset, venv, device=config.device, tensorboard_log=tensorboard_log)
-        for bad in resumed.corrupt:
-            warning = f"checkpoint {bad.path} is corrupt ({bad.reason}); using an older one"
-            print(f"[worker] warning: {warning}", file=sys.stderr)
-        model, vecnorm = resumed.model, resumed.vecnormalize
-        if model is None:
-            if preset.normalize:
-                vecnorm = VecNormalize(venv, gamma=preset.gamma)
-            model = new_model(preset, vecnorm or venv, seed=config.seed, device=config.device,
-                              tensorboard_log=tensorboard_log)  # fmt: skip
-        else:
-            model.set_random_seed(config.seed + model.num_timesteps)
-        last_saved = resumed.checkpoint.step if resumed.checkpoint else None
-        # Whole episodes finished by the checkpoint: an episode target counts on from there (the
-        # episodes under way at a kill are lost with the steps after the checkpoint).
-        episodes_done = (resumed.checkpoint.episodes if resumed.checkpoint else None) or 0
-        callback: Any = None
-
-        def save(m: Any) -> tuple[str, int]:
-            nonlocal last_saved
-            saved = store.save(m, m.num_timesteps, vecnorm,
-                               episodes=callback.episodes if callback is not None else episodes_done)  # fmt: skip
-            last_saved = saved.step
-            return str(saved.path), saved.step
-
-        if config.episodes is not None:
-            # No step total: learn() runs until the callback ends it at the target's rollout
-            # boundary. A `linear` schedule then has no horizon and stays at its start values.
-            target = _EPISODE_RUN_STEPS if episodes_done < config.episodes else model.num_timesteps
-        else:
-            # The first whole vector step at or past the target, counted from where this run starts
-            # (a resumed job may have run with another n_envs before).
-            target = (
-                model.num_timesteps
-                + math.ceil(max(0, config.timesteps - model.num_timesteps) / preset.n_envs) * preset.n_envs
-            )
-        events.started(
-            config=config.as_dict(),
-            pid=os.getpid(),
-            device=str(model.device),
-            versions=package_versions(),
-            resumed_from_step=last_saved,
-            target_steps=target if config.episodes is None else None,
-            target_episodes=config.episodes,
-            resumed_episodes=resumed.checkpoint.episodes if resumed.checkpoint else None,
-            corrupt_checkpoints=tuple(CorruptCheckpoint(str(c.path), c.reason) for c in resumed.corrupt),
-            policy=type(model.policy).__name__,
-            torch_threads=torch.get_num_threads(),
-            startup_s=round(time.time() - (psutil.Process().create_time() if received_at is None else received_at), 3),
-            tf32=bool(torch.backends.cuda.matmul.allow_tf32),
-        )
-        callback = CockpitCallback(events, stop=stop, checkpoint=save, checkpoint_every=preset.checkpoint_every,
-                                   emit_started=False, target_episodes=config.episodes,
-                                   episodes=episodes_done)  # fmt: skip
-        if target > model.num_timesteps and not stop.requested:
-            reached = False
-            try:
-                # The same run directory at every start (`TB_SB3_RUN`): reset_num_timesteps=False.
-                model.learn(target - model.num_timesteps, callback=callback, reset_num_timesteps=False, log_interval=1,
-                            tb_log_name=TB_LOG_NAME)  # fmt: skip
-            except EpisodeTargetReached:
-                reached = True  # at a rollout start, which already reported the final progress
-            except StopRequested:
-                pass
-            finally:
-                callback.close()
-                close_logger(model)
-            if not reached:
-                callback.emit_progress(with_losses=True)
-        steps = model.num_timesteps
-        if steps > 0 and steps != last_saved:
-            path, step = save(model)
-            events.checkpoint(path=path, step=step)
-        if config.episodes is not None:
-            status = "done" if callback.episodes >= config.episodes else "stopped"
-        else:
-            status = "done" if steps >= config.timesteps else "stopped"
-        if status == "done" and config.eval_episodes:
-            try:
-                _evaluate(config, model, vecnorm, stop, events, trained_episodes=callback.episodes)
-            except StopRequested:
-                status = "stopped"  # a stop during the evaluation: the next start evaluates again
-        events.finished(status=status, steps=steps, duration=round(time.time() - started, 3))
+        job = _build_or_resume(config, store, venv)
+        target = _learn_target(config, job)
+        _report_started(config, job, target, events, received_at)
+        callback = _make_callback(config, job, stop, events)
+        # Nothing to train (a finished job run again, a resume past the target) or a stop during
+        # the start-up: straight to the final checkpoint and `finished`.
+        if target > job.model.num_timesteps and not stop.requested:
+            _learn(job.model, target, callback)
+        _finish(config, job, callback.episodes, stop, events, started)
         return 0
     finally:
         venv.close()
+
+
+def _import_job_modules() -> None:
+    """Import everything `train` and its steps use. `train` does it before it checks its stop flag,
+    so a stop asked for during these seconds of imports (its cockpit died) ends the job before
+    anything is built or reported as started."""
+    import psutil  # noqa: F401
+    import stable_baselines3.common.vec_env  # noqa: F401
+    import torch  # noqa: F401
+
+    import cockpit_training.callback
+    import cockpit_training.checkpoints
+    import cockpit_training.device
+    import cockpit_training.envs
+    import cockpit_training.model
+    import cockpit_training.stopping  # noqa: F401
+
+
+class _Checkpoints:
+    """The job's checkpoint writer, shared by the callback's periodic saves and the final one.
+
+    It knows the newest checkpoint (the resumed one's, then each save's): its step, `last_saved`
+    (None before the first), so the final save is skipped when that step is saved already; and the
+    whole episodes finished by it, `saved_episodes` (0 before the first), where the job's episode
+    count starts. Each save records the count of `counter` (the callback, once attached)."""
+
+    def __init__(self, store: CheckpointStore, vecnorm: VecNormalize | None, *, last_saved: int | None,
+                 saved_episodes: int) -> None:  # fmt: skip
+        self.store = store
+        self.vecnorm = vecnorm
+        self.last_saved = last_saved
+        self.saved_episodes = saved_episodes
+        self.counter: CockpitCallback | None = None
+
+    def save(self, model: PPO) -> tuple[str, int]:
+        """Write `model`'s checkpoint at its step (with the VecNormalize statistics); its path and
+        step, as CockpitCallback's `checkpoint` returns them. Write errors propagate."""
+        episodes = self.counter.episodes if self.counter is not None else self.saved_episodes
+        saved = self.store.save(model, model.num_timesteps, self.vecnorm, episodes=episodes)
+        self.last_saved, self.saved_episodes = saved.step, episodes
+        return str(saved.path), saved.step
+
+
+@dataclass
+class _Job:
+    """A job's model, built or resumed, what it was resumed from, and its checkpoint writer."""
+
+    model: PPO
+    vecnorm: VecNormalize | None
+    resumed: Resumed
+    checkpoints: _Checkpoints
+
+
+def _build_or_resume(config: JobConfig, store: CheckpointStore, venv: VecEnv) -> _Job:
+    """The model on `venv`: resumed from the newest checkpoint in `store` that loads (a warning on
+    stderr for each corrupt one passed over), else a new one, normalized when the preset says so.
+    Raises CheckpointMismatch when that checkpoint cannot continue under this preset and env."""
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    from cockpit_training.model import new_model, resume
+
+    preset = config.preset
+    tensorboard_log = _tensorboard_log(config)
+    resumed = resume(store, preset, venv, device=config.device, tensorboard_log=tensorboard_log)
+    for bad in resumed.corrupt:
+        warning = f"checkpoint {bad.path} is corrupt ({bad.reason}); using an older one"
+        print(f"[worker] warning: {warning}", file=sys.stderr)
+    model, vecnorm = resumed.model, resumed.vecnormalize
+    if model is None:
+        if preset.normalize:
+            vecnorm = VecNormalize(venv, gamma=preset.gamma)
+        model = new_model(preset, vecnorm or venv, seed=config.seed, device=config.device,
+                          tensorboard_log=tensorboard_log)  # fmt: skip
+    else:
+        model.set_random_seed(config.seed + model.num_timesteps)
+    checkpoint = resumed.checkpoint
+    # Whole episodes finished by the checkpoint: an episode target counts on from there (the
+    # episodes under way at a kill are lost with the steps after the checkpoint).
+    checkpoints = _Checkpoints(store, vecnorm, last_saved=checkpoint.step if checkpoint else None,
+                               saved_episodes=(checkpoint.episodes if checkpoint else None) or 0)  # fmt: skip
+    return _Job(model, vecnorm, resumed, checkpoints)
+
+
+def _learn_target(config: JobConfig, job: _Job) -> int:
+    """The step total to give `learn()`; at most the model's steps when nothing is left to train."""
+    model = job.model
+    if config.episodes is not None:
+        # No step total: learn() runs until the callback ends it at the target's rollout
+        # boundary. A `linear` schedule then has no horizon and stays at its start values.
+        return _EPISODE_RUN_STEPS if job.checkpoints.saved_episodes < config.episodes else model.num_timesteps
+    # The first whole vector step at or past the target, counted from where this run starts
+    # (a resumed job may have run with another n_envs before).
+    n_envs = config.preset.n_envs
+    return model.num_timesteps + math.ceil(max(0, config.timesteps - model.num_timesteps) / n_envs) * n_envs
+
+
+def _report_started(config: JobConfig, job: _Job, target: int, events: EventWriter, received_at: float | None) -> None:
+    """Emit the `started` event: the config, the model, what it resumed from, and the target."""
+    import psutil
+    import torch
+
+    from cockpit_training.callback import package_versions
+
+    checkpoint = job.resumed.checkpoint
+    events.started(
+        config=config.as_dict(),
+        pid=os.getpid(),
+        device=str(job.model.device),
+        versions=package_versions(),
+        resumed_from_step=checkpoint.step if checkpoint else None,
+        target_steps=target if config.episodes is None else None,
+        target_episodes=config.episodes,
+        resumed_episodes=checkpoint.episodes if checkpoint else None,
+        corrupt_checkpoints=tuple(CorruptCheckpoint(str(c.path), c.reason) for c in job.resumed.corrupt),
+        policy=type(job.model.policy).__name__,
+        torch_threads=torch.get_num_threads(),
+        startup_s=round(time.time() - (psutil.Process().create_time() if received_at is None else received_at), 3),
+        tf32=bool(torch.backends.cuda.matmul.allow_tf32),
+    )
+
+
+def _make_callback(config: JobConfig, job: _Job, stop: StopFlag, events: EventWriter) -> CockpitCallback:
+    """The callback that reports the training, checkpoints every `checkpoint_every` steps through
+    `job.checkpoints` (which then records its episode count), and ends `learn()` at a stop or at
+    the episode target. It leaves `started` and `finished` to the worker."""
+    from cockpit_training.callback import CockpitCallback
+
+    callback = CockpitCallback(events, stop=stop, checkpoint=job.checkpoints.save,
+                               checkpoint_every=config.preset.checkpoint_every, emit_started=False,
+                               target_episodes=config.episodes, episodes=job.checkpoints.saved_episodes)  # fmt: skip
+    job.checkpoints.counter = callback
+    return callback
+
+
+def _learn(model: PPO, target: int, callback: CockpitCallback) -> None:
+    """Train `model` up to `target` steps in all, until the callback ends it (a stop, the episode
+    target), then report the last progress unless the episode target's rollout start already did.
+    Other errors propagate; the callback's optimizer hook and the model's logger are closed either way."""
+    from cockpit_training.callback import EpisodeTargetReached
+    from cockpit_training.model import close_logger
+    from cockpit_training.stopping import StopRequested
+
+    reached = False
+    try:
+        # The same run directory at every start (`TB_SB3_RUN`): reset_num_timesteps=False.
+        model.learn(target - model.num_timesteps, callback=callback, reset_num_timesteps=False, log_interval=1,
+                    tb_log_name=TB_LOG_NAME)  # fmt: skip
+    except EpisodeTargetReached:
+        reached = True  # at a rollout start, which already reported the final progress
+    except StopRequested:
+        pass
+    finally:
+        callback.close()
+        close_logger(model)
+    if not reached:
+        callback.emit_progress(with_losses=True)
+
+
+def _finish(config: JobConfig, job: _Job, episodes: int, stop: StopFlag, events: EventWriter, started: float) -> None:
+    """End the job: checkpoint the model unless its step is saved already, evaluate it when it
+    reached its target (`episodes` whole episodes, or the step total) and `config.eval_episodes`
+    asks for it, and emit `finished`: `done`, or `stopped` short of the target or when a stop
+    came during the evaluation. `started`: the job's start, for the duration."""
+    from cockpit_training.stopping import StopRequested
+
+    steps = job.model.num_timesteps
+    if steps > 0 and steps != job.checkpoints.last_saved:
+        path, step = job.checkpoints.save(job.model)
+        events.checkpoint(path=path, step=step)
+    status: FinishStatus
+    if config.episodes is not None:
+        status = "done" if episodes >= config.episodes else "stopped"
+    else:
+        status = "done" if steps >= config.timesteps else "stopped"
+    if status == "done" and config.eval_episodes:
+        try:
+            _evaluate(config, job.model, job.vecnorm, stop, events, trained_episodes=episodes)
+        except StopRequested:
+            status = "stopped"  # a stop during the evaluation: the next start evaluates again
+    events.finished(status=status, steps=steps, duration=round(time.time() - started, 3))
 
 
 def _tensorboard_log(config: JobConfig) -> Path | None:
