@@ -8,6 +8,7 @@ worker's events go into its job dir with the fake clock's times.
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -308,7 +309,11 @@ def test_a_sigstopped_worker_is_reported_stalled_then_restarted_from_its_checkpo
                             "--stall-timeout", str(timeout))  # fmt: skip
     frozen: int | None = None
     try:
-        cockpit.wait_for(lambda: any(e.kind == "checkpoint" for e in cockpit.events("000")))
+        # Stopped once it has checkpointed and the cockpit has said it runs: on a loaded machine the
+        # cockpit can read a worker's first events late, and a job stopped before it was seen
+        # running goes from starting to stalled, which is right but not what this test watches.
+        cockpit.wait_for(lambda: any(e.kind == "checkpoint" for e in cockpit.events("000"))
+                         and re.search(r"\[job 000\] \w+ -> running", cockpit.text()) is not None)  # fmt: skip
         (started,) = [e for e in cockpit.events("000") if e.kind == "started"]
         frozen = started.pid
         os.kill(frozen, signal.SIGSTOP)  # a hung CUDA call or a deadlocked env looks the same

@@ -637,13 +637,8 @@ def serve(opts: ServeArgs) -> int:
 def _import_training_stack() -> None:
     """Import what every job needs (torch, SB3, envpool, gymnasium, the parts torch loads at a first
     optimizer), once per served process."""
-    import psutil  # noqa: F401
-    import torch  # noqa: F401
-
-    import cockpit_training.callback
-    import cockpit_training.checkpoints
+    _import_job_modules()
     import cockpit_training.envpool_vec
-    import cockpit_training.envs
     import cockpit_training.model
 
     cockpit_training.model.import_lazy_parts()
