@@ -63,7 +63,7 @@ from pathlib import Path
 import psutil
 
 from benchmarks.common import fmt_ratio, load_caption, log, print_table, warn_if_busy
-from cockpit.contract.controls import Command
+from cockpit.contract.controls import Control
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import RunStatus
 from cockpit.core.feed.control import ControlServer
@@ -376,7 +376,7 @@ class ScriptedFleet:
             out[job_id] = [tr for tr in phases_since(self._transitions(k), t) if tr[0] <= now]
         return out
 
-    def submit(self, command: Command) -> None:
+    def submit(self, command: Control) -> None:
         pass
 
 

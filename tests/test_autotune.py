@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from pytest import approx
 
-from cockpit.contract.controls import AddJob, ApplyAdvice, Command, SetSlots
+from cockpit.contract.controls import AddJob, ApplyAdvice, Control, SetSlots
 from cockpit.contract.states import RunStatus
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.sizing.autotune import AutoTuner
@@ -34,7 +34,7 @@ class ScriptedRun:
         self.started_at: dict[int, float] = {}
         self.added = 0
 
-    def apply(self, commands: list[Command]) -> None:
+    def apply(self, commands: list[Control]) -> None:
         for command in commands:
             if isinstance(command, SetSlots):
                 self.slots = command.slots

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cockpit.contract.controls import Command, StopAll, StopJob
+from cockpit.contract.controls import Control, StopAll, StopJob
 from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.contract.runspec import build_spec
 from cockpit.contract.states import RunStatus
@@ -64,7 +64,7 @@ class FakeProvider:
         self.state: RunState | None = None
         self.samples: list[Sample] = []
         self.phases: dict[str, list[Transition]] = {}
-        self.commands: list[Command] = []
+        self.commands: list[Control] = []
         self.fail: Exception | None = None
 
     def latest_state(self) -> RunState | None:
@@ -78,7 +78,7 @@ class FakeProvider:
     def phases_since(self, since: Mapping[str, float]) -> dict[str, list[Transition]]:
         return {job: phases_since(list(self.phases[job]), t) for job, t in since.items() if job in self.phases}
 
-    def submit(self, command: Command) -> None:
+    def submit(self, command: Control) -> None:
         self.commands.append(command)
 
 

@@ -12,7 +12,7 @@ from cockpit.contract.advice import Advice
 from cockpit.contract.controls import (
     AddJob,
     ApplyAdvice,
-    Command,
+    Control,
     KillJob,
     RestartJob,
     SetPreset,
@@ -197,7 +197,7 @@ def test_unknown_keys_from_a_newer_cockpit_are_ignored() -> None:
         (ApplyAdvice("n_envs", "16"), "apply_advice"),
     ],
 )
-def test_commands_round_trip(command: Command, kind: str) -> None:
+def test_commands_round_trip(command: Control, kind: str) -> None:
     encoded = through_json(encode_command(command))
     assert encoded["kind"] == kind
     assert decode_command(encoded) == command

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from cockpit.contract.controls import Command
+from cockpit.contract.controls import Control
 from cockpit.contract.events import CheckpointEvent, StartedEvent
 from cockpit.contract.states import RunStatus
 from cockpit.core.feed.snapshot import FleetView, JobView, LeaderView, RunState, TierView
@@ -101,14 +101,14 @@ class ScriptedSource:
 
     current: Frame | None
     read_only: bool = False
-    commands: list[Command] = field(default_factory=list)
+    commands: list[Control] = field(default_factory=list)
     refuse: str | None = None  # when set, submit raises SourceError with this text
     closed: bool = False
 
     def frame(self) -> Frame | None:
         return self.current
 
-    def submit(self, command: Command) -> None:
+    def submit(self, command: Control) -> None:
         if self.refuse:
             raise SourceError(self.refuse)
         self.commands.append(command)

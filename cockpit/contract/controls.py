@@ -1,7 +1,8 @@
-"""The commands a viewer sends a run (the TUI, an attached TUI, `--auto`), and their wire codec.
+"""The controls a viewer sends a run (the TUI, an attached TUI, `--auto`), and their wire codec.
 
-A command is a frozen dataclass. Views build them, the run's session and supervisor carry them
-out, and the control socket carries them as JSON: `encode` gives `{"kind": ..., **fields}` and
+A `Control` is one of the frozen dataclasses below (not a verb of the command line, which is
+`cockpit.commands`). Views build them, the run's session and supervisor carry them out, and the
+control socket carries them as JSON: `encode` gives `{"kind": ..., **fields}` and
 `decode` rebuilds the exact dataclass, raising ValueError that names the missing or bad key.
 """
 
@@ -76,7 +77,7 @@ class ApplyAdvice:
         object.__setattr__(self, "setting", AdviceSetting(self.setting))
 
 
-Command = AddJob | StopJob | RestartJob | KillJob | StopAll | SetSlots | SetPreset | ApplyAdvice
+Control = AddJob | StopJob | RestartJob | KillJob | StopAll | SetSlots | SetPreset | ApplyAdvice
 
 COMMAND_KINDS: dict[type, str] = {
     AddJob: "add",
@@ -95,7 +96,7 @@ _JOB_COMMANDS: dict[str, type[StopJob | RestartJob | KillJob]] = {
 }
 
 
-def encode(command: Command) -> dict[str, Any]:
+def encode(command: Control) -> dict[str, Any]:
     """`{"kind": "add"|"stop"|..., ...the command's fields}` (enums as their values)."""
     fields = asdict(command)
     if isinstance(command, ApplyAdvice):
@@ -103,8 +104,8 @@ def encode(command: Command) -> dict[str, Any]:
     return {"kind": COMMAND_KINDS[type(command)], **fields}
 
 
-def decode(data: Any) -> Command:
-    """The Command that `encode` encoded; ValueError names the missing or bad key."""
+def decode(data: Any) -> Control:
+    """The Control that `encode` encoded; ValueError names the missing or bad key."""
     if not isinstance(data, dict):
         raise ValueError(f"command: expected an object, got {type(data).__name__}")
     values: Mapping[str, Any] = data

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from cockpit.contract.controls import Command
+from cockpit.contract.controls import Control
 from cockpit.contract.controls import decode as decode_command
 from cockpit.contract.controls import encode as encode_command
 from cockpit.contract.rundir import RunDir
@@ -118,7 +118,7 @@ class ControlProvider(Protocol):
         before it (`phases.phases_since`). Unknown jobs are left out."""
         ...
 
-    def submit(self, command: Command) -> None:
+    def submit(self, command: Control) -> None:
         """Hand a command to the supervisor."""
         ...
 
@@ -426,7 +426,7 @@ class AttachSource:
         with self._lock:
             return self._window.frame
 
-    def submit(self, command: Command) -> None:
+    def submit(self, command: Control) -> None:
         """Send a command on a connection of its own (so a poll in flight never delays it);
         SourceError if the run cannot be reached within `COMMAND_TIMEOUT_S` or refuses it."""
         if self._link_error is not None:

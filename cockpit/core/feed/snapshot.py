@@ -1,6 +1,6 @@
 """RunState: the immutable snapshot every front end renders (TUI, headless, report).
 
-Views never own state: they receive these snapshots and send `Command`s back through the
+Views never own state: they receive these snapshots and send `Control`s back through the
 supervisor's one command interface.
 
 A job's `JobView` is built by `job_view`, whoever builds it (the live supervisor, a replay): the

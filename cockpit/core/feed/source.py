@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
-from cockpit.contract.controls import Command
+from cockpit.contract.controls import Control
 from cockpit.contract.events import Event
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.telemetry.sampler import Sample
@@ -84,7 +84,7 @@ class RunSource(Protocol):
         """The newest frame, or None before the first state arrived. Cheap: views call it at 5 Hz."""
         ...
 
-    def submit(self, command: Command) -> None:
+    def submit(self, command: Control) -> None:
         """Send a command to the run's supervisor; raises SourceError if it cannot reach it."""
         ...
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
-from cockpit.contract.controls import Command
+from cockpit.contract.controls import Control
 from cockpit.contract.events import (
     CheckpointEvent,
     ErrorEvent,
@@ -686,7 +686,7 @@ class ReplaySource:
         return Trend(tuple(k * TREND_EVERY_S for k in points), tuple(p[0] for p in points.values()),
                      tuple(p[1] for p in points.values()))  # fmt: skip
 
-    def submit(self, command: Command) -> None:
+    def submit(self, command: Control) -> None:
         """Always raises SourceError: a finished run takes no commands."""
         raise SourceError(f"{self.run_dir} is a finished run: replay is read-only")
 

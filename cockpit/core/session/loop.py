@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cockpit.contract.advice import Advice, AdviceSetting
-from cockpit.contract.controls import AddJob, ApplyAdvice, Command, RestartJob, SetPreset, SetSlots
+from cockpit.contract.controls import AddJob, ApplyAdvice, Control, RestartJob, SetPreset, SetSlots
 from cockpit.contract.costs import Costs
 from cockpit.contract.events import FinishedEvent, of_kind
 from cockpit.contract.files import write_atomic
@@ -204,7 +204,7 @@ class RunSession:
         except RunRecordError:
             return None
 
-    def submit(self, command: Command) -> None:
+    def submit(self, command: Control) -> None:
         """Send a command to the supervisor (thread-safe); the TUI uses this too. An
         `ApplyAdvice` becomes the supervisor commands that carry it out; ValueError (one line)
         for advice that cannot be applied to a running run."""
@@ -214,7 +214,7 @@ class RunSession:
             return
         self.supervisor.submit(command)
 
-    def _apply(self, advice: ApplyAdvice) -> list[Command]:
+    def _apply(self, advice: ApplyAdvice) -> list[Control]:
         if advice.setting is AdviceSetting.MEMORY:
             raise ValueError("memory advice changes no setting: it says what to look for in the job that grows")
         if not advice.setting.live:
@@ -228,7 +228,7 @@ class RunSession:
             raise ValueError(f"advice {advice.setting} -> {advice.suggested!r}: nothing to apply yet")
         if advice.setting is AdviceSetting.JOBS:
             missing = max(0, value - state.slots - state.count(JobState.QUEUED))
-            steps: list[Command] = [AddJob() for _ in range(missing)]
+            steps: list[Control] = [AddJob() for _ in range(missing)]
             self._log_applied(advice)
             return [*steps, SetSlots(value)]
         preset = self._preset

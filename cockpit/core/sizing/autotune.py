@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass, field
 
 from cockpit.contract.advice import AdviceSetting
-from cockpit.contract.controls import AddJob, ApplyAdvice, Command, SetSlots
+from cockpit.contract.controls import AddJob, ApplyAdvice, Control, SetSlots
 from cockpit.contract.runrecord import AdviceRecord, iso
 from cockpit.contract.states import JobState
 from cockpit.core.feed.snapshot import RunState
@@ -108,7 +108,7 @@ class AutoTuner:
         running = state.count(JobState.RUNNING)
         return now >= self._settle_until and running >= min(state.slots, running + state.count(JobState.QUEUED))
 
-    def tick(self, state: RunState) -> list[Command]:
+    def tick(self, state: RunState) -> list[Control]:
         """Advance the loop with the run's newest state; the commands to submit, if it decided.
 
         Adding a job raises the slots by one; when no agent is waiting in the queue it also adds

@@ -51,7 +51,7 @@ from cockpit.contract.advice import Advice
 from cockpit.contract.controls import (
     AddJob,
     ApplyAdvice,
-    Command,
+    Control,
     KillJob,
     RestartJob,
     SetPreset,
@@ -155,7 +155,7 @@ class Supervisor:
         self.jobs: dict[str, Job] = {}
         self.queue: deque[str] = deque()
         self._tails: dict[str, EventSource] = {}  # each job's events, from its launcher
-        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[Control] = queue.SimpleQueue()
         self._interrupt_requested = False
         self._interrupted = False
         self._kill_now = False
@@ -177,7 +177,7 @@ class Supervisor:
 
     # ----- commands (any thread) -----
 
-    def submit(self, command: Command) -> None:
+    def submit(self, command: Control) -> None:
         """Queue a command; it takes effect at the next tick."""
         self._commands.put(command)
 
@@ -271,7 +271,7 @@ class Supervisor:
         while not self._interrupted and self.queue and self._busy_slots() < self.slots:
             self._launch(self.jobs[self.queue.popleft()])
 
-    def _handle(self, command: Command) -> None:
+    def _handle(self, command: Control) -> None:
         if isinstance(command, StopAll):
             self.interrupt()  # acted on later in this same tick
             return

@@ -14,7 +14,7 @@ from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widget import Widget
 
-from cockpit.contract.controls import AddJob, ApplyAdvice, Command, KillJob, RestartJob, StopAll, StopJob
+from cockpit.contract.controls import AddJob, ApplyAdvice, Control, KillJob, RestartJob, StopAll, StopJob
 from cockpit.contract.states import JobState
 from cockpit.core.feed.source import Frame, Replay, RunSource, SourceError
 from cockpit.views.formatting import eta, si
@@ -220,7 +220,7 @@ class CockpitScreen(Screen[None]):
 
     # ----- controls -----
 
-    def _send(self, command: Command, done: str) -> None:
+    def _send(self, command: Control, done: str) -> None:
         try:
             self.source.submit(command)
         except SourceError as exc:
