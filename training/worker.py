@@ -314,9 +314,13 @@ class _Job:
     """A job's model, built or resumed, what it was resumed from, and its checkpoint writer."""
 
     model: PPO
-    vecnorm: VecNormalize | None
     resumed: Resumed
     checkpoints: _Checkpoints
+
+    @property
+    def vecnorm(self) -> VecNormalize | None:
+        """The model's VecNormalize wrapper, which its checkpoints save beside it (None: none)."""
+        return self.checkpoints.vecnorm
 
 
 def _build_or_resume(config: JobConfig, store: CheckpointStore, venv: VecEnv) -> _Job:
@@ -346,7 +350,7 @@ def _build_or_resume(config: JobConfig, store: CheckpointStore, venv: VecEnv) ->
     # episodes under way at a kill are lost with the steps after the checkpoint).
     checkpoints = _Checkpoints(store, vecnorm, last_saved=checkpoint.step if checkpoint else None,
                                saved_episodes=(checkpoint.episodes if checkpoint else None) or 0)  # fmt: skip
-    return _Job(model, vecnorm, resumed, checkpoints)
+    return _Job(model, resumed, checkpoints)
 
 
 def _learn_target(config: JobConfig, job: _Job) -> int:

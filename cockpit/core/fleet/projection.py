@@ -20,16 +20,12 @@ import math
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from cockpit.contract.fleetplan import FleetPlan, Unit
 from cockpit.contract.presets import Preset
 from cockpit.contract.runrecord import RunRecord
 from cockpit.contract.workerargs import SERVE_MAX_JOBS
 from cockpit.core.sizing.overlap import Speed
-
-if TYPE_CHECKING:  # the advisor predicts N jobs' SPS with `speed_of`: it imports this module
-    pass
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,5 @@
-"""Local launches: a job's worker started, signalled and reaped on this machine.
-
-The supervisor only talks to a `Launcher`, and reads each job's events from the `EventSource` its
-launcher gives it (`Launcher.events`): the local launchers tail the job dir's `events.jsonl`, a
-remote one brings them back from the node the worker runs on.
+"""Local launches: a job's worker started, signalled and reaped on this machine, its events tailed
+from the job dir's `events.jsonl` (the `Launcher` protocol is `cockpit.core.launch.protocol`).
 
 `LocalLauncher` runs each worker as a subprocess in its own session (so a terminal's Ctrl-C
 reaches only the cockpit, which stops workers cleanly), with stdout and stderr in the job dir, the

@@ -184,7 +184,6 @@ class _JobHistory:
     memory_ts: list[float] = field(default_factory=list)
     memory: list[MemoryVerdict] = field(default_factory=list)  # the leak watch's verdicts, as they changed
     threads: int | None = None  # env threads of its first start (the run's thread budget per job)
-    first_steps: int | None = None  # the index in `steps` of its count at its first start (for `mean_sps`)
 
     def _phase(self, t: float, phase: str | None) -> None:
         if (self.phases[-1][1] if self.phases else None) != phase:
@@ -226,8 +225,6 @@ class _JobHistory:
                 restarts = (current.restarts if current else 0) + crashed
                 if self.threads is None:
                     self.threads = event.threads
-                if not self.attempts:  # the first count at or after this start: this start's own, or a tie's
-                    self.first_steps = bisect.bisect_left(self.step_ts, t)
                 attempt = _Attempt(seq, t, event.device, event.pid, restarts, len(self.rollout_ts))
                 self.attempts.append(attempt)
                 self.attempt_ts.append(t)
@@ -304,8 +301,9 @@ class _JobHistory:
         mean_sps = None
         if first is not None and attempt is not None:
             active = sum(min(cut, a.end, run_end) - a.t for a in attempts)
-            assert self.first_steps is not None  # set with the first attempt
-            mean_sps = (steps - self.steps[self.first_steps]) / active if active > 0 else None
+            # The first count at or after the first start: that start's own, or a tie's.
+            first_steps = self.steps[bisect.bisect_left(self.step_ts, first.t)]
+            mean_sps = (steps - first_steps) / active if active > 0 else None
         peak = _latest(self.peak_ts, self.peaks, cut)
         memory: MemoryVerdict | MemoryFigures | None = _latest(self.memory_ts, self.memory, cut)
         restarts = attempt.restarts if attempt else 0
