@@ -88,7 +88,11 @@ class PhaseEvent:
 
 @dataclass(frozen=True)
 class ProgressEvent:
-    """Training progress; `losses` only after a train phase."""
+    """Training progress; `losses` only after a train phase. On CUDA, `cuda_reserved_bytes` is what
+    the worker's caching allocator holds now (`torch.cuda.memory_reserved()`) and `cuda_peak_bytes`
+    the most it has held (`torch.cuda.max_memory_reserved()`): the job's own GPU memory, which the
+    cockpit uses where NVML cannot say which process is the job's (a container without
+    `--pid=host`). Both are absent on the CPU."""
 
     kind: ClassVar[Literal["progress"]] = "progress"
     t: float
@@ -99,6 +103,8 @@ class ProgressEvent:
     ep_len_mean: float | None = None
     episodes: int | None = None
     losses: Mapping[str, float | None] | None = None
+    cuda_reserved_bytes: int | None = None
+    cuda_peak_bytes: int | None = None
 
 
 @dataclass(frozen=True)

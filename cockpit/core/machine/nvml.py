@@ -19,6 +19,41 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+# NVML's return codes (nvml.h, `nvmlReturn_t`; pynvml's NVML_ERROR_* constants): an NVMLError's
+# `value`. Errors are classified by these, never by the exception's class name.
+ERROR_INVALID_ARGUMENT = 2
+ERROR_NOT_SUPPORTED = 3
+ERROR_NO_PERMISSION = 4
+ERROR_NOT_FOUND = 6
+ERROR_DRIVER_NOT_LOADED = 9
+ERROR_TIMEOUT = 10
+ERROR_LIBRARY_NOT_FOUND = 12
+ERROR_FUNCTION_NOT_FOUND = 13
+ERROR_GPU_IS_LOST = 15
+ERROR_RESET_REQUIRED = 16
+ERROR_LIB_RM_VERSION_MISMATCH = 18
+ERROR_UNKNOWN = 999
+
+# How a GPU's utilization is read (`GpuSample.util_mode`): NVML's sample buffer
+# (`nvmlDeviceGetSamples`, every sample the driver took), a poll of `nvmlDeviceGetUtilizationRates`
+# once a tick (the driver's mean over its last period), or not at all: a MIG slice, which NVML does
+# not give a utilization of.
+UTIL_BUFFER = "buffer"
+UTIL_POLL = "poll"
+UTIL_NONE_MIG = "not per MIG slice"
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The NVML return code an NVMLError carries (`exc.value`), or None for any other exception."""
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def gpu_lost(exc: BaseException) -> bool:
+    """True when `exc` says the GPU itself is gone (off the bus, or needing a reset), not that one
+    read failed: only then is a GPU dropped at once."""
+    return error_code(exc) in (ERROR_GPU_IS_LOST, ERROR_RESET_REQUIRED)
+
 # Clock-event (throttle) reason bits, as NVML defines them.
 THROTTLE_REASONS: dict[int, str] = {
     0x1: "gpu_idle",
@@ -35,21 +70,33 @@ THROTTLE_REASONS: dict[int, str] = {
 
 @dataclass(frozen=True)
 class GpuInfo:
-    """A sampled GPU, for the run log: its NVML index, name, memory and driver, and its UUID ("" when
-    the driver does not say)."""
+    """A sampled GPU, for the run log: its index, name, memory and driver, and its UUID ("" when
+    the driver does not say).
+
+    A whole GPU's `index` is its NVML index. A MIG slice (`parent_index` is the NVML index of the
+    GPU it is cut from; its UUID starts "MIG-") is numbered after every whole GPU, in the order of
+    its parent and then its place there, and its memory is the slice's."""
 
     index: int
     name: str
     memory_total_bytes: int
     driver: str
     uuid: str = ""
+    parent_index: int | None = None
+
+    @property
+    def is_mig(self) -> bool:
+        """True for a MIG slice."""
+        return self.parent_index is not None
 
 
 @dataclass(frozen=True)
 class GpuSample:
     """One GPU's device counters at one tick. `util_percent` is the mean of the NVML samples since
     the last tick (`util_samples`, as (Unix time, %)) and `util_peak_percent` their maximum (the
-    burst a 1 s poll would miss). `index` is the GPU's NVML index."""
+    burst a 1 s poll would miss). `index` is the GPU's index (`GpuInfo.index`). `util_mode` says
+    how utilization was read (UTIL_BUFFER, UTIL_POLL, UTIL_NONE_MIG) and `sample_period_s` is the
+    spacing of the driver's samples as measured (None until it is known)."""
 
     util_percent: float | None
     util_peak_percent: float | None
@@ -61,6 +108,8 @@ class GpuSample:
     throttle_reasons: tuple[str, ...]
     index: int = 0
     util_samples: tuple[tuple[float, float], ...] = ()
+    util_mode: str = ""
+    sample_period_s: float | None = None
 
 
 def _text(value: Any) -> str:
