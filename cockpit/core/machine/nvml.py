@@ -134,6 +134,13 @@ class GpuReader:
         self._last_util_us = 0
         self._last_process_us = 0
         self._buffered = True
+        self._notes: list[str] = []
+
+    def take_notes(self) -> list[str]:
+        """What this reader found wrong since the previous call, one line each, each said once
+        (records dropped as implausible, a call the driver lacks): the sampler shows them."""
+        notes, self._notes = self._notes, []
+        return notes
 
     def _try(self, fn: Callable[..., T], *args: Any) -> T | None:
         try:
