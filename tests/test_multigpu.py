@@ -128,11 +128,12 @@ def test_placement_takes_the_fewest_jobs_then_the_most_free_memory_then_the_lowe
 
 def test_a_job_keeps_its_gpu_unless_it_is_gone() -> None:
     rooms = _rooms()
-    assert place(rooms, {0: 3}, GpuRef(0, "GPU-fake-0")).index == 0  # however loaded
-    assert place(rooms[1:], {}, GpuRef(0, "GPU-fake-0")).index == 3  # index missing: placed afresh
+    assert place(rooms, {0: 1, 1: 1, 2: 1, 3: 1}, GpuRef(0, "GPU-fake-0")).index == 0  # though 3 has more room
+    assert place(rooms[1:], {}, GpuRef(0, "GPU-fake-0")).index == 3  # its GPU missing: placed afresh
     swapped = [replace(rooms[0], uuid="GPU-other"), *rooms[1:]]
     assert place(swapped, {}, GpuRef(0, "GPU-fake-0")).index == 3  # another GPU at its index
-    assert place(rooms, {}, GpuRef(0)).index == 0  # a UUID not known: the index decides
+    unknown = [replace(r, uuid="") for r in rooms]
+    assert place(unknown, {}, GpuRef(0)).index == 0  # no UUID on either side: the index decides
 
 
 def _supervisor(tmp_path: Path, rooms: list[GpuRoom], agents: int) -> tuple[Supervisor, FakeLauncher]:
@@ -147,14 +148,17 @@ def test_the_supervisor_spreads_jobs_over_the_gpus_and_restarts_them_on_theirs(t
     rooms = _rooms()
     sup, launcher = _supervisor(tmp_path, rooms, agents=6)
     sup.tick()
-    placed = {p.request.job_id: p.request.gpu for p in launcher.processes}
+    placed = {p.request.job_id: p.request.gpu.index for p in launcher.processes if p.request.gpu is not None}
     assert placed == {"000": 3, "001": 1, "002": 2, "003": 0, "004": 3, "005": 1}
     assert {job.id: job.gpu for job in sup.snapshot().jobs} == placed
+    assert launcher.processes[0].request.gpu == GpuRef(3, "GPU-fake-3")  # the launcher gets the UUID too
     crash(sup, launcher, "000")
     sup.tick()
     sup.clock.t += 5  # type: ignore[attr-defined]
     sup.tick()  # back from its back-off: on GPU 3 again, though GPU 2 and 0 have fewer jobs now
-    assert launcher.processes[-1].request.job_id == "000" and launcher.processes[-1].request.gpu == 3
+    assert launcher.processes[-1].request.job_id == "000" and launcher.processes[-1].request.gpu == GpuRef(
+        3, "GPU-fake-3"
+    )
     finish(sup, launcher, "000")
     sup.tick()
     rooms[3:] = []  # GPU 3 is gone: its other job goes where placement puts it now
@@ -162,7 +166,9 @@ def test_the_supervisor_spreads_jobs_over_the_gpus_and_restarts_them_on_theirs(t
     sup.tick()
     sup.clock.t += 5  # type: ignore[attr-defined]
     sup.tick()
-    assert launcher.processes[-1].request.job_id == "004" and launcher.processes[-1].request.gpu == 2
+    assert launcher.processes[-1].request.job_id == "004" and launcher.processes[-1].request.gpu == GpuRef(
+        2, "GPU-fake-2"
+    )
 
 
 def test_without_a_gpu_nothing_is_placed(tmp_path: Path) -> None:
@@ -189,10 +195,10 @@ def test_gpus_must_be_on_this_machine(tmp_path: Path) -> None:
     common = dict(jobs=1, agents=1, preset="cartpole", env=None, timesteps=None, seed=0, max_restarts=0,
                   pin=False, command_line=("cockpit",))  # fmt: skip
     with pytest.raises(ConfigError) as exc:
-        build_spec(**common, run_dir=tmp_path / "a", gpus=(0, 5), gpu_count=4)  # type: ignore[arg-type]
+        build_spec(**common, run_dir=tmp_path / "a", gpus=(0, 5), gpus_here=(0, 1, 2, 3))  # type: ignore[arg-type]
     assert str(exc.value) == "--gpus 0,5: no GPU 5 here; NVML sees 4 GPU(s), indices 0-3"
     assert not (tmp_path / "a").exists()  # nothing started
-    spec = build_spec(**common, run_dir=tmp_path / "b", gpus=(2, 0), gpu_count=4)  # type: ignore[arg-type]
+    spec = build_spec(**common, run_dir=tmp_path / "b", gpus=(2, 0), gpus_here=(0, 1, 2, 3))  # type: ignore[arg-type]
     assert spec.gpus == (0, 2)
     # Without NVML there is nothing to check against: the run goes on, CPU-only, and says so.
     args = build_parser().parse_args(["run", "--gpus", "0,2", "--run-dir", str(tmp_path / "c")])
@@ -210,7 +216,7 @@ def test_a_run_on_four_gpus_samples_and_places_only_those_gpus_gives(tmp_path: P
     session = RunSession(spec, Sampler(gpus=keep_gpus(readers, spec.gpus), clock=clock), launcher=launcher,
                          serve=False)  # fmt: skip
     session.supervisor.tick()
-    assert sorted(p.request.gpu for p in launcher.processes) == [1, 3, 3]
+    assert sorted(p.request.gpu.index for p in launcher.processes if p.request.gpu is not None) == [1, 3, 3]
 
 
 # ----- phase accounting per GPU, in run.toml -----
@@ -249,7 +255,7 @@ def test_each_jobs_phases_meet_its_own_gpus_utilization_and_run_toml_has_each_gp
     state = replace(state, jobs=tuple(replace(j, gpu=placement[j.id]) for j in state.jobs))
     spec = build_spec(jobs=2, agents=2, preset="cartpole", env=None, timesteps=None, seed=0, max_restarts=0,
                       pin=False, command_line=("cockpit",), run_dir=tmp_path, gpus=(0, 1, 2, 3),
-                      gpu_count=4)  # fmt: skip
+                      gpus_here=(0, 1, 2, 3))  # fmt: skip
     host = HostInfo("h", "cpu", 2, 2, 2**34, "Linux")
     write(tmp_path, record(spec, state, host, accounting, recorder))
     recorded = read(tmp_path)
@@ -349,10 +355,16 @@ def test_the_launched_worker_sees_only_its_gpu(tmp_path: Path) -> None:
     command = (sys.executable, "-c", f"import os; open({str(out)!r}, 'w').write(os.environ.get("
                f"{CUDA_VISIBLE_DEVICES_ENV!r}, '-') + ' ' + os.environ.get('CUDA_DEVICE_ORDER', '-'))")  # fmt: skip
     launcher = LocalLauncher()
-    for gpu, expected in ((2, "2 PCI_BUS_ID"), (None, None)):
+    placed = (
+        (GpuRef(2, "GPU-fake-2"), "GPU-fake-2 PCI_BUS_ID"),  # by UUID: whatever order CUDA numbers in
+        (GpuRef(5, "MIG-fake-0-1"), "MIG-fake-0-1 PCI_BUS_ID"),  # a MIG slice: only its UUID names it
+        (GpuRef(2), "2 PCI_BUS_ID"),  # no UUID known: the NVML index, in NVML's order
+        (None, None),
+    )
+    for n, (gpu, expected) in enumerate(placed):
         out.unlink(missing_ok=True)
-        args = ScriptArgs(tmp_path / f"job{gpu}", f"j{gpu}", 0, command)
-        handle = launcher.launch(LaunchRequest(f"j{gpu}", args, gpu=gpu))
+        args = ScriptArgs(tmp_path / f"job{n}", f"j{n}", 0, command)
+        handle = launcher.launch(LaunchRequest(f"j{n}", args, gpu=gpu))
         deadline = time.monotonic() + 30
         while launcher.poll(handle) is None and time.monotonic() < deadline:
             time.sleep(0.05)

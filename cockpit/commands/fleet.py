@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich import box
@@ -81,10 +82,13 @@ def _plan(args: argparse.Namespace) -> tuple[FleetPlan, str]:
     return parse_plan(tomllib.loads(text), source), text
 
 
-def _spec(args: argparse.Namespace, plan: FleetPlan, gpu_count: int | None = None) -> RunSpec:
+def _spec(
+    args: argparse.Namespace, plan: FleetPlan, gpus_here: Sequence[int] | None = None, visible_by: str = ""
+) -> RunSpec:
     """The run the fleet is: its slots, run dir, name, restart policy and GPUs (`--gpus`, checked
-    against the `gpu_count` GPUs NVML sees); the first agent's preset and env stand for the run in
-    its header.
+    against `gpus_here`, the indices of the GPUs it may use: NVML's, or those `visible_by`, the
+    cockpit's `CUDA_VISIBLE_DEVICES`, leaves it); the first agent's preset and env stand for the
+    run in its header.
 
     The fleet's run name is `--name`, else the plan's `name` (both follow `rundir.check_run_name`);
     a resumed fleet keeps the name its run.toml recorded. Its directory is `--run-dir`, else
@@ -100,7 +104,7 @@ def _spec(args: argparse.Namespace, plan: FleetPlan, gpu_count: int | None = Non
         max_restarts=args.max_restarts, pin=False,
         command_line=("cockpit", *(sys.argv[1:] if args.argv is None else args.argv)),
         resuming=args.resume is not None, name=name, tensorboard=not args.no_tensorboard,
-        gpus=args.gpus, gpu_count=gpu_count,
+        gpus=args.gpus, gpus_here=gpus_here, visible_by=visible_by,
     )  # fmt: skip
     return on_cluster(spec, args.ray, args.storage, run_dir_given=args.resume is not None or args.run_dir is not None)
 
@@ -119,13 +123,16 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     from cockpit.core.fleet.run import FleetRun
     from cockpit.core.launch.pooled import PooledLauncher
     from cockpit.core.machine.nvml import close_gpus, open_gpus
-    from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus
+    from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus, visible_gpus
     from cockpit.core.supervise.supervisor import Supervisor
     from cockpit.core.telemetry.sampler import Sampler
 
     gpus, gpu_status = open_gpus()
+    gpus, gpu_status, visibility = visible_gpus(gpus, gpu_status)
+    visible_by = visibility.described if visibility.listed else ""
     try:
-        spec = _spec(args, plan, len(gpus) or None)
+        # No GPU, unless CUDA_VISIBLE_DEVICES left none: --gpus has nothing to check against; a warning says so.
+        spec = _spec(args, plan, tuple(r.info.index for r in gpus) if gpus or visible_by else None, visible_by)
     except ConfigError as exc:
         close_gpus(gpus)
         print(f"cockpit fleet: error: {exc}", file=sys.stderr)
@@ -147,7 +154,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     return run_on_launcher(
         spec, PooledLauncher,
         lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
-                                    resume=args.resume is not None, fleet_factory=fleet),
+                                    resume=args.resume is not None, fleet_factory=fleet, notes=visibility.warnings),
         front.headless(), "cockpit fleet",
     )  # fmt: skip
 

@@ -43,18 +43,25 @@ def _typed(args: argparse.Namespace) -> tuple[str, ...] | None:
     return tuple(typed) if ok else None
 
 
-def _spec(args: argparse.Namespace, gpus: Sequence[GpuReader] | None, command_line: tuple[str, ...]) -> RunSpec:
-    """The validated run the flags ask for, on Ray with `--ray`; ConfigError (one line) on bad input."""
+def _spec(
+    args: argparse.Namespace, gpus: Sequence[GpuReader] | None, command_line: tuple[str, ...], visible_by: str = ""
+) -> RunSpec:
+    """The validated run the flags ask for, on Ray with `--ray`, on the GPUs `gpus` (those the
+    cockpit's `CUDA_VISIBLE_DEVICES`, `visible_by`, leaves it: `loop.visible_gpus`); ConfigError
+    (one line) on bad input."""
     if args.ray is not None and args.auto:
         raise ConfigError("--auto: sizes the run to this machine's cores and GPU; with --ray the jobs run on the "
                           "cluster's: give --jobs instead")  # fmt: skip
-    spec = _local_spec(args, gpus, command_line)
+    spec = _local_spec(args, gpus, command_line, visible_by)
     return on_cluster(spec, args.ray, args.storage, run_dir_given=args.run_dir is not None or args.resume is not None)
 
 
-def _local_spec(args: argparse.Namespace, gpus: Sequence[GpuReader] | None, command_line: tuple[str, ...]) -> RunSpec:
-    """The validated run on this machine (`--gpus` checked against the GPUs NVML sees, `gpus`;
-    None: no GPU); ConfigError (one line) on bad input."""
+def _local_spec(
+    args: argparse.Namespace, gpus: Sequence[GpuReader] | None, command_line: tuple[str, ...], visible_by: str = ""
+) -> RunSpec:
+    """The validated run on this machine (`--gpus` checked against `gpus`, the GPUs it may use,
+    which `visible_by` chose when set; None and no `visible_by`: no GPU); ConfigError (one line)
+    on bad input."""
     from cockpit.contract.runrecord import RunRecordError, read
     from cockpit.core.session.loop import resume_spec_args
 
@@ -68,7 +75,8 @@ def _local_spec(args: argparse.Namespace, gpus: Sequence[GpuReader] | None, comm
         if worker_only:
             raise ConfigError(f"{', '.join(worker_only)}: cockpit's own worker's settings; a command after -- "
                               "trains its own way (give it its own flags)")  # fmt: skip
-    gpu_count = len(gpus or ()) or None  # no GPU: --gpus has nothing to be checked against, and a warning says so
+    # No GPU, unless CUDA_VISIBLE_DEVICES left none: --gpus has nothing to be checked against, and a warning says so.
+    here = tuple(r.info.index for r in gpus or ()) if gpus or visible_by else None
     if args.resume is None:
         preset = args.preset or ("heavy" if gpus else "cartpole")
         return build_spec(
@@ -77,7 +85,7 @@ def _local_spec(args: argparse.Namespace, gpus: Sequence[GpuReader] | None, comm
             max_restarts=args.max_restarts,
             healthy_uptime_s=args.healthy_uptime, stall_timeout_s=args.stall_timeout, pin=args.pin,
             command_line=command_line, script=script, name=args.name, tensorboard=not args.no_tensorboard,
-            gpus=args.gpus, gpu_count=gpu_count,
+            gpus=args.gpus, gpus_here=here, visible_by=visible_by,
         )  # fmt: skip
     fixed = [flag for flag, value in (("--agents", args.agents), ("--preset", args.preset), ("--env", args.env),
              ("--timesteps", args.timesteps), ("--episodes", args.episodes), ("--run-dir", args.run_dir),
@@ -96,7 +104,8 @@ def _local_spec(args: argparse.Namespace, gpus: Sequence[GpuReader] | None, comm
     spec_args["tensorboard"] = not args.no_tensorboard  # not recorded: each session takes the flag afresh
     if args.gpus is not None:  # a resumed run may be given other GPUs; its jobs keep theirs where they can
         spec_args["gpus"] = args.gpus
-    return build_spec(**spec_args, command_line=command_line, resuming=True, gpu_count=gpu_count)
+    return build_spec(**spec_args, command_line=command_line, resuming=True, gpus_here=here,
+                      visible_by=visible_by)  # fmt: skip
 
 
 def main(args: argparse.Namespace, front: FrontEnds) -> int:
@@ -104,7 +113,8 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     3 run directory lost, 128 + the signal when interrupted)."""
     from cockpit.core.launch.local import LocalLauncher
     from cockpit.core.machine.nvml import close_gpus, open_gpus
-    from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus
+    from cockpit.core.machine.placement import placeable
+    from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus, visible_gpus
     from cockpit.core.telemetry.sampler import Sampler
 
     command_line = _typed(args)
@@ -113,8 +123,9 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
         return 2
     headless = args.headless or not interactive()
     gpus, gpu_status = open_gpus()
+    gpus, gpu_status, visibility = visible_gpus(gpus, gpu_status)
     try:
-        spec = _spec(args, gpus, command_line)
+        spec = _spec(args, gpus, command_line, visibility.described if visibility.listed else "")
     except ConfigError as exc:
         close_gpus(gpus)
         print(f"cockpit run: error: {exc}", file=sys.stderr)
@@ -123,12 +134,14 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
         close_gpus(gpus)
         return _run_in_background(spec, args, front)
     gpus, gpu_status = sampled_gpus(spec, gpus, gpu_status)
-    gpu = gpus[0] if gpus else None
+    # The first GPU a job can run on: a MIG slice rather than the GPU it is cut from.
+    gpu = next((r for r in gpus if r.info in placeable([g.info for g in gpus])), None)
     auto = _auto_tuner(spec, gpu, args.auto_window) if args.auto else None
     return run_on_launcher(
         spec, LocalLauncher,
         lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
-                                    resume=args.resume is not None, auto=auto, costs=_cached_costs(spec, gpu)),
+                                    resume=args.resume is not None, auto=auto, costs=_cached_costs(spec, gpu),
+                                    notes=visibility.warnings),
         front.headless(), "cockpit run",
     )  # fmt: skip
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +88,8 @@ class RunSpec:
     `tensorboard` False (`--no-tensorboard`) turns off each job's TensorBoard logs: the workers'
     (SB3's scalars) and the cockpit's own scalars.
     `gpus` (`--gpus 0,2`) are the NVML indices of the GPUs the run samples and places jobs on,
-    sorted; None: every GPU NVML sees.
+    sorted, among those the cockpit's `CUDA_VISIBLE_DEVICES` leaves it; None: every one it leaves
+    (every GPU NVML sees when it is unset).
     `cluster`, when set (`--ray`), runs the jobs on a Ray cluster instead of this machine.
     """
 
@@ -177,17 +179,24 @@ def checked_env(preset: Preset, env: str | None) -> str:
     return env_id
 
 
-def checked_gpus(gpus: tuple[int, ...] | None, gpu_count: int | None) -> tuple[int, ...] | None:
-    """`--gpus`, sorted, checked against the `gpu_count` GPUs NVML sees (None: no GPU telemetry,
-    nothing to check against: the run goes on CPU-only and says so); ConfigError (one line) for an
-    index the machine does not have."""
+def checked_gpus(
+    gpus: tuple[int, ...] | None, here: Sequence[int] | None, visible_by: str = ""
+) -> tuple[int, ...] | None:
+    """`--gpus`, sorted, checked against `here`, the indices of the GPUs the run may use (None: no
+    GPU telemetry, nothing to check against: the run goes on CPU-only and says so): those NVML
+    sees, or those `visible_by` (`CUDA_VISIBLE_DEVICES='1'`, "" when unset) leaves the run.
+    ConfigError (one line) for an index not among them."""
     if gpus is None:
         return None
     text = ",".join(map(str, gpus))
-    missing = [index for index in gpus if gpu_count is not None and index >= gpu_count]
-    if missing and gpu_count is not None:
-        raise ConfigError(f"--gpus {text}: no GPU {missing[0]} here; NVML sees {gpu_count} GPU(s), "
-                          f"indices 0-{gpu_count - 1}")  # fmt: skip
+    missing = [index for index in gpus if here is not None and index not in here]
+    if missing and here is not None:
+        if visible_by:
+            left = f"GPU(s) {','.join(map(str, sorted(here)))}" if here else "no GPU"
+            raise ConfigError(f"--gpus {text}: GPU {missing[0]} is not visible to this run; {visible_by} "
+                              f"leaves it {left}")  # fmt: skip
+        span = f"0-{len(here) - 1}" if list(here) == list(range(len(here))) else ",".join(map(str, sorted(here)))
+        raise ConfigError(f"--gpus {text}: no GPU {missing[0]} here; NVML sees {len(here)} GPU(s), indices {span}")
     if len(set(gpus)) != len(gpus):
         raise ConfigError(f"--gpus {text}: name each GPU once")
     return tuple(sorted(gpus))
@@ -213,7 +222,8 @@ def build_spec(
     episodes: int | None = None,
     tensorboard: bool = True,
     gpus: tuple[int, ...] | None = None,
-    gpu_count: int | None = None,
+    gpus_here: Sequence[int] | None = None,
+    visible_by: str = "",
 ) -> RunSpec:
     """Validate the inputs of a run into a RunSpec; raises ConfigError (one line).
 
@@ -224,10 +234,10 @@ def build_spec(
     `script` (the command after `--`), `preset`, `env` and `timesteps` are not checked: the caller
     refuses them with a script, and the jobs run the command instead. A `name` (`--name`) must be
     a safe path component; without `run_dir` the run goes to `runs/<UTC time>-<name>`. `gpus`
-    (`--gpus`) is checked against the `gpu_count` GPUs NVML sees (`checked_gpus`).
+    (`--gpus`) is checked against `gpus_here`, the GPUs the run may use (`checked_gpus`).
     """
     name = checked_name(name)
-    gpus = checked_gpus(gpus, gpu_count)
+    gpus = checked_gpus(gpus, gpus_here, visible_by)
     if timesteps is not None and episodes is not None:
         raise ConfigError(f"--episodes {episodes}: a run's target is --timesteps or --episodes, not both")
     if run_dir is None and name is not None:

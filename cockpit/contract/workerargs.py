@@ -37,14 +37,17 @@ CUDA_VISIBLE_DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
 CUDA_DEVICE_ORDER_ENV = "CUDA_DEVICE_ORDER"
 
 
-def gpu_environment(gpu: int | None) -> dict[str, str]:
-    """The environment that gives a worker GPU `gpu` (its NVML index) alone, which it then sees as
-    `cuda:0`; nothing for None (no GPU placement: the worker sees what the cockpit sees)."""
-    if gpu is None:
+def gpu_environment(index: int | None, uuid: str = "") -> dict[str, str]:
+    """The environment that gives a worker one GPU alone, which it then sees as `cuda:0`: by its
+    `uuid` (`GPU-...`, or `MIG-...` for a MIG slice) when known, else by its NVML `index`; nothing
+    for index None (no GPU placement: the worker sees what the cockpit sees, `CUDA_VISIBLE_DEVICES`
+    included)."""
+    if index is None:
         return {}
-    # CUDA numbers GPUs fastest first unless told otherwise; NVML by PCI bus id. Without the
-    # order the index would name another GPU on a machine of mixed models.
-    return {CUDA_VISIBLE_DEVICES_ENV: str(gpu), CUDA_DEVICE_ORDER_ENV: "PCI_BUS_ID"}
+    # A UUID names the one device whatever the order, and is the only way to name a MIG slice. An
+    # index needs the order: CUDA numbers GPUs fastest first unless told otherwise, NVML by PCI
+    # bus id, and without it the index would name another GPU on a machine of mixed models.
+    return {CUDA_VISIBLE_DEVICES_ENV: uuid or str(index), CUDA_DEVICE_ORDER_ENV: "PCI_BUS_ID"}
 
 
 DISK_FULL_ERROR = "disk_full"  # the `error` event's type when a write failed with ENOSPC or EDQUOT

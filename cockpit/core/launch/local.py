@@ -30,9 +30,8 @@ from cockpit.contract.workerargs import (
     SERVE_FLAG,
     THREAD_ENV_VARS,
     WORKER_MODULE,
-    gpu_environment,
 )
-from cockpit.core.launch.protocol import EventSource, LaunchRequest, WorkerHandle
+from cockpit.core.launch.protocol import EventSource, LaunchRequest, WorkerHandle, gpu_env
 
 
 class LocalJobFiles:
@@ -73,7 +72,7 @@ class LocalLauncher(LocalJobFiles):
                 stdout=out,
                 stderr=err,
                 cwd=self.cwd,
-                env={**worker_env(), **request.args.environment(), **gpu_environment(request.gpu)},
+                env={**worker_env(), **request.args.environment(), **gpu_env(request.gpu)},
                 start_new_session=True,
             )
         # Affinity and priority are set from here rather than in a preexec_fn, which is unsafe in a

@@ -26,11 +26,11 @@ from cockpit.contract.workerargs import (
     ServeArgs,
     WorkerArgs,
     encode_request,
-    gpu_environment,
     parse_status,
 )
 from cockpit.core.launch.local import WORKER_NICE, LocalJobFiles, pin_threads, worker_env
-from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
+from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle, gpu_env
+from cockpit.core.machine.placement import GpuRef
 
 # A retiring process's spare starts this many jobs before the end (its last job included): a
 # fleet's short jobs took 5-10 s, and a spare started with the last one, importing at nice 10
@@ -52,7 +52,7 @@ class _Served:
 
     proc: subprocess.Popen[bytes]
     status_fd: int  # the read end of its status pipe (non-blocking); -1 once closed
-    gpu: int | None = None  # the GPU it was started for: it serves jobs placed there only
+    gpu: GpuRef | None = None  # the GPU it was started for (index and UUID): it serves jobs placed there only
     cpus: tuple[int, ...] | None = None  # the CPUs it was last pinned to (None: as started)
     jobs: int = 0  # handed to it so far
     job: _PooledJob | None = None  # the job it runs now
@@ -132,7 +132,7 @@ class PooledLauncher(LocalJobFiles):
                 self._idle.insert(0, self._start(None, request.gpu))  # after any process already warm
         return WorkerHandle(request.job_id, served.proc.pid, request.job_dir, job)
 
-    def _start(self, logs: JobDir | None, gpu: int | None) -> _Served:
+    def _start(self, logs: JobDir | None, gpu: GpuRef | None) -> _Served:
         """A new served process for GPU `gpu` with its output in `logs`' stdout and stderr logs (a first job's),
         or discarded (a spare's: its jobs' output goes to their own logs; one that fails to
         start is found dead when handed a job, and a fresh process takes the job instead)."""
@@ -150,7 +150,7 @@ class PooledLauncher(LocalJobFiles):
                     stdout=out,
                     stderr=err,
                     cwd=self.cwd,
-                    env={**worker_env(), **gpu_environment(gpu)},
+                    env={**worker_env(), **gpu_env(gpu)},
                     start_new_session=True,
                     pass_fds=(write,),
                 )

@@ -11,28 +11,33 @@ from typing import Protocol, runtime_checkable
 from cockpit.contract.events import Event
 from cockpit.contract.remote import NodeSample
 from cockpit.contract.scriptargs import ScriptArgs
-from cockpit.contract.workerargs import (
-    WorkerArgs,
-)
+from cockpit.contract.workerargs import WorkerArgs, gpu_environment
+from cockpit.core.machine.placement import GpuRef
 from cockpit.core.telemetry.sampler import JobUsage
 
 
 @dataclass(frozen=True)
 class LaunchRequest:
     """One worker to start: its arguments (which name its job dir), the CPUs it may use, and the
-    GPU (NVML index) it runs on, the only one it sees (`workerargs.gpu_environment`; None: no
-    placement, it sees what we see). The worker is cockpit's own (`WorkerArgs`) or a user's
-    command under the guard (`ScriptArgs`)."""
+    GPU (or MIG slice) it runs on, the only one it sees: by UUID when known, else by NVML index
+    (`workerargs.gpu_environment`; None: no placement, it sees what we see). The worker is
+    cockpit's own (`WorkerArgs`) or a user's command under the guard (`ScriptArgs`)."""
 
     job_id: str
     args: WorkerArgs | ScriptArgs
     cpus: tuple[int, ...] | None = None
-    gpu: int | None = None
+    gpu: GpuRef | None = None
 
     @property
     def job_dir(self) -> Path:
         """Where the worker writes its events, checkpoints and logs."""
         return self.args.job_dir
+
+
+def gpu_env(gpu: GpuRef | None) -> dict[str, str]:
+    """What a worker's environment gets for the GPU it is placed on (`workerargs.gpu_environment`:
+    its UUID when known, else its index; nothing for None)."""
+    return gpu_environment(gpu.index, gpu.uuid) if gpu is not None else {}
 
 
 @dataclass

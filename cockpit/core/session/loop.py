@@ -41,6 +41,7 @@ from cockpit.contract.runrecord import write as write_record
 from cockpit.contract.runspec import ConfigError, RunSpec
 from cockpit.contract.scriptargs import script_label
 from cockpit.contract.states import JobState, RunStatus
+from cockpit.contract.workerargs import CUDA_DEVICE_ORDER_ENV, CUDA_VISIBLE_DEVICES_ENV
 from cockpit.core.export.tensorboard import TensorBoardScalars, install_hint, tensorboard_api
 from cockpit.core.feed.control import ControlError, ControlServer
 from cockpit.core.feed.snapshot import RunState
@@ -53,12 +54,13 @@ from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.machine.host import HostInfo, host_info, thread_budget
 from cockpit.core.machine.nvml import GpuReader, close_gpus, keep_gpus
 from cockpit.core.machine.placement import GpuRef
+from cockpit.core.machine.visibility import Visibility, visible, with_slices
 from cockpit.core.record.runlog import Recorder, phase_accounting, record
 from cockpit.core.sizing.advisor import MAX_ENVS_SCALE, Measurements, advise, job_measure, machine_of, memory_advice
 from cockpit.core.sizing.autotune import AutoTuner
 from cockpit.core.supervise.rundirwatch import RunDirWatch
 from cockpit.core.supervise.supervisor import STOP_GRACE_S, JobTemplate, Supervisor
-from cockpit.core.telemetry.memwatch import MemoryVerdict
+from cockpit.core.telemetry.memwatch import MIB, MemoryVerdict
 from cockpit.core.telemetry.phases import Accounting, phases_since, prune
 from cockpit.core.telemetry.sampler import Sample, Sampler
 
@@ -113,6 +115,8 @@ class RunSession:
     costs: Costs | None = None  # what a job of the preset costs here, if measured (`cockpit.core.sizing.cost_probe`)
     # A fleet (`cockpit fleet`): it gets the supervisor and feeds its queue; the spec's seeds are unused.
     fleet_factory: FleetFactory | None = None
+    # Lines the run's warnings begin with: what the cockpit's CUDA_VISIBLE_DEVICES left it (`visible_gpus`).
+    notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         budget = thread_budget(self.spec.slots, self.host.physical_cores)
@@ -129,7 +133,9 @@ class RunSession:
             preset_name=self.spec.preset.name if self.spec.preset is not None else "script",
             # On Ray the cluster places each actor on a GPU of its node; this machine's are not theirs.
             gpus=tuple if isinstance(self.launcher, RemoteJobs) else self.sampler.gpu_rooms,
+            peak_gpu_mem=lambda: self.sampler.peak_gpu_mem,
         )
+        self.supervisor.warnings.extend(self.notes)
         if self.spec.gpus is not None and not self.sampler.gpus:
             asked = ",".join(map(str, self.spec.gpus))
             why = self.sampler.gpu_status or "no GPU"
@@ -183,6 +189,8 @@ class RunSession:
             job = sup.jobs.get(job_record.id)
             if job is not None and job_record.gpu is not None:  # back on its GPU, if that is still there
                 job.gpu = GpuRef(job_record.gpu, job_record.gpu_uuid or "")
+            if job is not None and job_record.peak_gpu_mem_mib:  # the room that GPU must still have
+                job.recorded_peak_gpu_mem = job_record.peak_gpu_mem_mib * MIB
             # What the leak watch said of it then, until a worker of this session is judged.
             verdict = MemoryVerdict.recorded(job_record.memory, job_record.memory_growth_mib_h,
                                              job_record.gpu_memory_growth_mib_h)  # fmt: skip
@@ -535,14 +543,30 @@ def open_launcher(spec: RunSpec, local: Callable[[], Launcher]) -> AbstractConte
     return RayLauncher(spec.cluster.address, storage=spec.cluster.storage, slots=spec.slots)
 
 
+def visible_gpus(
+    gpus: list[GpuReader], status: str, environ: Mapping[str, str] = os.environ
+) -> tuple[list[GpuReader], str, Visibility]:
+    """Of `gpus` (every device NVML lists, open), those the cockpit's own `CUDA_VISIBLE_DEVICES`
+    (in `environ`) leaves the run (`cockpit.core.machine.visibility`; the others are closed), their
+    status line (why there is none, when it leaves none), and what it left (its warnings go to
+    the run's, `RunSession.notes`)."""
+    seen = visible(environ.get(CUDA_VISIBLE_DEVICES_ENV), [r.info for r in gpus], environ.get(CUDA_DEVICE_ORDER_ENV))
+    kept = keep_gpus(gpus, seen.indices)
+    if gpus and not kept:
+        status = f"no GPU: {seen.described} leaves the run none of the {len(gpus)} NVML sees; training on the CPU"
+    return kept, status, seen
+
+
 def sampled_gpus(spec: RunSpec, gpus: list[GpuReader], status: str) -> tuple[list[GpuReader], str]:
-    """The GPUs the run's sampler reads, of `gpus` (this machine's, open), and their status line:
-    those `--gpus` names; none on a Ray cluster joined by address, whose jobs run on other
-    machines (each node's GPU is in its node's samples), so this machine's GPU is no job's."""
+    """The GPUs the run's sampler reads, of `gpus` (this machine's that it may use, open), and
+    their status line: those `--gpus` names (with the MIG slices of a GPU it names); none on a Ray
+    cluster joined by address, whose jobs run on other machines (each node's GPU is in its node's
+    samples), so this machine's GPU is no job's."""
     if spec.cluster is not None and spec.cluster.address is not None:
         close_gpus(gpus)
         return [], "no GPU telemetry here: the jobs run on the Ray cluster (each node's GPU is on its line)"
-    return keep_gpus(gpus, spec.gpus), status
+    named = with_slices(spec.gpus, [r.info for r in gpus]) if spec.gpus is not None else None
+    return keep_gpus(gpus, named), status
 
 
 def run_on_launcher(

@@ -25,7 +25,7 @@ from cockpit.contract.costs import Costs
 from cockpit.contract.presets import Preset, largest_divisor_at_most
 from cockpit.core.machine.host import HostInfo
 from cockpit.core.machine.nvml import GpuInfo
-from cockpit.core.machine.placement import GpuRoom, fit_jobs, place
+from cockpit.core.machine.placement import GpuRoom, fit_jobs, place, rooms_of
 from cockpit.core.sizing.overlap import Station, overlap_sps, speed_of
 
 GIB = 1024**3
@@ -78,11 +78,12 @@ class Machine:
     gpus: tuple[GpuInfo, ...] = ()
 
     def gpu_rooms(self) -> list[GpuRoom]:
-        """Each GPU with all its memory free: what placement sees of an empty machine."""
+        """Each GPU (or MIG slice: `placement.rooms_of`) with all its memory free: what placement sees
+        of an empty machine."""
         gpus = self.gpus
         if not gpus and self.gpu_name is not None and self.gpu_memory_bytes:
             gpus = (GpuInfo(0, self.gpu_name, self.gpu_memory_bytes, ""),)
-        return [GpuRoom(g.index, g.uuid, g.memory_total_bytes, g.memory_total_bytes) for g in gpus]
+        return rooms_of(gpus)
 
 
 @dataclass(frozen=True)
@@ -307,7 +308,8 @@ def _gpu_memory(host: Machine, jobs: int, measured: Measurements) -> list[Advice
     rooms = host.gpu_rooms()
     if len(rooms) > 1:
         return _gpus_memory(rooms, jobs, measured)
-    peak, total = measured.peak_gpu_mem_bytes, host.gpu_memory_bytes
+    # One place: a MIG slice's memory is the slice's, not the GPU's it is cut from.
+    peak, total = measured.peak_gpu_mem_bytes, rooms[0].total_bytes if rooms else host.gpu_memory_bytes
     if peak is None or not total or jobs * peak <= GPU_MEM_BUDGET * total:
         return []
     fit = max_jobs_for_gpu_memory(peak, total)

@@ -59,6 +59,8 @@ class Job:
     slot: int | None = None
     # The GPU its worker runs on (`cockpit.core.machine.placement`); kept across restarts while it is there.
     gpu: GpuRef | None = None
+    # Its peak GPU memory in an earlier session of the run (run.toml): room its GPU must have to keep it.
+    recorded_peak_gpu_mem: int | None = None
     restarts: int = 0  # in this run, as the views and run.toml show them
     # Restarts since the last attempt that ran `RestartPolicy.healthy_uptime_s`: what the policy counts.
     restarts_in_a_row: int = 0

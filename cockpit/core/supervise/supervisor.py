@@ -28,8 +28,9 @@ job's target); until the first one it shows `NO_EVENTS_NOTE`, and the stall watc
 alone: a script may be silent all its life.
 
 On a machine with GPUs, each launch places the job on one (`cockpit.core.machine.placement`: the GPU it
-ran on before while that GPU is there, else the one with the fewest jobs, then the most free
-memory); the launcher makes that the only GPU its worker sees.
+ran on before, found by UUID, while it is there, has room for the job's known peak GPU memory and
+is not crowded; else the one with the fewest jobs, then the most free memory); the launcher makes
+that the only GPU its worker sees.
 
 Commands and interrupts may come from any thread (a signal handler, the TUI); they are only
 recorded there and acted on at the next tick. A plain `--jobs 4` run is a queue of 4 jobs with 4
@@ -126,7 +127,9 @@ def _preset_name(preset_arg: str) -> str:
 class Supervisor:
     """Runs a queue of jobs through `slots` parallel workers via a `Launcher`; crashed jobs
     restart as `restart` says (see the module docstring). `gpus` gives the GPUs jobs may be
-    placed on as they are at the moment of a launch (none: no placement)."""
+    placed on as they are at the moment of a launch (none: no placement), and `peak_gpu_mem`
+    each job's peak GPU memory measured so far (bytes by job id), which its previous GPU must
+    still have free for the job to go back to it."""
 
     def __init__(
         self,
@@ -142,9 +145,11 @@ class Supervisor:
         clock: Clock | None = None,
         preset_name: str = "",
         gpus: Callable[[], Sequence[GpuRoom]] = tuple,
+        peak_gpu_mem: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.run_dir = run_dir
         self.gpus = gpus
+        self.peak_gpu_mem = peak_gpu_mem
         self.template = template
         self.slots = slots
         self.launcher = launcher
@@ -360,7 +365,8 @@ class Supervisor:
 
     def _place(self, job: Job) -> None:
         """Put `job` on its GPU for this launch (`cockpit.core.machine.placement`); None without a GPU."""
-        room = place(self.gpus(), self._jobs_on_gpus(job), job.gpu)
+        known = [p for p in (self.peak_gpu_mem().get(job.id), job.recorded_peak_gpu_mem) if p]
+        room = place(self.gpus(), self._jobs_on_gpus(job), job.gpu, max(known, default=None))
         job.gpu = GpuRef(room.index, room.uuid) if room is not None else None
 
     def _launch(self, job: Job) -> None:
@@ -386,8 +392,7 @@ class Supervisor:
         job.attempt_started_seen = False
         job.last_event_at, job.stalled_at, job.stall_reason = self.clock.monotonic(), None, None
         try:
-            gpu = job.gpu.index if job.gpu is not None else None
-            job.handle = self.launcher.launch(LaunchRequest(job.id, args, cpus, gpu))
+            job.handle = self.launcher.launch(LaunchRequest(job.id, args, cpus, job.gpu))
         except OSError as exc:
             job.error = f"could not start the worker: {exc}"
             job.change_state(JobState.STARTING, now)

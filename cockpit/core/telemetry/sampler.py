@@ -29,7 +29,7 @@ import psutil
 from cockpit.contract.remote import NodeSample
 from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.machine.nvml import GpuInfo, GpuReader, GpuSample, close_gpus
-from cockpit.core.machine.placement import GpuRoom
+from cockpit.core.machine.placement import GpuRoom, rooms_of
 
 SAMPLE_HZ = 5.0
 # CPU % per core and per job, RAM, RSS and per-process GPU memory: read this often, not at every tick.
@@ -194,15 +194,15 @@ class Sampler:
         return self._infos
 
     def gpu_rooms(self) -> list[GpuRoom]:
-        """Each GPU sampled now with its free memory at the latest tick (before the first: all of
-        it), for placing jobs (`cockpit.core.machine.placement`)."""
+        """Each device sampled now that a job may be placed on (`placement.rooms_of`: a MIG slice,
+        not the GPU it is cut from), with its free memory at the latest tick (before the first:
+        all of it), for placing jobs (`cockpit.core.machine.placement`)."""
         latest = self.latest()
-        rooms = []
+        used: dict[int, int] = {}
         for info in (reader.info for reader in self.gpus):
             sample = latest.gpu_of(info.index) if latest is not None else None
-            used = sample.mem_used_bytes if sample is not None else 0
-            rooms.append(GpuRoom(info.index, info.uuid, info.memory_total_bytes, info.memory_total_bytes - used))
-        return rooms
+            used[info.index] = sample.mem_used_bytes if sample is not None else 0
+        return rooms_of([reader.info for reader in self.gpus], used)
 
     def set_jobs(self, pids: Mapping[str, int]) -> None:
         """The worker pid of each live job; the sampler follows each one's process tree."""
