@@ -135,8 +135,9 @@ def _add_gpus_flag(parser: ArgumentParser) -> None:
     """`--gpus I,J`, for `run` and `fleet`."""
     parser.add_argument(
         "--gpus", type=gpu_indices, metavar="I,J",
-        help="the GPUs to sample and place jobs on, by NVML index as nvidia-smi numbers them (default: every "
-        "GPU; each job runs on one, the only one its worker sees)",
+        help="the GPUs to sample and place jobs on, by NVML index as nvidia-smi numbers them, among those "
+        "CUDA_VISIBLE_DEVICES leaves (default: every one it leaves; each job runs on one, the only one its "
+        "worker sees)",
     )  # fmt: skip
 
 
