@@ -79,7 +79,7 @@ class GpuInfo:
 
     index: int
     name: str
-    memory_total_bytes: int
+    memory_total_bytes: int | None
     driver: str
     uuid: str = ""
     parent_index: int | None = None
@@ -100,8 +100,8 @@ class GpuSample:
 
     util_percent: float | None
     util_peak_percent: float | None
-    mem_used_bytes: int
-    mem_total_bytes: int
+    mem_used_bytes: int | None
+    mem_total_bytes: int | None
     power_w: float | None
     temperature_c: float | None
     sm_clock_mhz: int | None

@@ -82,7 +82,8 @@ class Machine:
         gpus = self.gpus
         if not gpus and self.gpu_name is not None and self.gpu_memory_bytes:
             gpus = (GpuInfo(0, self.gpu_name, self.gpu_memory_bytes, ""),)
-        return [GpuRoom(g.index, g.uuid, g.memory_total_bytes, g.memory_total_bytes) for g in gpus]
+        # A GPU whose memory NVML does not report (unified memory) counts no room: one job fits.
+        return [GpuRoom(g.index, g.uuid, g.memory_total_bytes or 0, g.memory_total_bytes or 0) for g in gpus]
 
 
 @dataclass(frozen=True)

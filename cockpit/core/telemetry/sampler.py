@@ -201,7 +201,9 @@ class Sampler:
         for info in (reader.info for reader in self.gpus):
             sample = latest.gpu_of(info.index) if latest is not None else None
             used = sample.mem_used_bytes if sample is not None else 0
-            rooms.append(GpuRoom(info.index, info.uuid, info.memory_total_bytes, info.memory_total_bytes - used))
+            total = info.memory_total_bytes  # None (unified memory): no room counted, placed by job count
+            free = total - used if total is not None and used is not None else 0
+            rooms.append(GpuRoom(info.index, info.uuid, total or 0, free))
         return rooms
 
     def set_jobs(self, pids: Mapping[str, int]) -> None:
