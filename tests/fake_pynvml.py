@@ -346,6 +346,10 @@ class FakeNvml:
         return list(part.processes if part is not None else self._device(handle).processes)
 
     def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: str) -> list[SimpleNamespace]:
+        return self._processes_v3(handle)
+
+    def _processes_v3(self, handle: str) -> list[SimpleNamespace]:
+        """The library's _v3 call, which the unversioned binding calls whatever the bindings name."""
         gpu = self._device(handle)
         if not gpu.processes_v3:
             raise _fail(13)
@@ -363,7 +367,7 @@ class FakeNvml:
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: str) -> list[SimpleNamespace]:
         try:
-            return self.nvmlDeviceGetComputeRunningProcesses_v3(handle)
+            return self._processes_v3(handle)
         except NVMLError_FunctionNotFound:
             raise NVMLLibraryMismatchError(
                 "Unversioned function called and the pyNVML version does not match"
