@@ -47,7 +47,7 @@ def _four(clock: FakeClock, nvml_out: list[FakeNvml] | None = None) -> list[GpuR
     nvml = FakeNvml(four_gpus(clock.time))
     if nvml_out is not None:
         nvml_out.append(nvml)
-    readers, status = open_gpus(nvml)
+    readers, status = open_gpus(nvml, clock=clock.time)
     assert status == ""
     return readers
 

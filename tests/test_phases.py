@@ -48,7 +48,9 @@ def test_a_single_job_gets_its_bursts_attributed_to_training() -> None:
         return 90.0 if any(s <= t < e for s, e in train) else 4.0
 
     clock = [T0 - 0.5]
-    gpu, _ = open_gpu(FakeNvml(FakeGpu(util_at=util_at, clock=lambda: clock[0], period=0.05, start=T0 - 0.5)))
+    gpu, _ = open_gpu(
+        FakeNvml(FakeGpu(util_at=util_at, clock=lambda: clock[0], period=0.05, start=T0 - 0.5)), clock=lambda: clock[0]
+    )
     samples = []
     while clock[0] < T0 + 21:
         clock[0] += 0.2

@@ -13,7 +13,7 @@ import pytest
 
 from cockpit.core.machine.nvml import open_gpu
 from cockpit.core.telemetry.sampler import TREE_SCAN_MAX_S, TREE_SCAN_S, Sample, Sampler
-from tests.fake_pynvml import GIB, FakeGpu, FakeNvml, NVMLError_LibraryNotFound, NVMLError_NotSupported
+from tests.fake_pynvml import GIB, FakeGpu, FakeNvml, NVMLError_GpuIsLost, NVMLError_LibraryNotFound
 from tests.fakeclock import FakeClock
 
 
@@ -25,7 +25,7 @@ def bursts(t: float) -> float:
 def test_buffered_samples_catch_bursts_shorter_than_the_tick() -> None:
     clock = FakeClock()
     nvml = FakeNvml(FakeGpu(util_at=bursts, clock=clock.time, period=0.02))
-    gpu, status = open_gpu(nvml)
+    gpu, status = open_gpu(nvml, clock=clock.time)
     assert status == "" and gpu is not None
     assert gpu.info.name == "NVIDIA GeForce RTX 4090 (fake)" and gpu.info.driver == "555.42"
     seen = []
@@ -44,7 +44,7 @@ def test_buffered_samples_catch_bursts_shorter_than_the_tick() -> None:
 def test_an_empty_buffer_means_no_new_samples_not_a_poll() -> None:
     clock = FakeClock()
     nvml = FakeNvml(FakeGpu(util_at=lambda t: 42.0, clock=clock.time, period=10.0))
-    gpu, _ = open_gpu(nvml)
+    gpu, _ = open_gpu(nvml, clock=clock.time)
     gpu.read()  # drains the buffer
     _, util = gpu.read()
     assert util == []
@@ -53,7 +53,7 @@ def test_an_empty_buffer_means_no_new_samples_not_a_poll() -> None:
 def test_without_a_sample_buffer_it_polls_utilization_rates() -> None:
     clock = FakeClock()
     nvml = FakeNvml(FakeGpu(util_at=lambda t: 42.0, clock=clock.time, buffered=False))
-    gpu, _ = open_gpu(nvml)
+    gpu, _ = open_gpu(nvml, clock=clock.time)
     _, util = gpu.read()
     assert [u for _, u in util] == [42.0]
 
@@ -61,11 +61,11 @@ def test_without_a_sample_buffer_it_polls_utilization_rates() -> None:
 def test_a_gpu_read_failure_leaves_cpu_sampling_running() -> None:
     clock = FakeClock()
     nvml = FakeNvml(FakeGpu(util_at=bursts, clock=clock.time))
-    gpu, _ = open_gpu(nvml)
+    gpu, _ = open_gpu(nvml, clock=clock.time)
     sampler = Sampler(gpu=gpu, clock=clock, hz=50.0)
 
     def fallen_off_the_bus(handle: str) -> None:
-        raise NVMLError_NotSupported("GPU is lost")
+        raise NVMLError_GpuIsLost()
 
     nvml.nvmlDeviceGetMemoryInfo = fallen_off_the_bus  # type: ignore[method-assign]
     sampler.start()
@@ -73,7 +73,7 @@ def test_a_gpu_read_failure_leaves_cpu_sampling_running() -> None:
     while (sampler.latest() is None or sampler.gpu is not None) and time.monotonic() < deadline:
         time.sleep(0.01)
     sampler.stop()
-    assert sampler.gpu is None and sampler.gpu_status.startswith("no GPU telemetry: lost (NVMLError_NotSupported")
+    assert sampler.gpu is None and sampler.gpu_status.startswith("no GPU telemetry: lost (NVMLError_GpuIsLost")
     assert sampler.latest() is not None and sampler.latest().gpu is None
 
 
@@ -102,7 +102,7 @@ def test_sampler_maps_gpu_memory_to_jobs_by_process_tree() -> None:
     child = subprocess.Popen(["sleep", "30"])  # a process of the job's tree that holds GPU memory too
     try:
         nvml = FakeNvml(FakeGpu(util_at=bursts, clock=clock.time, processes=((me, 2 * GIB), (child.pid, GIB))))
-        gpu, _ = open_gpu(nvml)
+        gpu, _ = open_gpu(nvml, clock=clock.time)
         sampler = Sampler(gpu=gpu, clock=clock)
         sampler.set_jobs({"000": me})
         sample = sampler.tick()
@@ -135,7 +135,7 @@ def test_cpu_and_memory_are_read_once_a_second_and_every_tick_carries_the_latest
 ) -> None:
     clock = FakeClock()
     nvml = FakeNvml(FakeGpu(util_at=bursts, clock=clock.time, period=0.02))
-    gpu, _ = open_gpu(nvml)
+    gpu, _ = open_gpu(nvml, clock=clock.time)
     sampler = Sampler(gpu=gpu, clock=clock)
     sampler.set_jobs({"000": os.getpid()})
     memory = _Counted(psutil.virtual_memory, clock)
@@ -180,7 +180,7 @@ def test_a_change_in_the_jobs_is_read_at_the_next_tick() -> None:
 def test_process_trees_are_walked_less_often_while_they_stay_the_same(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
     fake = FakeGpu(util_at=bursts, clock=clock.time)
-    gpu, _ = open_gpu(FakeNvml(fake))
+    gpu, _ = open_gpu(FakeNvml(fake), clock=clock.time)
     sampler = Sampler(gpu=gpu, clock=clock)
     walks = _Counted(psutil.process_iter, clock)
     monkeypatch.setattr(psutil, "process_iter", walks)

@@ -164,7 +164,7 @@ class GpuUseRecord:
     index: int
     uuid: str | None = None
     name: str
-    memory_total_mib: int
+    memory_total_mib: int | None = None  # None: the driver does not say (a unified-memory GPU)
     jobs: tuple[str, ...] = ()
     utilization: UtilizationFigures | None = None
 

@@ -58,11 +58,13 @@ def placeable(gpus: Sequence[GpuInfo]) -> list[GpuInfo]:
     return [g for g in gpus if g.is_mig or g.index not in parents]
 
 
-def rooms_of(gpus: Sequence[GpuInfo], used: Mapping[int, int] | None = None) -> list[GpuRoom]:
-    """A room for each `placeable` device of `gpus`, with `used` bytes (by index; none: empty)
-    taken from its memory (a slice's memory is the slice's)."""
+def rooms_of(gpus: Sequence[GpuInfo], used: Mapping[int, int | None] | None = None) -> list[GpuRoom]:
+    """A room for each `placeable` device of `gpus`, with `used` bytes (by index; none or None:
+    empty) taken from its memory (a slice's memory is the slice's). A device whose memory NVML does
+    not report (unified memory: GB10, Jetson Thor) counts no room, so jobs go to it by count alone."""
     used = used or {}
-    return [GpuRoom(g.index, g.uuid, g.memory_total_bytes, g.memory_total_bytes - used.get(g.index, 0))
+    return [GpuRoom(g.index, g.uuid, g.memory_total_bytes or 0,
+                    g.memory_total_bytes - (used.get(g.index) or 0) if g.memory_total_bytes is not None else 0)
             for g in placeable(gpus)]  # fmt: skip
 
 

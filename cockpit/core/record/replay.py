@@ -104,6 +104,11 @@ def _int(value: Any, default: int = 0) -> int:
 # plain float lists, so they run at C speed however long the run).
 
 
+def _bytes(mib: int | None) -> int | None:
+    """MiB in bytes; None (memory the run did not record) stays None."""
+    return mib * MIB if mib is not None else None
+
+
 def _upto(ts: Sequence[float], t: float) -> int:
     """How many of the times `ts` are at or before `t`: the index just past them."""
     return bisect.bisect_right(ts, t)
@@ -464,14 +469,13 @@ class ReplaySource:
             self._gpu = GpuInfo(
                 index=first.index if first is not None else 0,
                 name=first.name if first is not None else gpu_table.name or "",
-                memory_total_bytes=(first.memory_total_mib if first is not None else gpu_table.memory_total_mib or 0)
-                * MIB,
+                memory_total_bytes=_bytes(first.memory_total_mib if first is not None else gpu_table.memory_total_mib),
                 driver=gpu_table.driver or "",
                 uuid=first.uuid or "" if first is not None else "",
             )
         # Every GPU the run sampled (its samples over time are the first one's only).
         self._gpus = tuple(
-            GpuInfo(index=g.index, name=g.name, memory_total_bytes=g.memory_total_mib * MIB,
+            GpuInfo(index=g.index, name=g.name, memory_total_bytes=_bytes(g.memory_total_mib),
                     driver=gpu_table.driver or "" if gpu_table is not None else "", uuid=g.uuid or "")
             for g in recorded.gpus
         ) if self._gpu is not None and len(recorded.gpus) > 1 else ()  # fmt: skip
@@ -479,7 +483,7 @@ class ReplaySource:
         # run.toml writes "ok" for a healthy GPU, where a live RunState has "".
         self._gpu_status = "" if self._gpu is not None and telemetry == "ok" else telemetry or NO_GPU_RECORDED
         self._ram_total = int(host.ram_gib * 1024**3)
-        self._gpu_mem_total = self._gpu.memory_total_bytes if self._gpu else 0
+        self._gpu_mem_total = self._gpu.memory_total_bytes if self._gpu else None
         usage, usage_rows = self._read_job_samples()
         self._samples, self._sample_ts = self._read_samples(usage)
         self._jobs = self._read_jobs(recorded, usage_rows)

@@ -118,7 +118,7 @@ class Recorder:
         self._writer(SAMPLES_CSV).writerow([
             f"{sample.t:.3f}",
             _fmt(g.util_percent if g else None), _fmt(g.util_peak_percent if g else None),
-            _fmt(g.mem_used_bytes / MIB if g else None), _fmt(g.power_w if g else None),
+            _fmt(_mib_of(g.mem_used_bytes) if g else None), _fmt(g.power_w if g else None),
             _fmt(g.temperature_c if g else None), g.sm_clock_mhz if g and g.sm_clock_mhz is not None else "",
             _fmt(sample.cpu_total_percent), _fmt(sample.ram_used_bytes / MIB), _fmt(sample.cost_s * 1000, 3),
             " ".join(f"{c:.1f}" for c in sample.cpu_percent),  # per core, space-separated, for replay
@@ -161,6 +161,16 @@ class Recorder:
         self._files.clear()
 
 
+def _mib(value: int | None) -> int | None:
+    """Bytes in whole MiB; None (memory the driver does not report) stays None."""
+    return value // MIB if value is not None else None
+
+
+def _mib_of(value: int | None) -> float | None:
+    """Bytes in MiB; None (memory the driver does not report) stays None."""
+    return value / MIB if value is not None else None
+
+
 def _fmt(value: float | None, digits: int = 1) -> str:
     return "" if value is None else f"{value:.{digits}f}"
 
@@ -187,7 +197,7 @@ def record(
     gpu = GpuRecord(present=state.gpu is not None, telemetry=state.gpu_status or "ok")
     if state.gpu is not None:
         gpu = GpuRecord(present=True, telemetry=gpu.telemetry, name=state.gpu.name,
-                        memory_total_mib=state.gpu.memory_total_bytes // MIB, driver=state.gpu.driver)  # fmt: skip
+                        memory_total_mib=_mib(state.gpu.memory_total_bytes), driver=state.gpu.driver)  # fmt: skip
     cost_s, ticks = recorder.sampler_cost()
     uuids = {info.index: info.uuid for info in state.gpus}
     return RunRecord(
@@ -218,7 +228,7 @@ def record(
         ),
         gpus=tuple(
             GpuUseRecord(index=info.index, uuid=info.uuid or None, name=info.name,
-                         memory_total_mib=info.memory_total_bytes // MIB,
+                         memory_total_mib=_mib(info.memory_total_bytes),
                          jobs=tuple(j.id for j in state.jobs if j.gpu == info.index),
                          utilization=UtilizationFigures(**_figures(accounting.gpus[info.index]))
                          if info.index in accounting.gpus else None)

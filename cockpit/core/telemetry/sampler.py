@@ -198,7 +198,7 @@ class Sampler:
         not the GPU it is cut from), with its free memory at the latest tick (before the first:
         all of it), for placing jobs (`cockpit.core.machine.placement`)."""
         latest = self.latest()
-        used: dict[int, int] = {}
+        used: dict[int, int | None] = {}
         for info in (reader.info for reader in self.gpus):
             sample = latest.gpu_of(info.index) if latest is not None else None
             used[info.index] = sample.mem_used_bytes if sample is not None else 0
