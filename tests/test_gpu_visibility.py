@@ -18,11 +18,11 @@ from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.nvml import GpuInfo, GpuReader, open_gpus
 from cockpit.core.machine.placement import GpuRef, GpuRoom, fit_jobs, place, rooms_of
 from cockpit.core.machine.visibility import visible
-from cockpit.core.session.loop import RunSession, visible_gpus
+from cockpit.core.session.loop import RunSession, sampled_gpus, visible_gpus
 from cockpit.core.sizing.advisor import GIB, JobMeasure, Machine, Measurements, advise
 from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
 from cockpit.core.telemetry.sampler import Sampler
-from tests.fake_pynvml import FakeNvml, four_gpus
+from tests.fake_pynvml import FakeNvml, FakeSlice, four_gpus
 from tests.fakeclock import FakeClock
 from tests.test_supervisor import FakeLauncher
 
@@ -184,3 +184,25 @@ def test_the_advice_caps_jobs_by_the_mig_slices_memory_not_the_whole_gpus() -> N
     jobs = tuple(JobMeasure(f"{k:03d}", gpu_mem_peak_bytes=10 * GIB, gpu=1) for k in range(4))
     (item,) = [a for a in advise(machine, load("cartpole"), 4, Measurements(jobs)) if "GiB peak" in a.reason]
     assert item.suggested == "3" and "of 40 GiB" in item.reason  # 40 GiB of 4 x 10 GiB is over 90 %
+
+
+def test_a_gpu_the_reader_lists_through_its_mig_slices_is_named_by_its_index_or_uuid(tmp_path: Path) -> None:
+    # NVML's reader lists a GPU in MIG mode through its slices alone (nvml.open_gpus); naming that GPU
+    # by index or GPU- UUID, in CUDA_VISIBLE_DEVICES or --gpus, must still name its slices.
+    gpus = four_gpus(FakeClock(T0).time)
+    gpus[3].mig_slices = (FakeSlice(slot=0, uuid="MIG-x", mem_total=40 * GIB),
+                          FakeSlice(slot=1, uuid="MIG-y", mem_total=40 * GIB))  # fmt: skip
+    readers, _ = open_gpus(FakeNvml(gpus))
+    infos = [r.info for r in readers]
+    assert [(i.index, i.parent_index, i.parent_uuid) for i in infos if i.is_mig] == [(4, 3, "GPU-fake-3"),
+                                                                                    (5, 3, "GPU-fake-3")]  # fmt: skip
+    for setting in ("3", "GPU-fake-3", "MIG-y,3"):
+        seen = visible(setting, infos, "PCI_BUS_ID")
+        assert seen.indices == (4, 5) and seen.warnings == (), setting
+    assert visible("MIG-y", infos).indices == (5,)
+    args = build_parser().parse_args(["run", "--gpus", "3", "--jobs", "2", "--run-dir", str(tmp_path / "run")])
+    spec = run_command._spec(args, readers, ("cockpit",))
+    kept, _ = sampled_gpus(spec, readers, "")
+    sampler = Sampler(gpus=kept, clock=FakeClock(T0))
+    assert [(r.uuid, r.total_bytes) for r in sampler.gpu_rooms()] == [("MIG-x", 40 * GIB), ("MIG-y", 40 * GIB)]
+    sampler.stop()

@@ -29,6 +29,7 @@ from cockpit.contract.runrecord import RunRecord
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, checked_name, on_cluster
 from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.projection import Projection, Stage, episode_steps_from_record, project, speed_from_record
+from cockpit.core.machine.visibility import device_indices
 from cockpit.core.sizing.overlap import Speed, speed_of
 from cockpit.core.sizing.starting_point import costs_for, this_machine
 
@@ -132,7 +133,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     visible_by = visibility.described if visibility.listed else ""
     try:
         # No GPU, unless CUDA_VISIBLE_DEVICES left none: --gpus has nothing to check against; a warning says so.
-        spec = _spec(args, plan, tuple(r.info.index for r in gpus) if gpus or visible_by else None, visible_by)
+        spec = _spec(args, plan, device_indices([r.info for r in gpus]) if gpus or visible_by else None, visible_by)
     except ConfigError as exc:
         close_gpus(gpus)
         print(f"cockpit fleet: error: {exc}", file=sys.stderr)

@@ -24,6 +24,7 @@ from cockpit.commands.console import interactive
 from cockpit.commands.frontends import FrontEnds
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, on_cluster
 from cockpit.core.machine.nvml import GpuReader
+from cockpit.core.machine.visibility import device_indices
 
 if TYPE_CHECKING:
     from cockpit.contract.costs import Costs
@@ -76,7 +77,7 @@ def _local_spec(
             raise ConfigError(f"{', '.join(worker_only)}: cockpit's own worker's settings; a command after -- "
                               "trains its own way (give it its own flags)")  # fmt: skip
     # No GPU, unless CUDA_VISIBLE_DEVICES left none: --gpus has nothing to be checked against, and a warning says so.
-    here = tuple(r.info.index for r in gpus or ()) if gpus or visible_by else None
+    here = device_indices([r.info for r in gpus or ()]) if gpus or visible_by else None
     if args.resume is None:
         preset = args.preset or ("heavy" if gpus else "cartpole")
         return build_spec(

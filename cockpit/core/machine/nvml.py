@@ -98,7 +98,9 @@ class GpuInfo:
 
     A whole GPU's `index` is its NVML index. A MIG slice (`parent_index` is the NVML index of the
     GPU it is cut from; its UUID starts "MIG-") is numbered after every whole GPU, in the order of
-    its parent and then its place there, and its memory is the slice's."""
+    its parent and then its place there, and its memory is the slice's; `parent_uuid` is that
+    GPU's UUID ("" when unknown), which names the slice too where `CUDA_VISIBLE_DEVICES` names its
+    GPU."""
 
     index: int
     name: str
@@ -106,6 +108,7 @@ class GpuInfo:
     driver: str
     uuid: str = ""
     parent_index: int | None = None
+    parent_uuid: str = ""
 
     @property
     def is_mig(self) -> bool:
@@ -174,6 +177,7 @@ class GpuReader:
         *,
         handle: Any = None,
         parent_index: int | None = None,
+        parent_uuid: str = "",
         clock: Callable[[], float] = time.time,
         pid_max: int | None = None,
     ) -> None:
@@ -194,6 +198,7 @@ class GpuReader:
             driver=_text(nvml.nvmlSystemGetDriverVersion()),
             uuid=_text(uuid) if uuid is not None else "",
             parent_index=parent_index,
+            parent_uuid=parent_uuid,
         )
         self._mem_used: int | None = memory[0]
         self._last_util_us = 0
@@ -528,7 +533,7 @@ def open_gpus(
     problems: list[str] = []
     try:
         count = nvml.nvmlDeviceGetCount()
-        slices: list[tuple[int, Any]] = []
+        slices: list[tuple[int, str, Any]] = []
         for index in range(count):
             try:
                 handle = nvml.nvmlDeviceGetHandleByIndex(index)
@@ -536,6 +541,7 @@ def open_gpus(
                 if parts is None:
                     readers += _open_one(nvml, index, handle, None, clock)
                     continue
+                parent_uuid = _text(nvml.nvmlDeviceGetUUID(handle))
             except Exception as exc:
                 if not isinstance(exc, nvml.NVMLError):
                     raise
@@ -543,10 +549,10 @@ def open_gpus(
                 continue
             problems.append(f"GPU {index} is in MIG mode ({len(parts)} slices): utilization is not available "
                             "per slice")  # fmt: skip
-            slices += [(index, part) for part in parts]
-        for k, (parent, part) in enumerate(slices):
+            slices += [(index, parent_uuid, part) for part in parts]
+        for k, (parent, parent_uuid, part) in enumerate(slices):
             try:
-                readers += _open_one(nvml, count + k, part, parent, clock)
+                readers += _open_one(nvml, count + k, part, parent, clock, parent_uuid)
             except nvml.NVMLError as exc:
                 problems.append(f"MIG slice {count + k} of GPU {parent} could not be opened "
                                 f"({type(exc).__name__}: {exc})")  # fmt: skip
@@ -560,11 +566,13 @@ def open_gpus(
     return readers, "; ".join(problems)
 
 
-def _open_one(nvml: Any, index: int, handle: Any, parent: int | None, clock: Callable[[], float]) -> list[GpuReader]:
+def _open_one(
+    nvml: Any, index: int, handle: Any, parent: int | None, clock: Callable[[], float], parent_uuid: str = ""
+) -> list[GpuReader]:
     """One reader, holding its own NVML reference (given back if it cannot be opened)."""
     nvml.nvmlInit()
     try:
-        return [GpuReader(nvml, index, handle=handle, parent_index=parent, clock=clock)]
+        return [GpuReader(nvml, index, handle=handle, parent_index=parent, parent_uuid=parent_uuid, clock=clock)]
     except BaseException:
         nvml.nvmlShutdown()
         raise

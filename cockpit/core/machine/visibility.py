@@ -51,15 +51,17 @@ class Visibility:
 def _named(entry: str, gpus: Sequence[GpuInfo]) -> list[GpuInfo]:
     """The devices one entry names (with a whole GPU's slices), or [] when it names none."""
     if entry.isdigit():
-        whole = [g for g in gpus if not g.is_mig and g.index == int(entry)]
-    elif entry.startswith(("GPU-", "MIG-")):
-        matches = [g for g in gpus if g.uuid and g.uuid.lower().startswith(entry.lower())]
-        whole = matches if len(matches) == 1 else []  # a prefix of two UUIDs names neither
-    else:
-        whole = []
-    if whole and not whole[0].is_mig:
-        whole += [g for g in gpus if g.parent_index == whole[0].index]
-    return whole
+        # A GPU in MIG mode may be listed through its slices alone (`nvml.open_gpus`).
+        return [g for g in gpus if (not g.is_mig and g.index == int(entry)) or g.parent_index == int(entry)]
+    if not entry.startswith(("GPU-", "MIG-")):
+        return []
+    start = entry.lower()
+    named = {g.uuid for g in gpus if g.uuid and g.uuid.lower().startswith(start)}
+    named |= {g.parent_uuid for g in gpus if g.parent_uuid and g.parent_uuid.lower().startswith(start)}
+    if len(named) != 1:  # a prefix of two UUIDs names neither
+        return []
+    uuid = named.pop()
+    return [g for g in gpus if uuid in (g.uuid, g.parent_uuid)]
 
 
 def visible(setting: str | None, gpus: Sequence[GpuInfo], order: str | None = None) -> Visibility:
@@ -90,6 +92,12 @@ def visible(setting: str | None, gpus: Sequence[GpuInfo], order: str | None = No
                         "NVML's order (nvidia-smi's), which may name other GPUs on these mixed models; set "
                         f"{CUDA_DEVICE_ORDER_ENV}=PCI_BUS_ID or name the GPUs by UUID")  # fmt: skip
     return Visibility(tuple(sorted(chosen)), len(gpus), setting, tuple(warnings))
+
+
+def device_indices(gpus: Sequence[GpuInfo]) -> tuple[int, ...]:
+    """The indices `--gpus` may name among `gpus`: each device's, and the NVML index of each GPU
+    listed through its MIG slices alone (naming it names its slices: `with_slices`). Sorted."""
+    return tuple(sorted({*(g.index for g in gpus), *(g.parent_index for g in gpus if g.parent_index is not None)}))
 
 
 def with_slices(indices: Sequence[int], gpus: Sequence[GpuInfo]) -> tuple[int, ...]:
