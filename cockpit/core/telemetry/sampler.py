@@ -58,6 +58,8 @@ GPU_FAILS_TO_DROP = 5
 # Usage readings in a row in which NVML lists processes and none of them is one of ours before the
 # sampler says the container hides them: one reading could be a worker still creating its context.
 HIDDEN_PID_READINGS = 3
+# Between two conditions in `Sampler.gpu_status` (a condition's own line may hold "; ").
+STATUS_SEP = " | "
 HIDDEN_PIDS_NOTE = (
     "NVML lists GPU processes this container cannot see (no --pid=host): per-job GPU memory comes from "
     "the workers' own reports; per-job SM % is not available"
@@ -263,8 +265,8 @@ class Sampler:
 
     @property
     def gpu_status(self) -> str:
-        """The status lines joined with "; " ("" when all is well): what the views show."""
-        return "; ".join(self.status_lines())
+        """The status lines joined by `STATUS_SEP` ("" when all is well): what the views show."""
+        return STATUS_SEP.join(self.status_lines())
 
     @gpu_status.setter
     def gpu_status(self, status: str) -> None:
@@ -284,7 +286,7 @@ class Sampler:
         lines.extend(self._notes)
         for what, (count, latest) in list(self._errors.items()):
             times = "once" if count == 1 else f"{count} times"
-            lines.append(f"{what} failed {times} (latest: {latest}); sampling goes on")
+            lines.append(f"{what} failed {times}, sampling goes on (latest: {latest})")
         return lines
 
     def _count_error(self, what: str, exc: Exception) -> None:
