@@ -23,7 +23,7 @@ from cockpit.contract.workerargs import CUDA_VISIBLE_DEVICES_ENV
 from cockpit.core.launch.local import LocalLauncher
 from cockpit.core.launch.protocol import LaunchRequest
 from cockpit.core.machine.host import HostInfo, thread_budget
-from cockpit.core.machine.nvml import GpuInfo, GpuReader, keep_gpus, open_gpus
+from cockpit.core.machine.nvml import ERROR_GPU_IS_LOST, GpuInfo, GpuReader, keep_gpus, open_gpus
 from cockpit.core.machine.placement import GpuRef, GpuRoom, fit_jobs, place
 from cockpit.core.record.runlog import Recorder, record
 from cockpit.core.session.loop import RunSession
@@ -95,7 +95,10 @@ def test_a_gpu_that_fails_is_dropped_and_the_others_are_still_sampled() -> None:
 
     def gpu1_off_the_bus(handle: str) -> object:
         if handle == "gpu1":
-            raise nvmls[0].NVMLError("GPU is lost")
+            # pynvml's NVMLError carries NVML's return code as `value` (NVML_ERROR_GPU_IS_LOST, nvml.h).
+            lost = nvmls[0].NVMLError("GPU is lost")
+            lost.value = ERROR_GPU_IS_LOST
+            raise lost
         return real(handle)
 
     nvmls[0].nvmlDeviceGetMemoryInfo = gpu1_off_the_bus  # type: ignore[method-assign]

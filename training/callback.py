@@ -40,6 +40,7 @@ from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.contract.rundir import JobDir
 from cockpit.contract.scriptargs import JOB_DIR_ENV
 from cockpit_training.checkpoints import CheckpointStore
+from cockpit_training.device import cuda_memory
 from cockpit_training.stopping import StopFlag, StopRequested
 
 VERSIONED_PACKAGES = ("torch", "stable-baselines3", "envpool", "gymnasium", "numpy")
@@ -249,7 +250,8 @@ class CockpitCallback(BaseCallback):
             self.events.checkpoint(path=path, step=step)
 
     def progress_stats(self, *, with_losses: bool) -> dict[str, Any]:
-        """The fields of a `progress` event as of now (also resets the SPS window)."""
+        """The fields of a `progress` event as of now (also resets the SPS window); on CUDA, the
+        worker's own allocator memory (`cuda_memory`)."""
         now, steps = time.monotonic(), self.num_timesteps
         elapsed = now - self._last_progress_t
         sps = (steps - self._last_progress_steps) / elapsed if elapsed > 0 else 0.0
@@ -263,6 +265,7 @@ class CockpitCallback(BaseCallback):
             "ep_len_mean": float(np.mean([e["l"] for e in buffer])) if buffer else None,
             "episodes": self.episodes,
         }
+        stats.update(cuda_memory(self.model.device))
         if with_losses:
             logged = dict(self.model.logger.name_to_value)
             stats["losses"] = {k: float(logged[f"train/{k}"]) for k in _LOSS_KEYS if f"train/{k}" in logged}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from typing import Any
 
 from cockpit.contract.workerargs import THREAD_ENV_VARS, DeviceRequest
 
@@ -53,6 +54,22 @@ def enable_tf32() -> None:
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     torch.set_float32_matmul_precision("high")
+
+
+def cuda_memory(device: Any, cuda: Any = None) -> dict[str, int]:
+    """The worker's own CUDA memory on `device` as progress-event fields: `cuda_reserved_bytes`,
+    what torch's caching allocator holds now (`torch.cuda.memory_reserved`), and `cuda_peak_bytes`,
+    the most it has held (`torch.cuda.max_memory_reserved`); empty when `device` (a torch.device
+    or its name) is not CUDA. `cuda` is the torch.cuda module (the default; a test passes a
+    stand-in with those two calls)."""
+    if str(getattr(device, "type", device)).split(":")[0] != "cuda":
+        return {}
+    if cuda is None:
+        import torch
+
+        cuda = torch.cuda
+    return {"cuda_reserved_bytes": int(cuda.memory_reserved(device)),
+            "cuda_peak_bytes": int(cuda.max_memory_reserved(device))}  # fmt: skip
 
 
 def is_cuda_oom(exc: BaseException) -> bool:

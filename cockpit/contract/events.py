@@ -291,7 +291,8 @@ _CHECKS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "progress": {
         "num_timesteps": _integer, "iteration": _optional(_integer), "sps": _optional(_number),
         "ep_rew_mean": _optional(_number), "ep_len_mean": _optional(_number), "episodes": _optional(_integer),
-        "losses": _optional(_losses),
+        "losses": _optional(_losses), "cuda_reserved_bytes": _optional(_integer),
+        "cuda_peak_bytes": _optional(_integer),
     },
     "checkpoint": {"path": _string, "step": _integer},
     "finished": {"status": _choice(get_args(FinishStatus)), "steps": _integer, "duration": _optional(_number)},
@@ -396,11 +397,15 @@ class EventWriter:
         ep_len_mean: float | None = None,
         episodes: int | None = None,
         losses: Mapping[str, float | None] | None = None,
+        cuda_reserved_bytes: int | None = None,
+        cuda_peak_bytes: int | None = None,
         t: float | None = None,
     ) -> ProgressEvent:
-        """Training progress: num_timesteps, sps, ep_rew_mean, ep_len_mean, episodes, losses."""
+        """Training progress: num_timesteps, sps, ep_rew_mean, ep_len_mean, episodes, losses, and on
+        CUDA the worker's own allocator memory (`ProgressEvent`)."""
         return self.emit(ProgressEvent(_now(t), num_timesteps, iteration, sps, ep_rew_mean, ep_len_mean, episodes,
-                                       dict(losses) if losses is not None else None))  # fmt: skip
+                                       dict(losses) if losses is not None else None, cuda_reserved_bytes,
+                                       cuda_peak_bytes))  # fmt: skip
 
     def checkpoint(self, *, path: str, step: int, t: float | None = None) -> CheckpointEvent:
         """A checkpoint was written completely (it is already renamed into place)."""

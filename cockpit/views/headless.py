@@ -12,6 +12,7 @@ never the rollout rate the worker reports; ETA is the steps left at that rate.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,6 +28,7 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
 from cockpit.core.feed.snapshot import FleetView, JobView, RunState
 from cockpit.core.telemetry.memwatch import NO_GROWTH
+from cockpit.core.telemetry.sampler import STATUS_SEP
 from cockpit.views.formatting import MIB, episodes_of, eta, mib, num, si, steps_of, target_of, tier_target
 
 
@@ -47,6 +49,11 @@ def _gpus_part(state: RunState) -> str:
         )
         parts.append(f"GPU{info.index} {figures} {jobs} job{'s' if jobs != 1 else ''}")
     return "  ".join(parts)
+
+
+def _condition(line: str) -> str:
+    """A status line without its figures: the same condition whatever its seconds or counts."""
+    return re.sub(r"\d+", "#", line)
 
 
 def system_line(state: RunState) -> str:
@@ -249,6 +256,7 @@ class HeadlessView:
         self._advised: dict[str, str] = {}  # setting -> the suggestion last printed for it
         self._notices_seen = 0  # a fleet's notices printed so far
         self._growing: dict[str, str] = {}  # job -> its memory flag, printed when it turned on
+        self._gpu_conditions: set[str] = set()  # the sampler's status lines shown, by `_condition`
 
     def _print_warnings(self, warnings: Iterable[str]) -> None:
         for warning in warnings:
@@ -276,7 +284,9 @@ class HeadlessView:
         header = Text(f"cockpit  {named}{state.preset} on {state.env}  {state.status.value}{figures}  {state.run_dir}",
                       style="bold")  # fmt: skip
         fleet = [Text(fleet_line(state.fleet))] if state.fleet is not None else []
-        return Group(header, *fleet, jobs_table(state, self.console.width), Text(system_line(state)))
+        # With a GPU, the sampler's conditions under the system line (without one, it is the line).
+        status = [Text(state.gpu_status)] if state.gpu is not None and state.gpu_status else []
+        return Group(header, *fleet, jobs_table(state, self.console.width), Text(system_line(state)), *status)
 
     def _print_memory(self, state: RunState) -> None:
         # Once when a job's flag turns on (its rate changes at every look: not on every line), and
@@ -287,6 +297,19 @@ class HeadlessView:
             elif job.id not in self._growing and job.memory is not None:
                 self._growing[job.id] = job.memory
                 self._emit(f"{_stamp(state.now)} [job {job.id}] {job.memory}")
+
+    def _print_gpu_status(self, state: RunState) -> None:
+        # With a GPU, the sampler's status lines (stale figures, hidden processes, a lost GPU) are
+        # not in the system line: each is printed when its condition appears, and again only after
+        # it cleared; its figures (seconds, counts) change at every look.
+        if state.gpu is None:
+            return
+        lines = state.gpu_status.split(STATUS_SEP) if state.gpu_status else []
+        now = {_condition(line): line for line in lines}
+        for key, line in now.items():
+            if key not in self._gpu_conditions:
+                self._emit(f"{_stamp(state.now)} [gpu] {line}")
+        self._gpu_conditions = set(now)
 
     def _print_notices(self, state: RunState) -> None:
         fleet = state.fleet
@@ -303,6 +326,7 @@ class HeadlessView:
         self._print_advice(state)
         self._print_notices(state)
         self._print_memory(state)
+        self._print_gpu_status(state)
         if self.console.is_terminal:
             if self.live is None:
                 self.live = Live(self._renderable(state), console=self.console, refresh_per_second=4)

@@ -79,6 +79,11 @@ class Job:
     episodes: int = 0  # whole episodes finished, across restarts (as of the newest report)
     target_episodes: int | None = None  # an episode target in place of the step `target`
     device: str | None = None
+    # The worker's own CUDA memory, from its progress events (`ProgressEvent.cuda_reserved_bytes`):
+    # what its current worker's allocator holds (None before its first report, or on the CPU) and
+    # the most any of this run's workers held. Shown only where NVML cannot attribute the job's.
+    cuda_reserved_bytes: int | None = None
+    cuda_peak_bytes: int | None = None
     phase: str | None = None
     phase_since: float | None = None
     evaluation: EvaluatedEvent | None = None  # the newest score, of this or an earlier attempt

@@ -39,6 +39,7 @@ slots; fleets add jobs to the same queue.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import queue
@@ -84,7 +85,7 @@ from cockpit.core.machine.nvml import GpuInfo
 from cockpit.core.machine.placement import GpuRef, GpuRoom, place
 from cockpit.core.supervise.jobs import Job
 from cockpit.core.telemetry.memwatch import MemoryVerdict
-from cockpit.core.telemetry.sampler import Sample
+from cockpit.core.telemetry.sampler import JobUsage, Sample
 from cockpit.core.telemetry.throughput import run_eta
 from cockpit.core.telemetry.trend import TrendRecorder, best_return
 
@@ -116,6 +117,22 @@ def _exit_reason(code: int) -> str:
         except ValueError:
             return f"killed by signal {-code}"
     return f"exited with code {code}"
+
+
+def _usage(job: Job, sample: Sample | None) -> JobUsage | None:
+    """The job's process tree in `sample` (None when it has no worker now: a sample taken before
+    its exit was reaped still holds the worker's last reading), its GPU memory the worker's own
+    report where NVML could not attribute any."""
+    usage = sample.jobs.get(job.id) if sample is not None and job.handle is not None else None
+    if usage is not None and usage.gpu_mem_bytes is None and job.cuda_reserved_bytes is not None:
+        usage = dataclasses.replace(usage, gpu_mem_bytes=job.cuda_reserved_bytes)
+    return usage
+
+
+def _peak(job: Job, peak_gpu_mem: Mapping[str, int] | None) -> int | None:
+    """The job's GPU memory peak: NVML's, else the worker's own report of it."""
+    peak = (peak_gpu_mem or {}).get(job.id)
+    return peak if peak is not None else job.cuda_peak_bytes
 
 
 @functools.lru_cache(maxsize=1024)  # a fleet's jobs share a few preset files; snapshots come 5 times a second
@@ -436,6 +453,7 @@ class Supervisor:
             if self.template.script is not None and event.target_steps:
                 job.target = event.target_steps  # the script's own total: its progress and ETA
             job.device = event.device
+            job.cuda_reserved_bytes = None  # a new worker: its allocator starts empty
             job.steps = event.resumed_from_step or 0
             job.episodes = event.resumed_episodes or 0
             if job.steps_at_first_start is None:
@@ -450,6 +468,10 @@ class Supervisor:
             job.steps = event.num_timesteps
             job.rollout_sps, job.ep_rew_mean = event.sps, event.ep_rew_mean
             job.ep_len_mean, job.episodes = event.ep_len_mean, event.episodes or 0
+            if event.cuda_reserved_bytes is not None:
+                job.cuda_reserved_bytes = event.cuda_reserved_bytes
+            if event.cuda_peak_bytes is not None:
+                job.cuda_peak_bytes = max(job.cuda_peak_bytes or 0, event.cuda_peak_bytes)
         elif isinstance(event, CheckpointEvent):
             job.checkpoints += 1
             job.last_checkpoint_step = event.step
@@ -615,7 +637,13 @@ class Supervisor:
         `memory` is the leak watch's verdict per job. What the supervisor does not own (the sampler's
         GPUs and their status, the --auto log and the advisor's suggestions, the run's name) is
         passed through to the state. It also offers the run's figures to its trend (`self.trend`),
-        which keeps a point once a second however often it is called."""
+        which keeps a point once a second however often it is called.
+
+        A job's GPU memory and its peak are NVML's (from `sample` and `peak_gpu_mem`: the job's
+        processes as the driver counts them, CUDA context included); where NVML cannot say which
+        process is the job's (None: a container without `--pid=host`), they are the worker's own
+        reports (`Job.cuda_reserved_bytes`, `Job.cuda_peak_bytes`: its caching allocator's, without
+        the context), which the advisor's GPU-memory caps and run.toml's peak then use too."""
         views = []
         now = self.clock.time()
         memory = memory or {}
@@ -630,10 +658,8 @@ class Supervisor:
                     ep_rew_mean=job.ep_rew_mean, restarts=job.restarts, checkpoints=job.checkpoints,
                     last_checkpoint_step=job.last_checkpoint_step, error=job.error, exit_reason=job.exit_reason,
                     pid=job.handle.pid if job.handle is not None else None, device=job.device,
-                    # Only a job with a worker now is measured: a sample taken before its exit was
-                    # reaped still holds the worker's last reading.
-                    usage=sample.jobs.get(job.id) if sample is not None and job.handle is not None else None,
-                    peak_gpu_mem_bytes=(peak_gpu_mem or {}).get(job.id),
+                    usage=_usage(job, sample),
+                    peak_gpu_mem_bytes=_peak(job, peak_gpu_mem),
                     started_at=job.first_started_at, ended_at=job.ended_at, rollout_sps=job.rollout_sps,
                     env=job.env, preset=_preset_name(job.preset_arg) if job.preset_arg else None,
                     memory=memory.get(job.id), target_episodes=job.target_episodes, episodes=job.episodes,

@@ -1,8 +1,10 @@
 """One sampler thread: GPU counters through NVML and CPU through psutil, on a drift-free 5 Hz beat.
 
 Each tick reads every sampled GPU's device counters (all the GPUs NVML sees, or those `--gpus`
-names); GPU utilization comes from NVML's own sample buffer
-(`nvmlDeviceGetSamples`) so bursts shorter than the 200 ms tick are still seen. The CPU and memory
+names); GPU utilization comes from NVML's own sample buffer (`nvmlDeviceGetSamples`), so every
+sample the driver took between two ticks is kept; a burst shorter than the driver's own sampling
+period (measured: `GpuSample.sample_period_s`, about 167 ms on many GPUs and 1 s on some) can
+still be missed. The CPU and memory
 figures are averages and change slowly, and reading them is most of what the sampler costs, so
 they are read once a second (`USAGE_EVERY_S`), and at once when the set of jobs changes: each
 core's CPU %, RAM, every job's processes (CPU % and RSS) and their GPU memory and SM %. Every
@@ -12,8 +14,19 @@ each walk that finds every tree unchanged, up to every `TREE_SCAN_MAX_S`: a walk
 process table, and a worker's tree is settled once its envs have started (a served worker that
 takes its next job keeps its tree). Every sample is timestamped and records the CPU time the tick
 itself cost. With no NVML library or no driver, the GPU part is one clear "no GPU telemetry"
-status and the CPU part keeps working; a GPU whose read fails (a driver reset, a GPU off the bus)
-is dropped, with a status that says so, and the others go on.
+status and the CPU part keeps working.
+
+NVML is read on a thread of its own and waited for up to a deadline (`GPU_DEADLINE_S`): a driver
+call that hangs leaves that tick without GPU figures, and the status says they are stale, while
+the CPU and memory figures go on. A GPU is dropped (with a status that says so) only when NVML says
+it is gone (`gpu_lost`: off the bus, or needing a reset) or after `GPU_FAILS_TO_DROP` failed reads
+in a row; one failed read only costs that GPU its figures at that tick. A failure outside NVML (the
+CPU reading, `on_sample`) never touches the GPUs: it is counted and shown in the status.
+
+In a container without `--pid=host`, NVML lists the GPU's processes by their pids on the host, none
+of which is a process here: no job's GPU memory or SM % can be read from it. The sampler notices
+(`HIDDEN_PID_READINGS` readings in a row) and says so in its status; the supervisor then shows the
+workers' own reports of their CUDA memory (`cockpit.contract.events.ProgressEvent`).
 """
 
 from __future__ import annotations
@@ -23,12 +36,13 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
 from cockpit.contract.remote import NodeSample
 from cockpit.core.machine.clock import Clock, SystemClock
-from cockpit.core.machine.nvml import GpuInfo, GpuReader, GpuSample, close_gpus
+from cockpit.core.machine.nvml import GpuInfo, GpuReader, GpuSample, close_gpus, gpu_lost
 from cockpit.core.machine.placement import GpuRoom, rooms_of
 
 SAMPLE_HZ = 5.0
@@ -38,6 +52,20 @@ USAGE_EVERY_S = 1.0
 # tree, then twice as long after each walk that found every tree unchanged, up to TREE_SCAN_MAX_S.
 TREE_SCAN_S = 2.0
 TREE_SCAN_MAX_S = 30.0
+# How long a tick waits for NVML before it goes on without GPU figures (a hung driver call).
+GPU_DEADLINE_S = 1.0
+# Failed reads of one GPU in a row before it is dropped: one second at 5 Hz, so a transient error
+# (a timeout, a busy driver) costs a few ticks' figures, not the GPU for the rest of the run.
+GPU_FAILS_TO_DROP = 5
+# Usage readings in a row in which NVML lists processes and none of them is one of ours before the
+# sampler says the container hides them: one reading could be a worker still creating its context.
+HIDDEN_PID_READINGS = 3
+# Between two conditions in `Sampler.gpu_status` (a condition's own line may hold "; ").
+STATUS_SEP = " | "
+HIDDEN_PIDS_NOTE = (
+    "NVML lists GPU processes this container cannot see (no --pid=host): per-job GPU memory comes from "
+    "the workers' own reports; per-job SM % is not available"
+)
 
 
 @dataclass(frozen=True)
@@ -128,6 +156,54 @@ class _Usage:
     nodes: tuple[NodeSample, ...] = ()
 
 
+Processes = dict[int, tuple[int | None, float | None]]
+
+
+@dataclass
+class _GpuRead:
+    """One round of NVML reads, run on a thread of its own so that a driver call that hangs holds
+    up only this round: each reader's sample or the exception its read raised, and (with
+    `processes`) its compute processes. `done` is set when every reader has answered; `cost_s` is
+    the CPU time the round took."""
+
+    readers: list[GpuReader]
+    processes: bool
+    started: float  # the sampler clock's monotonic time
+    done: threading.Event = field(default_factory=threading.Event)
+    results: list[tuple[GpuReader, GpuSample | Exception, Processes | None]] = field(default_factory=list)
+    cost_s: float = 0.0
+
+    def run(self) -> None:
+        started = time.thread_time()
+        try:
+            for reader in self.readers:
+                try:
+                    sample = reader.read()[0]
+                except Exception as exc:  # judged by the sampler: a lost GPU or one failed read
+                    self.results.append((reader, exc, None))
+                    continue
+                processes = None
+                if self.processes:
+                    try:
+                        processes = reader.processes()
+                    except Exception:  # its processes unknown this reading, its counters still good
+                        processes = None
+                self.results.append((reader, sample, processes))
+        finally:
+            self.cost_s = time.thread_time() - started
+            self.done.set()
+
+
+def _maps_gpu(pid: int) -> bool | None:
+    """Whether process `pid` of this machine has NVIDIA's driver mapped (a GPU process does: its
+    CUDA or NVML library and /dev/nvidia*); None when that cannot be read (another user's process,
+    no /proc)."""
+    try:
+        return b"nvidia" in Path(f"/proc/{pid}/maps").read_bytes()
+    except OSError:
+        return None
+
+
 # What a launcher whose workers run elsewhere reports (`RayLauncher.usage`): each of its live jobs'
 # worker tree by job id, and each node's latest sample.
 RemoteUsage = Callable[[], tuple[Mapping[str, JobUsage], tuple[NodeSample, ...]]]
@@ -136,9 +212,11 @@ RemoteUsage = Callable[[], tuple[Mapping[str, JobUsage], tuple[NodeSample, ...]]
 class Sampler:
     """Samples at `hz` in a daemon thread; `latest()` and `history()` are safe from any thread.
 
-    It samples the GPUs `gpus` reads (in index order), or the one GPU `gpu` reads. `on_sample` (if
-    given) is called in the sampler thread with each new sample. `remote` (if given) is read with
-    the CPU figures: its jobs join the local ones, its nodes are `Sample.nodes`.
+    It samples the GPUs `gpus` reads (in index order), or the one GPU `gpu` reads, each round of
+    NVML reads waited for up to `gpu_deadline_s`. `on_sample` (if given) is called in the sampler
+    thread with each new sample. `remote` (if given) is read with the CPU figures: its jobs join
+    the local ones, its nodes are `Sample.nodes`. `gpu_status` is what the views show of the
+    sampling (`status_lines`).
     """
 
     def __init__(
@@ -152,6 +230,7 @@ class Sampler:
         history: int = 3000,
         on_sample: Callable[[Sample], None] | None = None,
         remote: RemoteUsage | None = None,
+        gpu_deadline_s: float = GPU_DEADLINE_S,
     ) -> None:
         self.gpus: list[GpuReader] = sorted([gpu] if gpu is not None else gpus, key=lambda r: r.info.index)
         # Every GPU sampled at the start, kept when one is lost: a job placed on it must move.
@@ -175,7 +254,46 @@ class Sampler:
         self._tree_scan_every = TREE_SCAN_S
         self._walked: set[int] = set()  # roots the latest walk covered, in the jobs ever since
         self.peak_gpu_mem: dict[str, int] = {}
+        self.gpu_deadline_s = gpu_deadline_s
+        self._pending: _GpuRead | None = None  # the latest round of NVML reads, until it answered
+        self._stale_since: float | None = None  # when the round NVML has not answered yet began
+        self._fails: dict[int, int] = {}  # failed reads in a row, by GPU index
+        self._notes: list[str] = []  # the readers' notes (`GpuReader.take_notes`), each kept once
+        self._hidden_readings = 0
+        self.pids_hidden = False  # NVML's pids are not this PID namespace's (`HIDDEN_PIDS_NOTE`)
+        self._gpu_processes: dict[tuple[int, float], bool] = {}  # (pid, start time) -> maps the driver
+        self._errors: dict[str, tuple[int, str]] = {}  # what failed -> (how often, the latest error)
         psutil.cpu_percent(percpu=True)  # the first call only sets the baseline
+
+    @property
+    def gpu_status(self) -> str:
+        """The status lines joined by `STATUS_SEP` ("" when all is well): what the views show."""
+        return STATUS_SEP.join(self.status_lines())
+
+    @gpu_status.setter
+    def gpu_status(self, status: str) -> None:
+        self._status = status
+
+    def status_lines(self) -> list[str]:
+        """One line per condition that holds now, most severe first: why there is no GPU telemetry
+        or which GPU was lost; GPU figures stale (NVML not answering); NVML's processes hidden from
+        this container; what the readers found wrong; failures outside NVML, counted."""
+        lines = [self._status] if self._status else []
+        stale_since = self._stale_since
+        if stale_since is not None:
+            waited = self.clock.monotonic() - stale_since
+            lines.append(f"GPU figures stale: NVML has not answered for {waited:.0f} s")
+        if self.pids_hidden:
+            lines.append(HIDDEN_PIDS_NOTE)
+        lines.extend(self._notes)
+        for what, (count, latest) in list(self._errors.items()):
+            times = "once" if count == 1 else f"{count} times"
+            lines.append(f"{what} failed {times}, sampling goes on (latest: {latest})")
+        return lines
+
+    def _count_error(self, what: str, exc: Exception) -> None:
+        count, _ = self._errors.get(what, (0, ""))
+        self._errors[what] = (count + 1, f"{type(exc).__name__}: {exc}")
 
     @property
     def gpu(self) -> GpuReader | None:
@@ -219,7 +337,11 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
-        close_gpus(self.gpus)
+        pending = self._pending
+        # A driver call that still hangs holds NVML: shutting it down under that call could hang
+        # this thread too; the process's exit releases it.
+        if pending is None or pending.done.is_set():
+            close_gpus(self.gpus)
 
     def latest(self) -> Sample | None:
         """The newest sample, if any."""
@@ -237,8 +359,8 @@ class Sampler:
         while not self._stop.is_set():
             try:
                 self.tick()
-            except Exception as exc:  # one bad read must not silently freeze every figure
-                self._lose_gpus(exc)
+            except Exception as exc:  # a tick that failed outside NVML: the GPUs are not to blame
+                self._count_error("a sampler tick", exc)
             next_tick += self.period
             delay = next_tick - self.clock.monotonic()
             if delay < 0:  # fell behind (suspend, overload): skip the missed beats
@@ -253,39 +375,86 @@ class Sampler:
         if not lost:
             return
         self.gpus = [reader for reader in self.gpus if reader not in lost]
-        why = f"lost ({type(exc).__name__}: {exc})"
+        fails = max(self._fails.pop(r.info.index, 0) for r in lost)
+        repeated = f" after {fails} failed reads in a row" if fails > 1 else ""
+        why = f"lost ({type(exc).__name__}: {exc}){repeated}"
         if self.gpus:
             self.gpu_status = f"GPU {', '.join(str(r.info.index) for r in lost)} {why}"
         else:
             self.gpu_status = f"no GPU telemetry: {why}"
         close_gpus(lost)
 
-    def _read_gpus(self) -> list[GpuSample]:
-        """Every sampled GPU's counters now; a GPU whose read fails is dropped (`_lose_gpus`)."""
-        samples = []
-        for reader in list(self.gpus):
-            try:
-                samples.append(reader.read()[0])
-            except Exception as exc:  # one GPU gone must not take the others' figures with it
-                self._lose_gpus(exc, [reader])
-        return samples
+    def _read_gpus(self, processes: bool) -> tuple[list[GpuSample], Processes | None, float]:
+        """Every sampled GPU's counters now, with (`processes`) the compute processes on them by pid,
+        and the CPU time the reads took; processes None when they were not read or NVML did not
+        answer.
+
+        The reads run on their own thread (`_GpuRead`), waited for up to `gpu_deadline_s`: a round
+        that does not answer makes the GPU figures stale (none at this tick, and none until it
+        answers) rather than holding up the CPU figures. A GPU whose read fails is skipped at this
+        tick, and dropped (`_lose_gpus`) when NVML says it is gone or after `GPU_FAILS_TO_DROP`
+        failures in a row."""
+        pending = self._pending
+        if pending is not None and not pending.done.is_set():
+            return [], None, 0.0  # NVML still has not answered the last round: ask nothing more
+        if not self.gpus:
+            self._pending = self._stale_since = None
+            return [], ({} if processes else None), 0.0
+        read = self._pending = _GpuRead(list(self.gpus), processes, self.clock.monotonic())
+        threading.Thread(target=read.run, name="cockpit-nvml", daemon=True).start()
+        if not read.done.wait(self.gpu_deadline_s):
+            if self._stale_since is None:
+                self._stale_since = read.started
+            return [], None, 0.0
+        self._pending = self._stale_since = None
+        samples: list[GpuSample] = []
+        found: Processes | None = {} if processes else None
+        for reader, result, reader_processes in read.results:
+            index = reader.info.index
+            if isinstance(result, Exception):
+                self._fails[index] = self._fails.get(index, 0) + 1
+                if gpu_lost(result) or self._fails[index] >= GPU_FAILS_TO_DROP:
+                    self._lose_gpus(result, [reader])
+                continue
+            self._fails.pop(index, None)
+            samples.append(result)
+            for note in reader.take_notes():
+                if note not in self._notes:
+                    self._notes = [*self._notes, note]
+            if found is not None:
+                for pid, (mem, sm) in (reader_processes or {}).items():
+                    # A process on several GPUs holds memory on each: its total is theirs together.
+                    known_mem, known_sm = found.get(pid, (None, None))
+                    found[pid] = (mem if known_mem is None else known_mem + (mem or 0),
+                                  sm if known_sm is None else known_sm + (sm or 0.0))  # fmt: skip
+        return samples, found, read.cost_s
 
     def tick(self) -> Sample:
         """Take one sample now (the thread calls this; tests may call it directly).
 
-        NVML is read every time; the CPU and memory figures when a reading is due (`USAGE_EVERY_S`
-        after the previous one, within half a tick), when the set of jobs changed, and at the first
-        tick; otherwise the sample carries the latest reading."""
+        NVML is read every time (`_read_gpus`); the CPU and memory figures when a reading is due
+        (`USAGE_EVERY_S` after the previous one, within half a tick), when the set of jobs changed,
+        and at the first tick; otherwise the sample carries the latest reading. A CPU reading that
+        fails is counted in the status and the latest one carried on (raised only when there is
+        none yet); so is an `on_sample` that raises."""
         started = time.thread_time()
         t = self.clock.time()
         with self._lock:
             pids = dict(self._pids)
-        gpus = self._read_gpus()
         now = self.clock.monotonic()
         usage = self._usage
         # Half a tick of slack: a beat that lands a hair early must not push the read a whole tick late.
-        if usage is None or pids != self._usage_pids or now >= self._next_usage - self.period / 2:
-            usage = self._read_usage(pids, t, now)
+        due = usage is None or pids != self._usage_pids or now >= self._next_usage - self.period / 2
+        gpus, processes, gpu_cost = self._read_gpus(processes=due)
+        if due:
+            try:
+                usage = self._read_usage(pids, t, now, processes)
+            except Exception as exc:  # psutil or a cluster: its figures are lost, not the GPUs'
+                self._count_error("reading CPU and memory", exc)
+                if self._usage is None:
+                    raise
+                usage = self._usage
+        assert usage is not None
         sample = Sample(
             t=t,
             cpu_percent=usage.cpu_percent,
@@ -293,7 +462,7 @@ class Sampler:
             ram_total_bytes=usage.ram_total_bytes,
             gpu=gpus[0] if gpus else None,
             jobs=usage.jobs,
-            cost_s=time.thread_time() - started,
+            cost_s=time.thread_time() - started + gpu_cost,
             util_samples=gpus[0].util_samples if gpus else (),
             usage_t=usage.t,
             gpus=tuple(gpus),
@@ -302,18 +471,16 @@ class Sampler:
         with self._lock:
             self._history.append(sample)
         if self.on_sample is not None:
-            self.on_sample(sample)
+            try:
+                self.on_sample(sample)
+            except Exception as exc:  # a recorder that fails must not cost the figures or the GPUs
+                self._count_error("recording a sample", exc)
         return sample
 
-    def _read_usage(self, pids: Mapping[str, int], t: float, now: float) -> _Usage:
-        """Read every core's CPU %, RAM and each job's processes (and their GPU use) now."""
-        self._process_gpu = {}
-        for reader in self.gpus:
-            for pid, (mem, sm) in reader.processes().items():
-                # A process on several GPUs holds memory on each: its total is theirs together.
-                known_mem, known_sm = self._process_gpu.get(pid, (None, None))
-                self._process_gpu[pid] = (mem if known_mem is None else known_mem + (mem or 0),
-                                          sm if known_sm is None else known_sm + (sm or 0.0))  # fmt: skip
+    def _read_usage(self, pids: Mapping[str, int], t: float, now: float, processes: Processes | None) -> _Usage:
+        """Read every core's CPU %, RAM and each job's processes now, with their GPU use from
+        `processes` (NVML's compute processes by pid; None when NVML did not answer)."""
+        self._process_gpu = processes or {}
         roots = set(pids.values())
         for gone in self._trees.keys() - roots:
             del self._trees[gone]
@@ -325,6 +492,8 @@ class Sampler:
             self._tree_scan_every = TREE_SCAN_S if changed else min(TREE_SCAN_MAX_S, 2 * self._tree_scan_every)
             self._walked, self._next_tree_scan = roots, now + self._tree_scan_every
         jobs = {job_id: self._job_usage(pid) for job_id, pid in pids.items()}
+        if processes and roots:
+            self._judge_pid_namespace(processes)
         nodes: tuple[NodeSample, ...] = ()
         if self.remote is not None:
             try:
@@ -341,6 +510,37 @@ class Sampler:
                 if job_usage.gpu_mem_bytes is not None:
                     self.peak_gpu_mem[job_id] = max(self.peak_gpu_mem.get(job_id, 0), job_usage.gpu_mem_bytes)
         return usage
+
+    def _judge_pid_namespace(self, processes: Processes) -> None:
+        """Count the readings in which NVML lists processes and none of them is one of ours: in no
+        job's tree, and not a GPU process of this PID namespace (no such pid here, or one that does
+        not map NVIDIA's driver). After `HIDDEN_PID_READINGS` in a row, `pids_hidden`; a reading in
+        which a listed pid is in a job's tree clears it. A listed pid that exists here and may be a
+        GPU process (another user's, on a machine NVML and we share the pids of) is not evidence
+        either way."""
+        ours = {pid for tree in self._trees.values() for pid in tree.members}
+        if ours & processes.keys():
+            self._hidden_readings, self.pids_hidden = 0, False
+            return
+        if all(self._foreign(pid) for pid in processes):
+            self._hidden_readings += 1
+            self.pids_hidden = self.pids_hidden or self._hidden_readings >= HIDDEN_PID_READINGS
+        else:
+            self._hidden_readings = 0
+
+    def _foreign(self, pid: int) -> bool:
+        """True when `pid`, as NVML lists it, cannot be a process of this PID namespace."""
+        try:
+            started = psutil.Process(pid).create_time()
+        except psutil.NoSuchProcess:
+            return True
+        except psutil.Error:
+            return False  # there, but not ours to look at: it may be the GPU process NVML means
+        known = self._gpu_processes.get((pid, started))
+        if known is None:
+            maps = _maps_gpu(pid)
+            known = self._gpu_processes[(pid, started)] = maps is None or maps
+        return not known
 
     def _rescan_trees(self, roots: set[int]) -> bool:
         """Find each worker's descendants with one pass over the process table; True when a tree

@@ -102,6 +102,8 @@ class GpuPanel(FramePanel):
         else:
             lines.append(self._head(state.gpu, gpu))
             lines.extend(self._bars(frame, state.gpu, left, right, width, label_w, UTIL_ROWS))
+        if state.gpu is not None and state.gpu_status:  # the sampler's conditions: stale, hidden pids, lost
+            lines.append(Text(state.gpu_status, style=label))
         if len(state.gpus) <= 1:
             rows = self.size.height - len(lines) - 1
             lines.extend(self._lanes(frame, lane_jobs(frame), left, right, width, rows, label_w))
