@@ -54,6 +54,7 @@ def gpu_lost(exc: BaseException) -> bool:
     read failed: only then is a GPU dropped at once."""
     return error_code(exc) in (ERROR_GPU_IS_LOST, ERROR_RESET_REQUIRED)
 
+
 # Clock-event (throttle) reason bits, as NVML defines them.
 THROTTLE_REASONS: dict[int, str] = {
     0x1: "gpu_idle",

@@ -1,4 +1,5 @@
-"""The GPU panel: utilization and memory over the last minute, and one phase lane per job below
+"""The GPU panel: utilization ("busy": the share of time any kernel ran, see
+`cockpit.core.machine.utilread.BUSY_LEGEND`) and memory over the last minute, and one phase lane per job below
 them on the same time axis, so a training burst lines up with the job that caused it.
 
 On a machine of several GPUs it has a section per GPU: its name, utilization and memory now, one
@@ -15,6 +16,7 @@ from rich.text import Text
 from cockpit.core.feed.snapshot import JobView
 from cockpit.core.feed.source import WINDOW_S, Frame
 from cockpit.core.machine.nvml import GpuInfo, GpuSample
+from cockpit.core.machine.utilread import BUSY, util_read
 from cockpit.views.formatting import GIB, num
 from cockpit.views.tui.lines_widget import FramePanel
 from cockpit.views.tui.timeaxis import LaneCells, bar_rows, bucket_max
@@ -119,12 +121,15 @@ class GpuPanel(FramePanel):
 
     def _head(self, info: GpuInfo, gpu: GpuSample | None, index: str = "") -> Text:
         """A GPU's name and its figures now; a narrow panel (beside the trend panel at 100
-        columns) keeps the name whole and drops temperature, then power: utilization and memory
-        always stay. `index` ("0 ") leads it on a machine of several GPUs."""
+        columns) keeps the name whole and drops temperature, then power, then how utilization is
+        read (`util_read`): "busy" (`BUSY_LEGEND`) and memory always stay. `index` ("0 ") leads it
+        on a machine of several GPUs."""
         parts: list[str] = []
         if gpu is not None:
             mem = f"{gpu.mem_used_bytes / GIB:.1f}/{gpu.mem_total_bytes / GIB:.1f} GiB"
-            parts = [f"{num(gpu.util_percent)}%", mem, f"{num(gpu.power_w)} W", f"{num(gpu.temperature_c)} °C"]
+            read = util_read(gpu.util_mode, gpu.sample_period_s)
+            parts = [f"{BUSY} {num(gpu.util_percent)}%", mem, *([read] if read else []), f"{num(gpu.power_w)} W",
+                     f"{num(gpu.temperature_c)} °C"]  # fmt: skip
         name = index + info.name.removeprefix("NVIDIA ").removeprefix("GeForce ")
         while len(parts) > 2 and len(name) + sum(2 + len(part) for part in parts) > self.size.width:
             parts.pop()
@@ -142,7 +147,7 @@ class GpuPanel(FramePanel):
         util_points, mem_points = gpu_series(frame, info.index)
         lines = []
         for i, row in enumerate(bar_rows(bucket_max(util_points, left, right, width), util_rows, 100.0)):
-            line = Text(f"{'util' if i == 0 else '':<{label_w}}", style=label)
+            line = Text(f"{BUSY if i == 0 else '':<{label_w}}", style=label)
             lines.append(line.append(row, style=self._style("gpu--util")))
         mem_row = bar_rows(bucket_max(mem_points, left, right, width), 1, float(info.memory_total_bytes))[0]
         lines.append(Text(f"{'mem':<{label_w}}", style=label).append(mem_row, style=self._style("gpu--mem")))
