@@ -97,7 +97,7 @@ def test_overlap_advice_quotes_the_measured_numbers_and_names_its_cap() -> None:
     items = advise(RTX_4070, load("heavy"), 1, one_heavy_job_idle_between_bursts())
     jobs = next(a for a in items if a.setting == "jobs")
     assert jobs.suggested == "2"
-    assert "GPU 25 % on average but 80 % while a job trains, CPU 40 %" in jobs.reason
+    assert "GPU busy 25 % on average but 80 % while a job trains, CPU 40 %" in jobs.reason
     assert "cores cap it at 2" in jobs.reason
 
 

@@ -38,6 +38,45 @@ DMON = """\
 """
 
 
+# `nvidia-smi pmon -s u -o DT`, laid out as the nvidia-smi manual's "Process Monitoring" section
+# gives its columns (a newer driver's jpg and ofa included): an idle GPU's "-" row, a command with a
+# space, another GPU's process, a process without a sample that second, and a torn last line.
+PMON = """\
+# Date       Time        gpu         pid   type     sm    mem    enc    dec    jpg    ofa    command
+# YYYYMMDD   HH:MM:SS    Idx           #    C/G      %      %      %      %      %      %    name
+ 20261117   14:03:05      0          -     -      -      -      -      -      -      -    -
+ 20261117   14:03:06      0       4242     C     45      3      -      -      -      -    python -m cockpit_training
+ 20261117   14:03:06      1       9999     C     99     50      -      -      -      -    other
+ 20261117   14:03:07      0       4242     C      -      -      -      -      -      -    python
+ 20261117   14:03:08      0       4243
+"""
+
+
+def test_pmon_rows_are_read_by_column_name_for_gpu_0_and_skip_idle_rows_and_torn_lines() -> None:
+    rows = nvsmi.parse_pmon(PMON)
+    assert rows == [nvsmi.PmonRow(local("20261117 14:03:06"), 4242, 45.0),
+                    nvsmi.PmonRow(local("20261117 14:03:07"), 4242, None)]  # fmt: skip
+
+
+def test_the_reading_checks_hold_their_bounds() -> None:
+    samples = [(100.0 + 0.1667 * i, 50.0) for i in range(30)]
+    stop = samples[-1][0]
+    assert check.clock_problem(samples, now=stop + 1, stopped=stop + 1) is None
+    assert "from time.time()" in (check.clock_problem(samples, now=stop + 9, stopped=stop + 9) or "")
+    assert "in the future" in (check.clock_problem(samples, now=stop - 9, stopped=stop - 9) or "")
+    assert check.clock_problem([], now=stop, stopped=stop) == "no utilization samples in gpu_util.csv"
+    assert check.median_spacing(samples) == pytest.approx(0.1667)
+    assert check.median_spacing(samples[:1]) is None
+    assert check.buffer_problem("buffer", {}, 60.0) is None
+    assert "not NVML's buffer" in (check.buffer_problem("poll", {}, 60.0) or "")
+    assert "changed" in (check.buffer_problem("buffer", {"buffer": 0.9, "poll": 0.1}, 60.0) or "")
+    assert check.cuda_memory_problem(1000.0, 1400.0) is None
+    assert "under the allocator's" in (check.cuda_memory_problem(1000.0, 900.0) or "")
+    assert "bound 1,536 MiB" in (check.cuda_memory_problem(1000.0, 2600.0) or "")
+    assert check.cuda_memory_problem(None, 2600.0) is None
+    assert check.sm_problem(40.0, 50.0) is None and "bound 15 points" in (check.sm_problem(20.0, 50.0) or "")
+
+
 def local(text: str) -> float:
     return time.mktime(time.strptime(text, "%Y%m%d %H:%M:%S"))
 

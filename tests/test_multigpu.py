@@ -318,7 +318,7 @@ def test_the_headless_line_gives_each_gpu_its_utilization_memory_and_jobs() -> N
     line = system_line(_four_gpu_frame().state)
     parts = line.split("  |  ")[0].split("  ")
     assert [part.split()[0] for part in parts] == ["GPU0", "GPU1", "GPU2", "GPU3"]
-    assert parts[0].startswith("GPU0 10% ") and parts[0].endswith("/8,192 MiB 1 job")
+    assert parts[0].startswith("GPU0 busy 10% ") and parts[0].endswith("/8,192 MiB 1 job")
     assert parts[2].endswith("/24,576 MiB 0 jobs") and parts[3].endswith("/81,920 MiB 2 jobs")
 
 

@@ -85,10 +85,10 @@ from benchmarks.gpu.kit import (
     tail,
     write_report,
 )
-from cockpit.contract.events import ErrorEvent, Event, FinishedEvent, PhaseEvent, of_kind, read_events
+from cockpit.contract.events import ErrorEvent, Event, FinishedEvent, PhaseEvent, ProgressEvent, of_kind, read_events
 from cockpit.contract.presets import Preset, load
 from cockpit.contract.rundir import RunDir
-from cockpit.contract.runrecord import UtilizationRecord
+from cockpit.contract.runrecord import RunRecord, UtilizationRecord
 from cockpit.contract.toml import tomllib
 
 CLAIM = (70.0, 90.0)  # the seeds: "4 x 25 % = 70-90 %" GPU utilization with 4 heavy jobs
@@ -372,6 +372,78 @@ def read_job_memory(run_dir: Path) -> list[tuple[float, str, float | None, float
     return rows
 
 
+CLOCK_SKEW_S = 5.0  # a utilization sample stamped further than this from time.time() is on another clock
+BUFFER_HOLD_S = 60.0  # the buffered way of reading must hold this long under load
+CONTEXT_OVERHEAD_MIB = 1536.0  # NVML's per-process figure adds the CUDA context to the allocator's
+PMON_SM_POINTS = 15.0  # cockpit's per-job SM % mean against pmon's, in points
+
+
+def clock_problem(samples: Sequence[tuple[float, float]], now: float, stopped: float) -> str | None:
+    """Check 1: gpu_util.csv's newest timestamp lies within `CLOCK_SKEW_S` of `time.time()` at the
+    run's stop, and none is after `now` by more: the driver's microsecond stamps are Unix time.
+    None when they are; the broken bound otherwise; "no samples" without any."""
+    if not samples:
+        return "no utilization samples in gpu_util.csv"
+    newest = max(t for t, _ in samples)
+    if newest > now + CLOCK_SKEW_S:
+        return f"a utilization sample stamped {newest - now:.1f} s in the future (bound {CLOCK_SKEW_S:.0f} s)"
+    if abs(stopped - newest) > CLOCK_SKEW_S:
+        return (f"the newest utilization sample is {stopped - newest:.1f} s from time.time() at the run's stop "
+                f"(bound {CLOCK_SKEW_S:.0f} s)")  # fmt: skip
+    return None
+
+
+def median_spacing(samples: Sequence[tuple[float, float]]) -> float | None:
+    """Check 5: the median spacing of consecutive utilization samples, s (None under two)."""
+    ts = sorted(t for t, _ in samples)
+    gaps = [b - a for a, b in itertools.pairwise(ts) if b > a]
+    return statistics.median(gaps) if gaps else None
+
+
+def buffer_problem(util_read: str | None, shares: dict[str, float], seconds: float) -> str | None:
+    """Check 2: run.toml's `[[gpus]]` says utilization was read from NVML's sample buffer for the
+    whole of a run of `seconds` under load (no fallback to polling, no other way's share)."""
+    if util_read != "buffer":
+        return f"utilization was read by {util_read or 'no recorded way'}, not NVML's buffer, after {seconds:.0f} s"
+    if shares:
+        kept = ", ".join(f"{m} {v:.0%}" for m, v in shares.items())
+        return f"the way of reading changed during the {seconds:.0f} s run: {kept}"
+    return None
+
+
+def cuda_memory_problem(peak_reserved_mib: float | None, nvml_peak_mib: float | None) -> str | None:
+    """Check 3: NVML's per-process peak against the worker's own allocator peak
+    (`torch.cuda.max_memory_reserved()`): NVML's at least the allocator's (the context adds to it)
+    and at most `CONTEXT_OVERHEAD_MIB` more. None when both hold or a figure is missing."""
+    if peak_reserved_mib is None or nvml_peak_mib is None:
+        return None
+    if nvml_peak_mib < peak_reserved_mib:
+        return f"NVML's {nvml_peak_mib:,.0f} MiB is under the allocator's {peak_reserved_mib:,.0f} MiB"
+    if nvml_peak_mib - peak_reserved_mib > CONTEXT_OVERHEAD_MIB:
+        return (f"NVML's {nvml_peak_mib:,.0f} MiB is {nvml_peak_mib - peak_reserved_mib:,.0f} MiB over the allocator's "
+                f"{peak_reserved_mib:,.0f} MiB (bound {CONTEXT_OVERHEAD_MIB:,.0f} MiB of CUDA context)")  # fmt: skip
+    return None
+
+
+def cuda_peaks(events: Sequence[Event]) -> tuple[float | None, float | None]:
+    """A job's newest allocator figures from its progress events, MiB: reserved now and the peak."""
+    progress = [e for e in events if isinstance(e, ProgressEvent)]
+    last = next((e for e in reversed(progress) if e.cuda_peak_bytes is not None), None)
+    if last is None:
+        return None, None
+    reserved = last.cuda_reserved_bytes / 2**20 if last.cuda_reserved_bytes is not None else None
+    return reserved, (last.cuda_peak_bytes or 0) / 2**20
+
+
+def sm_problem(cockpit_sm: float | None, pmon_sm: float | None) -> str | None:
+    """Check 4: cockpit's mean SM % of a job within `PMON_SM_POINTS` of `nvidia-smi pmon`'s."""
+    if cockpit_sm is None or pmon_sm is None:
+        return None
+    if abs(cockpit_sm - pmon_sm) > PMON_SM_POINTS:
+        return f"cockpit's SM % mean {cockpit_sm:.1f} against pmon's {pmon_sm:.1f} (bound {PMON_SM_POINTS:.0f} points)"
+    return None
+
+
 def measured(kit: Kit, run: CockpitRun) -> bool:
     """Whether `run` has a measurement: every job past its first whole cycle (warm), then
     `--sweep-window` s and at least one more whole cycle of each."""
@@ -400,11 +472,15 @@ def check_run(kit: Kit, sec: Section) -> None:
     run = CockpitRun(kit, f"run-{jobs}", ["--jobs", str(jobs), "--preset", kit.s.preset, "--timesteps",
                                           str(FOREVER), "--max-restarts", "0"])  # fmt: skip
     dmon = nvsmi.Dmon(kit.work / "dmon.txt", int(seconds) + 10)
+    pmon = nvsmi.Pmon(kit.work / "pmon.txt", int(seconds) + 10)
     kit.keep_raw(dmon.path, "run/dmon.txt")
-    with nvsmi.ComputeApps(interval=1.0) as apps, ThrottleWatch() as watch, dmon, running(run):
+    kit.keep_raw(pmon.path, "run/pmon.txt")
+    with nvsmi.ComputeApps(interval=1.0) as apps, ThrottleWatch() as watch, dmon, pmon, running(run):
         has_dmon = dmon.start()
+        has_pmon = pmon.start()
         assert run.proc is not None
         cockpit = psutil.Process(run.proc.pid)
+        t_started = time.time()
         run.wait(min(15.0, seconds / 3))  # start-up: imports, CUDA, the first rollouts
         cpu0, t0 = sum(cockpit.cpu_times()[:2]), time.monotonic()
         run.wait(seconds - min(15.0, seconds / 3))
@@ -412,6 +488,8 @@ def check_run(kit: Kit, sec: Section) -> None:
         cpu1, t1 = sum(cockpit.cpu_times()[:2]), time.monotonic()
         code = run.stop()
         dmon_rows = dmon.finish(timeout=15.0) if has_dmon else []
+        pmon_rows = pmon.rows(timeout=15.0) if has_pmon else []
+    ran_s = (run.stopped_at or time.time()) - t_started
     run.keep_events()
     record = run.record()
     events = run.events()
@@ -495,6 +573,9 @@ def check_run(kit: Kit, sec: Section) -> None:
         lines.append("nvidia-smi columns skipped: no nvidia-smi.")
     lines.append("")
 
+    problems += reading_checks(kit, sec, record, samples, stopped, ran_s)
+    problems += per_process_checks(kit, sec, record, events, apps, pmon_rows, memory, pids)
+
     # Utilization by phase, the train share, the sampler's cost.
     util = record.utilization
     lines.append("**Utilization by phase, train share, and what the telemetry costs**")
@@ -548,6 +629,89 @@ def check_run(kit: Kit, sec: Section) -> None:
     kit.sweep_rows.append(sweep_row(jobs, kit.s.preset, agg, window_util, "run"))
     if problems:
         raise KitError("; ".join(problems))
+
+
+def reading_checks(kit: Kit, sec: Section, record: RunRecord, samples: Sequence[tuple[float, float]], stopped: float,
+                   ran_s: float) -> list[str]:  # fmt: skip
+    """Checks 1, 2 and 5 of the run: the samples' clock, the buffered way of reading holding under
+    load, and the sample spacing; their lines and figures, and the bounds broken (none in a smoke,
+    where they are skipped with the reason)."""
+    lines, problems = sec.lines, []
+    lines.append("**How utilization was read: the samples' clock, the buffer under load, the sample spacing**")
+    lines.append("")
+    gpu = record.gpus[0] if record.gpus else None
+    spacing = median_spacing(samples)
+    kit.figure("run", "util", "sample_spacing_median", round(spacing * 1000, 1) if spacing else None, "ms")
+    kit.figure("run", "util", "sample_period_recorded", gpu.util_sample_period_ms if gpu else None, "ms")
+    kit.figure("run", "util", "util_read", gpu.util_read if gpu else None, "")
+    newest = max((t for t, _ in samples), default=None)
+    kit.figure("run", "util", "newest_sample_to_stop", round(stopped - newest, 3) if newest else None, "s")
+    if kit.s.smoke:
+        lines.append("skipped in a CPU smoke: no GPU, so no NVML samples to hold to a clock, a buffer or a spacing.")
+        lines.append("")
+        return problems
+    hold = min(BUFFER_HOLD_S, ran_s)
+    shortened = ""
+    if hold < BUFFER_HOLD_S:
+        shortened = f" (shortened from {BUFFER_HOLD_S:.0f} s to the run's length under --deadline)"
+    checks = [
+        (f"samples within {CLOCK_SKEW_S:.0f} s of time.time()", clock_problem(samples, time.time(), stopped)),
+        (f"buffer held {hold:.0f} s under load{shortened}",
+         buffer_problem(gpu.util_read if gpu else None, dict(gpu.util_read_shares) if gpu else {}, ran_s)),
+        ("sample spacing measured", None if spacing is not None else "fewer than two samples"),
+    ]  # fmt: skip
+    lines += table(["check", "result"], [(name, why or "ok") for name, why in checks])
+    lines.append("")
+    lines.append(f"Median spacing of gpu_util.csv's samples {fmt(spacing * 1000 if spacing else None, 1, ' ms')}; "
+                 f"run.toml says {fmt(gpu.util_sample_period_ms if gpu else None, 1, ' ms')} "
+                 f"({gpu.util_read if gpu and gpu.util_read else '-'}).")  # fmt: skip
+    lines.append("")
+    return [why for _, why in checks if why]
+
+
+JobMemoryRows = Sequence[tuple[float, str, float | None, float | None]]
+
+
+def per_process_checks(kit: Kit, sec: Section, record: RunRecord, events: dict[str, list[Event]],
+                       apps: nvsmi.ComputeApps, pmon_rows: Sequence[nvsmi.PmonRow], memory: JobMemoryRows,
+                       pids: dict[str, int | None]) -> list[str]:  # fmt: skip
+    """Checks 3 and 4 of the run: each worker's own CUDA memory against NVML's per-process figure,
+    and cockpit's per-job SM % against `nvidia-smi pmon`; their table and figures, and the bounds
+    broken (none in a smoke, where they are skipped with the reason)."""
+    lines, problems, rows = sec.lines, [], []
+    lines.append("**Per process: the worker's own CUDA memory against NVML's, cockpit's SM % against pmon's**")
+    lines.append("")
+    for job in record.jobs:
+        pid = pids.get(job.id)
+        reserved, peak = cuda_peaks(events.get(job.id, []))
+        nvml_peak = apps.peak_mib(pid) if pid else None
+        sm = [s for _, j, _, s in memory if j == job.id and s is not None]
+        mine = statistics.fmean(sm) if sm else None
+        theirs = [r.sm for r in pmon_rows if r.pid == pid and r.sm is not None]
+        pmon_sm = statistics.fmean(theirs) if theirs else None
+        kit.figure("run", job.id, "cuda_reserved_worker", reserved, "MiB")
+        kit.figure("run", job.id, "cuda_peak_reserved_worker", peak, "MiB")
+        kit.figure("run", job.id, "gpu_mem_peak_nvml_process", nvml_peak, "MiB")
+        kit.figure("run", job.id, "sm_percent_mean_pmon", pmon_sm, "%")
+        found = [why for why in (cuda_memory_problem(peak, nvml_peak), sm_problem(mine, pmon_sm)) if why]
+        if not kit.s.smoke:
+            if peak is None:
+                found.append("no cuda_peak_bytes in its progress events")
+            if not theirs and pmon_rows:
+                found.append("pmon never saw its pid")
+        problems += [f"job {job.id}: {why}" for why in found]
+        rows.append((job.id, pid, fmt(peak, 0), fmt(nvml_peak, 0), fmt(mine, 1), fmt(pmon_sm, 1),
+                     "; ".join(found) or "ok"))  # fmt: skip
+    lines += table(["job", "pid", "allocator peak MiB", "NVML peak MiB", "cockpit SM %", "pmon SM %", "result"], rows)
+    lines.append("")
+    if kit.s.smoke:
+        lines.append("skipped in a CPU smoke: no CUDA memory, no NVML processes, no pmon.")
+        lines.append("")
+        return []
+    lines.append(f"Bounds: NVML's peak at least the allocator's and at most {CONTEXT_OVERHEAD_MIB:,.0f} MiB more (the "
+                 f"CUDA context); SM % within {PMON_SM_POINTS:.0f} points of pmon's.")  # fmt: skip
+    lines.append("")
+    return problems
 
 
 # ----- sweep -----

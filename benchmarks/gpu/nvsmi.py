@@ -4,6 +4,8 @@ Three uses, each with a pure parser the tests feed with text:
 - `gpu_facts()`: the card, its driver and its memory (`--query-gpu`);
 - `Dmon`: `nvidia-smi dmon -s um -o DT` running beside a run, one row a second (utilization and
   memory), read back with `parse_dmon`;
+- `Pmon`: `nvidia-smi pmon -s u -o DT` beside a run, each process's SM % a second, read back with
+  `parse_pmon`;
 - `ComputeApps`: `--query-compute-apps` polled in a thread, each process's GPU memory stamped with
   the time it was read (`parse_compute_apps`).
 
@@ -117,6 +119,8 @@ class Dmon:
     flushes them all. `stdbuf -oL`, where there is one, makes the file grow line by line too.
     """
 
+    ARGS: tuple[str, ...] = ("dmon", "-s", "um", "-o", "DT")
+
     def __init__(self, path: Path, seconds: int) -> None:
         self.path = path
         self.seconds = seconds
@@ -139,7 +143,7 @@ class Dmon:
         exe = binary()
         if exe is None:
             return False
-        argv = [exe, "dmon", "-s", "um", "-o", "DT", "-c", str(self.seconds)]
+        argv = [exe, *self.ARGS, "-c", str(self.seconds)]
         stdbuf = shutil.which("stdbuf")
         self._out = self.path.open("wb")
         self._proc = subprocess.Popen([stdbuf, "-oL", *argv] if stdbuf else argv, stdout=self._out,
@@ -161,6 +165,59 @@ class Dmon:
         if self._out is not None:
             self._out.close()
         return parse_dmon(self.path.read_text(encoding="utf-8", errors="replace")) if self.path.exists() else []
+
+
+# ----- pmon -----
+
+
+@dataclass(frozen=True)
+class PmonRow:
+    """One process in one second of `nvidia-smi pmon -s u`: `t` (Unix time, to the second), its
+    `pid` and its `sm` % (None where pmon prints "-": no sample of it in that second)."""
+
+    t: float
+    pid: int
+    sm: float | None
+
+
+def parse_pmon(text: str) -> list[PmonRow]:
+    """Rows of `nvidia-smi pmon -s u -o DT` for GPU 0's processes.
+
+    The columns are those the nvidia-smi manual page lists under "Process Monitoring" (`-s u`:
+    the utilization group; `-o DT`: date and time first): `# Date Time gpu pid type sm mem enc dec
+    ... command`, with `jpg` and `ofa` on newer drivers, so they are found by name from the first
+    `#` line; the second `#` line (units) is skipped, and so are rows of an idle GPU (pid "-") and
+    of other GPUs. `command` may hold spaces, so a row has at least as many fields as names."""
+    names: list[str] | None = None
+    rows: list[PmonRow] = []
+    for line in text.splitlines():
+        if line.startswith("#"):
+            if names is None:
+                names = [n.lower() for n in line.lstrip("#").split()]
+            continue
+        values = line.split()
+        if names is None or len(values) < len(names):
+            continue  # a torn last line, or output before the header
+        row = dict(zip(names, values, strict=False))
+        if row.get("gpu", "0") != "0" or not row.get("pid", "-").isdigit():
+            continue
+        try:
+            t = time.mktime(time.strptime(f"{row['date']} {row['time']}", "%Y%m%d %H:%M:%S"))
+        except (KeyError, ValueError):
+            continue
+        rows.append(PmonRow(t, int(row["pid"]), _number(row.get("sm", "-"))))
+    return rows
+
+
+class Pmon(Dmon):
+    """`nvidia-smi pmon -s u -o DT -c SECONDS` writing to a file, for `seconds` rows (as `Dmon`)."""
+
+    ARGS = ("pmon", "-s", "u", "-o", "DT")
+
+    def rows(self, timeout: float) -> list[PmonRow]:
+        """Wait up to `timeout` s for pmon to end by itself (then stop it) and return its rows."""
+        self.finish(timeout)
+        return parse_pmon(self.path.read_text(encoding="utf-8", errors="replace")) if self.path.exists() else []
 
 
 # ----- per-process memory -----

@@ -16,6 +16,7 @@ from typing import Any
 from cockpit.commands.plots import Plot
 from cockpit.contract.runrecord import RunRecord
 from cockpit.core.fleet.report import STATUSES, FleetSummary
+from cockpit.core.machine.utilread import BUSY_LEGEND, gpu_read_lines
 from cockpit.core.record.series import RunSeries
 from cockpit.core.telemetry.memwatch import NO_GROWTH
 
@@ -87,11 +88,15 @@ def _summary(record: RunRecord) -> str:
     lines.append(f"<code>{escape(record.command)}</code>")
     util = record.utilization
     if util is not None and util.gpu_util_mean is not None:
-        lines.append(f"GPU utilization: mean {_cell(util.gpu_util_mean)}%, p50 {_cell(util.gpu_util_p50)}%, p95 "
+        lines.append(f"GPU busy (any kernel): mean {_cell(util.gpu_util_mean)}%, p50 {_cell(util.gpu_util_p50)}%, p95 "
                      f"{_cell(util.gpu_util_p95)}%; while any job trains {_cell(util.gpu_util_while_training)}%, "
                      f"otherwise {_cell(util.gpu_util_while_not_training)}%")  # fmt: skip
     if util is not None and util.train_share is not None:
         lines.append(f"time with at least one job training: {util.train_share:.0%}")
+    read = gpu_read_lines(record.gpus)
+    if read or (util is not None and util.gpu_util_mean is not None):
+        lines.append(escape(BUSY_LEGEND))
+    lines += [escape(line) for line in read]
     growing = [job for job in record.jobs if job.memory_growth_mib_h is not None
                or job.gpu_memory_growth_mib_h is not None]  # fmt: skip
     judged = sum(1 for job in record.jobs if job.memory == NO_GROWTH)
@@ -103,7 +108,8 @@ def _summary(record: RunRecord) -> str:
 
 def _jobs(record: RunRecord) -> str:
     headers = ("job", "seed", "status", "steps", "target", "mean SPS", "ep_rew_mean", "restarts", "CPU %",
-               "peak RSS MiB", "GPU % rollout", "GPU % train", "peak GPU MiB", "memory", "reason")  # fmt: skip
+               "peak RSS MiB", "GPU busy % rollout", "GPU busy % train", "peak GPU MiB", "SM % mean", "memory",
+               "reason")  # fmt: skip
     rows = []
     for job in record.jobs:
         rollout, train = job.phases.get("rollout"), job.phases.get("train")
@@ -113,6 +119,7 @@ def _jobs(record: RunRecord) -> str:
                      _cell(job.cpu_percent_mean, "{:.0f}"), _cell(job.peak_rss_mib, "{:,.0f}"),
                      _cell(rollout.gpu_util_mean if rollout else None, "{:.0f}"),
                      _cell(train.gpu_util_mean if train else None, "{:.0f}"), _cell(job.peak_gpu_mem_mib, "{:,}"),
+                     _cell(job.gpu_sm_percent_mean, "{:.0f}"),
                      job.memory or "-", job.error or job.exit_reason or ""))  # fmt: skip
     return "<h2>Jobs</h2>" + _table(headers, rows, left=("job", "status", "memory", "reason"))
 

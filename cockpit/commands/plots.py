@@ -160,7 +160,7 @@ def gpu_and_phases(series: RunSeries) -> Figure:
     edges = bin_edges(series.start, series.end)
     span = ((edges[0] - series.start) / scale, (edges[-1] - series.start) / scale)
     tel = series.telemetry
-    ax.set_title("GPU utilization and each job's phases")
+    ax.set_title("GPU busy (any kernel) and each job's phases")
     handles: list[Artist] = []
     if not series.has_gpu:
         _say(ax, NO_GPU)
@@ -177,7 +177,7 @@ def gpu_and_phases(series: RunSeries) -> Figure:
                                  label="GPU: range within a pixel")  # fmt: skip
         handles += [line, spread]
         ax.set_ylim(0, 105)
-        ax.set_ylabel("GPU utilization %")
+        ax.set_ylabel("GPU busy % (any kernel)")
         ax.tick_params(labelbottom=False)
     if not jobs:
         _say(lanes, "no jobs recorded")
@@ -233,11 +233,11 @@ def utilization_by_phase(series: RunSeries) -> Figure:
         title += f"; time with at least one job training: {util.train_share:.0%}"
     if series.has_gpu and util is not None and util.gpu_util_while_training is not None:
         otherwise = util.gpu_util_while_not_training
-        title += f" (GPU {util.gpu_util_while_training:.0f}% then, " + (
+        title += f" (GPU busy {util.gpu_util_while_training:.0f}% then, " + (
             f"{otherwise:.0f}% otherwise)" if otherwise is not None else "none otherwise)"
         )
     fig.suptitle(title)
-    gpu_ax.set_title("GPU % by phase", fontsize=10)
+    gpu_ax.set_title("GPU busy % by phase", fontsize=10)
     cpu_ax.set_title("CPU % by phase (the job's processes)", fontsize=10)
     time_ax.set_title("seconds in each phase", fontsize=10)
     if not jobs:
@@ -245,7 +245,7 @@ def utilization_by_phase(series: RunSeries) -> Figure:
             _say(ax, "no phases recorded", narrow=True)
         return fig
     if series.has_gpu:
-        _bars(gpu_ax, jobs, "gpu_util_mean", "GPU utilization %")
+        _bars(gpu_ax, jobs, "gpu_util_mean", "GPU busy %")
         gpu_ax.set_ylim(0, 105)
         gpu_ax.legend(fontsize=8)
     else:
@@ -408,16 +408,17 @@ def png(fig: Figure) -> bytes:
 def plots(series: RunSeries) -> list[Plot]:
     """Every figure of the run's report, rendered, in the page's order; a fleet's three last."""
     if series.has_gpu:
-        gpu_caption = ("GPU utilization (each pixel's mean, and the range of the readings within it) over the run, "
+        gpu_caption = ("GPU busy: the share of time any kernel ran, as NVML measures it, not SM occupancy (each "
+                       "pixel's mean, and the range of the readings within it) over the run, "
                        "and under it one lane per job: light for rollout, dark for train. A train burst lines up with "
                        "the GPU's.")  # fmt: skip
     else:
         why = series.record.gpu.telemetry if series.record.gpu is not None else "no [gpu] in run.toml"
         gpu_caption = f"{NO_GPU} ({why}). The lanes show each job's rollout (light) and train (dark) phases."
     made = [
-        ("gpu_phases", "GPU utilization and phases", gpu_caption, gpu_and_phases),
+        ("gpu_phases", "GPU busy (any kernel) and phases", gpu_caption, gpu_and_phases),
         ("utilization_by_phase", "Utilization by phase",
-         "Per job, from run.toml's phase accounting: GPU % and the job's CPU % in rollout and in train, and its "
+         "Per job, from run.toml's phase accounting: GPU busy % and the job's CPU % in rollout and in train, and its "
          "time in each.", utilization_by_phase),
         ("sps_return", "Throughput and return",
          "Per job against its steps: steps per second over whole rollout + train cycles (the cockpit's SPS, at "

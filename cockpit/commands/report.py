@@ -34,6 +34,7 @@ from cockpit.contract.runspec import ConfigError
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.feed.source import Replay, SourceError
 from cockpit.core.fleet.report import STATUSES, FleetReportError, FleetSummary, fleet_summary
+from cockpit.core.machine.utilread import BUSY_LEGEND, gpu_read_lines
 from cockpit.core.record.find_runs import open_run
 from cockpit.core.record.series import read_series
 from cockpit.core.telemetry.memwatch import NO_GROWTH
@@ -104,7 +105,8 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
     console.print(f"GPU: {gpu_text}")
     table = Table(title="jobs" + (" (live: steps from the event files)" if live else ""), title_justify="left")
     for col in ("job", "seed", "status", "steps", "mean SPS", "ep_rew_mean", "restarts", "ckpts", "CPU %",
-                "peak RSS MiB", "GPU % rollout", "GPU % train", "peak GPU MiB", "memory", "reason"):  # fmt: skip
+                "peak RSS MiB", "GPU busy % rollout", "GPU busy % train", "peak GPU MiB", "SM % mean", "memory",
+                "reason"):  # fmt: skip
         table.add_column(col, justify="left" if col in ("job", "status", "memory", "reason") else "right")
     for job in log.jobs:
         steps = _live_steps(run_dir, job.id) if live else job.steps
@@ -118,7 +120,8 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
             _fmt(job.cpu_percent_mean, "{:.0f}"), _fmt(job.peak_rss_mib, "{:,.0f}"),
             _fmt(rollout.gpu_util_mean if rollout else None, "{:.0f}"),
             _fmt(train.gpu_util_mean if train else None, "{:.0f}"),
-            _fmt(job.peak_gpu_mem_mib, "{:,}"), job.memory or "-", job.error or job.exit_reason or "",
+            _fmt(job.peak_gpu_mem_mib, "{:,}"), _fmt(job.gpu_sm_percent_mean, "{:.0f}"), job.memory or "-",
+            job.error or job.exit_reason or "",
         )  # fmt: skip
     console.print(table)
     # The leak watch's word on the run: the seeds' "Memory leaks: none detected", or who grows.
@@ -132,12 +135,17 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
         console.print(f"memory: no growth ({judged} job(s) watched long enough to judge)", highlight=False)
     if util is not None and util.gpu_util_mean is not None:
         console.print(
-            f"GPU utilization: mean {_fmt(util.gpu_util_mean)}%, p50 {_fmt(util.gpu_util_p50)}%, "
+            f"GPU busy (any kernel): mean {_fmt(util.gpu_util_mean)}%, p50 {_fmt(util.gpu_util_p50)}%, "
             f"p95 {_fmt(util.gpu_util_p95)}%; while any job trains {_fmt(util.gpu_util_while_training)}%,"
             f" otherwise {_fmt(util.gpu_util_while_not_training)}%"
         )
     if util is not None and util.train_share is not None:
         console.print(f"time with at least one job training: {util.train_share:.0%}")
+    read = gpu_read_lines(log.gpus)
+    if read or (util is not None and util.gpu_util_mean is not None):
+        console.print(BUSY_LEGEND, highlight=False)
+    for line in read:
+        console.print(line, highlight=False)
     for warning in log.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
     if fleet is not None:

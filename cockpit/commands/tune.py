@@ -118,7 +118,7 @@ def trials_table(result: TuneResult) -> Table:
     """Every trial, the winner marked."""
     table = Table(title="cockpit tune", title_justify="left", box=box.SIMPLE_HEAD)
     for name, justify in (("jobs", "right"), ("n_envs", "right"), ("batch", "right"), ("SPS", "right"),
-                          ("CPU %", "right"), ("GPU %", "right"), ("", "left")):  # fmt: skip
+                          ("CPU %", "right"), ("GPU busy %", "right"), ("", "left")):  # fmt: skip
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for t in result.trials:
         gpu = f"{t.gpu_util:.0f}" if t.gpu_util is not None else "-"

@@ -15,12 +15,14 @@ schema_version, name, command, status, started_at, ended_at, updated_at, duratio
 [preset]        the resolved preset (`cockpit.contract.presets.Preset`)
 [[jobs]]        one per job, with its GPU and [jobs.phases.<phase>] (time, GPU % and CPU % by phase)
 [utilization]   the GPUs over the run (every GPU's samples together), by phase, and what the sampler cost
-[[gpus]]        one per GPU sampled: its index, UUID, name, memory, jobs, and [gpus.utilization]
+[[gpus]]        one per GPU sampled: its index, UUID, name, memory, jobs, how its utilization was
+                read, and [gpus.utilization]
 [[advice]]      `--auto`'s decisions and applied advice, in time order
 ```
 
 A job's `gpu` is the NVML index of the GPU its worker ran on (the only GPU it saw, as `cuda:0`),
-`gpu_uuid` that GPU's UUID; a job's `phases` figures are its GPU's utilization while it was in
+`gpu_uuid` that GPU's UUID; a job's `phases` figures are its GPU's utilization ("busy": the
+share of time in which any kernel ran, NVML's `nvmlUtilization_t.gpu`) while it was in
 each phase. `[[gpus]]` and the jobs' `gpu` keys were added without a new version: a file without
 them is a run of at most one GPU, and an older reader that ignores them reads `[gpu]` as the first
 GPU and `[utilization]` as the GPUs' together (on one GPU, that GPU's).
@@ -159,13 +161,24 @@ class UtilizationFigures:
 @dataclass(frozen=True, kw_only=True)
 class GpuUseRecord:
     """`[[gpus]]`: one GPU the run sampled (by its NVML `index`), the jobs placed on it, and its
-    utilization over the run (`[gpus.utilization]`, absent before any job of it was sampled)."""
+    utilization over the run (`[gpus.utilization]`, absent before any job of it was sampled).
+
+    How its utilization was read, as of the newest sample: `util_read` is "buffer" (NVML's sample
+    buffer), "poll" (`nvmlDeviceGetUtilizationRates`, the driver's mean over its period) or "not
+    per MIG slice" (no utilization at all), and `util_sample_period_ms` the driver's sample spacing
+    as measured, which bounds the bursts it can see; both absent when unknown (and in files from
+    before they were recorded). `util_read_shares` is the share of the sampled time spent in each
+    way of reading, by the same names, written only when the way changed during the run (a GPU
+    whose buffer failed and fell back to polling): otherwise absent, all the time in `util_read`."""
 
     index: int
     uuid: str | None = None
     name: str
     memory_total_mib: int | None = None  # None: the driver does not say (a unified-memory GPU)
     jobs: tuple[str, ...] = ()
+    util_read: str | None = None
+    util_sample_period_ms: float | None = None
+    util_read_shares: Mapping[str, float] = field(default_factory=dict, metadata={"omit_if_default": True})
     utilization: UtilizationFigures | None = None
 
 
@@ -186,7 +199,9 @@ class JobRecord:
     throughput over recent whole rollout + train cycles) and `eta_s` (seconds to its target at that
     rate) are as they were when the file was written, absent when unknown or the job was not
     training; `peak_gpu_mem_mib`, `cpu_percent_mean` and `peak_rss_mib` (the job's process tree)
-    come from the sampler; `phases` is keyed by phase name (rollout, train).
+    come from the sampler, and so does `gpu_sm_percent_mean`, the mean of its processes' SM % over
+    NVML's per-process readings (absent when NVML gave none: no GPU, or a container without the
+    host's PIDs); `phases` is keyed by phase name (rollout, train).
 
     `memory` is the leak watch's verdict on the job's memory (`cockpit.core.telemetry.memwatch`): "no
     growth", or "memory growing: +N MiB/h" for its RSS and/or "GPU memory growing: +N MiB/h"
@@ -219,6 +234,7 @@ class JobRecord:
     checkpoints: int
     last_checkpoint_step: int | None = None
     peak_gpu_mem_mib: int | None = None
+    gpu_sm_percent_mean: float | None = None
     cpu_percent_mean: float | None = None
     peak_rss_mib: float | None = None
     memory: str | None = None

@@ -18,6 +18,14 @@ def mib(value: int | None) -> str:
     return "-" if value is None else f"{value / MIB:,.0f} MiB"
 
 
+def used_of(used: int | None, total: int | None, unit: int = MIB) -> str:
+    """GPU memory as "used/total MiB" (or GiB for `unit` GIB), each "-" when unknown: a
+    unified-memory GPU (GB10, Jetson Thor) has no memory figures in NVML."""
+    digits, name = (1, "GiB") if unit == GIB else (0, "MiB")
+    shown = ["-" if v is None else f"{v / unit:,.{digits}f}" for v in (used, total)]
+    return f"{shown[0]}/{shown[1]} {name}"
+
+
 def si(n: float) -> str:
     """A count in at most 4 characters: 950, 4.1k, 525k, 1.0M."""
     if n < 1000:

@@ -27,26 +27,45 @@ from rich.text import Text
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
 from cockpit.core.feed.snapshot import FleetView, JobView, RunState
+from cockpit.core.machine.nvml import GpuSample
+from cockpit.core.machine.utilread import BUSY, util_read
 from cockpit.core.telemetry.memwatch import NO_GROWTH
 from cockpit.core.telemetry.sampler import STATUS_SEP
-from cockpit.views.formatting import MIB, episodes_of, eta, mib, num, si, steps_of, target_of, tier_target
+from cockpit.views.formatting import (
+    episodes_of,
+    eta,
+    mib,
+    num,
+    si,
+    steps_of,
+    target_of,
+    tier_target,
+    used_of,
+)
 
 
 def _stamp(t: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
+def _read(g: GpuSample, before: str, after: str = "") -> str:
+    """How `g`'s utilization is read (`util_read`) between `before` and `after`; "" when its
+    reader has not said."""
+    read = util_read(g.util_mode, g.sample_period_s)
+    return f"{before}{read}{after}" if read else ""
+
+
 def _gpus_part(state: RunState) -> str:
-    """Several GPUs, each by its index: utilization and memory now, and how many jobs it runs."""
+    """Several GPUs, each by its index: utilization ("busy", `BUSY_LEGEND`) and how it is read,
+    memory now, and how many jobs it runs."""
     parts = []
     for info in state.gpus:
         g = state.sample.gpu_of(info.index) if state.sample is not None else None
         jobs = sum(1 for job in state.jobs_on(info.index) if job.state.live)
-        figures = (
-            "no sample"
-            if g is None
-            else (f"{num(g.util_percent)}% {g.mem_used_bytes / MIB:,.0f}/{g.mem_total_bytes / MIB:,.0f} MiB")
-        )
+        figures = "no sample"
+        if g is not None:
+            mem = used_of(g.mem_used_bytes, g.mem_total_bytes)
+            figures = f"{BUSY} {num(g.util_percent)}%{_read(g, ' (', ')')} {mem}"
         parts.append(f"GPU{info.index} {figures} {jobs} job{'s' if jobs != 1 else ''}")
     return "  ".join(parts)
 
@@ -57,8 +76,9 @@ def _condition(line: str) -> str:
 
 
 def system_line(state: RunState) -> str:
-    """One line: GPU utilization, memory, power, temperature (or why there is no GPU) and CPU; on a
-    machine of several GPUs, each one's utilization, memory and jobs."""
+    """One line: GPU utilization ("busy", `BUSY_LEGEND`: the share of time any kernel ran) with
+    its peak and how it is read (`util_read`), memory, power, temperature (or why there is no GPU)
+    and CPU; on a machine of several GPUs, each one's utilization, memory and jobs."""
     s = state.sample
     if len(state.gpus) > 1:
         gpu = _gpus_part(state)
@@ -70,8 +90,8 @@ def system_line(state: RunState) -> str:
         g = s.gpu
         throttle = f" throttled: {','.join(g.throttle_reasons)}" if g.throttle_reasons else ""
         gpu = (
-            f"GPU {num(g.util_percent)}% (peak {num(g.util_peak_percent)}%)  "
-            f"mem {g.mem_used_bytes / MIB:,.0f}/{g.mem_total_bytes / MIB:,.0f} MiB  "
+            f"GPU {BUSY} {num(g.util_percent)}% (peak {num(g.util_peak_percent)}%{_read(g, ', ')})  "
+            f"mem {used_of(g.mem_used_bytes, g.mem_total_bytes)}  "
             f"{num(g.power_w)} W  {num(g.temperature_c)} C  {num(g.sm_clock_mhz)} MHz{throttle}"
         )
     if s is None:
@@ -106,7 +126,7 @@ def job_line(job: JobView, *, with_state: bool = True) -> str:
     if job.cpu_percent is not None:
         parts.append(f"cpu {job.cpu_percent:.0f}%")
     if job.gpu_mem_bytes is not None:
-        parts.append(f"gpu {mib(job.gpu_mem_bytes)}")
+        parts.append(f"gpu {mib(job.gpu_mem_bytes)} sm {num(job.gpu_sm_percent, '{:.0f}%')}")
     if job.state in ("failed", "backoff", "paused") and job.error:
         parts.append(f"error: {job.error}")
     elif job.state in (JobState.STALLED, JobState.RUNNING) and job.exit_reason:  # why, or what is missing
@@ -118,17 +138,20 @@ WIDE = 120
 
 
 def jobs_table(state: RunState, width: int = WIDE) -> Table:
-    """The live table: one row per job. Under `WIDE` columns it drops the seed and compacts the
-    step counts so an 80-column terminal shows every figure whole; GPU memory only with a GPU."""
+    """The live table: one row per job. Under `WIDE` columns it drops the seed and the SM % and
+    compacts the step counts so an 80-column terminal shows every figure whole; GPU memory (and,
+    wide, each job's SM %, "-" when unknown) only with a GPU."""
     wide = width >= WIDE
     columns = [("job", "left"), ("seed", "right"), ("status", "left"), ("phase", "left"), ("progress", "left"),
                ("steps", "right"), ("SPS", "right"), ("ep/h", "right"), ("ETA", "right"), ("ep_rew", "right"),
-               ("rst", "right"), ("CPU%", "right"), ("GPU mem", "right")]  # fmt: skip
+               ("rst", "right"), ("CPU%", "right"), ("GPU mem", "right"), ("SM%", "right")]  # fmt: skip
     keep = {name for name, _ in columns}
     if not wide:
         keep.discard("seed")
+        keep.discard("SM%")  # 80 columns keep GPU memory; its SM % only where there is room
     if state.gpu is None:
         keep.discard("GPU mem")
+        keep.discard("SM%")
     if all(job.episodes is None for job in state.jobs):  # no episode counts reported (older files)
         keep.discard("ep/h")
     elif not wide:
@@ -171,6 +194,7 @@ def jobs_table(state: RunState, width: int = WIDE) -> Table:
             "rst": str(job.restarts),
             "CPU%": num(job.cpu_percent),
             "GPU mem": mib(job.gpu_mem_bytes),
+            "SM%": num(job.gpu_sm_percent),
         }
         table.add_row(*(cells[name] for name, _ in columns if name in keep))
     return table

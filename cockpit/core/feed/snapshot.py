@@ -81,6 +81,9 @@ class JobView:
     # The IP of the cluster node its worker runs on (`--ray`; None for a job of this machine): the
     # views group the jobs' CPU under their nodes.
     node: str | None = None
+    # Its processes' SM % on the GPU, as NVML's per-process utilization samples say (None when
+    # unknown: no GPU, no sample from NVML yet, or host PIDs NVML cannot match in a container).
+    gpu_sm_percent: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # a plain string is accepted
@@ -155,8 +158,8 @@ def job_view(
 
     Every argument is required: a source that cannot know a figure (a replay, the node a job ran
     on) says None for it where it calls this. The rest of `JobView` is derived here, the same for
-    every source: the CPU %, RSS and GPU memory of `usage` (the job's process tree in the sample
-    shown; None when there is no reading of it: all three None), the leak watch's `memory` (a
+    every source: the CPU %, RSS, GPU memory and SM % of `usage` (the job's process tree in the
+    sample shown; None when there is no reading of it: all four None), the leak watch's `memory` (a
     verdict, or the figures a run.toml recorded; None before its first judgment) as its line and
     flagged rates, and the ETA at `sps` (`throughput.job_eta`)."""
     figures = memory if isinstance(memory, MemoryFigures) else MemoryFigures.of(memory)
@@ -169,6 +172,7 @@ def job_view(
         cpu_percent=usage.cpu_percent if usage is not None else None,
         rss_bytes=usage.rss_bytes if usage is not None else None,
         gpu_mem_bytes=usage.gpu_mem_bytes if usage is not None else None,
+        gpu_sm_percent=usage.gpu_sm_percent if usage is not None else None,
         peak_gpu_mem_bytes=peak_gpu_mem_bytes, started_at=started_at, ended_at=ended_at, eta_s=eta_s,
         rollout_sps=rollout_sps, env=env, preset=preset, memory=figures.memory,
         memory_growth_mib_h=figures.memory_growth_mib_h, gpu_memory_growth_mib_h=figures.gpu_memory_growth_mib_h,

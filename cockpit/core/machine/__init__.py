@@ -3,6 +3,7 @@
 - `host`: cores, memory, the CPU's model, and each job's thread budget and pinned cores;
 - `nvml`: every GPU through NVML (the one module that imports `pynvml`), and what to do without one;
 - `visibility`: pure: which of NVML's GPUs the cockpit may use, by its own `CUDA_VISIBLE_DEVICES`;
+- `utilread`: what the utilization figure is ("busy") and how it was read, in words;
 - `placement`: pure: which GPU a job's worker runs on, and how many jobs of a size fit;
 - `clock`: the injectable clock that tests move by hand.
 

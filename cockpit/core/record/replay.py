@@ -463,9 +463,15 @@ class ReplaySource:
         recorded = _load_run_log(run_dir)
         config, host, gpu_table = recorded.config, recorded.host, recorded.gpu
         self._gpu: GpuInfo | None = None
+        # How the first GPU's utilization was read as the file last said ("" and None in files from
+        # before it was recorded): each replayed sample shows it, as the live one did.
+        self._util_read: tuple[str, float | None] = ("", None)
         if gpu_table is not None and gpu_table.present:
             # samples.csv's GPU columns are the first sampled GPU's: [[gpus]]'s first, where recorded.
             first = recorded.gpus[0] if recorded.gpus else None
+            if first is not None:
+                period_ms = first.util_sample_period_ms
+                self._util_read = (first.util_read or "", period_ms / 1000 if period_ms is not None else None)
             self._gpu = GpuInfo(
                 index=first.index if first is not None else 0,
                 name=first.name if first is not None else gpu_table.name or "",
@@ -573,6 +579,8 @@ class ReplaySource:
                 temperature_c=_num(row, "gpu_temp_c"),
                 sm_clock_mhz=int(clock) if clock is not None else None,
                 throttle_reasons=(),  # not recorded
+                util_mode=self._util_read[0],
+                sample_period_s=self._util_read[1],
             )
         return Sample(
             t=t,

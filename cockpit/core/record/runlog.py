@@ -37,6 +37,7 @@ from cockpit.contract.runrecord import (
 from cockpit.contract.runspec import RunSpec
 from cockpit.core.feed.snapshot import JobView, MemoryFigures, RunState
 from cockpit.core.machine.host import HostInfo
+from cockpit.core.machine.nvml import GpuInfo, GpuSample
 from cockpit.core.telemetry.memwatch import MemWatch
 from cockpit.core.telemetry.phases import Accounting, GpuFigures, PhaseAccountant, PhaseStats
 from cockpit.core.telemetry.sampler import Sample
@@ -51,7 +52,8 @@ MIB = 1024 * 1024
 class Recorder:
     """Receives each telemetry sample: appends it to the CSV files, keeps the series that phase
     accounting needs, and feeds each job's memory to the leak watch (`memory`). Called from the
-    sampler thread; `cpu_mean()`, `sampler_cost()` and `memory.verdict()` from any thread."""
+    sampler thread; `cpu_mean()`, `sm_mean()`, `util_read()`, `sampler_cost()` and
+    `memory.verdict()` from any thread."""
 
     run_dir: Path
     _files: dict[str, TextIO] = field(default_factory=dict)
@@ -59,6 +61,12 @@ class Recorder:
     accountant: PhaseAccountant = field(default_factory=PhaseAccountant)
     _cpu_sums: dict[str, tuple[float, int]] = field(default_factory=dict)
     _rss_peaks: dict[str, int] = field(default_factory=dict)  # bytes, the most each job held
+    _sm_sums: dict[str, tuple[float, int]] = field(default_factory=dict)
+    # Per GPU index: seconds sampled in each way of reading utilization, the newest way and the
+    # newest measured sample spacing, and the time of its previous sample.
+    _read_seconds: dict[int, dict[str, float]] = field(default_factory=dict)
+    _read_now: dict[int, tuple[str, float | None]] = field(default_factory=dict)
+    _read_t: dict[int, float] = field(default_factory=dict)
     memory: MemWatch = field(default_factory=MemWatch)
     _cost_s: float = 0.0
     _ticks: int = 0
@@ -99,6 +107,11 @@ class Recorder:
                 total, n = self._cpu_sums.get(job, (0.0, 0))
                 self._cpu_sums[job] = (total + usage.cpu_percent, n + 1)
                 self._rss_peaks[job] = max(self._rss_peaks.get(job, 0), usage.rss_bytes)
+                if usage.gpu_sm_percent is not None:
+                    total, n = self._sm_sums.get(job, (0.0, 0))
+                    self._sm_sums[job] = (total + usage.gpu_sm_percent, n + 1)
+            for g in sample.gpus:
+                self._note_read(sample.t, g)
             self._cost_s += sample.cost_s
             self._ticks += 1
         if fresh:  # a reading carried over to later ticks is one reading, for the leak watch too
@@ -134,6 +147,32 @@ class Recorder:
                 util.writerow([f"{t:.6f}", _fmt(value), gpu])
         for fh in self._files.values():
             fh.flush()
+
+    def _note_read(self, t: float, g: GpuSample) -> None:
+        # The time since a GPU's previous sample counts towards the way this sample was read.
+        if g.util_mode:
+            seconds = self._read_seconds.setdefault(g.index, {})
+            seconds[g.util_mode] = seconds.get(g.util_mode, 0.0) + max(0.0, t - self._read_t.get(g.index, t))
+            _, period = self._read_now.get(g.index, ("", None))
+            self._read_now[g.index] = (g.util_mode, g.sample_period_s if g.sample_period_s is not None else period)
+        self._read_t[g.index] = t
+
+    def util_read(self, gpu: int) -> tuple[str | None, float | None, dict[str, float]]:
+        """How GPU `gpu`'s utilization was read: the newest way (None before any sample said), the
+        newest measured sample spacing in seconds (None until measured), and each way's share of
+        the time sampled, only when there was more than one (else empty)."""
+        with self._lock:
+            mode, period = self._read_now.get(gpu, (None, None))
+            seconds = dict(self._read_seconds.get(gpu, {}))
+        total = sum(seconds.values())
+        shares = {m: s / total for m, s in seconds.items()} if len(seconds) > 1 and total > 0 else {}
+        return mode, period, shares
+
+    def sm_mean(self, job: str) -> float | None:
+        """The job's mean SM % over NVML's per-process readings of it (None when there were none)."""
+        with self._lock:
+            total, n = self._sm_sums.get(job, (0.0, 0))
+        return total / n if n else None
 
     def cpu_mean(self, job: str) -> float | None:
         """The job's mean CPU % over the readings taken while it was running."""
@@ -226,16 +265,22 @@ def record(
             **_figures(accounting),
             sampler_ticks=ticks, sampler_cost_ms_mean=round(cost_s / ticks * 1000, 3) if ticks else None,
         ),
-        gpus=tuple(
-            GpuUseRecord(index=info.index, uuid=info.uuid or None, name=info.name,
-                         memory_total_mib=_mib(info.memory_total_bytes),
-                         jobs=tuple(j.id for j in state.jobs if j.gpu == info.index),
-                         utilization=UtilizationFigures(**_figures(accounting.gpus[info.index]))
-                         if info.index in accounting.gpus else None)
-            for info in state.gpus
-        ),
+        gpus=tuple(_gpu_record(info, state, recorder, accounting) for info in state.gpus),
         warnings=(*state.warnings, *[w for w in [recorder.failed] if w and w not in state.warnings]),
         advice=tuple(advice),
+    )  # fmt: skip
+
+
+def _gpu_record(info: GpuInfo, state: RunState, recorder: Recorder, accounting: Accounting) -> GpuUseRecord:
+    """`[[gpus]]`'s record of one GPU now: its jobs, how its utilization was read, and its figures."""
+    mode, period_s, shares = recorder.util_read(info.index)
+    return GpuUseRecord(
+        index=info.index, uuid=info.uuid or None, name=info.name, memory_total_mib=_mib(info.memory_total_bytes),
+        jobs=tuple(j.id for j in state.jobs if j.gpu == info.index),
+        util_read=mode, util_sample_period_ms=_round(period_s * 1000, 1) if period_s is not None else None,
+        util_read_shares={m: round(share, 4) for m, share in shares.items()},
+        utilization=UtilizationFigures(**_figures(accounting.gpus[info.index])) if info.index in accounting.gpus
+        else None,
     )  # fmt: skip
 
 
@@ -256,6 +301,7 @@ def _job_record(j: JobView, now: float, recorder: Recorder, accounting: Accounti
         final_ep_rew_mean=j.ep_rew_mean, restarts=j.restarts, checkpoints=j.checkpoints,
         last_checkpoint_step=j.last_checkpoint_step,
         peak_gpu_mem_mib=j.peak_gpu_mem_bytes // MIB if j.peak_gpu_mem_bytes is not None else None,
+        gpu_sm_percent_mean=_round(recorder.sm_mean(j.id), 1),
         cpu_percent_mean=_round(recorder.cpu_mean(j.id)), peak_rss_mib=recorder.rss_peak_mib(j.id),
         memory=memory.memory, memory_growth_mib_h=memory.memory_growth_mib_h,
         gpu_memory_growth_mib_h=memory.gpu_memory_growth_mib_h,

@@ -359,7 +359,7 @@ def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements, c
         return []
     limit = min(caps, key=lambda k: caps[k])
     capped = f"; {limit} cap it at {caps[limit]}" if caps[limit] < wanted else ""
-    reason = (f"GPU {_pct(mean)} on average but {_pct(burst)} while a job trains, CPU {_pct(cpu)}: "
+    reason = (f"GPU busy {_pct(mean)} on average but {_pct(burst)} while a job trains, CPU {_pct(cpu)}: "
               f"{jobs} job(s) leave the GPU idle between train bursts{capped}{_next_gpu(rooms, measured)}")  # fmt: skip
     # The fleet's overlap model: each job keeps a GPU busy for its share of the time, and the
     # train bursts of `suggested` jobs queue for the GPUs rather than add up (4 x 25 % -> 79 % on one).
@@ -368,7 +368,7 @@ def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements, c
     network = (Station("cores", 1.0 - share, host.physical_cores), Station("gpu", share, gpus))
     expected = overlap_sps(network, suggested) / 1e6 * share * 100 / gpus
     return [Advice(AdviceSetting.JOBS, str(jobs), str(suggested),
-                   f"train phases overlap: ~{expected:.0f} % GPU expected (the fleet's overlap model)", reason,
+                   f"train phases overlap: ~{expected:.0f} % GPU busy expected (the fleet's overlap model)", reason,
                    {"gpu_util_mean": mean, "gpu_util_train": burst, "cpu_percent": cpu,
                     "gpu_util_expected": expected})]  # fmt: skip
 
@@ -428,7 +428,8 @@ def _cpu_bound(host: Machine, preset: Preset, jobs: int, measured: Measurements)
     # Without a GPU the cores are the only thing to keep busy: saturating them is the goal.
     if host.gpu_name is None or gpu is None or cpu is None or cpu < CPU_SATURATED or gpu >= IDLE_GPU_UTIL:
         return []
-    reason = f"CPU {_pct(cpu)} across {host.logical_cores} logical cores, GPU {_pct(gpu)}: the envs are the bottleneck"
+    reason = (f"CPU {_pct(cpu)} across {host.logical_cores} logical cores, GPU busy {_pct(gpu)}: "
+              "the envs are the bottleneck")  # fmt: skip
     if jobs > 1:
         return [Advice(AdviceSetting.JOBS, str(jobs), str(jobs - 1), "less contention; each job steps faster", reason,
                        {"cpu_percent": cpu})]  # fmt: skip

@@ -1,4 +1,5 @@
-"""The GPU panel: utilization and memory over the last minute, and one phase lane per job below
+"""The GPU panel: utilization ("busy": the share of time any kernel ran, see
+`cockpit.core.machine.utilread.BUSY_LEGEND`) and memory over the last minute, and one phase lane per job below
 them on the same time axis, so a training burst lines up with the job that caused it.
 
 On a machine of several GPUs it has a section per GPU: its name, utilization and memory now, one
@@ -15,7 +16,8 @@ from rich.text import Text
 from cockpit.core.feed.snapshot import JobView
 from cockpit.core.feed.source import WINDOW_S, Frame
 from cockpit.core.machine.nvml import GpuInfo, GpuSample
-from cockpit.views.formatting import GIB, num
+from cockpit.core.machine.utilread import BUSY, util_read
+from cockpit.views.formatting import GIB, num, used_of
 from cockpit.views.tui.lines_widget import FramePanel
 from cockpit.views.tui.timeaxis import LaneCells, bar_rows, bucket_max
 
@@ -60,7 +62,7 @@ def gpu_series(frame: Frame, index: int) -> tuple[list[tuple[float, float]], lis
             util_points.extend(readings)
         elif g is not None and g.util_percent is not None:
             util_points.append((s.t, g.util_percent))
-        if g is not None:
+        if g is not None and g.mem_used_bytes is not None:
             mem_points.append((s.t, g.mem_used_bytes))
     util_points.sort()
     return util_points, mem_points
@@ -121,12 +123,15 @@ class GpuPanel(FramePanel):
 
     def _head(self, info: GpuInfo, gpu: GpuSample | None, index: str = "") -> Text:
         """A GPU's name and its figures now; a narrow panel (beside the trend panel at 100
-        columns) keeps the name whole and drops temperature, then power: utilization and memory
-        always stay. `index` ("0 ") leads it on a machine of several GPUs."""
+        columns) keeps the name whole and drops temperature, then power, then how utilization is
+        read (`util_read`): "busy" (`BUSY_LEGEND`) and memory always stay. `index` ("0 ") leads it
+        on a machine of several GPUs."""
         parts: list[str] = []
         if gpu is not None:
-            mem = f"{gpu.mem_used_bytes / GIB:.1f}/{gpu.mem_total_bytes / GIB:.1f} GiB"
-            parts = [f"{num(gpu.util_percent)}%", mem, f"{num(gpu.power_w)} W", f"{num(gpu.temperature_c)} °C"]
+            mem = used_of(gpu.mem_used_bytes, gpu.mem_total_bytes, GIB)
+            read = util_read(gpu.util_mode, gpu.sample_period_s)
+            parts = [f"{BUSY} {num(gpu.util_percent)}%", mem, *([read] if read else []), f"{num(gpu.power_w)} W",
+                     f"{num(gpu.temperature_c)} °C"]  # fmt: skip
         name = index + info.name.removeprefix("NVIDIA ").removeprefix("GeForce ")
         while len(parts) > 2 and len(name) + sum(2 + len(part) for part in parts) > self.size.width:
             parts.pop()
@@ -144,10 +149,14 @@ class GpuPanel(FramePanel):
         util_points, mem_points = gpu_series(frame, info.index)
         lines = []
         for i, row in enumerate(bar_rows(bucket_max(util_points, left, right, width), util_rows, 100.0)):
-            line = Text(f"{'util' if i == 0 else '':<{label_w}}", style=label)
+            line = Text(f"{BUSY if i == 0 else '':<{label_w}}", style=label)
             lines.append(line.append(row, style=self._style("gpu--util")))
+        mem_label = Text(f"{'mem':<{label_w}}", style=label)
+        if info.memory_total_bytes is None:  # unified memory: NVML has no figure to draw
+            lines.append(mem_label.append("- (NVML gives no memory figures for this GPU)"))
+            return lines
         mem_row = bar_rows(bucket_max(mem_points, left, right, width), 1, float(info.memory_total_bytes))[0]
-        lines.append(Text(f"{'mem':<{label_w}}", style=label).append(mem_row, style=self._style("gpu--mem")))
+        lines.append(mem_label.append(mem_row, style=self._style("gpu--mem")))
         return lines
 
     def _sections(self, frame: Frame, left: float, right: float, width: int, label_w: int) -> list[Text]:

@@ -15,10 +15,14 @@ from textual.widgets import Static
 from cockpit.views.tui.kept_screen import ShownAgain
 
 PANELS = """\
-GPU panel: utilization (the peak in each column, from NVML's own sample buffer) and memory over the
-last 60 s. Below them, one lane per job on the same time axis: ░ rollout (CPU: env stepping and
-inference), █ train (PPO epochs: the GPU burst). When the █ cells line up with the utilization
-bursts and the gaps between them stay empty, more jobs would fill the gaps.
+GPU panel: "busy", NVML's utilization: the share of time in which any kernel ran on the GPU, not
+how much of the GPU the kernels used (a single small kernel at a time reads 100%); the peak in each
+column, from NVML's own sample buffer. The head line says how it is read: "buffer, 167 ms samples"
+(the driver's measured sample spacing: a burst shorter than that can be missed), "1 Hz poll", or
+"not per MIG slice". Memory below it, over the last 60 s. Below them, one lane per job on the
+same time axis: ░ rollout (CPU: env stepping and inference), █ train (PPO epochs: the GPU burst).
+When the █ cells line up with the busy bursts and the gaps between them stay empty, more jobs
+would fill the gaps.
 
 CPU panel: every core, then each job's process tree as % of one core; a full bar is its
 env-thread budget.
@@ -26,7 +30,9 @@ env-thread budget.
 Jobs: one row per job. SPS is its throughput: steps per wall-clock second over its recent whole
 rollout + train cycles (at least 30 s), lowered at once by a cycle that runs long; "-" until its
 first cycle ends. ETA is its steps left at that rate; the header adds the run's, queued jobs
-included. Enter opens its detail: config, events, stderr, learning curve, rollout SPS over time
+included. GPU mem and SM% (wide terminals) are its processes' GPU memory and their share of the
+SM as NVML samples it, "-" when NVML cannot say (no sample yet, or a container without the host's
+PIDs). Enter opens its detail: config, events, stderr, learning curve, rollout SPS over time
 (the rate while stepping, not the throughput) and checkpoints.
 
 Fleets (cockpit fleet PLAN.toml): a line under the header gives each tier's finished/entered

@@ -27,10 +27,11 @@ COLUMNS = (
     ("preset", "preset", False, None), ("status", "status", True, 8), ("phase", "phase", True, 7),
     ("steps", "steps", True, None), ("sps", "SPS", True, 6), ("eph", "ep/h", True, 5), ("eta", "ETA", True, 6),
     ("rew", "ep_rew", True, 7),
-    ("restarts", "rst", True, 3), ("gpu", "GPU mem", False, 10), ("memory", "memory", False, 11),
+    ("restarts", "rst", True, 3), ("gpu", "GPU mem", False, 10), ("sm", "SM%", False, 4),
+    ("memory", "memory", False, 11),
     ("cpu", "CPU%", True, 4),
 )  # fmt: skip
-NUMERIC = frozenset({"steps", "sps", "eph", "eta", "rew", "restarts", "gpu", "memory", "cpu"})
+NUMERIC = frozenset({"steps", "sps", "eph", "eta", "rew", "restarts", "gpu", "sm", "memory", "cpu"})
 # Shown only when some job reports episode counts (a replay of older files may not), and in the
 # narrow layout (80 columns hold one more figure) only where a job's target is in episodes.
 EPISODES_COLUMN = "eph"
@@ -63,6 +64,8 @@ def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
         "rew": num(job.ep_rew_mean, "{:.1f}"),
         "restarts": str(job.restarts),
         "gpu": mib(job.gpu_mem_bytes),
+        # Its own processes' share of the SM beside the GPU's "busy", which counts any kernel of any job.
+        "sm": num(job.gpu_sm_percent),
         # Its RSS, or how fast it grows once the leak watch flags it (the detail and advice say more).
         "memory": growth(job) or mib(job.rss_bytes),
         "cpu": num(job.cpu_percent),
