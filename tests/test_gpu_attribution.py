@@ -5,18 +5,22 @@ advisor's GPU-memory caps and run.toml's peak come from the worker's own CUDA re
 from __future__ import annotations
 
 import io
+import itertools
 import os
 from pathlib import Path
 from types import SimpleNamespace
 
+import psutil
+import pytest
 from rich.console import Console
 
 from cockpit.cli import build_parser
 from cockpit.commands import run as run_command
 from cockpit.contract.runrecord import read
 from cockpit.core.machine.host import HostInfo
-from cockpit.core.machine.nvml import open_gpus
+from cockpit.core.machine.nvml import kernel_pid_max, open_gpus
 from cockpit.core.session.loop import RunSession
+from cockpit.core.telemetry import sampler as sampler_module
 from cockpit.core.telemetry.sampler import HIDDEN_PIDS_NOTE, Sampler
 from cockpit.views.headless import HeadlessView
 from cockpit_training.device import cuda_memory
@@ -25,16 +29,25 @@ from tests.fakeclock import FakeClock
 from tests.test_supervisor import FakeLauncher, events
 
 T0 = 1_790_000_000.0
-# Linux pids stop below 2**22 (pid_max's ceiling, proc(5)): these name no process here, as the host
-# pids NVML reports inside a container's PID namespace do not (NVIDIA's nvmlDeviceGetComputeRunningProcesses
-# returns the pids of the driver's namespace, the host's).
-HOST_PIDS = (2**22 + 101, 2**22 + 202)
+
+
+def _absent_pids(count: int) -> tuple[int, ...]:
+    """Pids no process of this namespace has, below the kernel's pid_max: as the host pids NVML
+    reports inside a container's PID namespace (nvmlDeviceGetComputeRunningProcesses returns the
+    pids of the driver's namespace, the host's; pid_max is one setting for every namespace, proc(5),
+    so they are plausible pids, which the reader's sanity check keeps)."""
+    top = kernel_pid_max() - 1
+    return tuple(itertools.islice((pid for pid in range(top, 1, -1) if not psutil.pid_exists(pid)), count))
+
+
+HOST_PIDS = _absent_pids(2)
 RESERVED, PEAK = 9 * GIB, 14 * GIB  # each worker's own report; 2 x 14 GiB is over 90 % of the 24 GiB GPU
 
 
 def _session(tmp_path: Path, clock: FakeClock, processes: tuple[tuple[int, int], ...]) -> RunSession:
-    nvml = FakeNvml(FakeGpu(util_at=lambda t: 50.0, clock=clock.time, processes=processes))
-    readers, status = open_gpus(nvml)
+    used = sum(mem for _, mem in processes) + GIB  # the device's memory in use holds its processes'
+    nvml = FakeNvml(FakeGpu(util_at=lambda t: 50.0, clock=clock.time, processes=processes, mem_used=used))
+    readers, status = open_gpus(nvml, clock=clock.time)
     assert status == ""
     args = build_parser().parse_args(["run", "--jobs", "2", "--run-dir", str(tmp_path / "run")])
     spec = run_command._spec(args, readers, ("cockpit",))
@@ -100,6 +113,22 @@ def test_where_nvml_attributes_a_jobs_process_its_figure_stays_and_nothing_is_sa
     job = state.jobs[0]
     # NVML's figure includes the CUDA context the allocator's leaves out: where there is one, it stays.
     assert (job.gpu_mem_bytes, job.peak_gpu_mem_bytes) == (10 * GIB, 10 * GIB)
+    session.sampler.stop()
+
+
+def test_a_listed_pid_that_is_a_gpu_process_here_is_no_evidence_of_a_hiding_container(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Beside a host pid, NVML lists a process of this namespace that has NVIDIA's driver mapped
+    # (another user's training on a shared machine): the pids are not all foreign, so nothing is said.
+    clock = FakeClock(T0)
+    other = os.getpid()  # not a job's worker here (the launcher's pids are made up), but a live process
+    monkeypatch.setattr(sampler_module, "_maps_gpu", lambda pid: pid == other)
+    session = _session(tmp_path, clock, ((HOST_PIDS[0], GIB), (other, GIB)))
+    session.supervisor.tick()
+    _report_cuda(session)
+    _readings(session, clock, 5)
+    assert HIDDEN_PIDS_NOTE not in session.sampler.gpu_status
     session.sampler.stop()
 
 
