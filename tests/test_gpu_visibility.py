@@ -17,8 +17,8 @@ from cockpit.contract.runspec import ConfigError
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.nvml import GpuInfo, GpuReader, open_gpus
 from cockpit.core.machine.placement import GpuRef, GpuRoom, fit_jobs, place, rooms_of
-from cockpit.core.machine.visibility import visible
-from cockpit.core.session.loop import RunSession, sampled_gpus, visible_gpus
+from cockpit.core.machine.visibility import open_first_gpu, visible, visible_gpus
+from cockpit.core.session.loop import RunSession, sampled_gpus
 from cockpit.core.sizing.advisor import GIB, JobMeasure, Machine, Measurements, advise
 from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
 from cockpit.core.telemetry.sampler import Sampler
@@ -206,3 +206,19 @@ def test_a_gpu_the_reader_lists_through_its_mig_slices_is_named_by_its_index_or_
     sampler = Sampler(gpus=kept, clock=FakeClock(T0))
     assert [(r.uuid, r.total_bytes) for r in sampler.gpu_rooms()] == [("MIG-x", 40 * GIB), ("MIG-y", 40 * GIB)]
     sampler.stop()
+
+
+def test_recommend_and_tune_measure_on_the_first_gpu_cuda_visible_devices_leaves_them() -> None:
+    # A scheduler gave this process GPU 2: recommend's machine and tune's trials are GPU 2's, not GPU 0's.
+    nvml = FakeNvml(four_gpus(FakeClock(T0).time))
+    reader = open_first_gpu({"CUDA_VISIBLE_DEVICES": "GPU-fake-2"}, nvml)
+    assert reader is not None and reader.info.uuid == "GPU-fake-2"
+    reader.close()
+    assert nvml.inits == 0  # the readers it did not keep gave their NVML references back
+    assert open_first_gpu({"CUDA_VISIBLE_DEVICES": ""}, nvml) is None
+    # GPU 0 in MIG mode: its CUDA work runs in its first slice, whose memory is what a job gets.
+    gpus = four_gpus(FakeClock(T0).time)
+    gpus[0].mig_slices = (FakeSlice(slot=0, uuid="MIG-a", mem_total=10 * GIB),)
+    reader = open_first_gpu({"CUDA_VISIBLE_DEVICES": "0"}, FakeNvml(gpus))
+    assert reader is not None and (reader.info.uuid, reader.info.memory_total_bytes) == ("MIG-a", 10 * GIB)
+    reader.close()

@@ -17,7 +17,7 @@ from cockpit.core.telemetry.throughput import job_eta
 
 MIB = 1024 * 1024
 # What `job_view` works out itself, from `usage`, `memory` and the figures behind the ETA.
-DERIVED = {"cpu_percent", "rss_bytes", "gpu_mem_bytes", "eta_s", "memory", "memory_growth_mib_h",
+DERIVED = {"cpu_percent", "rss_bytes", "gpu_mem_bytes", "gpu_sm_percent", "eta_s", "memory", "memory_growth_mib_h",
            "gpu_memory_growth_mib_h"}  # fmt: skip
 
 
@@ -55,7 +55,12 @@ def test_the_figures_given_are_shown_as_given() -> None:
 def test_usage_is_the_jobs_reading_and_none_without_one() -> None:
     usage = JobUsage(cpu_percent=187.5, rss_bytes=900 * MIB, gpu_mem_bytes=512 * MIB, gpu_sm_percent=40.0, pid=7)
     view = job_view(**known(usage=usage))
-    assert (view.cpu_percent, view.rss_bytes, view.gpu_mem_bytes) == (187.5, 900 * MIB, 512 * MIB)
+    assert (view.cpu_percent, view.rss_bytes, view.gpu_mem_bytes, view.gpu_sm_percent) == (
+        187.5,
+        900 * MIB,
+        512 * MIB,
+        40.0,
+    )
     view = job_view(**known(usage=JobUsage(cpu_percent=0.0, rss_bytes=0)))  # a reading of zeros is a reading
     assert (view.cpu_percent, view.rss_bytes, view.gpu_mem_bytes) == (0.0, 0, None)
     view = job_view(**known())

@@ -70,7 +70,7 @@ async def test_keys_drive_a_real_supervisor_and_stop_all_ends_the_run(tmp_path: 
             await _until(pilot, lambda: table.row_count == 3 and table.cell("001", "status") == "running")
             assert table.cell("002", "status") == "queued"
             gpu_text = "\n".join(line.plain for line in app.screen.query_one(GpuPanel).lines())
-            assert FAKE_GPU_NAME in gpu_text and "util" in gpu_text and "No GPU" not in gpu_text
+            assert FAKE_GPU_NAME in gpu_text and "busy" in gpu_text and "No GPU" not in gpu_text
             await pilot.press("down", "s")  # stop job 001: its slot goes to the queued 002
             await _until(pilot, lambda: table.cell("001", "status") == "stopped")
             await _until(pilot, lambda: table.cell("002", "status") == "running")

@@ -124,7 +124,8 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     from cockpit.core.fleet.run import FleetRun
     from cockpit.core.launch.pooled import PooledLauncher
     from cockpit.core.machine.nvml import close_gpus, open_gpus
-    from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus, visible_gpus
+    from cockpit.core.machine.visibility import visible_gpus
+    from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus
     from cockpit.core.supervise.supervisor import Supervisor
     from cockpit.core.telemetry.sampler import Sampler
 

@@ -48,7 +48,7 @@ def _spec(
     args: argparse.Namespace, gpus: Sequence[GpuReader] | None, command_line: tuple[str, ...], visible_by: str = ""
 ) -> RunSpec:
     """The validated run the flags ask for, on Ray with `--ray`, on the GPUs `gpus` (those the
-    cockpit's `CUDA_VISIBLE_DEVICES`, `visible_by`, leaves it: `loop.visible_gpus`); ConfigError
+    cockpit's `CUDA_VISIBLE_DEVICES`, `visible_by`, leaves it: `visibility.visible_gpus`); ConfigError
     (one line) on bad input."""
     if args.ray is not None and args.auto:
         raise ConfigError("--auto: sizes the run to this machine's cores and GPU; with --ray the jobs run on the "
@@ -115,7 +115,8 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     from cockpit.core.launch.local import LocalLauncher
     from cockpit.core.machine.nvml import close_gpus, open_gpus
     from cockpit.core.machine.placement import placeable
-    from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus, visible_gpus
+    from cockpit.core.machine.visibility import visible_gpus
+    from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus
     from cockpit.core.telemetry.sampler import Sampler
 
     command_line = _typed(args)

@@ -25,7 +25,7 @@ from cockpit.contract.costs import Costs
 from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.runspec import ConfigError
-from cockpit.core.machine.nvml import open_gpu
+from cockpit.core.machine.visibility import open_first_gpu
 from cockpit.core.sizing.advisor import Machine
 from cockpit.core.sizing.hill_climb import Config, HillClimb, Space
 from cockpit.core.sizing.starting_point import costs_for, resolve_preset, static_pick, this_machine
@@ -82,7 +82,7 @@ def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path, c
     start = start or start_config(preset, machine, costs)
     measure_s = measure_seconds(budget_s)
     search = HillClimb(space, start)
-    gpu, _ = open_gpu()
+    gpu = open_first_gpu()
     began, trials, durations = time.monotonic(), [], [measure_s + STARTUP_S]
 
     def fits(trials_ahead: int) -> bool:

@@ -1,4 +1,7 @@
-"""Which of the GPUs NVML lists the cockpit may use, by its own `CUDA_VISIBLE_DEVICES`: pure, no I/O.
+"""Which of the GPUs NVML lists the cockpit may use, by its own `CUDA_VISIBLE_DEVICES`.
+
+`visible` reads the setting (pure); `visible_gpus` keeps the open readers it leaves, and
+`open_first_gpu` opens the first of them for the tools that measure on one GPU (recommend, tune).
 
 A scheduler (Slurm, Kubernetes' device plugin, RunPod) or the user hands a process its GPUs by
 setting `CUDA_VISIBLE_DEVICES`; NVML ignores the variable and lists every GPU of the machine, so
@@ -24,11 +27,12 @@ makes its slices visible (and itself, sampled for the whole GPU, never placed on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cockpit.contract.workerargs import CUDA_DEVICE_ORDER_ENV, CUDA_VISIBLE_DEVICES_ENV
-from cockpit.core.machine.nvml import GpuInfo
+from cockpit.core.machine.nvml import GpuInfo, GpuReader, close_gpus, keep_gpus, open_gpus
 
 
 @dataclass(frozen=True)
@@ -104,3 +108,26 @@ def with_slices(indices: Sequence[int], gpus: Sequence[GpuInfo]) -> tuple[int, .
     """`indices` (`--gpus`) with the MIG slices of each GPU among them that is cut into slices:
     naming such a GPU names the slices its work runs in. Sorted."""
     return tuple(sorted({*indices, *(g.index for g in gpus if g.parent_index in indices)}))
+
+
+def visible_gpus(
+    gpus: list[GpuReader], status: str, environ: Mapping[str, str] = os.environ
+) -> tuple[list[GpuReader], str, Visibility]:
+    """Of `gpus` (every device NVML lists, open), those the cockpit's own `CUDA_VISIBLE_DEVICES`
+    (in `environ`) leaves the run (`visible`; the others are closed), their
+    status line (why there is none, when it leaves none), and what it left (its warnings go to
+    the run's, `RunSession.notes`)."""
+    seen = visible(environ.get(CUDA_VISIBLE_DEVICES_ENV), [r.info for r in gpus], environ.get(CUDA_DEVICE_ORDER_ENV))
+    kept = keep_gpus(gpus, seen.indices)
+    if gpus and not kept:
+        status = f"no GPU: {seen.described} leaves the run none of the {len(gpus)} NVML sees; training on the CPU"
+    return kept, status, seen
+
+
+def open_first_gpu(environ: Mapping[str, str] = os.environ, nvml: object = None) -> GpuReader | None:
+    """A reader of the first device `CUDA_VISIBLE_DEVICES` (in `environ`) leaves this process (the
+    device its CUDA work runs on as `cuda:0`: on a GPU in MIG mode, a slice), or None without one.
+    The other readers are closed."""
+    gpus, _status, _seen = visible_gpus(*open_gpus(nvml), environ)
+    close_gpus(gpus[1:])
+    return gpus[0] if gpus else None

@@ -41,7 +41,6 @@ from cockpit.contract.runrecord import write as write_record
 from cockpit.contract.runspec import ConfigError, RunSpec
 from cockpit.contract.scriptargs import script_label
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.contract.workerargs import CUDA_DEVICE_ORDER_ENV, CUDA_VISIBLE_DEVICES_ENV
 from cockpit.core.export.tensorboard import TensorBoardScalars, install_hint, tensorboard_api
 from cockpit.core.feed.control import ControlError, ControlServer
 from cockpit.core.feed.snapshot import RunState
@@ -54,7 +53,7 @@ from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.machine.host import HostInfo, host_info, thread_budget
 from cockpit.core.machine.nvml import GpuReader, close_gpus, keep_gpus
 from cockpit.core.machine.placement import GpuRef
-from cockpit.core.machine.visibility import Visibility, visible, with_slices
+from cockpit.core.machine.visibility import with_slices
 from cockpit.core.record.runlog import Recorder, phase_accounting, record
 from cockpit.core.sizing.advisor import MAX_ENVS_SCALE, Measurements, advise, job_measure, machine_of, memory_advice
 from cockpit.core.sizing.autotune import AutoTuner
@@ -115,7 +114,7 @@ class RunSession:
     costs: Costs | None = None  # what a job of the preset costs here, if measured (`cockpit.core.sizing.cost_probe`)
     # A fleet (`cockpit fleet`): it gets the supervisor and feeds its queue; the spec's seeds are unused.
     fleet_factory: FleetFactory | None = None
-    # Lines the run's warnings begin with: what the cockpit's CUDA_VISIBLE_DEVICES left it (`visible_gpus`).
+    # Lines the run's warnings begin with: what the cockpit's CUDA_VISIBLE_DEVICES left it (`visibility.visible_gpus`).
     notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -541,20 +540,6 @@ def open_launcher(spec: RunSpec, local: Callable[[], Launcher]) -> AbstractConte
     from cockpit.core.launch.ray_launcher import RayLauncher
 
     return RayLauncher(spec.cluster.address, storage=spec.cluster.storage, slots=spec.slots)
-
-
-def visible_gpus(
-    gpus: list[GpuReader], status: str, environ: Mapping[str, str] = os.environ
-) -> tuple[list[GpuReader], str, Visibility]:
-    """Of `gpus` (every device NVML lists, open), those the cockpit's own `CUDA_VISIBLE_DEVICES`
-    (in `environ`) leaves the run (`cockpit.core.machine.visibility`; the others are closed), their
-    status line (why there is none, when it leaves none), and what it left (its warnings go to
-    the run's, `RunSession.notes`)."""
-    seen = visible(environ.get(CUDA_VISIBLE_DEVICES_ENV), [r.info for r in gpus], environ.get(CUDA_DEVICE_ORDER_ENV))
-    kept = keep_gpus(gpus, seen.indices)
-    if gpus and not kept:
-        status = f"no GPU: {seen.described} leaves the run none of the {len(gpus)} NVML sees; training on the CPU"
-    return kept, status, seen
 
 
 def sampled_gpus(spec: RunSpec, gpus: list[GpuReader], status: str) -> tuple[list[GpuReader], str]:

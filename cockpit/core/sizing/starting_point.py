@@ -11,14 +11,15 @@ from cockpit.contract.costs import Costs
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.runspec import ConfigError, checked_env
 from cockpit.core.machine.host import host_info
-from cockpit.core.machine.nvml import open_gpu
+from cockpit.core.machine.visibility import open_first_gpu
 from cockpit.core.sizing.advisor import Machine, advise, machine_of
 from cockpit.core.sizing.cost_probe import measured_costs
 
 
 def this_machine() -> Machine:
-    """Cores, RAM and GPU (through NVML, if it answers) of the machine we run on."""
-    gpu, _status = open_gpu()
+    """Cores, RAM and GPU (through NVML, if it answers) of the machine we run on: the first device
+    its `CUDA_VISIBLE_DEVICES` leaves it (`open_first_gpu`)."""
+    gpu = open_first_gpu()
     info = gpu.info if gpu is not None else None
     if gpu is not None:
         gpu.close()
