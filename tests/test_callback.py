@@ -127,3 +127,24 @@ def test_a_train_phase_sends_a_heartbeat_every_interval_from_its_optimizer_steps
 def test_short_train_phases_send_no_heartbeat(tmp_path: Path, tiny_ppo) -> None:
     _, events = run(tmp_path, tiny_ppo(), 3 * ROLLOUT)  # each phase lasts milliseconds: nothing to say
     assert not [e for e in events if e.kind == "heartbeat"]
+
+
+def test_progress_carries_the_workers_own_cuda_memory_where_it_trains_on_cuda(
+    tmp_path: Path, tiny_ppo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On the CPU there is none to report; on CUDA, what `device.cuda_memory` reads of the model's device
+    # reaches each progress event (the cockpit's per-job GPU memory where NVML cannot attribute the job).
+    _, events = run(tmp_path / "cpu", tiny_ppo(), 2 * ROLLOUT, progress_interval=3600)
+    progress = [e for e in events if e.kind == "progress"]
+    assert progress and all(e.cuda_reserved_bytes is None and e.cuda_peak_bytes is None for e in progress)
+    asked: list[str] = []
+
+    def on_cuda(device: Any) -> dict[str, int]:
+        asked.append(str(device))
+        return {"cuda_reserved_bytes": 5 * 2**30, "cuda_peak_bytes": 7 * 2**30}
+
+    monkeypatch.setattr("cockpit_training.callback.cuda_memory", on_cuda)
+    _, events = run(tmp_path / "cuda", tiny_ppo(), 2 * ROLLOUT, progress_interval=3600)
+    progress = [e for e in events if e.kind == "progress"]
+    assert asked and set(asked) == {"cpu"}  # the model's own device is what is asked about
+    assert [(e.cuda_reserved_bytes, e.cuda_peak_bytes) for e in progress] == [(5 * 2**30, 7 * 2**30)] * len(progress)
