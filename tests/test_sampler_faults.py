@@ -74,7 +74,7 @@ def test_failures_drop_a_gpu_only_when_they_come_in_a_row() -> None:
     for _ in range(GPU_FAILS_TO_DROP):
         sample = _tick(sampler, clock)
     assert [g.index for g in sample.gpus] == [0, 2, 3] and [r.info.index for r in sampler.gpus] == [0, 2, 3]
-    assert sampler.gpu_status.startswith("GPU 1 lost (NVMLError: Timeout)")  # the code's text, as pynvml's __str__ gives
+    assert sampler.gpu_status.startswith("GPU 1 lost (NVMLError: Timeout)")  # the code's text, as pynvml's str()
     assert f"after {GPU_FAILS_TO_DROP} failed reads in a row" in sampler.gpu_status
 
 
