@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -82,6 +83,30 @@ class DmonRow:
     fb_mib: float | None
 
 
+def _gpu0_rows(text: str, *, trailing: bool) -> Iterator[tuple[float, dict[str, str]]]:
+    """(Unix time, column -> value) for each of GPU 0's rows of `nvidia-smi dmon`/`pmon -o DT`
+    output: the columns are named by the first `#` line, later `#` lines (units, repeated headers)
+    are skipped, and so are rows of other GPUs and torn lines. `trailing`: the last column may
+    hold spaces (pmon's command), so a row may have more fields than names."""
+    names: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("#"):
+            if names is None:
+                names = [n.lower() for n in line.lstrip("#").split()]
+            continue
+        values = line.split()
+        if names is None or len(values) < len(names) or (len(values) > len(names) and not trailing):
+            continue  # a torn last line, or output before the header
+        row = dict(zip(names, values, strict=False))
+        if row.get("gpu", "0") != "0":
+            continue
+        try:
+            t = time.mktime(time.strptime(f"{row['date']} {row['time']}", "%Y%m%d %H:%M:%S"))
+        except (KeyError, ValueError):
+            continue
+        yield t, row
+
+
 def parse_dmon(text: str) -> list[DmonRow]:
     """Rows of `nvidia-smi dmon -s um -o DT` for GPU 0.
 
@@ -90,23 +115,8 @@ def parse_dmon(text: str) -> list[DmonRow]:
     and rows of other GPUs are skipped. Date and time are the machine's local time, as
     `time.mktime` reads them, so they compare with `time.time()` taken on the same machine.
     """
-    names: list[str] | None = None
     rows: list[DmonRow] = []
-    for line in text.splitlines():
-        if line.startswith("#"):
-            if names is None:
-                names = [n.lower() for n in line.lstrip("#").split()]
-            continue
-        values = line.split()
-        if names is None or len(values) != len(names):
-            continue  # a torn last line, or output before the header
-        row = dict(zip(names, values, strict=True))
-        if row.get("gpu", "0") != "0":
-            continue
-        try:
-            t = time.mktime(time.strptime(f"{row['date']} {row['time']}", "%Y%m%d %H:%M:%S"))
-        except (KeyError, ValueError):
-            continue
+    for t, row in _gpu0_rows(text, trailing=False):
         rows.append(DmonRow(t, _number(row.get("sm", "-")), _number(row.get("mem", "-")), _number(row.get("fb", "-"))))
     return rows
 
@@ -188,24 +198,10 @@ def parse_pmon(text: str) -> list[PmonRow]:
     ... command`, with `jpg` and `ofa` on newer drivers, so they are found by name from the first
     `#` line; the second `#` line (units) is skipped, and so are rows of an idle GPU (pid "-") and
     of other GPUs. `command` may hold spaces, so a row has at least as many fields as names."""
-    names: list[str] | None = None
     rows: list[PmonRow] = []
-    for line in text.splitlines():
-        if line.startswith("#"):
-            if names is None:
-                names = [n.lower() for n in line.lstrip("#").split()]
-            continue
-        values = line.split()
-        if names is None or len(values) < len(names):
-            continue  # a torn last line, or output before the header
-        row = dict(zip(names, values, strict=False))
-        if row.get("gpu", "0") != "0" or not row.get("pid", "-").isdigit():
-            continue
-        try:
-            t = time.mktime(time.strptime(f"{row['date']} {row['time']}", "%Y%m%d %H:%M:%S"))
-        except (KeyError, ValueError):
-            continue
-        rows.append(PmonRow(t, int(row["pid"]), _number(row.get("sm", "-"))))
+    for t, row in _gpu0_rows(text, trailing=True):
+        if row.get("pid", "-").isdigit():
+            rows.append(PmonRow(t, int(row["pid"]), _number(row.get("sm", "-"))))
     return rows
 
 
