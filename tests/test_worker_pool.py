@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from cockpit.contract.events import Event, read_events
 from cockpit.contract.workerargs import WorkerArgs
 from cockpit.core.launch.pooled import PooledLauncher
 from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
+from cockpit.core.machine.placement import GpuRef
 from tests.workerproc import kinds, write_preset
 
 REPO = Path(__file__).resolve().parent.parent
@@ -282,3 +284,75 @@ def test_a_request_carries_its_flags_and_send_time_and_a_malformed_one_is_refuse
                 b'{"argv": [], "sent_at": "now"}', b'{"argv": [], "sent_at": true}'):  # fmt: skip
         with pytest.raises(ValueError):
             decode_request(bad)
+
+
+# A served worker that trains nothing: it speaks the real protocol (a request a line on stdin, a
+# status line per job) and, for each job, writes into its job dir the pid and GPU environment of
+# the process that ran it.
+ENV_REPORTING_WORKER = """
+import json, os, sys
+from cockpit.contract.workerargs import ServeArgs, WorkerArgs, decode_request, status_line
+
+serve = ServeArgs.parse(sys.argv[3:])  # after `-m cockpit_training.worker`
+for line in sys.stdin.buffer:
+    argv, _ = decode_request(line)
+    job_dir = WorkerArgs.parse(argv).job_dir
+    seen = {"pid": os.getpid(), "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+            "order": os.environ.get("CUDA_DEVICE_ORDER")}
+    (job_dir / "served_by.json").write_text(json.dumps(seen))
+    os.write(serve.status_fd, status_line(0))
+"""
+
+
+def env_reporting_python(tmp_path: Path) -> Path:
+    """An executable that `PooledLauncher` starts as its `python`: `ENV_REPORTING_WORKER` under our
+    interpreter. A script of its own, not a shell that execs one: /proc/<pid>/environ reads empty
+    while a process is between images."""
+    python = tmp_path / "python"
+    python.write_text(f"#!{sys.executable}{ENV_REPORTING_WORKER}")
+    python.chmod(0o755)
+    return python
+
+
+def served_by(handle: WorkerHandle) -> tuple[int, str | None]:
+    """The pid of the process that ran the job, and the CUDA_VISIBLE_DEVICES it ran under."""
+    seen = json.loads((handle.job_dir / "served_by.json").read_text())
+    assert seen["order"] == "PCI_BUS_ID"
+    return seen["pid"], seen["visible"]
+
+
+def process_visible_devices(pid: int) -> str | None:
+    """CUDA_VISIBLE_DEVICES in the environment process `pid` was started with (its /proc environ)."""
+    for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+        name, _, value = entry.partition(b"=")
+        if name == b"CUDA_VISIBLE_DEVICES":
+            return value.decode()
+    return None
+
+
+def test_a_job_runs_in_a_process_of_its_own_gpu_and_never_in_another_gpus(tmp_path: Path) -> None:
+    first, second = GpuRef(0, "GPU-aaaa"), GpuRef(1)  # by UUID, and by index where the UUID is unknown
+    wanted = {first: "GPU-aaaa", second: "1"}
+
+    def on(gpu: GpuRef, name: str) -> LaunchRequest:
+        return LaunchRequest(name, WorkerArgs(tmp_path / name, preset="cartpole", timesteps=512), gpu=gpu)
+
+    with PooledLauncher(python=str(env_reporting_python(tmp_path)), cwd=REPO, nice=0) as launcher:
+        a, b = launcher.launch(on(first, "a")), launcher.launch(on(second, "b"))
+        assert a.pid != b.pid
+        for handle, gpu in ((a, first), (b, second)):
+            assert process_visible_devices(handle.pid) == wanted[gpu]
+        assert wait_exit(launcher, a) == 0 and wait_exit(launcher, b) == 0  # b's process is the later idle
+        assert served_by(a) == (a.pid, "GPU-aaaa") and served_by(b) == (b.pid, "1")
+        # Both wait idle, the other GPU's the more recently: each job goes to its own GPU's process.
+        c = launcher.launch(on(first, "c"))
+        assert c.pid == a.pid
+        # The first GPU's process is busy and the second's idle: a new process starts for the first GPU.
+        d = launcher.launch(on(first, "d"))
+        assert d.pid not in (a.pid, b.pid)
+        assert process_visible_devices(d.pid) == "GPU-aaaa"
+        e = launcher.launch(on(second, "e"))
+        assert e.pid == b.pid
+        for handle in (c, d, e):
+            assert wait_exit(launcher, handle) == 0
+        assert [served_by(h) for h in (c, d, e)] == [(a.pid, "GPU-aaaa"), (d.pid, "GPU-aaaa"), (b.pid, "1")]
