@@ -76,7 +76,7 @@ ADVICE_CPU_SAMPLES = 300  # the last minute at 5 Hz
 CONTROL_LINGER_S = 1.0
 # How long a resumed run waits for a killed cockpit's workers to checkpoint and exit: a stop's grace,
 # plus the imports of a worker that was still starting on a loaded machine.
-ORPHAN_WAIT_S = 30.0  # how long the final state stays served for viewers still polling
+ORPHAN_WAIT_S = 30.0
 
 
 class View(Protocol):
