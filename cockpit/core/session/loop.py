@@ -73,7 +73,7 @@ UNWATCHED_STATE_S = 1.0
 WATCHED_FOR_S = 2.0
 RUN_LOG_EVERY_S = 10.0  # also how often the advisor looks at the run again
 ADVICE_CPU_SAMPLES = 300  # the last minute at 5 Hz
-CONTROL_LINGER_S = 1.0
+CONTROL_LINGER_S = 1.0  # how long the final state stays served for viewers still polling
 # How long a resumed run waits for a killed cockpit's workers to checkpoint and exit: a stop's grace,
 # plus the imports of a worker that was still starting on a loaded machine.
 ORPHAN_WAIT_S = 30.0
