@@ -421,6 +421,8 @@ def _add_fleet_command(commands: Commands) -> None:
         "cockpit's in RUN_DIR/jobs/<id>/tb)",
     )
     _add_cluster_flags(fleet, "fleet's agents")
+    # What the user typed, for run.toml, when `cockpit fleet` on a terminal runs itself in the background.
+    fleet.add_argument("--typed", metavar="JSON", help=argparse.SUPPRESS)
     fleet.set_defaults(func=_cmd_fleet)
 
 

@@ -94,6 +94,11 @@ def _spec(
     The fleet's run name is `--name`, else the plan's `name` (both follow `rundir.check_run_name`);
     a resumed fleet keeps the name its run.toml recorded. Its directory is `--run-dir`, else
     `runs/<UTC time>-NAME` with `--name`, else `runs/<UTC time>-fleet-<plan name>` as before names."""
+    from cockpit.core.session.background import typed_command_line
+
+    command_line = typed_command_line(args.typed, sys.argv[1:] if args.argv is None else args.argv)
+    if command_line is None:
+        raise ConfigError("--typed: give the command line as a JSON list of strings")
     first = plan.agents[0]
     name = checked_name(args.name) or plan.name
     if args.resume is not None:
@@ -103,7 +108,7 @@ def _spec(
         jobs=args.jobs or plan.jobs, agents=len(plan.agents), preset=first.preset_name, env=first.env,
         timesteps=plan.tiers[-1].timesteps, episodes=plan.tiers[-1].episodes, seed=0, run_dir=run_dir,
         max_restarts=args.max_restarts, pin=False,
-        command_line=("cockpit", *(sys.argv[1:] if args.argv is None else args.argv)),
+        command_line=command_line,
         resuming=args.resume is not None, name=name, tensorboard=not args.no_tensorboard,
         gpus=args.gpus, gpus_here=gpus_here, visible_by=visible_by,
     )  # fmt: skip
@@ -163,7 +168,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
 
 def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds) -> int:
     """Start the fleet as `cockpit fleet --headless` in its own session and open the cockpit on it."""
-    from cockpit.core.session.background import cluster_argv, spawn, watch_to_exit
+    from cockpit.core.session.background import cluster_argv, spawn, typed_argv, watch_to_exit
 
     flags = ["--jobs", str(spec.jobs), "--max-restarts", str(spec.restart.max_restarts)]
     if not spec.tensorboard:
@@ -176,7 +181,7 @@ def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds
     flags += cluster_argv(spec)
     if args.resume is None and args.name is not None:
         where += ["--name", args.name]
-    run = spawn([*where, *flags], spec.run_dir, verb="fleet")
+    run = spawn([*where, *flags, *typed_argv(spec)], spec.run_dir, verb="fleet")
     print(f"cockpit fleet: starting in {spec.run_dir} (log: {run.log})", file=sys.stderr)
     return watch_to_exit(run, lambda source: front.watch(source, who="cockpit fleet"), "cockpit fleet")
 

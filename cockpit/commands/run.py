@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -34,14 +33,9 @@ if TYPE_CHECKING:
 def _typed(args: argparse.Namespace) -> tuple[str, ...] | None:
     """What the user typed: `--typed` when a terminal `cockpit run` started this one, else argv;
     None when `--typed` is not a JSON list of strings."""
-    if args.typed is None:
-        return ("cockpit", *sys.argv[1:]) if args.argv is None else ("cockpit", *args.argv)
-    try:
-        typed = json.loads(args.typed)
-    except json.JSONDecodeError:
-        return None
-    ok = isinstance(typed, list) and typed and all(isinstance(word, str) for word in typed)
-    return tuple(typed) if ok else None
+    from cockpit.core.session.background import typed_command_line
+
+    return typed_command_line(args.typed, sys.argv[1:] if args.argv is None else args.argv)
 
 
 def _spec(

@@ -45,7 +45,7 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
     the run in `spec.run_dir`; `auto_window_s`: with --auto). run.toml records what the user typed
     (`spec.command_line`), not these."""
     auto = ["--auto", "--auto-window", str(auto_window_s)] if auto_window_s is not None else []
-    typed = ["--typed", json.dumps(spec.command_line)]
+    typed = typed_argv(spec)
     # A resumed run takes these again as given: they are not all in its run.toml.
     session = [*([] if spec.tensorboard else ["--no-tensorboard"]),
                *(["--gpus", ",".join(map(str, spec.gpus))] if spec.gpus is not None else []),
@@ -71,6 +71,26 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
         flags += ["--name", spec.name]
     script = ["--", *spec.script] if spec.script is not None else []
     return [*flags, *auto, *(["--pin"] if spec.pin else []), *session, *typed, *script]
+
+
+def typed_argv(spec: RunSpec) -> list[str]:
+    """`--typed JSON`: what the user typed (`spec.command_line`), for the background run's run.toml
+    to record instead of its own `--headless` command line (`typed_command_line` reads it back)."""
+    return ["--typed", json.dumps(spec.command_line)]
+
+
+def typed_command_line(typed: str | None, argv: Sequence[str]) -> tuple[str, ...] | None:
+    """The command line a run records: `typed` (a `--typed` value, when a terminal's cockpit started
+    this run in the background), else `cockpit` and `argv`; None when `typed` is not a JSON list of
+    strings."""
+    if typed is None:
+        return ("cockpit", *argv)
+    try:
+        words = json.loads(typed)
+    except json.JSONDecodeError:
+        return None
+    ok = isinstance(words, list) and words and all(isinstance(word, str) for word in words)
+    return tuple(words) if ok else None
 
 
 def cluster_argv(spec: RunSpec) -> list[str]:
