@@ -5,20 +5,26 @@ carry everything: parsed back, it gives the same run (the same spec, plan and ra
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from cockpit.cli import build_parser
+from cockpit.cli import build_parser, main
 from cockpit.commands import fleet
+from cockpit.contract.events import read_events
 from cockpit.contract.fleetplan import FleetPlan
+from cockpit.contract.runrecord import read
 from cockpit.core.fleet.run import FleetRun
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.session import background
 from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
+from tests.cockpitproc import Tmux
 from tests.fakeclock import FakeClock
 from tests.test_supervisor import FakeLauncher
+from tests.test_tui_e2e import _processes_of
 
 PLAN = """
 name = "sweep"
@@ -119,11 +125,46 @@ def test_a_resumed_fleets_background_run_parses_back_to_the_same_run(
 def test_a_typed_line_that_is_not_a_json_list_is_one_line_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cockpit.cli import main
-
     plan_file = tmp_path / "plan.toml"
     plan_file.write_text(PLAN)
     assert main(["fleet", str(plan_file), "--headless", "--run-dir", str(tmp_path / "run"), "--typed", "[1]"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--typed" in err
     assert not (tmp_path / "run").exists()  # nothing was started
+
+
+@pytest.mark.slow
+def test_cockpit_fleet_in_tmux_runs_in_the_background_and_records_what_was_typed(tmp_path: Path) -> None:
+    plan_file, run_dir = tmp_path / "plan.toml", tmp_path / "run"
+    plan_file.write_text(PLAN.replace("timesteps = 4000", "timesteps = 2_000_000"))
+    typed = f"cockpit fleet {plan_file} --jobs 2 --run-dir {run_dir}"
+    term = Tmux("cockpit-fleet", f"{sys.executable} -m {typed}; echo EXIT=$?; sleep 60", (100, 30))
+
+    def wait(condition: object, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if condition():  # type: ignore[operator]
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"timed out waiting for {what}:\n{term.screen()}")
+
+    def started() -> int:
+        jobs = run_dir / "jobs"
+        dirs = list(jobs.iterdir()) if jobs.is_dir() else []
+        return sum(any(e.kind == "started" for e in read_events(d / "events.jsonl")) for d in dirs)
+
+    try:
+        wait(lambda: started() == 2, 180, "both agents' workers to start")
+        wait(lambda: "sweep" in term.screen(), 30, "the cockpit on the fleet")
+        term.send("q")
+        wait(lambda: "Stop all jobs" in term.screen(), 10, "the quit dialog")
+        term.send("s")
+        wait(lambda: "EXIT=" in term.screen(), 120, "cockpit fleet to exit after stop all")
+        assert "EXIT=130" in term.screen(), term.screen()
+        record = read(run_dir)
+        assert record.status == "interrupted"
+        assert record.command == typed  # not the background `cockpit fleet --headless ...` that ran it
+    finally:
+        term.close()
+        for proc in _processes_of(run_dir):  # the background fleet and its workers, after a failure
+            proc.kill()
