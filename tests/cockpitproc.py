@@ -158,6 +158,12 @@ class Tmux:
             [*self.tmux, "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
         ).stdout
 
+    def scrollback(self) -> str:
+        """The pane's whole history as text: the lines scrolled off its top, then the pane."""
+        return subprocess.run(
+            [*self.tmux, "capture-pane", "-p", "-S", "-", "-t", self.name], capture_output=True, text=True
+        ).stdout
+
     def send(self, key: str) -> None:
         """Type a key into the pane."""
         subprocess.run([*self.tmux, "send-keys", "-t", self.name, key], check=True)
