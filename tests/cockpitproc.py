@@ -9,7 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psutil
 import pytest
@@ -120,21 +120,25 @@ def required_tool(tool: str, tests: str) -> str:
     """The path of `tool` (a Debian package of that name); where it is missing, the test fails
     under CI (whose `.ci/run` installs it, so a CI run never passes without those tests) and is
     skipped elsewhere with a warning naming `tests`."""
-    import os
     import shutil
-    import warnings
-
-    import pytest
 
     found = shutil.which(tool)
     if found is not None:
         return found
+    unavailable(f"{tool} is missing: .ci/run installs it",
+                f"{tool.upper()} IS NOT INSTALLED: {tests} did not run; install {tool} (e.g. apt-get install "
+                f"{tool}) to run them")  # fmt: skip
+
+
+def unavailable(in_ci: str, elsewhere: str) -> NoReturn:
+    """End a test whose means this machine lacks: under CI (`CI` set, as `.ci/run` sets it) it
+    fails with `in_ci`, so a CI run never passes with the test silently not run; elsewhere it is
+    skipped with `elsewhere` as a warning."""
+    import warnings
+
     if os.environ.get("CI"):
-        pytest.fail(f"{tool} is missing: .ci/run installs it")
-    message = (
-        f"{tool.upper()} IS NOT INSTALLED: {tests} did not run; install {tool} (e.g. apt-get install {tool}) to "
-        "run them (with CI=1 set, as .ci/run does, they fail instead)"
-    )
+        pytest.fail(in_ci)
+    message = f"{elsewhere} (with CI=1 set, as .ci/run does, it fails instead)"
     warnings.warn(message, stacklevel=3)
     pytest.skip(message)
 
@@ -156,6 +160,12 @@ class Tmux:
         """The pane as text (capture-pane)."""
         return subprocess.run(
             [*self.tmux, "capture-pane", "-p", "-t", self.name], capture_output=True, text=True
+        ).stdout
+
+    def scrollback(self) -> str:
+        """The pane's whole history as text: the lines scrolled off its top, then the pane."""
+        return subprocess.run(
+            [*self.tmux, "capture-pane", "-p", "-S", "-", "-t", self.name], capture_output=True, text=True
         ).stdout
 
     def send(self, key: str) -> None:

@@ -15,7 +15,8 @@ from cockpit.cli import build_parser, main
 from cockpit.commands.report import print_report
 from cockpit.commands.run import _spec
 from cockpit.contract.events import EVENTS_FILE, EventWriter
-from cockpit.contract.runrecord import ConfigRecord, HostRecord, JobRecord, RunRecord, parse, render, write
+from cockpit.contract.rundir import RunDir
+from cockpit.contract.runrecord import ConfigRecord, HostRecord, JobRecord, RunRecord, write
 from cockpit.contract.runspec import ConfigError, RestartPolicy, RunSpec, build_spec
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.machine.host import thread_budget
@@ -23,7 +24,7 @@ from cockpit.core.session.background import headless_argv
 from cockpit.core.session.loop import resume_spec_args
 from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
 from tests.fakeclock import FakeClock
-from tests.test_supervisor import FakeLauncher
+from tests.test_supervisor import FakeLauncher, make, run_log
 
 HOST = HostRecord(hostname="h", cpu_model="c", physical_cores=2, logical_cores=2, ram_gib=4.0, os="Linux")
 
@@ -56,15 +57,12 @@ def test_an_episode_target_reaches_the_spec_the_background_run_run_toml_and_a_re
     argv = headless_argv(spec)  # a run the TUI starts in the background gets the same target
     assert "--episodes" in argv and "--timesteps" not in argv
     assert spec_of(argv) == dataclasses.replace(spec, command_line=("cockpit", "run"))
-    # --resume reads it back from run.toml's [config].
-    recorded = ConfigRecord(jobs=1, agents=1, preset="cartpole", env="CartPole-v1", timesteps=0, seed=0,
-                            max_restarts=3, episodes=50)  # fmt: skip
-    text = render(RunRecord(command="cockpit run", status=RunStatus.DONE, started_at="x", updated_at="x",
-                            duration_s=1.0, config=recorded, host=HOST))  # fmt: skip
-    assert "episodes = 50" in text
-    resumed = parse(text, "run").config
-    assert resumed == recorded
-    args = resume_spec_args(run_dir, parse(text, "run"))
+    # The run writes it in run.toml's [config]; --resume reads it back from there.
+    sup, _, _ = make(tmp_path, agents=1, slots=1)
+    recorded = run_log(sup, spec)
+    assert "\nepisodes = 50\n" in RunDir(tmp_path).run_toml.read_text()
+    assert recorded.config.episodes == 50 and recorded.config.timesteps == 0
+    args = resume_spec_args(run_dir, recorded)
     assert args["episodes"] == 50 and args["timesteps"] is None
 
 

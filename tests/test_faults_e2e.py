@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.cockpitproc import Cockpit, run_cockpit, small_preset, start_cockpit
+from tests.cockpitproc import Cockpit, run_cockpit, small_preset, start_cockpit, unavailable
 
 LOST_EXIT = 3
 
@@ -68,16 +68,19 @@ def test_a_deleted_run_dir_ends_the_run_in_one_line_and_kills_the_workers(
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 16 MiB tmpfs of our own, unmounted afterwards; the test is skipped where mounting is not
-    permitted (not root). CI runs as root, so there it runs."""
+    """A 16 MiB tmpfs of our own, unmounted afterwards. Mounting it needs root (and a container
+    that lets root mount): where it cannot be mounted the test fails under CI, whose `.ci/run`
+    runs as root, and is skipped elsewhere with a warning (`unavailable`)."""
     mount = tmp_path / "disk"
     mount.mkdir()
     if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root (CI runs as root)")
+        unavailable("the full-disk test mounts a tmpfs, which needs root: run .ci/run as root",
+                    "NOT ROOT: the full-disk test did not run; it mounts a small tmpfs, which needs root")  # fmt: skip
     done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount)],
                           capture_output=True, text=True)  # fmt: skip
     if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        unavailable(f"the full-disk test cannot mount its tmpfs: {done.stderr.strip()}",
+                    f"CANNOT MOUNT A TMPFS: the full-disk test did not run: {done.stderr.strip()}")  # fmt: skip
     try:
         yield mount
     finally:

@@ -19,7 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.contract.events import CheckpointEvent, EvaluatedEvent, FinishedEvent, StartedEvent, of_kind, read_events
+from cockpit.contract.events import (
+    CheckpointEvent,
+    EvaluatedEvent,
+    FinishedEvent,
+    ProgressEvent,
+    StartedEvent,
+    of_kind,
+    read_events,
+)
 from cockpit.contract.models import read_manifest, verify
 from cockpit.core.fleet.promotion import ranked
 from cockpit.core.fleet.report import fleet_summary
@@ -91,6 +99,19 @@ def outcome(run_dir: Path) -> tuple[dict[tuple[str, int], float], dict[int, set[
         return {(r.agent, r.tier): r.score for r in store.results()}, store.promotions()
     finally:
         store.close()
+
+
+def episodes_at_rollout_ends(stream: list) -> list[list[int]]:
+    """For each start of a job's worker: the episode count it started from, then its count at each
+    rollout boundary (a progress event with losses: after the train phase)."""
+    counts: list[list[int]] = []
+    for e in stream:
+        if isinstance(e, StartedEvent):
+            counts.append([e.resumed_episodes or 0])
+        elif isinstance(e, ProgressEvent) and e.losses is not None and counts:
+            assert e.episodes is not None, "an episode-target worker counts its episodes"
+            counts[-1].append(e.episodes)
+    return counts
 
 
 def events(run_dir: Path, agent: str) -> list:
@@ -245,9 +266,11 @@ def test_a_fleet_in_episodes_trains_each_tier_to_its_whole_episodes_and_resumes_
         targets = (20, 40) if agent.name in best else (20,)
         assert [e.target_episodes for e in started] == list(targets)
         assert len(evaluated) == len(targets)
-        for e, target in zip(evaluated, targets, strict=True):
-            # Whole episodes, at least the target; one rollout holds at most `rollout` more of them.
-            assert e.trained_episodes is not None and target <= e.trained_episodes < target + rollout
+        for e, target, counts in zip(evaluated, targets, episodes_at_rollout_ends(stream), strict=True):
+            # It ended at the first rollout boundary past its target: the count there reaches the
+            # target, the count at the boundary before (or at its start) did not.
+            assert e.trained_episodes == counts[-1] >= target > counts[-2], (agent.name, target, counts)
+            assert e.step % rollout == 0, (agent.name, e.step)
         if agent.name in best:  # tier 1 went on from tier 0's end: its steps and its episodes
             assert started[1].resumed_from_step == evaluated[0].step
             assert started[1].resumed_episodes == evaluated[0].trained_episodes

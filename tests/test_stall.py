@@ -7,20 +7,20 @@ worker's events go into its job dir with the fake clock's times.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 
 from cockpit.contract.controls import StopJob
+from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import STALL_MIN_S, RestartPolicy
 from cockpit.contract.states import JobState
 from cockpit.core.supervise.jobs import Job
 from cockpit.core.supervise.supervisor import STALL_GRACE_S, Supervisor
 from tests.fakeclock import FakeClock
-from tests.test_supervisor import events, make
+from tests.test_supervisor import events, make, run_log
 
 GOLDEN = Path(__file__).parent / "data" / "run-v1"
 
@@ -244,7 +244,7 @@ def test_the_local_launcher_sees_a_process_stopped_by_a_signal(tmp_path: Path) -
 def test_stall_timeout_reaches_the_spec_the_background_run_the_record_and_a_resume(tmp_path: Path) -> None:
     from cockpit.cli import build_parser
     from cockpit.commands.run import _spec
-    from cockpit.contract.runrecord import parse, render
+    from cockpit.contract.runrecord import render
     from cockpit.core.session.background import headless_argv
     from cockpit.core.session.loop import resume_spec_args
 
@@ -261,10 +261,11 @@ def test_stall_timeout_reaches_the_spec_the_background_run_the_record_and_a_resu
     golden = read(GOLDEN)
     assert golden.config.stall_timeout_s is None  # the v1 file has none and still reads
     assert "stall_timeout_s" not in resume_spec_args(GOLDEN, golden)
-    recorded = dataclasses.replace(golden, config=dataclasses.replace(golden.config, stall_timeout_s=240.0))
-    text = render(recorded)
-    assert "stall_timeout_s = 240.0" in text and parse(text, "run") == recorded
-    assert resume_spec_args(GOLDEN, recorded)["stall_timeout_s"] == 240.0
+    sup, _, _ = make(tmp_path, agents=1, slots=1, restart=spec.restart)
+    recorded = run_log(sup, spec)  # the run writes it in run.toml's [config]
+    assert "\nstall_timeout_s = 240.0\n" in RunDir(tmp_path).run_toml.read_text()
+    assert render(recorded) == RunDir(tmp_path).run_toml.read_text()
+    assert resume_spec_args(tmp_path, recorded)["stall_timeout_s"] == 240.0
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "nan", "soon"])
@@ -281,14 +282,19 @@ def test_a_bad_stall_timeout_is_one_line_naming_the_flag_and_exit_2(
     assert not (tmp_path / "run").exists()
 
 
-def test_a_stalled_job_is_recorded_as_such_in_run_toml() -> None:
-    from cockpit.contract.runrecord import parse, render
+def test_a_stalled_job_is_recorded_as_such_in_run_toml(tmp_path: Path) -> None:
+    from cockpit.contract.runspec import build_spec
 
-    golden = read(GOLDEN)
-    job = dataclasses.replace(golden.jobs[0], status=JobState.STALLED, exit_reason="stalled: no events for 61 s")
-    record = dataclasses.replace(golden, jobs=(job, *golden.jobs[1:]))
-    text = render(record)
-    assert 'status = "stalled"' in text and parse(text, "run").jobs[0].status is JobState.STALLED
+    spec = build_spec(jobs=1, agents=1, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=tmp_path,
+                      max_restarts=1, pin=False, command_line=("cockpit",), stall_timeout_s=60)  # fmt: skip
+    sup, _, clock = make(tmp_path, agents=1, slots=1, restart=spec.restart)
+    running(sup, clock)
+    wait(sup, clock, 60)
+    assert sup.jobs["000"].state is JobState.STALLED
+    (job,) = run_log(sup, spec).jobs
+    assert 'status = "stalled"' in RunDir(tmp_path).run_toml.read_text()
+    assert job.status is JobState.STALLED and job.exit_reason == sup.jobs["000"].exit_reason
+    assert job.exit_reason is not None and job.exit_reason.startswith("stalled: no events for 60 s")
 
 
 # ----- a real run -----

@@ -10,11 +10,13 @@ import pytest
 
 from cockpit.contract.controls import AddJob, KillJob, RestartJob, SetSlots, StopJob
 from cockpit.contract.events import EVENTS_FILE, EventWriter
-from cockpit.contract.runspec import RestartPolicy
+from cockpit.contract.runrecord import RunRecord, read, write
+from cockpit.contract.runspec import RestartPolicy, RunSpec
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.launch.local import LocalJobFiles
 from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
-from cockpit.core.machine.host import thread_budget
+from cockpit.core.machine.host import HostInfo, thread_budget
+from cockpit.core.record.runlog import Recorder, phase_accounting, record
 from cockpit.core.supervise.jobs import InvalidTransition, Job
 from cockpit.core.supervise.supervisor import STOP_GRACE_S, JobTemplate, Supervisor
 from tests.cycles import script
@@ -76,6 +78,19 @@ def make(tmp_path: Path, agents: int = 2, slots: int = 2, restart: RestartPolicy
         clock=clock,
     )
     return sup, launcher, clock
+
+
+def run_log(sup: Supervisor, spec: RunSpec) -> RunRecord:
+    """Write run.toml in `sup`'s run dir as a run of `spec` does (`runlog.record` of the
+    supervisor's snapshot now) and read it back."""
+    recorder = Recorder(sup.run_dir)
+    state = sup.snapshot()
+    try:
+        write(sup.run_dir, record(spec, state, HostInfo("h", "cpu", 2, 2, 2**30, "Linux"),
+                                  phase_accounting({}, recorder, state.now), recorder))  # fmt: skip
+    finally:
+        recorder.close()
+    return read(sup.run_dir)
 
 
 def events(sup: Supervisor, job_id: str) -> EventWriter:
