@@ -132,3 +132,20 @@ async def test_a_unified_memory_gpu_shows_its_memory_unknown_not_0_and_no_view_f
         lines = [line.plain for line in app.screen.query_one(GpuPanel).lines()]
     assert "-/- GiB" in lines[0]
     assert any(line.startswith("mem") and "no memory figures" in line for line in lines)
+
+
+async def test_a_narrow_gpu_panel_keeps_the_name_whole_with_busy_at_100_percent() -> None:
+    # Beside the trend panel at 100 columns the head is tight: "busy 100%" and the memory must not
+    # cut the GPU's name (the widest figures are the test; "busy 5%" fitted where 90% did not).
+    base = frame(jobs=2)
+    gpu = replace(_gpu(), util_percent=100.0, util_peak_percent=100.0, mem_used_bytes=3 * 1024 * MIB,
+                  mem_total_bytes=24 * 1024 * MIB)  # fmt: skip
+    info = replace(base.state.gpu, name="NVIDIA GeForce RTX 4090 (fake)", memory_total_bytes=24 * 1024 * MIB)
+    state = replace(base.state, gpu=info, gpus=(info,), sample=replace(base.state.sample, gpu=gpu, gpus=()))
+    scripted = replace(base, state=state)
+    app = make_app(ScriptedSource(scripted))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        head = app.screen.query_one(GpuPanel).lines()[0].plain
+    name = "RTX 4090 (fake)"
+    assert head.startswith(name) and "busy 100%" in head and "GiB" in head, head

@@ -18,10 +18,11 @@ def mib(value: int | None) -> str:
     return "-" if value is None else f"{value / MIB:,.0f} MiB"
 
 
-def used_of(used: int | None, total: int | None, unit: int = MIB) -> str:
-    """GPU memory as "used/total MiB" (or GiB for `unit` GIB), each "-" when unknown: a
-    unified-memory GPU (GB10, Jetson Thor) has no memory figures in NVML."""
-    digits, name = (1, "GiB") if unit == GIB else (0, "MiB")
+def used_of(used: int | None, total: int | None, unit: int = MIB, digits: int | None = None) -> str:
+    """GPU memory as "used/total MiB" (or GiB, to 1 decimal or `digits`, for `unit` GIB), each "-"
+    when unknown: a unified-memory GPU (GB10, Jetson Thor) has no memory figures in NVML."""
+    places, name = (1, "GiB") if unit == GIB else (0, "MiB")
+    digits = places if digits is None else digits
     shown = ["-" if v is None else f"{v / unit:,.{digits}f}" for v in (used, total)]
     return f"{shown[0]}/{shown[1]} {name}"
 

@@ -124,8 +124,8 @@ class GpuPanel(FramePanel):
     def _head(self, info: GpuInfo, gpu: GpuSample | None, index: str = "") -> Text:
         """A GPU's name and its figures now; a narrow panel (beside the trend panel at 100
         columns) keeps the name whole and drops temperature, then power, then how utilization is
-        read (`util_read`): "busy" (`BUSY_LEGEND`) and memory always stay. `index` ("0 ") leads it
-        on a machine of several GPUs."""
+        read (`util_read`), then shows memory in whole GiB: "busy" (`BUSY_LEGEND`) and memory
+        always stay. `index` ("0 ") leads it on a machine of several GPUs."""
         parts: list[str] = []
         if gpu is not None:
             mem = used_of(gpu.mem_used_bytes, gpu.mem_total_bytes, GIB)
@@ -133,8 +133,14 @@ class GpuPanel(FramePanel):
             parts = [f"{BUSY} {num(gpu.util_percent)}%", mem, *([read] if read else []), f"{num(gpu.power_w)} W",
                      f"{num(gpu.temperature_c)} °C"]  # fmt: skip
         name = index + info.name.removeprefix("NVIDIA ").removeprefix("GeForce ")
-        while len(parts) > 2 and len(name) + sum(2 + len(part) for part in parts) > self.size.width:
+
+        def too_wide() -> bool:
+            return len(name) + sum(2 + len(part) for part in parts) > self.size.width
+
+        while len(parts) > 2 and too_wide():
             parts.pop()
+        if gpu is not None and too_wide():
+            parts[1] = used_of(gpu.mem_used_bytes, gpu.mem_total_bytes, GIB, digits=0)
         figures = "".join(f"  {part}" for part in parts)
         room = self.size.width - len(figures)
         head = Text(name[: max(0, room)], style=self._style("gpu--title")).append(figures)
