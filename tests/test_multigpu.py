@@ -375,5 +375,6 @@ def test_the_launched_worker_sees_only_its_gpu(tmp_path: Path) -> None:
         seen = out.read_text()
         if expected is not None:
             assert seen == expected
-        else:  # no placement: the worker sees what the cockpit sees
-            assert seen.split()[0] == (os.environ.get(CUDA_VISIBLE_DEVICES_ENV) or "-")
+        else:  # no placement: the worker sees what the cockpit sees, the whole value ("" is not "unset")
+            mine = os.environ.get(CUDA_VISIBLE_DEVICES_ENV, "-") + " " + os.environ.get("CUDA_DEVICE_ORDER", "-")
+            assert seen == mine
