@@ -174,3 +174,33 @@ def test_the_probe_takes_the_median_of_three_iterations_unless_one_is_too_long_t
     assert [_time_more(n, 10.0 * n) for n in (1, 2, 3)] == [True, True, False]
     # One iteration too long to repeat: that one only.
     assert not _time_more(1, MEDIAN_LIMIT_S)
+
+
+def test_the_probe_counts_the_median_timing_not_the_mean_the_first_or_the_last(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Scripted iterations (after a warm-up that is left out): rollouts of 5.0, 2.0 and 1.0 s, train
+    # phases of 0.4, 0.2 and 0.1 s. The median is 2.0 / 0.2; the mean (2.67 / 0.23), the first
+    # (5.0 / 0.4) and the last (1.0 / 0.1) all differ from it.
+    from types import SimpleNamespace
+
+    import cockpit_training.probe as probe
+
+    now = [0.0]
+    phases = iter([(9.0, 9.0), (5.0, 0.4), (2.0, 0.2), (1.0, 0.1)])
+
+    class Model:
+        def learn(self, total: int, callback: Any, reset_num_timesteps: bool = True) -> None:
+            rollout_s, train_s = next(phases)
+            callback._on_rollout_start()
+            now[0] += rollout_s
+            callback._on_rollout_end()
+            now[0] += train_s
+            callback._on_training_end()
+
+    class Venv:
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(probe, "_build", lambda preset, device: (Venv(), Model()))
+    monkeypatch.setattr(probe, "time", SimpleNamespace(monotonic=lambda: now[0], perf_counter=lambda: now[0]))
+    ((rollout_s, train_s, samples, _setup),) = probe._phase_times([load("cartpole")], "cpu")
+    assert (rollout_s, train_s) == pytest.approx((2.0, 0.2)) and samples == load("cartpole").total_batch
