@@ -7,6 +7,7 @@ import json
 import math
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -223,9 +224,21 @@ def test_an_attached_viewer_gets_the_trend_in_increments_and_shows_it_whole(tmp_
         # On the wire: the whole trend for a viewer that holds none, then only the new points.
         assert len(raw.ask(op="frame", since=0)["state"]["trend"]["t"]) == 301
         assert raw.ask(op="frame", since=0, trend_since=1298.0)["state"]["trend"]["t"] == [1299.0, 1300.0]
+        # The viewer's own requests ask only for what it lacks: the trend after the last point it holds.
+        asked: list[dict[str, Any]] = []
+        link = source._link
+        real_request = link.request
+
+        def recording(request: dict[str, Any], timeout: float) -> dict[str, Any]:
+            asked.append(dict(request))
+            return real_request(request, timeout)
+
+        link.request = recording  # type: ignore[method-assign]
         provider.state = replace(state_at(1302.0), trend=_seconds(1000, 1302))
         frame = wait_for(lambda: (f := source.frame()) is not None and f.state.now == 1302.0 and f)
         assert frame.state.trend == _seconds(1000, 1302)
+        wait_for(lambda: any(r.get("trend_since") == 1302.0 for r in asked))
+        assert {r.get("trend_since") for r in asked} <= {1300.0, 1302.0}, asked
     finally:
         source.close()
         if raw is not None:
