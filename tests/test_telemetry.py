@@ -11,7 +11,7 @@ from typing import Any
 import psutil
 import pytest
 
-from cockpit.core.machine.nvml import open_gpu
+from cockpit.core.machine.nvml import UTIL_BUFFER, UTIL_NONE_MIG, UTIL_POLL, close_gpus, open_gpu, open_gpus
 from cockpit.core.telemetry.sampler import TREE_SCAN_MAX_S, TREE_SCAN_S, Sample, Sampler
 from tests.fake_pynvml import GIB, FakeGpu, FakeNvml, NVMLError_GpuIsLost, NVMLError_LibraryNotFound
 from tests.fakeclock import FakeClock
@@ -88,12 +88,23 @@ def test_no_driver_is_a_clear_status_and_cpu_sampling_goes_on() -> None:
     assert sample.jobs["000"].rss_bytes > 0 and sample.cost_s >= 0
 
 
-def test_the_real_pynvml_without_a_driver_says_so() -> None:
-    gpu, status = open_gpu()
-    if gpu is not None:  # a machine with a GPU: the real path works
-        gpu.close()
-        return
-    assert status.startswith("no GPU telemetry: ")
+def test_the_real_pynvml_reads_a_real_gpu_or_says_why_there_is_none() -> None:
+    readers, status = open_gpus()
+    try:
+        if not readers:  # no driver (these machines): one line that says so, and nothing half-open
+            assert status.startswith("no GPU telemetry: "), status
+            return
+        # A machine with a GPU: the real driver answers each read the product relies on.
+        assert not status.startswith("no GPU telemetry"), status
+        first = readers[0]
+        assert first.info.name and first.info.driver and first.info.uuid.startswith(("GPU-", "MIG-")), first.info
+        assert first.info.memory_total_bytes is None or first.info.memory_total_bytes > 0
+        sample, _ = first.read()
+        assert sample.util_mode in (UTIL_BUFFER, UTIL_POLL, UTIL_NONE_MIG), sample
+        assert sample.mem_total_bytes == first.info.memory_total_bytes
+        assert all(pid > 0 for pid in first.processes())
+    finally:
+        close_gpus(readers)
 
 
 def test_sampler_maps_gpu_memory_to_jobs_by_process_tree() -> None:
