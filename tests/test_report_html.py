@@ -31,10 +31,14 @@ from cockpit.commands.plots import (
     TRAIN_COLOR,
     Plot,
     binned,
+    cpu_per_core,
     gpu_and_phases,
+    leaderboard,
     phase_share,
     plots,
     scores_by_steps,
+    thinned,
+    throughput_and_return,
     tier_funnel,
     utilization_by_phase,
 )
@@ -351,3 +355,40 @@ def test_a_real_runs_report_opens_in_headless_chromium(plain_cartpole_run: Cockp
     assert non_white > 0.08, non_white
     assert np.any(control < 235, axis=-1).mean() < non_white / 2
     assert _near(control, TRAIN_COLOR).sum() == 0 and _near(control, ROLLOUT_COLOR).sum() == 0
+
+
+# ----- each figure's data is the run's (issue 30: a figure checked by name passes with empty axes) -----
+
+
+def test_throughput_and_return_draw_each_jobs_recorded_points(golden_run: RunSeries) -> None:
+    sps_ax, ret_ax = throughput_and_return(golden_run).axes
+    for ax, points in ((sps_ax, "sps"), (ret_ax, "returns")):
+        drawn = {line.get_label(): line for line in ax.lines}
+        recorded = {job.id: getattr(job, points) for job in golden_run.jobs if getattr(job, points)}
+        assert recorded and set(drawn) == set(recorded), (points, set(drawn))
+        for job_id, line in recorded.items():
+            x, y = thinned([p[0] for p in line], [p[1] for p in line])
+            assert list(drawn[job_id].get_xdata()) == list(x) and list(drawn[job_id].get_ydata()) == list(y)
+
+
+def test_cpu_per_core_draws_each_cores_recorded_cpu(golden_run: RunSeries) -> None:
+    (ax, _colorbar) = cpu_per_core(golden_run).axes
+    heat = np.asarray(ax.images[0].get_array(), dtype=float)
+    tel = golden_run.telemetry
+    cores = max(len(c) for c in tel.cpu_cores)
+    assert heat.shape[0] == cores and heat.shape[1] > 1
+    for core in range(cores):
+        readings = np.asarray([c[core] for c in tel.cpu_cores if len(c) > core], dtype=float)
+        row = heat[core][~np.isnan(heat[core])]
+        assert row.size and row.min() >= readings.min() - 1e-9 and row.max() <= readings.max() + 1e-9
+        assert abs(row.mean() - readings.mean()) < 10  # each pixel the mean of its readings
+
+
+def test_the_leaderboard_draws_each_leaders_score_in_rank_order(fleet_run: RunSeries) -> None:
+    fleet = fleet_run.fleet
+    assert fleet is not None
+    ax = leaderboard(fleet).axes[0]
+    leaders = fleet.summary.leaderboard[: len(ax.patches)]
+    assert leaders and [bar.get_width() for bar in ax.patches] == [leader.score for leader in leaders]
+    labels = [tick.get_text() for tick in ax.get_yticklabels()]
+    assert [label.split()[:2] for label in labels] == [[f"#{lead.rank}", lead.agent] for lead in leaders]
