@@ -6,6 +6,7 @@ by their UUIDs with their own memory. Against the scripted pynvml stand-in with 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,9 @@ import pytest
 from cockpit.cli import build_parser
 from cockpit.commands import run as run_command
 from cockpit.contract.presets import load
-from cockpit.contract.runspec import ConfigError
+from cockpit.contract.runspec import Cluster, ConfigError
 from cockpit.core.machine.host import thread_budget
-from cockpit.core.machine.nvml import GpuInfo, GpuReader, open_gpus
+from cockpit.core.machine.nvml import GpuInfo, GpuReader, close_gpus, open_gpus
 from cockpit.core.machine.placement import GpuRef, GpuRoom, fit_jobs, place, rooms_of
 from cockpit.core.machine.visibility import open_first_gpu, visible, visible_gpus
 from cockpit.core.session.loop import RunSession, sampled_gpus
@@ -222,3 +223,21 @@ def test_recommend_and_tune_measure_on_the_first_gpu_cuda_visible_devices_leaves
     reader = open_first_gpu({"CUDA_VISIBLE_DEVICES": "0"}, FakeNvml(gpus))
     assert reader is not None and (reader.info.uuid, reader.info.memory_total_bytes) == ("MIG-a", 10 * GIB)
     reader.close()
+
+
+def test_a_cluster_joined_by_address_samples_no_local_gpu_and_a_local_ray_keeps_them(tmp_path: Path) -> None:
+    # Jobs on a Ray cluster joined by address run on its nodes: this machine's GPUs are no job's, so
+    # they are closed (their NVML references given back) and the status says why; a Ray instance
+    # started here for the run (no address) runs the jobs on this machine and keeps them.
+    nvml = FakeNvml(four_gpus(FakeClock(T0).time))
+    readers, _ = open_gpus(nvml)
+    args = build_parser().parse_args(["run", "--jobs", "2", "--run-dir", str(tmp_path / "run")])
+    spec = run_command._spec(args, readers, ("cockpit",))
+    joined = replace(spec, cluster=Cluster("10.0.0.1:6379"))
+    kept, status = sampled_gpus(joined, readers, "")
+    assert kept == [] and nvml.inits == 0
+    assert status == "no GPU telemetry here: the jobs run on the Ray cluster (each node's GPU is on its line)"
+    readers, _ = open_gpus(nvml)
+    kept, status = sampled_gpus(replace(spec, cluster=Cluster(None)), readers, "")
+    assert [r.info.index for r in kept] == [0, 1, 2, 3] and status == ""
+    close_gpus(kept)
