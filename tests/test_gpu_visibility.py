@@ -6,7 +6,6 @@ by their UUIDs with their own memory. Against the scripted pynvml stand-in with 
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from cockpit.cli import build_parser
 from cockpit.commands import run as run_command
 from cockpit.contract.presets import load
-from cockpit.contract.runspec import Cluster, ConfigError
+from cockpit.contract.runspec import ConfigError
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.nvml import GpuInfo, GpuReader, close_gpus, open_gpus
 from cockpit.core.machine.placement import GpuRef, GpuRoom, fit_jobs, place, rooms_of
@@ -225,19 +224,25 @@ def test_recommend_and_tune_measure_on_the_first_gpu_cuda_visible_devices_leaves
     reader.close()
 
 
-def test_a_cluster_joined_by_address_samples_no_local_gpu_and_a_local_ray_keeps_them(tmp_path: Path) -> None:
-    # Jobs on a Ray cluster joined by address run on its nodes: this machine's GPUs are no job's, so
-    # they are closed (their NVML references given back) and the status says why; a Ray instance
-    # started here for the run (no address) runs the jobs on this machine and keeps them.
+def test_a_cluster_joined_by_address_samples_no_local_gpu_and_closes_its_readers(tmp_path: Path) -> None:
+    # The jobs run on the cluster's nodes, each of whose GPUs its node's sampler reads: this
+    # machine's GPUs are no job's, so the run gives their NVML references back and says why.
     nvml = FakeNvml(four_gpus(FakeClock(T0).time))
     readers, _ = open_gpus(nvml)
-    args = build_parser().parse_args(["run", "--jobs", "2", "--run-dir", str(tmp_path / "run")])
+    args = build_parser().parse_args(
+        ["run", "--jobs", "2", "--run-dir", str(tmp_path / "run"), "--ray", "10.0.0.7:6379"]
+    )
     spec = run_command._spec(args, readers, ("cockpit",))
-    joined = replace(spec, cluster=Cluster("10.0.0.1:6379"))
-    kept, status = sampled_gpus(joined, readers, "")
+    assert spec.cluster is not None and spec.cluster.address == "10.0.0.7:6379"
+    kept, status = sampled_gpus(spec, readers, "")
     assert kept == [] and nvml.inits == 0
     assert status == "no GPU telemetry here: the jobs run on the Ray cluster (each node's GPU is on its line)"
+    # A local Ray instance runs the jobs on this machine's GPUs, which the run samples as without Ray.
     readers, _ = open_gpus(nvml)
-    kept, status = sampled_gpus(replace(spec, cluster=Cluster(None)), readers, "")
-    assert [r.info.index for r in kept] == [0, 1, 2, 3] and status == ""
+    local = run_command._spec(build_parser().parse_args(["run", "--jobs", "2", "--run-dir", str(tmp_path / "run"),
+                                                          "--ray"]), readers, ("cockpit",))  # fmt: skip
+    assert local.cluster is not None and local.cluster.address is None
+    kept, status = sampled_gpus(local, readers, "")
+    assert kept == readers and len(kept) == 4 and status == "" and nvml.inits > 0
     close_gpus(kept)
+    assert nvml.inits == 0

@@ -14,11 +14,14 @@ import pytest
 from benchmarks.raycluster import LOSS_STEPS, LocalCluster, keepers, loss_preset, ray_processes, run_through_node_loss
 from cockpit.contract.events import CheckpointEvent, FinishedEvent, StartedEvent, of_kind, read_events
 from cockpit.contract.runrecord import read
+from cockpit.contract.runspec import RestartPolicy
 from cockpit.contract.scriptargs import ScriptArgs
-from cockpit.contract.states import RunStatus
+from cockpit.contract.states import JobState, RunStatus
 from cockpit.contract.workerargs import WorkerArgs
 from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
 from cockpit.core.launch.ray_launcher import RayLauncher
+from cockpit.core.machine.host import thread_budget
+from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
 from tests.cockpitproc import run_cockpit, small_preset
 
 # One worker runs the module, so its one cluster (a module fixture) is started once.
@@ -193,3 +196,36 @@ def test_a_lost_nodes_job_resumes_from_its_checkpoint_on_the_head(cluster: Local
     assert len(started) == 2 and (started[1].resumed_from_step or 0) >= 1024  # from its checkpoint
     _, alive = psutil.wait_procs(loss.node2, timeout=10)
     assert loss.node2 and not alive, f"processes of the lost node outlived it: {alive}"
+
+
+def test_an_actor_call_that_fails_fails_only_its_attempt_which_restarts_per_the_policy(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    # Job 000's first actor cannot open the job's stdout.log (a directory stands there), so its
+    # start() call raises on the node. That ends that attempt alone: job 001 runs on, the run goes
+    # on, and the restart policy starts 000 again, which (the obstacle gone) finishes.
+    run_dir = tmp_path / "run"
+    blocker = run_dir / "jobs" / "000" / "stdout.log"
+    blocker.mkdir(parents=True)
+    with RayLauncher(cluster.address, storage=tmp_path, nice=0) as launcher:
+        sup = Supervisor(run_dir=run_dir, template=JobTemplate("", "sh", 0, script=("sh", "-c", "sleep 1")),
+                         seeds=range(2), slots=2, launcher=launcher, budget=thread_budget(2, 2),
+                         restart=RestartPolicy(max_restarts=1, backoff_s=0.5))  # fmt: skip
+        in_backoff: list[tuple[str | None, RunStatus]] = []
+
+        def run_ended() -> bool:
+            sup.tick()
+            failed = sup.jobs["000"]
+            if failed.state is JobState.BACKOFF and blocker.exists():
+                in_backoff.append((failed.error, sup.status))
+                blocker.rmdir()
+            return sup.finished
+
+        wait_until(run_ended, what="the run's end")
+    ((error, status),) = in_backoff
+    assert error is not None and "ray: the job's actor failed: IsADirectoryError" in error, error
+    assert "stdout.log" in error and "\x1b" not in error, error  # the node's cause, not Ray's colored header
+    assert status is RunStatus.RUNNING
+    assert sup.status is RunStatus.DONE
+    assert [(j.state, j.restarts) for j in sup.jobs.values()] == [(JobState.DONE, 1), (JobState.DONE, 0)]
+    assert sup.jobs["001"].error is None

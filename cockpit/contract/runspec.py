@@ -332,7 +332,7 @@ def on_cluster(spec: RunSpec, ray: str | None, storage: Path | None, *, run_dir_
         storage = storage.resolve()
         if not run_dir_given:
             run_dir = storage / run_dir
-            check_writable(run_dir)
+            check_writable(run_dir, "--storage")  # the user gave no --run-dir: name the flag they did give
         elif not run_dir.resolve().is_relative_to(storage):
             raise ConfigError(
                 f"--run-dir {run_dir}: with --storage {storage} the run lives on the storage; give a directory in it"

@@ -309,7 +309,10 @@ class RayLauncher:
         except ray.exceptions.RayActorError as exc:
             self._lost(attempt, _first_line(exc))
         except ray.exceptions.RayError as exc:  # the actor's own call failed (a job dir it cannot make)
-            attempt.code, attempt.tail = 1, f"ray: the job's actor failed: {_first_line(exc)}"
+            # A RayTaskError's own first line is Ray's colored header naming the task; what went
+            # wrong on the node is its `cause`.
+            cause = getattr(exc, "cause", None) or exc
+            attempt.code, attempt.tail = 1, f"ray: the job's actor failed: {type(cause).__name__}: {_first_line(cause)}"
             self._end(attempt)
 
     def _take(self, attempt: _Attempt, report: JobReport) -> None:
