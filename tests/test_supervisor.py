@@ -105,9 +105,19 @@ def finish(sup: Supervisor, launcher: FakeLauncher, job_id: str, status: str = "
     launcher.live(job_id).exit_code = code
 
 
-def crash(sup: Supervisor, launcher: FakeLauncher, job_id: str, message: str | None = "boom") -> None:
+def crash(
+    sup: Supervisor, launcher: FakeLauncher, job_id: str, message: str | None = "boom", trained: int = 16
+) -> None:
+    """Crash `job_id`'s worker with `message` (None: no error event) after it trained `trained`
+    steps in this attempt (a transient fault); `trained=0` crashes it before a single step."""
+    job, writer = sup.jobs[job_id], events(sup, job_id)
+    if trained:
+        if not job.attempt_started_seen:
+            writer.started(config={}, pid=launcher.live(job_id).pid, device="cpu", versions={},
+                           resumed_from_step=job.steps or None)  # fmt: skip
+        writer.progress(num_timesteps=job.steps + trained)
     if message:
-        events(sup, job_id).error(type="RuntimeError", message=message)
+        writer.error(type="RuntimeError", message=message)
     launcher.live(job_id).exit_code = 1
 
 
@@ -390,6 +400,61 @@ def test_a_job_that_crashes_2_s_after_each_start_fails_after_max_restarts(tmp_pa
     assert delays == [1.0, 2.0, 4.0, None]  # the back-off doubles, then the fourth crash fails it
     assert job.state is JobState.FAILED and job.exit_reason == "failed after 3 restarts" and job.restarts == 3
     assert len(launcher.processes) == 4 and sup.status is RunStatus.FAILED
+
+
+def test_the_same_error_twice_before_a_single_step_is_input_and_is_not_retried(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, agents=1, slots=1, restart=RestartPolicy(max_restarts=3))
+    sup.tick()
+    job = sup.jobs["000"]
+    crash(sup, launcher, "000", message="'NoneType' object is not iterable", trained=0)
+    sup.tick()
+    assert job.state is JobState.BACKOFF  # the first time, it could be a passing fault
+    clock.t += 1.0
+    sup.tick()
+    # The second start gets as far (its `started` event), and fails the same way before a step.
+    events(sup, "000").started(config={}, pid=launcher.live("000").pid, device="cpu", versions={})
+    crash(sup, launcher, "000", message="'NoneType' object is not iterable", trained=0)
+    sup.tick()
+    assert job.state is JobState.FAILED and len(launcher.processes) == 2 and job.restarts == 1
+    assert job.exit_reason == "failed: the same error at each start"
+    assert job.error is not None and job.error.startswith("RuntimeError: 'NoneType' object is not iterable (")
+    assert "2 starts in a row, each before a single step" in job.error and "input" in job.error
+    assert sup.finished and sup.status is RunStatus.FAILED
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        pytest.param({"message": "boom", "trained": 16}, id="the same error after training steps"),
+        pytest.param({"message": "another error", "trained": 0}, id="another error before a step"),
+        pytest.param({"message": None, "trained": 0}, id="no error event: a different stderr tail"),
+    ],
+)
+def test_a_crash_that_differs_or_trained_first_is_transient_and_restarts(tmp_path: Path, second: dict) -> None:
+    sup, launcher, clock = make(tmp_path, agents=1, slots=1, restart=RestartPolicy(max_restarts=3))
+    sup.tick()
+    job = sup.jobs["000"]
+    crash(sup, launcher, "000", message="boom", trained=0)
+    sup.tick()
+    clock.t += 1.0
+    sup.tick()
+    crash(sup, launcher, "000", **second)
+    sup.tick()
+    assert job.state is JobState.BACKOFF and job.restarts == 2  # retried as a transient fault
+    assert "before a single step" not in (job.error or "")
+
+
+def test_a_kill_by_a_signal_before_a_step_is_not_taken_for_input(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, agents=1, slots=1, restart=RestartPolicy(max_restarts=3))
+    sup.tick()
+    job = sup.jobs["000"]
+    for _ in range(2):  # killed from outside (the OOM killer, say) twice: not the job's own error
+        launcher.live("000").exit_code = -9
+        sup.tick()
+        assert job.state is JobState.BACKOFF
+        clock.t += job.restart_at - clock.monotonic()
+        sup.tick()
+    assert job.restarts == 2 and job.state is JobState.STARTING
 
 
 def test_the_back_off_doubles_up_to_its_cap(tmp_path: Path) -> None:

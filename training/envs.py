@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import gymnasium as gym
 from gymnasium import spaces
-from stable_baselines3.common.preprocessing import is_image_space
+from stable_baselines3.common.preprocessing import is_image_space, is_image_space_channels_first
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecEnv
 
 from cockpit.contract.envids import VecEnvKind, backend_for, ensure_importable, is_custom, pick_vec_env
@@ -139,6 +139,19 @@ def make_vec_env(
     return SubprocVecEnv(makers, start_method="forkserver")
 
 
-def policy_for(observation_space: spaces.Space) -> Literal["MlpPolicy", "CnnPolicy"]:
-    """CnnPolicy for image observations (Atari frames), MlpPolicy for everything else."""
-    return "CnnPolicy" if is_image_space(observation_space, check_channels=False) else "MlpPolicy"
+# The smallest image side SB3's default CnnPolicy (NatureCNN: an 8x8 kernel at stride 4, then 4x4
+# and 3x3) can take; SB3's env checker warns below it ("The minimal resolution for an image is 36x36").
+CNN_MIN_SIDE = 36
+
+
+def policy_for(observation_space: spaces.Space) -> Literal["MlpPolicy", "CnnPolicy", "MultiInputPolicy"]:
+    """MultiInputPolicy for a Dict observation (SB3 takes no other policy for one); CnnPolicy for
+    images NatureCNN can take (Atari frames); MlpPolicy for everything else, a smaller image
+    (MiniGrid's 7x7x3 view) among them, which it flattens."""
+    if isinstance(observation_space, spaces.Dict):
+        return "MultiInputPolicy"
+    if not (isinstance(observation_space, spaces.Box) and is_image_space(observation_space, check_channels=False)):
+        return "MlpPolicy"
+    shape = observation_space.shape
+    sides = shape[1:] if is_image_space_channels_first(observation_space) else shape[:2]
+    return "CnnPolicy" if min(sides) >= CNN_MIN_SIDE else "MlpPolicy"

@@ -38,6 +38,8 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     """Carry out `cockpit fleet` as parsed; returns the exit code."""
     try:
         plan, plan_text = _plan(args)
+        if args.typed is None:  # with --typed, the cockpit that started this fleet checked
+            _check_trainable(plan)
     except (PlanError, ConfigError) as exc:
         print(f"cockpit fleet: error: {exc}", file=sys.stderr)
         return 2
@@ -81,6 +83,17 @@ def _plan(args: argparse.Namespace) -> tuple[FleetPlan, str]:
     if text is None or source is None:
         raise ConfigError(f"--resume {args.resume}: its fleet.db records no plan")
     return parse_plan(tomllib.loads(text), source), text
+
+
+def _check_trainable(plan: FleetPlan) -> None:
+    """PlanError naming the plan and `agents.env` for an env of it stable-baselines3's PPO cannot
+    train (`unfit_envs`: one check for all the plan's envs, each with its env_kwargs)."""
+    from cockpit.core.launch.trainable import unfit_envs
+
+    presets = list({(a.env, repr(sorted(a.preset.env_kwargs.items()))): a.preset for a in plan.agents}.values())
+    for preset, unfit in zip(presets, unfit_envs(presets), strict=True):
+        if unfit is not None:
+            raise PlanError(f"{plan.source}: {unfit.message(preset.env, repr('agents.env'))}")
 
 
 def _spec(

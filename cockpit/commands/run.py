@@ -43,12 +43,20 @@ def _spec(
 ) -> RunSpec:
     """The validated run the flags ask for, on Ray with `--ray`, on the GPUs `gpus` (those the
     cockpit's `CUDA_VISIBLE_DEVICES`, `visible_by`, leaves it: `visibility.visible_gpus`); ConfigError
-    (one line) on bad input."""
+    (one line) on bad input, an env stable-baselines3 cannot train among it (`check_trainable`)."""
     if args.ray is not None and args.auto:
         raise ConfigError("--auto: sizes the run to this machine's cores and GPU; with --ray the jobs run on the "
                           "cluster's: give --jobs instead")  # fmt: skip
     spec = _local_spec(args, gpus, command_line, visible_by)
-    return on_cluster(spec, args.ray, args.storage, run_dir_given=args.run_dir is not None or args.resume is not None)
+    spec = on_cluster(spec, args.ray, args.storage, run_dir_given=args.run_dir is not None or args.resume is not None)
+    if spec.preset is not None and args.typed is None:  # with --typed, the cockpit that started this run checked
+        from cockpit.core.launch.trainable import check_trainable
+
+        source = f"preset {spec.preset.source}: env"
+        if args.env or args.resume:
+            source = "--env" if args.env else f"--resume {args.resume}: run.toml's env"
+        check_trainable(dataclasses.replace(spec.preset, env=spec.env), source)
+    return spec
 
 
 def _local_spec(

@@ -10,6 +10,7 @@ from cockpit.contract.advice import AdviceSetting
 from cockpit.contract.costs import Costs
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.runspec import ConfigError, checked_env
+from cockpit.core.launch.trainable import check_trainable
 from cockpit.core.machine.host import host_info
 from cockpit.core.machine.visibility import open_first_gpu
 from cockpit.core.sizing.advisor import Machine, advise, machine_of
@@ -28,12 +29,14 @@ def this_machine() -> Machine:
 
 def resolve_preset(preset: str | None, env: str | None, machine: Machine) -> Preset:
     """The preset asked for (heavy with a GPU, cartpole without), on `env` if given; ConfigError
-    (one line) for an unknown or invalid preset or env."""
+    (one line) for an unknown or invalid preset or env, or one stable-baselines3 cannot train."""
     try:
         resolved = load(preset or ("heavy" if machine.gpu_name else "cartpole"))
     except PresetError as exc:
         raise ConfigError(str(exc)) from exc
-    return dataclasses.replace(resolved, env=checked_env(resolved, env))
+    checked = dataclasses.replace(resolved, env=checked_env(resolved, env))
+    check_trainable(checked, "--env" if env else f"preset {resolved.source}: env")
+    return checked
 
 
 def costs_for(say: Callable[[str], None], machine: Machine, preset: Preset) -> Costs | None:

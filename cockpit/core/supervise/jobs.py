@@ -101,6 +101,12 @@ class Job:
     attempt_started_seen: bool = False
     attempt_finished: FinishedEvent | None = None
     attempt_error: ErrorEvent | None = None
+    # The step this attempt's `started` event resumed from: an attempt whose events never pass it
+    # trained not a single step.
+    attempt_from_step: int = 0
+    # The error of the previous attempt, when it ended the same way this one may: by its own error
+    # (not a signal, a stall or a full disk) before a single step and before `healthy_uptime_s`.
+    prestep_error: str | None = None
     # The stall watch: when (supervisor's monotonic clock) this attempt was launched or its last
     # event was read, its longest silence between two events of one attempt (event times, over
     # every attempt, resumed sessions' included), when it was seen stalled, and why it was killed.

@@ -8,9 +8,12 @@ waits `backoff_s · 2^(n-1)` s (1 s, 2 s, 4 s … by default), at most `backoff_
 after `max_restarts` restarts in a row marks it failed. An attempt that ran `healthy_uptime_s`
 (from its launch, on the supervisor's clock) before crashing starts the count again, so a job
 that trains for days and crashes now and then is never failed for it, while one that cannot get
-going fails within seconds. A worker that ran out of disk space (a `disk_full` error, or exit code
-`DISK_FULL_EXIT`) is not a crash: its job is paused, with the free space in its error, until a
-restart command (or `run --resume`) continues it.
+going fails within seconds. One that fails with the same error on two starts in a row, each
+before a single step and by its own error (not a signal, a stall or a full disk), is failed at
+once: that error is its input (`INPUT_ERROR_EXIT`), and a restart would only repeat it. A worker
+that ran out of disk space (a `disk_full` error, or exit code `DISK_FULL_EXIT`) is not a crash:
+its job is paused, with the free space in its error, until a restart command (or `run --resume`)
+continues it.
 
 A running worker that writes no event for its stall timeout (`RestartPolicy.stall_timeout`: the
 `--stall-timeout`, else 3x the job's longest silence so far, at least 60 s) is hung: its job turns
@@ -108,6 +111,10 @@ class JobTemplate:
     script: tuple[str, ...] | None = None
     episodes: int | None = None  # an episode target per job (`--episodes`) in place of `timesteps`
     tensorboard: bool = True  # the workers log SB3's scalars to <job dir>/tb (False: --no-tensorboard)
+
+
+# A job's exit reason when it failed the same way, before a single step, on two starts in a row.
+INPUT_ERROR_EXIT = "failed: the same error at each start"
 
 
 def _exit_reason(code: int) -> str:
@@ -347,7 +354,7 @@ class Supervisor:
         job.change_state(JobState.QUEUED, now)
         job.error, job.stop_requested, job.exit_reason = None, False, None
         job.restarts = job.restarts_in_a_row = 0
-        job.ended_at, job.slot = None, None
+        job.ended_at, job.slot, job.prestep_error = None, None, None
         self.queue.appendleft(job.id)
 
     def _stop(self, job: Job) -> None:
@@ -454,7 +461,7 @@ class Supervisor:
                 job.target = event.target_steps  # the script's own total: its progress and ETA
             job.device = event.device
             job.cuda_reserved_bytes = None  # a new worker: its allocator starts empty
-            job.steps = event.resumed_from_step or 0
+            job.steps = job.attempt_from_step = event.resumed_from_step or 0
             job.episodes = event.resumed_episodes or 0
             if job.steps_at_first_start is None:
                 job.steps_at_first_start, job.first_started_at = job.steps, event.t
@@ -522,7 +529,16 @@ class Supervisor:
             job.exit_reason, job.ended_at, job.slot = _exit_reason(code), now, None
             return
         policy = self.restart
-        if job.attempt_started_at is not None and now - job.attempt_started_at >= policy.healthy_uptime_s:
+        healthy = job.attempt_started_at is not None and now - job.attempt_started_at >= policy.healthy_uptime_s
+        if self._input_error(job, code, reason, healthy):
+            job.error = (
+                f"{reason} (the same error on 2 starts in a row, each before a single step: the "
+                "job's input, its env, preset or command, not a passing fault; fix it and resume the run)"
+            )
+            job.change_state(JobState.FAILED, now)
+            job.exit_reason, job.ended_at, job.slot = INPUT_ERROR_EXIT, now, None
+            return
+        if healthy:
             job.restarts_in_a_row = 0  # this attempt was healthy: its crash is not part of a crash loop
         if job.restarts_in_a_row < policy.max_restarts:
             job.restarts_in_a_row += 1
@@ -534,6 +550,16 @@ class Supervisor:
         else:
             job.change_state(JobState.FAILED, now)
             job.exit_reason, job.ended_at, job.slot = f"failed after {job.restarts_in_a_row} restarts", now, None
+
+    @staticmethod
+    def _input_error(job: Job, code: int, reason: str, healthy: bool) -> bool:
+        """Whether this crash repeats the previous attempt's: the same error, from the job itself (an
+        exit code, not a signal, a stall or a full disk), before a single step, twice in a row. A
+        restart would only repeat it. Remembers this attempt's error for the next one's question."""
+        stepped = job.attempt_started_seen and job.steps > job.attempt_from_step
+        own = code >= 0 and job.stall_reason is None
+        previous, job.prestep_error = job.prestep_error, None if stepped or healthy or not own else reason
+        return job.prestep_error is not None and previous == reason
 
     def stall_timeout(self, job: Job) -> float:
         """Seconds without an event after which `job`'s running worker is stalled (the policy's
