@@ -1,7 +1,8 @@
 """One job alone at 1 and at K env threads, in turns: `python -m benchmarks.fleet threads`.
 
-What it settles: cockpit gives a lone job every core's envpool thread, and the overlap model
-credits the extra threads with the env's own step (`Costs.on_env_threads`). Whether a job gains
+What it settles: cockpit gives a lone job every core's envpool thread, and on the CPU as many torch
+threads for its train phase, and the overlap model credits the extra threads with the env's own
+step (`Costs.on_env_threads`) and the train phase's measured speedup (`Costs.on_train_threads`). Whether a job gains
 that much is measured here: one worker at a time (the `overlap` benchmark's workload and its
 `measure`: whole rollout + train cycles after the first, only those while other processes used at
 most `--max-foreign` cores), alternating the thread counts turn by turn (1, K, K, 1, 1, K, ...)
@@ -62,8 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     ratio = statistics.fmean(sps[args.threads]) / statistics.fmean(sps[1])
     modelled = "-"
     if costs is not None:
-        one = speed_of(workload.preset, costs.on_env_threads(1), 1, 1).sps
-        more = speed_of(workload.preset, costs.on_env_threads(args.threads), 1, 1).sps
+        # One job given 1 core, then K: its envpool and (on the CPU) torch threads both follow.
+        one = speed_of(workload.preset, costs, 1, 1).sps
+        more = speed_of(workload.preset, costs, 1, args.threads).sps
         modelled = fmt_ratio(more / one)
     print(f"mean SPS: 1 thread {fmt_sps(statistics.fmean(sps[1]))}, {args.threads} threads "
           f"{fmt_sps(statistics.fmean(sps[args.threads]))}: measured ratio {fmt_ratio(ratio)}, "

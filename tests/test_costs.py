@@ -18,7 +18,8 @@ from cockpit.core.sizing.cost_probe import cache_key, cache_path, cached_costs, 
 RECORD = {"env": "CartPole-v1", "device": "cpu", "step_overhead_us": 372.0, "env_policy_us": 5.0,
           "env_step_us": 7.8, "train_sample_us": 5.0, "train_epoch_us": 512.0, "batch_size": 256,
           "setup_s": 0.25, "import_s": 4.0, "episode_steps_max": 500, "busy_factor": 0.9,
-          "shared_factor": 1.2}  # fmt: skip
+          "shared_factor": 1.2,
+          "train_threads": 2, "train_speedup": 0.94}  # fmt: skip
 
 
 class FakeProbe:
@@ -42,7 +43,7 @@ def cache_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_first_call_probes_and_says_so_later_ones_read_the_cache(cache_home: Path) -> None:
     probe, told = FakeProbe(), []
     first = measured_costs(load("cartpole"), None, on_probe=told.append, probe=probe)
-    assert first == Costs("cpu", 372.0, 5.0, 7.8, 5.0, 512.0, 0.25, 4.0, 500, 0.9, 1.2)
+    assert first == Costs("cpu", 372.0, 5.0, 7.8, 5.0, 512.0, 0.25, 4.0, 500, 0.9, 1.2, 2, 0.94)
     assert len(told) == 1 and "CartPole-v1" in told[0] and str(cache_path()) in told[0]
     assert cache_path() == cache_home / "cockpit" / "costs.toml" and cache_path().is_file()
     again = measured_costs(load("cartpole"), None, on_probe=told.append, probe=probe)
@@ -78,7 +79,7 @@ def test_a_failing_probe_is_a_one_line_config_error(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("missing", ["train_epoch_us", "setup_s", "import_s", "episode_steps_max", "busy_factor",
-                                     "shared_factor"])  # fmt: skip
+                                     "shared_factor", "train_threads", "train_speedup"])  # fmt: skip
 def test_a_record_from_before_a_figure_was_measured_is_measured_again(cache_home: Path, missing: str) -> None:
     old = {key: value for key, value in RECORD.items() if key != missing}
     cache_path().parent.mkdir(parents=True)
@@ -103,11 +104,12 @@ def test_an_epochs_fixed_cost_is_shared_by_the_rollouts_samples() -> None:
 def test_cached_costs_never_probe(cache_home: Path) -> None:
     assert cached_costs(load("cartpole"), None) is None
     measured_costs(load("cartpole"), None, probe=FakeProbe())
-    assert cached_costs(load("cartpole"), None) == Costs("cpu", 372.0, 5.0, 7.8, 5.0, 512.0, 0.25, 4.0, 500, 0.9, 1.2)
+    expected = Costs("cpu", 372.0, 5.0, 7.8, 5.0, 512.0, 0.25, 4.0, 500, 0.9, 1.2, 2, 0.94)
+    assert cached_costs(load("cartpole"), None) == expected
     assert cached_costs(load("cartpole"), "NVIDIA A100-SXM4-80GB") is None
 
 
-@pytest.mark.parametrize("costs", [None, Costs("cpu", 372.0, 5.0, 7.8, 5.0, 512.0, 0.25, 4.0, 500, 0.9, 1.2)])
+@pytest.mark.parametrize("costs", [None, Costs("cpu", 372.0, 5.0, 7.8, 5.0, 512.0, 0.25, 4.0, 500, 0.9, 1.2, 2, 0.94)])
 def test_a_runs_live_advice_uses_the_measured_costs_when_there_are_some(tmp_path: Path, costs: Costs | None) -> None:
     from tests.fakeclock import FakeClock
     from tests.test_control import scripted_session
@@ -125,7 +127,8 @@ def test_a_runs_live_advice_uses_the_measured_costs_when_there_are_some(tmp_path
 NOT_MEASUREMENTS = [{"step_overhead_us": -1.0}, {"train_sample_us": float("nan")}, {"train_epoch_us": -3.0},
                     {"setup_s": float("inf")}, {"episode_steps_max": None},
                     {"env_policy_us": 0.0, "train_sample_us": 0.0}, {"device": None, "env_step_us": "x"},
-                    {"busy_factor": 0.0}, {"shared_factor": float("nan")}]  # fmt: skip
+                    {"busy_factor": 0.0}, {"shared_factor": float("nan")}, {"train_speedup": 0.0},
+                    {"train_threads": 0}]  # fmt: skip
 
 
 @pytest.mark.parametrize("bad", NOT_MEASUREMENTS)

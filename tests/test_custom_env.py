@@ -309,7 +309,8 @@ def test_recommend_says_which_vec_env_and_why(workdir: Path, monkeypatch: pytest
     # In recommend's own output, from the probe's figures (here put in the cache as a probe would).
     record = {"device": "cpu", "step_overhead_us": 300.0, "env_policy_us": 48.0, "env_step_us": 8.0,
               "train_sample_us": 30.0, "train_epoch_us": 0.0, "setup_s": 1.0, "import_s": 3.0,
-              "episode_steps_max": 50, "busy_factor": 1.0, "shared_factor": 1.0}  # fmt: skip
+              "episode_steps_max": 50, "busy_factor": 1.0, "shared_factor": 1.0,
+          "train_threads": 2, "train_speedup": 0.94}  # fmt: skip
     monkeypatch.setenv("XDG_CACHE_HOME", str(workdir / "cache"))
     measured_costs(preset, None, probe=lambda p, d: record)
     console = Console(record=True, width=400)

@@ -55,7 +55,8 @@ def cache_costs(plan: FleetPlan) -> None:
     """Put measured costs for every preset of `plan` in the (test's) cache, as a probe would."""
     record = {"device": "cpu", "step_overhead_us": 400.0, "env_policy_us": 10.0, "env_step_us": 5.0,
               "train_sample_us": 2.0, "train_epoch_us": 300.0, "setup_s": 0.5, "import_s": 6.0,
-              "episode_steps_max": 500, "busy_factor": 1.0, "shared_factor": 1.0}  # fmt: skip
+              "episode_steps_max": 500, "busy_factor": 1.0, "shared_factor": 1.0,
+          "train_threads": 2, "train_speedup": 0.94}  # fmt: skip
     for preset in {agent.preset for agent in plan.agents}:
         measured_costs(preset, None, probe=lambda p, d: record)
 

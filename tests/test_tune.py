@@ -28,7 +28,8 @@ from tests.cockpitproc import run_cockpit
 # What the probe measured for a CartPole job on the 2-core development machine (costs.toml).
 CARTPOLE_COSTS = {"device": "cpu", "step_overhead_us": 1354.38, "env_policy_us": 23.59, "env_step_us": 25.97,
                   "train_sample_us": 20.01, "train_epoch_us": 341.36, "setup_s": 0.011, "import_s": 4.921,
-                  "episode_steps_max": 500, "busy_factor": 0.9734, "shared_factor": 1.1236}  # fmt: skip
+                  "episode_steps_max": 500, "busy_factor": 0.9734, "shared_factor": 1.1236,
+          "train_threads": 2, "train_speedup": 0.94}  # fmt: skip
 
 
 def cached_cartpole_costs(tmp_path: Path) -> dict[str, str]:

@@ -1,8 +1,9 @@
 """Torch device choice, TF32, and the worker's CPU thread budget: the only GPU-specific code.
 
 Several workers share one machine, so each must stay inside its thread budget: OpenMP and MKL get
-one thread (set in the environment before numpy or torch load their thread pools), torch gets one
-intra-op thread unless told otherwise, and envpool gets the `--threads` budget.
+one thread (set in the environment before numpy or torch load their thread pools), envpool gets
+the `--threads` budget, and so does torch on the CPU (`torch_threads_for`); a GPU job's torch gets
+one.
 """
 
 from __future__ import annotations
@@ -22,6 +23,17 @@ def limit_native_threads() -> None:
     """Pin OpenMP/MKL/OpenBLAS pools to one thread; call before numpy or torch is imported."""
     for var in THREAD_ENV_VARS:
         os.environ[var] = "1"
+
+
+def torch_threads_for(device: str, budget: int | None) -> int:
+    """torch's intra-op threads for a job on `device` with a core budget of `budget` (`--threads`;
+    None: every CPU this process may use). A CPU job's rollout steps its envs on the budget's
+    envpool threads and its train phase runs torch; the two never overlap within a job, so the
+    train phase takes the whole budget too (a lone Pong job on 2 cores trained in 96 s with two
+    threads where one took 155 s). On a GPU the train phase runs there: one thread drives it."""
+    if device != "cpu":
+        return 1
+    return max(1, budget or len(os.sched_getaffinity(0)))
 
 
 def apply_torch_threads(threads: int) -> None:

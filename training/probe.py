@@ -32,6 +32,11 @@ What a fleet pays around the training, per agent and tier and per worker process
 - `episode_steps_max`: the env's own limit on an episode's steps (0 for none), which bounds what
   scoring an agent can cost.
 
+Every figure above is one thread's. On the CPU a job's train phase runs on its whole core budget
+(`device.torch_threads_for`), so the probe also times one train epoch of the own shape on every
+core here (`train_threads`) against one thread, in turns: `train_speedup` is the ratio (1.0 on a
+GPU, where the train phase does not run on the cores).
+
 A gymnasium env (a custom `module:EnvId` one too) is built with the preset's `env_kwargs` and, on
 the probe's one thread, stepped in DummyVecEnv, so `env_step_us` is one env step's own cost: the
 figure `recommend` decides DummyVecEnv or SubprocVecEnv by (`envids.pick_vec_env`).
@@ -42,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -187,6 +193,44 @@ def partner(preset: Preset, device: str) -> None:
         print(json.dumps([began, time.monotonic(), preset.total_batch]), flush=True)
 
 
+def cores_here() -> int:
+    """The physical cores this process may use: what cockpit's thread budget splits among jobs."""
+    import psutil
+
+    return max(1, min(psutil.cpu_count(logical=False) or 1, len(os.sched_getaffinity(0))))
+
+
+def _train_speedup(preset: Preset, device: str, threads: int) -> float:
+    """How much faster one train epoch of `preset`'s own shape runs on `threads` torch threads than
+    on one, on the CPU (1.0 on a GPU, or with one core): one rollout is collected, then
+    `model.train()` is timed on it at 1 and `threads` threads in turns (each count first in every
+    other round, after an untimed warm-up at each), for as long as `_time_more` says; the ratio of
+    the medians. A CPU job trains on its whole core budget (`device.torch_threads_for`)."""
+    if device != "cpu" or threads <= 1:
+        return 1.0
+    one_epoch = dataclasses.replace(preset, n_epochs=1)
+    venv, model = _build(one_epoch, device)
+    times: dict[int, list[float]] = {1: [], threads: []}
+    try:
+        model.learn(one_epoch.total_batch)  # fills the rollout buffer that each timed epoch trains on
+        for count in (1, threads):
+            apply_torch_threads(count)
+            model.train()
+        rounds, spent = 0, 0.0
+        while _time_more(rounds, spent / 2):
+            for count in (1, threads) if rounds % 2 == 0 else (threads, 1):
+                apply_torch_threads(count)
+                began = time.perf_counter()
+                model.train()
+                times[count].append(time.perf_counter() - began)
+                spent += times[count][-1]
+            rounds += 1
+    finally:
+        apply_torch_threads(1)
+        venv.close()
+    return statistics.median(times[1]) / statistics.median(times[threads])
+
+
 def _env_step_us(env_id: str, env_kwargs: dict[str, Any]) -> float:
     """What one more env adds to a vectorized env step, in microseconds (the call's own fixed
     cost left out, as for `env_policy_us`): `SMALL` and `LARGE` envs on one thread each, stepped
@@ -250,6 +294,8 @@ def probe(preset: Preset, device: str, import_s: float = 0.0) -> dict[str, Any]:
     slope = (large[1] - own_epoch) / (large[2] - own[2]) if large[2] != own[2] else 0.0
     train_sample = slope if 0.0 < slope <= own_epoch / own[2] else own_epoch / own[2]
     epoch_fixed = own_epoch - own[2] * train_sample  # what an epoch costs beyond its samples
+    train_threads = cores_here() if device == "cpu" else 1
+    speedup = _train_speedup(own_preset, device, train_threads)
     return {
         "env": preset.env,
         "device": device,
@@ -264,6 +310,8 @@ def probe(preset: Preset, device: str, import_s: float = 0.0) -> dict[str, Any]:
         "setup_s": round(own[3], 3),  # the third build: the modules it needs are imported by now
         "import_s": round(import_s, 3),
         "episode_steps_max": _episode_steps_max(preset.env, preset.env_kwargs),
+        "train_threads": train_threads,
+        "train_speedup": round(speedup, 3),
     }
 
 

@@ -61,7 +61,7 @@ from cockpit.contract.workerargs import (
     eval_envs,
     status_line,
 )
-from cockpit_training.device import DeviceError, limit_native_threads, resolve_device
+from cockpit_training.device import DeviceError, limit_native_threads, resolve_device, torch_threads_for
 from cockpit_training.stopping import JobSignals, StopFlag, stop_with_parent
 
 # numpy, torch, SB3 and gymnasium are imported inside functions: their thread pools size
@@ -143,7 +143,8 @@ def resolve_config(args: WorkerArgs) -> JobConfig:
     # An episode target replaces the preset's default step target: no step total applies then.
     timesteps = 0 if args.episodes is not None else args.timesteps or preset.timesteps
     threads = args.threads or max(1, min(preset.n_envs, len(os.sched_getaffinity(0))))
-    return JobConfig(preset, env, backend, timesteps, args.job_dir, args.seed, device, threads, args.torch_threads,
+    torch_threads = args.torch_threads or torch_threads_for(device, args.threads)
+    return JobConfig(preset, env, backend, timesteps, args.job_dir, args.seed, device, threads, torch_threads,
                      args.eval_episodes, args.episodes, args.tensorboard)  # fmt: skip
 
 

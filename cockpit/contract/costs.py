@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from cockpit.contract.presets import Preset
 
 MIN_GPU_JOB_CORES = 0.25  # the least of a core a GPU job is counted as keeping busy
+# The least measured train speedup on more torch threads for which a CPU job takes them: CartPole's
+# 64x64 MLP trained 6 % slower on 2 threads than on 1 (its minibatches are too small to split).
+MIN_TRAIN_SPEEDUP = 1.05
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,11 @@ class Costs:
     # core per job and every core busy, and for two jobs time-sharing one core. 1.0: not measured.
     busy_factor: float = 1.0
     shared_factor: float = 1.0
+    # On the CPU a job trains on its whole core budget (`cockpit_training.device.torch_threads_for`):
+    # one train epoch ran `train_speedup` times faster on `train_threads` torch threads than on one.
+    # 1 and 1.0: one thread, or measured on a GPU, where the train phase does not run on the cores.
+    train_threads: int = 1
+    train_speedup: float = 1.0
 
     def on_env_threads(self, threads: int) -> Costs:
         """These costs for a job whose envpool steps its envs on `threads` threads (the probe's
@@ -49,6 +57,36 @@ class Costs:
         saved = self.env_step_us * (1 - 1 / threads)
         return dataclasses.replace(self, env_policy_us=max(0.0, self.env_policy_us - saved),
                                    env_step_us=self.env_step_us / threads)  # fmt: skip
+
+    @property
+    def one_torch_thread(self) -> bool:
+        """Whether a CPU job of these costs trains faster on one torch thread than on its budget:
+        the probe measured more threads gaining under `MIN_TRAIN_SPEEDUP`. Not where nothing was
+        measured: a job then trains on its budget (`cockpit_training.device.torch_threads_for`)."""
+        return self.device == "cpu" and self.train_threads > 1 and self.train_speedup < MIN_TRAIN_SPEEDUP
+
+    def train_factor(self, threads: int) -> float:
+        """A train sample's cost on `threads` torch threads over its cost on one, by Amdahl's law
+        fitted to the measured `train_speedup` at `train_threads`: the serial share
+        `s = (1/S - 1/K) / (1 - 1/K)` of the work stays, the rest divides by the threads. 1.0 on a
+        GPU, for one thread, where nothing was measured, and where a job keeps one thread
+        (`one_torch_thread`)."""
+        if self.device != "cpu" or threads <= 1 or self.train_threads <= 1 or self.one_torch_thread:
+            return 1.0
+        k = self.train_threads
+        serial = min(1.0, max(0.0, (1 / self.train_speedup - 1 / k) / (1 - 1 / k)))
+        return serial + (1 - serial) / threads
+
+    def on_train_threads(self, threads: int) -> Costs:
+        """These costs for a job whose train phase runs on `threads` torch threads (on the CPU
+        cockpit gives a job `cores // jobs`, the cores its envpool threads step on in its rollout:
+        the two phases never overlap within a job), by `train_factor`. A lone Pong job on 2 cores
+        trained in 96 s on two threads where one took 155 s."""
+        factor = self.train_factor(threads)
+        if factor == 1.0:
+            return self
+        return dataclasses.replace(self, train_sample_us=self.train_sample_us * factor,
+                                   train_epoch_us=self.train_epoch_us * factor)  # fmt: skip
 
     def step_us(self, n_envs: int) -> float:
         """One vector step of `n_envs` envs with the policy's forward pass (a rollout's or a

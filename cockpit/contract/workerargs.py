@@ -81,7 +81,8 @@ class WorkerArgs:
     seed: int = 0
     device: DeviceRequest = "auto"
     threads: int | None = None
-    torch_threads: int = 1
+    # torch's intra-op threads; None: the job's whole core budget (`threads`) on the CPU, 1 on a GPU.
+    torch_threads: int | None = None
     eval_episodes: int | None = None  # score the model at its target with this many episodes
     # An episode target instead of a step target (never both): stop after the rollout in which the
     # N-th whole episode ended, counted across resumes.
@@ -107,7 +108,7 @@ class WorkerArgs:
             argv += ["--device", self.device]
         if self.threads is not None:
             argv += ["--threads", str(self.threads)]
-        if self.torch_threads != 1:
+        if self.torch_threads is not None:
             argv += ["--torch-threads", str(self.torch_threads)]
         if self.eval_episodes is not None:
             argv += ["--eval-episodes", str(self.eval_episodes)]
@@ -197,9 +198,9 @@ def build_parser() -> ArgumentParser:
     parser.add_argument(
         "--torch-threads",
         type=positive_int,
-        default=1,
         metavar="N",
-        help="torch intra-op threads (default: 1, so parallel jobs do not oversubscribe)",
+        help="torch intra-op threads (default: on the CPU the job's --threads budget, which its train phase "
+        "then uses as its rollout used it for envpool; on a GPU 1)",
     )
     parser.add_argument(
         "--eval-episodes",

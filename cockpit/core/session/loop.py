@@ -121,7 +121,7 @@ class RunSession:
         budget = thread_budget(self.spec.slots, self.host.physical_cores)
         self.supervisor = Supervisor(
             run_dir=self.spec.run_dir,
-            template=_template(self.spec),
+            template=_template(self.spec, self.costs),
             seeds=self.spec.seeds if self.fleet_factory is None else (),
             slots=self.spec.slots,
             launcher=self.launcher,
@@ -584,12 +584,15 @@ def run_to_exit(session: RunSession, view: View, who: str) -> int:
     return exit_code(state, session.supervisor.interrupt_signal)
 
 
-def _template(spec: RunSpec) -> JobTemplate:
+def _template(spec: RunSpec, costs: Costs | None = None) -> JobTemplate:
     """What each of the run's jobs runs: cockpit's worker on the preset, or the user's command,
-    shown by its short name where a worker run shows its env (as `ConfigRecord.shown` does)."""
+    shown by its short name where a worker run shows its env (as `ConfigRecord.shown` does). A
+    worker trains on its core budget's torch threads, or on one where the preset's measured
+    `costs` say more do not pay."""
     if spec.script is not None:
         return JobTemplate("", script_label(spec.script), spec.timesteps, script=spec.script)
-    return JobTemplate(spec.preset_arg, spec.env, spec.timesteps, episodes=spec.episodes, tensorboard=spec.tensorboard)
+    return JobTemplate(spec.preset_arg, spec.env, spec.timesteps, episodes=spec.episodes, tensorboard=spec.tensorboard,
+                       one_torch_thread=costs is not None and costs.one_torch_thread)  # fmt: skip
 
 
 def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:

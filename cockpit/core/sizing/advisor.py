@@ -42,6 +42,7 @@ CPU_HEADROOM = 80.0
 IDLE_GPU_UTIL = 30.0
 CPU_NET_MAX_UNITS = 256  # on the CPU, wider layers cost more than they teach an MLP policy
 STEP_OVERHEAD_SHARE = 0.10  # more envs per job until a rollout step's fixed cost is at most this share
+MIN_IDLE_GAIN = 1.05  # a job per core is advised where the overlap model puts it at least this much faster
 MAX_ENVS_SCALE = 4  # never more than this times the preset's envs: the rollout's length shapes learning
 
 
@@ -232,13 +233,20 @@ def _cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> lis
 
 
 def _idle_cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> list[Advice]:
-    """Without a GPU, measured costs: one job per core keeps every core busy. The gain is the
-    fleet's overlap model's (`cockpit.core.sizing.overlap.speed_of`), as `cockpit fleet` projects it."""
+    """Without a GPU, measured costs: one job per core, where that is faster. Fewer jobs each get
+    more of the cores (`cores // jobs` envpool and torch threads), but a job's Python loop runs on
+    one core, so a job per core is usually faster; the probe's measured thread speedups decide,
+    through the fleet's overlap model (`cockpit.core.sizing.overlap.speed_of`), as `cockpit fleet`
+    projects it. Advised only for a gain of `MIN_IDLE_GAIN` or more."""
     if costs is None or host.gpu_name is not None or costs.device != "cpu" or jobs >= host.physical_cores:
         return []
     now, fit = (speed_of(preset, costs, n, host.physical_cores).fleet_sps for n in (jobs, host.physical_cores))
-    reason = (f"no GPU: each job's loop keeps one core busy, and {host.physical_cores - jobs} of "
-              f"{host.physical_cores} physical cores would idle")  # fmt: skip
+    if fit < now * MIN_IDLE_GAIN:
+        return []
+    threads = max(1, host.physical_cores // max(1, jobs))
+    reason = (f"no GPU: each job's Python loop runs on one core, and {jobs} job(s) on {host.physical_cores} "
+              f"physical cores leave the loops {host.physical_cores - jobs} idle core(s), which {threads} env "
+              "and torch thread(s) a job fill only in part")  # fmt: skip
     return [Advice(AdviceSetting.JOBS, str(jobs), str(host.physical_cores),
                    f"~{fit / now:.1f}x the SPS ({now:,.0f} -> {fit:,.0f} together, by the fleet's overlap model)",
                    reason, {"jobs": jobs, "physical_cores": host.physical_cores, "sps": now,

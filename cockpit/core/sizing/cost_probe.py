@@ -77,14 +77,17 @@ def _costs(record: dict[str, Any]) -> Costs:
                       float(record["env_step_us"]), float(record["train_sample_us"]),
                       float(record["train_epoch_us"]), float(record["setup_s"]), float(record["import_s"]),
                       int(record["episode_steps_max"]), float(record["busy_factor"]),
-                      float(record["shared_factor"]))  # fmt: skip
+                      float(record["shared_factor"]), int(record["train_threads"]),
+                      float(record["train_speedup"]))  # fmt: skip
     except (KeyError, TypeError) as exc:
         raise ValueError(f"incomplete record: {exc}") from exc
     times = (costs.step_overhead_us, costs.env_policy_us, costs.env_step_us, costs.train_sample_us,
              costs.train_epoch_us, costs.setup_s, costs.import_s, costs.episode_steps_max)  # fmt: skip
     if not all(math.isfinite(t) and t >= 0 for t in times) or costs.env_policy_us + costs.train_sample_us <= 0:
         raise ValueError(f"not a measurement: {record}")
-    if not all(math.isfinite(f) and f > 0 for f in (costs.busy_factor, costs.shared_factor)):
+    if costs.train_threads < 1 or not all(
+        math.isfinite(f) and f > 0 for f in (costs.busy_factor, costs.shared_factor, costs.train_speedup)
+    ):
         raise ValueError(f"not a measurement: {record}")
     return costs
 

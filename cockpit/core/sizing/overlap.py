@@ -8,7 +8,9 @@ env_policy_us` (on a core: the loop, the env step and the forward pass) and its 
 `t = n_epochs * (train_sample_us + train_epoch_us / (n_envs * n_steps))` (on a core without a GPU,
 on the GPU with one); alone it steps at `1e6 / (r + t)` samples per second.
 
-On a CPU machine every phase runs on a core (`cpu_fleet_sps`): one job alone steps at that rate;
+On a CPU machine every phase runs on the cores (`cpu_fleet_sps`), each job's envpool and torch
+threads on its `cores // N` share of them (`Costs.on_env_threads`, `Costs.on_train_threads`, fitted
+to the probe's measured speedups): one job alone steps at that rate;
 N jobs on C cores with N <= C each hold a core at `busy_factor` times a sample's cost (every core
 busy); past C, the kernel time-shares cores, and each of the `min(N - C, C)` cores running two
 jobs gets their samples done at `shared_factor` times one job's cost. Both factors are measured
@@ -89,11 +91,14 @@ def overlap_sps(network: Sequence[Station], jobs: int) -> float:
 def speed_of(preset: Preset, costs: Costs, slots: int, physical_cores: int, *, score_episodes: int = 0) -> Speed:
     """The overlap model's speed of `slots` jobs of `preset` on a machine with `physical_cores`
     cores (and one GPU where `costs` were measured on one), with what each agent pays around its
-    training when it is scored over `score_episodes` episodes at each tier's end. Where envpool
-    steps the envs, each job's share of the cores steps them (`Costs.on_env_threads`); `Speed.sps`
-    is then one job's speed with that share."""
+    training when it is scored over `score_episodes` episodes at each tier's end. Each job gets
+    its share of the cores, `cores // slots`: where envpool steps the envs they step them
+    (`Costs.on_env_threads`), and on the CPU its train phase runs on them (`Costs.on_train_threads`);
+    `Speed.sps` is then one job's speed with that share."""
+    threads = thread_budget(max(1, slots), physical_cores).threads_per_job
+    costs = costs.on_train_threads(threads)  # on the CPU; a GPU's train phase is not on the cores
     if backend_for(preset.env) == "envpool":
-        costs = costs.on_env_threads(thread_budget(max(1, slots), physical_cores).threads_per_job)
+        costs = costs.on_env_threads(threads)
     sample_us = costs.sample_us(preset, preset.n_envs)
     if costs.device == "cpu":
         fleet = cpu_fleet_sps(sample_us, costs, slots, physical_cores)

@@ -111,6 +111,9 @@ class JobTemplate:
     script: tuple[str, ...] | None = None
     episodes: int | None = None  # an episode target per job (`--episodes`) in place of `timesteps`
     tensorboard: bool = True  # the workers log SB3's scalars to <job dir>/tb (False: --no-tensorboard)
+    # One torch thread per worker instead of its core budget: the probe measured that the preset's
+    # train phase gains nothing from more (`Costs.one_torch_thread`).
+    one_torch_thread: bool = False
 
 
 # A job's exit reason when it failed the same way, before a single step, on two starts in a row.
@@ -408,7 +411,8 @@ class Supervisor:
             args = WorkerArgs(job.job_dir, preset=job.preset_arg or template.preset_arg, env=job.env or template.env,
                               timesteps=job.target if episodes is None else None, episodes=episodes, seed=job.seed,
                               threads=self.budget.threads_per_job, eval_episodes=job.eval_episodes,
-                              tensorboard=template.tensorboard)  # fmt: skip
+                              tensorboard=template.tensorboard,
+                              torch_threads=1 if template.one_torch_thread else None)  # fmt: skip
         # Whatever an earlier worker wrote after its exit was read belongs to that attempt, not this one.
         for event in self._tails[job.id].read_new():
             self._apply(job, event)
