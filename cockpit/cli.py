@@ -14,7 +14,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cockpit.contract.arguments import ArgumentParser, gpu_indices, non_negative_int, positive_float, positive_int
+from cockpit.contract.arguments import (
+    ArgumentParser,
+    device_mix,
+    gpu_indices,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from cockpit.contract.rundir import RUN_NAME_RULE
 
 if TYPE_CHECKING:
@@ -221,6 +228,12 @@ def _add_run_command(commands: Commands) -> None:
     _add_headless_flag(run)
     run.add_argument("--pin", action="store_true", help="pin each parallel slot to its own CPU cores")
     _add_gpus_flag(run)
+    run.add_argument(
+        "--devices", type=device_mix, metavar="N:DEV,...",
+        help="which device each parallel job trains on, e.g. 2:cuda,1:cpu (the counts add up to --jobs, which they "
+        "set when it is not given; default: cuda where there is a GPU); `cockpit recommend` names the fastest mix "
+        "it measured",
+    )  # fmt: skip
     _add_no_tensorboard_flag(
         run,
         "no TensorBoard logs (default, with the tensorboard package: each job's SB3 scalars and the cockpit's "

@@ -23,9 +23,18 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, RunRecordError, read
 from cockpit.contract.runspec import ConfigError
 from cockpit.core.machine.host import thread_budget
-from cockpit.core.sizing.advisor import Machine, Measurements, advise, cores_needed, envs_per_core, job_measure
+from cockpit.core.sizing.advisor import (
+    MAX_MIX_JOBS,
+    Machine,
+    Measurements,
+    advise,
+    cores_needed,
+    envs_per_core,
+    job_measure,
+)
+from cockpit.core.sizing.devices import Mix, mix_sps, mixes
 from cockpit.core.sizing.overlap import speed_of
-from cockpit.core.sizing.starting_point import costs_for, resolve_preset, this_machine
+from cockpit.core.sizing.starting_point import costs_for, cpu_costs_for, resolve_preset, this_machine
 
 MIB = 1024 * 1024
 
@@ -67,6 +76,19 @@ def predicted_sps(machine: Machine, preset: Preset, costs: Costs, counts: list[i
     figures = ", ".join(f"{n} job(s) {speed.fleet_sps:,.0f} SPS together" for n, speed in speeds.items())
     alone = next(iter(speeds.values())).sps
     return f"{figures} (one alone {alone:,.0f}; the overlap model of docs/fleets.md)"
+
+
+def mixes_line(machine: Machine, preset: Preset, cuda_costs: Costs, cpu_costs: Costs, jobs: int) -> str:
+    """The three fastest mixes of CUDA and CPU jobs, and all of `jobs` on each device, by the
+    overlap model (`devices.mixes`)."""
+    every = mixes(preset, cuda_costs, cpu_costs, machine.physical_cores,
+                  min(MAX_MIX_JOBS, max(jobs, machine.physical_cores)))  # fmt: skip
+    shown = [m.describe() for m in every[:3]]
+    for mix in (Mix(jobs, 0, 0.0), Mix(0, jobs, 0.0)):
+        if mix.cpu <= machine.physical_cores:
+            sps = mix_sps(preset, cuda_costs, cpu_costs, mix.cuda, mix.cpu, machine.physical_cores)
+            shown.append(Mix(mix.cuda, mix.cpu, sps).describe())
+    return "; ".join(dict.fromkeys(shown)) + " (predicted, fastest first)"
 
 
 def vec_env_line(machine: Machine, preset: Preset, jobs: int, costs: Costs | None) -> str | None:
@@ -143,9 +165,14 @@ def recommend(console: Console, *, preset: str | None, env: str | None, jobs: in
     resolved = resolve_preset(preset, env, machine)
     jobs = jobs or 2
     costs = costs_for(say(console), machine, resolved) if probe else None
-    items = advise(machine, resolved, jobs, measured, costs)
+    cpu_costs = cpu_costs_for(say(console), machine, resolved) if probe and costs is not None else None
+    items = advise(machine, resolved, jobs, measured, costs, cpu_costs=cpu_costs)
     suggested = next((int(a.suggested) for a in items if a.setting == AdviceSetting.JOBS), None)
-    console.print(_numbers(machine, resolved, jobs, measured, costs, suggested))
+    table = _numbers(machine, resolved, jobs, measured, costs, suggested)
+    if costs is not None and cpu_costs is not None:
+        table.add_row("measured on the CPU", cpu_costs.describe())
+        table.add_row("device mixes", mixes_line(machine, resolved, costs, cpu_costs, jobs))
+    console.print(table)
     if items:
         console.print(advice_table(items))
     else:

@@ -44,6 +44,9 @@ def _spec(
     """The validated run the flags ask for, on Ray with `--ray`, on the GPUs `gpus` (those the
     cockpit's `CUDA_VISIBLE_DEVICES`, `visible_by`, leaves it: `visibility.visible_gpus`); ConfigError
     (one line) on bad input, an env stable-baselines3 cannot train among it (`check_trainable`)."""
+    if args.devices is not None and (args.auto or args.ray is not None):
+        flag = "--auto" if args.auto else "--ray"
+        raise ConfigError(f"--devices: {flag} chooses where jobs run; give one or the other")
     if args.ray is not None and args.auto:
         raise ConfigError("--auto: sizes the run to this machine's cores and GPU; with --ray the jobs run on the "
                           "cluster's: give --jobs instead")  # fmt: skip
@@ -73,7 +76,8 @@ def _local_spec(
         if args.resume is not None:
             raise ConfigError(f"--resume {args.resume}: continues the run's own command; drop the one after --")
         given = (("--preset", args.preset), ("--env", args.env), ("--timesteps", args.timesteps),
-                 ("--episodes", args.episodes), ("--auto", args.auto or None))  # fmt: skip
+                 ("--episodes", args.episodes), ("--auto", args.auto or None),
+                 ("--devices", args.devices))  # fmt: skip
         worker_only = [flag for flag, value in given if value is not None]
         if worker_only:
             raise ConfigError(f"{', '.join(worker_only)}: cockpit's own worker's settings; a command after -- "
@@ -82,13 +86,14 @@ def _local_spec(
     here = device_indices([r.info for r in gpus or ()]) if gpus or visible_by else None
     if args.resume is None:
         preset = args.preset or ("heavy" if gpus else "cartpole")
+        jobs = args.jobs or (len(args.devices) if args.devices else 1 if args.auto else 2)
         return build_spec(
-            jobs=args.jobs or (1 if args.auto else 2), agents=args.agents, preset=preset, env=args.env,
+            jobs=jobs, agents=args.agents, preset=preset, env=args.env,
             timesteps=args.timesteps, episodes=args.episodes, seed=args.seed, run_dir=args.run_dir,
             max_restarts=args.max_restarts,
             healthy_uptime_s=args.healthy_uptime, stall_timeout_s=args.stall_timeout, pin=args.pin,
             command_line=command_line, script=script, name=args.name, tensorboard=not args.no_tensorboard,
-            gpus=args.gpus, gpus_here=here, visible_by=visible_by,
+            gpus=args.gpus, gpus_here=here, visible_by=visible_by, devices=args.devices,
         )  # fmt: skip
     fixed = [flag for flag, value in (("--agents", args.agents), ("--preset", args.preset), ("--env", args.env),
              ("--timesteps", args.timesteps), ("--episodes", args.episodes), ("--run-dir", args.run_dir),
@@ -107,6 +112,8 @@ def _local_spec(
     spec_args["tensorboard"] = not args.no_tensorboard  # not recorded: each session takes the flag afresh
     if args.gpus is not None:  # a resumed run may be given other GPUs; its jobs keep theirs where they can
         spec_args["gpus"] = args.gpus
+    if args.devices is not None:  # or another mix of devices
+        spec_args["devices"] = args.devices
     return build_spec(**spec_args, command_line=command_line, resuming=True, gpus_here=here,
                       visible_by=visible_by)  # fmt: skip
 

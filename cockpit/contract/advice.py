@@ -21,6 +21,7 @@ class AdviceSetting(str, Enum):
     NET_ARCH = "net_arch"
     PRESET = "preset"
     MEMORY = "memory"
+    DEVICES = "devices"  # how many jobs train on the GPU and how many on the CPU (`run --devices`)
 
     def __str__(self) -> str:
         # The value, in f-strings too (Python 3.12 formats a mixed-in enum by its name otherwise).

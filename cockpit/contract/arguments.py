@@ -56,6 +56,20 @@ def gpu_indices(text: str) -> tuple[int, ...]:
     return indices
 
 
+def device_mix(text: str) -> tuple[str, ...]:
+    """argparse type: `--devices 2:cuda,1:cpu`, how many of the run's parallel jobs train on each
+    device, as one device per slot in that order (`("cuda", "cuda", "cpu")`). Whether the machine
+    has a GPU, and the count against --jobs, are checked in `runspec.build_spec`."""
+    slots: list[str] = []
+    for part in text.split(","):
+        count, _, device = part.strip().partition(":")
+        if device not in ("cuda", "cpu") or not count.isdigit() or int(count) < 1:
+            raise argparse.ArgumentTypeError(f"expected COUNT:DEVICE pairs such as 2:cuda,1:cpu (DEVICE cuda or "
+                                             f"cpu, COUNT >= 1), got {text!r}")  # fmt: skip
+        slots += [device] * int(count)
+    return tuple(slots)
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0 (`300`, `0.5`, `1_800`); not nan or inf."""
     try:

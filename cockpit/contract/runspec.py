@@ -91,6 +91,8 @@ class RunSpec:
     sorted, among those the cockpit's `CUDA_VISIBLE_DEVICES` leaves it; None: every one it leaves
     (every GPU NVML sees when it is unset).
     `cluster`, when set (`--ray`), runs the jobs on a Ray cluster instead of this machine.
+    `devices` (`--devices 2:cuda,1:cpu`) is the device each parallel slot's jobs train on, one per
+    slot; None: the worker's choice (cuda where there is a GPU).
     """
 
     jobs: int
@@ -110,6 +112,7 @@ class RunSpec:
     tensorboard: bool = True
     gpus: tuple[int, ...] | None = None
     cluster: Cluster | None = None
+    devices: tuple[str, ...] | None = None
 
     @property
     def slots(self) -> int:
@@ -202,6 +205,20 @@ def checked_gpus(
     return tuple(sorted(gpus))
 
 
+def checked_devices(devices: tuple[str, ...] | None, jobs: int, here: Sequence[int] | None) -> tuple[str, ...] | None:
+    """`--devices`, one device per slot, checked against `jobs` (`--jobs`) and `here`, the GPUs the
+    run may use (None or empty: no GPU, so no `cuda` job). ConfigError (one line) otherwise."""
+    if devices is None:
+        return None
+    text = ",".join(f"{devices.count(d)}:{d}" for d in dict.fromkeys(devices))
+    if len(devices) != jobs:
+        raise ConfigError(f"--devices {text}: names {len(devices)} parallel job(s) and --jobs is {jobs}; make the "
+                          "counts add up to --jobs, or leave --jobs out")  # fmt: skip
+    if "cuda" in devices and not here:
+        raise ConfigError(f"--devices {text}: no GPU for the cuda jobs here; use {jobs}:cpu, or leave --devices out")
+    return devices
+
+
 def build_spec(
     *,
     jobs: int,
@@ -224,6 +241,7 @@ def build_spec(
     gpus: tuple[int, ...] | None = None,
     gpus_here: Sequence[int] | None = None,
     visible_by: str = "",
+    devices: tuple[str, ...] | None = None,
 ) -> RunSpec:
     """Validate the inputs of a run into a RunSpec; raises ConfigError (one line).
 
@@ -234,10 +252,12 @@ def build_spec(
     `script` (the command after `--`), `preset`, `env` and `timesteps` are not checked: the caller
     refuses them with a script, and the jobs run the command instead. A `name` (`--name`) must be
     a safe path component; without `run_dir` the run goes to `runs/<UTC time>-<name>`. `gpus`
-    (`--gpus`) is checked against `gpus_here`, the GPUs the run may use (`checked_gpus`).
+    (`--gpus`) is checked against `gpus_here`, the GPUs the run may use (`checked_gpus`), and so
+    are `devices` (`--devices`, `checked_devices`), one per slot.
     """
     name = checked_name(name)
     gpus = checked_gpus(gpus, gpus_here, visible_by)
+    devices = checked_devices(devices, jobs, gpus_here)
     if timesteps is not None and episodes is not None:
         raise ConfigError(f"--episodes {episodes}: a run's target is --timesteps or --episodes, not both")
     if run_dir is None and name is not None:
@@ -277,6 +297,7 @@ def build_spec(
         episodes=episodes,
         tensorboard=tensorboard,
         gpus=gpus,
+        devices=devices,
     )
 
 

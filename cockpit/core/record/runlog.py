@@ -253,6 +253,7 @@ def record(
             seed=spec.seed, max_restarts=spec.restart.max_restarts, healthy_uptime_s=spec.restart.healthy_uptime_s,
             stall_timeout_s=spec.restart.stall_timeout_s, pin=spec.pin, script=spec.script, episodes=spec.episodes,
             gpus=spec.gpus,
+            devices=spec.devices,
         ),
         host=HostRecord(
             hostname=host.hostname, cpu_model=host.cpu_model, physical_cores=host.physical_cores,

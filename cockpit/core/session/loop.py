@@ -592,7 +592,8 @@ def _template(spec: RunSpec, costs: Costs | None = None) -> JobTemplate:
     if spec.script is not None:
         return JobTemplate("", script_label(spec.script), spec.timesteps, script=spec.script)
     return JobTemplate(spec.preset_arg, spec.env, spec.timesteps, episodes=spec.episodes, tensorboard=spec.tensorboard,
-                       one_torch_thread=costs is not None and costs.one_torch_thread)  # fmt: skip
+                       one_torch_thread=costs is not None and costs.one_torch_thread,
+                       devices=spec.devices or ())  # fmt: skip
 
 
 def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
@@ -623,4 +624,6 @@ def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
         args["name"] = recorded.name
     if config.gpus is not None:
         args["gpus"] = config.gpus
+    if config.devices is not None:
+        args["devices"] = config.devices
     return args

@@ -2,6 +2,7 @@
 
 - `advisor`: pure: hardware, preset and measurements in, `Advice` out;
 - `overlap`: the overlap model: N jobs' speed from one job's measured costs;
+- `devices`: the overlap model for a mix of CUDA and CPU jobs (`run --devices`);
 - `cost_probe`: running `cockpit_training.probe` and caching its `Costs` per machine and preset;
 - `contention`: two jobs side by side, to measure what sharing cores costs;
 - `starting_point`: this machine, the preset asked for and recommend's static pick;

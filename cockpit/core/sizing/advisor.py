@@ -26,6 +26,7 @@ from cockpit.contract.presets import Preset, largest_divisor_at_most
 from cockpit.core.machine.host import HostInfo
 from cockpit.core.machine.nvml import GpuInfo
 from cockpit.core.machine.placement import GpuRoom, fit_jobs, place, rooms_of
+from cockpit.core.sizing.devices import Mix, mix_sps, mixes
 from cockpit.core.sizing.overlap import Station, overlap_sps, speed_of
 
 GIB = 1024**3
@@ -42,6 +43,7 @@ CPU_HEADROOM = 80.0
 IDLE_GPU_UTIL = 30.0
 CPU_NET_MAX_UNITS = 256  # on the CPU, wider layers cost more than they teach an MLP policy
 STEP_OVERHEAD_SHARE = 0.10  # more envs per job until a rollout step's fixed cost is at most this share
+MAX_MIX_JOBS = 16  # the most jobs a device mix is predicted for (each mix is an MVA of its jobs)
 MIN_IDLE_GAIN = 1.05  # a job per core is advised where the overlap model puts it at least this much faster
 MAX_ENVS_SCALE = 4  # never more than this times the preset's envs: the rollout's length shapes learning
 
@@ -486,8 +488,35 @@ def _gpu_defaults(host: Machine, preset: Preset, jobs: int, costs: Costs | None)
     return out
 
 
+def _devices(host: Machine, preset: Preset, jobs: int, costs: Costs | None, cpu_costs: Costs | None) -> list[Advice]:
+    """With a GPU and the preset's costs measured on both devices: the mix of CUDA and CPU jobs the
+    overlap model finds fastest (`devices.mixes`, up to `MAX_MIX_JOBS` jobs), where some of it is
+    on the CPU and it beats the best all-CUDA count by `MIN_IDLE_GAIN`."""
+    if costs is None or cpu_costs is None or host.gpu_name is None:
+        return []
+    if (costs.device, cpu_costs.device) != ("cuda", "cpu"):
+        return []
+    every = mixes(preset, costs, cpu_costs, host.physical_cores, min(MAX_MIX_JOBS, max(jobs, host.physical_cores)))
+    best = every[0]
+    all_cuda = next(m for m in every if m.cpu == 0)
+    all_cpu = next((m for m in every if m.cuda == 0), None)
+    current = Mix(jobs, 0, mix_sps(preset, costs, cpu_costs, jobs, 0, host.physical_cores))
+    if best.cpu == 0 or best.sps < all_cuda.sps * MIN_IDLE_GAIN:
+        return []
+    fastest = f"the fastest all on cuda: {all_cuda.describe()}" + (f", all on the CPU: {all_cpu.describe()}"
+                                                                     if all_cpu else "")  # fmt: skip
+    reason = (f"costs measured on both devices here, {host.physical_cores} cores shared cores // jobs; {fastest}; "
+              "predicted by the overlap model (docs/fleets.md)")  # fmt: skip
+    effect = (f"~x{best.sps / current.sps:.2f} the SPS ({current.sps:,.0f} -> {best.sps:,.0f} together): "
+              f"{best.describe()}; run it with --jobs {best.jobs} --devices {best.devices}")  # fmt: skip
+    return [Advice(AdviceSetting.DEVICES, f"{jobs}:cuda", best.devices, effect, reason,
+                   {"sps": current.sps, "suggested_sps": best.sps, "all_cuda_sps": all_cuda.sps,
+                    "all_cpu_sps": all_cpu.sps if all_cpu else 0.0})]  # fmt: skip
+
+
 def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | None = None,
-           costs: Costs | None = None, *, max_envs: int | None = None) -> list[Advice]:  # fmt: skip
+           costs: Costs | None = None, *, max_envs: int | None = None,
+           cpu_costs: Costs | None = None) -> list[Advice]:  # fmt: skip
     """What to change for `jobs` parallel jobs of `preset` on `host`, most pressing first.
 
     Without measurements the advice comes from the hardware alone (core budget, GPU table, no
@@ -496,15 +525,17 @@ def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | No
     `costs` the core budget is measured rather than taken from a table, and it sizes n_envs so
     that a rollout step's fixed cost stays small, up to `max_envs` (default `MAX_ENVS_SCALE`
     times the preset's; a live run passes the cap of the preset it started with, so that applied
-    advice cannot compound). At most one item per setting is returned: the first rule that fires
-    wins (a hard limit before a nicety).
+    advice cannot compound). With a GPU and `cpu_costs` too (the preset measured on the CPU), it
+    names the fastest mix of CUDA and CPU jobs where that is not all on CUDA (`_devices`). At most
+    one item per setting is returned: the first rule that fires wins (a hard limit before a
+    nicety).
     """
     items = [*_divisor(preset), *_cores(host, preset, jobs, costs), *_idle_cores(host, preset, jobs, costs)]
     if measured is not None:
         items += _oom(preset, measured) + _gpu_memory(host, jobs, measured) + memory_advice(measured)
         items += _cpu_bound(host, preset, jobs, measured) + _overlap(host, preset, jobs, measured, costs)
     items += [*_amortize(host, preset, jobs, costs, max_envs), *_no_gpu(host, preset)]
-    items += _gpu_defaults(host, preset, jobs, costs)
+    items += _gpu_defaults(host, preset, jobs, costs) + _devices(host, preset, jobs, costs, cpu_costs)
     seen: set[str] = set()
     out = []
     for item in items:

@@ -105,8 +105,9 @@ def partner_shape(preset: Preset, iteration_s: float) -> Preset:
 class _Partner:
     """A partner process and the iterations it has reported so far."""
 
-    def __init__(self, preset_file: Path, stderr: IO[str]) -> None:
-        argv = [sys.executable, "-m", "cockpit_training.probe", "--preset", str(preset_file), "--partner"]
+    def __init__(self, preset_file: Path, stderr: IO[str], device: str = "auto") -> None:
+        argv = [sys.executable, "-m", "cockpit_training.probe", "--preset", str(preset_file), "--partner",
+                "--device", device]  # fmt: skip
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True,
                                      env={**os.environ, PARENT_PID_ENV: str(os.getpid())})  # fmt: skip
         self.iterations: list[Iteration] = []
@@ -131,15 +132,15 @@ class _Partner:
             os.kill(self.proc.pid, signum)
 
 
-def measure(preset: Preset, iteration_s: float, workdir: Path) -> Contention:
+def measure(preset: Preset, iteration_s: float, workdir: Path, device: str = "auto") -> Contention:
     """Run the three phases (module docstring) `ROUNDS` times with two partners training `preset`
-    (whose own iteration the probe timed at `iteration_s`); ConfigError if a partner fails or
-    stalls."""
+    (whose own iteration the probe timed at `iteration_s`) on `device` (auto: the one a worker
+    would pick); ConfigError if a partner fails or stalls."""
     preset_file = workdir / "partner-preset.toml"
     preset_file.write_text(to_toml(partner_shape(preset, iteration_s)), encoding="utf-8")
     cpus = tuple(sorted(os.sched_getaffinity(0)))
     with (workdir / "partners.err").open("w+", encoding="utf-8") as stderr:
-        partners = [_Partner(preset_file, stderr) for _ in range(2)]
+        partners = [_Partner(preset_file, stderr, device) for _ in range(2)]
         alone: list[list[Iteration]] = [[], []]
         busy: list[list[Iteration]] = [[], []]
         shared: list[list[Iteration]] = [[], []]

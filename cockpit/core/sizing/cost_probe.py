@@ -92,13 +92,13 @@ def _costs(record: dict[str, Any]) -> Costs:
     return costs
 
 
-def run_probe(preset: Preset, workdir: Path) -> dict[str, Any]:
-    """Run `python -m cockpit_training.probe` on `preset`, on the device a worker would pick, then two of
-    its jobs side by side (`contention.measure`), and return the probe's JSON with the contention
-    factors; ConfigError if either fails."""
+def run_probe(preset: Preset, workdir: Path, device: str = "auto") -> dict[str, Any]:
+    """Run `python -m cockpit_training.probe` on `preset`, on `device` (auto: the one a worker would
+    pick), then two of its jobs side by side (`contention.measure`), and return the probe's JSON
+    with the contention factors; ConfigError if either fails."""
     preset_file = workdir / "probe-preset.toml"
     preset_file.write_text(to_toml(preset), encoding="utf-8")
-    argv = [sys.executable, "-m", "cockpit_training.probe", "--preset", str(preset_file)]
+    argv = [sys.executable, "-m", "cockpit_training.probe", "--preset", str(preset_file), "--device", device]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL,
                               env={**os.environ, PARENT_PID_ENV: str(os.getpid())})  # fmt: skip
@@ -117,7 +117,7 @@ def run_probe(preset: Preset, workdir: Path) -> dict[str, Any]:
         iteration_s = float(record["iteration_s"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"measuring {preset.env}: the probe's record has no iteration time ({exc})") from exc
-    side_by_side = contention.measure(preset, iteration_s, workdir)
+    side_by_side = contention.measure(preset, iteration_s, workdir, device)
     record = {**record, "busy_factor": round(side_by_side.busy_factor, 4),
               "shared_factor": round(side_by_side.shared_factor, 4)}  # fmt: skip
     return _three_processes(preset, record, iteration_s, side_by_side.alone_sps)
@@ -153,16 +153,22 @@ def cached_costs(preset: Preset, gpu_name: str | None) -> Costs | None:
 
 
 def measured_costs(preset: Preset, gpu_name: str | None, *, on_probe: Callable[[str], None] | None = None,
-                   probe: Callable[[Preset, Path], dict[str, Any]] | None = None) -> Costs:  # fmt: skip
+                   probe: Callable[[Preset, Path], dict[str, Any]] | None = None,
+                   cpu: bool = False) -> Costs:  # fmt: skip
     """The costs of one job of `preset` on this machine (whose GPU is `gpu_name`, None for none),
     from the cache or, the first time, from a probe (`on_probe` is told before it starts, since it
-    takes seconds). ConfigError if the probe fails."""
+    takes seconds). With `cpu`, on the CPU whatever the GPU: kept as a machine without one keeps
+    them (the GPU changes nothing of them). ConfigError if the probe fails."""
+    if cpu:
+        gpu_name = None
+        probe = probe or functools.partial(run_probe, device="cpu")
     cached = cached_costs(preset, gpu_name)
     if cached is not None:
         return cached
     path, key = cache_path(), cache_key(preset, gpu_name)
     if on_probe is not None:
-        on_probe(f"measuring what a {preset.env} job costs on this machine (once; kept in {path})")
+        where = " on the CPU" if cpu else ""
+        on_probe(f"measuring what a {preset.env} job costs on this machine{where} (once; kept in {path})")
     with tempfile.TemporaryDirectory(prefix="cockpit-probe-") as tmp:
         record = {**(probe or run_probe)(preset, Path(tmp)), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     try:

@@ -49,6 +49,19 @@ def costs_for(say: Callable[[str], None], machine: Machine, preset: Preset) -> C
         return None
 
 
+def cpu_costs_for(say: Callable[[str], None], machine: Machine, preset: Preset) -> Costs | None:
+    """With a GPU here, what a job of `preset` costs on the CPU too (the probe on `--device cpu`),
+    for the advisor's mix of CUDA and CPU jobs; None without a GPU (the costs are the CPU's
+    already), or, after saying why, when the probe fails."""
+    if machine.gpu_name is None:
+        return None
+    try:
+        return measured_costs(preset, machine.gpu_name, on_probe=say, cpu=True)
+    except ConfigError as exc:
+        say(f"{exc}; no CUDA and CPU mix is advised")
+        return None
+
+
 def static_pick(machine: Machine, preset: Preset, jobs: int = 2, costs: Costs | None = None) -> tuple[int, int]:
     """(jobs, n_envs) after applying the advice that needs no run (hardware facts and the
     probe's `costs`): `recommend`'s pick before any run."""

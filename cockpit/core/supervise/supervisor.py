@@ -79,7 +79,7 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.runspec import RestartPolicy
 from cockpit.contract.scriptargs import ScriptArgs
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.contract.workerargs import DISK_FULL_ERROR, DISK_FULL_EXIT, WorkerArgs
+from cockpit.contract.workerargs import DISK_FULL_ERROR, DISK_FULL_EXIT, DeviceRequest, WorkerArgs
 from cockpit.core.feed.snapshot import RunState, job_view, stepping_sps
 from cockpit.core.launch.protocol import EventSource, Launcher, LaunchRequest
 from cockpit.core.machine.clock import Clock, SystemClock
@@ -114,6 +114,8 @@ class JobTemplate:
     # One torch thread per worker instead of its core budget: the probe measured that the preset's
     # train phase gains nothing from more (`Costs.one_torch_thread`).
     one_torch_thread: bool = False
+    # The device each parallel slot's worker trains on (`--devices`), by slot; empty: the worker's choice.
+    devices: tuple[str, ...] = ()
 
 
 # A job's exit reason when it failed the same way, before a single step, on two starts in a row.
@@ -390,8 +392,19 @@ class Supervisor:
                 counts[job.gpu.index] = counts.get(job.gpu.index, 0) + 1
         return counts
 
+    def _device(self, job: Job) -> DeviceRequest:
+        """The device `job`'s slot trains on (`JobTemplate.devices`), else the worker's choice."""
+        devices = self.template.devices
+        if not devices or job.slot is None:
+            return "auto"
+        return "cpu" if devices[job.slot % len(devices)] == "cpu" else "cuda"
+
     def _place(self, job: Job) -> None:
-        """Put `job` on its GPU for this launch (`cockpit.core.machine.placement`); None without a GPU."""
+        """Put `job` on its GPU for this launch (`cockpit.core.machine.placement`); None without a
+        GPU, and for a job whose slot trains on the CPU (`--devices`): it takes no GPU's room."""
+        if self._device(job) == "cpu":
+            job.gpu = None
+            return
         known = [p for p in (self.peak_gpu_mem().get(job.id), job.recorded_peak_gpu_mem) if p]
         room = place(self.gpus(), self._jobs_on_gpus(job), job.gpu, max(known, default=None))
         job.gpu = GpuRef(room.index, room.uuid) if room is not None else None
@@ -409,6 +422,7 @@ class Supervisor:
         else:
             episodes = job.target_episodes
             args = WorkerArgs(job.job_dir, preset=job.preset_arg or template.preset_arg, env=job.env or template.env,
+                              device=self._device(job),
                               timesteps=job.target if episodes is None else None, episodes=episodes, seed=job.seed,
                               threads=self.budget.threads_per_job, eval_episodes=job.eval_episodes,
                               tensorboard=template.tensorboard,
