@@ -121,6 +121,14 @@ class Costs:
         """The measured numbers in one line."""
         return (f"a rollout step costs {self.step_overhead_us:,.0f} us + {self.env_policy_us:,.1f} us per env "
                 f"(of which its env step {self.env_step_us:,.1f} us), training {self.train_sample_us:,.1f} us "
-                f"per sample per epoch + {self.train_epoch_us:,.0f} us per epoch, on the {self.device}; "
+                f"per sample per epoch + {self.train_epoch_us:,.0f} us per epoch, on the {self.device}"
+                f"{self._threads()}; "
                 f"side by side a sample costs x{self.busy_factor:.2f} with a core per job, "
                 f"x{self.shared_factor:.2f} on a core two jobs share")  # fmt: skip
+
+    def _threads(self) -> str:
+        """What more torch threads did to a train epoch, where the probe measured it (the CPU)."""
+        if self.train_threads <= 1:
+            return ""
+        kept = ", so a job keeps one" if self.one_torch_thread else ""
+        return f" (x{self.train_speedup:.2f} as fast on {self.train_threads} torch threads{kept})"
