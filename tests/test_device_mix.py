@@ -27,7 +27,7 @@ from cockpit.contract.runspec import ConfigError, checked_devices
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.placement import GpuRef, GpuRoom
 from cockpit.core.session.loop import resume_spec_args
-from cockpit.core.sizing.advisor import Machine, advise
+from cockpit.core.sizing.advisor import Machine, advise, mix_jobs
 from cockpit.core.sizing.cost_probe import cache_key, cache_path, measured_costs
 from cockpit.core.sizing.devices import Mix, best_mix, mix_sps, mixes
 from cockpit.core.sizing.overlap import gpu_stations, overlap_sps
@@ -76,6 +76,8 @@ def test_the_cuda_jobs_roll_out_on_the_cores_the_cpu_jobs_leave() -> None:
 
 def test_cpu_jobs_need_a_core_each_and_the_best_mix_is_the_fastest_listed() -> None:
     assert mix_sps(PONG, CUDA, CPU, 0, 3, 2) == 0.0 and mix_sps(PONG, CUDA, CPU, 0, 0, 2) == 0.0
+    # CPU jobs holding every core leave the CUDA jobs' rollouts none: not a mix the cores hold
+    assert mix_sps(PONG, CUDA, CPU, 1, 2, 2) == 0.0 and mix_sps(PONG, CUDA, CPU, 0, 2, 2) > 0
     every = mixes(PONG, CUDA, CPU, 4, 4)
     assert len(every) == sum(n + 1 for n in range(1, 5))  # every split of 1 to 4 jobs fits 4 cores
     assert every == sorted(every, key=lambda m: -m.sps) and best_mix(PONG, CUDA, CPU, 4, 4) == every[0]
@@ -84,7 +86,8 @@ def test_cpu_jobs_need_a_core_each_and_the_best_mix_is_the_fastest_listed() -> N
 
 def test_the_advisor_names_the_mix_where_some_of_it_belongs_on_the_cpu() -> None:
     (item,) = [a for a in advise(FOUR_CORES, PONG, 2, costs=CUDA, cpu_costs=CPU) if a.setting == "devices"]
-    best = best_mix(PONG, CUDA, CPU, 4, 4)
+    assert mix_jobs(FOUR_CORES, 2) == 8 and mix_jobs(FOUR_CORES, 12) == 12  # two a core, or --jobs
+    best = best_mix(PONG, CUDA, CPU, 4, 8)
     assert best.cpu > 0 and (item.current, item.suggested) == ("2:cuda", best.devices)
     assert item.numbers["suggested_sps"] == pytest.approx(best.sps)
     assert item.numbers["sps"] == pytest.approx(mix_sps(PONG, CUDA, CPU, 2, 0, 4))
@@ -124,7 +127,7 @@ def test_recommend_with_a_scripted_gpu_and_both_costs_names_the_mix(
     text = console.export_text()
     (item,) = [a for a in items if a.setting == "devices"]
     cuda, cpu = measured_costs(preset, RTX_4070, probe=never), measured_costs(preset, None, probe=never)
-    best = best_mix(preset, cuda, cpu, 4, 4)
+    best = best_mix(preset, cuda, cpu, 4, 8)
     assert item.suggested == best.devices and best.cpu > 0
     assert "measured on the CPU" in text and "device mixes" in text and best.describe() in text
 

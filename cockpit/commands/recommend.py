@@ -24,13 +24,13 @@ from cockpit.contract.runrecord import RunRecord, RunRecordError, read
 from cockpit.contract.runspec import ConfigError
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.sizing.advisor import (
-    MAX_MIX_JOBS,
     Machine,
     Measurements,
     advise,
     cores_needed,
     envs_per_core,
     job_measure,
+    mix_jobs,
 )
 from cockpit.core.sizing.devices import Mix, mix_sps, mixes
 from cockpit.core.sizing.overlap import speed_of
@@ -81,8 +81,7 @@ def predicted_sps(machine: Machine, preset: Preset, costs: Costs, counts: list[i
 def mixes_line(machine: Machine, preset: Preset, cuda_costs: Costs, cpu_costs: Costs, jobs: int) -> str:
     """The three fastest mixes of CUDA and CPU jobs, and all of `jobs` on each device, by the
     overlap model (`devices.mixes`)."""
-    every = mixes(preset, cuda_costs, cpu_costs, machine.physical_cores,
-                  min(MAX_MIX_JOBS, max(jobs, machine.physical_cores)))  # fmt: skip
+    every = mixes(preset, cuda_costs, cpu_costs, machine.physical_cores, mix_jobs(machine, jobs))
     shown = [m.describe() for m in every[:3]]
     for mix in (Mix(jobs, 0, 0.0), Mix(0, jobs, 0.0)):
         if mix.cpu <= machine.physical_cores:

@@ -488,15 +488,21 @@ def _gpu_defaults(host: Machine, preset: Preset, jobs: int, costs: Costs | None)
     return out
 
 
+def mix_jobs(host: Machine, jobs: int) -> int:
+    """The most jobs a device mix is predicted for: `jobs`, or up to two per core (a CUDA job keeps
+    only its rollout's share of a core busy), at most `MAX_MIX_JOBS`."""
+    return max(jobs, min(MAX_MIX_JOBS, 2 * host.physical_cores))
+
+
 def _devices(host: Machine, preset: Preset, jobs: int, costs: Costs | None, cpu_costs: Costs | None) -> list[Advice]:
     """With a GPU and the preset's costs measured on both devices: the mix of CUDA and CPU jobs the
-    overlap model finds fastest (`devices.mixes`, up to `MAX_MIX_JOBS` jobs), where some of it is
+    overlap model finds fastest (`devices.mixes`, up to `mix_jobs` jobs), where some of it is
     on the CPU and it beats the best all-CUDA count by `MIN_IDLE_GAIN`."""
     if costs is None or cpu_costs is None or host.gpu_name is None:
         return []
     if (costs.device, cpu_costs.device) != ("cuda", "cpu"):
         return []
-    every = mixes(preset, costs, cpu_costs, host.physical_cores, min(MAX_MIX_JOBS, max(jobs, host.physical_cores)))
+    every = mixes(preset, costs, cpu_costs, host.physical_cores, mix_jobs(host, jobs))
     best = every[0]
     all_cuda = next(m for m in every if m.cpu == 0)
     all_cpu = next((m for m in every if m.cuda == 0), None)
@@ -505,8 +511,8 @@ def _devices(host: Machine, preset: Preset, jobs: int, costs: Costs | None, cpu_
         return []
     fastest = f"the fastest all on cuda: {all_cuda.describe()}" + (f", all on the CPU: {all_cpu.describe()}"
                                                                      if all_cpu else "")  # fmt: skip
-    reason = (f"costs measured on both devices here, {host.physical_cores} cores shared cores // jobs; {fastest}; "
-              "predicted by the overlap model (docs/fleets.md)")  # fmt: skip
+    reason = (f"costs measured on both devices here, each of N jobs on {host.physical_cores} // N of the "
+              f"{host.physical_cores} cores; {fastest}; predicted by the overlap model (docs/fleets.md)")  # fmt: skip
     effect = (f"~x{best.sps / current.sps:.2f} the SPS ({current.sps:,.0f} -> {best.sps:,.0f} together): "
               f"{best.describe()}; run it with --jobs {best.jobs} --devices {best.devices}")  # fmt: skip
     return [Advice(AdviceSetting.DEVICES, f"{jobs}:cuda", best.devices, effect, reason,

@@ -54,11 +54,12 @@ class Mix:
 
 def mix_sps(preset: Preset, cuda_costs: Costs, cpu_costs: Costs, cuda: int, cpu: int, physical_cores: int) -> float:
     """The predicted aggregate SPS of `cuda` jobs on the GPU and `cpu` on the cores (module
-    docstring). 0.0 for no job, or for CPU jobs the cores cannot give a core each."""
+    docstring). 0.0 for no job, and for a mix the cores cannot hold: a core at least for each CPU
+    job's share, and one left for the CUDA jobs' rollouts."""
     jobs, cores = cuda + cpu, max(1, physical_cores)
-    if jobs <= 0 or cpu > cores:
+    threads = thread_budget(max(1, jobs), cores).threads_per_job
+    if jobs <= 0 or cpu * threads > cores or (cuda and cpu * threads >= cores):
         return 0.0
-    threads = thread_budget(jobs, cores).threads_per_job
     envpool = backend_for(preset.env) == "envpool"
     total = 0.0
     if cpu:
@@ -67,20 +68,19 @@ def mix_sps(preset: Preset, cuda_costs: Costs, cpu_costs: Costs, cuda: int, cpu:
         total += cpu_fleet_sps(on_cpu.sample_us(preset, preset.n_envs), on_cpu, cpu, cpu * threads)
     if cuda:
         on_gpu = cuda_costs.on_env_threads(threads) if envpool else cuda_costs
-        total += overlap_sps(gpu_stations(preset, on_gpu, max(1, cores - cpu * threads)), cuda)
+        total += overlap_sps(gpu_stations(preset, on_gpu, cores - cpu * threads), cuda)
     return total
 
 
 def mixes(preset: Preset, cuda_costs: Costs, cpu_costs: Costs, physical_cores: int, max_jobs: int) -> list[Mix]:
-    """Every mix of 1 to `max_jobs` jobs the cores can hold (a core at least for each CPU job),
-    fastest first; ties go to fewer jobs, then fewer on the CPU."""
+    """Every mix of 1 to `max_jobs` jobs the cores can hold (`mix_sps` above 0), fastest first; ties
+    go to fewer jobs, then fewer on the CPU."""
     out = [
         Mix(cuda, jobs - cuda, mix_sps(preset, cuda_costs, cpu_costs, cuda, jobs - cuda, physical_cores))
         for jobs in range(1, max_jobs + 1)
         for cuda in range(jobs + 1)
-        if jobs - cuda <= max(1, physical_cores)
     ]
-    return sorted(out, key=lambda m: (-m.sps, m.jobs, m.cpu))
+    return sorted((m for m in out if m.sps > 0), key=lambda m: (-m.sps, m.jobs, m.cpu))
 
 
 def best_mix(preset: Preset, cuda_costs: Costs, cpu_costs: Costs, physical_cores: int, max_jobs: int) -> Mix:
