@@ -19,6 +19,7 @@ import pytest
 from cockpit.cli import main
 from cockpit.contract.fleetplan import PlanError, load_plan
 from cockpit.contract.rundir import RunDir
+from cockpit.contract.runrecord import read
 from cockpit.contract.workerargs import WorkerArgs, mps_memory_limit_mib
 from cockpit.core.launch.local import LocalLauncher
 from cockpit.core.launch.protocol import LaunchRequest
@@ -352,3 +353,29 @@ def test_a_fleet_plans_mps_key_is_a_bool_and_refused_where_mps_cannot_run(
     assert lines[0].startswith("cockpit fleet: error: --mps: shares a GPU between jobs, and this run has none")
     assert lines[0].endswith(f"(the plan {plan} says mps = true)")
     assert not run_dir.exists() and standin.calls() == []
+
+
+# ----- a whole run -----
+
+_SEES = (
+    "import os, sys; "
+    "open(os.path.join(sys.argv[1], 'mps.txt'), 'w').write(os.environ.get('CUDA_MPS_PIPE_DIRECTORY', ''))"
+)
+
+
+def test_a_run_with_mps_starts_its_daemon_gives_it_to_each_job_records_it_and_stops_it(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpu = FakeNvml(FakeGpu(util_at=lambda t: 0.0, clock=time.time))
+    monkeypatch.setattr(nvml_module, "_import_pynvml", lambda: gpu)
+    run_dir = standin.root / "run"
+    code = main(["run", "--headless", "--mps", "--jobs", "2", "--run-dir", str(run_dir), "--no-tensorboard",
+                 "--", sys.executable, "-c", _SEES, "{job_dir}"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    start, stop = standin.calls()
+    pipe_dir = str(RunDir(run_dir).mps_pipe.resolve())
+    assert start["argv"] == ["-d"] and start["pipe_dir"] == pipe_dir
+    assert [(RunDir(run_dir).job(j).path / "mps.txt").read_text() for j in ("000", "001")] == [pipe_dir, pipe_dir]
+    assert stop["stdin"] == "quit\n" and stop["pipe_dir"] == pipe_dir  # after the jobs: the run ended
+    assert not RunDir(run_dir).mps_record.exists()
+    assert read(run_dir).config.mps is True
