@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import read
 from cockpit.contract.workerargs import WorkerArgs, mps_memory_limit_mib
 from cockpit.core.launch.local import LocalLauncher
+from cockpit.core.launch.pooled import PooledLauncher
 from cockpit.core.launch.protocol import LaunchRequest
 from cockpit.core.machine import mps
 from cockpit.core.machine import nvml as nvml_module
@@ -379,3 +381,32 @@ def test_a_run_with_mps_starts_its_daemon_gives_it_to_each_job_records_it_and_st
     assert stop["stdin"] == "quit\n" and stop["pipe_dir"] == pipe_dir  # after the jobs: the run ended
     assert not RunDir(run_dir).mps_record.exists()
     assert read(run_dir).config.mps is True
+
+
+_SERVED_ENV_DUMP = """#!/bin/sh
+env > "$(dirname "$0")/env.txt"
+exec cat > /dev/null
+"""
+
+
+def test_a_served_fleet_worker_under_mps_gets_the_pipe_dir_and_no_cap(tmp_path: Path) -> None:
+    python = tmp_path / "python"  # a served worker that records its environment and waits for EOF
+    python.write_text(_SERVED_ENV_DUMP)
+    python.chmod(0o755)
+    launcher = PooledLauncher(python=str(python), nice=0)
+    request = LaunchRequest("a0000", WorkerArgs(tmp_path / "job"), gpu=GpuRef(0, "GPU-fake-0"),
+                            mps_pipe_dir="/run/mps", mps_mem_limit_mib=1536)  # fmt: skip
+    handle = launcher.launch(request)
+    try:
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "env.txt").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)  # env writes the file whole before the shell moves on
+        lines = (tmp_path / "env.txt").read_text().splitlines()
+        env = dict(line.split("=", 1) for line in lines if "=" in line)
+        assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/mps" and env["CUDA_VISIBLE_DEVICES"] == "GPU-fake-0"
+        assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env  # one process, many agents: no one agent's cap
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(handle.pid, signal.SIGKILL)
+        launcher.close()
