@@ -4,6 +4,7 @@ is one event (one line naming MPS, the jobs restarted from their checkpoints, co
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from cockpit.commands.report import state_json
@@ -12,6 +13,7 @@ from cockpit.contract.states import JobState
 from cockpit.core.feed.source import Frame
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.placement import GpuRoom
+from cockpit.core.session.background import headless_argv
 from cockpit.core.session.loop import resume_spec_args
 from cockpit.core.supervise.supervisor import MPS_FAULT_WINDOW_S, JobTemplate, Supervisor
 from cockpit.views.tui.cockpit_screen import header_line
@@ -118,3 +120,11 @@ def test_mps_shows_in_the_header_run_toml_report_json_and_a_resumed_runs_spec(tm
     state = plain.snapshot()
     assert "MPS" not in header_line(Frame(state=state), replay=False)
     assert state_json(state, live=True, command="")["mps"] is False
+
+
+def test_a_run_started_in_the_background_passes_mps_on_new_and_resumed(tmp_path: Path) -> None:
+    spec = build_spec(jobs=1, agents=None, preset="cartpole", env=None, timesteps=1000, seed=0, run_dir=tmp_path,
+                      max_restarts=3, pin=False, command_line=("run", "--mps"), mps=True)  # fmt: skip
+    assert "--mps" in headless_argv(spec)
+    assert "--mps" in headless_argv(spec, resume=True)
+    assert "--mps" not in headless_argv(dataclasses.replace(spec, mps=False))
