@@ -148,6 +148,18 @@ def _add_gpus_flag(parser: ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _add_mps_flag(parser: ArgumentParser, plan_key: bool = False) -> None:
+    """`--mps`, the jobs on each GPU as clients of NVIDIA's MPS: for `run` and `fleet`."""
+    parser.add_argument(
+        "--mps", action="store_true",
+        help="run the jobs on each GPU as clients of NVIDIA's Multi-Process Service, whose kernels then run side "
+        "by side rather than in turns: uses an MPS daemon of yours already running, else starts one in the run "
+        "directory and stops it at the end. Needs nvidia-cuda-mps-control and a Volta or newer GPU. One "
+        "client's fatal fault ends every job on that GPU; they restart from their checkpoints (docs/gpu.md)"
+        + (" (a plan's mps = true does the same)" if plan_key else ""),
+    )  # fmt: skip
+
+
 def _add_no_tensorboard_flag(parser: ArgumentParser, help_text: str) -> None:
     """`--no-tensorboard`, write no TensorBoard logs: for `run` and `fleet`."""
     parser.add_argument("--no-tensorboard", action="store_true", help=help_text)
@@ -234,6 +246,7 @@ def _add_run_command(commands: Commands) -> None:
         "set when it is not given; default: cuda where there is a GPU); `cockpit recommend` names the fastest mix "
         "it measured",
     )  # fmt: skip
+    _add_mps_flag(run)
     _add_no_tensorboard_flag(
         run,
         "no TensorBoard logs (default, with the tensorboard package: each job's SB3 scalars and the cockpit's "
@@ -427,6 +440,7 @@ def _add_fleet_command(commands: Commands) -> None:
     _add_resume_flag(fleet, "continue the fleet in RUN_DIR")
     _add_headless_flag(fleet)
     _add_gpus_flag(fleet)
+    _add_mps_flag(fleet, plan_key=True)
     _add_max_restarts_flag(fleet, "restarts in a row before an agent fails (default: 3)")
     _add_no_tensorboard_flag(
         fleet,

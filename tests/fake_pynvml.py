@@ -43,6 +43,9 @@ by function page; nvml.h; the bindings' source, nvidia-ml-py 13's `pynvml.py`):
   driver (FUNCTION_NOT_FOUND), where `nvmlDeviceGetCurrentClocksThrottleReasons` answers.
   `FakeNvml(missing=...)` names calls the bindings themselves lack (AttributeError, as old
   nvidia-ml-py releases do).
+- `nvmlDeviceGetCudaComputeCapability` ("Device Queries"; the bindings return the pair (major,
+  minor), as CUDA's cuDeviceGetAttribute gives them): `compute_capability` (8.9 for the default
+  RTX 4090; 7.0 is Volta, 6.0 Pascal). A MIG slice answers its parent's.
 - `nvmlInit` / `nvmlShutdown` are counted, as NVML counts them ("Initialization and Cleanup").
 - `processes` are (pid, bytes) as the driver lists them: host PIDs, which need not exist in the
   caller's PID namespace (a container).
@@ -155,6 +158,7 @@ class FakeGpu:
     process_samples: tuple[tuple[float, int, float], ...] = ()  # (Unix time, pid, SM %)
     new_process_util: bool = True
     clocks_event: bool = True
+    compute_capability: tuple[int, int] = (8, 9)
 
 
 def four_gpus(clock: Callable[[], float], util_at: Callable[[int, float], float] | None = None) -> list[FakeGpu]:
@@ -250,6 +254,9 @@ class FakeNvml:
     def nvmlDeviceGetUUID(self, handle: str) -> str:
         part = self._slice(handle)
         return part.uuid if part is not None else self._device(handle).uuid
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle: str) -> tuple[int, int]:
+        return self._device(handle).compute_capability
 
     def nvmlSystemGetDriverVersion(self) -> str:
         return "555.42"

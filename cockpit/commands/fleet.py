@@ -123,7 +123,7 @@ def _spec(
         max_restarts=args.max_restarts, pin=False,
         command_line=command_line,
         resuming=args.resume is not None, name=name, tensorboard=not args.no_tensorboard,
-        gpus=args.gpus, gpus_here=gpus_here, visible_by=visible_by,
+        gpus=args.gpus, gpus_here=gpus_here, visible_by=visible_by, mps=args.mps or plan.mps,
     )  # fmt: skip
     return on_cluster(spec, args.ray, args.storage, run_dir_given=args.resume is not None or args.run_dir is not None)
 
@@ -141,9 +141,11 @@ def _recorded_name(run_dir: Path) -> str | None:
 def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: FrontEnds) -> int:
     from cockpit.core.fleet.run import FleetRun
     from cockpit.core.launch.pooled import PooledLauncher
+    from cockpit.core.machine.mps import MpsError
     from cockpit.core.machine.nvml import close_gpus, open_gpus
     from cockpit.core.machine.visibility import visible_gpus
     from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus
+    from cockpit.core.session.mps import close_mps, mps_refusal, open_mps
     from cockpit.core.supervise.supervisor import Supervisor
     from cockpit.core.telemetry.sampler import Sampler
 
@@ -153,9 +155,15 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     try:
         # No GPU, unless CUDA_VISIBLE_DEVICES left none: --gpus has nothing to check against; a warning says so.
         spec = _spec(args, plan, device_indices([r.info for r in gpus]) if gpus or visible_by else None, visible_by)
+        problem = mps_refusal(spec, gpus, gpu_status)
     except ConfigError as exc:
         close_gpus(gpus)
         print(f"cockpit fleet: error: {exc}", file=sys.stderr)
+        return 2
+    if problem is not None:  # before anything starts: no run directory, no daemon
+        close_gpus(gpus)
+        print(f"cockpit fleet: error: {problem}" + ("" if args.mps else f" (the plan {plan.source} says mps = true)"),
+              file=sys.stderr)  # fmt: skip
         return 2
     if not (args.headless or not interactive()):
         close_gpus(gpus)
@@ -171,12 +179,23 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     # Served workers run agent after agent: a fleet's many short tiers pay the worker's start-up
     # (torch, SB3, envpool imports) once per process instead of once per agent and tier. On Ray
     # (--ray) each agent's attempt is an actor of its own.
-    return run_on_launcher(
-        spec, PooledLauncher,
-        lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
-                                    resume=args.resume is not None, fleet_factory=fleet, notes=visibility.warnings),
-        front.headless(), "cockpit fleet",
-    )  # fmt: skip
+    try:
+        daemon, mps_notes = open_mps(spec)
+    except MpsError as exc:
+        close_gpus(gpus)
+        print(f"cockpit fleet: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return run_on_launcher(
+            spec, PooledLauncher,
+            lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
+                                        resume=args.resume is not None, fleet_factory=fleet,
+                                        notes=(*visibility.warnings, *mps_notes),
+                                        mps_pipe_dir=daemon.pipe_dir if daemon is not None else None),
+            front.headless(), "cockpit fleet",
+        )  # fmt: skip
+    finally:
+        close_mps(daemon, spec, "cockpit fleet")
 
 
 def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds) -> int:
@@ -188,6 +207,8 @@ def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds
         flags.append("--no-tensorboard")
     if spec.gpus is not None:
         flags += ["--gpus", ",".join(map(str, spec.gpus))]
+    if args.mps:  # a plan's mps = true the headless fleet reads from the plan itself
+        flags.append("--mps")
     if args.rate is not None:
         flags += ["--rate", repr(args.rate)]
     where = [str(args.plan), "--run-dir", str(spec.run_dir)] if args.resume is None else ["--resume", str(spec.run_dir)]

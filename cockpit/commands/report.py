@@ -334,6 +334,7 @@ def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
         "preset": state.preset,
         "env": state.env,
         "slots": state.slots,
+        "mps": state.mps,
         "agents": len(state.jobs),
         "started_at": iso(state.started_at),
         "now": iso(state.now),

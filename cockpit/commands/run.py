@@ -22,8 +22,10 @@ from typing import TYPE_CHECKING
 from cockpit.commands.console import interactive
 from cockpit.commands.frontends import FrontEnds
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, on_cluster
+from cockpit.core.machine.mps import MpsError
 from cockpit.core.machine.nvml import GpuReader
 from cockpit.core.machine.visibility import device_indices
+from cockpit.core.session.mps import close_mps, mps_refusal, open_mps
 
 if TYPE_CHECKING:
     from cockpit.contract.costs import Costs
@@ -93,7 +95,7 @@ def _local_spec(
             max_restarts=args.max_restarts,
             healthy_uptime_s=args.healthy_uptime, stall_timeout_s=args.stall_timeout, pin=args.pin,
             command_line=command_line, script=script, name=args.name, tensorboard=not args.no_tensorboard,
-            gpus=args.gpus, gpus_here=here, visible_by=visible_by, devices=args.devices,
+            gpus=args.gpus, gpus_here=here, visible_by=visible_by, devices=args.devices, mps=args.mps,
         )  # fmt: skip
     fixed = [flag for flag, value in (("--agents", args.agents), ("--preset", args.preset), ("--env", args.env),
              ("--timesteps", args.timesteps), ("--episodes", args.episodes), ("--run-dir", args.run_dir),
@@ -114,6 +116,8 @@ def _local_spec(
         spec_args["gpus"] = args.gpus
     if args.devices is not None:  # or another mix of devices
         spec_args["devices"] = args.devices
+    if args.mps:  # a run recorded without MPS may go on under it (and one recorded with it, does)
+        spec_args["mps"] = True
     return build_spec(**spec_args, command_line=command_line, resuming=True, gpus_here=here,
                       visible_by=visible_by)  # fmt: skip
 
@@ -137,9 +141,14 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     gpus, gpu_status, visibility = visible_gpus(gpus, gpu_status)
     try:
         spec = _spec(args, gpus, command_line, visibility.described if visibility.listed else "")
+        problem = mps_refusal(spec, gpus, gpu_status)
     except ConfigError as exc:
         close_gpus(gpus)
         print(f"cockpit run: error: {exc}", file=sys.stderr)
+        return 2
+    if problem is not None:  # before anything starts: no run directory, no daemon
+        close_gpus(gpus)
+        print(f"cockpit run: error: {problem}", file=sys.stderr)
         return 2
     if not headless:
         close_gpus(gpus)
@@ -148,13 +157,23 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     # The first GPU a job can run on: a MIG slice rather than the GPU it is cut from.
     gpu = next((r for r in gpus if r.info in placeable([g.info for g in gpus])), None)
     auto = _auto_tuner(spec, gpu, args.auto_window) if args.auto else None
-    return run_on_launcher(
-        spec, LocalLauncher,
-        lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
-                                    resume=args.resume is not None, auto=auto, costs=_cached_costs(spec, gpu),
-                                    notes=visibility.warnings),
-        front.headless(), "cockpit run",
-    )  # fmt: skip
+    try:
+        daemon, mps_notes = open_mps(spec)
+    except MpsError as exc:
+        close_gpus(gpus)
+        print(f"cockpit run: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return run_on_launcher(
+            spec, LocalLauncher,
+            lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
+                                        resume=args.resume is not None, auto=auto, costs=_cached_costs(spec, gpu),
+                                        notes=(*visibility.warnings, *mps_notes),
+                                        mps_pipe_dir=daemon.pipe_dir if daemon is not None else None),
+            front.headless(), "cockpit run",
+        )  # fmt: skip
+    finally:
+        close_mps(daemon, spec, "cockpit run")
 
 
 def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:

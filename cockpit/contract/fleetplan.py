@@ -5,6 +5,7 @@ name = "screen"
 jobs = 4                          # parallel slots
 rate_usd_per_h = 1.99             # optional: what this machine costs per hour
 promotion = "async"               # or "sync"
+mps = true                        # optional: the jobs on each GPU as MPS clients, as --mps (docs/gpu.md)
 
 [agents]                          # a matrix: every combination of the lists
 env = ["CartPole-v1", "Acrobot-v1"]
@@ -47,7 +48,7 @@ Promotion = Literal["sync", "async"]
 Unit = Literal["timesteps", "episodes"]  # what a plan's tiers count: every tier the same
 MAX_SEED = 2**31 - 1
 NAME_PATTERN = RUN_NAME_PATTERN  # the plan's name is the fleet's run name: one rule for both
-TOP_KEYS = ("name", "jobs", "rate_usd_per_h", "promotion", "agents", "tiers", "score")
+TOP_KEYS = ("name", "jobs", "rate_usd_per_h", "promotion", "mps", "agents", "tiers", "score")
 AGENT_KEYS = ("env", "preset", "seeds", "overrides")
 TIER_KEYS = ("timesteps", "episodes", "promote")
 SCORE_KEYS = ("episodes",)
@@ -116,6 +117,7 @@ class FleetPlan:
     agents: tuple[Agent, ...]
     tiers: tuple[Tier, ...]
     score_episodes: int
+    mps: bool = False  # `mps = true`: the jobs on each GPU are MPS clients, as `--mps` makes them
 
     @property
     def unit(self) -> Unit:
@@ -244,6 +246,9 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
     promotion = raw.get("promotion", "sync")
     if promotion not in ("sync", "async"):
         problems.append(f"'promotion' must be 'sync' or 'async', got {promotion!r}")
+    mps = raw.get("mps", False)
+    if not isinstance(mps, bool):
+        problems.append(f"'mps' must be true or false, got {mps!r}")
     score = raw.get("score", {})
     episodes = 10
     if not isinstance(score, dict):
@@ -320,7 +325,7 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
         for i, (env, spec, combo, seed) in enumerate(itertools.product(envs, presets, combos, seeds))
     )
     plan = FleetPlan(source, name, jobs, float(rate) if rate is not None else None, promotion, agents, tuple(tiers),
-                     episodes)  # fmt: skip
+                     episodes, mps=mps)  # fmt: skip
     zero = [i for i, count in enumerate(plan.funnel()) if count == 0]
     if zero:
         tier = zero[0] - 1

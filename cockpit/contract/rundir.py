@@ -10,6 +10,8 @@
   cockpit.sock      the control socket, while the run is live
   .cockpit.lock     held (flock) by the process that supervises the run
   cockpit.log       the run's own output, when `cockpit run` started it in the background
+  mps.json          the MPS control daemon this run started (`--mps`), while it runs
+  mps/pipe, mps/log that daemon's pipes and logs (`cockpit.core.machine.mps`)
   jobs/<id>/        one job directory per job (`JobDir`)
 ```
 
@@ -53,6 +55,8 @@ GPU_UTIL_CSV = "gpu_util.csv"
 SOCKET = "cockpit.sock"
 RUN_LOCK = ".cockpit.lock"
 COCKPIT_LOG = "cockpit.log"
+MPS_RECORD = "mps.json"
+MPS_DIR = "mps"
 JOBS = "jobs"
 CHECKPOINTS = "checkpoints"
 STDOUT_LOG = "stdout.log"
@@ -177,6 +181,21 @@ class RunDir:
     def gpu_util(self) -> Path:
         """`gpu_util.csv`: every NVML utilization sample."""
         return self.path / GPU_UTIL_CSV
+
+    @property
+    def mps_record(self) -> Path:
+        """`mps.json`: the MPS control daemon this run started, written while it runs (`--mps`)."""
+        return self.path / MPS_RECORD
+
+    @property
+    def mps_pipe(self) -> Path:
+        """`mps/pipe`: the pipes of an MPS daemon this run starts (its CUDA_MPS_PIPE_DIRECTORY)."""
+        return self.path / MPS_DIR / "pipe"
+
+    @property
+    def mps_log(self) -> Path:
+        """`mps/log`: the logs of an MPS daemon this run starts (its CUDA_MPS_LOG_DIRECTORY)."""
+        return self.path / MPS_DIR / "log"
 
     @property
     def socket(self) -> Path:

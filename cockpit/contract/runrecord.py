@@ -96,6 +96,7 @@ class ConfigRecord:
     is then 0.
     `gpus` is `--gpus`, the GPUs the run was limited to (absent: every GPU NVML saw).
     `devices` is `--devices`, the device each parallel slot trained on (absent: the workers chose).
+    `mps` is whether the jobs were MPS clients (`--mps`; written only when true: absent, false).
     `script` is a script run's command template (`cockpit run -- COMMAND`); such a run trains no
     preset of cockpit's, so its `preset` and `env` are empty, its `timesteps` 0, and the record
     has no `[preset]` table.
@@ -115,6 +116,8 @@ class ConfigRecord:
     episodes: int | None = None
     gpus: tuple[int, ...] | None = None
     devices: tuple[str, ...] | None = None
+    # Written only when true: a run without MPS renders as files from before the key did.
+    mps: bool = field(default=False, metadata={"omit_if_default": True})
 
     def shown(self) -> tuple[str, str]:
         """The preset and env as views show them; a script run's are "script" and its command's

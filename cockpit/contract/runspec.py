@@ -93,6 +93,8 @@ class RunSpec:
     `cluster`, when set (`--ray`), runs the jobs on a Ray cluster instead of this machine.
     `devices` (`--devices 2:cuda,1:cpu`) is the device each parallel slot's jobs train on, one per
     slot; None: the worker's choice (cuda where there is a GPU).
+    `mps` (`--mps`, a fleet plan's `mps = true`) makes the jobs on each GPU clients of NVIDIA's
+    Multi-Process Service (`cockpit.core.machine.mps`), which runs their kernels side by side.
     """
 
     jobs: int
@@ -113,6 +115,7 @@ class RunSpec:
     gpus: tuple[int, ...] | None = None
     cluster: Cluster | None = None
     devices: tuple[str, ...] | None = None
+    mps: bool = False
 
     @property
     def slots(self) -> int:
@@ -242,6 +245,7 @@ def build_spec(
     gpus_here: Sequence[int] | None = None,
     visible_by: str = "",
     devices: tuple[str, ...] | None = None,
+    mps: bool = False,
 ) -> RunSpec:
     """Validate the inputs of a run into a RunSpec; raises ConfigError (one line).
 
@@ -253,7 +257,9 @@ def build_spec(
     refuses them with a script, and the jobs run the command instead. A `name` (`--name`) must be
     a safe path component; without `run_dir` the run goes to `runs/<UTC time>-<name>`. `gpus`
     (`--gpus`) is checked against `gpus_here`, the GPUs the run may use (`checked_gpus`), and so
-    are `devices` (`--devices`, `checked_devices`), one per slot.
+    are `devices` (`--devices`, `checked_devices`), one per slot. `mps` (`--mps`) is recorded as
+    given: whether this machine can run it is the command's to check
+    (`cockpit.core.machine.mps.refusal`), since that takes the GPUs and the daemon's pipes.
     """
     name = checked_name(name)
     gpus = checked_gpus(gpus, gpus_here, visible_by)
@@ -266,7 +272,7 @@ def build_spec(
         return _script_spec(script, jobs=jobs, agents=agents or jobs, seed=seed, run_dir=run_dir,
                             restart=RestartPolicy(max_restarts, healthy_uptime_s, stall_timeout_s=stall_timeout_s),
                             pin=pin, command_line=command_line, resuming=resuming, name=name,
-                            tensorboard=tensorboard, gpus=gpus)  # fmt: skip
+                            tensorboard=tensorboard, gpus=gpus, mps=mps)  # fmt: skip
     try:
         resolved = load(preset)
     except PresetError as exc:
@@ -298,13 +304,14 @@ def build_spec(
         tensorboard=tensorboard,
         gpus=gpus,
         devices=devices,
+        mps=mps,
     )
 
 
 def _script_spec(
     script: tuple[str, ...], *, jobs: int, agents: int, seed: int, run_dir: Path | None, restart: RestartPolicy,
     pin: bool, command_line: tuple[str, ...], resuming: bool, name: str | None, tensorboard: bool,
-    gpus: tuple[int, ...] | None,
+    gpus: tuple[int, ...] | None, mps: bool = False,
 ) -> RunSpec:  # fmt: skip
     """The RunSpec of a script run (`build_spec` with `script`)."""
     try:
@@ -317,7 +324,7 @@ def _script_spec(
     _check_run_dir(directory, resuming)
     return RunSpec(jobs=jobs, agents=agents, preset=None, preset_arg="", env="", timesteps=0, seed=seed,
                    run_dir=directory, restart=restart, pin=pin, command_line=command_line, script=script,
-                   name=name, tensorboard=tensorboard, gpus=gpus)  # fmt: skip
+                   name=name, tensorboard=tensorboard, gpus=gpus, mps=mps)  # fmt: skip
 
 
 def _check_run_dir(directory: Path, resuming: bool) -> None:
@@ -331,7 +338,7 @@ def on_cluster(spec: RunSpec, ray: str | None, storage: Path | None, *, run_dir_
     the spec itself without `ray` or `storage`. With `storage` the run directory is on it: a run
     directory of the user's (`run_dir_given`) must be inside it, the default one goes there.
     ConfigError (one line) for `--storage` without `--ray`, a storage that is not a directory, a
-    run directory outside it, `--gpus` or `--pin` with `--ray`, and `--ray` without the ray package."""
+    run directory outside it, `--gpus`, `--pin` or `--mps` with `--ray`, and `--ray` without the ray package."""
     if ray is None:
         if storage is not None:
             raise ConfigError(f"--storage {storage}: only with --ray, where it is the directory the nodes share")
@@ -340,7 +347,8 @@ def on_cluster(spec: RunSpec, ray: str | None, storage: Path | None, *, run_dir_
         raise ConfigError(f"--ray {ray}: expected a Ray head's HOST:PORT, ray://HOST:PORT or auto (or nothing: "
                           "a local instance; then put --ray after any positional argument)")  # fmt: skip
     # This machine's GPUs and cores are not where the jobs run: the cluster places each actor.
-    local_only = [flag for flag, given in (("--gpus", spec.gpus is not None), ("--pin", spec.pin)) if given]
+    local_only = [flag for flag, given in (("--gpus", spec.gpus is not None), ("--pin", spec.pin), ("--mps", spec.mps))
+                  if given]  # fmt: skip
     if local_only:
         raise ConfigError(f"{', '.join(local_only)}: places jobs on this machine's GPUs or cores; with --ray the "
                           "cluster places them: drop it")  # fmt: skip

@@ -7,7 +7,8 @@ with `parse`. The parser lives here so the flags, their defaults and their help 
 The launcher and the worker also agree on two environment variables: `PARENT_PID_ENV` (the
 supervising process, whose death the worker follows) and `THREAD_ENV_VARS` (native thread pools
 pinned to one thread before numpy or torch load), `gpu_environment` (the one GPU a worker of a
-machine with several may use, as `cuda:0`), and on how a full disk ends a worker: an `error`
+machine with several may use, as `cuda:0`), `mps_environment` (the MPS daemon a worker is a client
+of under `--mps`, and its memory cap), and on how a full disk ends a worker: an `error`
 event of type `DISK_FULL_ERROR` and the exit code `DISK_FULL_EXIT` (the exit code alone when the
 event could not be written either), after which the supervisor pauses the job instead of
 restarting it.
@@ -48,6 +49,45 @@ def gpu_environment(index: int | None, uuid: str = "") -> dict[str, str]:
     # index needs the order: CUDA numbers GPUs fastest first unless told otherwise, NVML by PCI
     # bus id, and without it the index would name another GPU on a machine of mixed models.
     return {CUDA_VISIBLE_DEVICES_ENV: uuid or str(index), CUDA_DEVICE_ORDER_ENV: "PCI_BUS_ID"}
+
+
+MPS_PIPE_DIRECTORY_ENV = "CUDA_MPS_PIPE_DIRECTORY"
+MPS_LOG_DIRECTORY_ENV = "CUDA_MPS_LOG_DIRECTORY"
+MPS_MEM_LIMIT_ENV = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+# A client's memory cap over the job's measured peak: PyTorch's caching allocator reserves in
+# blocks, and an attempt restarted from a checkpoint, or one that evaluates, may reach a little
+# past the peak an earlier attempt showed. The cap is there to keep one runaway job from taking
+# the memory of the others sharing the MPS server, not to squeeze a job that is well.
+MPS_MEM_HEADROOM = 1.25
+MPS_MEM_HEADROOM_MIB = 256
+MIB = 1024 * 1024
+
+
+def mps_memory_limit_mib(peak_bytes: int | None) -> int | None:
+    """The `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` of a job, in MiB, from its known peak GPU memory
+    (`peak_bytes`: what NVML or the worker measured on an earlier attempt): the peak times
+    `MPS_MEM_HEADROOM` plus `MPS_MEM_HEADROOM_MIB`, rounded up. None when the peak is unknown (a
+    first attempt): no cap then, since a guess too low would fail a healthy job."""
+    if not peak_bytes or peak_bytes <= 0:
+        return None
+    return -(-int(peak_bytes * MPS_MEM_HEADROOM) // MIB) + MPS_MEM_HEADROOM_MIB
+
+
+def mps_environment(pipe_dir: str | None, mem_limit_mib: int | None = None) -> dict[str, str]:
+    """What a worker's environment gets under MPS: `CUDA_MPS_PIPE_DIRECTORY`, the directory of the
+    control daemon's pipes (a client finds its daemon there: it must be the daemon's own), and
+    `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` when `mem_limit_mib` is known, for device 0, the ordinal
+    the client sees: its one GPU (`gpu_environment`). Nothing for `pipe_dir` None (no MPS).
+
+    NVIDIA's MPS documentation, "Appendix: Environment Variables" (CUDA_MPS_PIPE_DIRECTORY: the
+    same value for the daemon and every client of its server; CUDA_MPS_PINNED_DEVICE_MEM_LIMIT:
+    a comma-separated list of `ordinal=limit`, the ordinal as the client enumerates devices)."""
+    if pipe_dir is None:
+        return {}
+    env = {MPS_PIPE_DIRECTORY_ENV: pipe_dir}
+    if mem_limit_mib is not None:
+        env[MPS_MEM_LIMIT_ENV] = f"0={mem_limit_mib}M"
+    return env
 
 
 DISK_FULL_ERROR = "disk_full"  # the `error` event's type when a write failed with ENOSPC or EDQUOT

@@ -257,6 +257,7 @@ class RunState:
     trend: Trend = NO_TREND
     # Every GPU sampled, in index order; `gpu` is the first (what a view of one GPU shows).
     gpus: tuple[GpuInfo, ...] = ()
+    mps: bool = False  # the jobs on each GPU are clients of NVIDIA's MPS (`--mps`)
 
     def __post_init__(self) -> None:
         if not self.gpus and self.gpu is not None:

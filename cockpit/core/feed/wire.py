@@ -169,6 +169,10 @@ def _decode_fleet(data: Any) -> FleetView:
                   notices=_tuple)  # fmt: skip
 
 
+def _gpu_info(data: Any) -> GpuInfo:
+    return _build(GpuInfo, data, "gpu", compute_capability=_optional(_tuple))
+
+
 def decode_state(data: Any) -> RunState:
     """The RunState that `encode_state` encoded; ValueError names a missing or malformed key."""
     return _build(
@@ -178,8 +182,8 @@ def decode_state(data: Any) -> RunState:
         status=RunStatus,
         jobs=lambda jobs: tuple(_build(JobView, job, "job", state=JobState) for job in _tuple(jobs)),
         sample=_optional(decode_sample),
-        gpu=_optional(lambda gpu: _build(GpuInfo, gpu, "gpu")),
-        gpus=lambda gpus: tuple(_build(GpuInfo, gpu, "gpu") for gpu in _tuple(gpus)),
+        gpu=_optional(_gpu_info),
+        gpus=lambda gpus: tuple(_gpu_info(gpu) for gpu in _tuple(gpus)),
         warnings=_tuple,
         advice=_tuple,
         suggestions=lambda items: tuple(_build(Advice, item, "suggestion") for item in _tuple(items)),

@@ -31,7 +31,7 @@ from cockpit.contract.workerargs import (
     THREAD_ENV_VARS,
     WORKER_MODULE,
 )
-from cockpit.core.launch.protocol import EventSource, LaunchRequest, WorkerHandle, gpu_env
+from cockpit.core.launch.protocol import EventSource, LaunchRequest, WorkerHandle, device_env
 
 
 class LocalJobFiles:
@@ -72,7 +72,7 @@ class LocalLauncher(LocalJobFiles):
                 stdout=out,
                 stderr=err,
                 cwd=self.cwd,
-                env={**worker_env(), **request.args.environment(), **gpu_env(request.gpu)},
+                env={**worker_env(), **request.args.environment(), **device_env(request)},
                 start_new_session=True,
             )
         # Affinity and priority are set from here rather than in a preexec_fn, which is unsafe in a

@@ -11,7 +11,7 @@ from typing import Protocol, runtime_checkable
 from cockpit.contract.events import Event
 from cockpit.contract.remote import NodeSample
 from cockpit.contract.scriptargs import ScriptArgs
-from cockpit.contract.workerargs import WorkerArgs, gpu_environment
+from cockpit.contract.workerargs import WorkerArgs, gpu_environment, mps_environment
 from cockpit.core.machine.placement import GpuRef
 from cockpit.core.telemetry.sampler import JobUsage
 
@@ -21,12 +21,16 @@ class LaunchRequest:
     """One worker to start: its arguments (which name its job dir), the CPUs it may use, and the
     GPU (or MIG slice) it runs on, the only one it sees: by UUID when known, else by NVML index
     (`workerargs.gpu_environment`; None: no placement, it sees what we see). The worker is
-    cockpit's own (`WorkerArgs`) or a user's command under the guard (`ScriptArgs`)."""
+    cockpit's own (`WorkerArgs`) or a user's command under the guard (`ScriptArgs`). Under `--mps`,
+    `mps_pipe_dir` is the MPS control daemon's pipe directory and `mps_mem_limit_mib` the job's
+    memory cap (None: unknown, no cap); `workerargs.mps_environment` turns them into its environment."""
 
     job_id: str
     args: WorkerArgs | ScriptArgs
     cpus: tuple[int, ...] | None = None
     gpu: GpuRef | None = None
+    mps_pipe_dir: str | None = None
+    mps_mem_limit_mib: int | None = None
 
     @property
     def job_dir(self) -> Path:
@@ -38,6 +42,14 @@ def gpu_env(gpu: GpuRef | None) -> dict[str, str]:
     """What a worker's environment gets for the GPU it is placed on (`workerargs.gpu_environment`:
     its UUID when known, else its index; nothing for None)."""
     return gpu_environment(gpu.index, gpu.uuid) if gpu is not None else {}
+
+
+def device_env(request: LaunchRequest) -> dict[str, str]:
+    """Everything a worker's environment gets for its devices: its GPU (`gpu_env`) and, under MPS,
+    the daemon it is a client of and its memory cap (`workerargs.mps_environment`). A job on no
+    GPU gets no MPS variables: it would be no client of anything."""
+    mps = mps_environment(request.mps_pipe_dir, request.mps_mem_limit_mib) if request.gpu is not None else {}
+    return {**gpu_env(request.gpu), **mps}
 
 
 @dataclass

@@ -5,6 +5,7 @@
 - `visibility`: pure: which of NVML's GPUs the cockpit may use, by its own `CUDA_VISIBLE_DEVICES`;
 - `utilread`: what the utilization figure is ("busy") and how it was read, in words;
 - `placement`: pure: which GPU a job's worker runs on, and how many jobs of a size fit;
+- `mps`: NVIDIA's Multi-Process Service: whether `--mps` may run here, and its control daemon's life;
 - `clock`: the injectable clock that tests move by hand.
 
 Imports nothing else of `cockpit.core`.

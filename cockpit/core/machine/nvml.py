@@ -109,6 +109,8 @@ class GpuInfo:
     uuid: str = ""
     parent_index: int | None = None
     parent_uuid: str = ""
+    # (major, minor), as CUDA numbers the architecture (7.0: Volta); None when the driver does not say.
+    compute_capability: tuple[int, int] | None = None
 
     @property
     def is_mig(self) -> bool:
@@ -191,6 +193,8 @@ class GpuReader:
         self._memory_read = True
         memory = self._memory()
         uuid = self._try(nvml.nvmlDeviceGetUUID, self.handle)
+        # Looked up inside _try: bindings older than the call lack the attribute, which degrades to None.
+        capability = self._try(lambda handle: nvml.nvmlDeviceGetCudaComputeCapability(handle), self.handle)
         self.info = GpuInfo(
             index=index,
             name=_text(nvml.nvmlDeviceGetName(self.handle)),
@@ -199,6 +203,7 @@ class GpuReader:
             uuid=_text(uuid) if uuid is not None else "",
             parent_index=parent_index,
             parent_uuid=parent_uuid,
+            compute_capability=(int(capability[0]), int(capability[1])) if capability is not None else None,
         )
         self._mem_used: int | None = memory[0]
         self._last_util_us = 0

@@ -509,6 +509,7 @@ class ReplaySource:
         self._slots = min(config.jobs, config.agents)
         self._warnings = recorded.warnings
         self._name = recorded.name
+        self._mps = config.mps
         self._physical_cores = host.physical_cores
         self._threads_per_job = next((j.threads for j in self._jobs if j.threads), 0)
         self._t = self._span[1]
@@ -674,6 +675,7 @@ class ReplaySource:
             eta_s=run_eta(views, self._slots),
             name=self._name,
             trend=self._trend(t),
+            mps=self._mps,
         )
         samples = self._samples[_upto(self._sample_ts, since) : _upto(self._sample_ts, t)]
         return Frame(state=state, samples=tuple(samples), phases=phases)

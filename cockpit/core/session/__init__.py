@@ -2,7 +2,8 @@
 
 - `loop`: `run_session` and friends: opens the launcher and sampler, ticks the supervisor, the
   recorder, TensorBoard, `--auto` and the control socket, and ends the run cleanly;
-- `background`: `cockpit run --headless` detached from the terminal, and the wait for its socket.
+- `background`: `cockpit run --headless` detached from the terminal, and the wait for its socket;
+- `mps`: `--mps` around a run's or a fleet's session: the refusal, the daemon opened and stopped.
 
 The top of `cockpit.core`: it may import every package below it, and none imports it.
 """

@@ -116,6 +116,8 @@ class RunSession:
     fleet_factory: FleetFactory | None = None
     # Lines the run's warnings begin with: what the cockpit's CUDA_VISIBLE_DEVICES left it (`visibility.visible_gpus`).
     notes: tuple[str, ...] = ()
+    # Under --mps: the pipe directory of the MPS daemon the jobs are clients of (`cockpit.core.machine.mps`).
+    mps_pipe_dir: Path | None = None
 
     def __post_init__(self) -> None:
         budget = thread_budget(self.spec.slots, self.host.physical_cores)
@@ -133,6 +135,7 @@ class RunSession:
             # On Ray the cluster places each actor on a GPU of its node; this machine's are not theirs.
             gpus=tuple if isinstance(self.launcher, RemoteJobs) else self.sampler.gpu_rooms,
             peak_gpu_mem=lambda: self.sampler.peak_gpu_mem,
+            mps_pipe_dir=self.mps_pipe_dir,
         )
         self.supervisor.warnings.extend(self.notes)
         if self.spec.gpus is not None and not self.sampler.gpus:
@@ -612,6 +615,8 @@ def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
         "pin": config.pin,
         "run_dir": run_dir,
     }
+    if config.mps:  # a run under --mps resumes under it
+        args["mps"] = True
     if config.healthy_uptime_s is not None:
         args["healthy_uptime_s"] = config.healthy_uptime_s
     if config.stall_timeout_s is not None:

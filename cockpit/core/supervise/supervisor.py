@@ -35,6 +35,15 @@ ran on before, found by UUID, while it is there, has room for the job's known pe
 is not crowded; else the one with the fewest jobs, then the most free memory); the launcher makes
 that the only GPU its worker sees.
 
+Under MPS (`mps_pipe_dir`: `--mps`), each worker placed on a GPU is a client of the MPS daemon
+there, its memory capped from its known peak (`workerargs.mps_memory_limit_mib`). A fatal fault in
+one MPS client ends every client on that GPU, so crashes of several jobs of one GPU within
+`MPS_FAULT_WINDOW_S` of each other are one event, not one each: the first crash is counted
+against its job's policy as any crash is; the others on that GPU within the window are that same
+fault, restarted from their checkpoints with the first (at the same moment) without counting
+against their own policies or being taken for their input's error, and one warning names MPS and
+every job it ended.
+
 Commands and interrupts may come from any thread (a signal handler, the TUI); they are only
 recorded there and acted on at the next tick. A plain `--jobs 4` run is a queue of 4 jobs with 4
 slots; fleets add jobs to the same queue.
@@ -79,7 +88,13 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.runspec import RestartPolicy
 from cockpit.contract.scriptargs import ScriptArgs
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.contract.workerargs import DISK_FULL_ERROR, DISK_FULL_EXIT, DeviceRequest, WorkerArgs
+from cockpit.contract.workerargs import (
+    DISK_FULL_ERROR,
+    DISK_FULL_EXIT,
+    DeviceRequest,
+    WorkerArgs,
+    mps_memory_limit_mib,
+)
 from cockpit.core.feed.snapshot import RunState, job_view, stepping_sps
 from cockpit.core.launch.protocol import EventSource, Launcher, LaunchRequest
 from cockpit.core.machine.clock import Clock, SystemClock
@@ -98,6 +113,22 @@ STOP_GRACE_S = 12.0
 STALL_GRACE_S = 10.0
 NO_EVENTS_NOTE = "no training events: add CockpitCallback for phases and progress"
 DEFAULT_RESTART = RestartPolicy()  # frozen, so one instance can be every supervisor's default
+# Under MPS, crashes of jobs of one GPU this close together are one client fault that ended them
+# all: the driver ends every client within moments, and their workers exit as their next CUDA call
+# fails, which a job in its rollout makes only once the rollout ends (seconds).
+MPS_FAULT_WINDOW_S = 10.0
+
+
+@dataclass
+class MpsFault:
+    """One MPS client fault on a GPU: when its first crash was (supervisor clock), the jobs it
+    ended in order, when they all restart, and the index of its warning in `Supervisor.warnings`."""
+
+    gpu: int
+    at: float
+    jobs: list[str]
+    restart_at: float | None
+    warning: int
 
 
 @dataclass(frozen=True)
@@ -158,7 +189,8 @@ class Supervisor:
     restart as `restart` says (see the module docstring). `gpus` gives the GPUs jobs may be
     placed on as they are at the moment of a launch (none: no placement), and `peak_gpu_mem`
     each job's peak GPU memory measured so far (bytes by job id), which its previous GPU must
-    still have free for the job to go back to it."""
+    still have free for the job to go back to it. `mps_pipe_dir` is the MPS daemon's pipe
+    directory under `--mps` (None: no MPS)."""
 
     def __init__(
         self,
@@ -175,8 +207,11 @@ class Supervisor:
         preset_name: str = "",
         gpus: Callable[[], Sequence[GpuRoom]] = tuple,
         peak_gpu_mem: Callable[[], Mapping[str, int]] = dict,
+        mps_pipe_dir: Path | None = None,
     ) -> None:
         self.run_dir = run_dir
+        self.mps_pipe_dir = mps_pipe_dir  # under --mps: the daemon's pipes, which each worker on a GPU gets
+        self.mps_faults: list[MpsFault] = []
         self.gpus = gpus
         self.peak_gpu_mem = peak_gpu_mem
         self.template = template
@@ -392,6 +427,11 @@ class Supervisor:
                 counts[job.gpu.index] = counts.get(job.gpu.index, 0) + 1
         return counts
 
+    def _known_peak(self, job: Job) -> int | None:
+        """The job's GPU memory peak measured so far, this session's or a resumed run's record."""
+        known = [p for p in (self.peak_gpu_mem().get(job.id), job.recorded_peak_gpu_mem) if p]
+        return max(known, default=None)
+
     def _device(self, job: Job) -> DeviceRequest:
         """The device `job`'s slot trains on (`JobTemplate.devices`), else the worker's choice."""
         devices = self.template.devices
@@ -405,8 +445,7 @@ class Supervisor:
         if self._device(job) == "cpu":
             job.gpu = None
             return
-        known = [p for p in (self.peak_gpu_mem().get(job.id), job.recorded_peak_gpu_mem) if p]
-        room = place(self.gpus(), self._jobs_on_gpus(job), job.gpu, max(known, default=None))
+        room = place(self.gpus(), self._jobs_on_gpus(job), job.gpu, self._known_peak(job))
         job.gpu = GpuRef(room.index, room.uuid) if room is not None else None
 
     def _launch(self, job: Job) -> None:
@@ -434,7 +473,9 @@ class Supervisor:
         job.attempt_started_seen = False
         job.last_event_at, job.stalled_at, job.stall_reason = self.clock.monotonic(), None, None
         try:
-            job.handle = self.launcher.launch(LaunchRequest(job.id, args, cpus, job.gpu))
+            mps = str(self.mps_pipe_dir) if self.mps_pipe_dir is not None else None
+            cap = mps_memory_limit_mib(self._known_peak(job)) if mps is not None else None
+            job.handle = self.launcher.launch(LaunchRequest(job.id, args, cpus, job.gpu, mps, cap))
         except OSError as exc:
             job.error = f"could not start the worker: {exc}"
             job.change_state(JobState.STARTING, now)
@@ -547,6 +588,8 @@ class Supervisor:
             job.exit_reason, job.ended_at, job.slot = _exit_reason(code), now, None
             return
         policy = self.restart
+        if self._mps_collateral(job, code):
+            return
         healthy = job.attempt_started_at is not None and now - job.attempt_started_at >= policy.healthy_uptime_s
         if self._input_error(job, code, reason, healthy):
             job.error = (
@@ -568,6 +611,42 @@ class Supervisor:
         else:
             job.change_state(JobState.FAILED, now)
             job.exit_reason, job.ended_at, job.slot = f"failed after {job.restarts_in_a_row} restarts", now, None
+
+    def _mps_collateral(self, job: Job, code: int) -> bool:
+        """Under MPS, whether this crash is part of an MPS client fault already counted: another job
+        of the same GPU crashed less than `MPS_FAULT_WINDOW_S` ago. Such a job goes to back-off
+        with the fault's first job, to restart from its checkpoint when that one does, without
+        counting against its own policy; the fault's warning then names it too. A first crash
+        opens a possible fault and is counted as usual (returns False). A kill by the stall watch
+        is the cockpit's doing, not a client fault."""
+        if self.mps_pipe_dir is None or job.gpu is None or job.stall_reason is not None:
+            return False
+        now_mono, now = self.clock.monotonic(), self.clock.time()
+        index = job.gpu.index
+        fault = next((f for f in reversed(self.mps_faults) if f.gpu == index and now_mono - f.at <= MPS_FAULT_WINDOW_S),
+                     None)  # fmt: skip
+        if fault is None:
+            # Its restart time is set by the caller's count; the fault learns it on its second job.
+            self.mps_faults = [f for f in self.mps_faults if now_mono - f.at <= MPS_FAULT_WINDOW_S]
+            self.mps_faults.append(MpsFault(index, now_mono, [job.id], restart_at=None, warning=-1))
+            return False
+        first = self.jobs.get(fault.jobs[0])
+        if fault.restart_at is None:
+            fault.restart_at = first.restart_at if first is not None and first.state is JobState.BACKOFF else now_mono
+        fault.jobs.append(job.id)
+        job.restarts += 1  # it did restart: shown, but not part of any crash loop of its own
+        job.prestep_error = None
+        job.restart_at = fault.restart_at
+        job.change_state(JobState.BACKOFF, now)
+        job.exit_reason = f"MPS client fault on GPU {index}: {_exit_reason(code)}"
+        line = (f"MPS: a client fault on GPU {index} ended {len(fault.jobs)} jobs at once ({', '.join(fault.jobs)}); "
+                "each restarts from its checkpoint, counted as one crash")  # fmt: skip
+        if fault.warning < 0:
+            fault.warning = len(self.warnings)
+            self.warnings.append(line)
+        else:
+            self.warnings[fault.warning] = line
+        return True
 
     @staticmethod
     def _input_error(job: Job, code: int, reason: str, healthy: bool) -> bool:
@@ -739,4 +818,5 @@ class Supervisor:
             eta_s=run_eta(views, self.slots),
             name=name,
             trend=trend,
+            mps=self.mps_pipe_dir is not None,
         )

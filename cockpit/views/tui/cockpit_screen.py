@@ -43,8 +43,9 @@ def _duration(seconds: float) -> str:
 
 
 def header_line(frame: Frame, *, replay: bool) -> str:
-    """The run in one line: its name (when it has one), preset, env, status, counts, its
-    throughput (the jobs' live SPS together) and ETA while it runs, and the elapsed time. A fleet's
+    """The run in one line: its name (when it has one), preset, env, "MPS" when its jobs are MPS
+    clients (`--mps`), status, counts, its throughput (the jobs' live SPS together) and ETA while
+    it runs, and the elapsed time. A fleet's
     agents differ in preset and env, and its state holds only the latest ended agents: its header
     gives its size and counts only the live agents (the fleet line under it has the rest)."""
     state = frame.state
@@ -56,6 +57,8 @@ def header_line(frame: Frame, *, replay: bool) -> str:
         what = f"fleet of {state.fleet.agents} agents"
     if state.name is not None:  # first: the name is how the user knows this run from the others
         what = f"{state.name}: {what}"
+    if state.mps:  # MPS changes what a GPU's figures mean (kernels side by side) and its fault domain
+        what = f"{what}  MPS"
     counts = "  ".join(f"{state.count(s)} {s}" for s in shown if state.count(s))
     status = "replay" if replay else state.status.value
     if frame.link_error:

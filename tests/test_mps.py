@@ -1,0 +1,412 @@
+"""`--mps` without a GPU: the MPS control daemon's life cycle against a stand-in
+`nvidia-cuda-mps-control` on PATH (tests/mps_standin.py), the refusals, and the worker's environment."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cockpit.cli import main
+from cockpit.contract.fleetplan import PlanError, load_plan
+from cockpit.contract.rundir import RunDir
+from cockpit.contract.runrecord import read
+from cockpit.contract.workerargs import WorkerArgs, mps_memory_limit_mib
+from cockpit.core.launch.local import LocalLauncher
+from cockpit.core.launch.pooled import PooledLauncher
+from cockpit.core.launch.protocol import LaunchRequest
+from cockpit.core.machine import mps
+from cockpit.core.machine import nvml as nvml_module
+from cockpit.core.machine.mps import MpsError, close_daemon, open_daemon, quit_left_behind, refusal
+from cockpit.core.machine.nvml import GpuInfo, close_gpus, open_gpus
+from cockpit.core.machine.placement import GpuRef
+from tests import mps_standin
+from tests.fake_pynvml import FakeGpu, FakeNvml
+from tests.fakeclock import FakeClock
+
+GIB = 1024**3
+VOLTA_GPU = GpuInfo(0, "NVIDIA GeForce RTX 4090 (fake)", 24 * GIB, "555.42", "GPU-fake-0", compute_capability=(8, 9))
+PASCAL_GPU = GpuInfo(1, "NVIDIA GeForce GTX 1080 (fake)", 8 * GIB, "555.42", "GPU-fake-1", compute_capability=(6, 1))
+
+
+class StandIn:
+    """The stand-in on PATH: its call log, and the pipe directory the environment names (where a
+    daemon already running for this user would be; empty unless a test starts one there)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.log = root / "calls.jsonl"
+        self.system_pipe = root / "system-mps"
+
+    def calls(self) -> list[dict[str, object]]:
+        return mps_standin.calls(self.log)
+
+    def start_daemon_by_hand(self) -> int:
+        """A daemon the user started themselves (`nvidia-cuda-mps-control -d`) in the environment's pipe dir."""
+        subprocess.run(["nvidia-cuda-mps-control", "-d"], check=True, env=os.environ.copy())
+        pid = mps_standin.daemon_pid(self.system_pipe)
+        assert pid is not None
+        return pid
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[StandIn]:
+    # A short root: the run's own pipe directory goes under the run dir only while its path is short.
+    root = Path(tempfile.mkdtemp(prefix="mps", dir="/tmp"))
+    mps_standin.install(root / "bin", root / "calls.jsonl")
+    monkeypatch.setenv("PATH", f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("MPS_STANDIN_LOG", str(root / "calls.jsonl"))
+    here = StandIn(root)
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(here.system_pipe))  # never the real /tmp/nvidia-mps
+    yield here
+    for call in here.calls():  # a failed test must leave no sleeping stand-in daemon behind
+        mps_standin.end(mps_standin.daemon_pid(Path(str(call["pipe_dir"]))))
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _wait_gone(pid: int, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while mps_standin.alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return not mps_standin.alive(pid)
+
+
+# ----- the daemon's life cycle -----
+
+
+def test_a_run_starts_its_own_daemon_in_its_run_dir_records_it_and_stops_it_at_the_end(standin: StandIn) -> None:
+    run_dir = standin.root / "run"
+    daemon, notes = open_daemon(run_dir)
+    files = RunDir(run_dir)
+    assert daemon.owned and daemon.pipe_dir == files.mps_pipe.resolve() and daemon.log_dir == files.mps_log
+    start = standin.calls()[-1]
+    assert start["argv"] == ["-d"]
+    assert start["pipe_dir"] == str(daemon.pipe_dir) and start["log_dir"] == str(files.mps_log)
+    assert daemon.pid is not None and mps_standin.alive(daemon.pid)
+    record = json.loads(files.mps_record.read_text())
+    assert record == {"daemon_pid": daemon.pid, "pipe_dir": str(daemon.pipe_dir), "log_dir": str(files.mps_log),
+                      "cockpit_pid": os.getpid()}  # fmt: skip
+    started = f"MPS: started a control daemon (pid {daemon.pid}) at {daemon.pipe_dir}; it stops when the run ends"
+    assert notes == [started]
+
+    assert close_daemon(daemon, run_dir) is None
+    stop = standin.calls()[-1]
+    assert stop["argv"] == [] and stop["stdin"] == "quit\n" and stop["pipe_dir"] == str(daemon.pipe_dir)
+    assert _wait_gone(daemon.pid)
+    assert not files.mps_record.exists()
+
+
+def test_a_long_run_dir_gets_its_pipes_in_a_short_private_directory(standin: StandIn) -> None:
+    run_dir = standin.root / ("r" * 80)
+    daemon, _ = open_daemon(run_dir)
+    try:
+        assert len(str(daemon.pipe_dir)) <= mps.MAX_PIPE_DIR
+        assert daemon.pipe_dir.name.startswith(f"cockpit-mps-{os.getuid()}-")
+        assert daemon.log_dir == RunDir(run_dir).mps_log  # logs have no such limit: they stay with the run
+    finally:
+        close_daemon(daemon, run_dir)
+        shutil.rmtree(daemon.pipe_dir, ignore_errors=True)
+
+
+def test_a_daemon_already_serving_the_user_is_used_and_never_stopped(standin: StandIn) -> None:
+    pid = standin.start_daemon_by_hand()
+    run_dir = standin.root / "run"
+    daemon, notes = open_daemon(run_dir)
+    assert not daemon.owned and daemon.pipe_dir == standin.system_pipe and daemon.pid == pid
+    assert notes == [f"MPS: using the daemon already running at {standin.system_pipe}; it is left running"]
+    assert len(standin.calls()) == 1  # the user's own -d: cockpit started nothing
+    assert not RunDir(run_dir).mps_record.exists()
+
+    assert close_daemon(daemon, run_dir) is None
+    assert len(standin.calls()) == 1  # no quit sent
+    time.sleep(0.1)
+    assert mps_standin.alive(pid)
+
+
+def test_a_control_pipe_whose_daemon_died_is_no_daemon(standin: StandIn) -> None:
+    pid = standin.start_daemon_by_hand()
+    os.kill(pid, signal.SIGKILL)  # died without cleaning up: its pipe and pid file stay
+    assert _wait_gone(pid)
+    assert (standin.system_pipe / "control").exists()
+    daemon, _ = open_daemon(standin.root / "run")
+    try:
+        assert daemon.owned and daemon.pipe_dir != standin.system_pipe
+    finally:
+        close_daemon(daemon, standin.root / "run")
+
+
+_COCKPIT = """
+import sys, time
+from pathlib import Path
+from cockpit.core.machine.mps import open_daemon
+daemon, _ = open_daemon(Path(sys.argv[1]))
+print(daemon.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_daemon_left_by_a_cockpit_killed_with_sigkill_is_quit_by_the_next_start_in_its_run_dir(
+    standin: StandIn,
+) -> None:
+    run_dir = standin.root / "run"
+    cockpit = subprocess.Popen([sys.executable, "-c", _COCKPIT, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    assert cockpit.stdout is not None
+    left = int(cockpit.stdout.readline())
+    cockpit.send_signal(signal.SIGKILL)
+    cockpit.wait()
+    time.sleep(0.1)
+    assert mps_standin.alive(left)  # nothing stopped it: the cockpit had no chance
+    assert RunDir(run_dir).mps_record.exists()
+
+    daemon, notes = open_daemon(run_dir)  # `run --resume` of that run dir
+    try:
+        pipe_dir = RunDir(run_dir).mps_pipe.resolve()
+        assert notes[0] == f"MPS: quit the daemon (pid {left}) a killed cockpit left running at {pipe_dir}"
+        assert _wait_gone(left)
+        quits = [c for c in standin.calls() if c["stdin"] == "quit\n"]
+        assert len(quits) == 1
+        assert daemon.owned and daemon.pid != left and mps_standin.alive(daemon.pid or 0)
+    finally:
+        close_daemon(daemon, run_dir)
+
+
+def test_the_daemon_of_a_cockpit_still_running_the_run_is_left_alone(standin: StandIn) -> None:
+    run_dir = standin.root / "run"
+    owner = subprocess.Popen(["sleep", "600"])  # the live cockpit that wrote the record
+    try:
+        daemon, _ = open_daemon(run_dir)
+        record = json.loads(RunDir(run_dir).mps_record.read_text())
+        record["cockpit_pid"] = owner.pid
+        RunDir(run_dir).mps_record.write_text(json.dumps(record))
+        assert quit_left_behind(run_dir) is None
+        with pytest.raises(MpsError, match=r"^--mps: the run in .* is live"):
+            open_daemon(run_dir)
+        assert not [c for c in standin.calls() if c["stdin"] == "quit\n"]
+        assert mps_standin.alive(daemon.pid or 0)
+    finally:
+        owner.kill()
+        owner.wait()
+        close_daemon(daemon, run_dir)
+
+
+def test_a_daemon_that_fails_to_start_is_one_line_naming_mps(standin: StandIn, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MPS_STANDIN_FAIL", "1")
+    with pytest.raises(MpsError) as raised:
+        open_daemon(standin.root / "run")
+    message = str(raised.value)
+    assert message.startswith("--mps: nvidia-cuda-mps-control -d failed with code 1: An instance of this daemon")
+    assert "\n" not in message
+
+
+# ----- refusals -----
+
+
+def test_refusals_name_mps_and_what_would_do(standin: StandIn, tmp_path: Path) -> None:
+    assert refusal([VOLTA_GPU]) is None
+    assert refusal([VOLTA_GPU], which=lambda _name: None) == (
+        "--mps: nvidia-cuda-mps-control is not on PATH (it comes with the NVIDIA driver's compute utilities); "
+        "install them, or run without --mps"
+    )
+    assert refusal([], "no GPU telemetry: the NVIDIA driver is not loaded") == (
+        "--mps: shares a GPU between jobs, and this run has none (the NVIDIA driver is not loaded); run without --mps"
+    )
+    assert refusal([VOLTA_GPU, PASCAL_GPU]) == (
+        "--mps: GPU 1 (NVIDIA GeForce GTX 1080 (fake)) has compute capability 6.1; MPS needs 7.0 (Volta) or "
+        "newer: give --gpus 0 (Volta or newer), or run without --mps"
+    )
+    assert refusal([PASCAL_GPU]) is not None and "--gpus" not in (refusal([PASCAL_GPU]) or "")
+    standin.start_daemon_by_hand()
+    assert refusal([VOLTA_GPU]) is None  # our own daemon: used
+    other = os.getuid() + 1
+    assert refusal([VOLTA_GPU], uid=other) == (
+        f"--mps: the MPS daemon at {standin.system_pipe} belongs to uid {os.getuid()}, not to you (uid {other}), "
+        "and would not serve your jobs; set CUDA_MPS_PIPE_DIRECTORY to a directory of your own, or run without --mps"
+    )
+
+
+def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
+    code = main(argv)
+    return code, capsys.readouterr().err.strip().splitlines()
+
+
+def test_run_with_mps_where_it_cannot_be_used_is_one_line_exit_2_and_nothing_started(
+    standin: StandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = tmp_path / "run"
+    argv = ["run", "--headless", "--mps", "--run-dir", str(run_dir), "--preset", "cartpole"]
+    monkeypatch.setattr(nvml_module, "_import_pynvml", lambda: None)
+    code, lines = _run(argv, capsys)  # no GPU
+    assert code == 2 and len(lines) == 1
+    assert lines[0].startswith("cockpit run: error: --mps: shares a GPU between jobs, and this run has none")
+
+    clock = FakeClock()
+    pascal = FakeNvml(FakeGpu(util_at=lambda t: 0.0, clock=clock.time, compute_capability=(6, 0)))
+    monkeypatch.setattr(nvml_module, "_import_pynvml", lambda: pascal)
+    code, lines = _run(argv, capsys)
+    assert code == 2 and len(lines) == 1
+    assert "--mps: GPU 0 (NVIDIA GeForce RTX 4090 (fake)) has compute capability 6.0" in lines[0]
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    code, lines = _run([*argv, "--no-tensorboard"], capsys)
+    assert code == 2 and len(lines) == 1 and "nvidia-cuda-mps-control is not on PATH" in lines[0]
+    assert not run_dir.exists()
+    assert standin.calls() == []
+
+
+def test_the_gpu_kit_reads_each_gpus_compute_capability() -> None:
+    clock = FakeClock()
+    readers, _ = open_gpus(FakeNvml([FakeGpu(util_at=lambda t: 0.0, clock=clock.time, compute_capability=(7, 0))]))
+    try:
+        assert readers[0].info.compute_capability == (7, 0)
+    finally:
+        close_gpus(readers)
+    readers, _ = open_gpus(FakeNvml(FakeGpu(util_at=lambda t: 0.0, clock=clock.time),
+                                    missing=("nvmlDeviceGetCudaComputeCapability",)))  # fmt: skip
+    try:
+        assert readers[0].info.compute_capability is None  # old bindings: unknown, not a failure
+    finally:
+        close_gpus(readers)
+
+
+# ----- the worker's environment -----
+
+
+def test_the_memory_cap_is_the_known_peak_with_headroom_and_none_when_unknown() -> None:
+    assert mps_memory_limit_mib(None) is None
+    assert mps_memory_limit_mib(0) is None
+    assert mps_memory_limit_mib(1 * GIB) == 1024 * 5 // 4 + 256  # 1.25 x 1024 MiB + 256 MiB
+    assert mps_memory_limit_mib(1000 * 1024 * 1024 + 1) == 1250 + 1 + 256  # rounded up
+
+
+_ENV_DUMP = """#!/bin/sh
+env > "$(dirname "$0")/env.txt"
+"""
+
+
+def test_a_worker_on_a_gpu_under_mps_gets_the_daemons_pipes_and_its_memory_cap(tmp_path: Path) -> None:
+    python = tmp_path / "python"  # stands in for the interpreter: records the environment it was given
+    python.write_text(_ENV_DUMP)
+    python.chmod(0o755)
+    launcher = LocalLauncher(python=str(python), nice=0)
+
+    def env_of(request: LaunchRequest) -> dict[str, str]:
+        handle = launcher.launch(request)
+        while launcher.poll(handle) is None:
+            time.sleep(0.01)
+        lines = (tmp_path / "env.txt").read_text().splitlines()
+        return dict(line.split("=", 1) for line in lines if "=" in line)
+
+    args = WorkerArgs(tmp_path / "job")
+    gpu = GpuRef(0, "GPU-fake-0")
+    env = env_of(LaunchRequest("000", args, gpu=gpu, mps_pipe_dir="/run/mps", mps_mem_limit_mib=1536))
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/mps"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=1536M"  # device 0: its one GPU, as it sees it
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-fake-0"
+
+    env = env_of(LaunchRequest("000", args, gpu=gpu, mps_pipe_dir="/run/mps"))
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/mps" and "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env
+
+    env = env_of(LaunchRequest("000", args, gpu=None, mps_pipe_dir="/run/mps", mps_mem_limit_mib=1536))
+    assert "CUDA_MPS_PIPE_DIRECTORY" not in env and "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env
+
+
+# ----- fleets -----
+
+_PLAN = """
+name = "screen"
+jobs = 2
+{mps}
+[agents]
+env = ["CartPole-v1"]
+preset = ["cartpole"]
+seeds = 2
+
+[[tiers]]
+timesteps = 4_000
+"""
+
+
+def test_a_fleet_plans_mps_key_is_a_bool_and_refused_where_mps_cannot_run(
+    standin: StandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(_PLAN.format(mps=""))
+    assert load_plan(plan).mps is False
+    plan.write_text(_PLAN.format(mps='mps = "yes"'))
+    with pytest.raises(PlanError, match=r"'mps' must be true or false, got 'yes'"):
+        load_plan(plan)
+    plan.write_text(_PLAN.format(mps="mps = true"))
+    assert load_plan(plan).mps is True
+
+    monkeypatch.setattr(nvml_module, "_import_pynvml", lambda: None)  # no GPU here
+    run_dir = tmp_path / "fleet"
+    code, lines = _run(["fleet", str(plan), "--headless", "--run-dir", str(run_dir)], capsys)
+    assert code == 2 and len(lines) == 1
+    assert lines[0].startswith("cockpit fleet: error: --mps: shares a GPU between jobs, and this run has none")
+    assert lines[0].endswith(f"(the plan {plan} says mps = true)")
+    assert not run_dir.exists() and standin.calls() == []
+
+
+# ----- a whole run -----
+
+_SEES = (
+    "import os, sys; "
+    "open(os.path.join(sys.argv[1], 'mps.txt'), 'w').write(os.environ.get('CUDA_MPS_PIPE_DIRECTORY', ''))"
+)
+
+
+def test_a_run_with_mps_starts_its_daemon_gives_it_to_each_job_records_it_and_stops_it(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpu = FakeNvml(FakeGpu(util_at=lambda t: 0.0, clock=time.time))
+    monkeypatch.setattr(nvml_module, "_import_pynvml", lambda: gpu)
+    run_dir = standin.root / "run"
+    code = main(["run", "--headless", "--mps", "--jobs", "2", "--run-dir", str(run_dir), "--no-tensorboard",
+                 "--", sys.executable, "-c", _SEES, "{job_dir}"])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    start, stop = standin.calls()
+    pipe_dir = str(RunDir(run_dir).mps_pipe.resolve())
+    assert start["argv"] == ["-d"] and start["pipe_dir"] == pipe_dir
+    assert [(RunDir(run_dir).job(j).path / "mps.txt").read_text() for j in ("000", "001")] == [pipe_dir, pipe_dir]
+    assert stop["stdin"] == "quit\n" and stop["pipe_dir"] == pipe_dir  # after the jobs: the run ended
+    assert not RunDir(run_dir).mps_record.exists()
+    assert read(run_dir).config.mps is True
+
+
+_SERVED_ENV_DUMP = """#!/bin/sh
+env > "$(dirname "$0")/env.txt"
+exec cat > /dev/null
+"""
+
+
+def test_a_served_fleet_worker_under_mps_gets_the_pipe_dir_and_no_cap(tmp_path: Path) -> None:
+    python = tmp_path / "python"  # a served worker that records its environment and waits for EOF
+    python.write_text(_SERVED_ENV_DUMP)
+    python.chmod(0o755)
+    launcher = PooledLauncher(python=str(python), nice=0)
+    request = LaunchRequest("a0000", WorkerArgs(tmp_path / "job"), gpu=GpuRef(0, "GPU-fake-0"),
+                            mps_pipe_dir="/run/mps", mps_mem_limit_mib=1536)  # fmt: skip
+    handle = launcher.launch(request)
+    try:
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "env.txt").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.1)  # env writes the file whole before the shell moves on
+        lines = (tmp_path / "env.txt").read_text().splitlines()
+        env = dict(line.split("=", 1) for line in lines if "=" in line)
+        assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/mps" and env["CUDA_VISIBLE_DEVICES"] == "GPU-fake-0"
+        assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env  # one process, many agents: no one agent's cap
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(handle.pid, signal.SIGKILL)
+        launcher.close()

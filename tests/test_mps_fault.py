@@ -1,0 +1,130 @@
+"""Under `--mps`, one client's fatal fault ends every job on its GPU: a scripted all-clients fault
+is one event (one line naming MPS, the jobs restarted from their checkpoints, counted once), and
+`--mps` shows in the header, run.toml, `report --json` and a resumed run's spec."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from cockpit.commands.report import state_json
+from cockpit.contract.runspec import RestartPolicy, build_spec
+from cockpit.contract.states import JobState
+from cockpit.core.feed.source import Frame
+from cockpit.core.machine.host import thread_budget
+from cockpit.core.machine.placement import GpuRoom
+from cockpit.core.session.background import headless_argv
+from cockpit.core.session.loop import resume_spec_args
+from cockpit.core.supervise.supervisor import MPS_FAULT_WINDOW_S, JobTemplate, Supervisor
+from cockpit.views.tui.cockpit_screen import header_line
+from tests.fakeclock import FakeClock
+from tests.test_supervisor import FakeLauncher, crash, run_log
+
+GIB = 1024**3
+ONE_GPU = (GpuRoom(0, "GPU-fake-0", 24 * GIB, 20 * GIB),)
+
+
+def make(tmp_path: Path, *, mps: bool, agents: int = 3, peaks: dict[str, int] | None = None):
+    clock, launcher = FakeClock(), FakeLauncher()
+    sup = Supervisor(
+        run_dir=tmp_path, template=JobTemplate("cartpole", "CartPole-v1", 1000), seeds=range(agents), slots=agents,
+        launcher=launcher, budget=thread_budget(agents, 2), restart=RestartPolicy(max_restarts=3), clock=clock,
+        gpus=lambda: ONE_GPU, peak_gpu_mem=lambda: peaks or {},
+        mps_pipe_dir=tmp_path / "mps" / "pipe" if mps else None,
+    )  # fmt: skip
+    sup.tick()
+    return sup, launcher, clock
+
+
+def test_a_fault_that_ends_every_client_on_the_gpu_is_one_event_counted_once(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, mps=True)
+    assert [p.request.gpu.index for p in launcher.processes if p.request.gpu] == [0, 0, 0]
+    for job_id in ("000", "001", "002"):
+        crash(sup, launcher, job_id, "CUDA error: an illegal memory access was encountered")
+    sup.tick()
+    jobs = [sup.jobs[j] for j in ("000", "001", "002")]
+    assert [j.state for j in jobs] == [JobState.BACKOFF] * 3
+    assert [j.restarts_in_a_row for j in jobs] == [1, 0, 0]  # one crash against the policy, not three
+    assert len({j.restart_at for j in jobs}) == 1  # they come back together
+    mps_lines = [w for w in sup.warnings if "MPS" in w]
+    assert mps_lines == ["MPS: a client fault on GPU 0 ended 3 jobs at once (000, 001, 002); each restarts from "
+                         "its checkpoint, counted as one crash"]  # fmt: skip
+    assert jobs[1].exit_reason == "MPS client fault on GPU 0: exited with code 1"
+
+    clock.sleep(1.0)
+    sup.tick()
+    relaunched = launcher.processes[3:]
+    assert sorted(p.request.job_id for p in relaunched) == ["000", "001", "002"]
+    # From their checkpoints: the same job dirs, where each worker resumes from its newest one.
+    assert {p.request.args.job_dir for p in relaunched} == {j.job_dir for j in jobs}
+    assert all(p.request.mps_pipe_dir == str(tmp_path / "mps" / "pipe") for p in relaunched)
+
+
+def test_without_mps_the_same_crashes_are_three_crashes(tmp_path: Path) -> None:
+    sup, launcher, _ = make(tmp_path, mps=False)
+    for job_id in ("000", "001", "002"):
+        crash(sup, launcher, job_id)
+    sup.tick()
+    assert [sup.jobs[j].restarts_in_a_row for j in ("000", "001", "002")] == [1, 1, 1]
+    assert not [w for w in sup.warnings if "MPS" in w]
+
+
+def test_crashes_further_apart_than_the_window_are_separate_faults(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, mps=True, agents=2)
+    crash(sup, launcher, "000")
+    sup.tick()
+    clock.sleep(MPS_FAULT_WINDOW_S + 1)
+    crash(sup, launcher, "001")
+    sup.tick()
+    assert [sup.jobs[j].restarts_in_a_row for j in ("000", "001")] == [1, 1]
+    assert not [w for w in sup.warnings if "MPS" in w]
+
+
+def test_repeated_faults_count_against_the_first_jobs_policy_only(tmp_path: Path) -> None:
+    sup, launcher, clock = make(tmp_path, mps=True, agents=2)
+    for _ in range(2):
+        crash(sup, launcher, "000")
+        crash(sup, launcher, "001")
+        sup.tick()
+        clock.sleep(30.0)  # past every back-off: both restart
+        sup.tick()
+    assert sup.jobs["000"].restarts_in_a_row == 2 and sup.jobs["001"].restarts_in_a_row == 0
+    assert sup.jobs["001"].restarts == 2  # shown as restarted all the same
+    assert len([w for w in sup.warnings if w.startswith("MPS: a client fault")]) == 2
+
+
+def test_the_worker_gets_the_pipe_dir_and_a_cap_from_its_known_peak(tmp_path: Path) -> None:
+    _, launcher, _ = make(tmp_path, mps=True, agents=2, peaks={"000": 2 * GIB})
+    requests = {p.request.job_id: p.request for p in launcher.processes}
+    assert requests["000"].mps_pipe_dir == str(tmp_path / "mps" / "pipe")
+    assert requests["000"].mps_mem_limit_mib == 2048 * 5 // 4 + 256
+    assert requests["001"].mps_mem_limit_mib is None  # its peak is not known yet: no cap
+    _, launcher, _ = make(tmp_path / "plain", mps=False, agents=1, peaks={"000": 2 * GIB})
+    assert launcher.processes[0].request.mps_pipe_dir is None
+    assert launcher.processes[0].request.mps_mem_limit_mib is None
+
+
+def test_mps_shows_in_the_header_run_toml_report_json_and_a_resumed_runs_spec(tmp_path: Path) -> None:
+    sup, _, _ = make(tmp_path, mps=True, agents=1)
+    state = sup.snapshot()
+    assert state.mps
+    assert " on CartPole-v1  MPS  running" in header_line(Frame(state=state), replay=False)
+    assert state_json(state, live=True, command="")["mps"] is True
+    spec = build_spec(jobs=1, agents=None, preset="cartpole", env=None, timesteps=1000, seed=0, run_dir=tmp_path,
+                      max_restarts=3, pin=False, command_line=("run", "--mps"), mps=True, resuming=True)  # fmt: skip
+    recorded = run_log(sup, spec)
+    assert recorded.config.mps is True
+    assert resume_spec_args(tmp_path, recorded)["mps"] is True
+
+    plain, _, _ = make(tmp_path / "plain", mps=False, agents=1)
+    state = plain.snapshot()
+    assert "MPS" not in header_line(Frame(state=state), replay=False)
+    assert state_json(state, live=True, command="")["mps"] is False
+
+
+def test_a_run_started_in_the_background_passes_mps_on_new_and_resumed(tmp_path: Path) -> None:
+    spec = build_spec(jobs=1, agents=None, preset="cartpole", env=None, timesteps=1000, seed=0, run_dir=tmp_path,
+                      max_restarts=3, pin=False, command_line=("run", "--mps"), mps=True)  # fmt: skip
+    assert "--mps" in headless_argv(spec)
+    assert "--mps" in headless_argv(spec, resume=True)
+    assert "--mps" not in headless_argv(dataclasses.replace(spec, mps=False))
