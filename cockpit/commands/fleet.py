@@ -141,11 +141,10 @@ def _recorded_name(run_dir: Path) -> str | None:
 def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: FrontEnds) -> int:
     from cockpit.core.fleet.run import FleetRun
     from cockpit.core.launch.pooled import PooledLauncher
-    from cockpit.core.machine.mps import MpsError
     from cockpit.core.machine.nvml import close_gpus, open_gpus
     from cockpit.core.machine.visibility import visible_gpus
     from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus
-    from cockpit.core.session.mps import close_mps, mps_refusal, open_mps
+    from cockpit.core.session.mps import mps_refusal, with_mps
     from cockpit.core.supervise.supervisor import Supervisor
     from cockpit.core.telemetry.sampler import Sampler
 
@@ -179,23 +178,13 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     # Served workers run agent after agent: a fleet's many short tiers pay the worker's start-up
     # (torch, SB3, envpool imports) once per process instead of once per agent and tier. On Ray
     # (--ray) each agent's attempt is an actor of its own.
-    try:
-        daemon, mps_notes = open_mps(spec)
-    except MpsError as exc:
-        close_gpus(gpus)
-        print(f"cockpit fleet: error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return run_on_launcher(
-            spec, PooledLauncher,
-            lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
-                                        resume=args.resume is not None, fleet_factory=fleet,
-                                        notes=(*visibility.warnings, *mps_notes),
-                                        mps_pipe_dir=daemon.pipe_dir if daemon is not None else None),
-            front.headless(), "cockpit fleet",
-        )  # fmt: skip
-    finally:
-        close_mps(daemon, spec, "cockpit fleet")
+    return with_mps(spec, gpus, "cockpit fleet", lambda notes, pipe_dir: run_on_launcher(
+        spec, PooledLauncher,
+        lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
+                                    resume=args.resume is not None, fleet_factory=fleet,
+                                    notes=(*visibility.warnings, *notes), mps_pipe_dir=pipe_dir),
+        front.headless(), "cockpit fleet",
+    ))  # fmt: skip
 
 
 def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds) -> int:

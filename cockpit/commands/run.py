@@ -22,10 +22,9 @@ from typing import TYPE_CHECKING
 from cockpit.commands.console import interactive
 from cockpit.commands.frontends import FrontEnds
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, on_cluster
-from cockpit.core.machine.mps import MpsError
 from cockpit.core.machine.nvml import GpuReader
 from cockpit.core.machine.visibility import device_indices
-from cockpit.core.session.mps import close_mps, mps_refusal, open_mps
+from cockpit.core.session.mps import mps_refusal, with_mps
 
 if TYPE_CHECKING:
     from cockpit.contract.costs import Costs
@@ -157,23 +156,14 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     # The first GPU a job can run on: a MIG slice rather than the GPU it is cut from.
     gpu = next((r for r in gpus if r.info in placeable([g.info for g in gpus])), None)
     auto = _auto_tuner(spec, gpu, args.auto_window) if args.auto else None
-    try:
-        daemon, mps_notes = open_mps(spec)
-    except MpsError as exc:
-        close_gpus(gpus)
-        print(f"cockpit run: error: {exc}", file=sys.stderr)
-        return 2
-    try:
-        return run_on_launcher(
-            spec, LocalLauncher,
-            lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
-                                        resume=args.resume is not None, auto=auto, costs=_cached_costs(spec, gpu),
-                                        notes=(*visibility.warnings, *mps_notes),
-                                        mps_pipe_dir=daemon.pipe_dir if daemon is not None else None),
-            front.headless(), "cockpit run",
-        )  # fmt: skip
-    finally:
-        close_mps(daemon, spec, "cockpit run")
+    costs = _cached_costs(spec, gpu)
+    return with_mps(spec, gpus, "cockpit run", lambda notes, pipe_dir: run_on_launcher(
+        spec, LocalLauncher,
+        lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
+                                    resume=args.resume is not None, auto=auto, costs=costs,
+                                    notes=(*visibility.warnings, *notes), mps_pipe_dir=pipe_dir),
+        front.headless(), "cockpit run",
+    ))  # fmt: skip
 
 
 def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:

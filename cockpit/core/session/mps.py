@@ -6,11 +6,12 @@ if this run started it) once the session has ended. The daemon's rules are
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from cockpit.contract.runspec import RunSpec
-from cockpit.core.machine.mps import Daemon, close_daemon, open_daemon, quit_left_behind, refusal
-from cockpit.core.machine.nvml import GpuReader
+from cockpit.core.machine.mps import Daemon, MpsError, close_daemon, open_daemon, quit_left_behind, refusal
+from cockpit.core.machine.nvml import GpuReader, close_gpus
 
 
 def mps_refusal(spec: RunSpec, gpus: Sequence[GpuReader], gpu_status: str) -> str | None:
@@ -40,3 +41,21 @@ def close_mps(daemon: Daemon | None, spec: RunSpec, who: str) -> None:
     problem = close_daemon(daemon, spec.run_dir)
     if problem:
         print(f"{who}: {problem}", file=sys.stderr)
+
+
+def with_mps(spec: RunSpec, gpus: Sequence[GpuReader], who: str,
+             session: Callable[[list[str], Path | None], int]) -> int:  # fmt: skip
+    """Run `session(notes, pipe_dir)` inside `spec`'s MPS daemon (`open_mps`, then `close_mps`
+    whatever the session's end): `notes` are the lines the run shows about the daemon, `pipe_dir`
+    its pipe directory for the workers (None without `--mps`). A daemon that cannot be started
+    is one line on stderr, prefixed with `who`, the run's `gpus` closed and exit code 2."""
+    try:
+        daemon, notes = open_mps(spec)
+    except MpsError as exc:
+        close_gpus(gpus)
+        print(f"{who}: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return session(notes, daemon.pipe_dir if daemon is not None else None)
+    finally:
+        close_mps(daemon, spec, who)
