@@ -114,11 +114,14 @@ def test_kill_9_of_the_cockpit_leaves_no_script_alive_5_s_later(tmp_path: Path) 
 
 SILENT = """
 import time
+began, cpu = time.monotonic(), time.process_time()
 block = bytearray(96 * 1024 * 1024)  # held while it works: RSS the cockpit should see
 end = time.monotonic() + 4
 while time.monotonic() < end:
     sum(range(10_000))
-print("worked", len(block))
+# Its own share of a core while it worked: what the cockpit should have seen, however loaded the machine.
+share = 100 * (time.process_time() - cpu) / (time.monotonic() - began)
+print("worked", len(block), f"{share:.1f}")
 """
 
 
@@ -133,9 +136,12 @@ def test_a_script_without_the_callback_is_supervised_and_its_cpu_and_rss_reporte
     assert NO_EVENTS_NOTE in out
     (job,) = read(tmp_path / "run").jobs
     assert job.status == "done" and job.steps == 0 and not job.phases
-    assert job.cpu_percent_mean is not None and job.cpu_percent_mean > 30
+    worked, _, share = (tmp_path / "run" / "jobs" / "000" / "stdout.log").read_text().split()
+    assert worked == "worked" and float(share) > 10  # it did burn CPU, as much as the machine let it
+    # The cockpit's 1 Hz samples of its process tree saw that share; on a quiet machine ~90 %, on a
+    # loaded one less for both (a fixed bound failed at 29 % under the suite's own load).
+    assert job.cpu_percent_mean is not None and job.cpu_percent_mean > 0.5 * float(share)
     assert job.peak_rss_mib is not None and job.peak_rss_mib > 96
-    assert (tmp_path / "run" / "jobs" / "000" / "stdout.log").read_text().startswith("worked")
 
 
 COUNTING = """
