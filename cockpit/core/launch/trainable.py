@@ -38,7 +38,8 @@ def asked_about(preset: Preset) -> bool:
 def unfit_envs(presets: Sequence[Preset], *, timeout_s: float = CHECK_TIMEOUT_S) -> list[Unfit | None]:
     """Per preset, None where PPO can train its env (or it is envpool's), else SB3's `Unfit`.
     ConfigError (one line) when the check itself could not run or said nothing usable."""
-    asked = [p for p in presets if asked_about(p)]
+    flags = [asked_about(p) for p in presets]  # a `module:EnvId` is imported to answer: once each
+    asked = [p for p, flag in zip(presets, flags, strict=True) if flag]
     if not asked:
         return [None] * len(presets)
     argv = [sys.executable, "-m", TRAINABLE_MODULE]
@@ -56,7 +57,7 @@ def unfit_envs(presets: Sequence[Preset], *, timeout_s: float = CHECK_TIMEOUT_S)
         verdicts = iter(load_verdicts(last, len(asked)))
     except ValueError as exc:
         raise ConfigError(f"checking {envs} with stable-baselines3 printed no verdict ({exc})") from None
-    return [next(verdicts) if asked_about(p) else None for p in presets]
+    return [next(verdicts) if flag else None for flag in flags]
 
 
 def check_trainable(preset: Preset, source: str) -> None:
