@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from stable_baselines3 import PPO
 
 from cockpit_training.envpool_vec import EnvpoolVecEnv
+from tests import mps_standin
 from tests.cockpitproc import STARTED, Cockpit, start_cockpit
 
 
@@ -72,3 +76,18 @@ def torch_threads_kept(monkeypatch: pytest.MonkeyPatch) -> None:
     import cockpit_training.device
 
     monkeypatch.setattr(cockpit_training.device, "apply_torch_threads", lambda _threads: None)
+
+
+@pytest.fixture
+def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[mps_standin.StandIn]:
+    # A short root: the run's own pipe directory goes under the run dir only while its path is short.
+    root = Path(tempfile.mkdtemp(prefix="mps", dir="/tmp"))
+    mps_standin.install(root / "bin", root / "calls.jsonl")
+    monkeypatch.setenv("PATH", f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("MPS_STANDIN_LOG", str(root / "calls.jsonl"))
+    here = mps_standin.StandIn(root)
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(here.system_pipe))  # never the real /tmp/nvidia-mps
+    yield here
+    for call in here.calls():  # a failed test must leave no sleeping stand-in daemon behind
+        mps_standin.end(mps_standin.daemon_pid(Path(str(call["pipe_dir"]))))
+    shutil.rmtree(root, ignore_errors=True)

@@ -23,6 +23,7 @@ import json
 import os
 import signal
 import stat
+import subprocess
 import sys
 from pathlib import Path
 
@@ -107,3 +108,23 @@ def end(pid: int | None) -> None:
     """Kill a stand-in daemon a test left (a failed test must not leave sleepers behind)."""
     if pid is not None and alive(pid):
         os.kill(pid, signal.SIGKILL)
+
+
+class StandIn:
+    """The stand-in on PATH: its call log, and the pipe directory the environment names (where a
+    daemon already running for this user would be; empty unless a test starts one there)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.log = root / "calls.jsonl"
+        self.system_pipe = root / "system-mps"
+
+    def calls(self) -> list[dict[str, object]]:
+        return calls(self.log)
+
+    def start_daemon_by_hand(self) -> int:
+        """A daemon the user started themselves (`nvidia-cuda-mps-control -d`) in the environment's pipe dir."""
+        subprocess.run(["nvidia-cuda-mps-control", "-d"], check=True, env=os.environ.copy())
+        pid = daemon_pid(self.system_pipe)
+        assert pid is not None
+        return pid

@@ -10,9 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,45 +31,11 @@ from cockpit.core.machine.placement import GpuRef
 from tests import mps_standin
 from tests.fake_pynvml import FakeGpu, FakeNvml
 from tests.fakeclock import FakeClock
+from tests.mps_standin import StandIn
 
 GIB = 1024**3
 VOLTA_GPU = GpuInfo(0, "NVIDIA GeForce RTX 4090 (fake)", 24 * GIB, "555.42", "GPU-fake-0", compute_capability=(8, 9))
 PASCAL_GPU = GpuInfo(1, "NVIDIA GeForce GTX 1080 (fake)", 8 * GIB, "555.42", "GPU-fake-1", compute_capability=(6, 1))
-
-
-class StandIn:
-    """The stand-in on PATH: its call log, and the pipe directory the environment names (where a
-    daemon already running for this user would be; empty unless a test starts one there)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.log = root / "calls.jsonl"
-        self.system_pipe = root / "system-mps"
-
-    def calls(self) -> list[dict[str, object]]:
-        return mps_standin.calls(self.log)
-
-    def start_daemon_by_hand(self) -> int:
-        """A daemon the user started themselves (`nvidia-cuda-mps-control -d`) in the environment's pipe dir."""
-        subprocess.run(["nvidia-cuda-mps-control", "-d"], check=True, env=os.environ.copy())
-        pid = mps_standin.daemon_pid(self.system_pipe)
-        assert pid is not None
-        return pid
-
-
-@pytest.fixture
-def standin(monkeypatch: pytest.MonkeyPatch) -> Iterator[StandIn]:
-    # A short root: the run's own pipe directory goes under the run dir only while its path is short.
-    root = Path(tempfile.mkdtemp(prefix="mps", dir="/tmp"))
-    mps_standin.install(root / "bin", root / "calls.jsonl")
-    monkeypatch.setenv("PATH", f"{root / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    monkeypatch.setenv("MPS_STANDIN_LOG", str(root / "calls.jsonl"))
-    here = StandIn(root)
-    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(here.system_pipe))  # never the real /tmp/nvidia-mps
-    yield here
-    for call in here.calls():  # a failed test must leave no sleeping stand-in daemon behind
-        mps_standin.end(mps_standin.daemon_pid(Path(str(call["pipe_dir"]))))
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def _wait_gone(pid: int, timeout: float = 5.0) -> bool:

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from cockpit.commands.console import output_console, say
 from cockpit.contract.advice import Advice, AdviceSetting
-from cockpit.contract.costs import Costs
+from cockpit.contract.costs import MIN_MPS_GAIN, Costs, MpsGain
 from cockpit.contract.envids import SUBPROC_MIN_STEP_US, backend_for, pick_vec_env
 from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import RunDir
@@ -34,7 +34,7 @@ from cockpit.core.sizing.advisor import (
 )
 from cockpit.core.sizing.devices import Mix, mix_sps, mixes
 from cockpit.core.sizing.overlap import speed_of
-from cockpit.core.sizing.starting_point import costs_for, cpu_costs_for, resolve_preset, this_machine
+from cockpit.core.sizing.starting_point import costs_for, cpu_costs_for, mps_outlook, resolve_preset, this_machine
 
 MIB = 1024 * 1024
 
@@ -88,6 +88,15 @@ def mixes_line(machine: Machine, preset: Preset, cuda_costs: Costs, cpu_costs: C
             sps = mix_sps(preset, cuda_costs, cpu_costs, mix.cuda, mix.cpu, machine.physical_cores)
             shown.append(Mix(mix.cuda, mix.cpu, sps).describe())
     return "; ".join(dict.fromkeys(shown)) + " (predicted, fastest first)"
+
+
+def mps_line(gain: MpsGain | None, refused: str | None) -> str:
+    """What is known of MPS here: the measured gain, or that nobody measured it, and whether
+    `--mps` can be used on this machine at all (`refused`: why not)."""
+    known = gain.describe() if gain is not None else "not measured for this preset on this GPU"
+    if gain is not None and not gain.helps:
+        known += f": under x{MIN_MPS_GAIN:.2f}, not advised"
+    return known + (f"; {refused.removeprefix('--mps: ')}" if refused else "")
 
 
 def vec_env_line(machine: Machine, preset: Preset, jobs: int, costs: Costs | None) -> str | None:
@@ -165,12 +174,16 @@ def recommend(console: Console, *, preset: str | None, env: str | None, jobs: in
     jobs = jobs or 2
     costs = costs_for(say(console), machine, resolved) if probe else None
     cpu_costs = cpu_costs_for(say(console), machine, resolved) if probe and costs is not None else None
-    items = advise(machine, resolved, jobs, measured, costs, cpu_costs=cpu_costs)
+    mps_gain, mps_refused = mps_outlook(machine, resolved)
+    items = advise(machine, resolved, jobs, measured, costs, cpu_costs=cpu_costs, mps_gain=mps_gain,
+                   mps_usable=mps_refused is None)  # fmt: skip
     suggested = next((int(a.suggested) for a in items if a.setting == AdviceSetting.JOBS), None)
     table = _numbers(machine, resolved, jobs, measured, costs, suggested)
     if costs is not None and cpu_costs is not None:
         table.add_row("measured on the CPU", cpu_costs.describe())
         table.add_row("device mixes", mixes_line(machine, resolved, costs, cpu_costs, jobs))
+    if machine.gpu_name is not None:
+        table.add_row("MPS", mps_line(mps_gain, mps_refused))
     console.print(table)
     if items:
         console.print(advice_table(items))

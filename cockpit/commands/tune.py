@@ -8,27 +8,42 @@ It prints every trial and writes the winner as a preset file.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
 from cockpit.commands.console import output_console, say
-from cockpit.contract.costs import Costs
+from cockpit.contract.advice import AdviceSetting
+from cockpit.contract.arguments import device_mix
+from cockpit.contract.costs import MIN_MPS_GAIN, Costs, MpsGain
 from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.runspec import ConfigError
+from cockpit.core.machine.mps import MpsError, daemon_in, serving
 from cockpit.core.machine.visibility import open_first_gpu
-from cockpit.core.sizing.advisor import Machine
-from cockpit.core.sizing.hill_climb import Config, HillClimb, Space
-from cockpit.core.sizing.starting_point import costs_for, resolve_preset, static_pick, this_machine
+from cockpit.core.sizing.advisor import Machine, advise
+from cockpit.core.sizing.hill_climb import MIN_GAIN, Config, HillClimb, Space
+from cockpit.core.sizing.mps_gains import record_mps_gain
+from cockpit.core.sizing.starting_point import (
+    costs_for,
+    cpu_costs_for,
+    mps_outlook,
+    resolve_preset,
+    static_pick,
+    this_machine,
+)
 from cockpit.core.sizing.trials import Trial, preset_toml, run_trial
 
 STARTUP_S = 5.0  # a trial's worker start-up, before measuring (the first trial learns the real figure)
@@ -57,11 +72,47 @@ def measure_seconds(budget_s: float) -> float:
 
 @dataclass(frozen=True)
 class TuneResult:
-    """Every trial in order, and the winner."""
+    """Every trial in order, and the winner: its jobs x n_envs, and the settings measured on it
+    after the climb. `cpu_jobs` of its jobs train on the CPU (`--devices`) where a mix measured
+    faster; `mps` is what MPS measured on it (None: not measured), and `mps_on` whether it won."""
 
     trials: tuple[Trial, ...]
     best: Config
     seconds: float
+    cpu_jobs: int = 0
+    mps: MpsGain | None = None
+    mps_why_not: str = ""  # why MPS was not measured, where it was not
+
+    @property
+    def mps_on(self) -> bool:
+        """Whether the winner runs under MPS: it measured a gain of at least `MIN_MPS_GAIN`."""
+        return self.mps is not None and self.mps.helps
+
+    def run_flags(self) -> str:
+        """What `cockpit run` takes, beyond the preset, to run the winner."""
+        flags = f"--jobs {self.best.jobs}"
+        if self.cpu_jobs:
+            flags += f" --devices {self.best.jobs - self.cpu_jobs}:cuda,{self.cpu_jobs}:cpu"
+        return flags + (" --mps" if self.mps_on else "")
+
+
+@dataclass(frozen=True)
+class Extras:
+    """What `climb` measures on its winner once the climb is over, where this machine has a GPU:
+    the device mix the advisor predicts faster than CUDA alone for it (`mix_for(winner)`: the
+    mix's jobs x n_envs and how many of them train on the CPU; None: no mix is advised), and MPS
+    where a daemon can be started (`mps_why_not` "" and `open_mps(dir)`, which yields the daemon's
+    pipe directory and stops it after; MpsError when it cannot start one). Without a GPU there is
+    nothing to measure (the default)."""
+
+    mix_for: Callable[[Config], tuple[Config, int] | None] | None = None
+    mps_why_not: str = "no GPU"
+    open_mps: Callable[[Path], AbstractContextManager[Path]] | None = None
+
+    @property
+    def trials(self) -> int:
+        """How many trials they may take."""
+        return (self.mix_for is not None) + (self.mps_why_not == "" and self.open_mps is not None)
 
 
 def start_config(preset: Preset, machine: Machine, costs: Costs | None = None) -> Config:
@@ -75,9 +126,12 @@ def start_config(preset: Preset, machine: Machine, costs: Costs | None = None) -
 
 
 def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path, console: Console | None = None,
-          start: Config | None = None, costs: Costs | None = None) -> TuneResult:  # fmt: skip
-    """Run the hill climb within `budget_s` seconds (trials in `workdir`), from `start` or else
-    from recommend's static pick (with the probe's `costs` when given)."""
+          start: Config | None = None, costs: Costs | None = None, extras: Extras | None = None,
+          trial: Callable[..., Trial] = run_trial) -> TuneResult:  # fmt: skip
+    """Run the hill climb within `budget_s` seconds (trials in `workdir`, each by `trial`), from
+    `start` or else from recommend's static pick (with the probe's `costs` when given); then, with a
+    GPU, the `extras` on its winner: the advised device mix, then MPS (`measure_extras`)."""
+    extras = extras or Extras()
     space = search_space(preset, machine.physical_cores)
     start = start or start_config(preset, machine, costs)
     measure_s = measure_seconds(budget_s)
@@ -88,44 +142,113 @@ def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path, c
     def fits(trials_ahead: int) -> bool:
         return time.monotonic() - began + trials_ahead * max(durations) <= budget_s
 
-    def measure(config: Config) -> None:
-        trial = run_trial(preset, config, workdir=workdir / f"trial-{len(trials)}", measure_s=measure_s,
-                          physical_cores=machine.physical_cores, gpu=gpu)  # fmt: skip
-        trials.append(trial)
-        durations.append(trial.seconds)
-        search.measured(config, trial.sps)
+    def measure(config: Config, **setting: Any) -> Trial:
+        done = trial(preset, config, workdir=workdir / f"trial-{len(trials)}", measure_s=measure_s,
+                     physical_cores=machine.physical_cores, gpu=gpu, **setting)  # fmt: skip
+        trials.append(done)
+        durations.append(done.seconds)
+        if not setting:
+            search.measured(config, done.sps)
         if console is not None:
-            console.print(f"[{time.monotonic() - began:5.0f} s] {config.label():<28} {trial.sps:>9,.0f} SPS  "
-                          f"CPU {trial.cpu_percent:3.0f} %", highlight=False)  # fmt: skip
+            where = f" ({done.setting()})" if done.setting() else ""
+            console.print(f"[{time.monotonic() - began:5.0f} s] {config.label() + where:<28} {done.sps:>9,.0f} SPS  "
+                          f"CPU {done.cpu_percent:3.0f} %", highlight=False)  # fmt: skip
+        return done
 
     try:
-        # Climb while a trial fits and still leaves room to measure the two leaders again.
-        while (config := search.next()) is not None and fits(1 + CONFIRM):
+        # Climb while a trial fits and still leaves room to measure the two leaders again, and the extras.
+        while (config := search.next()) is not None and fits(1 + CONFIRM + extras.trials):
             measure(config)
         for config in search.leaders(CONFIRM) if len(search.results) > 1 else []:
-            if fits(1):
+            if fits(1 + extras.trials):
                 measure(config)
+        if search.best is None:
+            raise ConfigError(f"--budget: {max(0.0, budget_s):.0f} s left for trials is too short for one "
+                              f"(about {durations[0]:.0f} s here)")  # fmt: skip
+        best, cpu_jobs, mps, why = measure_extras(search, extras, measure, fits, workdir)
     finally:
         if gpu is not None:
             gpu.close()
-    if search.best is None:
-        raise ConfigError(f"--budget: {max(0.0, budget_s):.0f} s left for trials is too short for one "
-                          f"(about {durations[0]:.0f} s here)")  # fmt: skip
-    return TuneResult(tuple(trials), search.best, time.monotonic() - began)
+    return TuneResult(tuple(trials), best, time.monotonic() - began, cpu_jobs, mps, why)
+
+
+def measure_extras(search: HillClimb, extras: Extras, measure: Callable[..., Trial], fits: Callable[[int], bool],
+                   workdir: Path) -> tuple[Config, int, MpsGain | None, str]:  # fmt: skip
+    """After the climb: the advised device mix, which wins when it beats the climb's best mean by
+    `hill_climb.MIN_GAIN`; then MPS on the winner where two or more of its jobs share the GPU, side
+    by side with the winner's mean without it. Returns the winner, its jobs on the CPU, what MPS
+    measured (None: not measured) and why not."""
+    assert search.best is not None
+    best, cpu_jobs, sps = search.best, 0, search.results[search.best]
+    advised = extras.mix_for(best) if extras.mix_for is not None else None
+    if advised is not None and fits(1):
+        mix, mix_cpu_jobs = advised
+        done = measure(mix, cpu_jobs=mix_cpu_jobs)
+        if done.sps > sps * (1 + MIN_GAIN):
+            best, cpu_jobs, sps = mix, mix_cpu_jobs, done.sps
+    why = extras.mps_why_not
+    if why or extras.open_mps is None:
+        return best, cpu_jobs, None, why or "no MPS daemon can be started here"
+    if best.jobs - cpu_jobs < 2:
+        return best, cpu_jobs, None, "the pick has one job on the GPU: MPS shares a GPU between jobs"
+    if not fits(1):
+        return best, cpu_jobs, None, "the budget ran out before MPS could be measured"
+    try:
+        with extras.open_mps(workdir / "mps") as pipe_dir:
+            done = measure(best, cpu_jobs=cpu_jobs, mps_pipe_dir=pipe_dir)
+    except MpsError as exc:
+        return best, cpu_jobs, None, str(exc).removeprefix("--mps: ")
+    gain = MpsGain(best.jobs, sps, done.sps, "cockpit tune", time.strftime("%Y-%m-%dT%H:%M:%S"))
+    return best, cpu_jobs, gain, ""
 
 
 def trials_table(result: TuneResult) -> Table:
     """Every trial, the winner marked."""
     table = Table(title="cockpit tune", title_justify="left", box=box.SIMPLE_HEAD)
-    for name, justify in (("jobs", "right"), ("n_envs", "right"), ("batch", "right"), ("SPS", "right"),
-                          ("CPU %", "right"), ("GPU busy %", "right"), ("", "left")):  # fmt: skip
+    for name, justify in (("jobs", "right"), ("n_envs", "right"), ("batch", "right"), ("devices, MPS", "left"),
+                          ("SPS", "right"), ("CPU %", "right"), ("GPU busy %", "right"), ("", "left")):  # fmt: skip
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for t in result.trials:
         gpu = f"{t.gpu_util:.0f}" if t.gpu_util is not None else "-"
-        mark = "<- best (mean of its trials)" if t.config == result.best else ""
-        table.add_row(str(t.config.jobs), str(t.config.n_envs), str(t.config.batch_size), f"{t.sps:,.0f}",
-                      f"{t.cpu_percent:.0f}", gpu, mark)  # fmt: skip
+        won = (t.config, t.cpu_jobs, t.mps) == (result.best, result.cpu_jobs, result.mps_on)
+        mark = "<- best (mean of its trials)" if won else ""
+        table.add_row(str(t.config.jobs), str(t.config.n_envs), str(t.config.batch_size), t.setting() or "-",
+                      f"{t.sps:,.0f}", f"{t.cpu_percent:.0f}", gpu, mark)  # fmt: skip
     return table
+
+
+def mps_summary(result: TuneResult) -> str:
+    """One line on MPS: what it measured on the winner, or why it was not measured."""
+    if result.mps is None:
+        return f"MPS: not measured ({result.mps_why_not})"
+    verdict = "run with --mps" if result.mps_on else f"under x{MIN_MPS_GAIN:.2f}: run without it"
+    return f"MPS: {result.mps.describe()}: {verdict}"
+
+
+def tune_extras(console: Console, machine: Machine, preset: Preset, costs: Costs | None) -> Extras:
+    """With a GPU here: the device mix to try on the winner (the preset measured on the CPU too,
+    `cpu_costs_for`, and the advisor's `devices` item for the winner's shape), and MPS where a daemon
+    can be started and none already serves this user (the trials would all be its clients).
+    Nothing without a GPU."""
+    if machine.gpu_name is None:
+        return Extras()
+    _gain, refused = mps_outlook(machine, preset)
+    found = serving() if refused is None else None
+    why = (refused or "").removeprefix("--mps: ")
+    if found is not None:
+        why = f"an MPS daemon already serves you at {found.pipe_dir}, so every trial ran as its client"
+    cpu_costs = cpu_costs_for(say(console), machine, preset) if costs is not None else None
+
+    def mix_for(best: Config) -> tuple[Config, int] | None:
+        shaped = dataclasses.replace(preset, n_envs=best.n_envs, batch_size=best.batch_size)
+        items = advise(machine, shaped, best.jobs, costs=costs, cpu_costs=cpu_costs)
+        item = next((a for a in items if a.setting is AdviceSetting.DEVICES), None)
+        if item is None:
+            return None
+        slots = device_mix(item.suggested)
+        return Config(len(slots), best.n_envs, best.batch_size), slots.count("cpu")
+
+    return Extras(mix_for if cpu_costs is not None else None, why, daemon_in)
 
 
 def tune(console: Console, *, preset: str | None, env: str | None, budget: str, out: Path | None,
@@ -145,13 +268,19 @@ def tune(console: Console, *, preset: str | None, env: str | None, budget: str, 
                   f"({measure_seconds(budget_s):.0f} s per trial after start-up)", highlight=False)  # fmt: skip
     began = time.monotonic()
     costs = costs_for(say(console), machine, resolved)  # a first-time probe spends some of the budget
-    with tempfile.TemporaryDirectory(prefix="cockpit-tune-") as tmp:
+    extras = tune_extras(console, machine, resolved, costs)
+    with tempfile.TemporaryDirectory(prefix="cockpit-") as tmp:  # short: an MPS pipe directory goes in it
         result = climb(resolved, machine, budget_s - (time.monotonic() - began), workdir=Path(tmp), console=console,
-                       costs=costs)  # fmt: skip
+                       costs=costs, extras=extras)  # fmt: skip
     console.print(trials_table(result))
-    best_sps = statistics.fmean(t.sps for t in result.trials if t.config == result.best)
-    note = (f"tuned by cockpit tune for {resolved.env}: {best_sps:,.0f} SPS with {result.best.jobs} parallel job(s); "
-            f"run it with: cockpit run --preset {out} --jobs {result.best.jobs}")  # fmt: skip
+    if machine.gpu_name is not None:
+        console.print(mps_summary(result), highlight=False)
+        if result.mps is not None:
+            record_mps_gain(resolved, machine.gpu_name, result.mps)
+    won = [t.sps for t in result.trials if (t.config, t.cpu_jobs, t.mps) == (result.best, result.cpu_jobs,
+                                                                                result.mps_on)]  # fmt: skip
+    note = (f"tuned by cockpit tune for {resolved.env}: {statistics.fmean(won):,.0f} SPS with {result.best.jobs} "
+            f"parallel job(s); run it with: cockpit run --preset {out} {result.run_flags()}")  # fmt: skip
     try:
         write_atomic(out, preset_toml(resolved, result.best, note))
         load(str(out))  # what was written must load as a preset

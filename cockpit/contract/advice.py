@@ -22,6 +22,7 @@ class AdviceSetting(str, Enum):
     PRESET = "preset"
     MEMORY = "memory"
     DEVICES = "devices"  # how many jobs train on the GPU and how many on the CPU (`run --devices`)
+    MPS = "mps"  # the jobs of a GPU as clients of one MPS server (`run --mps`): their kernels run at once
 
     def __str__(self) -> str:
         # The value, in f-strings too (Python 3.12 formats a mixed-in enum by its name otherwise).

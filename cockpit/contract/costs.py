@@ -132,3 +132,36 @@ class Costs:
             return ""
         kept = ", so a job keeps one" if self.one_torch_thread else ""
         return f" (x{self.train_speedup:.2f} as fast on {self.train_threads} torch threads{kept})"
+
+
+# The least measured gain for which MPS is advised: trials on a shared machine vary by a few per cent.
+MIN_MPS_GAIN = 1.05
+
+
+@dataclass(frozen=True)
+class MpsGain:
+    """What MPS did for `jobs` parallel jobs of a preset on this machine's GPU, measured side by
+    side by `by` (`cockpit tune`, `cockpit run --auto`): their aggregate steps per second without
+    MPS and with it. Kept in mps.toml (`cockpit.core.sizing.mps_gains`) beside the probe's costs;
+    the advisor recommends `--mps` only from such a measurement."""
+
+    jobs: int
+    sps_off: float
+    sps_on: float
+    by: str
+    measured_at: str  # ISO 8601, local time
+
+    @property
+    def gain(self) -> float:
+        """SPS with MPS over SPS without."""
+        return self.sps_on / self.sps_off if self.sps_off > 0 else 0.0
+
+    @property
+    def helps(self) -> bool:
+        """Whether the gain is one worth advising (at least `MIN_MPS_GAIN`)."""
+        return self.gain >= MIN_MPS_GAIN
+
+    def describe(self) -> str:
+        """The measurement in one line."""
+        return (f"x{self.gain:.2f} with MPS for {self.jobs} jobs ({self.sps_off:,.0f} -> {self.sps_on:,.0f} SPS "
+                f"together), measured by {self.by} on {self.measured_at[:10]}")  # fmt: skip

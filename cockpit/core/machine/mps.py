@@ -34,7 +34,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,6 +177,17 @@ def close_daemon(daemon: Daemon, run_dir: Path, environ: Mapping[str, str] | Non
     with contextlib.suppress(FileNotFoundError):
         RunDir(run_dir).mps_record.unlink()
     return problem
+
+
+@contextlib.contextmanager
+def daemon_in(run_dir: Path) -> Iterator[Path]:
+    """A daemon for the jobs of `run_dir` for the length of a `with` block (`open_daemon`, then
+    `close_daemon`): yields its pipe directory. MpsError when it cannot be started."""
+    daemon, _notes = open_daemon(run_dir)
+    try:
+        yield daemon.pipe_dir
+    finally:
+        close_daemon(daemon, run_dir)
 
 
 def quit_left_behind(run_dir: Path, environ: Mapping[str, str] | None = None) -> str | None:

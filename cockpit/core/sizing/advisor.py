@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from cockpit.contract.advice import Advice, AdviceSetting
-from cockpit.contract.costs import Costs
+from cockpit.contract.costs import MIN_MPS_GAIN, Costs, MpsGain
 from cockpit.contract.presets import Preset, largest_divisor_at_most
 from cockpit.core.machine.host import HostInfo
 from cockpit.core.machine.nvml import GpuInfo
@@ -520,9 +520,37 @@ def _devices(host: Machine, preset: Preset, jobs: int, costs: Costs | None, cpu_
                     "all_cpu_sps": all_cpu.sps if all_cpu else 0.0})]  # fmt: skip
 
 
+def _mps(host: Machine, preset: Preset, jobs: int, mps_gain: MpsGain | None, mps_usable: bool) -> list[Advice]:
+    """MPS for two or more jobs on a GPU: advised only from a measured gain of at least
+    `MIN_MPS_GAIN` (`mps_gain`, measured side by side by tune or run --auto); where nobody has
+    measured it and MPS can be used here (`mps_usable`), an item that says so and how to measure
+    it, which changes nothing; nothing where it was measured and did not help, or cannot be used."""
+    if host.gpu_name is None or jobs < 2:
+        return []
+    if mps_gain is not None:
+        if not mps_gain.helps:
+            return []
+        return [Advice(AdviceSetting.MPS, "off", "on",
+                       f"~x{mps_gain.gain:.2f} the SPS: {mps_gain.describe()}; run with --mps",
+                       f"under MPS the kernels of the jobs on a GPU run at once instead of taking turns; "
+                       f"a gain of at least x{MIN_MPS_GAIN:.2f} was measured here. One job's fatal GPU fault "
+                       f"ends every job on that GPU (they restart from their checkpoints)",
+                       {"gain": round(mps_gain.gain, 3), "jobs": mps_gain.jobs, "sps_off": mps_gain.sps_off,
+                        "sps_on": mps_gain.sps_on})]  # fmt: skip
+    if not mps_usable:
+        return []
+    return [Advice(AdviceSetting.MPS, "off", "measure it",
+                   "unknown: nobody has measured MPS for this preset on this GPU (NVIDIA reports up to x1.8 for "
+                   "several small processes on one GPU; memory contention can cost 30 %)",
+                   f"measure it with: cockpit tune --preset {preset.name} (it measures its pick with MPS too), "
+                   f"or cockpit run --auto --jobs {jobs} (it tries MPS once the jobs are sized), or the GPU "
+                   f"kit's mps check; recommend then advises from what was measured")]  # fmt: skip
+
+
 def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | None = None,
            costs: Costs | None = None, *, max_envs: int | None = None,
-           cpu_costs: Costs | None = None) -> list[Advice]:  # fmt: skip
+           cpu_costs: Costs | None = None, mps_gain: MpsGain | None = None,
+           mps_usable: bool = False) -> list[Advice]:  # fmt: skip
     """What to change for `jobs` parallel jobs of `preset` on `host`, most pressing first.
 
     Without measurements the advice comes from the hardware alone (core budget, GPU table, no
@@ -532,7 +560,9 @@ def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | No
     that a rollout step's fixed cost stays small, up to `max_envs` (default `MAX_ENVS_SCALE`
     times the preset's; a live run passes the cap of the preset it started with, so that applied
     advice cannot compound). With a GPU and `cpu_costs` too (the preset measured on the CPU), it
-    names the fastest mix of CUDA and CPU jobs where that is not all on CUDA (`_devices`). At most
+    names the fastest mix of CUDA and CPU jobs where that is not all on CUDA (`_devices`). MPS is
+    advised from a measured gain only (`mps_gain`); unmeasured where it can be used here
+    (`mps_usable`), an item says how to measure it (`_mps`). At most
     one item per setting is returned: the first rule that fires wins (a hard limit before a
     nicety).
     """
@@ -542,6 +572,8 @@ def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | No
         items += _cpu_bound(host, preset, jobs, measured) + _overlap(host, preset, jobs, measured, costs)
     items += [*_amortize(host, preset, jobs, costs, max_envs), *_no_gpu(host, preset)]
     items += _gpu_defaults(host, preset, jobs, costs) + _devices(host, preset, jobs, costs, cpu_costs)
+    planned = next((int(a.suggested) for a in items if a.setting is AdviceSetting.JOBS), jobs)
+    items += _mps(host, preset, planned, mps_gain, mps_usable)
     seen: set[str] = set()
     out = []
     for item in items:

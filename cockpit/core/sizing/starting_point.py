@@ -7,14 +7,17 @@ import dataclasses
 from collections.abc import Callable
 
 from cockpit.contract.advice import AdviceSetting
-from cockpit.contract.costs import Costs
+from cockpit.contract.costs import Costs, MpsGain
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.runspec import ConfigError, checked_env
 from cockpit.core.launch.trainable import check_trainable
 from cockpit.core.machine.host import host_info
+from cockpit.core.machine.mps import refusal
+from cockpit.core.machine.nvml import GpuInfo
 from cockpit.core.machine.visibility import open_first_gpu
 from cockpit.core.sizing.advisor import Machine, advise, machine_of
 from cockpit.core.sizing.cost_probe import measured_costs
+from cockpit.core.sizing.mps_gains import cached_mps_gain
 
 
 def this_machine() -> Machine:
@@ -24,7 +27,7 @@ def this_machine() -> Machine:
     info = gpu.info if gpu is not None else None
     if gpu is not None:
         gpu.close()
-    return machine_of(host_info(), info)
+    return machine_of(host_info(), info, (info,) if info is not None else ())
 
 
 def resolve_preset(preset: str | None, env: str | None, machine: Machine) -> Preset:
@@ -60,6 +63,15 @@ def cpu_costs_for(say: Callable[[str], None], machine: Machine, preset: Preset) 
     except ConfigError as exc:
         say(f"{exc}; no CUDA and CPU mix is advised")
         return None
+
+
+def mps_outlook(machine: Machine, preset: Preset) -> tuple[MpsGain | None, str | None]:
+    """What MPS was measured to do for `preset` on this machine's GPU (None: nobody measured it,
+    `mps_gains`), and why `--mps` cannot be used here (None: it can; `mps.refusal`)."""
+    gpus = machine.gpus
+    if not gpus and machine.gpu_name is not None:
+        gpus = (GpuInfo(0, machine.gpu_name, machine.gpu_memory_bytes or 0, ""),)
+    return cached_mps_gain(preset, machine.gpu_name), refusal(gpus)
 
 
 def static_pick(machine: Machine, preset: Preset, jobs: int = 2, costs: Costs | None = None) -> tuple[int, int]:

@@ -33,6 +33,7 @@ from cockpit.core.launch.local import LocalLauncher
 from cockpit.core.launch.protocol import Launcher, LaunchRequest, WorkerHandle
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.nvml import GpuReader
+from cockpit.core.machine.placement import GpuRef
 from cockpit.core.sizing.hill_climb import Config
 from cockpit.core.telemetry.throughput import Throughput, steps_per_s
 
@@ -56,6 +57,15 @@ class Trial:
     cpu_percent: float  # mean over cores during the measurement
     gpu_util: float | None  # mean, when a GPU was sampled
     seconds: float  # wall time the trial took, start-up included
+    cpu_jobs: int = (
+        0  # of `config.jobs`, how many trained on the CPU (the rest on the GPU, or wherever "auto" put them)
+    )
+    mps: bool = False  # the GPU's jobs were clients of an MPS daemon
+
+    def setting(self) -> str:
+        """What the trial measured beyond jobs x n_envs: its device mix and MPS, "" for neither."""
+        parts = [f"{self.config.jobs - self.cpu_jobs}:cuda,{self.cpu_jobs}:cpu"] if self.cpu_jobs else []
+        return " ".join(parts + (["MPS"] if self.mps else []))
 
 
 def preset_toml(preset: Preset, config: Config, description: str) -> str:
@@ -104,9 +114,31 @@ class Progress:
         return 0.0 if rate is None else rate
 
 
+def trial_requests(preset: Preset, preset_file: Path, config: Config, workdir: Path, physical_cores: int, *,
+                   cpu_jobs: int = 0, gpu: GpuRef | None = None,
+                   mps_pipe_dir: Path | None = None) -> list[LaunchRequest]:  # fmt: skip
+    """The workers of a trial of `config`, as `cockpit run` would start them: each with the thread
+    budget of `config.jobs` jobs on `physical_cores`; the last `cpu_jobs` of them on the CPU
+    (`--devices`), the others on the device a worker picks, placed on `gpu` when given and then,
+    with `mps_pipe_dir`, clients of that MPS daemon (a job on the CPU is no client of it)."""
+    threads = thread_budget(config.jobs, physical_cores).threads_per_job
+    requests = []
+    for i in range(config.jobs):
+        on_cpu = i >= config.jobs - cpu_jobs
+        args = WorkerArgs(workdir / f"job-{i}", preset=str(preset_file), env=preset.env, timesteps=FOREVER, seed=i,
+                          threads=threads, device="cpu" if on_cpu else "auto")  # fmt: skip
+        place = None if on_cpu else gpu
+        mps = str(mps_pipe_dir) if mps_pipe_dir is not None and place is not None else None
+        requests.append(LaunchRequest(f"trial-{i}", args, gpu=place, mps_pipe_dir=mps))
+    return requests
+
+
 def run_trial(preset: Preset, config: Config, *, workdir: Path, measure_s: float, physical_cores: int,
-              gpu: GpuReader | None = None, launcher: Launcher | None = None) -> Trial:  # fmt: skip
-    """Measure `config` (see the module docstring); TrialError if a worker fails to run.
+              gpu: GpuReader | None = None, launcher: Launcher | None = None, cpu_jobs: int = 0,
+              mps_pipe_dir: Path | None = None) -> Trial:  # fmt: skip
+    """Measure `config` (see the module docstring); TrialError if a worker fails to run. With
+    `cpu_jobs`, that many of its jobs train on the CPU; with `mps_pipe_dir` (and `gpu`, which the
+    GPU's jobs are placed on), they are clients of that MPS daemon (`trial_requests`).
 
     The workers start through `launcher` (a `LocalLauncher` by default) as a run's workers do: in
     their own sessions, niced, and tied to this process by the parent-death signal, so a killed
@@ -117,15 +149,14 @@ def run_trial(preset: Preset, config: Config, *, workdir: Path, measure_s: float
     workdir.mkdir(parents=True, exist_ok=True)
     preset_file = workdir / "preset.toml"
     preset_file.write_text(preset_toml(preset, config, f"tune trial {config.label()}"), encoding="utf-8")
-    threads = thread_budget(config.jobs, physical_cores).threads_per_job
+    place = GpuRef(gpu.info.index, gpu.info.uuid) if gpu is not None and mps_pipe_dir is not None else None
     handles: list[WorkerHandle] = []
     readers: list[EventReader] = []
     try:
-        for i in range(config.jobs):
-            args = WorkerArgs(workdir / f"job-{i}", preset=str(preset_file), env=preset.env, timesteps=FOREVER,
-                              seed=i, threads=threads)  # fmt: skip
-            handles.append(launcher.launch(LaunchRequest(f"trial-{i}", args)))
-            readers.append(EventReader(args.job_dir / EVENTS_FILE))
+        for request in trial_requests(preset, preset_file, config, workdir, physical_cores, cpu_jobs=cpu_jobs,
+                                      gpu=place, mps_pipe_dir=mps_pipe_dir):  # fmt: skip
+            handles.append(launcher.launch(request))
+            readers.append(EventReader(request.job_dir / EVENTS_FILE))
         progress = [Progress() for _ in readers]
 
         def poll() -> None:
@@ -158,7 +189,8 @@ def run_trial(preset: Preset, config: Config, *, workdir: Path, measure_s: float
             poll()
         cpu = psutil.cpu_percent()
         sps = sum(p.rate(t0, start) for p, start in zip(progress, first, strict=True))
-        return Trial(config, sps, cpu, statistics.fmean(utils) if utils else None, time.monotonic() - started)
+        util = statistics.fmean(utils) if utils else None
+        return Trial(config, sps, cpu, util, time.monotonic() - started, cpu_jobs, mps_pipe_dir is not None)
     finally:
         for handle in handles:
             launcher.kill(handle)
