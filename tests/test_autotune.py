@@ -24,9 +24,10 @@ class ScriptedRun:
 
     def __init__(self, clock: FakeClock, sps_for: Callable[[int], float], agents: int = 8, slots: int = 1,
                  peak_gpu_mem: int | None = None, envs_factor: Callable[[int], float] = lambda n: 1.0,
-                 n_envs: int = 8) -> None:  # fmt: skip
+                 n_envs: int = 8, mps_factor: float = 1.0) -> None:  # fmt: skip
         self.clock, self.agents, self.slots = clock, agents, slots
-        self.sps_for = lambda slots: sps_for(slots) * envs_factor(self.n_envs)
+        self.mps = False
+        self.sps_for = lambda slots: sps_for(slots) * envs_factor(self.n_envs) * (mps_factor if self.mps else 1.0)
         self.n_envs = n_envs
         self.applied: list[str] = []
         self.peak = peak_gpu_mem
@@ -39,9 +40,12 @@ class ScriptedRun:
             if isinstance(command, SetSlots):
                 self.slots = command.slots
             elif isinstance(command, ApplyAdvice):
-                assert command.setting == "n_envs"
-                self.n_envs = int(command.suggested)
-                self.applied.append(command.suggested)
+                if command.setting == "mps":
+                    self.mps = command.suggested == "on"
+                else:
+                    assert command.setting == "n_envs"
+                    self.n_envs = int(command.suggested)
+                self.applied.append(f"{command.setting}={command.suggested}")
                 self.started_at = {i: self.clock.monotonic() for i in self.started_at}  # checkpoint + restart
             elif isinstance(command, AddJob):
                 self.agents += 1
@@ -141,7 +145,7 @@ def test_then_it_doubles_n_envs_while_that_gains_and_goes_back_when_it_hurts() -
     run = ScriptedRun(clock, knee_at_3, envs_factor=lambda n: factor(n, 0.9))
     drive(tuner, run, 800)
     assert tuner.done and run.slots == 4  # the job count settled first, at the knee
-    assert run.applied == ["16", "32", "16"]  # 16 gained 10 %, 32 lost: back to 16
+    assert run.applied == ["n_envs=16", "n_envs=32", "n_envs=16"]  # 16 gained 10 %, 32 lost: back to 16
     assert [c.action for c in tuner.log if c.action.startswith("envs")] == ["envs try", "envs keep", "envs try",
                                                                             "envs back"]  # fmt: skip
 
@@ -151,4 +155,39 @@ def test_n_envs_never_outgrow_the_cores() -> None:
     tuner = AutoTuner(clock=clock, max_slots=2, n_envs=8, env_capacity=32)  # 2 jobs: 16 envs each at most
     run = ScriptedRun(clock, lambda n: 1000.0 * n, envs_factor=lambda n: n / 8)  # more envs always help
     drive(tuner, run, 800)
-    assert run.applied == ["16"] and "at most 16 envs per job" in tuner.log[-1].reason
+    assert run.applied == ["n_envs=16"] and "at most 16 envs per job" in tuner.log[-1].reason
+
+
+def test_with_a_daemon_ready_it_measures_mps_last_and_keeps_it_for_a_gain() -> None:
+    clock = FakeClock()
+    tuner = AutoTuner(clock=clock, max_slots=16, n_envs=8, env_capacity=256, mps=True)
+    run = ScriptedRun(clock, knee_at_3, envs_factor=lambda n: 1.0 if n == 8 else 0.9, mps_factor=1.2)
+    drive(tuner, run, 800)
+    assert tuner.done and run.slots == 4 and run.mps
+    assert run.applied == ["n_envs=16", "n_envs=8", "mps=on"]  # the envs first, then MPS
+    assert [c.action for c in tuner.log if c.action.startswith("mps")] == ["mps try", "mps keep"]
+    jobs, off, on = tuner.mps_measured or (0, 0.0, 0.0)
+    assert jobs == 4 and on / off == approx(1.2, rel=0.02) and off == approx(2450, rel=0.02)
+
+
+def test_mps_that_does_not_gain_is_turned_off_again() -> None:
+    clock = FakeClock()
+    tuner = AutoTuner(clock=clock, max_slots=16, mps=True)
+    run = ScriptedRun(clock, knee_at_3, mps_factor=1.02)  # under the 5 % a change must gain
+    drive(tuner, run, 800)
+    assert tuner.done and not run.mps and run.applied == ["mps=on", "mps=off"]
+    assert tuner.log[-1].action == "mps off" and "off again" in tuner.log[-1].reason
+    assert tuner.mps_measured is not None and tuner.mps_measured[2] / tuner.mps_measured[1] == approx(1.02, rel=0.02)
+
+
+def test_mps_is_not_tried_for_one_job_nor_without_a_daemon() -> None:
+    clock = FakeClock()
+    tuner = AutoTuner(clock=clock, max_slots=1, mps=True)
+    run = ScriptedRun(clock, knee_at_3, mps_factor=1.5)
+    drive(tuner, run, 400)
+    assert tuner.done and run.applied == [] and tuner.log[-1].action == "mps skip"
+    clock2 = FakeClock()
+    plain = AutoTuner(clock=clock2, max_slots=16)
+    run2 = ScriptedRun(clock2, knee_at_3, mps_factor=1.5)
+    drive(plain, run2, 800)
+    assert plain.done and run2.applied == [] and plain.mps_measured is None

@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 
 from cockpit.cli import main
+from cockpit.contract.controls import ApplyAdvice, RestartJob, SetMps
 from cockpit.contract.fleetplan import PlanError, load_plan
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import read
+from cockpit.contract.runspec import RunSpec, build_spec
 from cockpit.contract.workerargs import WorkerArgs, mps_memory_limit_mib
 from cockpit.core.launch.local import LocalLauncher
 from cockpit.core.launch.pooled import PooledLauncher
@@ -28,6 +30,7 @@ from cockpit.core.machine import nvml as nvml_module
 from cockpit.core.machine.mps import MpsError, close_daemon, open_daemon, quit_left_behind, refusal
 from cockpit.core.machine.nvml import GpuInfo, close_gpus, open_gpus
 from cockpit.core.machine.placement import GpuRef
+from cockpit.core.session.mps import auto_mps, with_mps
 from tests import mps_standin
 from tests.fake_pynvml import FakeGpu, FakeNvml
 from tests.fakeclock import FakeClock
@@ -374,3 +377,97 @@ def test_a_served_fleet_worker_under_mps_gets_the_pipe_dir_and_no_cap(tmp_path: 
         with contextlib.suppress(ProcessLookupError):
             os.killpg(handle.pid, signal.SIGKILL)
         launcher.close()
+
+
+# ----- run --auto: a daemon standing ready -----
+
+
+def _readers(monkeypatch: pytest.MonkeyPatch) -> list[nvml_module.GpuReader]:
+    gpu = FakeNvml(FakeGpu(util_at=lambda t: 0.0, clock=time.time))
+    monkeypatch.setattr(nvml_module, "_import_pynvml", lambda: gpu)
+    readers, _status = open_gpus()
+    return readers
+
+
+def _spec(run_dir: Path, *, mps: bool = False) -> RunSpec:
+    return build_spec(jobs=2, agents=None, preset="cartpole", env=None, timesteps=1000, seed=0, run_dir=run_dir,
+                      max_restarts=3, pin=False, command_line=("run", "--auto"), mps=mps)  # fmt: skip
+
+
+def test_auto_has_a_daemon_stand_ready_only_where_mps_can_be_measured(
+    standin: StandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readers = _readers(monkeypatch)
+    try:
+        assert auto_mps(_spec(tmp_path / "a"), readers, "") == (True, None)
+        assert auto_mps(_spec(tmp_path / "b", mps=True), readers, "") == (False, None)  # clients from the start
+        assert auto_mps(_spec(tmp_path / "c"), [], "no GPU telemetry: no NVIDIA GPU found") == (False, None)
+        standin.start_daemon_by_hand()  # every CUDA job of this user is its client: nothing to compare
+        ready, why = auto_mps(_spec(tmp_path / "d"), readers, "")
+        assert (
+            not ready
+            and why == f"--auto: MPS not measured: the daemon at {standin.system_pipe} already serves every job"
+        )
+        monkeypatch.setenv("PATH", "/usr/bin:/bin")
+        ready, why = auto_mps(_spec(tmp_path / "e"), readers, "")
+        assert not ready and (why or "").startswith("--auto: MPS not measured: nvidia-cuda-mps-control is not on PATH")
+    finally:
+        close_gpus(readers)
+
+
+def test_a_standby_daemon_that_cannot_start_is_a_note_and_the_run_goes_on(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seen: list[tuple[list[str], Path | None]] = []
+    session = lambda notes, pipe_dir: seen.append((notes, pipe_dir)) or 0  # noqa: E731
+    assert with_mps(_spec(standin.root / "ok"), [], "cockpit run", session, standby=True) == 0
+    notes, pipe_dir = seen[-1]
+    assert pipe_dir is not None and notes[0].startswith("MPS: started a control daemon")
+    assert [c["argv"] for c in standin.calls()] == [["-d"], []]  # started, then quit at the end
+    monkeypatch.setenv("MPS_STANDIN_FAIL", "1")
+    assert with_mps(_spec(standin.root / "fail"), [], "cockpit run", session, standby=True) == 0
+    notes, pipe_dir = seen[-1]
+    assert pipe_dir is None and notes[0].startswith("--auto: MPS not measured: nvidia-cuda-mps-control -d failed")
+
+
+def test_mps_advice_applies_only_where_the_run_has_a_daemon(tmp_path: Path) -> None:
+    from tests.test_tui_session import scripted_session
+
+    session = scripted_session(tmp_path / "run")
+    session.supervisor.tick()
+    session.supervisor.tick()
+    session._latest = session.snapshot()
+    with pytest.raises(ValueError, match="without an MPS daemon: start a new run with --mps"):
+        session.submit(ApplyAdvice("mps", "on"))
+    session.mps_pipe_dir = tmp_path / "pipe"
+    with pytest.raises(ValueError, match="turned on or off"):
+        session.submit(ApplyAdvice("mps", "measure it"))
+    session.submit(ApplyAdvice("mps", "on"))
+    commands = [session.supervisor._commands.get_nowait() for _ in range(3)]
+    assert commands == [SetMps(True), RestartJob("000"), RestartJob("001")]
+
+
+def test_what_auto_measured_of_mps_is_kept_for_recommend_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cockpit.core.sizing.autotune import AutoTuner
+    from cockpit.core.sizing.mps_gains import cached_mps_gain, mps_cache_path
+    from tests.test_tui_session import scripted_session
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    readers = _readers(monkeypatch)
+    try:
+        auto = AutoTuner(FakeClock(), max_slots=4, mps=True)
+        session = scripted_session(tmp_path / "run", auto=auto)
+        session.sampler.gpus = readers
+        session._keep_mps_gain()
+        assert not mps_cache_path().exists()  # nothing measured yet
+        auto.mps_measured = (4, 10_000.0, 11_500.0)
+        session._keep_mps_gain()
+        preset = session._preset
+        assert preset is not None
+        kept = cached_mps_gain(preset, readers[0].info.name)
+        assert kept is not None and (kept.jobs, kept.gain, kept.by) == (4, pytest.approx(1.15), "cockpit run --auto")
+        mps_cache_path().unlink()
+        session._keep_mps_gain()
+        assert not mps_cache_path().exists()  # once
+    finally:
+        close_gpus(readers)

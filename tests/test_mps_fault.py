@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 
 from cockpit.commands.report import state_json
+from cockpit.contract.controls import RestartJob, SetMps
 from cockpit.contract.runspec import RestartPolicy, build_spec
 from cockpit.contract.states import JobState
 from cockpit.core.feed.source import Frame
@@ -24,13 +25,13 @@ GIB = 1024**3
 ONE_GPU = (GpuRoom(0, "GPU-fake-0", 24 * GIB, 20 * GIB),)
 
 
-def make(tmp_path: Path, *, mps: bool, agents: int = 3, peaks: dict[str, int] | None = None):
+def make(tmp_path: Path, *, mps: bool, agents: int = 3, peaks: dict[str, int] | None = None, clients: bool = True):
     clock, launcher = FakeClock(), FakeLauncher()
     sup = Supervisor(
         run_dir=tmp_path, template=JobTemplate("cartpole", "CartPole-v1", 1000), seeds=range(agents), slots=agents,
         launcher=launcher, budget=thread_budget(agents, 2), restart=RestartPolicy(max_restarts=3), clock=clock,
         gpus=lambda: ONE_GPU, peak_gpu_mem=lambda: peaks or {},
-        mps_pipe_dir=tmp_path / "mps" / "pipe" if mps else None,
+        mps_pipe_dir=tmp_path / "mps" / "pipe" if mps else None, mps_clients=clients,
     )  # fmt: skip
     sup.tick()
     return sup, launcher, clock
@@ -128,3 +129,39 @@ def test_a_run_started_in_the_background_passes_mps_on_new_and_resumed(tmp_path:
     assert "--mps" in headless_argv(spec)
     assert "--mps" in headless_argv(spec, resume=True)
     assert "--mps" not in headless_argv(dataclasses.replace(spec, mps=False))
+
+
+def test_a_daemon_standing_ready_makes_clients_of_the_jobs_launched_after_set_mps(tmp_path: Path) -> None:
+    """`run --auto` starts the jobs beside a daemon they are not clients of, then restarts them as
+    clients to measure MPS, and back again when it did not help."""
+    sup, launcher, clock = make(tmp_path, mps=True, agents=2, clients=False)
+    assert [p.request.mps_pipe_dir for p in launcher.processes] == [None, None]
+    assert not sup.snapshot().mps and "MPS" not in header_line(Frame(state=sup.snapshot()), replay=False)
+    sup.submit(SetMps(True))
+    sup.submit(RestartJob("000"))
+    sup.tick()
+    finish(launcher, "000", sup, clock)
+    relaunched = launcher.processes[2:]
+    assert [p.request.job_id for p in relaunched] == ["000"]
+    assert relaunched[0].request.mps_pipe_dir == str(tmp_path / "mps" / "pipe") and sup.snapshot().mps
+    sup.submit(SetMps(False))
+    sup.submit(RestartJob("000"))
+    sup.tick()
+    finish(launcher, "000", sup, clock)
+    assert launcher.processes[-1].request.mps_pipe_dir is None and not sup.snapshot().mps
+
+
+def test_set_mps_without_a_daemon_changes_nothing_and_says_so(tmp_path: Path) -> None:
+    sup, launcher, _ = make(tmp_path, mps=False, agents=1)
+    sup.submit(SetMps(True))
+    sup.tick()
+    assert not sup.mps_clients and any("has no MPS daemon" in w for w in sup.warnings)
+    assert [p.request.mps_pipe_dir for p in launcher.processes] == [None]
+
+
+def finish(launcher: FakeLauncher, job_id: str, sup: Supervisor, clock: FakeClock) -> None:
+    """The stopped worker of `job_id` checkpoints and exits; the supervisor queues and relaunches it."""
+    launcher.live(job_id).exit_code = 0
+    for _ in range(3):
+        clock.t += 1.0
+        sup.tick()

@@ -15,6 +15,7 @@ from cockpit.contract.controls import (
     Control,
     KillJob,
     RestartJob,
+    SetMps,
     SetPreset,
     SetSlots,
     StopAll,
@@ -194,7 +195,10 @@ def test_unknown_keys_from_a_newer_cockpit_are_ignored() -> None:
         (StopAll(), "stop_all"),
         (SetSlots(3), "set_slots"),
         (SetPreset("/runs/r1/preset-1.toml"), "set_preset"),
+        (SetMps(True), "set_mps"),
+        (SetMps(False), "set_mps"),
         (ApplyAdvice("n_envs", "16"), "apply_advice"),
+        (ApplyAdvice("mps", "on"), "apply_advice"),
     ],
 )
 def test_commands_round_trip(command: Control, kind: str) -> None:
@@ -214,6 +218,8 @@ def test_commands_round_trip(command: Control, kind: str) -> None:
         ({"kind": "add", "seed": True}, "'seed'"),
         ("stop", "expected an object"),
         ({"kind": "set_slots", "slots": 0}, "'slots'"),
+        ({"kind": "set_mps", "on": 1}, "'on'"),
+        ({"kind": "set_mps"}, "'on'"),
     ],
 )
 def test_a_bad_command_raises_value_error_naming_the_key(data: Any, named: str) -> None:

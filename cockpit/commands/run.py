@@ -24,7 +24,7 @@ from cockpit.commands.frontends import FrontEnds
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, on_cluster
 from cockpit.core.machine.nvml import GpuReader
 from cockpit.core.machine.visibility import device_indices
-from cockpit.core.session.mps import mps_refusal, with_mps
+from cockpit.core.session.mps import auto_mps, mps_refusal, with_mps
 
 if TYPE_CHECKING:
     from cockpit.contract.costs import Costs
@@ -155,15 +155,19 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     gpus, gpu_status = sampled_gpus(spec, gpus, gpu_status)
     # The first GPU a job can run on: a MIG slice rather than the GPU it is cut from.
     gpu = next((r for r in gpus if r.info in placeable([g.info for g in gpus])), None)
-    auto = _auto_tuner(spec, gpu, args.auto_window) if args.auto else None
     costs = _cached_costs(spec, gpu)
+    # --auto measures MPS where a daemon can be started: one stands ready, the jobs not its clients.
+    standby, why_not = auto_mps(spec, gpus, gpu_status) if args.auto else (False, None)
     return with_mps(spec, gpus, "cockpit run", lambda notes, pipe_dir: run_on_launcher(
         spec, LocalLauncher,
         lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
-                                    resume=args.resume is not None, auto=auto, costs=costs,
-                                    notes=(*visibility.warnings, *notes), mps_pipe_dir=pipe_dir),
+                                    resume=args.resume is not None, costs=costs,
+                                    auto=_auto_tuner(spec, gpu, args.auto_window, standby and pipe_dir is not None)
+                                    if args.auto else None,
+                                    notes=(*visibility.warnings, *notes, *([why_not] if why_not else [])),
+                                    mps_pipe_dir=pipe_dir, mps_clients=spec.mps),
         front.headless(), "cockpit run",
-    ))  # fmt: skip
+    ), standby=standby)  # fmt: skip
 
 
 def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:
@@ -176,8 +180,9 @@ def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:
     return cached_costs(dataclasses.replace(spec.preset, env=spec.env), gpu.info.name if gpu is not None else None)
 
 
-def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float) -> AutoTuner:
-    """The --auto loop for this machine: capped by the cores the preset's envs need."""
+def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float, mps: bool = False) -> AutoTuner:
+    """The --auto loop for this machine: capped by the cores the preset's envs need; with `mps`
+    (a daemon stands ready) it measures MPS last."""
     from cockpit.core.machine.clock import SystemClock
     from cockpit.core.machine.host import host_info
     from cockpit.core.sizing.advisor import envs_per_core, max_jobs_for_cores
@@ -189,7 +194,7 @@ def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float) -> AutoTu
     return AutoTuner(SystemClock(), max_slots=max_jobs_for_cores(preset, cores), n_envs=preset.n_envs,
                      env_capacity=envs_per_core(spec.env) * cores,
                      gpu_memory_bytes=gpu.info.memory_total_bytes if gpu is not None else None,
-                     window_s=window_s, settle_s=window_s / 3)  # fmt: skip
+                     window_s=window_s, settle_s=window_s / 3, mps=mps)  # fmt: skip
 
 
 def _run_in_background(spec: RunSpec, args: argparse.Namespace, front: FrontEnds) -> int:

@@ -77,7 +77,15 @@ class ApplyAdvice:
         object.__setattr__(self, "setting", AdviceSetting(self.setting))
 
 
-Control = AddJob | StopJob | RestartJob | KillJob | StopAll | SetSlots | SetPreset | ApplyAdvice
+@dataclass(frozen=True)
+class SetMps:
+    """Launch the jobs on a GPU from now on as clients of the run's MPS daemon (`on`), or not.
+    Running jobs keep what they started with until restarted; a run with no daemon cannot."""
+
+    on: bool
+
+
+Control = AddJob | StopJob | RestartJob | KillJob | StopAll | SetSlots | SetPreset | SetMps | ApplyAdvice
 
 COMMAND_KINDS: dict[type, str] = {
     AddJob: "add",
@@ -87,6 +95,7 @@ COMMAND_KINDS: dict[type, str] = {
     StopAll: "stop_all",
     SetSlots: "set_slots",
     SetPreset: "set_preset",
+    SetMps: "set_mps",
     ApplyAdvice: "apply_advice",
 }
 _JOB_COMMANDS: dict[str, type[StopJob | RestartJob | KillJob]] = {
@@ -119,6 +128,11 @@ def decode(data: Any) -> Control:
         if not isinstance(preset_arg, str) or not preset_arg:
             raise ValueError(f"command 'set_preset': key 'preset_arg' must name a preset, got {preset_arg!r}")
         return SetPreset(preset_arg)
+    if kind == "set_mps":
+        on = values.get("on")
+        if not isinstance(on, bool):
+            raise ValueError(f"command 'set_mps': key 'on' must be true or false, got {on!r}")
+        return SetMps(on)
     if kind == "apply_advice":
         setting, suggested = values.get("setting"), values.get("suggested")
         if not isinstance(setting, str) or not isinstance(suggested, str):

@@ -254,7 +254,7 @@ def record(
             stall_timeout_s=spec.restart.stall_timeout_s, pin=spec.pin, script=spec.script, episodes=spec.episodes,
             gpus=spec.gpus,
             devices=spec.devices,
-            mps=spec.mps,
+            mps=state.mps,
         ),
         host=HostRecord(
             hostname=host.hostname, cpu_model=host.cpu_model, physical_cores=host.physical_cores,

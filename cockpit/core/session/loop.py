@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cockpit.contract.advice import Advice, AdviceSetting
-from cockpit.contract.controls import AddJob, ApplyAdvice, Control, RestartJob, SetPreset, SetSlots
-from cockpit.contract.costs import Costs
+from cockpit.contract.controls import AddJob, ApplyAdvice, Control, RestartJob, SetMps, SetPreset, SetSlots
+from cockpit.contract.costs import Costs, MpsGain
 from cockpit.contract.events import FinishedEvent, of_kind
 from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import largest_divisor_at_most, to_toml
@@ -57,6 +57,7 @@ from cockpit.core.machine.visibility import with_slices
 from cockpit.core.record.runlog import Recorder, phase_accounting, record
 from cockpit.core.sizing.advisor import MAX_ENVS_SCALE, Measurements, advise, job_measure, machine_of, memory_advice
 from cockpit.core.sizing.autotune import AutoTuner
+from cockpit.core.sizing.mps_gains import record_mps_gain
 from cockpit.core.supervise.rundirwatch import RunDirWatch
 from cockpit.core.supervise.supervisor import STOP_GRACE_S, JobTemplate, Supervisor
 from cockpit.core.telemetry.memwatch import MIB, MemoryVerdict
@@ -118,6 +119,8 @@ class RunSession:
     notes: tuple[str, ...] = ()
     # Under --mps: the pipe directory of the MPS daemon the jobs are clients of (`cockpit.core.machine.mps`).
     mps_pipe_dir: Path | None = None
+    # False: the daemon stands ready for --auto, which makes the jobs its clients to measure MPS.
+    mps_clients: bool = True
 
     def __post_init__(self) -> None:
         budget = thread_budget(self.spec.slots, self.host.physical_cores)
@@ -136,6 +139,7 @@ class RunSession:
             gpus=tuple if isinstance(self.launcher, RemoteJobs) else self.sampler.gpu_rooms,
             peak_gpu_mem=lambda: self.sampler.peak_gpu_mem,
             mps_pipe_dir=self.mps_pipe_dir,
+            mps_clients=self.mps_clients,
         )
         self.supervisor.warnings.extend(self.notes)
         if self.spec.gpus is not None and not self.sampler.gpus:
@@ -155,6 +159,7 @@ class RunSession:
         # The preset the jobs train now (applied advice changes it); None for a script run.
         self._preset = dataclasses.replace(self.spec.preset, env=self.spec.env) if self.spec.preset else None
         self._suggestions: tuple[Advice, ...] = ()
+        self._mps_kept = False  # --auto's MPS measurement is in mps.toml
         self._applied: list[AdviceRecord] = []
         self.sampler.on_sample = self.recorder
         # Jobs on other machines have no local pid to follow: their launcher reports them, and their nodes.
@@ -227,6 +232,8 @@ class RunSession:
     def _apply(self, advice: ApplyAdvice) -> list[Control]:
         if advice.setting is AdviceSetting.MEMORY:
             raise ValueError("memory advice changes no setting: it says what to look for in the job that grows")
+        if advice.setting is AdviceSetting.MPS:
+            return self._apply_mps(advice)
         if not advice.setting.live:
             raise ValueError(f"{advice.setting} cannot change under running jobs: start a new run with it")
         state = self._latest
@@ -257,6 +264,19 @@ class RunSession:
         self._log_applied(advice)
         # Each live job checkpoints and resumes under the new rollout and batch settings.
         return [SetPreset(str(path)), *(RestartJob(j.id) for j in state.jobs if j.state.active)]
+
+    def _apply_mps(self, advice: ApplyAdvice) -> list[Control]:
+        """MPS on or off under running jobs: only with the run's daemon standing (`--mps`, or
+        `--auto` where one could be started). Each live job checkpoints and resumes as a client
+        of it, or not."""
+        if advice.suggested not in ("on", "off"):
+            raise ValueError(f"advice mps -> {advice.suggested!r}: MPS is turned on or off once measured")
+        if self.mps_pipe_dir is None:
+            raise ValueError("mps cannot change under running jobs without an MPS daemon: start a new run with --mps")
+        state = self._latest
+        self._log_applied(advice)
+        live = [RestartJob(j.id) for j in state.jobs if j.state.active] if state is not None else []
+        return [SetMps(advice.suggested == "on"), *live]
 
     def _log_applied(self, advice: ApplyAdvice) -> None:
         self._applied.append(AdviceRecord(at=iso(self.clock.time()) or "", action="apply",
@@ -469,10 +489,22 @@ class RunSession:
         if self.auto is not None:
             for command in self.auto.tick(state):
                 self.submit(command)
+            self._keep_mps_gain()
         self._show(view.update, state)
         self._write_scalars(state)
         if on_tick is not None:
             on_tick(state)
+
+    def _keep_mps_gain(self) -> None:
+        """Once --auto has measured MPS, keep the two figures for `recommend` (`mps_gains`), once."""
+        assert self.auto is not None
+        measured, gpu = self.auto.mps_measured, self.sampler.gpu_info
+        if measured is None or self._mps_kept or self._preset is None or gpu is None:
+            return
+        self._mps_kept = True
+        jobs, sps_off, sps_on = measured
+        record_mps_gain(self._preset, gpu.name,
+                        MpsGain(jobs, sps_off, sps_on, "cockpit run --auto", iso(self.clock.time()) or ""))  # fmt: skip
 
     def _write_scalars(self, state: RunState, *, final: bool = False) -> None:
         """Write each job's cockpit scalars for TensorBoard when they are due (every few seconds)

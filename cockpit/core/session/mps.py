@@ -10,7 +10,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from cockpit.contract.runspec import RunSpec
-from cockpit.core.machine.mps import Daemon, MpsError, close_daemon, open_daemon, quit_left_behind, refusal
+from cockpit.core.machine.mps import (
+    Daemon,
+    MpsError,
+    close_daemon,
+    open_daemon,
+    quit_left_behind,
+    refusal,
+    serving,
+)
 from cockpit.core.machine.nvml import GpuReader, close_gpus
 
 
@@ -23,11 +31,31 @@ def mps_refusal(spec: RunSpec, gpus: Sequence[GpuReader], gpu_status: str) -> st
     return refusal(usable, gpu_status)
 
 
-def open_mps(spec: RunSpec) -> tuple[Daemon | None, list[str]]:
-    """The daemon `spec`'s jobs are clients of (None without `--mps`) and the lines the run
-    should show about it. Either way a daemon a killed cockpit left in the run directory is quit
-    first. MpsError (one line) when the daemon cannot be started."""
+def auto_mps(spec: RunSpec, gpus: Sequence[GpuReader], gpu_status: str) -> tuple[bool, str | None]:
+    """Whether `run --auto` should have an MPS daemon stand ready, to measure the jobs as its
+    clients once they are sized, and, where it would not on a machine with a GPU, one line why.
+    Not under `--mps` (the jobs are clients from the start), nor where MPS cannot be used here
+    (`mps.refusal`), nor where a daemon already serves this user: every CUDA job is its client."""
     if spec.mps:
+        return False, None
+    usable = [r.info for r in gpus if spec.gpus is None or r.info.index in spec.gpus]
+    if not usable:
+        return False, None
+    refused = refusal(usable, gpu_status)
+    if refused is not None:
+        return False, f"--auto: MPS not measured: {refused.removeprefix('--mps: ')}"
+    found = serving()
+    if found is not None:
+        return False, f"--auto: MPS not measured: the daemon at {found.pipe_dir} already serves every job"
+    return True, None
+
+
+def open_mps(spec: RunSpec, standby: bool = False) -> tuple[Daemon | None, list[str]]:
+    """The daemon `spec`'s jobs are clients of (None without `--mps`, unless `standby`: one for
+    `--auto` to measure) and the lines the run should show about it. Either way a daemon a killed
+    cockpit left in the run directory is quit first. MpsError (one line) when the daemon cannot be
+    started."""
+    if spec.mps or standby:
         return open_daemon(spec.run_dir)
     note = quit_left_behind(spec.run_dir)
     return None, [note] if note else []
@@ -44,14 +72,17 @@ def close_mps(daemon: Daemon | None, spec: RunSpec, who: str) -> None:
 
 
 def with_mps(spec: RunSpec, gpus: Sequence[GpuReader], who: str,
-             session: Callable[[list[str], Path | None], int]) -> int:  # fmt: skip
+             session: Callable[[list[str], Path | None], int], *, standby: bool = False) -> int:  # fmt: skip
     """Run `session(notes, pipe_dir)` inside `spec`'s MPS daemon (`open_mps`, then `close_mps`
     whatever the session's end): `notes` are the lines the run shows about the daemon, `pipe_dir`
-    its pipe directory for the workers (None without `--mps`). A daemon that cannot be started
-    is one line on stderr, prefixed with `who`, the run's `gpus` closed and exit code 2."""
+    its pipe directory for the workers (None without `--mps` or `standby`). A daemon that cannot
+    be started is one line on stderr, prefixed with `who`, the run's `gpus` closed and exit code
+    2; a `standby` one (for `--auto`) is a note instead, and the run goes on without MPS."""
     try:
-        daemon, notes = open_mps(spec)
+        daemon, notes = open_mps(spec, standby)
     except MpsError as exc:
+        if not spec.mps:
+            return session([f"--auto: MPS not measured: {str(exc).removeprefix('--mps: ')}"], None)
         close_gpus(gpus)
         print(f"{who}: error: {exc}", file=sys.stderr)
         return 2

@@ -9,6 +9,12 @@ after the jobs have settled (`settle_s` after a change, with every slot's job ru
 worker's start-up does not count against it. Every change is logged with the numbers before and
 after; the session writes the log into run.toml's advice and shows it live.
 
+Where an MPS daemon stands ready (`mps`: `run --auto` started one, its jobs not yet its clients),
+MPS is the last setting: a window with the jobs as they are, then one with every job restarted
+from its checkpoint as a client of the daemon; MPS stays on for a gain of at least `min_gain`, and
+is turned off again (the jobs restarted once more) otherwise. `mps_measured` keeps the two
+figures for the advisor, whichever way it went. One job shares the GPU with nobody: not tried.
+
 It only reads `RunState`s and the clock, and answers with supervisor commands: no I/O.
 """
 
@@ -70,9 +76,12 @@ class AutoTuner:
     min_gain: float = MIN_GAIN
     n_envs: int | None = None  # the jobs' envs now; None: only the job count is tuned
     env_capacity: int = 0  # envs the cores can step in all (the advisor's envs per core x cores)
+    mps: bool = False  # an MPS daemon stands ready: try the jobs as its clients last
     log: list[Change] = field(default_factory=list)
     done: bool = False
-    _stage: str = "jobs"  # "jobs", then "envs-base" (a window to measure from), then "envs"
+    mps_measured: tuple[int, float, float] | None = None  # (jobs, SPS without MPS, SPS with it)
+    # "jobs", then "envs-base" (a window to measure from) and "envs", then "mps-base" and "mps"
+    _stage: str = "jobs"
     _settle_until: float | None = None
     _window_start: float | None = None
     _steps_start: int = 0
@@ -128,6 +137,8 @@ class AutoTuner:
         command: SetSlots | ApplyAdvice | None
         if self._stage == "jobs":
             command = self._decide(state, sps, self.clock.time())
+        elif self._stage.startswith("mps"):
+            command = self._decide_mps(state, sps, self.clock.time())
         else:
             command = self._decide_envs(state, sps, self.clock.time())
         if isinstance(command, SetSlots) and command.slots > state.slots and state.count(JobState.QUEUED) == 0:
@@ -183,9 +194,35 @@ class AutoTuner:
         self._previous_sps, self._added_last = sps, True
         return SetSlots(slots + 1)
 
+    def _decide_mps(self, state: RunState, sps: float, now: float) -> ApplyAdvice | None:
+        """The base window turns MPS on; the next one keeps it for a gain, or turns it off."""
+        slots = state.slots
+        if self._stage == "mps-base":
+            self._stage, self._previous_sps = "mps", sps
+            self.log.append(Change(now, "mps try", slots, slots, sps, None,
+                                   f"MPS on for {slots} jobs at {sps:,.0f} SPS without it"))  # fmt: skip
+            return ApplyAdvice(AdviceSetting.MPS, "on")
+        before = self._previous_sps or 0.0
+        self.mps_measured = (slots, before, sps)
+        gain = sps / before - 1 if before > 0 else math.inf
+        self.done = True
+        if gain < self.min_gain:
+            self.log.append(Change(now, "mps off", slots, slots, before, sps,
+                                   f"MPS: {sps:,.0f} SPS vs {before:,.0f} without ({gain:+.1%}, under "
+                                   f"{self.min_gain:.0%}); off again"))  # fmt: skip
+            return ApplyAdvice(AdviceSetting.MPS, "off")
+        self.log.append(Change(now, "mps keep", slots, slots, before, sps,
+                               f"MPS gained {gain:+.0%} ({before:,.0f} -> {sps:,.0f} SPS)"))  # fmt: skip
+        return None
+
     def _finish(self, change: Change) -> None:
         self.log.append(change)
         if self._stage == "jobs" and self.n_envs is not None:
             self._stage = "envs-base"  # the next window measures the settled job count
+        elif self.mps and not self._stage.startswith("mps") and change.slots_after >= 2:
+            self._stage = "mps-base"  # the next window measures the settled jobs without MPS
         else:
+            if self.mps and not self._stage.startswith("mps"):
+                self.log.append(Change(change.t, "mps skip", change.slots_after, change.slots_after, None, None,
+                                       "one job shares the GPU with nobody: MPS not tried"))  # fmt: skip
             self.done = True

@@ -68,6 +68,7 @@ from cockpit.contract.controls import (
     Control,
     KillJob,
     RestartJob,
+    SetMps,
     SetPreset,
     SetSlots,
     StopAll,
@@ -190,7 +191,8 @@ class Supervisor:
     placed on as they are at the moment of a launch (none: no placement), and `peak_gpu_mem`
     each job's peak GPU memory measured so far (bytes by job id), which its previous GPU must
     still have free for the job to go back to it. `mps_pipe_dir` is the MPS daemon's pipe
-    directory under `--mps` (None: no MPS)."""
+    directory under `--mps` (None: no MPS); with `mps_clients` False the daemon stands ready and
+    the jobs are not its clients until `SetMps(True)` (`run --auto` measuring MPS)."""
 
     def __init__(
         self,
@@ -208,9 +210,13 @@ class Supervisor:
         gpus: Callable[[], Sequence[GpuRoom]] = tuple,
         peak_gpu_mem: Callable[[], Mapping[str, int]] = dict,
         mps_pipe_dir: Path | None = None,
+        mps_clients: bool = True,
     ) -> None:
         self.run_dir = run_dir
         self.mps_pipe_dir = mps_pipe_dir  # under --mps: the daemon's pipes, which each worker on a GPU gets
+        # Whether the jobs launched from now on are the daemon's clients: `--auto` starts a daemon
+        # without them and turns it on and off (`SetMps`) to measure what MPS does.
+        self.mps_clients = mps_pipe_dir is not None and mps_clients
         self.mps_faults: list[MpsFault] = []
         self.gpus = gpus
         self.peak_gpu_mem = peak_gpu_mem
@@ -350,6 +356,12 @@ class Supervisor:
         if isinstance(command, SetPreset):
             self.template = replace(self.template, preset_arg=command.preset_arg)
             return
+        if isinstance(command, SetMps):
+            if self.mps_pipe_dir is None:
+                self.warnings.append("MPS: this run has no MPS daemon; its jobs stay as they are")
+            else:
+                self.mps_clients = command.on
+            return
         if isinstance(command, ApplyAdvice):
             self.warnings.append(f"advice {command.setting} -> {command.suggested} reached the supervisor unapplied")
             return
@@ -473,7 +485,7 @@ class Supervisor:
         job.attempt_started_seen = False
         job.last_event_at, job.stalled_at, job.stall_reason = self.clock.monotonic(), None, None
         try:
-            mps = str(self.mps_pipe_dir) if self.mps_pipe_dir is not None else None
+            mps = str(self.mps_pipe_dir) if self.mps_pipe_dir is not None and self.mps_clients else None
             cap = mps_memory_limit_mib(self._known_peak(job)) if mps is not None else None
             job.handle = self.launcher.launch(LaunchRequest(job.id, args, cpus, job.gpu, mps, cap))
         except OSError as exc:
@@ -619,7 +631,7 @@ class Supervisor:
         counting against its own policy; the fault's warning then names it too. A first crash
         opens a possible fault and is counted as usual (returns False). A kill by the stall watch
         is the cockpit's doing, not a client fault."""
-        if self.mps_pipe_dir is None or job.gpu is None or job.stall_reason is not None:
+        if not self.mps_clients or job.gpu is None or job.stall_reason is not None:
             return False
         now_mono, now = self.clock.monotonic(), self.clock.time()
         index = job.gpu.index
@@ -818,5 +830,5 @@ class Supervisor:
             eta_s=run_eta(views, self.slots),
             name=name,
             trend=trend,
-            mps=self.mps_pipe_dir is not None,
+            mps=self.mps_clients,
         )
