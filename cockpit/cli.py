@@ -288,7 +288,9 @@ def _add_run_sizing_flags(run: ArgumentParser) -> None:
         action="store_true",
         help="size the run by measuring: start at --jobs (default 1), add a job per ~30 s window while the "
         "aggregate SPS gains >= 5%% and cores and GPU memory allow (take back one that hurts), then double "
-        "n_envs the same way (jobs checkpoint and resume with it)",
+        "n_envs the same way (jobs checkpoint and resume with it); with a GPU where an MPS daemon can be "
+        "started, last a window with the jobs as its clients: MPS stays on for a >= 5%% gain (recommend "
+        "then advises --mps from it)",
     )
     run.add_argument(
         "--auto-window",
@@ -359,7 +361,11 @@ def _add_tune_command(commands: Commands) -> None:
         "jobs x n_envs (the batch size follows, always a divisor of the rollout), running short trials\n"
         "of real workers that measure the aggregate SPS and the CPU and GPU use. It prints every trial and\n"
         "writes the winner as a preset TOML, with the --jobs to run it with. Recommend's pick comes\n"
-        "from this machine's measured costs (measured once, 20-40 s of the budget; see recommend).",
+        "from this machine's measured costs (measured once, 20-40 s of the budget; see recommend).\n"
+        "With a GPU it then measures the winner two more ways: the mix of CUDA and CPU jobs the\n"
+        "advisor predicts faster (--devices), and, where an MPS daemon can be started, the jobs as\n"
+        "its clients (--mps); each wins only by measuring faster. The MPS figure is kept for\n"
+        "recommend, which advises --mps from a measured gain only.",
         epilog="Examples:\n  cockpit tune --preset heavy --budget 10m\n"
         "  cockpit tune --preset cartpole --env CartPole-v1 --budget 90s --out presets-mine/cp.toml",
         formatter_class=argparse.RawDescriptionHelpFormatter,
