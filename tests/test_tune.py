@@ -188,7 +188,7 @@ def test_kill_9_of_tune_mid_trial_leaves_no_worker_alive(tmp_path: Path) -> None
         deadline = time.monotonic() + 120
         workers: list[psutil.Process] = []
         while time.monotonic() < deadline:  # a probe, if any, comes first; then the first trial's workers step
-            stepping = [p for p in tmp_path.glob("cockpit-*/trial-*/job-*/events.jsonl") if p.stat().st_size]
+            stepping = [p for p in tmp_path.glob("cockpit-tune-*/trial-*/job-*/events.jsonl") if p.stat().st_size]
             workers = [p for p in psutil.Process(tune.pid).children(recursive=True)
                        if "cockpit_training.worker" in " ".join(p.cmdline())]  # fmt: skip
             if stepping and workers:

@@ -269,7 +269,7 @@ def tune(console: Console, *, preset: str | None, env: str | None, budget: str, 
     began = time.monotonic()
     costs = costs_for(say(console), machine, resolved)  # a first-time probe spends some of the budget
     extras = tune_extras(console, machine, resolved, costs)
-    with tempfile.TemporaryDirectory(prefix="cockpit-") as tmp:  # short: an MPS pipe directory goes in it
+    with tempfile.TemporaryDirectory(prefix="cockpit-tune-") as tmp:
         result = climb(resolved, machine, budget_s - (time.monotonic() - began), workdir=Path(tmp), console=console,
                        costs=costs, extras=extras)  # fmt: skip
     console.print(trials_table(result))
