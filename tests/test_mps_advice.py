@@ -137,7 +137,7 @@ def test_a_trials_gpu_workers_are_mps_clients_and_its_cpu_workers_are_not(tmp_pa
     assert [r.args.device for r in requests] == ["auto", "auto", "cpu"]  # type: ignore[union-attr]
     envs = [device_env(r) for r in requests]
     assert [e.get(MPS_PIPE_DIRECTORY_ENV) for e in envs] == [str(tmp_path / "pipe")] * 2 + [None]
-    assert envs[2] == {}  # no GPU placement, no MPS: it trains on the cores
+    assert envs[2] == {} and requests[2].gpu is None and requests[2].mps_pipe_dir is None  # it trains on the cores
     assert {r.args.threads for r in requests} == {5}  # type: ignore[union-attr]  # 16 cores // 3 jobs
     plain = trial_requests(HEAVY, tmp_path / "p.toml", config, tmp_path, 16)
     assert all(device_env(r) == {} and r.args.device == "auto" for r in plain)  # type: ignore[union-attr]
