@@ -728,38 +728,74 @@ def sweep_row(
             "per_job_sps": per_job, "gpu_util_mean": round(util, 2) if util is not None else ""}  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Point:
+    """One measured point of the sweep or the mps check: the run, its exit code, its aggregate
+    throughput and GPU utilization over the window (None where not measured), and what went
+    wrong (empty when nothing did)."""
+
+    run: CockpitRun
+    code: int
+    agg: measure.Aggregate | None
+    util: float | None
+    problems: tuple[str, ...]
+
+    @property
+    def sps(self) -> float | None:
+        """The aggregate SPS, or None."""
+        return self.agg.sps if self.agg else None
+
+
+def point_run(kit: Kit, name: str, jobs: int, *extra: str) -> CockpitRun:
+    """The run of one point: `cockpit run --jobs N --preset P --timesteps FOREVER --max-restarts 0`
+    and `extra`, in the work folder as `name`."""
+    return CockpitRun(kit, name, ["--jobs", str(jobs), "--preset", kit.s.preset, "--timesteps", str(FOREVER),
+                                  "--max-restarts", "0", *extra])  # fmt: skip
+
+
+def measure_point(kit: Kit, run: CockpitRun, jobs: int) -> Point:
+    """One point, the sweep's and the mps check's alike: `run` (of `jobs` jobs, `point_run`) until
+    it has a measurement (`settle`; at most `sweep_max` s, and 20 s short of the deadline), then
+    stopped: aggregate SPS over whole cycles once every job has finished its first, and GPU
+    utilization meanwhile. KitError when the run exits by itself before it is stopped (its log's
+    last lines)."""
+    budget = min(kit.s.sweep_max, kit.left() - 20)
+    with running(run):
+        settle(kit, run, budget)
+        code = run.stop()
+    run.keep_events()
+    events = run.events()
+    errors = job_errors(events)
+    problems = []
+    if code not in (0, 130) or errors:
+        problems.append(f"{jobs} job(s): exit {code}; {'; '.join(errors) or tail(run.log)}")
+    warm = measure.warm_from(events)
+    stopped = run.stopped_at or time.time()
+    agg = measure.aggregate(events, warm, stopped) if warm is not None else None
+    samples = measure.read_util_samples(RunDir(run.run_dir).gpu_util)
+    util = measure.util_between(samples, warm, stopped) if warm is not None else None
+    if agg is None or agg.sps is None:
+        problems.append(f"{jobs} job(s): no whole cycle of every job in {budget:.0f} s (raise --sweep-window)")
+    return Point(run, code, agg, util, tuple(problems))
+
+
 def check_sweep(kit: Kit, sec: Section) -> None:
     """Runs of 1, 2, 4 and 8 heavy jobs (the run check's point reused): aggregate SPS over whole
     cycles once every job has finished its first, and GPU utilization meanwhile; then the seeds'
     claim that 4 jobs keep the GPU 70-90 % busy."""
-    problems, not_run = [], []
+    problems: list[str] = []
+    not_run = []
     for jobs in kit.s.sweep_jobs:
         if jobs in kit.sweep and any(r["jobs"] == jobs and r["source"] == "run" for r in kit.sweep_rows):
             continue  # measured by the run check, longer than a sweep point
         if kit.left() < 30:
             not_run.append(jobs)  # the plan ran long: a gap in the figures, not a fault of cockpit's
             continue
-        run = CockpitRun(kit, f"sweep-{jobs}", ["--jobs", str(jobs), "--preset", kit.s.preset, "--timesteps",
-                                                str(FOREVER), "--max-restarts", "0"])  # fmt: skip
-        budget = min(kit.s.sweep_max, kit.left() - 20)
-        with running(run):
-            settle(kit, run, budget)
-            code = run.stop()
-        run.keep_events()
-        events = run.events()
-        errors = job_errors(events)
-        if code not in (0, 130) or errors:
-            problems.append(f"{jobs} job(s): exit {code}; {'; '.join(errors) or tail(run.log)}")
-        warm = measure.warm_from(events)
-        stopped = run.stopped_at or time.time()
-        agg = measure.aggregate(events, warm, stopped) if warm is not None else None
-        samples = measure.read_util_samples(RunDir(run.run_dir).gpu_util)
-        util = measure.util_between(samples, warm, stopped) if warm is not None else None
-        if agg is None or agg.sps is None:
-            problems.append(f"{jobs} job(s): no whole cycle of every job in {budget:.0f} s (raise --sweep-window)")
-        kit.sweep[jobs] = (agg.sps if agg else None, util)
-        kit.sweep_rows.append(sweep_row(jobs, kit.s.preset, agg, util, "sweep"))
-        kit.log(f"sweep {jobs} job(s): {fmt(agg.sps if agg else None, 0)} SPS, GPU {fmt(util)} %")
+        point = measure_point(kit, point_run(kit, f"sweep-{jobs}", jobs), jobs)
+        problems += point.problems
+        kit.sweep[jobs] = (point.sps, point.util)
+        kit.sweep_rows.append(sweep_row(jobs, kit.s.preset, point.agg, point.util, "sweep"))
+        kit.log(f"sweep {jobs} job(s): {fmt(point.sps, 0)} SPS, GPU {fmt(point.util)} %")
     rows = []
     one = kit.sweep.get(1, (None, None))[0]
     for jobs in sorted(kit.sweep):
