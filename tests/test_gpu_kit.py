@@ -19,7 +19,7 @@ from rich.console import Console
 from benchmarks.gpu import check, kit, measure, nvsmi
 from cockpit.contract.events import Event, PhaseEvent, StartedEvent
 from cockpit.contract.presets import resolve
-from cockpit.contract.runrecord import ConfigRecord, HostRecord, JobRecord, RunRecord, write
+from cockpit.contract.runrecord import ConfigRecord, HostRecord, JobRecord, RunRecord, read, write
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.sizing.advisor import Machine
 from cockpit.core.sizing.hill_climb import Config
@@ -209,12 +209,85 @@ def test_tunes_preset_file_gives_the_kit_its_pick(tmp_path: Path, monkeypatch: p
 def test_the_default_plans_fit_the_device_tools_command_limit(tmp_path: Path) -> None:
     gpu = kit.parse_args(["--out", str(tmp_path)])
     assert gpu.checks == kit.CHECKS and gpu.device == "cuda" and gpu.presets == ("fast", "heavy", "beast")
-    assert kit.plan_seconds(gpu) <= 8 * 60  # well under 9 minutes, inside one 10-minute command
+    # Every check ends before the default --deadline, which leaves a minute and a half of the 10-minute
+    # command for check.sh's install and the last check's stop.
+    assert kit.plan_seconds(gpu) <= gpu.deadline
     assert gpu.deadline < 9 * 60
     smoke = kit.parse_args(["--cpu-smoke", "--out", str(tmp_path)])
     assert smoke.preset == "cartpole" and smoke.device == "cpu" and kit.plan_seconds(smoke) <= 55
     short = kit.parse_args(["--out", str(tmp_path), "--skip", "fleet,oom", "--run-seconds", "30"])
     assert "fleet" not in short.checks and kit.plan_seconds(short) < kit.plan_seconds(gpu) - 90
+
+
+def test_the_mps_check_is_planned_after_the_sweep_and_measures_only_what_no_earlier_check_did(tmp_path: Path) -> None:
+    gpu = kit.parse_args(["--out", str(tmp_path)])
+    assert gpu.checks.index("mps") == gpu.checks.index("sweep") + 1
+    point = kit.sweep_point(gpu)
+    assert point == 15.0 + 6.0 + 5.0  # start-up, the default window, the stop
+    assert kit.estimate("mps", gpu) == 4 * point  # 1, 2, 4 and 8 with MPS; without is the sweep's
+    alone = kit.parse_args(["--out", str(tmp_path), "--checks", "mps"])
+    assert alone.checks == ("mps",) and kit.estimate("mps", alone) == 8 * point  # both sides of each count
+    beside_run = kit.parse_args(["--out", str(tmp_path), "--checks", "run,mps", "--sweep-jobs", "2,4"])
+    assert kit.estimate("mps", beside_run) == 3 * point  # 4 jobs without MPS is the run check's
+    skipped = kit.parse_args(["--out", str(tmp_path), "--skip", "mps"])
+    assert skipped.checks == tuple(c for c in kit.CHECKS if c != "mps")
+    smoke = kit.parse_args(["--cpu-smoke", "--out", str(tmp_path)])
+    assert "mps" in smoke.checks and kit.estimate("mps", smoke) == 0.0  # skipped at once: no GPU
+
+
+def test_the_mps_table_puts_with_beside_without_and_finds_the_best_ratio() -> None:
+    without = {1: (1000.0, 30.0), 2: (1800.0, 50.0), 4: (2400.0, 70.0), 8: (2500.0, 80.0)}
+    with_mps = {1: (950.0, 31.0), 2: (2100.0, 62.0), 4: (3600.0, 91.0), 8: (None, 95.0)}
+    rows, best = check.mps_summary([1, 2, 4, 8, 4], without, with_mps)
+    assert [r.jobs for r in rows] == [1, 2, 4, 8]  # each count once, in order
+    assert [(r.sps_without, r.sps_with, r.util_without, r.util_with) for r in rows] == [
+        (1000.0, 950.0, 30.0, 31.0), (1800.0, 2100.0, 50.0, 62.0), (2400.0, 3600.0, 70.0, 91.0),
+        (2500.0, None, 80.0, 95.0)]  # fmt: skip
+    # with / without: 950 / 1000, 2100 / 1800, 3600 / 2400; 8 jobs' SPS with MPS was not measured.
+    assert [r.ratio for r in rows] == [pytest.approx(0.95), pytest.approx(7 / 6), pytest.approx(1.5), None]
+    assert best is not None and best.jobs == 4 and best.ratio == pytest.approx(1.5)
+    # A count missing on one side is "-", never a made-up ratio; a zero without gives no ratio either.
+    rows, best = check.mps_summary([2, 16], {2: (0.0, 10.0)}, {2: (500.0, 20.0), 16: (900.0, 99.0)})
+    assert [(r.jobs, r.sps_without, r.ratio) for r in rows] == [(2, 0.0, None), (16, None, None)]
+    assert best is None
+    # Equal ratios: the fewest jobs.
+    _, best = check.mps_summary([1, 2], {1: (100.0, None), 2: (200.0, None)}, {1: (150.0, None), 2: (300.0, None)})
+    assert best is not None and best.jobs == 1
+
+
+def test_an_mps_runs_record_must_say_mps_and_a_refusal_is_cockpits_own_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = RunRecord(
+        command="cockpit run", status=RunStatus.INTERRUPTED, started_at="2026-11-17T14:00:00Z",
+        updated_at="2026-11-17T14:01:00Z", duration_s=60.0,
+        config=ConfigRecord(jobs=2, agents=2, preset="heavy", env="LunarLander-v3", timesteps=8192, seed=0,
+                            max_restarts=0, mps=True),
+        host=HostRecord(hostname="h", cpu_model="c", physical_cores=16, logical_cores=16, ram_gib=128.0, os="l"),
+        jobs=(),
+    )  # fmt: skip
+    write(tmp_path, record)
+    assert check.mps_record_problem(read(tmp_path)) is None
+    write(tmp_path, RunRecord(**{**record.__dict__, "config": ConfigRecord(**{**record.config.__dict__,
+                                                                               "mps": False})}))  # fmt: skip
+    assert check.mps_record_problem(read(tmp_path)) == "run.toml's [config] does not say mps = true"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # restored after: the Kit points it at its own
+    (tmp_path / "out").mkdir()
+    the_kit = kit.Kit(kit.parse_args(["--out", str(tmp_path / "out")]), tmp_path)
+    the_kit._log.close()
+    run = kit.CockpitRun(the_kit, "mps-1", [])
+    line = ("cockpit run: error: --mps: nvidia-cuda-mps-control is not on PATH (it comes with the NVIDIA driver's "
+            "compute utilities); install them, or run without --mps")  # fmt: skip
+    run.log.write_text("starting\n" + line + "\n", encoding="utf-8")
+    run.proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(2)"])
+    run.proc.wait()
+    assert check.mps_refusal_line(run) == line
+    run.log.write_text("cockpit run: error: --mps: nvidia-cuda-mps-control -d failed with code 1\n", encoding="utf-8")
+    assert check.mps_refusal_line(run) is None  # a daemon that would not start is a failure, not a refusal
+    run.log.write_text(line + "\n", encoding="utf-8")
+    run.proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(1)"])
+    run.proc.wait()
+    assert check.mps_refusal_line(run) is None  # only exit 2 is the refusal
 
 
 @pytest.mark.parametrize(
@@ -247,13 +320,23 @@ def test_cpu_smoke_runs_every_check_end_to_end(tmp_path: Path) -> None:
                      "util_per_second.csv"]  # the device tool brings back 8 files at most, no folders  # fmt: skip
     report = (out / "report.md").read_text(encoding="utf-8")
     assert "7 passed, 0 failed, 0 skipped" not in report  # oom cannot pass on a CPU
-    assert "6 passed, 0 failed, 1 skipped" in report, report
+    assert "6 passed, 0 failed, 2 skipped" in report, report
     assert "**skipped**: no GPU memory to exhaust on the CPU" in report
+    assert "**skipped**: no GPU; MPS needs one" in report
+    assert not any(check == "mps" for check, _, _ in figures_of(out))  # no figure made up for a skipped check
     assert "skipped: no nvidia-smi" in report  # dmon's comparison is skipped, not made up
-    with (out / "figures.csv").open(encoding="utf-8", newline="") as fh:
-        figures = {(r["check"], r["subject"], r["metric"]): r["value"] for r in csv.DictReader(fh)}
+    figures = figures_of(out)
     assert float(figures[("worker", "cartpole", "sps")]) > 0 and figures[("worker", "cartpole", "tf32")] == "False"
     assert figures[("run", "util", "mad_vs_dmon")] == ""  # no dmon: no figure
     assert float(figures[("sweep", "1 jobs", "aggregate_sps")]) > 0
     assert float(figures[("sweep", "2 jobs", "aggregate_sps")]) > 0
     assert figures[("fleet", "fleet", "models_verified")] == "True"
+    with (out / "sweep.csv").open(encoding="utf-8", newline="") as fh:
+        sweep = list(csv.DictReader(fh))
+    assert {(r["jobs"], r["mps"], r["source"]) for r in sweep} == {("1", "False", "sweep"), ("2", "False", "run")}
+
+
+def figures_of(out: Path) -> dict[tuple[str, str, str], str]:
+    """figures.csv as (check, subject, metric) -> value."""
+    with (out / "figures.csv").open(encoding="utf-8", newline="") as fh:
+        return {(r["check"], r["subject"], r["metric"]): r["value"] for r in csv.DictReader(fh)}

@@ -13,6 +13,8 @@ The checks, in order (docs/gpu.md says what each one measures):
           cockpit's per-second utilization against dmon's, per-job memory against
           `--query-compute-apps`, utilization by phase, the train share, the sampler's cost
   sweep   1, 2, 4 and 8 heavy jobs: aggregate SPS and GPU utilization
+  mps     the sweep's job counts again with `cockpit run --mps`: aggregate SPS and GPU utilization
+          with MPS beside the sweep's without it, and their ratio
   oom     a batch too big for the card's free memory: the `cuda_oom` error, then the advice to
           halve the batch
   probe   `cockpit recommend` (the probe's CUDA costs, the pick) and a short `cockpit tune`,
@@ -718,53 +720,91 @@ def per_process_checks(kit: Kit, sec: Section, record: RunRecord, events: dict[s
 
 
 def sweep_row(
-    jobs: int, preset: str, agg: measure.Aggregate | None, util: float | None, source: str
+    jobs: int, preset: str, agg: measure.Aggregate | None, util: float | None, source: str, mps: bool = False
 ) -> dict[str, object]:
-    """One sweep.csv row."""
+    """One sweep.csv row: `source` is the check that measured it, `mps` whether its jobs were MPS
+    clients."""
     per_job = " ".join(f"{r.sps:.0f}" if r.sps is not None else "-" for r in agg.jobs.values()) if agg else ""
-    return {"jobs": jobs, "preset": preset, "source": source,
+    return {"jobs": jobs, "preset": preset, "mps": mps, "source": source,
             "window_s": round(agg.end - agg.start, 1) if agg else "", "min_cycles": agg.min_cycles if agg else "",
             "aggregate_sps": round(agg.sps, 1) if agg and agg.sps is not None else "",
             "per_job_sps": per_job, "gpu_util_mean": round(util, 2) if util is not None else ""}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured point of the sweep or the mps check: the run, its exit code, its aggregate
+    throughput and GPU utilization over the window (None where not measured), and what went
+    wrong (empty when nothing did)."""
+
+    run: CockpitRun
+    code: int
+    agg: measure.Aggregate | None
+    util: float | None
+    problems: tuple[str, ...]
+
+    @property
+    def sps(self) -> float | None:
+        """The aggregate SPS, or None."""
+        return self.agg.sps if self.agg else None
+
+
+def point_run(kit: Kit, name: str, jobs: int, *extra: str) -> CockpitRun:
+    """The run of one point: `cockpit run --jobs N --preset P --timesteps FOREVER --max-restarts 0`
+    and `extra`, in the work folder as `name`."""
+    return CockpitRun(kit, name, ["--jobs", str(jobs), "--preset", kit.s.preset, "--timesteps", str(FOREVER),
+                                  "--max-restarts", "0", *extra])  # fmt: skip
+
+
+def measure_point(kit: Kit, run: CockpitRun, jobs: int) -> Point:
+    """One point, the sweep's and the mps check's alike: `run` (of `jobs` jobs, `point_run`) until
+    it has a measurement (`settle`; at most `sweep_max` s, and 20 s short of the deadline), then
+    stopped: aggregate SPS over whole cycles once every job has finished its first, and GPU
+    utilization meanwhile. KitError when the run exits by itself before it is stopped (its log's
+    last lines)."""
+    budget = min(kit.s.sweep_max, kit.left() - 20)
+    with running(run):
+        settle(kit, run, budget)
+        code = run.stop()
+    run.keep_events()
+    events = run.events()
+    errors = job_errors(events)
+    problems = []
+    if code not in (0, 130) or errors:
+        problems.append(f"{jobs} job(s): exit {code}; {'; '.join(errors) or tail(run.log)}")
+    warm = measure.warm_from(events)
+    stopped = run.stopped_at or time.time()
+    agg = measure.aggregate(events, warm, stopped) if warm is not None else None
+    samples = measure.read_util_samples(RunDir(run.run_dir).gpu_util)
+    util = measure.util_between(samples, warm, stopped) if warm is not None else None
+    if agg is None or agg.sps is None:
+        problems.append(f"{jobs} job(s): no whole cycle of every job in {budget:.0f} s (raise --sweep-window)")
+    return Point(run, code, agg, util, tuple(problems))
 
 
 def check_sweep(kit: Kit, sec: Section) -> None:
     """Runs of 1, 2, 4 and 8 heavy jobs (the run check's point reused): aggregate SPS over whole
     cycles once every job has finished its first, and GPU utilization meanwhile; then the seeds'
     claim that 4 jobs keep the GPU 70-90 % busy."""
-    problems, not_run = [], []
+    problems: list[str] = []
+    not_run = []
     for jobs in kit.s.sweep_jobs:
         if jobs in kit.sweep and any(r["jobs"] == jobs and r["source"] == "run" for r in kit.sweep_rows):
             continue  # measured by the run check, longer than a sweep point
         if kit.left() < 30:
             not_run.append(jobs)  # the plan ran long: a gap in the figures, not a fault of cockpit's
             continue
-        run = CockpitRun(kit, f"sweep-{jobs}", ["--jobs", str(jobs), "--preset", kit.s.preset, "--timesteps",
-                                                str(FOREVER), "--max-restarts", "0"])  # fmt: skip
-        budget = min(kit.s.sweep_max, kit.left() - 20)
-        with running(run):
-            settle(kit, run, budget)
-            code = run.stop()
-        run.keep_events()
-        events = run.events()
-        errors = job_errors(events)
-        if code not in (0, 130) or errors:
-            problems.append(f"{jobs} job(s): exit {code}; {'; '.join(errors) or tail(run.log)}")
-        warm = measure.warm_from(events)
-        stopped = run.stopped_at or time.time()
-        agg = measure.aggregate(events, warm, stopped) if warm is not None else None
-        samples = measure.read_util_samples(RunDir(run.run_dir).gpu_util)
-        util = measure.util_between(samples, warm, stopped) if warm is not None else None
-        if agg is None or agg.sps is None:
-            problems.append(f"{jobs} job(s): no whole cycle of every job in {budget:.0f} s (raise --sweep-window)")
-        kit.sweep[jobs] = (agg.sps if agg else None, util)
-        kit.sweep_rows.append(sweep_row(jobs, kit.s.preset, agg, util, "sweep"))
-        kit.log(f"sweep {jobs} job(s): {fmt(agg.sps if agg else None, 0)} SPS, GPU {fmt(util)} %")
+        point = measure_point(kit, point_run(kit, f"sweep-{jobs}", jobs), jobs)
+        problems += point.problems
+        kit.sweep[jobs] = (point.sps, point.util)
+        kit.sweep_rows.append(sweep_row(jobs, kit.s.preset, point.agg, point.util, "sweep"))
+        kit.log(f"sweep {jobs} job(s): {fmt(point.sps, 0)} SPS, GPU {fmt(point.util)} %")
     rows = []
     one = kit.sweep.get(1, (None, None))[0]
     for jobs in sorted(kit.sweep):
         sps, util = kit.sweep[jobs]
-        row = next((r for r in kit.sweep_rows if r["jobs"] == jobs), {})
+        # The newest row without MPS: an mps check run earlier may have measured this count too.
+        row = next((r for r in reversed(kit.sweep_rows) if r["jobs"] == jobs and not r["mps"]), {})
         rows.append((jobs, fmt(sps, 0), fmt(sps / one if sps and one else None, 2, "x"), fmt(util),
                      row.get("window_s", "-"), row.get("min_cycles", "-"), row.get("source", "-")))  # fmt: skip
         kit.figure("sweep", f"{jobs} jobs", "aggregate_sps", sps, "steps/s")
@@ -788,6 +828,133 @@ def check_sweep(kit: Kit, sec: Section) -> None:
                          f"4 jobs {four:.1f} %: {verdict} the claimed range.")  # fmt: skip
         kit.figure("sweep", "claim", "four_jobs_util_vs_70_90", verdict)
         kit.headline.append(f"4 heavy jobs: GPU {four:.1f} % busy (the seeds claimed 70-90 %: {verdict})")
+    if problems:
+        raise KitError("; ".join(problems))
+
+
+# ----- mps -----
+
+
+@dataclass(frozen=True)
+class MpsRow:
+    """One job count of the mps check: aggregate SPS and GPU % without MPS and with it (None where
+    not measured)."""
+
+    jobs: int
+    sps_without: float | None
+    sps_with: float | None
+    util_without: float | None
+    util_with: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        """SPS with MPS / SPS without; None unless both were measured and without's is above 0."""
+        if self.sps_with is None or not self.sps_without:
+            return None
+        return self.sps_with / self.sps_without
+
+
+Figures = dict[int, tuple[float | None, float | None]]  # jobs -> (aggregate SPS, GPU %), as `Kit.sweep`
+
+
+def mps_summary(counts: Sequence[int], without: Figures, with_mps: Figures) -> tuple[list[MpsRow], MpsRow | None]:
+    """The mps check's table, a pure function of the figures: one row per job count in `counts`
+    (each once, in their order), without MPS from `without` and with it from `with_mps`; and the
+    row with the best ratio (the fewest jobs among equals), None when no count has one."""
+    rows = []
+    for jobs in dict.fromkeys(counts):
+        sps_without, util_without = without.get(jobs, (None, None))
+        sps_with, util_with = with_mps.get(jobs, (None, None))
+        rows.append(MpsRow(jobs, sps_without, sps_with, util_without, util_with))
+    rated = [r for r in rows if r.ratio is not None]
+    best = max(rated, key=lambda r: r.ratio or 0.0, default=None)  # max keeps the first of equals
+    return rows, best
+
+
+# Every refusal of `--mps` (`cockpit.core.machine.mps.refusal`) ends so; a daemon that would not
+# start ends otherwise, and is a failure rather than a machine that cannot use MPS.
+MPS_REFUSED = "run without --mps"
+
+
+def mps_refusal_line(run: CockpitRun) -> str | None:
+    """cockpit's own one line refusing `--mps` (exit 2, `cockpit run: error: --mps: ... run without
+    --mps`), or None when the run did not exit so."""
+    if run.proc is None or run.proc.poll() != 2 or not run.log.exists():
+        return None
+    lines = run.log.read_text(encoding="utf-8", errors="replace").splitlines()
+    return next((line.strip() for line in reversed(lines)
+                 if "error: --mps:" in line and line.strip().endswith(MPS_REFUSED)), None)  # fmt: skip
+
+
+def mps_record_problem(record: RunRecord) -> str | None:
+    """What is wrong with an `--mps` run's run.toml: None when its `[config]` says `mps = true`."""
+    return None if record.config.mps else "run.toml's [config] does not say mps = true"
+
+
+def check_mps(kit: Kit, sec: Section) -> None:
+    """Each job count of the sweep as the sweep runs it, with `--mps`: aggregate SPS and GPU
+    utilization with MPS beside the sweep's without it (measured here where no earlier check of
+    this kit run did, so that both sides come from one run on one machine); run.toml of each MPS
+    run must say so. A machine that cannot use MPS is skipped with cockpit's own refusal."""
+    if kit.s.smoke:
+        raise Skipped("no GPU; MPS needs one")
+    with_mps: Figures = {}
+    problems: list[str] = []
+    not_run = []
+    for jobs in dict.fromkeys(kit.s.sweep_jobs):
+        if kit.left() < 30:
+            not_run.append(jobs)  # the plan ran long: a gap in the figures, not a fault of cockpit's
+            continue
+        # With MPS first: a machine that refuses it costs no run without it.
+        run = point_run(kit, f"mps-{jobs}", jobs, "--mps")
+        try:
+            point = measure_point(kit, run, jobs)
+        except KitError as exc:
+            refused = mps_refusal_line(run)
+            if refused is not None:
+                raise Skipped(refused) from exc
+            raise
+        problems += [f"with --mps, {why}" for why in point.problems]
+        try:
+            why = mps_record_problem(run.record())
+        except KitError as exc:
+            why = str(exc)
+        if why:
+            problems.append(f"{jobs} job(s) with --mps: {why}")
+        with_mps[jobs] = (point.sps, point.util)
+        kit.sweep_rows.append(sweep_row(jobs, kit.s.preset, point.agg, point.util, "mps", mps=True))
+        kit.log(f"mps {jobs} job(s): {fmt(point.sps, 0)} SPS, GPU {fmt(point.util)} %")
+        if jobs not in kit.sweep and kit.left() >= 30:
+            plain = measure_point(kit, point_run(kit, f"mps-{jobs}-without", jobs), jobs)
+            problems += [f"without --mps, {why}" for why in plain.problems]
+            kit.sweep[jobs] = (plain.sps, plain.util)
+            kit.sweep_rows.append(sweep_row(jobs, kit.s.preset, plain.agg, plain.util, "mps"))
+            kit.log(f"mps {jobs} job(s) without it: {fmt(plain.sps, 0)} SPS, GPU {fmt(plain.util)} %")
+    rows, best = mps_summary(kit.s.sweep_jobs, kit.sweep, with_mps)
+    table_rows = []
+    for r in rows:
+        source = next((x["source"] for x in reversed(kit.sweep_rows) if x["jobs"] == r.jobs and not x["mps"]), None)
+        table_rows.append((r.jobs, fmt(r.sps_without, 0), fmt(r.sps_with, 0), fmt(r.ratio, 2, "x"),
+                           fmt(r.util_without), fmt(r.util_with), source))  # fmt: skip
+        for metric, value, unit in (("sps_without", r.sps_without, "steps/s"), ("sps_with", r.sps_with, "steps/s"),
+                                    ("with_vs_without", r.ratio, "x"), ("gpu_util_without", r.util_without, "%"),
+                                    ("gpu_util_with", r.util_with, "%")):  # fmt: skip
+            kit.figure("mps", f"{r.jobs} jobs", metric, value, unit)
+    sec.lines += table(["jobs", "SPS without MPS", "SPS with MPS", "with / without", "GPU % without",
+                        "GPU % with", "without measured in"], table_rows)  # fmt: skip
+    sec.lines.append("")
+    sec.lines.append(f"With MPS, each count is a sweep point (`--sweep-window` {kit.s.sweep_window:.0f} s after every "
+                     "job's first whole cycle). Without it is the figure of the check named beside it, in this kit "
+                     "run on this GPU: the sweep's, the run check's (a longer window), or this check's own sweep "
+                     "point where no earlier check measured that count.")  # fmt: skip
+    if not_run:
+        sec.lines += ["", f"Not run, too near --deadline: {', '.join(map(str, not_run))} job(s)."]
+    if best is not None and best.ratio is not None:
+        kit.figure("mps", "best", "with_vs_without", best.ratio, "x")
+        kit.figure("mps", "best", "jobs", best.jobs)
+        kit.headline.append(f"MPS: at best {best.ratio:.2f}x the aggregate SPS without it, at {best.jobs} "
+                            f"{kit.s.preset} job(s) ({fmt(best.sps_with, 0)} against {fmt(best.sps_without, 0)} "
+                            "SPS)")  # fmt: skip
     if problems:
         raise KitError("; ".join(problems))
 
@@ -1057,6 +1224,7 @@ CHECK_FUNCTIONS: dict[str, tuple[str, Callable[[Kit, Section], None]]] = {
     "worker": ("The worker on {device}: {presets}", check_worker),
     "run": ("`cockpit run --jobs {jobs} --preset {preset} --headless` beside `nvidia-smi dmon`", check_run),
     "sweep": ("{counts} {preset} jobs", check_sweep),
+    "mps": ("{counts} {preset} jobs with and without MPS", check_mps),
     "oom": ("CUDA out of memory: the error and the advice", check_oom),
     "probe": ("`cockpit recommend` and `cockpit tune` on the {where}", check_probe),
     "fleet": ("A small fleet", check_fleet),

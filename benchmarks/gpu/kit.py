@@ -34,7 +34,7 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, RunRecordError, read
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CHECKS = ("host", "worker", "run", "sweep", "oom", "probe", "fleet")
+CHECKS = ("host", "worker", "run", "sweep", "mps", "oom", "probe", "fleet")
 GPU_PRESETS = ("fast", "heavy", "beast")
 SMOKE_PRESET = "cartpole"
 FOREVER = 1_000_000_000  # --timesteps for runs the kit stops itself
@@ -76,7 +76,7 @@ class Settings:
     tune_budget: int
     deadline: float
     keep: Path | None
-    preset: str  # the preset of the run, sweep, probe and fleet checks
+    preset: str  # the preset of the run, sweep, mps, probe and fleet checks
 
     @property
     def device(self) -> str:
@@ -84,9 +84,14 @@ class Settings:
         return "cpu" if self.smoke else "cuda"
 
 
+def start_seconds(s: Settings) -> float:
+    """A worker's imports (and CUDA's start) before it trains, s: part of every check's plan."""
+    return 6.0 if s.smoke else 15.0
+
+
 def estimate(check: str, s: Settings) -> float:
     """Seconds `check` is planned to take (start-up, measurement, stop): the plan printed first."""
-    start = 6.0 if s.smoke else 15.0  # a worker's imports (and CUDA's start) before it trains
+    start = start_seconds(s)
     if check == "host":
         return 4.0 if s.smoke else 10.0
     if check == "worker":
@@ -95,7 +100,13 @@ def estimate(check: str, s: Settings) -> float:
         return s.run_seconds + (4.0 if s.smoke else 15.0)
     if check == "sweep":
         points = [n for n in s.sweep_jobs if n != s.run_jobs or "run" not in s.checks]
-        return len(points) * min(s.sweep_max, start + s.sweep_window + 5.0)
+        return len(points) * sweep_point(s)
+    if check == "mps":
+        if s.smoke:
+            return 0.0  # skipped: MPS needs a GPU
+        # Every count under MPS, and without it each count no earlier check measures.
+        without = set(s.sweep_jobs) if "sweep" in s.checks else {s.run_jobs} if "run" in s.checks else set()
+        return (len(s.sweep_jobs) + len([n for n in s.sweep_jobs if n not in without])) * sweep_point(s)
     if check == "oom":
         return 0.0 if s.smoke else 35.0  # start-up, a rollout of twice the free memory's worth, recommend
     if check == "probe":
@@ -103,6 +114,12 @@ def estimate(check: str, s: Settings) -> float:
     if check == "fleet":
         return 14.0 if s.smoke else 40.0
     raise ValueError(check)
+
+
+def sweep_point(s: Settings) -> float:
+    """Seconds one point of the sweep (or of the mps check) is planned to take: start-up, the
+    window, the stop; at most `sweep_max`."""
+    return min(s.sweep_max, start_seconds(s) + s.sweep_window + 5.0)
 
 
 def plan_seconds(s: Settings) -> float:
@@ -168,18 +185,18 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     p.add_argument("--checks", type=_names(CHECKS), help=f"only these, in this order (default: {','.join(CHECKS)})")
     p.add_argument("--skip", type=_names(CHECKS), default=(), help="leave these out")
     p.add_argument("--updates", type=_positive(int), help="PPO updates per worker preset (default: 4; smoke 3)")
-    p.add_argument("--run-seconds", type=_positive(float), help="the 4-job run's length (default: 120; smoke 6)")
+    p.add_argument("--run-seconds", type=_positive(float), help="the 4-job run's length (default: 60; smoke 6)")
     p.add_argument("--sweep-jobs", type=_counts, help="job counts of the sweep (default: 1,2,4,8; smoke 1,2)")
     p.add_argument("--sweep-window", type=_positive(float),
-                   help="seconds measured per sweep point after warm-up (default: 12; smoke 2)")  # fmt: skip
+                   help="seconds measured per sweep and mps point after warm-up (default: 6; smoke 2)")  # fmt: skip
     p.add_argument("--tune-budget", type=_positive(int), help="cockpit tune --budget, seconds (default: 36)")
     p.add_argument(
         "--deadline",
         type=_positive(float),
         help="seconds after which no check starts and long ones shorten (default: 510; smoke 240)",
     )
-    p.add_argument("--preset", type=_preset, help="the run's, sweep's, probe's and fleet's preset (default: heavy; "
-                   "smoke cartpole)")  # fmt: skip
+    p.add_argument("--preset", type=_preset, help="the run's, sweep's, mps's, probe's and fleet's preset "
+                   "(default: heavy; smoke cartpole)")  # fmt: skip
     p.add_argument("--keep", type=Path, help="keep the run directories in this folder (default: deleted)")
     a = p.parse_args(argv)
     out: Path | None = a.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
@@ -190,11 +207,11 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     smoke = bool(a.cpu_smoke)
     checks = tuple(c for c in (a.checks or CHECKS) if c not in a.skip)
     sweep_jobs = a.sweep_jobs or ((1, 2) if smoke else (1, 2, 4, 8))
-    window = a.sweep_window or (2.0 if smoke else 12.0)
+    window = a.sweep_window or (2.0 if smoke else 6.0)
     return Settings(
         smoke=smoke, out=out, checks=checks, presets=(SMOKE_PRESET,) if smoke else GPU_PRESETS,
         updates=a.updates or (3 if smoke else 4), run_jobs=2 if smoke else 4,
-        run_seconds=a.run_seconds or (6.0 if smoke else 120.0), sweep_jobs=sweep_jobs, sweep_window=window,
+        run_seconds=a.run_seconds or (6.0 if smoke else 60.0), sweep_jobs=sweep_jobs, sweep_window=window,
         sweep_max=window + (15.0 if smoke else 33.0), tune_budget=a.tune_budget or 36,
         deadline=a.deadline or (240.0 if smoke else 510.0), keep=a.keep,
         preset=a.preset or (SMOKE_PRESET if smoke else "heavy"),
@@ -490,7 +507,8 @@ def write_report(kit: Kit) -> None:
               [(p.second, f"{p.cockpit:.2f}", p.cockpit_samples, f"{p.dmon:.0f}") for p in kit.per_second])  # fmt: skip
     write_csv(s.out / "gpu_memory.csv", ["source", "run", "job", "pid", "mib", "t"],
               [(*r[:4], "" if r[4] is None else f"{r[4]:.0f}", f"{r[5]:.3f}") for r in kit.memory_rows])  # fmt: skip
-    sweep_cols = ["jobs", "preset", "source", "window_s", "min_cycles", "aggregate_sps", "per_job_sps", "gpu_util_mean"]
+    sweep_cols = ["jobs", "preset", "mps", "source", "window_s", "min_cycles", "aggregate_sps", "per_job_sps",
+                  "gpu_util_mean"]  # fmt: skip
     write_csv(s.out / "sweep.csv", sweep_cols, [[r[c] for c in sweep_cols] for r in kit.sweep_rows])
     write_raw(kit)
 
