@@ -129,6 +129,18 @@ def _add_resume_flag(parser: ArgumentParser, help_text: str) -> None:
     parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help=help_text)
 
 
+def _add_on_done_flag(parser: ArgumentParser) -> None:
+    """`--on-done CMD`, a command run once when the run ends: for `run` and `fleet`."""
+    parser.add_argument(
+        "--on-done",
+        metavar="CMD",
+        help="shell command run once when the run ends done, failed or stopped (not when the cockpit is killed): "
+        "it gets COCKPIT_RUN_STATUS (done, failed, stopped), COCKPIT_RUN_DIR, COCKPIT_RUN_NAME and COCKPIT_EXIT_CODE; "
+        "its output goes to RUN_DIR/cockpit.log; a resumed run keeps it. E.g. --on-done 'runpodctl stop pod "
+        "$RUNPOD_POD_ID' stops a rented pod when its work is over",
+    )
+
+
 def _add_headless_flag(parser: ArgumentParser) -> None:
     """`--headless`, no TUI: for `run` and `fleet`."""
     parser.add_argument(
@@ -257,6 +269,7 @@ def _add_run_command(commands: Commands) -> None:
     _add_run_sizing_flags(run)
     _add_run_restart_flags(run)
     _add_resume_flag(run, "continue an interrupted run's unfinished jobs")
+    _add_on_done_flag(run)
     _add_cluster_flags(run, "jobs")
     run.set_defaults(func=_cmd_run)
 
@@ -444,6 +457,7 @@ def _add_fleet_command(commands: Commands) -> None:
         "run.toml and `cockpit attach NAME`",
     )
     _add_resume_flag(fleet, "continue the fleet in RUN_DIR")
+    _add_on_done_flag(fleet)
     _add_headless_flag(fleet)
     _add_gpus_flag(fleet)
     _add_mps_flag(fleet, plan_key=True)

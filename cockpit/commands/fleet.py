@@ -113,9 +113,10 @@ def _spec(
     if command_line is None:
         raise ConfigError("--typed: give the command line as a JSON list of strings")
     first = plan.agents[0]
-    name = checked_name(args.name) or plan.name
+    name, on_done = checked_name(args.name) or plan.name, args.on_done
     if args.resume is not None:
-        name = _recorded_name(args.resume) or plan.name
+        recorded_name, recorded_on_done = _recorded(args.resume)
+        name, on_done = recorded_name or plan.name, on_done if on_done is not None else recorded_on_done
     run_dir = args.resume or args.run_dir or stamped(args.name if args.name is not None else f"fleet-{plan.name}")
     spec = build_spec(
         jobs=args.jobs or plan.jobs, agents=len(plan.agents), preset=first.preset_name, env=first.env,
@@ -123,19 +124,21 @@ def _spec(
         max_restarts=args.max_restarts, pin=False,
         command_line=command_line,
         resuming=args.resume is not None, name=name, tensorboard=not args.no_tensorboard,
-        gpus=args.gpus, gpus_here=gpus_here, visible_by=visible_by, mps=args.mps or plan.mps,
+        gpus=args.gpus, gpus_here=gpus_here, visible_by=visible_by, mps=args.mps or plan.mps, on_done=on_done,
     )  # fmt: skip
     return on_cluster(spec, args.ray, args.storage, run_dir_given=args.resume is not None or args.run_dir is not None)
 
 
-def _recorded_name(run_dir: Path) -> str | None:
-    """The name a fleet's run.toml recorded (None when it recorded none or cannot be read: the plan's then)."""
+def _recorded(run_dir: Path) -> tuple[str | None, str | None]:
+    """The name and `--on-done` command a fleet's run.toml recorded (None for what it recorded none
+    of, or when it cannot be read: the plan's name then, and no command)."""
     from cockpit.contract.runrecord import RunRecordError, read
 
     try:
-        return read(run_dir).name
+        recorded = read(run_dir)
     except RunRecordError:
-        return None
+        return None, None
+    return recorded.name, recorded.config.on_done
 
 
 def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: FrontEnds) -> int:
@@ -200,6 +203,8 @@ def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds
         flags.append("--mps")
     if args.rate is not None:
         flags += ["--rate", repr(args.rate)]
+    if spec.on_done is not None:
+        flags += ["--on-done", spec.on_done]
     where = [str(args.plan), "--run-dir", str(spec.run_dir)] if args.resume is None else ["--resume", str(spec.run_dir)]
     flags += cluster_argv(spec)
     if args.resume is None and args.name is not None:

@@ -95,6 +95,7 @@ def _local_spec(
             healthy_uptime_s=args.healthy_uptime, stall_timeout_s=args.stall_timeout, pin=args.pin,
             command_line=command_line, script=script, name=args.name, tensorboard=not args.no_tensorboard,
             gpus=args.gpus, gpus_here=here, visible_by=visible_by, devices=args.devices, mps=args.mps,
+            on_done=args.on_done,
         )  # fmt: skip
     fixed = [flag for flag, value in (("--agents", args.agents), ("--preset", args.preset), ("--env", args.env),
              ("--timesteps", args.timesteps), ("--episodes", args.episodes), ("--run-dir", args.run_dir),
@@ -117,6 +118,8 @@ def _local_spec(
         spec_args["devices"] = args.devices
     if args.mps:  # a run recorded without MPS may go on under it (and one recorded with it, does)
         spec_args["mps"] = True
+    if args.on_done is not None:
+        spec_args["on_done"] = args.on_done
     return build_spec(**spec_args, command_line=command_line, resuming=True, gpus_here=here,
                       visible_by=visible_by)  # fmt: skip
 

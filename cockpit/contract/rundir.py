@@ -210,7 +210,7 @@ class RunDir:
 
     @property
     def log(self) -> Path:
-        """`cockpit.log`: the run's own output, when it was started in the background."""
+        """`cockpit.log`: the run's own output when it runs in the background, and its `--on-done` command's."""
         return self.path / COCKPIT_LOG
 
     @property

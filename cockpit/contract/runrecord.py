@@ -97,6 +97,7 @@ class ConfigRecord:
     `gpus` is `--gpus`, the GPUs the run was limited to (absent: every GPU NVML saw).
     `devices` is `--devices`, the device each parallel slot trained on (absent: the workers chose).
     `mps` is whether the jobs were MPS clients (`--mps`; written only when true: absent, false).
+    `on_done` is the `--on-done` command (absent: none); a resumed run keeps it.
     `script` is a script run's command template (`cockpit run -- COMMAND`); such a run trains no
     preset of cockpit's, so its `preset` and `env` are empty, its `timesteps` 0, and the record
     has no `[preset]` table.
@@ -118,6 +119,7 @@ class ConfigRecord:
     devices: tuple[str, ...] | None = None
     # Written only when true: a run without MPS renders as files from before the key did.
     mps: bool = field(default=False, metadata={"omit_if_default": True})
+    on_done: str | None = field(default=None, metadata={"omit_if_default": True})
 
     def shown(self) -> tuple[str, str]:
         """The preset and env as views show them; a script run's are "script" and its command's

@@ -95,6 +95,8 @@ class RunSpec:
     slot; None: the worker's choice (cuda where there is a GPU).
     `mps` (`--mps`, a fleet plan's `mps = true`) makes the jobs on each GPU clients of NVIDIA's
     Multi-Process Service (`cockpit.core.machine.mps`), which runs their kernels side by side.
+    `on_done` (`--on-done CMD`) is a shell command run once when the run ends done, failed or
+    stopped (`cockpit.core.session.on_done`); None for none.
     """
 
     jobs: int
@@ -116,6 +118,7 @@ class RunSpec:
     cluster: Cluster | None = None
     devices: tuple[str, ...] | None = None
     mps: bool = False
+    on_done: str | None = None
 
     @property
     def slots(self) -> int:
@@ -246,6 +249,7 @@ def build_spec(
     visible_by: str = "",
     devices: tuple[str, ...] | None = None,
     mps: bool = False,
+    on_done: str | None = None,
 ) -> RunSpec:
     """Validate the inputs of a run into a RunSpec; raises ConfigError (one line).
 
@@ -260,7 +264,10 @@ def build_spec(
     are `devices` (`--devices`, `checked_devices`), one per slot. `mps` (`--mps`) is recorded as
     given: whether this machine can run it is the command's to check
     (`cockpit.core.machine.mps.refusal`), since that takes the GPUs and the daemon's pipes.
+    `on_done` (`--on-done`) must hold a command, not blanks.
     """
+    if on_done is not None and not on_done.strip():
+        raise ConfigError("--on-done: give a shell command to run when the run ends, e.g. --on-done 'echo done'")
     name = checked_name(name)
     gpus = checked_gpus(gpus, gpus_here, visible_by)
     devices = checked_devices(devices, jobs, gpus_here)
@@ -272,7 +279,7 @@ def build_spec(
         return _script_spec(script, jobs=jobs, agents=agents or jobs, seed=seed, run_dir=run_dir,
                             restart=RestartPolicy(max_restarts, healthy_uptime_s, stall_timeout_s=stall_timeout_s),
                             pin=pin, command_line=command_line, resuming=resuming, name=name,
-                            tensorboard=tensorboard, gpus=gpus, mps=mps)  # fmt: skip
+                            tensorboard=tensorboard, gpus=gpus, mps=mps, on_done=on_done)  # fmt: skip
     try:
         resolved = load(preset)
     except PresetError as exc:
@@ -305,13 +312,14 @@ def build_spec(
         gpus=gpus,
         devices=devices,
         mps=mps,
+        on_done=on_done,
     )
 
 
 def _script_spec(
     script: tuple[str, ...], *, jobs: int, agents: int, seed: int, run_dir: Path | None, restart: RestartPolicy,
     pin: bool, command_line: tuple[str, ...], resuming: bool, name: str | None, tensorboard: bool,
-    gpus: tuple[int, ...] | None, mps: bool = False,
+    gpus: tuple[int, ...] | None, mps: bool = False, on_done: str | None = None,
 ) -> RunSpec:  # fmt: skip
     """The RunSpec of a script run (`build_spec` with `script`)."""
     try:
@@ -324,7 +332,7 @@ def _script_spec(
     _check_run_dir(directory, resuming)
     return RunSpec(jobs=jobs, agents=agents, preset=None, preset_arg="", env="", timesteps=0, seed=seed,
                    run_dir=directory, restart=restart, pin=pin, command_line=command_line, script=script,
-                   name=name, tensorboard=tensorboard, gpus=gpus, mps=mps)  # fmt: skip
+                   name=name, tensorboard=tensorboard, gpus=gpus, mps=mps, on_done=on_done)  # fmt: skip
 
 
 def _check_run_dir(directory: Path, resuming: bool) -> None:

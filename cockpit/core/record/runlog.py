@@ -255,6 +255,7 @@ def record(
             gpus=spec.gpus,
             devices=spec.devices,
             mps=state.mps,
+            on_done=spec.on_done,
         ),
         host=HostRecord(
             hostname=host.hostname, cpu_model=host.cpu_model, physical_cores=host.physical_cores,

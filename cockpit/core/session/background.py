@@ -49,7 +49,8 @@ def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | N
     # A resumed run takes these again as given: they are not all in its run.toml.
     session = [*([] if spec.tensorboard else ["--no-tensorboard"]),
                *(["--gpus", ",".join(map(str, spec.gpus))] if spec.gpus is not None else []),
-               *(["--mps"] if spec.mps else []), *cluster_argv(spec)]  # fmt: skip
+               *(["--mps"] if spec.mps else []), *(["--on-done", spec.on_done] if spec.on_done else []),
+               *cluster_argv(spec)]  # fmt: skip
     if resume:
         return ["--resume", str(spec.run_dir), "--jobs", str(spec.jobs), *auto, *session, *typed]
     # fmt: off

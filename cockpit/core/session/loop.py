@@ -55,6 +55,7 @@ from cockpit.core.machine.nvml import GpuReader, close_gpus, keep_gpus
 from cockpit.core.machine.placement import GpuRef
 from cockpit.core.machine.visibility import with_slices
 from cockpit.core.record.runlog import Recorder, phase_accounting, record
+from cockpit.core.session.on_done import run_on_done
 from cockpit.core.sizing.advisor import MAX_ENVS_SCALE, Measurements, advise, job_measure, machine_of, memory_advice
 from cockpit.core.sizing.autotune import AutoTuner
 from cockpit.core.sizing.mps_gains import record_mps_gain
@@ -607,7 +608,9 @@ def run_on_launcher(
 def run_to_exit(session: RunSession, view: View, who: str) -> int:
     """Run `session` with `view` to its end and return the command's exit code (`exit_code`); a
     run that cannot start (another cockpit holds it) is one line on stderr and 2, a lost run
-    directory one line and `RUN_DIR_LOST_EXIT`. `who` prefixes the lines (`cockpit run`)."""
+    directory one line and `RUN_DIR_LOST_EXIT`. `who` prefixes the lines (`cockpit run`). A run
+    that ended (done, failed or stopped) then runs its `--on-done` command (`on_done.run_on_done`),
+    whose failure is one line on stderr and changes nothing else."""
     try:
         state = session.run(view)
     except ConfigError as exc:
@@ -615,8 +618,15 @@ def run_to_exit(session: RunSession, view: View, who: str) -> int:
         return 2
     if session.lost is not None:
         print(f"{who}: error: {session.lost}", file=sys.stderr)
+        if session.spec.on_done is not None:
+            print(f"{who}: --on-done not run: the run directory is gone", file=sys.stderr)
         return RUN_DIR_LOST_EXIT
-    return exit_code(state, session.supervisor.interrupt_signal)
+    code = exit_code(state, session.supervisor.interrupt_signal)
+    if session.spec.on_done is not None:
+        problem = run_on_done(session.spec.on_done, state.status, session.spec.run_dir, session.spec.name, code)
+        if problem is not None:
+            print(f"{who}: {problem}", file=sys.stderr)
+    return code
 
 
 def _template(spec: RunSpec, costs: Costs | None = None) -> JobTemplate:
@@ -649,6 +659,8 @@ def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
     }
     if config.mps:  # a run under --mps resumes under it
         args["mps"] = True
+    if config.on_done is not None:  # and its --on-done command, unless given another
+        args["on_done"] = config.on_done
     if config.healthy_uptime_s is not None:
         args["healthy_uptime_s"] = config.healthy_uptime_s
     if config.stall_timeout_s is not None:
