@@ -346,7 +346,7 @@ async def test_a_run_that_ended_says_how_and_offers_its_report_a_replay_and_quit
         await pilot.pause()
         assert isinstance(app.screen, ReportScreen)
         assert "report of runs/20261122T010000Z-heavy-LunarLander-v3" in str(
-            app.screen.query_one("#report Static").render()
+            app.screen.query_one("#report-text", Static).render()
         )
         await pilot.press("escape")
         await pilot.press("p")
