@@ -7,13 +7,17 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from rich.text import Text
+from textual.geometry import Region
 from textual.widgets import Input, Static
 
 from cockpit.contract.advice import Advice
 from cockpit.contract.controls import AddJob, ApplyAdvice, KillJob, RestartJob, StopAll, StopJob
 from cockpit.contract.states import RunStatus
-from cockpit.core.feed.source import RunSource
+from cockpit.core.feed.source import Frame, RunSource
 from cockpit.core.record.find_runs import RecentRun
+from cockpit.views.tui import cockpit_screen
+from cockpit.views.tui.advice_panel import AdvicePanel
 from cockpit.views.tui.app import NEVER, make_app
 from cockpit.views.tui.cockpit_screen import CockpitScreen
 from cockpit.views.tui.detail_screen import JobDetailScreen
@@ -22,6 +26,7 @@ from cockpit.views.tui.gpu_panel import GpuPanel
 from cockpit.views.tui.help_screen import HelpScreen
 from cockpit.views.tui.jobs_table import JobsTable
 from cockpit.views.tui.quit_screen import QuitScreen
+from cockpit.views.tui.report_screen import ReportScreen
 from cockpit.views.tui.start_screen import LaunchChoice, LaunchError, StartScreen
 from tests.tui_fakes import NOW, ScriptedReplay, ScriptedSource, frame, job_view
 
@@ -293,3 +298,147 @@ async def test_the_app_runs_full_collections_itself_while_it_runs() -> None:
         # redraws a screen); the app's timer runs them after a refresh instead.
         assert gc.get_threshold() == (before[0], before[1], NEVER)
     assert gc.get_threshold() == before
+
+
+# ----- a run that is over, the layout, the advice (issue 33) -----
+
+# What AttachSource says when the run's socket closes: after a final state too, since a run that
+# ends closes its socket once every viewer fetched its last frame.
+CLOSED = "lost the run in /home/u/runs/20261122T010000Z-heavy-LunarLander-v3: the run closed the connection"
+
+
+def _ended(status: RunStatus, job_state: str) -> Frame:
+    """The last frame of a run that ended `status`, as a viewer attached to it holds it."""
+    return replace(frame(status=status, state=job_state), link_error=CLOSED)
+
+
+def _offered(app) -> list[str]:
+    return [key.description for key in app.screen.query_one(Keys).query("FooterKey")]
+
+
+@pytest.mark.parametrize(
+    ("status", "job_state", "counts"),
+    [
+        (RunStatus.DONE, "done", "4 done"),
+        (RunStatus.FAILED, "failed", "4 failed"),
+        (RunStatus.INTERRUPTED, "stopped", "4 stopped"),
+    ],
+)
+async def test_a_run_that_ended_says_how_and_offers_its_report_a_replay_and_quit(
+    monkeypatch: pytest.MonkeyPatch, status: RunStatus, job_state: str, counts: str
+) -> None:
+    ended = _ended(status, job_state)
+    replay = ScriptedReplay(frame(status=RunStatus.DONE))
+    opened: list[Path] = []
+    monkeypatch.setattr(cockpit_screen, "open_replay", lambda run_dir: opened.append(run_dir) or replay)
+    monkeypatch.setattr(cockpit_screen, "report_text", lambda run_dir, width: Text(f"report of {run_dir}"))
+    app = make_app(ScriptedSource(ended))
+    async with app.run_test(size=(140, 36)) as pilot:
+        await pilot.pause()
+        header = str(app.screen.query_one("#run-header").render())
+        assert header == (f"cockpit  heavy on LunarLander-v3  {status} in 10m 20s · {counts} · "
+                          "runs/20261122T010000Z-heavy-LunarLander-v3")  # fmt: skip
+        assert "lost" not in header and "disconnected" not in header
+        line = app.screen.query_one("#ended", Static)
+        assert line.display and "r open its report  p replay it  q quit" in str(line.render())
+        assert _offered(app) == ["Report", "Replay", "Help", "Quit"]
+        await pilot.press("r")
+        await pilot.pause()
+        assert isinstance(app.screen, ReportScreen)
+        assert "report of runs/20261122T010000Z-heavy-LunarLander-v3" in str(
+            app.screen.query_one("#report-text", Static).render()
+        )
+        await pilot.press("escape")
+        await pilot.press("p")
+        await pilot.pause()
+        assert opened == [Path("runs/20261122T010000Z-heavy-LunarLander-v3")]
+        assert isinstance(app.screen, CockpitScreen) and app.screen.source is replay
+        assert "replay" in str(app.screen.query_one("#run-header").render())
+        await pilot.press("q")
+        await pilot.pause()
+    # Quitting the replay still tells the command line how the run ended; the replay is closed.
+    assert app.return_value is ended and replay.closed
+
+
+async def test_a_run_lost_while_it_ran_still_says_lost() -> None:
+    lost = replace(frame(), link_error="lost the run in /home/u/runs/r: the run stopped answering")
+    app = make_app(ScriptedSource(lost))
+    async with app.run_test(size=(140, 36)) as pilot:
+        await pilot.pause()
+        header = str(app.screen.query_one("#run-header").render())
+        assert "running (disconnected: lost the run in /home/u/runs/r: the run stopped answering)" in header
+        assert " in 10m 20s" not in header
+        assert str(app.screen.query_one("#ended", Static).render()).startswith("Lost the run while it ran")
+        assert "Stop all" not in _offered(app) and "Quit" in _offered(app)
+
+
+@pytest.mark.parametrize(("jobs", "size"), [(2, (120, 36)), (4, (140, 42)), (12, (140, 42))])
+async def test_the_jobs_table_is_as_tall_as_its_rows_and_the_panels_take_the_rest(
+    jobs: int, size: tuple[int, int]
+) -> None:
+    source = ScriptedSource(frame(gpu=False, jobs=jobs))
+    app = make_app(source)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        table, top, advice = (
+            app.screen.query_one(JobsTable),
+            app.screen.query_one("#top"),
+            app.screen.query_one("#advice"),
+        )
+        assert table.size.height == 1 + jobs  # the header and a row per job, no blank rows
+        assert advice.outer_size.height == 2  # its top border and "Advice: nothing to act on."
+        # Header, panels, table, advice and footer fill the screen: the spare rows went to the panels.
+        assert 1 + top.outer_size.height + table.size.height + 2 + 1 == size[1]
+        assert top.outer_size.height > 12  # the fixed height the panels had before
+        later = frame(gpu=False, jobs=jobs, now=NOW + 1)
+        source.current = replace(later, state=replace(later.state, jobs=(*later.state.jobs, job_view(jobs, gpu=False))))
+        await pilot.pause(0.5)
+        assert table.size.height == 2 + jobs  # one more job: one more row
+
+
+async def test_with_more_jobs_than_the_screen_holds_the_table_gives_way_to_the_panels_needs() -> None:
+    app = make_app(ScriptedSource(frame(gpu=True, jobs=12)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        table, top = app.screen.query_one(JobsTable), app.screen.query_one("#top")
+        assert top.outer_size.height == 12  # the lanes' and cores' rows, at most half the screen
+        assert 3 <= table.size.height < 13  # it scrolls, as before
+        assert app.screen.query_one(Keys).region.bottom == 24  # nothing pushed off the screen
+
+
+LONG = Advice(
+    "n_envs", "8", "16", "x1.16 on a rollout-bound run",
+    "rollout takes 80 % of each cycle and the GPU waits on a single env thread per job while the cores idle",
+)  # fmt: skip
+OTHER = Advice(
+    "jobs", "2", "3", "one more job fills the gaps",
+    "GPU 25 % on average but 80 % while a job trains, and the train phases of the four jobs never overlap",
+)  # fmt: skip
+WARNING = (
+    "warning: 4 parallel jobs x 1 env thread(s) = 4 env threads on 2 physical cores; jobs will contend (try --jobs 2)"
+)
+
+
+def _panel_text(panel: AdvicePanel) -> list[str]:
+    """What the panel shows on screen, row by row (its top border first)."""
+    width, height = panel.outer_size
+    return [strip.text for strip in panel.render_lines(Region(0, 0, width, height))]
+
+
+async def test_long_advice_wraps_whole_and_the_other_items_open_when_selected() -> None:
+    state = replace(frame().state, suggestions=(LONG, OTHER), warnings=(WARNING,))
+    app = make_app(ScriptedSource(replace(frame(), state=state)))
+    async with app.run_test(size=(120, 36)) as pilot:
+        await pilot.pause()
+        panel = app.screen.query_one(AdvicePanel)
+        rows = _panel_text(panel)
+        shown = " ".join(" ".join(rows).split())
+        # No text lost: the selected item and the warning are there whole, over several rows.
+        assert "▶ n_envs 8 -> 16: x1.16 on a rollout-bound run (" + LONG.reason + ")" in shown
+        assert WARNING.removeprefix("warning: ") in shown
+        other = next(row for row in rows if "jobs 2 -> 3" in row)
+        assert other.rstrip().endswith("…")  # the other item: its first line, until selected
+        await pilot.press("v")
+        await pilot.pause()
+        shown = " ".join(" ".join(_panel_text(panel)).split())
+        assert "▶ jobs 2 -> 3: one more job fills the gaps (" + OTHER.reason + ")" in shown

@@ -31,6 +31,7 @@ class CockpitApp(App[Frame | None]):
         super().__init__()
         self.source = source
         self.opener = opener
+        self._replays: list[RunSource] = []
 
     def on_mount(self) -> None:
         self.call_after_refresh(self._quiet_gc)
@@ -45,6 +46,13 @@ class CockpitApp(App[Frame | None]):
         """Show the cockpit for `source` (a run just started, attached or replayed)."""
         self.source = source
         self.switch_screen(CockpitScreen(source))
+
+    def replay_ended(self, replay: RunSource, ended: Frame) -> None:
+        """Show a replay of the run that just ended in place of its cockpit. `source` stays the
+        run's own (the command line reads how it ended from it) and quitting returns `ended`;
+        the replay is closed with the app."""
+        self._replays.append(replay)
+        self.switch_screen(CockpitScreen(replay, outcome=ended))
 
     def _quiet_gc(self) -> None:
         """Keep the collector's pauses out of key presses.
@@ -70,6 +78,8 @@ class CockpitApp(App[Frame | None]):
             gc.set_threshold(*self._gc_threshold)
         if self.source is not None:
             self.source.close()
+        for replay in self._replays:
+            replay.close()
 
 
 def make_app(source: RunSource | None = None, *, opener: Opener | None = None) -> CockpitApp:

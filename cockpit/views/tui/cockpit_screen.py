@@ -7,16 +7,21 @@ source as supervisor commands; nothing here keeps run state."""
 from __future__ import annotations
 
 import contextlib
+import os
+from pathlib import Path
 
 from textual.app import ComposeResult, ScreenStackError
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.screen import Screen
 from textual.widget import Widget
+from textual.widgets import Static
 
 from cockpit.contract.controls import AddJob, ApplyAdvice, Control, KillJob, RestartJob, StopAll, StopJob
+from cockpit.contract.runspec import ConfigError
 from cockpit.contract.states import JobState
 from cockpit.core.feed.source import Frame, Replay, RunSource, SourceError
+from cockpit.core.record.replay import open_replay
 from cockpit.views.formatting import eta, si
 from cockpit.views.tui import cpu_panel, gpu_panel
 from cockpit.views.tui.advice_panel import AdvicePanel
@@ -29,10 +34,13 @@ from cockpit.views.tui.help_screen import HelpScreen
 from cockpit.views.tui.jobs_table import JobsTable
 from cockpit.views.tui.quit_screen import LEAVE, STOP_ALL, QuitScreen
 from cockpit.views.tui.replay_bar import ReplayBar
+from cockpit.views.tui.report_screen import ReportScreen, report_text
 from cockpit.views.tui.trend_panel import TrendPanel
 
 POLL_S = 0.2
 MIN_TOP = 7
+MIN_TABLE = 3  # the jobs table's header and two rows, however many jobs and however short the screen
+MIN_ADVICE = 5  # the advice may take a quarter of the screen, and never less than this
 CONTROLS = ("add", "stop", "restart", "kill", "stop_all", "apply_advice", "next_advice")
 SCRUB = ("seek",)
 
@@ -42,12 +50,50 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 3600:d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
+def took(seconds: float) -> str:
+    """How long a run took, to the second: "45s", "12m 03s", "2h 05m 10s"."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    return f"{seconds // 3600}h {seconds // 60 % 60:02d}m {seconds % 60:02d}s"
+
+
+def shown_dir(run_dir: str) -> str:
+    """`run_dir` as a user would type it here: relative to the working directory when inside it."""
+    relative = os.path.relpath(run_dir) if os.path.isabs(run_dir) else run_dir
+    return run_dir if relative.startswith("..") else relative
+
+
+def lost(frame: Frame) -> bool:
+    """The link to a run that had not ended went away (its process was killed, say). A run that
+    ended closes its socket after its last frame was fetched, so a closed link after a final state
+    is the end of the run, not a loss."""
+    return frame.link_error is not None and frame.state.status.live
+
+
+def ended_line(frame: Frame, *, replay: bool) -> str:
+    """The small panel under the jobs of a run that is over: how it ended and the keys that take a
+    user on from there (`r` report, `p` replay, `q` quit); "" while the run goes on."""
+    if replay:
+        return ""
+    if lost(frame):  # the header says why, with the run's directory
+        return "Lost the run while it ran: its last frame stays.  r its report  p replay what it recorded  q quit"
+    if frame.state.status.live:
+        return ""
+    return f"The run is over: {frame.state.status}.  r open its report  p replay it  q quit"
+
+
 def header_line(frame: Frame, *, replay: bool) -> str:
     """The run in one line: its name (when it has one), preset, env, "MPS" when its jobs are MPS
     clients (`--mps`), status, counts, its throughput (the jobs' live SPS together) and ETA while
     it runs, and the elapsed time. A fleet's
     agents differ in preset and env, and its state holds only the latest ended agents: its header
-    gives its size and counts only the live agents (the fleet line under it has the rest)."""
+    gives its size and counts only the live agents (the fleet line under it has the rest).
+
+    A run that is over says how it ended, how long it took and where it lies ("done in 12m 03s ·
+    runs/..."); one whose link was lost while it ran says so instead (`lost`)."""
     state = frame.state
     shown = (JobState.RUNNING, JobState.STALLED, JobState.QUEUED, JobState.DONE, JobState.FAILED, JobState.STOPPED,
              JobState.PAUSED)  # fmt: skip
@@ -61,8 +107,12 @@ def header_line(frame: Frame, *, replay: bool) -> str:
         what = f"{what}  MPS"
     counts = "  ".join(f"{state.count(s)} {s}" for s in shown if state.count(s))
     status = "replay" if replay else state.status.value
-    if frame.link_error:
+    if lost(frame):
         status = f"{status} (disconnected: {frame.link_error})"
+    elif not replay and not state.status.live:
+        # The directory goes last: the longest part, and the one a narrow terminal can best lose.
+        ended = [f"{status} in {took(state.now - state.started_at)}", counts, shown_dir(state.run_dir)]
+        return f"cockpit  {what}  " + " · ".join(part for part in ended if part)
     figures = ""
     if state.status.live:
         sps = state.sps
@@ -101,6 +151,9 @@ class CockpitScreen(Screen[None]):
         Binding("a", "add", "Add job"),
         Binding("s", "stop", "Stop"),
         Binding("r", "restart", "Restart"),
+        # Once the run is over, r and p take the user on: its report, or a replay of it.
+        Binding("r", "report", "Report"),
+        Binding("p", "replay", "Replay"),
         Binding("k", "kill", "Kill"),
         Binding("S", "stop_all", "Stop all"),
         Binding("A", "apply_advice", "Apply advice"),
@@ -119,9 +172,12 @@ class CockpitScreen(Screen[None]):
         Binding("end", "seek(1e12)", "end", show=False, priority=True),
     ]
 
-    def __init__(self, source: RunSource) -> None:
+    def __init__(self, source: RunSource, *, outcome: Frame | None = None) -> None:
+        """`outcome`: what quitting returns instead of the frame shown (the live run's last frame,
+        when this screen replays a run that just ended)."""
         super().__init__()
         self.source = source
+        self.outcome = outcome
         self.replay = isinstance(source, Replay)
         self.frame: Frame | None = None
         self.stopping_all = False
@@ -138,6 +194,7 @@ class CockpitScreen(Screen[None]):
             yield TrendPanel(id="trend")
             yield CpuPanel(id="cpu")
         yield JobsTable(id="jobs")
+        yield Static(id="ended")
         yield AdvicePanel(id="advice")
         if self.replay:
             yield ReplayBar(id="replay")
@@ -161,9 +218,11 @@ class CockpitScreen(Screen[None]):
         fleet = frame.state.fleet
         self.set_class(frame.state.gpu is None, "-no-gpu")
         self.set_class(fleet is not None, "-fleet")
+        ended = ended_line(frame, replay=self.replay)
+        self.set_class(bool(ended), "-ended")
         with self.app.batch_update():
-            self._fit_top(frame)
             self.query_one("#run-header", RunHeader).show(header_line(frame, replay=self.replay))
+            self.query_one("#ended", Static).update(ended)
             if fleet is not None:
                 self.query_one(FleetLine).show(fleet_summary(fleet))
             self.query_one(GpuPanel).show(frame)
@@ -173,6 +232,7 @@ class CockpitScreen(Screen[None]):
             self.query_one(AdvicePanel).show(frame.state)
             if isinstance(self.source, Replay):
                 self.query_one(ReplayBar).show(self.source.span, frame.state.now)
+            self._fit(frame)
         # Which keys the footer offers depends on these; refresh it only when they change.
         offers = (self._ended(frame), bool(frame.state.suggestions), fleet is not None)
         if first or offers != self._offers:
@@ -183,18 +243,28 @@ class CockpitScreen(Screen[None]):
 
     _offers: tuple[bool, bool, bool] | None = None
 
-    def _fit_top(self, frame: Frame) -> None:
-        """Give the GPU and CPU panels the rows their content needs, at most half the screen,
-        so the jobs table keeps room at 80x24."""
-        needed = 2 + max(gpu_panel.rows_needed(frame), cpu_panel.rows_needed(frame))
-        height = max(MIN_TOP, min(needed, self.size.height // 2))
-        top = self.query_one("#top")
-        if top.styles.height is None or top.styles.height.value != height:
-            top.styles.height = height
+    def _fit(self, frame: Frame) -> None:
+        """Make the jobs table as tall as its rows and the advice as tall as its wrapped text (at
+        most a quarter of the screen); the panels above take the rest (`#top` is 1fr), which is
+        where the lanes and the trend show more. With too many jobs for the screen, the table
+        gives way down to the rows the GPU and CPU panels need (at most half the screen), so it
+        still keeps room at 80x24."""
+        height, width = self.size.height, self.size.width
+        if not height:
+            return  # not laid out yet: on_resize fits it
+        top = max(MIN_TOP, min(2 + max(gpu_panel.rows_needed(frame), cpu_panel.rows_needed(frame)), height // 2))
+        advice = self.query_one(AdvicePanel).rows(width, max(MIN_ADVICE, height // 4))
+        # The header and the footer, and the fleet line, the replay bar and the ended line when shown.
+        chrome = 2 + (frame.state.fleet is not None) + self.replay + self.has_class("-ended")
+        table = max(MIN_TABLE, min(1 + self.query_one(JobsTable).row_count, height - chrome - advice - top))
+        for widget, rows in ((self.query_one(JobsTable), table), (self.query_one(AdvicePanel), advice)):
+            if widget.styles.height is None or widget.styles.height.value != rows:
+                widget.styles.height = rows
 
     def on_resize(self) -> None:
         if self.frame is not None:
-            self._fit_top(self.frame)
+            self.query_one(AdvicePanel).show(self.frame.state)  # its items are cut to the new width
+            self._fit(self.frame)
 
     @staticmethod
     def _ended(frame: Frame) -> bool:
@@ -206,7 +276,12 @@ class CockpitScreen(Screen[None]):
                 self.app.uninstall_screen(name)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Controls only for a live run that has not ended; scrubbing only in a replay."""
+        """Controls only for a live run that has not ended; scrubbing only in a replay; the report
+        once the run is over (a replay's too), and a replay of it once it ended here."""
+        if action == "report":
+            return self.frame is not None and (self.replay or self._ended(self.frame))
+        if action == "replay":
+            return self.frame is not None and not self.replay and self._ended(self.frame)
         if action in CONTROLS:
             live = not self.replay and self.frame is not None and not self._ended(self.frame)
             if action in ("apply_advice", "next_advice"):
@@ -287,6 +362,31 @@ class CockpitScreen(Screen[None]):
         """f on a run that is no fleet."""
         self.notify("not a fleet", severity="warning")
 
+    def action_report(self) -> None:
+        """Show `cockpit report RUN_DIR` for this run; a run without a readable record costs a
+        notice."""
+        if self.frame is None:
+            return
+        run_dir = Path(self.frame.state.run_dir)
+        try:
+            text = report_text(run_dir, max(40, self.size.width - 2))
+        except (ConfigError, OSError) as exc:
+            self.notify(str(exc), title="no report", severity="error")
+            return
+        self.app.push_screen(ReportScreen(run_dir, text))
+
+    def action_replay(self) -> None:
+        """Reopen the run that ended as a replay, at its end; quitting it still tells the command
+        line how the run ended (`outcome`)."""
+        if self.frame is None:
+            return
+        try:
+            replay = open_replay(Path(self.frame.state.run_dir))
+        except SourceError as exc:
+            self.notify(str(exc), title="no replay", severity="error")
+            return
+        self.app.replay_ended(replay, self.frame)  # type: ignore[attr-defined]
+
     def action_seek(self, delta: float) -> None:
         """Move the replay by `delta` seconds."""
         if isinstance(self.source, Replay) and self.frame is not None:
@@ -302,7 +402,7 @@ class CockpitScreen(Screen[None]):
     def action_quit_run(self) -> None:
         """Quit; for a live run, first ask whether to stop the jobs or leave them running."""
         if self.frame is None or self.replay or self._ended(self.frame):
-            self.app.exit(self.frame)
+            self.app.exit(self.outcome if self.outcome is not None else self.frame)
             return
 
         def chosen(choice: str | None) -> None:

@@ -52,6 +52,8 @@ KEYS = (
     ("enter", "job detail"),
     ("f", "fleet screen (a fleet's tiers, leaderboard, ETA and cost)"),
     ("q", "quit: stop all jobs, or leave them running and cockpit attach RUN_DIR later"),
+    ("r (ended)", "once the run is over (or in a replay): its report, as cockpit report RUN_DIR prints it"),
+    ("p (ended)", "once the run is over: replay it, from its end"),
     ("← → [ ]", "replay: scrub 5 s or 60 s; home and end jump"),
 )
 
