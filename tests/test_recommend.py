@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 
 import psutil
@@ -11,6 +12,7 @@ import pytest
 from rich.console import Console
 
 from cockpit.commands.recommend import measurements_from_run, recommend
+from cockpit.contract.progress import PROBE_STEPS
 from cockpit.contract.runrecord import (
     ConfigRecord,
     HostRecord,
@@ -91,6 +93,17 @@ def test_recommend_measures_this_machine_once_then_reads_the_cache(tmp_path: Pat
     first = run_cockpit("recommend", "--preset", "cartpole", "--jobs", "2", env=env)
     assert first.returncode == 0, first.stderr
     assert "measuring what a CartPole-v1 job costs on this machine" in first.stdout
+    # Off a terminal the probe's steps are plain lines: each step as it begins, in order, of one count.
+    steps = [re.match(r"measuring CartPole-v1: step (\d+)/(\d+) (.+), \d+ s of about \d+ s$", line)
+             for line in first.stdout.splitlines() if line.startswith("measuring CartPole-v1: step")]  # fmt: skip
+    assert steps and all(steps), first.stdout
+    numbers = [int(m.group(1)) for m in steps if m]
+    assert sorted(numbers) == numbers and sorted(set(numbers)) == list(range(1, 11)), first.stdout
+    assert {int(m.group(2)) for m in steps if m} == {10}, first.stdout
+    whats = list(dict.fromkeys(m.group(3) for m in steps if m))
+    assert whats[0] == "starting the probe" and whats[1:5] == list(PROBE_STEPS), whats
+    assert whats[-1] == "two jobs side by side, round 4 of 4", whats
+    assert "measuring CartPole-v1: done in " in first.stdout
     assert "measured costs" in first.stdout and "us per env" in first.stdout
     # The probe and its two partners, for real (the suite's one full probe of a CartPole job): what
     # they measured is in the cache, and none of their processes outlives the command.
@@ -123,7 +136,7 @@ def test_a_failing_probe_says_why_and_the_advice_comes_from_the_tables(
     import cockpit.core.sizing.cost_probe
     from cockpit.contract.runspec import ConfigError
 
-    def broken(*_: object) -> dict:
+    def broken(*_: object, **__: object) -> dict:
         raise ConfigError("measuring CartPole-v1: the probe failed: RuntimeError: boom")
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -19,6 +19,7 @@ from rich.console import Console
 from cockpit.commands.tune import parse_budget
 from cockpit.contract.presets import Preset, load
 from cockpit.contract.runspec import ConfigError
+from cockpit.core.machine.tempdirs import sweep
 from cockpit.core.sizing.advisor import Machine
 from cockpit.core.sizing.cost_probe import measured_costs
 from cockpit.core.sizing.hill_climb import Config, HillClimb, Space
@@ -96,7 +97,7 @@ def test_a_first_time_probe_is_paid_from_the_budget(tmp_path: Path, monkeypatch:
 
     budgets: list[float] = []
 
-    def slow_probe(console: Console, machine: Machine, preset: Preset) -> Costs:
+    def slow_probe(console: Console, machine: Machine, preset: Preset, progress: object = None) -> Costs:
         time.sleep(0.5)
         return Costs("cpu", 372.0, 5.0, 7.8, 5.0)
 
@@ -200,6 +201,10 @@ def test_kill_9_of_tune_mid_trial_leaves_no_worker_alive(tmp_path: Path) -> None
         tune.wait(timeout=10)
         _, alive = psutil.wait_procs(workers, timeout=5)
         assert not [p for p in alive if _running(p)], "trial workers outlived tune by more than 5 s"
+        # Its directory outlived it (nothing runs at SIGKILL), named by its owner, whom the next
+        # start finds dead and whose directory it removes.
+        (left,) = tmp_path.glob(f"cockpit-tune-{tune.pid}-*")
+        assert sweep("tune", tmp_path) == [left] and not left.exists()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(tune.pid, signal.SIGKILL)

@@ -56,6 +56,7 @@ from typing import Any
 from cockpit.contract.arguments import ArgumentParser
 from cockpit.contract.envids import EnvError, backend_for
 from cockpit.contract.presets import Preset, PresetError, largest_divisor_at_most, load
+from cockpit.contract.progress import probe_line
 from cockpit_training.device import DeviceError, apply_torch_threads, enable_tf32, limit_native_threads, resolve_device
 from cockpit_training.stopping import die_with_parent
 
@@ -275,13 +276,22 @@ def _episode_steps_max(env_id: str, env_kwargs: dict[str, Any]) -> int:
     return limit if isinstance(limit, int) and limit > 0 else 0
 
 
+def _step(index: int) -> None:
+    """Tell cockpit, on stderr, that `PROBE_STEPS[index]` begins."""
+    print(probe_line(index), file=sys.stderr, flush=True)
+
+
 def probe(preset: Preset, device: str, import_s: float = 0.0) -> dict[str, Any]:
     """The measurements described in the module docstring, as a dict (`import_s` is passed
-    through: the caller measured it)."""
+    through: the caller measured it). Each of `PROBE_STEPS` is announced on stderr as it begins
+    (`probe_line`): cockpit shows them while it waits."""
+    _step(0)
     large_preset = _probe_preset(preset, LARGE)
     small, large = _phase_times([_probe_preset(preset, SMALL), large_preset], device)
     own_preset = _own_shape(preset, large)
+    _step(1)
     (own,) = _phase_times([own_preset], device)
+    _step(2)
     env_step = _env_step_us(preset.env, preset.env_kwargs) / 1e6
     # Both lines go through the preset's own shape, so the model gives back what it was timed at;
     # the other points give their slopes, or where noise leaves none, a cost in proportion. An env
@@ -295,6 +305,7 @@ def probe(preset: Preset, device: str, import_s: float = 0.0) -> dict[str, Any]:
     train_sample = slope if 0.0 < slope <= own_epoch / own[2] else own_epoch / own[2]
     epoch_fixed = own_epoch - own[2] * train_sample  # what an epoch costs beyond its samples
     train_threads = cores_here() if device == "cpu" else 1
+    _step(3)  # announced on a GPU too, where it takes no time: the count of steps stays the same
     speedup = _train_speedup(own_preset, device, train_threads)
     return {
         "env": preset.env,

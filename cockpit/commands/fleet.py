@@ -20,7 +20,7 @@ from pathlib import Path
 from rich import box
 from rich.table import Table
 
-from cockpit.commands.console import interactive, output_console, say
+from cockpit.commands.console import interactive, output_console, say, step_display
 from cockpit.commands.frontends import FrontEnds
 from cockpit.contract.fleetplan import FleetPlan, PlanError, load_plan, parse_plan
 from cockpit.contract.presets import Preset
@@ -229,7 +229,8 @@ def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None, record: Ru
             if record is not None:
                 speeds[preset] = speed_from_record(preset, record, slots)
             else:
-                costs = costs_for(say(console), machine, preset)
+                with step_display(console) as progress:
+                    costs = costs_for(say(console), machine, preset, progress)
                 speeds[preset] = (speed_of(preset, costs, slots, machine.physical_cores,
                                            score_episodes=plan.score_episodes) if costs else None)  # fmt: skip
         return speeds[preset]

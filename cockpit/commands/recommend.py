@@ -14,7 +14,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from cockpit.commands.console import output_console, say
+from cockpit.commands.console import output_console, say, step_display
 from cockpit.contract.advice import Advice, AdviceSetting
 from cockpit.contract.costs import MIN_MPS_GAIN, Costs, MpsGain
 from cockpit.contract.envids import SUBPROC_MIN_STEP_US, backend_for, pick_vec_env
@@ -172,8 +172,9 @@ def recommend(console: Console, *, preset: str | None, env: str | None, jobs: in
         jobs = jobs or recorded.config.jobs
     resolved = resolve_preset(preset, env, machine)
     jobs = jobs or 2
-    costs = costs_for(say(console), machine, resolved) if probe else None
-    cpu_costs = cpu_costs_for(say(console), machine, resolved) if probe and costs is not None else None
+    with step_display(console) as progress:
+        costs = costs_for(say(console), machine, resolved, progress) if probe else None
+        cpu_costs = cpu_costs_for(say(console), machine, resolved, progress) if probe and costs is not None else None
     mps_gain, mps_refused = mps_outlook(machine, resolved)
     items = advise(machine, resolved, jobs, measured, costs, cpu_costs=cpu_costs, mps_gain=mps_gain,
                    mps_usable=mps_refused is None)  # fmt: skip

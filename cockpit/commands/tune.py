@@ -12,7 +12,6 @@ import dataclasses
 import re
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -24,14 +23,16 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from cockpit.commands.console import output_console, say
+from cockpit.commands.console import output_console, say, step_display
 from cockpit.contract.advice import AdviceSetting
 from cockpit.contract.arguments import device_mix
 from cockpit.contract.costs import MIN_MPS_GAIN, Costs, MpsGain
 from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import Preset, PresetError, load
+from cockpit.contract.progress import ProgressFn, Step
 from cockpit.contract.runspec import ConfigError
 from cockpit.core.machine.mps import MpsError, daemon_in, serving
+from cockpit.core.machine.tempdirs import owned_tempdir
 from cockpit.core.machine.visibility import open_first_gpu
 from cockpit.core.sizing.advisor import Machine, advise
 from cockpit.core.sizing.hill_climb import MIN_GAIN, Config, HillClimb, Space
@@ -127,10 +128,12 @@ def start_config(preset: Preset, machine: Machine, costs: Costs | None = None) -
 
 def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path, console: Console | None = None,
           start: Config | None = None, costs: Costs | None = None, extras: Extras | None = None,
-          trial: Callable[..., Trial] = run_trial) -> TuneResult:  # fmt: skip
+          trial: Callable[..., Trial] = run_trial, progress: ProgressFn | None = None) -> TuneResult:  # fmt: skip
     """Run the hill climb within `budget_s` seconds (trials in `workdir`, each by `trial`), from
     `start` or else from recommend's static pick (with the probe's `costs` when given); then, with a
-    GPU, the `extras` on its winner: the advised device mix, then MPS (`measure_extras`)."""
+    GPU, the `extras` on its winner: the advised device mix, then MPS (`measure_extras`).
+    `progress` is told each trial as it begins: its number, of about as many as the budget holds
+    at the longest trial's pace so far, and the time spent against the budget."""
     extras = extras or Extras()
     space = search_space(preset, machine.physical_cores)
     start = start or start_config(preset, machine, costs)
@@ -143,6 +146,12 @@ def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path, c
         return time.monotonic() - began + trials_ahead * max(durations) <= budget_s
 
     def measure(config: Config, **setting: Any) -> Trial:
+        if progress is not None:
+            spent = time.monotonic() - began
+            room = max(1, int((budget_s - spent) // max(durations)))  # this trial and those the budget leaves room for
+            what = f"trial of {config.label()}" + (" with a device mix" if setting.get("cpu_jobs") else "") + (
+                " under MPS" if setting.get("mps_pipe_dir") else "")  # fmt: skip
+            progress(Step(f"tuning {preset.env}", what, len(trials) + 1, len(trials) + room, spent, budget_s))
         done = trial(preset, config, workdir=workdir / f"trial-{len(trials)}", measure_s=measure_s,
                      physical_cores=machine.physical_cores, gpu=gpu, **setting)  # fmt: skip
         trials.append(done)
@@ -169,7 +178,10 @@ def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path, c
     finally:
         if gpu is not None:
             gpu.close()
-    return TuneResult(tuple(trials), best, time.monotonic() - began, cpu_jobs, mps, why)
+    spent = time.monotonic() - began
+    if progress is not None:
+        progress(Step(f"tuning {preset.env}", "trials", len(trials), len(trials), spent, spent, done=True))
+    return TuneResult(tuple(trials), best, spent, cpu_jobs, mps, why)
 
 
 def measure_extras(search: HillClimb, extras: Extras, measure: Callable[..., Trial], fits: Callable[[int], bool],
@@ -225,7 +237,8 @@ def mps_summary(result: TuneResult) -> str:
     return f"MPS: {result.mps.describe()}: {verdict}"
 
 
-def tune_extras(console: Console, machine: Machine, preset: Preset, costs: Costs | None) -> Extras:
+def tune_extras(console: Console, machine: Machine, preset: Preset, costs: Costs | None,
+                progress: ProgressFn | None = None) -> Extras:  # fmt: skip
     """With a GPU here: the device mix to try on the winner (the preset measured on the CPU too,
     `cpu_costs_for`, and the advisor's `devices` item for the winner's shape), and MPS where a daemon
     can be started and none already serves this user (the trials would all be its clients).
@@ -237,7 +250,7 @@ def tune_extras(console: Console, machine: Machine, preset: Preset, costs: Costs
     why = (refused or "").removeprefix("--mps: ")
     if found is not None:
         why = f"an MPS daemon already serves you at {found.pipe_dir}, so every trial ran as its client"
-    cpu_costs = cpu_costs_for(say(console), machine, preset) if costs is not None else None
+    cpu_costs = cpu_costs_for(say(console), machine, preset, progress) if costs is not None else None
 
     def mix_for(best: Config) -> tuple[Config, int] | None:
         shaped = dataclasses.replace(preset, n_envs=best.n_envs, batch_size=best.batch_size)
@@ -267,11 +280,12 @@ def tune(console: Console, *, preset: str | None, env: str | None, budget: str, 
     console.print(f"tuning {resolved.name} on {resolved.env} for {budget_s:.0f} s "
                   f"({measure_seconds(budget_s):.0f} s per trial after start-up)", highlight=False)  # fmt: skip
     began = time.monotonic()
-    costs = costs_for(say(console), machine, resolved)  # a first-time probe spends some of the budget
-    extras = tune_extras(console, machine, resolved, costs)
-    with tempfile.TemporaryDirectory(prefix="cockpit-tune-") as tmp:
-        result = climb(resolved, machine, budget_s - (time.monotonic() - began), workdir=Path(tmp), console=console,
-                       costs=costs, extras=extras)  # fmt: skip
+    with step_display(console) as progress:
+        costs = costs_for(say(console), machine, resolved, progress)  # a first-time probe spends some of the budget
+        extras = tune_extras(console, machine, resolved, costs, progress)
+        with owned_tempdir("tune") as tmp:
+            result = climb(resolved, machine, budget_s - (time.monotonic() - began), workdir=tmp, console=console,
+                           costs=costs, extras=extras, progress=progress)  # fmt: skip
     console.print(trials_table(result))
     if machine.gpu_name is not None:
         console.print(mps_summary(result), highlight=False)

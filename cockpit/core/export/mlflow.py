@@ -31,7 +31,6 @@ artifacts in `mlartifacts/` beside the database file.
 from __future__ import annotations
 
 import logging
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from cockpit.contract.states import JobState
 from cockpit.core.export.run_export import JobExport, RunExport
+from cockpit.core.machine.tempdirs import owned_tempdir
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -278,8 +278,8 @@ def _artifacts(client: MlflowClient, run_id: str, job: JobExport, tags: Mapping[
     out: dict[str, str] = {}
     status = str(job.status)
     if tags.get(TAG_RUN_TOML) != status or not job.status.terminal:
-        with tempfile.TemporaryDirectory(prefix="cockpit-mlflow-") as tmp:
-            path = Path(tmp) / "run.toml"
+        with owned_tempdir("mlflow") as tmp:
+            path = tmp / "run.toml"
             path.write_text(job.run_toml, encoding="utf-8")
             client.log_artifact(run_id, str(path))
         out[TAG_RUN_TOML] = status

@@ -43,6 +43,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -59,6 +60,7 @@ PHASE_LIMIT_S = 60.0  # a phase that has not got its iterations by then fails th
 START_LIMIT_S = 180.0  # a partner's imports and first iteration (several seconds, minutes at worst)
 ITERATION_S = 0.5  # the longest partner iteration wanted: longer presets train a shorter shape
 MIN_STEPS = 8
+STEPS = 1 + ROUNDS  # what `measure` reports: the partners' start, then each round
 
 
 @dataclass(frozen=True)
@@ -132,10 +134,13 @@ class _Partner:
             os.kill(self.proc.pid, signum)
 
 
-def measure(preset: Preset, iteration_s: float, workdir: Path, device: str = "auto") -> Contention:
+def measure(preset: Preset, iteration_s: float, workdir: Path, device: str = "auto",
+            on_step: Callable[[int], None] | None = None) -> Contention:  # fmt: skip
     """Run the three phases (module docstring) `ROUNDS` times with two partners training `preset`
     (whose own iteration the probe timed at `iteration_s`) on `device` (auto: the one a worker
-    would pick); ConfigError if a partner fails or stalls."""
+    would pick); ConfigError if a partner fails or stalls. `on_step` is told 0 as the partners
+    start, then each round's number (1 to `ROUNDS`) as it begins: its `STEPS` in all."""
+    step = on_step or (lambda _: None)
     preset_file = workdir / "partner-preset.toml"
     preset_file.write_text(to_toml(partner_shape(preset, iteration_s)), encoding="utf-8")
     cpus = tuple(sorted(os.sched_getaffinity(0)))
@@ -145,8 +150,10 @@ def measure(preset: Preset, iteration_s: float, workdir: Path, device: str = "au
         busy: list[list[Iteration]] = [[], []]
         shared: list[list[Iteration]] = [[], []]
         try:
+            step(0)
             _wait(partners, -math.inf, 1, stderr, "start", START_LIMIT_S)
             for round_ in range(ROUNDS):
+                step(round_ + 1)
                 # Each round one of them runs alone, in turn: a process's speed varies too.
                 first, second = partners if round_ % 2 == 0 else partners[::-1]
                 second.signal(signal.SIGSTOP)

@@ -16,7 +16,7 @@ import math
 import os
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -27,11 +27,14 @@ import tomli_w
 from cockpit.contract.costs import Costs
 from cockpit.contract.files import cache_dir, write_atomic
 from cockpit.contract.presets import Preset, to_toml
+from cockpit.contract.progress import PROBE_STEPS, ProgressFn, parse_probe_line
 from cockpit.contract.runspec import ConfigError
 from cockpit.contract.toml import read_cache_table
 from cockpit.contract.workerargs import PARENT_PID_ENV
 from cockpit.core.machine.host import cpu_model
+from cockpit.core.machine.tempdirs import owned_tempdir
 from cockpit.core.sizing import contention
+from cockpit.core.sizing.progress import StepTimer
 
 PROBE_TIMEOUT_S = 300.0
 CACHE_FILE = "costs.toml"
@@ -84,23 +87,41 @@ def _costs(record: dict[str, Any]) -> Costs:
     return costs
 
 
-def run_probe(preset: Preset, workdir: Path, device: str = "auto") -> dict[str, Any]:
+# Each step's seconds on the 2-core machine cockpit is built on, for a CartPole job: what a first
+# estimate of the probe's time is made of (`progress.StepTimer` scales them by the steps timed so far).
+PROBE_START_S = 5.0  # the probe process's imports: Python, torch, SB3, the env's library
+PROBE_STEP_S = (5.0, 3.0, 1.0, 2.0)  # each of `PROBE_STEPS`
+PARTNERS_START_S, ROUND_S = 7.0, 4.0  # `contention.measure`'s partners starting, then each of its rounds
+
+
+def probe_steps() -> list[tuple[str, float]]:
+    """A probe's steps, in order, with their guessed seconds: the probe process starting, its
+    own `PROBE_STEPS`, then `contention.measure`'s."""
+    return [("starting the probe", PROBE_START_S), *zip(PROBE_STEPS, PROBE_STEP_S, strict=True),
+            ("starting two jobs side by side", PARTNERS_START_S),
+            *((f"two jobs side by side, round {r} of {contention.ROUNDS}", ROUND_S)
+              for r in range(1, contention.ROUNDS + 1))]  # fmt: skip
+
+
+def run_probe(preset: Preset, workdir: Path, device: str = "auto",
+              progress: ProgressFn | None = None) -> dict[str, Any]:  # fmt: skip
     """Run `python -m cockpit_training.probe` on `preset`, on `device` (auto: the one a worker would
     pick), then two of its jobs side by side (`contention.measure`), and return the probe's JSON
-    with the contention factors; ConfigError if either fails."""
+    with the contention factors; ConfigError if either fails. `progress` is told each of
+    `probe_steps()` as it begins, the probe's own as the probe announces them on stderr."""
+    timer = StepTimer(f"measuring {preset.env}", probe_steps(), progress)
     preset_file = workdir / "probe-preset.toml"
     preset_file.write_text(to_toml(preset), encoding="utf-8")
     argv = [sys.executable, "-m", "cockpit_training.probe", "--preset", str(preset_file), "--device", device]
-    try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                              env={**os.environ, PARENT_PID_ENV: str(os.getpid())})  # fmt: skip
-    except subprocess.TimeoutExpired as exc:
-        raise ConfigError(f"measuring {preset.env}: the probe took over {PROBE_TIMEOUT_S:.0f} s") from exc
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    timer.begin(0)
+    stdout, stderr, returncode = _follow_probe(argv, lambda index: timer.begin(1 + index))
+    if returncode is None:
+        raise ConfigError(f"measuring {preset.env}: the probe took over {PROBE_TIMEOUT_S:.0f} s")
+    if returncode != 0:
+        last = (stderr.strip().splitlines() or ["no output"])[-1]
         raise ConfigError(f"measuring {preset.env}: the probe failed: {last}")
     try:
-        record = json.loads((done.stdout.strip().splitlines() or [""])[-1])
+        record = json.loads((stdout.strip().splitlines() or [""])[-1])
     except json.JSONDecodeError as exc:
         raise ConfigError(f"measuring {preset.env}: the probe printed no result ({exc})") from exc
     if not isinstance(record, dict):
@@ -109,10 +130,49 @@ def run_probe(preset: Preset, workdir: Path, device: str = "auto") -> dict[str, 
         iteration_s = float(record["iteration_s"])
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"measuring {preset.env}: the probe's record has no iteration time ({exc})") from exc
-    side_by_side = contention.measure(preset, iteration_s, workdir, device)
+    after_probe = 1 + len(PROBE_STEPS)
+    side_by_side = contention.measure(preset, iteration_s, workdir, device,
+                                      on_step=lambda index: timer.begin(after_probe + index))  # fmt: skip
+    timer.finish()
     record = {**record, "busy_factor": round(side_by_side.busy_factor, 4),
               "shared_factor": round(side_by_side.shared_factor, 4)}  # fmt: skip
     return _three_processes(preset, record, iteration_s, side_by_side.alone_sps)
+
+
+def _follow_probe(argv: list[str], on_step: Callable[[int], None]) -> tuple[str, str, int | None]:
+    """Run the probe's `argv`, telling `on_step` each step it announces on stderr while it runs;
+    its stdout, its other stderr lines and its exit code (None: killed after `PROBE_TIMEOUT_S`)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env={**os.environ, PARENT_PID_ENV: str(os.getpid())})  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    out: list[str] = []
+    # stdout is read apart: a probe blocked on a full stdout pipe would never reach EOF on stderr.
+    reader = threading.Thread(target=lambda: out.append(proc.stdout.read() if proc.stdout else ""), daemon=True)
+    reader.start()
+    timed_out = threading.Event()
+
+    def give_up() -> None:
+        timed_out.set()
+        proc.kill()
+
+    killer = threading.Timer(PROBE_TIMEOUT_S, give_up)
+    killer.start()
+    said: list[str] = []
+    try:
+        for line in proc.stderr:
+            index = parse_probe_line(line)
+            if index is None:
+                said.append(line)
+            else:
+                on_step(index)
+        proc.wait()
+        reader.join()
+    finally:
+        killer.cancel()
+        if proc.poll() is None:  # the caller gave up (Ctrl-C, a failing progress display): so does the probe
+            proc.kill()
+            proc.wait()
+    return "".join(out), "".join(said), None if timed_out.is_set() else proc.returncode
 
 
 # The probe's figures that scale with a job's speed (env_step_us, an env stepped without the
@@ -146,14 +206,15 @@ def cached_costs(preset: Preset, gpu_name: str | None) -> Costs | None:
 
 def measured_costs(preset: Preset, gpu_name: str | None, *, on_probe: Callable[[str], None] | None = None,
                    probe: Callable[[Preset, Path], dict[str, Any]] | None = None,
-                   cpu: bool = False) -> Costs:  # fmt: skip
+                   cpu: bool = False, progress: ProgressFn | None = None) -> Costs:  # fmt: skip
     """The costs of one job of `preset` on this machine (whose GPU is `gpu_name`, None for none),
     from the cache or, the first time, from a probe (`on_probe` is told before it starts, since it
-    takes seconds). With `cpu`, on the CPU whatever the GPU: kept as a machine without one keeps
-    them (the GPU changes nothing of them). ConfigError if the probe fails."""
+    takes seconds, and `progress` each of its steps, where `probe` is the real one). With `cpu`, on
+    the CPU whatever the GPU: kept as a machine without one keeps them (the GPU changes nothing of
+    them). ConfigError if the probe fails."""
+    probe = probe or functools.partial(run_probe, device="cpu" if cpu else "auto", progress=progress)
     if cpu:
         gpu_name = None
-        probe = probe or functools.partial(run_probe, device="cpu")
     cached = cached_costs(preset, gpu_name)
     if cached is not None:
         return cached
@@ -161,8 +222,8 @@ def measured_costs(preset: Preset, gpu_name: str | None, *, on_probe: Callable[[
     if on_probe is not None:
         where = " on the CPU" if cpu else ""
         on_probe(f"measuring what a {preset.env} job costs on this machine{where} (once; kept in {path})")
-    with tempfile.TemporaryDirectory(prefix="cockpit-probe-") as tmp:
-        record = {**(probe or run_probe)(preset, Path(tmp)), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    with owned_tempdir("probe") as tmp:
+        record = {**probe(preset, tmp), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
     try:
         costs = _costs(record)
     except ValueError as exc:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from cockpit.contract.advice import AdviceSetting
 from cockpit.contract.costs import Costs, MpsGain
 from cockpit.contract.presets import Preset, PresetError, load
+from cockpit.contract.progress import ProgressFn
 from cockpit.contract.runspec import ConfigError, checked_env
 from cockpit.core.launch.trainable import check_trainable
 from cockpit.core.machine.host import host_info
@@ -42,24 +43,27 @@ def resolve_preset(preset: str | None, env: str | None, machine: Machine) -> Pre
     return checked
 
 
-def costs_for(say: Callable[[str], None], machine: Machine, preset: Preset) -> Costs | None:
-    """This machine's measured costs for `preset` (a probe the first time, which `say` announces);
-    None, after saying why, when the probe fails: the advice then comes from the tables."""
+def costs_for(say: Callable[[str], None], machine: Machine, preset: Preset,
+              progress: ProgressFn | None = None) -> Costs | None:  # fmt: skip
+    """This machine's measured costs for `preset` (a probe the first time, which `say` announces
+    and `progress` follows step by step); None, after saying why, when the probe fails: the advice
+    then comes from the tables."""
     try:
-        return measured_costs(preset, machine.gpu_name, on_probe=say)
+        return measured_costs(preset, machine.gpu_name, on_probe=say, progress=progress)
     except ConfigError as exc:
         say(f"{exc}; sizing from the tables instead")
         return None
 
 
-def cpu_costs_for(say: Callable[[str], None], machine: Machine, preset: Preset) -> Costs | None:
-    """With a GPU here, what a job of `preset` costs on the CPU too (the probe on `--device cpu`),
-    for the advisor's mix of CUDA and CPU jobs; None without a GPU (the costs are the CPU's
-    already), or, after saying why, when the probe fails."""
+def cpu_costs_for(say: Callable[[str], None], machine: Machine, preset: Preset,
+                  progress: ProgressFn | None = None) -> Costs | None:  # fmt: skip
+    """With a GPU here, what a job of `preset` costs on the CPU too (the probe on `--device cpu`,
+    followed by `progress`), for the advisor's mix of CUDA and CPU jobs; None without a GPU (the
+    costs are the CPU's already), or, after saying why, when the probe fails."""
     if machine.gpu_name is None:
         return None
     try:
-        return measured_costs(preset, machine.gpu_name, on_probe=say, cpu=True)
+        return measured_costs(preset, machine.gpu_name, on_probe=say, cpu=True, progress=progress)
     except ConfigError as exc:
         say(f"{exc}; no CUDA and CPU mix is advised")
         return None
