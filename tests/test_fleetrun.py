@@ -209,3 +209,16 @@ def test_a_fleet_rebuilt_from_fleet_db_ends_like_one_never_stopped(tmp_path: Pat
                 key = (proc.request.job_id, fleet.tier_of(proc))
                 finished_runs[key] = finished_runs.get(key, 0) + 1
     assert all(count == 1 for count in finished_runs.values()), finished_runs
+
+
+def test_an_agent_with_overrides_is_shown_by_the_preset_named_and_its_overrides(tmp_path: Path) -> None:
+    text = plan_text(2, "sync", tiers=((1000, None),)).replace(
+        "seeds = 2\n", "seeds = 1\n[agents.overrides]\nlearning_rate = [1e-3, 3e-4]\n"
+    )
+    fleet = ScriptedFleet(tmp_path, text, lambda a, t: 10.0, by_index)
+    fleet.step()
+    # The worker still gets the file written for the overrides; the views get what the plan named.
+    assert all(job.preset_arg and job.preset_arg.endswith(".toml") for job in fleet.sup.jobs.values())
+    views = {job.id: (job.preset, job.overrides) for job in fleet.sup.snapshot(None).jobs}
+    assert views == {"a0000": ("cartpole", (("learning_rate", "0.001"),)),
+                     "a0001": ("cartpole", (("learning_rate", "0.0003"),))}  # fmt: skip

@@ -102,3 +102,13 @@ def test_the_etas_are_shown_in_the_table_the_lines_and_the_run_line() -> None:
     lines = out.getvalue().splitlines()
     assert lines[0].endswith("[job 000] running  train    40,000/100,000 (40%)  34 sps  eta 29m18s")
     assert "2027-01-15T08:00:20Z [run] 34 sps  eta 1h18m" in lines
+
+
+def test_a_fleet_agents_lines_name_the_preset_given_and_its_overrides() -> None:
+    out = io.StringIO()
+    view = HeadlessView(Console(file=out, width=200), every_s=10.0)
+    agent = job("001", "running", 2048, preset="cartpole", overrides=(("learning_rate", "0.001"),))
+    view.update(state(T0, RunStatus.RUNNING, job("000", "running", 1024), agent))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "2027-01-15T08:00:00Z [job 000] running  1,024/100,000 (1%)"  # the run's own: no preset
+    assert lines[1] == "2027-01-15T08:00:00Z [job 001] running  cartpole learning_rate=0.001  2,048/100,000 (2%)"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from cockpit.contract.states import JobState
-from cockpit.core.feed.snapshot import JobView, MemoryFigures, job_view
+from cockpit.core.feed.snapshot import JobView, MemoryFigures, job_view, override_pairs, preset_label
 from cockpit.core.telemetry.memwatch import Growth, MemoryVerdict
 from cockpit.core.telemetry.sampler import JobUsage
 from cockpit.core.telemetry.throughput import job_eta
@@ -27,7 +27,7 @@ def known(**changes: Any) -> dict[str, Any]:
         id="000", seed=3, state=JobState.RUNNING, phase="rollout", phase_since=100.0, steps=5_000, target=10_000,
         sps=250.0, mean_sps=240.0, ep_rew_mean=12.5, restarts=1, checkpoints=2, last_checkpoint_step=4_096,
         error=None, exit_reason=None, pid=4242, device="cuda:0", usage=None, peak_gpu_mem_bytes=700 * MIB,
-        started_at=50.0, ended_at=None, rollout_sps=900.0, env=None, preset=None, memory=None,
+        started_at=50.0, ended_at=None, rollout_sps=900.0, env=None, preset=None, overrides=(), memory=None,
         target_episodes=None, episodes=40, ep_len_mean=125.0, episodes_per_h=7_200.0, gpu=0, node=None,
     )  # fmt: skip
     figures.update(changes)
@@ -100,3 +100,10 @@ def test_recorded_memory_figures_show_as_recorded_and_as_their_verdict_would() -
     assert recorded == MemoryFigures("memory growing: +80 MiB/h; GPU memory growing: +64 MiB/h", 80.0, 64.0)
     assert job_view(**known(memory=recorded)) == job_view(**known(memory=verdict))
     assert MemoryFigures.of(None) == MemoryFigures(None, None, None)
+
+
+def test_a_preset_is_labelled_by_the_name_given_and_its_overrides_as_typed() -> None:
+    overrides = override_pairs({"n_epochs": 5, "learning_rate": 1e-3, "activation": "tanh"})
+    assert overrides == (("activation", "'tanh'"), ("learning_rate", "0.001"), ("n_epochs", "5"))  # key order
+    assert preset_label("cartpole", overrides) == "cartpole activation='tanh' learning_rate=0.001 n_epochs=5"
+    assert preset_label("cartpole", override_pairs({})) == "cartpole"  # a plain run's: the name alone

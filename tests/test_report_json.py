@@ -3,6 +3,7 @@ for a live run (through its control socket) and a finished one (from its files).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import threading
@@ -11,13 +12,17 @@ from typing import Any
 
 import jsonschema
 import pytest
+from rich.console import Console
 
 from cockpit.cli import main
-from cockpit.commands.report import json_report
+from cockpit.commands.htmlreport import page
+from cockpit.commands.report import json_report, print_report
 from cockpit.contract.controls import StopAll
+from cockpit.contract.runrecord import read, write
 from cockpit.contract.runspec import build_spec
 from cockpit.contract.states import JobState
 from cockpit.core.fleet.report import STATUSES
+from cockpit.core.record.series import read_series
 from cockpit.core.session.loop import RunSession
 from cockpit.core.telemetry.sampler import Sampler
 from tests.test_control import FakeWorkers, QuietView, _try_connect, wait_for
@@ -93,3 +98,36 @@ def test_a_live_run_reports_through_its_socket(tmp_path: Path) -> None:
     assert report["command"] == "cockpit run --agents 3"
     assert report["fleet"] is None
     assert [job["state"] for job in report["jobs"]] == ["running", "running", "queued"]
+
+
+def fleet_like_run(run_dir: Path) -> None:
+    """The golden run with its first job recorded as a fleet agent: its own preset and override."""
+    shutil.copytree(GOLDEN_RUN, run_dir)
+    record = read(run_dir)
+    agent = dataclasses.replace(record.jobs[0], preset="cartpole", overrides={"learning_rate": "0.001"})
+    write(run_dir, dataclasses.replace(record, jobs=(agent, *record.jobs[1:])))
+
+
+def test_each_job_has_its_preset_as_named_and_its_overrides(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    fleet_like_run(run_dir)
+    report = json_report(run_dir)
+    validate(report)
+    assert [(job["preset"], job["overrides"]) for job in report["jobs"]] == [
+        ("cartpole", {"learning_rate": "0.001"}), ("cartpole", {}), ("cartpole", {})]  # fmt: skip
+
+
+def test_the_text_and_html_reports_name_a_fleet_agents_preset_and_overrides(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    fleet_like_run(run_dir)
+    console = Console(record=True, width=300)
+    print_report(run_dir, console)
+    rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in console.export_text().splitlines()]
+    assert [row[:3] for row in rows if row[:1] == ["000"]] == [["000", "0", "cartpole learning_rate=0.001"]]
+    assert [row[:3] for row in rows if row[:1] == ["001"]] == [["001", "1", "cartpole"]]
+    html = page(read_series(run_dir), [])
+    assert '<th class="l">preset</th>' in html and '<td class="l">cartpole learning_rate=0.001</td>' in html
+    # A plain run's jobs have no preset column: the run's preset is in the header.
+    shutil.rmtree(run_dir)
+    shutil.copytree(GOLDEN_RUN, run_dir)
+    assert '<th class="l">preset</th>' not in page(read_series(run_dir), [])

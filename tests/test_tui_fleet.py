@@ -181,6 +181,32 @@ def test_a_preset_file_is_shown_by_its_name() -> None:
     assert leader_rows(replace(fleet, leaders=(leader,)))[0][6] == "quick.toml"
 
 
+async def test_the_jobs_table_names_each_agents_preset_and_overrides_and_narrow_the_detail_does() -> None:
+    app = make_app(ScriptedSource(fleet_frame(agents=40, finished=12)))
+    async with app.run_test(size=(140, 42)) as pilot:
+        await pilot.pause()
+        table = app.screen.query_one(JobsTable)
+        assert table.cell(agent_id(12), "preset") == "cartpole learning_rate=0.001"
+        assert table.cell(agent_id(13), "preset") == "cartpole learning_rate=0.0003"
+        shown = [line.plain for line in table.lines()]
+        assert shown[0].split()[:4] == ["job", "seed", "env", "preset"]
+        assert "  cartpole learning_rate=0.0003 " in shown[2]  # a0013, the second running agent
+    app = make_app(ScriptedSource(fleet_frame(agents=40, finished=12)))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert "preset" not in app.screen.query_one(JobsTable).lines()[0].plain  # no room for the column
+        await pilot.press("enter")  # on a0012, the first running agent
+        await pilot.pause(0.3)
+        assert "  preset cartpole learning_rate=0.001" in str(app.screen.query_one("#detail-title").render())
+
+
+def test_a_fleet_cockpit_snapshot(snap_compare) -> None:
+    """The cockpit of a fleet at 140 columns: the jobs table names each agent's preset and overrides."""
+    fleet = fleet_frame(agents=40, finished=12)
+    app = make_app(ScriptedSource(replace(fleet, state=replace(fleet.state, warnings=()))))
+    assert snap_compare(app, terminal_size=(140, 42))
+
+
 def test_fleet_screen_snapshot(snap_compare) -> None:
     fleet = fleet_frame(agents=500, finished=120)
     app = make_app(ScriptedSource(replace(fleet, state=replace(fleet.state, warnings=()))))

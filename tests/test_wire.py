@@ -78,7 +78,15 @@ def run_state(*, gpu: bool) -> RunState:
         slots=2,
         jobs=(
             job_view("000", eta_s=77.5, rollout_sps=9000.0),
-            job_view("001", state="queued", phase=None, phase_since=None, pid=None),
+            job_view(
+                "001",
+                state="queued",
+                phase=None,
+                phase_since=None,
+                pid=None,
+                preset="cartpole",
+                overrides=(("learning_rate", "0.001"), ("n_epochs", "5")),
+            ),
         ),
         sample=sample(1_800_000_000.4, gpu=gpu),
         gpu=GpuInfo(0, "NVIDIA GeForce RTX 4090", 24 << 30, "555.42") if gpu else None,
@@ -101,6 +109,7 @@ def test_a_state_round_trips_exactly_through_json(gpu: bool) -> None:
     assert back == state
     assert back.status is RunStatus.STOPPING and isinstance(back.jobs, tuple) and isinstance(back.warnings, tuple)
     assert isinstance(back.suggestions[0], Advice) and isinstance(back.advice, tuple)
+    assert back.jobs[1].overrides == (("learning_rate", "0.001"), ("n_epochs", "5"))  # pairs again, not lists
     assert back.sample is not None and isinstance(back.sample.cpu_percent, tuple)
     assert isinstance(back.sample.jobs["001"], JobUsage)
     if gpu:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from cockpit.contract.controls import Control
 from cockpit.contract.events import CheckpointEvent, StartedEvent
@@ -178,21 +179,29 @@ def fleet_view(agents: int = 500, *, finished: int = 120, rate: float | None = 1
                      (*notices, f"{finished} of {agents} agents scored in tier 0"), finished + 1)  # fmt: skip
 
 
+def agent_preset(k: int) -> dict[str, Any]:
+    """Fleet agent k's own preset and overrides (`JobView.preset`, `JobView.overrides`)."""
+    return {"preset": "cartpole", "overrides": (("learning_rate", "0.0003" if k % 2 else "0.001"),)}
+
+
 def fleet_frame(agents: int = 500, *, finished: int = 120, slots: int = 4, now: float = NOW,
                 rate: float | None = 1.99) -> Frame:  # fmt: skip
     """A frame of a fleet mid-way through its first tier: its `slots` running agents and the
-    `2 * slots` latest ended ones, as the supervisor's `view_limit` gives them, not all `agents`."""
+    `2 * slots` latest ended ones, as the supervisor's `view_limit` gives them, not all `agents`.
+    Each agent has the plan's preset and an override, as `FleetRun` hands them to the supervisor:
+    agent k's `learning_rate` is 0.001 for an even k, 0.0003 for an odd one."""
     base = frame(jobs=slots, now=now)
     ended = [
         replace(job_view(k % slots, gpu=True, now=now, state="done"), id=agent_id(k), seed=k, steps=500_000,
                 target=500_000, sps=None, eta_s=0.0, ended_at=now - (finished - k) * 5.0, pid=None,
-                cpu_percent=None, rss_bytes=None, gpu_mem_bytes=None)
+                cpu_percent=None, rss_bytes=None, gpu_mem_bytes=None, **agent_preset(k))
         for k in range(max(0, finished - 2 * slots), finished)
     ]  # fmt: skip
     running = [
-        replace(job_view(i, gpu=True, now=now), id=agent_id(finished + i), seed=finished + i, target=500_000)
+        replace(job_view(i, gpu=True, now=now), id=agent_id(finished + i), seed=finished + i, target=500_000,
+                **agent_preset(finished + i))
         for i in range(slots)
-    ]
+    ]  # fmt: skip
     state = replace(base.state, preset="fleet", env="screen", jobs=(*ended, *running),
                     fleet=fleet_view(agents, finished=finished, rate=rate))  # fmt: skip
     return Frame(state, base.samples, {agent_id(finished + i): transitions(i, now) for i in range(slots)})

@@ -15,6 +15,7 @@ from typing import Any
 
 from cockpit.commands.plots import Plot
 from cockpit.contract.runrecord import RunRecord
+from cockpit.core.feed.snapshot import preset_label
 from cockpit.core.fleet.report import STATUSES, FleetSummary
 from cockpit.core.machine.utilread import BUSY_LEGEND, gpu_read_lines
 from cockpit.core.record.series import RunSeries
@@ -107,21 +108,24 @@ def _summary(record: RunRecord) -> str:
 
 
 def _jobs(record: RunRecord) -> str:
-    headers = ("job", "seed", "status", "steps", "target", "mean SPS", "ep_rew_mean", "restarts", "CPU %",
-               "peak RSS MiB", "GPU busy % rollout", "GPU busy % train", "peak GPU MiB", "SM % mean", "memory",
-               "reason")  # fmt: skip
+    # A preset column only where jobs have their own (a fleet's agents): a plain run's is in the header.
+    presets = any(job.preset is not None for job in record.jobs)
+    headers = ("job", "seed", *(("preset",) if presets else ()), "status", "steps", "target", "mean SPS",
+               "ep_rew_mean", "restarts", "CPU %", "peak RSS MiB", "GPU busy % rollout", "GPU busy % train",
+               "peak GPU MiB", "SM % mean", "memory", "reason")  # fmt: skip
     rows = []
     for job in record.jobs:
         rollout, train = job.phases.get("rollout"), job.phases.get("train")
         target = f"{job.target_episodes:,} episodes" if job.target_episodes is not None else _cell(job.target, "{:,}")
-        rows.append((job.id, str(job.seed), str(job.status), _cell(job.steps, "{:,}"), target,
+        preset = (preset_label(job.preset or record.config.preset, job.overrides.items()),) if presets else ()
+        rows.append((job.id, str(job.seed), *preset, str(job.status), _cell(job.steps, "{:,}"), target,
                      _cell(job.mean_sps, "{:,.0f}"), _cell(job.final_ep_rew_mean), str(job.restarts),
                      _cell(job.cpu_percent_mean, "{:.0f}"), _cell(job.peak_rss_mib, "{:,.0f}"),
                      _cell(rollout.gpu_util_mean if rollout else None, "{:.0f}"),
                      _cell(train.gpu_util_mean if train else None, "{:.0f}"), _cell(job.peak_gpu_mem_mib, "{:,}"),
                      _cell(job.gpu_sm_percent_mean, "{:.0f}"),
                      job.memory or "-", job.error or job.exit_reason or ""))  # fmt: skip
-    return "<h2>Jobs</h2>" + _table(headers, rows, left=("job", "status", "memory", "reason"))
+    return "<h2>Jobs</h2>" + _table(headers, rows, left=("job", "preset", "status", "memory", "reason"))
 
 
 def _fleet(fleet: FleetSummary, plots: Sequence[Plot]) -> str:

@@ -31,7 +31,7 @@ from cockpit.contract.models import MODELS_DIR
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, RunRecordError, iso, read
 from cockpit.contract.runspec import ConfigError
-from cockpit.core.feed.snapshot import RunState
+from cockpit.core.feed.snapshot import RunState, preset_label
 from cockpit.core.feed.source import Replay, SourceError
 from cockpit.core.fleet.report import STATUSES, FleetReportError, FleetSummary, fleet_summary
 from cockpit.core.machine.utilread import BUSY_LEGEND, gpu_read_lines
@@ -104,18 +104,21 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
         gpu_text = gpu.telemetry
     console.print(f"GPU: {gpu_text}")
     table = Table(title="jobs" + (" (live: steps from the event files)" if live else ""), title_justify="left")
-    for col in ("job", "seed", "status", "steps", "mean SPS", "ep_rew_mean", "restarts", "ckpts", "CPU %",
-                "peak RSS MiB", "GPU busy % rollout", "GPU busy % train", "peak GPU MiB", "SM % mean", "memory",
-                "reason"):  # fmt: skip
-        table.add_column(col, justify="left" if col in ("job", "status", "memory", "reason") else "right")
+    # A preset column only where jobs have their own (a fleet's agents): a plain run's is in the header.
+    presets = any(job.preset is not None for job in log.jobs)
+    for col in ("job", "seed", *(("preset",) if presets else ()), "status", "steps", "mean SPS", "ep_rew_mean",
+                "restarts", "ckpts", "CPU %", "peak RSS MiB", "GPU busy % rollout", "GPU busy % train", "peak GPU MiB",
+                "SM % mean", "memory", "reason"):  # fmt: skip
+        table.add_column(col, justify="left" if col in ("job", "preset", "status", "memory", "reason") else "right")
     for job in log.jobs:
+        preset = (escape(preset_label(job.preset or cfg.preset, tuple(job.overrides.items()))),) if presets else ()
         steps = _live_steps(run_dir, job.id) if live else job.steps
         rollout, train = job.phases.get("rollout"), job.phases.get("train")
         progress = f"{_fmt(steps, '{:,}')}/{_fmt(job.target or None, '{:,}')}"
         if job.target_episodes is not None:  # an episode target: its episodes of target, and the steps they took
             progress = f"{_fmt(job.episodes, '{:,}')}/{job.target_episodes:,} ep, {_fmt(steps, '{:,}')}"
         table.add_row(
-            job.id, str(job.seed), str(job.status), progress, _fmt(job.mean_sps, "{:,.0f}"),
+            job.id, str(job.seed), *preset, str(job.status), progress, _fmt(job.mean_sps, "{:,.0f}"),
             _fmt(job.final_ep_rew_mean), str(job.restarts), str(job.checkpoints),
             _fmt(job.cpu_percent_mean, "{:.0f}"), _fmt(job.peak_rss_mib, "{:,.0f}"),
             _fmt(rollout.gpu_util_mean if rollout else None, "{:.0f}"),
@@ -346,6 +349,9 @@ def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
             {
                 "id": job.id,
                 "seed": job.seed,
+                # The preset the user named (a fleet agent's own, else the run's) and its overrides.
+                "preset": job.preset or state.preset,
+                "overrides": dict(job.overrides),
                 "state": job.state.value,
                 "steps": job.steps,
                 "target": job.target,

@@ -223,6 +223,11 @@ class JobRecord:
     steps; with an episode target `target` is 0), `episodes` the whole episodes it has finished
     (across restarts, as of its newest report), and `episodes_per_h` its live episode rate over
     the same window as `sps_window` (absent when unknown or not training).
+
+    `preset` is the preset the user named for a job whose own differs from the run's (a fleet's
+    agent: the plan's `cartpole`, not the file written for its overrides) and `overrides` what the
+    agent changes of it, each value as written (`learning_rate = "0.001"`); both absent for a
+    plain run's jobs and in files from before them.
     """
 
     id: str
@@ -252,6 +257,8 @@ class JobRecord:
     episodes_per_h: float | None = None
     gpu: int | None = None
     gpu_uuid: str | None = None
+    preset: str | None = field(default=None, metadata={"omit_if_default": True})
+    overrides: Mapping[str, str] = field(default_factory=dict, metadata={"omit_if_default": True})
     phases: Mapping[str, PhaseRecord] = field(default_factory=dict)
 
 

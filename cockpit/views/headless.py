@@ -26,7 +26,7 @@ from rich.text import Text
 
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
-from cockpit.core.feed.snapshot import FleetView, JobView, RunState
+from cockpit.core.feed.snapshot import FleetView, JobView, RunState, preset_label
 from cockpit.core.machine.nvml import GpuSample
 from cockpit.core.machine.utilread import BUSY, util_read
 from cockpit.core.telemetry.memwatch import NO_GROWTH
@@ -105,10 +105,13 @@ def system_line(state: RunState) -> str:
 
 
 def job_line(job: JobView, *, with_state: bool = True) -> str:
-    """A job's state and progress in one line (for plain output and summaries)."""
+    """A job's state and progress in one line (for plain output and summaries); a job with its own
+    preset (a fleet's agent) names it as the user did, with its overrides."""
     parts = [f"{job.state:<8}"] if with_state else []
     if job.phase:
         parts.append(f"{job.phase:<7}")
+    if job.preset is not None:
+        parts.append(preset_label(job.preset, job.overrides))
     if job.target_episodes is not None:
         parts.append(f"{episodes_of(job.episodes, job.target_episodes)} ({job.fraction:.0%})  {job.steps:,} steps")
     else:

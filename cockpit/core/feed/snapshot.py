@@ -9,8 +9,9 @@ one place that turns its usage, its leak-watch verdict and its figures into what
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from cockpit.contract.advice import Advice
 from cockpit.contract.states import JobState, RunStatus
@@ -19,6 +20,21 @@ from cockpit.core.telemetry.memwatch import MemoryVerdict
 from cockpit.core.telemetry.sampler import JobUsage, Sample
 from cockpit.core.telemetry.throughput import job_eta, run_sps
 from cockpit.core.telemetry.trend import NO_TREND, Trend
+
+Overrides = tuple[tuple[str, str], ...]  # (key, value as written) pairs in key order: `override_pairs`
+
+
+def override_pairs(overrides: Mapping[str, Any]) -> Overrides:
+    """A fleet agent's preset overrides as the views show them: each key as the plan typed it with
+    its value's repr (`0.001`, `'tanh'`), in key order; () for none."""
+    return tuple((key, repr(value)) for key, value in sorted(overrides.items()))
+
+
+def preset_label(preset: str, overrides: Iterable[tuple[str, str]] = ()) -> str:
+    """A preset as the user thinks of it: the name they gave, then each override as `key=value`,
+    keys as typed, one space apart (`cartpole learning_rate=0.001`); the name alone without overrides.
+    What every view shows of a job's preset (the TUI, the headless lines, the reports)."""
+    return " ".join([preset, *(f"{key}={value}" for key, value in overrides)])
 
 
 def stepping_sps(jobs: Iterable[JobView]) -> float | None:
@@ -60,8 +76,11 @@ class JobView:
     # throughput when train phases are long. Shown only labelled "rollout SPS".
     rollout_sps: float | None = None
     # The job's own env and preset name when it differs from the run's (a fleet's agents); None: the run's.
+    # `preset` is the name the user gave (the plan's `cartpole`), never the file a fleet writes for
+    # an agent with overrides; `overrides` are what that agent changes of it (() for a plain run).
     env: str | None = None
     preset: str | None = None
+    overrides: Overrides = ()
     # The leak watch's verdict (`cockpit.core.telemetry.memwatch`, as run.toml records it): None before the
     # first judgment, "no growth", "memory growing: +N MiB/h" (and/or GPU memory), or "not judged:
     # ..."; and the flagged growth rates, None unless that memory keeps growing.
@@ -145,6 +164,7 @@ def job_view(
     rollout_sps: float | None,
     env: str | None,
     preset: str | None,
+    overrides: Overrides,
     memory: MemoryVerdict | MemoryFigures | None,
     target_episodes: int | None,
     episodes: int | None,
@@ -174,7 +194,7 @@ def job_view(
         gpu_mem_bytes=usage.gpu_mem_bytes if usage is not None else None,
         gpu_sm_percent=usage.gpu_sm_percent if usage is not None else None,
         peak_gpu_mem_bytes=peak_gpu_mem_bytes, started_at=started_at, ended_at=ended_at, eta_s=eta_s,
-        rollout_sps=rollout_sps, env=env, preset=preset, memory=figures.memory,
+        rollout_sps=rollout_sps, env=env, preset=preset, overrides=overrides, memory=figures.memory,
         memory_growth_mib_h=figures.memory_growth_mib_h, gpu_memory_growth_mib_h=figures.gpu_memory_growth_mib_h,
         target_episodes=target_episodes, episodes=episodes, ep_len_mean=ep_len_mean, episodes_per_h=episodes_per_h,
         gpu=gpu, node=node,
@@ -205,7 +225,7 @@ class LeaderView:
     agent: str
     env: str
     preset: str
-    overrides: str  # "key=value, ..." or ""
+    overrides: str  # "key=value, ..." (`override_pairs` joined by ", ") or ""
     seed: int
     tier: int
     steps: int

@@ -169,6 +169,11 @@ def _decode_fleet(data: Any) -> FleetView:
                   notices=_tuple)  # fmt: skip
 
 
+def _pairs(value: Any) -> tuple[tuple[str, str], ...]:
+    """A job's overrides, (key, value) pairs that JSON carried as lists."""
+    return tuple((str(key), str(text)) for key, text in _tuple(value))
+
+
 def _gpu_info(data: Any) -> GpuInfo:
     return _build(GpuInfo, data, "gpu", compute_capability=_optional(_tuple))
 
@@ -180,7 +185,7 @@ def decode_state(data: Any) -> RunState:
         data,
         "state",
         status=RunStatus,
-        jobs=lambda jobs: tuple(_build(JobView, job, "job", state=JobState) for job in _tuple(jobs)),
+        jobs=lambda jobs: tuple(_build(JobView, job, "job", state=JobState, overrides=_pairs) for job in _tuple(jobs)),
         sample=_optional(decode_sample),
         gpu=_optional(_gpu_info),
         gpus=lambda gpus: tuple(_gpu_info(gpu) for gpu in _tuple(gpus)),

@@ -40,7 +40,7 @@ from cockpit.contract.presets import builtin_names, to_toml
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
 from cockpit.contract.toml import tomllib
-from cockpit.core.feed.snapshot import FleetView, LeaderView, TierView
+from cockpit.core.feed.snapshot import FleetView, LeaderView, TierView, override_pairs
 from cockpit.core.fleet.promotion import async_promotions, rank_key, ranked, sync_promotions
 from cockpit.core.fleet.store import AgentRow, FleetStore, Result
 from cockpit.core.machine.clock import Clock, SystemClock
@@ -82,7 +82,7 @@ def _preset_arg(agent: Agent, run_dir: Path) -> str:
 
 def overrides_text(overrides: dict[str, Any]) -> str:
     """`key=value, ...` in key order ("" for none)."""
-    return ", ".join(f"{key}={value!r}" for key, value in sorted(overrides.items()))
+    return ", ".join(f"{key}={value}" for key, value in override_pairs(overrides))
 
 
 class FleetRun:
@@ -318,9 +318,11 @@ class FleetRun:
         tier = self.plan.tiers[max(agent.tier, 0)]
         # A tier in episodes: the worker stops at the rollout boundary after its agent's whole
         # episodes reach the target, counted across tiers (a checkpoint keeps the count).
+        # The views show the preset the plan named and the agent's overrides, not the file written for them.
         return self.supervisor.add_job(row.id, row.seed, tier.timesteps or 0, preset_arg=agent.preset_arg, env=row.env,
                                        eval_episodes=self.plan.score_episodes, queued=queued,
-                                       episodes=tier.episodes)  # fmt: skip
+                                       episodes=tier.episodes, preset_name=self.plan.agents[row.index].preset.name,
+                                       overrides=override_pairs(row.overrides))  # fmt: skip
 
     def _collect(self, agent: _Agent, result: Result) -> None:
         """Copy the agent's final model into models/ and rewrite models.toml."""

@@ -347,8 +347,10 @@ class _JobHistory:
             started_at=first.t if first is not None and first.t <= cut else None,
             ended_at=_ended_at(attempt, outcome, run_end) if state in TERMINAL_STATES else None,
             rollout_sps=rollout_sps,
-            env=None,  # run.toml records no job's own env or preset (a fleet's agents'): the run's
-            preset=None,
+            env=None,  # run.toml records no job's own env (a fleet's agents'): the run's
+            # Its own preset and overrides as run.toml last recorded them (a fleet agent's; none: the run's).
+            preset=self.final.preset if self.final is not None else None,
+            overrides=tuple(self.final.overrides.items()) if self.final is not None else (),
             memory=memory,
             target_episodes=self.target_episodes,
             episodes=episodes,

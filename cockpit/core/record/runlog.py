@@ -312,6 +312,7 @@ def _job_record(j: JobView, now: float, recorder: Recorder, accounting: Accounti
         episodes_per_h=_round(j.episodes_per_h, 1) if j.state.stepping else None,
         phases=_phases(accounting.jobs.get(j.id, {})),
         gpu=j.gpu, gpu_uuid=uuids.get(j.gpu) or None if j.gpu is not None else None,
+        preset=j.preset, overrides=dict(j.overrides),
     )  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from cockpit.contract.events import ErrorEvent, EvaluatedEvent, FinishedEvent
 from cockpit.contract.states import JobState
+from cockpit.core.feed.snapshot import Overrides
 from cockpit.core.machine.placement import GpuRef
 from cockpit.core.telemetry.throughput import Throughput
 
@@ -53,6 +54,10 @@ class Job:
     preset_arg: str | None = None
     env: str | None = None
     eval_episodes: int | None = None
+    # The preset the user named and the overrides a fleet agent applies to it, for the views:
+    # `preset_arg` is then a file written for the agent, whose stem means nothing to the user.
+    preset_name: str | None = None
+    overrides: Overrides = ()
     state: JobState = JobState.QUEUED
     state_since: float = 0.0
     handle: Any = None

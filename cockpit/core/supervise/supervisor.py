@@ -96,7 +96,7 @@ from cockpit.contract.workerargs import (
     WorkerArgs,
     mps_memory_limit_mib,
 )
-from cockpit.core.feed.snapshot import RunState, job_view, stepping_sps
+from cockpit.core.feed.snapshot import Overrides, RunState, job_view, stepping_sps
 from cockpit.core.launch.protocol import EventSource, Launcher, LaunchRequest
 from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.machine.host import ThreadBudget, pin_sets, thread_budget
@@ -276,13 +276,15 @@ class Supervisor:
     def add_job(
         self, job_id: str, seed: int, target: int, *, preset_arg: str | None = None, env: str | None = None,
         eval_episodes: int | None = None, queued: bool = True, episodes: int | None = None,
+        preset_name: str | None = None, overrides: Overrides = (),
     ) -> Job:  # fmt: skip
         """Add job `job_id` in `jobs/<job_id>/`, training to `target` steps, or to `episodes` whole
         episodes when given (else the template's episode target, if any), with the template's
         preset and env unless given; at the end of the queue, or held out of it (`queued=False`)
-        for `restore`."""
+        for `restore`. `preset_name` and `overrides` are what the views show of its preset (the
+        name the user gave and what a fleet agent changes of it); without them, `preset_arg`'s name."""
         files = RunDir(self.run_dir).job(job_id)
-        job = Job(job_id, seed, files.path, target, preset_arg, env, eval_episodes)
+        job = Job(job_id, seed, files.path, target, preset_arg, env, eval_episodes, preset_name, overrides)
         job.target_episodes = episodes if episodes is not None else self.template.episodes
         job.state_since = self.clock.time()
         self.jobs[job_id] = job
@@ -796,7 +798,9 @@ class Supervisor:
                     usage=_usage(job, sample),
                     peak_gpu_mem_bytes=_peak(job, peak_gpu_mem),
                     started_at=job.first_started_at, ended_at=job.ended_at, rollout_sps=job.rollout_sps,
-                    env=job.env, preset=_preset_name(job.preset_arg) if job.preset_arg else None,
+                    env=job.env,
+                    preset=job.preset_name or (_preset_name(job.preset_arg) if job.preset_arg else None),
+                    overrides=job.overrides,
                     memory=memory.get(job.id), target_episodes=job.target_episodes, episodes=job.episodes,
                     ep_len_mean=job.ep_len_mean, episodes_per_h=job.throughput.episodes_per_h(measured_at),
                     gpu=job.gpu.index if job.gpu is not None else None,

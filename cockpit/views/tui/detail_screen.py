@@ -15,6 +15,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Label, Sparkline, Static
 
 from cockpit.contract.events import CheckpointEvent, ErrorEvent, Event, FinishedEvent, StartedEvent
+from cockpit.core.feed.snapshot import preset_label
 from cockpit.core.feed.source import JobDetail, RunSource, SourceError
 from cockpit.views.formatting import eta, num, steps_of
 from cockpit.views.tui.footer import Keys
@@ -114,6 +115,8 @@ class JobDetailScreen(ShownAgain):
         title = f"job {self.job_id}  {detail.job_dir}"
         if job is not None:
             title += f"  {job.state}  {steps_of(job.steps, job.target)} steps  seed {job.seed}  restarts {job.restarts}"
+            # The jobs table drops its preset column at narrow widths: the preset (and overrides) are here.
+            title += f"  preset {preset_label(job.preset or frame.state.preset, job.overrides)}" if frame else ""
             if job.state.stepping:
                 title += f"  {num(job.sps)} SPS  ETA {eta(job.eta_s)}"
             if job.memory is not None:  # the leak watch: the flag with its rate, "no growth", or not yet

@@ -15,7 +15,7 @@ from textual import events
 from textual.binding import Binding
 from textual.message import Message
 
-from cockpit.core.feed.snapshot import JobView, RunState
+from cockpit.core.feed.snapshot import JobView, RunState, preset_label
 from cockpit.core.supervise.supervisor import NO_EVENTS_NOTE
 from cockpit.views.formatting import eta, mib, num, si, target_of
 from cockpit.views.tui.lines_widget import LinesWidget
@@ -49,7 +49,8 @@ def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
         "id": job.id,
         "seed": str(job.seed),
         "env": job.env or state.env,  # a fleet's agents have their own
-        "preset": job.preset or state.preset,
+        # The preset the user named and a fleet agent's overrides, never the file written for them.
+        "preset": preset_label(job.preset or state.preset, job.overrides),
         "status": job.state,
         # A running script without CockpitCallback has no phases: say so where they would be.
         "phase": job.phase or ("no events" if job.state.stepping and job.exit_reason == NO_EVENTS_NOTE else ""),
