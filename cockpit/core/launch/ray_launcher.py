@@ -21,6 +21,10 @@ on every node reads its cores, memory and GPU (`usage()`, which the session's sa
 calls once a second). Ray's workers log to files on their nodes, never to the cockpit's terminal
 (`log_to_driver=False`). ray is imported here only, when a launcher is made: `import cockpit`
 works without it.
+
+The Ray instance cockpit starts for itself (no address) is reachable from this machine only: its
+sockets listen on the loopback (`_loopback_only`) and its token file is its owner's alone
+(`_token_for_owner_only`). A cluster it joins is the user's to protect (docs/ray.md).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -163,15 +167,20 @@ class RayLauncher:
         self._actor_cls = ray.remote(JobKeeper)
         self._sampler_cls = ray.remote(NodeSampler)
         try:
-            ray.init(
-                address=address,
-                log_to_driver=False,
-                include_dashboard=False,
-                logging_level=logging.ERROR,
-                configure_logging=True,
-            )
+            # "local", not None: None joins RAY_ADDRESS or a cluster `ray start` left on this machine,
+            # and the instance cockpit starts for itself must be its own (to bind it to the loopback).
+            with _loopback_only() if address is None else contextlib.nullcontext():
+                ray.init(
+                    address=address or "local",
+                    log_to_driver=False,
+                    include_dashboard=False,
+                    logging_level=logging.ERROR,
+                    configure_logging=True,
+                )
         except (ConnectionError, RuntimeError, ValueError) as exc:  # no cluster there, or not one we may join
             raise ClusterError(f"--ray {address or LOCAL_RAY}: cannot start or join Ray: {_first_line(exc)}") from exc
+        if address is None:
+            _token_for_owner_only()
         try:
             nodes = self._alive_nodes()
             if len(nodes) > 1 and storage is None:
@@ -424,6 +433,45 @@ class RayLauncher:
                 ray.kill(sampler)
         self._samplers.clear()
         ray.shutdown()
+
+
+@contextlib.contextmanager
+def _loopback_only() -> Iterator[None]:
+    """While in the block, a Ray instance that `ray.init` starts takes 127.0.0.1 (or ::1) for its node
+    address, so that every socket it opens listens on the loopback only; restored on leaving.
+
+    Ray 2.60 has no public option for it: `ray.init(_node_ip_address="127.0.0.1")` is turned back into
+    the machine's routable address (`ray/_private/worker.py`, `services.resolve_ip_for_localhost`). The
+    one switch is `ray_constants.ENABLE_RAY_CLUSTER` (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`, read once at
+    import): off, `services.get_node_ip_address` answers the loopback address, and every process is
+    given it as `--node-ip-address`. The C++ gRPC servers (GCS, raylet node and object managers, each
+    worker's and the driver's core worker) then listen on 127.0.0.1 rather than on every interface, and
+    the runtime env agent binds that address itself (`ray/_private/runtime_env/agent/main.py`)."""
+    from ray._private import ray_constants
+
+    before = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
+
+
+def _token_for_owner_only() -> None:
+    """Make the token file of a Ray instance started here readable and writable by its owner only.
+
+    Ray 2.60 turns token auth on for a local `ray.init()` and writes a new token with a plain
+    `open(path, "w")` (`ray/_private/authentication/authentication_token_setup.py`,
+    `generate_and_save_token`), so it gets the umask's mode, 0644 by default: any local user could read
+    it and join. Ray has no option for the mode, and a tighter umask around `ray.init` would be inherited
+    by the workers and their run files, so the file is chmodded once `ray.init` has returned. A token
+    given in `RAY_AUTH_TOKEN` has no file; `RAY_AUTH_TOKEN_PATH` names another file, which Ray reads."""
+    if os.environ.get("RAY_AUTH_TOKEN"):
+        return
+    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
+    # No file: auth is off (RAY_AUTH_MODE=disabled). Not ours to change: a RAY_AUTH_TOKEN_PATH of another user.
+    with contextlib.suppress(FileNotFoundError, PermissionError):
+        path.chmod(0o600)
 
 
 def _ready(ray: Any, ref: Any) -> bool:

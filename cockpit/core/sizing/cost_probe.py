@@ -28,7 +28,7 @@ from cockpit.contract.costs import Costs
 from cockpit.contract.files import cache_dir, write_atomic
 from cockpit.contract.presets import Preset, to_toml
 from cockpit.contract.runspec import ConfigError
-from cockpit.contract.toml import tomllib
+from cockpit.contract.toml import read_cache_table
 from cockpit.contract.workerargs import PARENT_PID_ENV
 from cockpit.core.machine.host import cpu_model
 from cockpit.core.sizing import contention
@@ -59,14 +59,6 @@ def cache_key(preset: Preset, gpu_name: str | None) -> str:
     kwargs = f" {json.dumps(preset.env_kwargs, sort_keys=True)}" if preset.env_kwargs else ""
     return (f"{cpu_model()} | {gpu} | torch {_torch_version()} | {preset.env}{kwargs} | net {net} "
             f"{preset.activation} | batch {preset.batch_size}")  # fmt: skip
-
-
-def _read_cache(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError):
-        return {}
 
 
 def _costs(record: dict[str, Any]) -> Costs:
@@ -145,7 +137,7 @@ def _three_processes(preset: Preset, record: dict[str, Any], iteration_s: float,
 
 def cached_costs(preset: Preset, gpu_name: str | None) -> Costs | None:
     """The costs measured earlier for `preset` on this machine, or None; never probes."""
-    record = _read_cache(cache_path()).get(cache_key(preset, gpu_name))
+    record = read_cache_table(cache_path()).get(cache_key(preset, gpu_name))
     try:
         return _costs(record) if isinstance(record, dict) else None
     except ValueError:
@@ -177,7 +169,7 @@ def measured_costs(preset: Preset, gpu_name: str | None, *, on_probe: Callable[[
         raise ConfigError(f"measuring {preset.env}: {exc}") from exc
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, tomli_w.dumps({**_read_cache(path), key: record}))
+        write_atomic(path, tomli_w.dumps({**read_cache_table(path), key: record}))
     except OSError:
         pass  # an unwritable cache costs a probe next time, nothing more
     return costs

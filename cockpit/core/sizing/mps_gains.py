@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import tomli_w
 
 from cockpit.contract.costs import MpsGain
 from cockpit.contract.files import cache_dir, write_atomic
 from cockpit.contract.presets import Preset
-from cockpit.contract.toml import tomllib
+from cockpit.contract.toml import read_cache_table
 from cockpit.core.sizing.cost_probe import cache_key
 
 CACHE_FILE = "mps.toml"
@@ -28,20 +27,12 @@ def mps_cache_path() -> Path:
     return cache_dir() / CACHE_FILE
 
 
-def _read(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError):
-        return {}
-
-
 def cached_mps_gain(preset: Preset, gpu_name: str | None) -> MpsGain | None:
     """The newest MPS measurement for `preset` on this machine's GPU `gpu_name`; None where there
     is none, no GPU, or the record is not a measurement."""
     if gpu_name is None:
         return None
-    record = _read(mps_cache_path()).get(cache_key(preset, gpu_name))
+    record = read_cache_table(mps_cache_path()).get(cache_key(preset, gpu_name))
     if not isinstance(record, dict):
         return None
     try:
@@ -61,6 +52,6 @@ def record_mps_gain(preset: Preset, gpu_name: str, gain: MpsGain) -> None:
               "measured_at": gain.measured_at}  # fmt: skip
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(path, tomli_w.dumps({**_read(path), cache_key(preset, gpu_name): record}))
+        write_atomic(path, tomli_w.dumps({**read_cache_table(path), cache_key(preset, gpu_name): record}))
     except OSError:
         pass
