@@ -21,11 +21,13 @@ FROM ${BASE}
 # container check uses a local index holding the CPU wheel).
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX=
-# Where pip looks, for a build without PyPI (a mirror, a wheel directory bind-mounted into the build);
-# empty: pip's defaults.
+# Where pip looks, for a build without PyPI (a mirror, a wheel directory bind-mounted into the build),
+# and PIP_CERT, a CA bundle for a proxy that re-signs TLS (the container check has one); empty:
+# pip's defaults.
 ARG PIP_INDEX_URL=
 ARG PIP_EXTRA_INDEX_URL=
 ARG PIP_FIND_LINKS=
+ARG PIP_CERT=
 # The user the cockpit runs as. 1000 is the first user on most hosts, so files it writes to a
 # bind-mounted /runs belong to the host's usual user.
 ARG UID=1000
@@ -52,7 +54,7 @@ RUN if ! command -v tini >/dev/null || ! python3 -c 'import ensurepip, venv' 2>/
     && python3 -m venv /opt/cockpit
 
 # torch in a layer of its own: the largest (about 4 GB with its CUDA libraries), and it changes least.
-RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS; do \
+RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_CERT; do \
         eval "[ -n \"\${$v}\" ] || unset $v"; \
     done \
     && pip install ${TORCH_INDEX:+--index-url "$TORCH_INDEX"} "torch==${TORCH_VERSION}"
@@ -63,7 +65,7 @@ COPY pyproject.toml README.md /tmp/cockpit-src/
 COPY cockpit /tmp/cockpit-src/cockpit
 COPY training /tmp/cockpit-src/training
 COPY presets /tmp/cockpit-src/presets
-RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS; do \
+RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_CERT; do \
         eval "[ -n \"\${$v}\" ] || unset $v"; \
     done \
     && pip install "/tmp/cockpit-src[tensorboard,mlflow]" \
@@ -83,5 +85,9 @@ USER cockpit
 VOLUME /runs
 WORKDIR /runs
 
-ENTRYPOINT ["tini", "--", "cockpit"]
-CMD ["--help"]
+# cockpit-pod (docs/cloud.md) starts the run on /runs, or resumes it after the pod restarted; it
+# execs cockpit, which stays tini's child: SIGTERM from `docker stop` reaches it and the jobs
+# checkpoint. `docker run IMAGE fleet /runs/plan.toml` or `docker run IMAGE run --preset heavy`;
+# without a command it prints its usage. Other commands: `docker exec CTR cockpit ...`, or
+# `--entrypoint cockpit`.
+ENTRYPOINT ["tini", "--", "cockpit-pod"]

@@ -61,6 +61,7 @@ cleanup() {
   if [ "$own_work" = 1 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 # A container that runs /bin/true from a rootfs of just that binary and its libraries: whether
 # podman can start containers here at all, independent of any image.
@@ -116,7 +117,7 @@ mkdir -p "$index/files"
 log "torch index: torch==$TORCH_VERSION+cpu for cp$pyver"
 "$PYTHON" -m pip download -q --only-binary=:all: --python-version "$pyver" --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
-  -d "$index/files" "torch==$TORCH_VERSION+cpu" ||
+  -d "$index/files" "torch==$TORCH_VERSION+cpu" 2> >(grep -v 'is ignored: it is neither' >&2) ||
   fail "pip could not fetch torch==$TORCH_VERSION+cpu (pip config list: where the host's pip looks)"
 "$PYTHON" - "$index" <<'EOF'
 import html, pathlib, re, sys
@@ -141,6 +142,9 @@ pip_get() {
 index_url=${PIP_INDEX_URL:-$(pip_get index-url)}
 extra_urls=${PIP_EXTRA_INDEX_URL:-$(pip_get extra-index-url)}
 find_links=${PIP_FIND_LINKS:-$(pip_get find-links)}
+# A proxy between this machine and PyPI may re-sign TLS with its own CA (here it does: pip in the
+# build fails with CERTIFICATE_VERIFY_FAILED without it): the host's CA bundle goes in too.
+cert=${PIP_CERT:-$(pip_get cert)}
 build_opts=(--network host --ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc"
   -v "$index:/torch-index:ro")
 # An index's pages link to files beside it (/opt/pypi/simple/x/ to /opt/pypi/files/): its parent goes.
@@ -152,7 +156,10 @@ for src in $find_links; do
   path=${src#file://}
   if [ -d "$path" ]; then build_opts+=(-v "$path:$path:ro"); fi
 done
-log "pip sources for the build: index ${index_url:-PyPI} extra [$extra_urls] find-links [$find_links]"
+if [ -n "$cert" ] && [ -f "$cert" ]; then
+  build_opts+=(-v "$cert:/run/host-ca.pem:ro" --build-arg PIP_CERT=/run/host-ca.pem)
+fi
+log "pip sources for the build: index ${index_url:-PyPI} extra [$extra_urls] find-links [$find_links] cert [$cert]"
 
 # --------------------------------------------------------------------------------------------- image
 log "2. image: podman build --build-arg BASE=$BASE_IMAGE --build-arg TORCH_INDEX=file:///torch-index -t $IMAGE ."
@@ -168,6 +175,7 @@ pm build --quiet "${build_opts[@]}" \
 t1=$(date +%s.%N)
 image_build_s=$(awk "BEGIN { printf \"%.1f\", $t1 - $t0 }")
 image_size=$(pm image inspect --format '{{.Size}}' "$IMAGE")
+grep -v 'is ignored: it is neither' "$WORK/build.log" | tail -3 | sed 's/^/[container]   build | /'
 log "image built in ${image_build_s} s, size $image_size bytes ($((image_size / 1048576)) MiB)"
 pm run --rm "${RUN_OPTS[@]}" --name "$TAG-ver" --entrypoint python "$IMAGE" \
   -c 'import torch, cockpit; print("[container] in the image: torch", torch.__version__, "as uid", __import__("os").getuid())'
@@ -218,8 +226,8 @@ for events in sorted(pathlib.Path(sys.argv[1]).glob("jobs/*/events.jsonl")):
 PY
 }
 
-log "3. run: 2 CartPole jobs, 20,000 steps each, in the container, /runs bind-mounted"
-run_args=(run --name cartpole --preset cartpole --jobs 2 --timesteps 20000 --on-done "$on_done")
+log "3. run: 2 CartPole jobs, 10,000 steps each, in the container, /runs bind-mounted"
+run_args=(run --name cartpole --preset cartpole --jobs 2 --timesteps 10000 --on-done "$on_done")
 start "$TAG-run" "${run_args[@]}"
 rc=$(wait_exit "$TAG-run")
 pm logs "$TAG-run" 2>&1 | tail -5 | sed 's/^/[container]   | /'
@@ -231,7 +239,7 @@ report "/runs/cartpole" >"$WORK/run-report.txt" || fail "cockpit report /runs/ca
   fail "--on-done: expected one 'done cartpole' line, got: $(cat "$RUNS/on-done-cartpole.txt" 2>&1)"
 log "run done; --on-done ran once: $(cat "$RUNS/on-done-cartpole.txt")"
 
-log "4. fleet: 4 CartPole agents, tiers 20k then 60k steps (the best 2), SIGKILLed mid-tier-2, started again"
+log "4. fleet: 4 CartPole agents, tiers 8k then 16k steps (the best 2), SIGKILLed mid-tier-2, started again"
 cat >"$RUNS/pod.toml" <<'TOML'
 name = "pod"
 jobs = 2
@@ -239,18 +247,20 @@ jobs = 2
 env = "CartPole-v1"
 preset = "cartpole"
 seeds = 4
+[agents.overrides]
+checkpoint_every = [2_560]  # 10 rollouts: checkpoints inside tier 2 to resume from
 [[tiers]]
-timesteps = 20_000
+timesteps = 8_000
 promote = 2
 [[tiers]]
-timesteps = 60_000
+timesteps = 16_000
 [score]
 episodes = 5
 TOML
 chown "$uid:$gid" "$RUNS/pod.toml"
 fleet_args=(fleet /runs/pod.toml --on-done "$on_done")
 start "$TAG-fleet1" "${fleet_args[@]}"
-# Kill once an agent has checkpointed inside tier 2 (past 20k, short of 60k): its steps since then
+# Kill once an agent has checkpointed inside tier 2 (past 8k, short of 16k): its steps since then
 # are lost, and it must resume from that checkpoint.
 killed=""
 for _ in $(seq 1 1200); do
@@ -259,7 +269,7 @@ for _ in $(seq 1 1200); do
     fail "the fleet ended before it could be killed mid-tier-2"
   fi
   if cat "$RUNS"/pod/jobs/*/events.jsonl 2>/dev/null |
-    grep '"kind": *"checkpoint"' | grep -Eq '"step": *(2[1-9]|[3-5][0-9])[0-9]{3}[,}]'; then
+    grep '"kind": *"checkpoint"' | grep -Eq '"step": *(8[1-9][0-9]{2}|9[0-9]{3}|1[0-5][0-9]{3})[,}]'; then
     pm kill -s KILL "$TAG-fleet1" >/dev/null
     killed=$(date +%s.%N)
     break
