@@ -8,8 +8,9 @@
 # torch, so the slim `base` flavour of the image suffices and the `runtime`/`cudnn-runtime` ones would
 # only add a second copy of cuBLAS and cuDNN, a few GB). What the nvidia/cuda image still gives:
 # NVIDIA_REQUIRE_CUDA=cuda>=13.0, so the container toolkit refuses a host whose driver is too old
-# (CUDA 13 needs driver >= 580) at `docker run` instead of torch failing later, and the
-# NVIDIA_VISIBLE_DEVICES the toolkit reads. Ubuntu 24.04 because its python3 is 3.12: envpool 1.2.5
+# (CUDA 13 needs driver >= 580) at `docker run` instead of torch failing later, and
+# NVIDIA_VISIBLE_DEVICES=all, which the toolkit reads (set by the base, not here: on a base without
+# it, a container on a host without GPUs does not claim to have been given one). Ubuntu 24.04 because its python3 is 3.12: envpool 1.2.5
 # ships wheels for CPython 3.11 to 3.14 only, so 22.04's Python 3.10 cannot install it.
 # Any Debian/Ubuntu base with python3 >= 3.11 works (the container check builds on Debian bookworm:
 # benchmarks/container/check.sh).
@@ -37,7 +38,6 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PYTHONUNBUFFERED=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     PATH=/opt/cockpit/bin:$PATH
 
