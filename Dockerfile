@@ -10,8 +10,10 @@
 # NVIDIA_REQUIRE_CUDA=cuda>=13.0, so the container toolkit refuses a host whose driver is too old
 # (CUDA 13 needs driver >= 580) at `docker run` instead of torch failing later, and
 # NVIDIA_VISIBLE_DEVICES=all, which the toolkit reads (set by the base, not here: on a base without
-# it, a container on a host without GPUs does not claim to have been given one). Ubuntu 24.04 because its python3 is 3.12: envpool 1.2.5
-# ships wheels for CPython 3.11 to 3.14 only, so 22.04's Python 3.10 cannot install it.
+# it, a container on a host without GPUs does not claim to have been given one). Ubuntu 24.04
+# because its python3 is 3.12: envpool 1.2.5 ships wheels for CPython 3.11 to 3.14 only, so 22.04's
+# Python 3.10 cannot install it. The tag could not be pulled from the machine this was written on
+# (no registry reachable): check it with `docker pull` before relying on it.
 # Any Debian/Ubuntu base with python3 >= 3.11 works (the container check builds on Debian bookworm:
 # benchmarks/container/check.sh).
 ARG BASE=nvidia/cuda:13.0.1-base-ubuntu24.04
@@ -53,7 +55,8 @@ RUN if ! command -v tini >/dev/null || ! python3 -c 'import ensurepip, venv' 2>/
     && python3 -c 'import sys; assert sys.version_info >= (3, 10), sys.version' \
     && python3 -m venv /opt/cockpit
 
-# torch in a layer of its own: the largest (about 4 GB with its CUDA libraries), and it changes least.
+# torch in a layer of its own: the largest (882 MB for the CPU build; several GB more for the CUDA
+# one's libraries, not measured here), and it changes least.
 RUN for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_FIND_LINKS PIP_CERT; do \
         eval "[ -n \"\${$v}\" ] || unset $v"; \
     done \

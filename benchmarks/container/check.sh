@@ -13,9 +13,11 @@
 #   --probe   only check that podman can run a container here; exit 0 if so, else 1 with the reason
 #             on the last line of stderr (the pytest wrapper skips on it).
 # Environment: WORK (default a new /var/tmp/cockpit-container.XXXXXX, removed at the end unless
-# KEEP=1), MIRROR (Debian mirror, default http://deb.debian.org/debian), PYTHON (runs pip on the
-# host, default .venv/bin/python else python3), IMAGE (default localhost/cockpit:check), REUSE_BASE=1
-# (keep a base image built before instead of building it again).
+# KEEP=1; so is the image, while the base stays for REUSE_BASE; a failed build's cached layers stay
+# as <none> images: `podman image prune`), MIRROR (Debian mirror, default
+# http://deb.debian.org/debian), PYTHON (runs pip on the host, default .venv/bin/python else
+# python3), IMAGE (default localhost/cockpit:check), REUSE_BASE=1 (keep a base image built before
+# instead of building it again).
 # Exit code: 0 every check passed, 1 one failed (the reason is printed), 2 podman cannot run here.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -55,10 +57,22 @@ if [ -z "$WORK" ]; then
   own_work=1
 fi
 containers=()
+# Images this check replaced (a rebuilt tag leaves the old image behind, 2.3 GB each) or built.
+old_images=()
 cleanup() {
   local c
   for c in "${containers[@]}"; do pm rm -f "$c" >/dev/null 2>&1 || true; done
-  if [ "$own_work" = 1 ] && [ "${KEEP:-0}" != 1 ]; then rm -rf "$WORK"; fi
+  local current
+  current=" $(pm image inspect --format '{{.Id}}' "$IMAGE" "$BASE_IMAGE" 2>/dev/null | tr '\n' ' ') "
+  for c in "${old_images[@]}"; do
+    # Not one still tagged: a build wholly from cache gives the image the same id.
+    if [ -n "$c" ] && [[ "$current" != *" $c "* ]]; then pm rmi "$c" >/dev/null 2>&1 || true; fi
+  done
+  if [ "${KEEP:-0}" != 1 ]; then
+    # The base stays for REUSE_BASE=1 (249 MB); the image goes (KEEP=1 keeps it to look at).
+    pm rmi "$IMAGE" >/dev/null 2>&1 || true
+    if [ "$own_work" = 1 ]; then rm -rf "$WORK"; fi
+  fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -96,6 +110,7 @@ if [ "${REUSE_BASE:-0}" = 1 ] && pm image exists "$BASE_IMAGE"; then
   log "1. base: $BASE_IMAGE as it is (REUSE_BASE=1)"
   base_build_s="(reused)"
 else
+  old_images+=("$(pm image inspect --format '{{.Id}}' "$BASE_IMAGE" 2>/dev/null || true)")
   log "1. base: mmdebstrap bookworm from $MIRROR | podman import - $BASE_IMAGE"
   t0=$(date +%s.%N)
   mmdebstrap --quiet --variant=minbase --include=python3,python3-venv,python3-pip,ca-certificates,tini \
@@ -163,6 +178,7 @@ log "pip sources for the build: index ${index_url:-PyPI} extra [$extra_urls] fin
 
 # --------------------------------------------------------------------------------------------- image
 log "2. image: podman build --build-arg BASE=$BASE_IMAGE --build-arg TORCH_INDEX=file:///torch-index -t $IMAGE ."
+old_images+=("$(pm image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)")
 t0=$(date +%s.%N)
 pm build --quiet "${build_opts[@]}" \
   --build-arg "BASE=$BASE_IMAGE" --build-arg TORCH_INDEX=file:///torch-index \
