@@ -87,6 +87,9 @@ RUN old=$(getent passwd "${UID}" | cut -d: -f1); if [ -n "$old" ]; then userdel 
 USER cockpit
 VOLUME /runs
 WORKDIR /runs
+# The probe's measured costs (and MPS's) live on the volume, so a restarted pod does not measure
+# again what it measured before: ~/.cache is inside the container and goes with it.
+ENV XDG_CACHE_HOME=/runs/.cache
 
 # cockpit-pod (docs/cloud.md) starts the run on /runs, or resumes it after the pod restarted; it
 # execs cockpit, which stays tini's child: SIGTERM from `docker stop` reaches it and the jobs

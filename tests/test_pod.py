@@ -156,3 +156,16 @@ def test_a_pod_killed_mid_run_resumes_from_its_checkpoints_when_started_again(tm
         assert started[-1].resumed_from_step == steps  # each job went on from its newest checkpoint
     third = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert third.returncode == 0 and "already ended (done): nothing to do" in third.stderr
+
+
+def test_a_volume_this_user_cannot_write_is_one_line_naming_the_fix(tmp_path: Path) -> None:
+    # The suite runs as root here, whom access() lets write anywhere: the check's answer is scripted.
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(os, "access", lambda path, mode: Path(path) != locked)
+        uid = os.getuid()
+        with pytest.raises(ConfigError, match=rf"^{locked} is not writable by uid {uid} .*chown {uid} that directory"):
+            pod_step(["run", "--preset", "cartpole"], locked)
+        assert pod_step(["run", "--preset", "cartpole", "--run-dir", str(tmp_path / "free")], locked).argv
+    assert not (locked / "run").exists()
