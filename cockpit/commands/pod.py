@@ -115,6 +115,7 @@ def pod_step(argv: Sequence[str], runs: Path) -> PodStep:
     if verb == "fleet" and (not words or words[0].startswith("-")):
         raise ConfigError(f"fleet: give the plan first: {USAGE}")
     run_dir, words = _run_dir(verb, words, runs)
+    _check_writable(run_dir)
     split = _split(words)
     start = [verb, *words[:split], *([] if "--headless" in words[:split] else ["--headless"]), *words[split:]]
     typed = ["cockpit", *start]  # what run.toml records of the start (`--typed` keeps it on each resume)
@@ -137,6 +138,20 @@ def pod_step(argv: Sequence[str], runs: Path) -> PodStep:
         kept.append("--headless")
     return PodStep([verb, "--resume", str(run_dir), *kept, "--typed", json.dumps(typed)],
                    f"cockpit-pod: resuming the run in {run_dir} ({recorded.status} when it stopped)")  # fmt: skip
+
+
+def _check_writable(run_dir: Path) -> None:
+    """ConfigError (one line) when this user cannot make or write `run_dir`: a volume mounted over
+    /runs from a host directory keeps the host's owner, often root, while the image runs as uid
+    1000. The nearest existing directory on its path is the one that must be writable."""
+    existing = run_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not os.access(existing, os.W_OK | os.X_OK):
+        owner = existing.stat().st_uid
+        raise ConfigError(f"{existing} is not writable by uid {os.getuid()} (it belongs to uid {owner}), so the "
+                          f"run cannot go in {run_dir}: on the host, chown {os.getuid()} that directory, or mount a "
+                          "volume the image's user owns")  # fmt: skip
 
 
 def _split(words: Sequence[str]) -> int:
