@@ -63,7 +63,9 @@ cleanup() {
   local c
   for c in "${containers[@]}"; do pm rm -f "$c" >/dev/null 2>&1 || true; done
   local current
-  current=" $(pm image inspect --format '{{.Id}}' "$IMAGE" "$BASE_IMAGE" 2>/dev/null | tr '\n' ' ') "
+  # `|| true`: with no image of that tag (a check that built none yet), inspect exits 125, and
+  # under `set -e -o pipefail` that would become the script's exit code from inside this trap.
+  current=" $(pm image inspect --format '{{.Id}}' "$IMAGE" "$BASE_IMAGE" 2>/dev/null | tr '\n' ' ' || true) "
   for c in "${old_images[@]}"; do
     # Not one still tagged: a build wholly from cache gives the image the same id.
     if [ -n "$c" ] && [[ "$current" != *" $c "* ]]; then pm rmi "$c" >/dev/null 2>&1 || true; fi
