@@ -31,7 +31,7 @@ from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.progress import ProgressFn, Step
 from cockpit.contract.runspec import ConfigError
-from cockpit.core.machine.mps import MpsError, daemon_in, serving
+from cockpit.core.machine.mps import MpsError, daemon_in, why_unmeasurable
 from cockpit.core.machine.tempdirs import owned_tempdir
 from cockpit.core.machine.visibility import open_first_gpu
 from cockpit.core.sizing.advisor import Machine, advise
@@ -40,7 +40,7 @@ from cockpit.core.sizing.mps_gains import record_mps_gain
 from cockpit.core.sizing.starting_point import (
     costs_for,
     cpu_costs_for,
-    mps_outlook,
+    machine_gpus,
     resolve_preset,
     static_pick,
     this_machine,
@@ -245,11 +245,7 @@ def tune_extras(console: Console, machine: Machine, preset: Preset, costs: Costs
     Nothing without a GPU."""
     if machine.gpu_name is None:
         return Extras()
-    _gain, refused = mps_outlook(machine, preset)
-    found = serving() if refused is None else None
-    why = (refused or "").removeprefix("--mps: ")
-    if found is not None:
-        why = f"an MPS daemon already serves you at {found.pipe_dir}, so every trial ran as its client"
+    why = why_unmeasurable(machine_gpus(machine)) or ""
     cpu_costs = cpu_costs_for(say(console), machine, preset, progress) if costs is not None else None
 
     def mix_for(best: Config) -> tuple[Config, int] | None:

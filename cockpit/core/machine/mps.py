@@ -110,6 +110,19 @@ def refusal(
     return None
 
 
+def why_unmeasurable(gpus: Sequence[GpuInfo], gpu_status: str = "") -> str | None:
+    """Why what MPS gains cannot be measured here (tune's trial, `run --auto`'s window), in one line
+    without the flag; None when it can: MPS cannot be used (`refusal`), or a daemon already serves
+    this user, so every CUDA job is its client with or without `--mps` and there is nothing to compare."""
+    refused = refusal(gpus, gpu_status)
+    if refused is not None:
+        return refused.removeprefix("--mps: ")
+    found = serving()
+    if found is not None:
+        return f"the daemon at {found.pipe_dir} already serves every job"
+    return None
+
+
 def serving(environ: Mapping[str, str] | None = None, uid: int | None = None) -> Daemon | None:
     """The running daemon that serves this user, where the environment's pipe directory (or the
     default) holds one: its control pipe exists and is ours, and its pid file names a live

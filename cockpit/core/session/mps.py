@@ -17,9 +17,9 @@ from cockpit.core.machine.mps import (
     open_daemon,
     quit_left_behind,
     refusal,
-    serving,
+    why_unmeasurable,
 )
-from cockpit.core.machine.nvml import GpuReader, close_gpus
+from cockpit.core.machine.nvml import GpuInfo, GpuReader, close_gpus
 
 
 def mps_refusal(spec: RunSpec, gpus: Sequence[GpuReader], gpu_status: str) -> str | None:
@@ -27,8 +27,12 @@ def mps_refusal(spec: RunSpec, gpus: Sequence[GpuReader], gpu_status: str) -> st
     among `gpus`), in one line; None without `--mps` or when it can."""
     if not spec.mps:
         return None
-    usable = [r.info for r in gpus if spec.gpus is None or r.info.index in spec.gpus]
-    return refusal(usable, gpu_status)
+    return refusal(_usable(spec, gpus), gpu_status)
+
+
+def _usable(spec: RunSpec, gpus: Sequence[GpuReader]) -> list[GpuInfo]:
+    """The GPUs `spec` may run on, of `gpus`: those `--gpus` names, or all."""
+    return [r.info for r in gpus if spec.gpus is None or r.info.index in spec.gpus]
 
 
 def auto_mps(spec: RunSpec, gpus: Sequence[GpuReader], gpu_status: str) -> tuple[bool, str | None]:
@@ -38,16 +42,11 @@ def auto_mps(spec: RunSpec, gpus: Sequence[GpuReader], gpu_status: str) -> tuple
     (`mps.refusal`), nor where a daemon already serves this user: every CUDA job is its client."""
     if spec.mps:
         return False, None
-    usable = [r.info for r in gpus if spec.gpus is None or r.info.index in spec.gpus]
+    usable = _usable(spec, gpus)
     if not usable:
         return False, None
-    refused = refusal(usable, gpu_status)
-    if refused is not None:
-        return False, f"--auto: MPS not measured: {refused.removeprefix('--mps: ')}"
-    found = serving()
-    if found is not None:
-        return False, f"--auto: MPS not measured: the daemon at {found.pipe_dir} already serves every job"
-    return True, None
+    why = why_unmeasurable(usable, gpu_status)
+    return why is None, f"--auto: MPS not measured: {why}" if why is not None else None
 
 
 def open_mps(spec: RunSpec, standby: bool = False) -> tuple[Daemon | None, list[str]]:

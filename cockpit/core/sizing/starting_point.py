@@ -72,10 +72,14 @@ def cpu_costs_for(say: Callable[[str], None], machine: Machine, preset: Preset,
 def mps_outlook(machine: Machine, preset: Preset) -> tuple[MpsGain | None, str | None]:
     """What MPS was measured to do for `preset` on this machine's GPU (None: nobody measured it,
     `mps_gains`), and why `--mps` cannot be used here (None: it can; `mps.refusal`)."""
-    gpus = machine.gpus
-    if not gpus and machine.gpu_name is not None:
-        gpus = (GpuInfo(0, machine.gpu_name, machine.gpu_memory_bytes or 0, ""),)
-    return cached_mps_gain(preset, machine.gpu_name), refusal(gpus)
+    return cached_mps_gain(preset, machine.gpu_name), refusal(machine_gpus(machine))
+
+
+def machine_gpus(machine: Machine) -> tuple[GpuInfo, ...]:
+    """The GPUs `machine` holds (its first one alone where it lists none: compute capability unknown)."""
+    if not machine.gpus and machine.gpu_name is not None:
+        return (GpuInfo(0, machine.gpu_name, machine.gpu_memory_bytes or 0, ""),)
+    return machine.gpus
 
 
 def static_pick(machine: Machine, preset: Preset, jobs: int = 2, costs: Costs | None = None) -> tuple[int, int]:
