@@ -13,6 +13,9 @@ preset = ["cartpole"]
 seeds = 50                        # a count from 0, or a list
 [agents.overrides]                # optional; any preset key, each a list
 learning_rate = [1e-3, 3e-4]
+[agents.search]                   # optional: distributions sampled (cockpit.contract.searchspace)
+samples = 8
+ent_coef = { loguniform = [1e-4, 1e-1] }
 
 [[tiers]]
 timesteps = 500_000               # or every tier in whole episodes: episodes = 3_000
@@ -28,6 +31,13 @@ episodes = 10                     # deterministic evaluation episodes when an ag
 `PlanError` line that names the file and each key, as preset files do. Every agent's preset (the
 named preset, on its env, with its overrides) is resolved here, so a bad override value or a batch
 size that no longer divides the rollout is caught up front too.
+
+With `[agents.search]`, the matrix is `samples` draws, each crossed with every env, preset, seed
+and grid combination, draw-major (draw 0's agents first, so a sampler that learns from scores has
+results before the later draws). The values of a draw are not known until it is drawn: an agent's
+`preset` here holds the searched keys at their midpoints (`Distribution.midpoint`), what a
+projection measures; `with_values` applies the drawn ones. Each distribution is checked up front at
+its extremes on every base preset.
 """
 
 from __future__ import annotations
@@ -40,8 +50,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cockpit.contract.envids import EnvError, UnknownEnvError, backend_for, check_env
-from cockpit.contract.presets import PRESET_KEYS, Preset, PresetError, load, resolve
+from cockpit.contract.presets import PRESET_KEYS, Preset, PresetError, largest_divisor_at_most, load, resolve
 from cockpit.contract.rundir import RUN_NAME_PATTERN, RUN_NAME_RULE
+from cockpit.contract.searchspace import SearchSpace, parse_search
 from cockpit.contract.toml import tomllib
 
 Promotion = Literal["sync", "async"]
@@ -49,7 +60,7 @@ Unit = Literal["timesteps", "episodes"]  # what a plan's tiers count: every tier
 MAX_SEED = 2**31 - 1
 NAME_PATTERN = RUN_NAME_PATTERN  # the plan's name is the fleet's run name: one rule for both
 TOP_KEYS = ("name", "jobs", "rate_usd_per_h", "promotion", "mps", "agents", "tiers", "score")
-AGENT_KEYS = ("env", "preset", "seeds", "overrides")
+AGENT_KEYS = ("env", "preset", "seeds", "overrides", "search")
 TIER_KEYS = ("timesteps", "episodes", "promote")
 SCORE_KEYS = ("episodes",)
 
@@ -90,7 +101,9 @@ class Tier:
 
 @dataclass(frozen=True)
 class Agent:
-    """One agent of the matrix: its env, its resolved preset (overrides applied) and its seed."""
+    """One agent of the matrix: its env, its resolved preset (overrides applied) and its seed.
+    `draw`: which of `[agents.search]`'s samples it trains (None without a search); its `preset`
+    then holds the searched keys at their midpoints until the draw is made (module docstring)."""
 
     index: int
     env: str
@@ -98,6 +111,7 @@ class Agent:
     overrides: tuple[tuple[str, Any], ...]
     seed: int
     preset: Preset
+    draw: int | None = None
 
     @property
     def id(self) -> str:
@@ -118,6 +132,7 @@ class FleetPlan:
     tiers: tuple[Tier, ...]
     score_episodes: int
     mps: bool = False  # `mps = true`: the jobs on each GPU are MPS clients, as `--mps` makes them
+    search: SearchSpace | None = None  # `[agents.search]`, None for a grid alone
 
     @property
     def unit(self) -> Unit:
@@ -221,6 +236,39 @@ def _overrides(value: Any) -> tuple[list[tuple[tuple[str, Any], ...]], list[str]
     return [tuple(zip(keys, combo, strict=True)) for combo in itertools.product(*(value[k] for k in keys))], []
 
 
+def with_values(preset: Preset, values: Mapping[str, Any]) -> Preset:
+    """`preset` with `values` (preset keys) set, resolved again; PresetError for a value the preset
+    refuses. The rule for a batch size that no longer divides the rollout (docs/fleets.md): it is
+    rounded down to the largest divisor of n_envs x n_steps at or below it, as `batch_size =
+    "auto"` caps it, never a refusal. An `"auto"` batch size stays auto unless `values` sets it."""
+    data = {**preset.as_dict(), **values}
+    if preset.batch_size_auto and "batch_size" not in values:
+        data["batch_size"] = "auto"
+    batch = data.get("batch_size")
+    if isinstance(batch, int) and not isinstance(batch, bool) and batch >= 1:
+        n_envs, n_steps = data.get("n_envs"), data.get("n_steps")
+        if isinstance(n_envs, int) and isinstance(n_steps, int) and n_envs > 0 and n_steps > 0:
+            data["batch_size"] = largest_divisor_at_most(n_envs * n_steps, batch)
+    return resolve({key: data[key] for key in PRESET_KEYS if key in data}, name=preset.name, source=preset.source)
+
+
+def _search_problems(search: SearchSpace, bases: Mapping[tuple[str, str, tuple[tuple[str, Any], ...]], Preset]) -> (
+        list[str]):  # fmt: skip
+    """Each distribution at each of its extremes (the other keys as the base preset has them) on
+    every base preset: a phrase naming the key and the value for each one a preset refuses."""
+    problems: list[str] = []
+    for distribution in search.params:
+        for value in distribution.extremes():
+            for (env, spec, _combo), base in bases.items():
+                try:
+                    with_values(base, {distribution.key: value})
+                except PresetError as exc:
+                    problems.append(f"'agents.search.{distribution.key}' {distribution.describe()} draws {value!r}, "
+                                    f"which {spec}/{env} refuses: {exc}")  # fmt: skip
+                    break
+    return problems
+
+
 def _beside(spec: str, source: str) -> str:
     """A preset file named relative to the plan file, as an absolute path (so a resumed fleet finds
     it from anywhere); a built-in name or an absolute path as given."""
@@ -266,6 +314,8 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
     presets: list[str] = []
     seeds: list[int] = []
     combos: list[tuple[tuple[str, Any], ...]] = []
+    search: SearchSpace | None = None
+    search_problems: list[str] = []
     if not isinstance(agents_raw, dict):
         problems.append("'agents' is missing: an [agents] table with env, preset and seeds")
     else:
@@ -281,6 +331,10 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
         problems += more
         combos, more = _overrides(agents_raw.get("overrides"))
         problems += more
+        grid = agents_raw.get("overrides")
+        # Said after the presets resolve, so the extremes of the distributions that parsed are checked too.
+        search, search_problems = parse_search(agents_raw.get("search"), preset_keys=PRESET_KEYS,
+                                               grid_keys=tuple(grid) if isinstance(grid, dict) else ())  # fmt: skip
 
     for env in envs:
         try:
@@ -307,6 +361,9 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
             except PresetError as exc:
                 where = ", ".join(f"{k}={v!r}" for k, v in combo) or "no overrides"
                 problems.append(f"'agents.overrides' ({where}) on {spec}/{env}: {exc}")
+    if not problems and search is not None:
+        problems += _search_problems(search, resolved)
+    problems = search_problems + problems
     if not problems:  # a custom env, or env_kwargs, is built once per distinct pair (envids.check_env)
         checked: set[tuple[str, str]] = set()
         for (env, _spec, _combo), preset in resolved.items():
@@ -320,12 +377,20 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
                     problems.append(str(exc))
     if problems:
         raise PlanError(f"{source}: " + "; ".join(dict.fromkeys(problems)))
-    agents = tuple(
-        Agent(i, env, spec, combo, seed, resolved[env, spec, combo])
-        for i, (env, spec, combo, seed) in enumerate(itertools.product(envs, presets, combos, seeds))
-    )
+    if search is None:
+        agents = tuple(
+            Agent(i, env, spec, combo, seed, resolved[env, spec, combo])
+            for i, (env, spec, combo, seed) in enumerate(itertools.product(envs, presets, combos, seeds))
+        )
+    else:
+        middle = {key: with_values(p, search.midpoints()) for key, p in resolved.items()}
+        agents = tuple(
+            Agent(i, env, spec, combo, seed, middle[env, spec, combo], draw)
+            for i, (draw, env, spec, combo, seed) in enumerate(
+                itertools.product(range(search.samples), envs, presets, combos, seeds))
+        )  # fmt: skip
     plan = FleetPlan(source, name, jobs, float(rate) if rate is not None else None, promotion, agents, tuple(tiers),
-                     episodes, mps=mps)  # fmt: skip
+                     episodes, mps=mps, search=search)  # fmt: skip
     zero = [i for i, count in enumerate(plan.funnel()) if count == 0]
     if zero:
         tier = zero[0] - 1
