@@ -12,8 +12,10 @@ from cockpit.contract.events import (
     EVENT_TYPES,
     CheckpointEvent,
     ErrorEvent,
+    EvaluatedEvent,
     EventReader,
     FinishedEvent,
+    HeartbeatEvent,
     PhaseEvent,
     ProgressEvent,
     StartedEvent,
@@ -44,10 +46,9 @@ def test_a_stopped_and_resumed_workers_stream_parses_completely_with_every_kind(
     reader = EventReader(job_dir / "events.jsonl")
     events = list(reader)
     assert len(events) == len(lines) and reader.skipped == 0  # every line is a valid event
-    # started, phase, progress, checkpoint, evaluated, finished, error: every kind but `heartbeat`, which a
-    # worker sends only 5 s into a train phase; this run's last milliseconds (tests/test_callback.py
-    # has a train phase send them, and test_events.py round-trips one through the parser).
-    assert {e.kind for e in events} == set(EVENT_TYPES) - {"heartbeat"}
+    # Every kind: the heartbeats here are the score phase's (a train phase sends one only 5 s in,
+    # tests/test_callback.py has one do so).
+    assert {e.kind for e in events} == set(EVENT_TYPES)
     for raw, event in zip(lines, events, strict=True):
         assert from_json(json.loads(raw)) == event
         assert parse(json.dumps(to_json(event))) == event  # the writer's form reads back the same
@@ -58,7 +59,16 @@ def test_a_stopped_and_resumed_workers_stream_parses_completely_with_every_kind(
     assert [f.status for f in finished] == ["stopped", "done"] and finished[-1].steps == 4096
     assert starts[1].resumed_from_step == finished[0].steps
     assert any(isinstance(e, ProgressEvent) and e.losses for e in events)
-    assert {e.phase for e in events if isinstance(e, PhaseEvent)} == {"rollout", "train"}
+    assert {e.phase for e in events if isinstance(e, PhaseEvent)} == {"rollout", "train", "score"}
+    # The evaluation is a score phase after the last train phase, its progress in heartbeats.
+    last_phase = max(i for i, e in enumerate(events) if isinstance(e, PhaseEvent))
+    scored_at = next(i for i, e in enumerate(events) if isinstance(e, EvaluatedEvent))
+    assert isinstance(events[last_phase], PhaseEvent) and events[last_phase].phase == "score"
+    assert last_phase < scored_at
+    beats = [e for e in events[last_phase:scored_at] if isinstance(e, HeartbeatEvent)]
+    assert beats and all(b.phase == "score" and b.to_score == 3 and b.num_timesteps == 4096 for b in beats)
+    counts = [b.scored for b in beats]
+    assert counts[0] == 0 and counts == sorted(counts) and max(counts) in (2, 3)  # type: ignore[type-var]
     (error,) = [e for e in events if isinstance(e, ErrorEvent)]
     assert error.type == "invalid_config" and "another --env?" in error.message
 

@@ -263,7 +263,7 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
         # the start-up: straight to the final checkpoint and `finished`.
         if target > job.model.num_timesteps and not stop.requested:
             _learn(job.model, target, callback)
-        _finish(config, job, callback.episodes, stop, events, started)
+        _finish(config, job, callback.episodes, stop, events, started, iteration=callback.iteration)
         return 0
     finally:
         venv.close()
@@ -429,11 +429,13 @@ def _learn(model: PPO, target: int, callback: CockpitCallback) -> None:
         callback.emit_progress(with_losses=True)
 
 
-def _finish(config: JobConfig, job: _Job, episodes: int, stop: StopFlag, events: EventWriter, started: float) -> None:
+def _finish(config: JobConfig, job: _Job, episodes: int, stop: StopFlag, events: EventWriter, started: float, *,
+            iteration: int) -> None:  # fmt: skip
     """End the job: checkpoint the model unless its step is saved already, evaluate it when it
     reached its target (`episodes` whole episodes, or the step total) and `config.eval_episodes`
     asks for it, and emit `finished`: `done`, or `stopped` short of the target or when a stop
-    came during the evaluation. `started`: the job's start, for the duration."""
+    came during the evaluation. `started`: the job's start, for the duration; `iteration`: the
+    last rollout's, which the score phase carries."""
     from cockpit_training.stopping import StopRequested
 
     steps = job.model.num_timesteps
@@ -447,7 +449,7 @@ def _finish(config: JobConfig, job: _Job, episodes: int, stop: StopFlag, events:
         status = "done" if steps >= config.timesteps else "stopped"
     if status == "done" and config.eval_episodes:
         try:
-            _evaluate(config, job.model, job.vecnorm, stop, events, trained_episodes=episodes)
+            _evaluate(config, job.model, job.vecnorm, stop, events, trained_episodes=episodes, iteration=iteration)
         except StopRequested:
             status = "stopped"  # a stop during the evaluation: the next start evaluates again
     events.finished(status=status, steps=steps, duration=round(time.time() - started, 3))
@@ -473,12 +475,18 @@ _EPISODE_RUN_STEPS = 2**62
 EVAL_SEED = 1_000_003  # every agent is scored on the same games, unlike any training seed
 
 
+# A heartbeat at least this often in a long evaluation episode: the stall watch hears a live worker.
+SCORE_HEARTBEAT_S = 5.0
+
+
 def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, events: EventWriter, *,
-              trained_episodes: int) -> None:  # fmt: skip
+              trained_episodes: int, iteration: int) -> None:  # fmt: skip
     """Score `model` over `config.eval_episodes` deterministic episodes on a new VecEnv (`eval_envs`
     envs) seeded `EVAL_SEED`, normalized with the training statistics frozen, and
-    emit `evaluated` (with the `trained_episodes` the model had trained on).
-    StopRequested when a stop is asked for meanwhile."""
+    emit `evaluated` (with the `trained_episodes` the model had trained on). A `score` phase
+    (carrying `iteration`) opens it, and a heartbeat with the episodes scored so far follows each
+    episode's end and every `SCORE_HEARTBEAT_S` of a long one: the viewers' progress, and the stall
+    watch's sign of life. StopRequested when a stop is asked for meanwhile."""
     import copy
 
     from stable_baselines3.common.evaluation import evaluate_policy
@@ -488,7 +496,11 @@ def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, event
     from cockpit_training.stopping import StopRequested
 
     assert config.eval_episodes is not None
+    to_score = config.eval_episodes
     started = time.monotonic()
+    steps = model.num_timesteps
+    events.phase("score", iteration=iteration, num_timesteps=steps)
+    events.heartbeat("score", num_timesteps=steps, scored=0, to_score=to_score)
     # Several envs at once: one forward pass serves them all (evaluate_policy splits the episodes
     # among them), which made a CartPole fleet's scoring several times cheaper than one env.
     n_envs = eval_envs(config.eval_episodes, config.preset.n_envs)
@@ -500,9 +512,16 @@ def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, event
             env = VecNormalize(venv, training=False, norm_reward=False, gamma=config.preset.gamma)
             env.obs_rms = copy.deepcopy(vecnorm.obs_rms)
 
-        def check_stop(_locals: dict[str, Any], _globals: dict[str, Any]) -> None:
+        last = {"scored": 0, "at": time.monotonic()}
+
+        def check_stop(locals_: dict[str, Any], _globals: dict[str, Any]) -> None:
             if stop.requested:
                 raise StopRequested
+            # evaluate_policy's own count of the episodes each env has finished.
+            scored = int(sum(locals_.get("episode_counts", ())))
+            if scored != last["scored"] or time.monotonic() - last["at"] >= SCORE_HEARTBEAT_S:
+                last["scored"], last["at"] = scored, time.monotonic()
+                events.heartbeat("score", num_timesteps=steps, scored=min(scored, to_score), to_score=to_score)
 
         mean, std = evaluate_policy(model, env, n_eval_episodes=config.eval_episodes, deterministic=True,
                                     callback=check_stop, warn=False)  # fmt: skip

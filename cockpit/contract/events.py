@@ -26,7 +26,8 @@ from typing import Any, ClassVar, Literal, TypeVar, cast, get_args
 
 EVENTS_FILE = "events.jsonl"
 
-Phase = Literal["rollout", "train"]
+# `score`: a fleet's agent is being evaluated at the end of its tier (after its last train phase).
+Phase = Literal["rollout", "train", "score"]
 FinishStatus = Literal["done", "stopped"]
 EventKind = Literal["started", "phase", "progress", "checkpoint", "finished", "error", "heartbeat", "evaluated"]
 
@@ -77,7 +78,7 @@ class StartedEvent:
 
 @dataclass(frozen=True)
 class PhaseEvent:
-    """A rollout or train phase starts now; it lasts until the next phase or the job's outcome."""
+    """A rollout, train or score phase starts now; it lasts until the next phase or the job's outcome."""
 
     kind: ClassVar[Literal["phase"]] = "phase"
     t: float
@@ -148,12 +149,16 @@ class ErrorEvent:
 class HeartbeatEvent:
     """The worker is alive in a long phase that reports nothing else: during a train phase,
     `CockpitCallback` emits one from its optimizer-step hook at most every few seconds, so that a
-    silent job means a hung one (see the supervisor's stall watch). Carries no progress."""
+    silent job means a hung one (see the supervisor's stall watch). In a score phase the worker
+    emits one as each evaluation episode ends (and every few seconds of a long one), with
+    `scored` episodes of `to_score`: the only progress a heartbeat carries."""
 
     kind: ClassVar[Literal["heartbeat"]] = "heartbeat"
     t: float
     phase: Phase
     num_timesteps: int
+    scored: int | None = None
+    to_score: int | None = None
 
 
 @dataclass(frozen=True)
@@ -297,7 +302,8 @@ _CHECKS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "checkpoint": {"path": _string, "step": _integer},
     "finished": {"status": _choice(get_args(FinishStatus)), "steps": _integer, "duration": _optional(_number)},
     "error": {"type": _string, "message": _string},
-    "heartbeat": {"phase": _choice(get_args(Phase)), "num_timesteps": _integer},
+    "heartbeat": {"phase": _choice(get_args(Phase)), "num_timesteps": _integer, "scored": _optional(_integer),
+                  "to_score": _optional(_integer)},
     "evaluated": {
         "step": _integer, "mean_reward": _number, "std_reward": _number, "episodes": _integer, "seed": _integer,
         "seconds": _optional(_number), "trained_episodes": _optional(_integer),
@@ -421,9 +427,11 @@ class EventWriter:
         """The job failed; `type` is `cuda_oom`, `invalid_config` or the exception's class name."""
         return self.emit(ErrorEvent(_now(t), type, message))
 
-    def heartbeat(self, phase: Phase, *, num_timesteps: int, t: float | None = None) -> HeartbeatEvent:
-        """The worker is alive in `phase` (a long train phase); nothing else has changed."""
-        return self.emit(HeartbeatEvent(_now(t), phase, num_timesteps))
+    def heartbeat(self, phase: Phase, *, num_timesteps: int, scored: int | None = None, to_score: int | None = None,
+                  t: float | None = None) -> HeartbeatEvent:  # fmt: skip
+        """The worker is alive in `phase` (a long train phase, or a score phase with `scored`
+        evaluation episodes of `to_score` done); nothing else has changed."""
+        return self.emit(HeartbeatEvent(_now(t), phase, num_timesteps, scored, to_score))
 
     def evaluated(
         self, *, step: int, mean_reward: float, std_reward: float, episodes: int, seed: int,

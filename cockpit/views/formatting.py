@@ -80,3 +80,14 @@ def eta(seconds: float | None) -> str:
         return f"{h}h{m:02d}m"
     d, h = divmod(h, 24)
     return f"{d}d{h:02d}h"
+
+
+def scoring_of(scored: int, to_score: int, *, since: float | None = None, now: float | None = None) -> str:
+    """A score phase's progress: "score 3/10 ep", and given the phase's start and the time now,
+    the time spent against the time expected at the pace so far: "score 3/10 ep, 4s of about 13s"."""
+    text = f"score {scored}/{to_score} ep"
+    if since is None or now is None:
+        return text
+    spent = max(0.0, now - since)
+    expected = f" of about {eta(spent / scored * to_score)}" if 0 < scored < to_score else ""
+    return f"{text}, {eta(spent)}{expected}"

@@ -36,6 +36,7 @@ from cockpit.views.formatting import (
     eta,
     mib,
     num,
+    scoring_of,
     si,
     steps_of,
     target_of,
@@ -104,11 +105,14 @@ def system_line(state: RunState) -> str:
     return f"{gpu}  |  CPU {s.cpu_total_percent:.0f}% [{cores}]  RAM {ram}{nodes}"
 
 
-def job_line(job: JobView, *, with_state: bool = True) -> str:
+def job_line(job: JobView, *, with_state: bool = True, now: float | None = None) -> str:
     """A job's state and progress in one line (for plain output and summaries); a job with its own
-    preset (a fleet's agent) names it as the user did, with its overrides."""
+    preset (a fleet's agent) names it as the user did, with its overrides. In a score phase, the
+    episodes scored, and (given `now`) the time spent against the time expected."""
     parts = [f"{job.state:<8}"] if with_state else []
-    if job.phase:
+    if job.phase == "score" and job.scored is not None and job.to_score is not None:
+        parts.append(scoring_of(job.scored, job.to_score, since=job.phase_since, now=now))
+    elif job.phase:
         parts.append(f"{job.phase:<7}")
     if job.preset is not None:
         parts.append(preset_label(job.preset, job.overrides))
@@ -179,6 +183,8 @@ def jobs_table(state: RunState, width: int = WIDE) -> Table:
             }.get(job.state, ""),
         )
         steps = target_of(job.steps, job.target, job.target_episodes, job.episodes, wide=wide)
+        if job.phase == "score" and job.scored is not None and job.to_score is not None:
+            steps = scoring_of(job.scored, job.to_score).replace("score", "scored", 1)
         cells = {
             "job": job.id,
             "seed": str(job.seed),
@@ -372,7 +378,7 @@ class HeadlessView:
             self._last_plain = now
             for job in state.jobs:
                 if job.state.stepping:
-                    self._emit(f"{_stamp(now)} [job {job.id}] {job_line(job)}")
+                    self._emit(f"{_stamp(now)} [job {job.id}] {job_line(job, now=now)}")
             if state.status.live and (line := run_line(state)):
                 self._emit(f"{_stamp(now)} [run] {line}")
             if state.fleet is not None:

@@ -103,6 +103,10 @@ class JobView:
     # Its processes' SM % on the GPU, as NVML's per-process utilization samples say (None when
     # unknown: no GPU, no sample from NVML yet, or host PIDs NVML cannot match in a container).
     gpu_sm_percent: float | None = None
+    # In a score phase (a fleet's agent evaluated at its tier's end): the evaluation episodes
+    # scored so far and how many it plays; None otherwise.
+    scored: int | None = None
+    to_score: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # a plain string is accepted
@@ -165,6 +169,7 @@ def job_view(
     env: str | None,
     preset: str | None,
     overrides: Overrides,
+    scoring: tuple[int, int] | None,
     memory: MemoryVerdict | MemoryFigures | None,
     target_episodes: int | None,
     episodes: int | None,
@@ -197,7 +202,7 @@ def job_view(
         rollout_sps=rollout_sps, env=env, preset=preset, overrides=overrides, memory=figures.memory,
         memory_growth_mib_h=figures.memory_growth_mib_h, gpu_memory_growth_mib_h=figures.gpu_memory_growth_mib_h,
         target_episodes=target_episodes, episodes=episodes, ep_len_mean=ep_len_mean, episodes_per_h=episodes_per_h,
-        gpu=gpu, node=node,
+        gpu=gpu, node=node, scored=scoring[0] if scoring else None, to_score=scoring[1] if scoring else None,
     )  # fmt: skip
 
 

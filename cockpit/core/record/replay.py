@@ -35,6 +35,7 @@ from cockpit.contract.events import (
     CheckpointEvent,
     ErrorEvent,
     FinishedEvent,
+    HeartbeatEvent,
     PhaseEvent,
     ProgressEvent,
     StartedEvent,
@@ -184,6 +185,9 @@ class _JobHistory:
     checkpoint_steps: list[int] = field(default_factory=list)
     phases: list[Transition] = field(default_factory=list)
     phase_ts: list[float] = field(default_factory=list)
+    # (episodes scored, of how many) as a score phase's heartbeats said, None from any other phase on.
+    scoring_ts: list[float] = field(default_factory=list)
+    scoring: list[tuple[int, int] | None] = field(default_factory=list)
     peak_ts: list[float] = field(default_factory=list)
     peaks: list[int] = field(default_factory=list)  # GPU memory peak so far, from job_samples
     memory_ts: list[float] = field(default_factory=list)
@@ -209,6 +213,8 @@ class _JobHistory:
             if isinstance(event, PhaseEvent):
                 self._phase(t, event.phase)
                 self._steps(t, event.num_timesteps)
+                self.scoring_ts.append(t)
+                self.scoring.append(None)
                 if event.phase == "rollout":
                     self.rollout_ts.append(t)
                     self.rollout_steps.append(event.num_timesteps)
@@ -219,6 +225,9 @@ class _JobHistory:
                 self.episode_ts.append(t)
                 self.episodes.append(event.episodes)
                 self._steps(t, event.num_timesteps)
+            elif isinstance(event, HeartbeatEvent) and event.scored is not None and event.to_score is not None:
+                self.scoring_ts.append(t)
+                self.scoring.append((event.scored, event.to_score))
             elif isinstance(event, CheckpointEvent):
                 self.checkpoint_ts.append(t)
                 self.checkpoint_steps.append(event.step)
@@ -351,6 +360,7 @@ class _JobHistory:
             # Its own preset and overrides as run.toml last recorded them (a fleet agent's; none: the run's).
             preset=self.final.preset if self.final is not None else None,
             overrides=tuple(self.final.overrides.items()) if self.final is not None else (),
+            scoring=_latest(self.scoring_ts, self.scoring, cut) if phase == "score" else None,
             memory=memory,
             target_episodes=self.target_episodes,
             episodes=episodes,

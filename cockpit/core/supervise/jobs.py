@@ -91,6 +91,7 @@ class Job:
     cuda_peak_bytes: int | None = None
     phase: str | None = None
     phase_since: float | None = None
+    scoring: tuple[int, int] | None = None  # in a score phase: (episodes scored, of how many), from its heartbeats
     evaluation: EvaluatedEvent | None = None  # the newest score, of this or an earlier attempt
     checkpoints: int = 0
     last_checkpoint_step: int | None = None

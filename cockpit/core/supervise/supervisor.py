@@ -80,6 +80,7 @@ from cockpit.contract.events import (
     EvaluatedEvent,
     Event,
     FinishedEvent,
+    HeartbeatEvent,
     PhaseEvent,
     ProgressEvent,
     StartedEvent,
@@ -313,7 +314,7 @@ class Supervisor:
         job.attempt_finished = job.attempt_error = None
         if job.phase is not None:  # the earlier session's last phase ended with that session
             job.phases.append((events[-1].t, None))
-        job.phase = job.phase_since = None
+        job.phase = job.phase_since = job.scoring = None
         # Mean SPS covers what this session trains, over this session's running time.
         job.steps_at_first_start, job.first_started_at = job.steps, None
         return events
@@ -541,7 +542,7 @@ class Supervisor:
             if job.state is JobState.STARTING:
                 job.change_state(JobState.RUNNING, self.clock.time())
         elif isinstance(event, PhaseEvent):
-            job.phase, job.phase_since = event.phase, event.t
+            job.phase, job.phase_since, job.scoring = event.phase, event.t, None
             job.phases.append((event.t, event.phase))
             job.steps = event.num_timesteps
         elif isinstance(event, ProgressEvent):
@@ -563,6 +564,8 @@ class Supervisor:
             job.attempt_error = event
         elif isinstance(event, EvaluatedEvent):
             job.evaluation = event
+        elif isinstance(event, HeartbeatEvent) and event.scored is not None and event.to_score is not None:
+            job.scoring = (event.scored, event.to_score)
 
     def _exited(self, job: Job, code: int) -> None:
         now = self.clock.time()
@@ -571,7 +574,7 @@ class Supervisor:
             job.active_seconds += now - job.attempt_started_at
         if job.phase is not None:
             job.phases.append((now, None))
-            job.phase = job.phase_since = None
+            job.phase = job.phase_since = job.scoring = None
         finished = job.attempt_finished
         if self.template.script is not None:  # a script is done when it exits 0, whatever it reported
             finished = FinishedEvent(now, "done", job.steps) if code == 0 and not job.stop_requested else None
@@ -800,7 +803,7 @@ class Supervisor:
                     started_at=job.first_started_at, ended_at=job.ended_at, rollout_sps=job.rollout_sps,
                     env=job.env,
                     preset=job.preset_name or (_preset_name(job.preset_arg) if job.preset_arg else None),
-                    overrides=job.overrides,
+                    overrides=job.overrides, scoring=job.scoring,
                     memory=memory.get(job.id), target_episodes=job.target_episodes, episodes=job.episodes,
                     ep_len_mean=job.ep_len_mean, episodes_per_h=job.throughput.episodes_per_h(measured_at),
                     gpu=job.gpu.index if job.gpu is not None else None,

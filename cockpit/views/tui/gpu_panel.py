@@ -25,7 +25,8 @@ LABEL_W = 5
 UTIL_ROWS = 3
 GPU_ROWS = 3  # a section of a machine of several GPUs: its head line, one util row and one mem row
 SETTLE_S = 2.0  # phase events reach a viewer within a poll or two; older buckets no longer change
-PHASE_CHARS = {"rollout": "░", "train": "█"}
+# `score`: a fleet's agent evaluated at its tier's end; in the legend only while a lane shows one.
+PHASE_CHARS = {"rollout": "░", "train": "█", "score": "▒"}
 
 
 def lane_jobs(frame: Frame, gpu: int | None = None) -> list[JobView]:
@@ -71,7 +72,8 @@ def gpu_series(frame: Frame, index: int) -> tuple[list[tuple[float, float]], lis
 class GpuPanel(FramePanel):
     """Renders the newest `Frame` given to `show()`; owns no run state."""
 
-    COMPONENT_CLASSES = {"gpu--util", "gpu--mem", "gpu--label", "gpu--title", "lane--rollout", "lane--train"}  # noqa: RUF012
+    COMPONENT_CLASSES = {"gpu--util", "gpu--mem", "gpu--label", "gpu--title", "lane--rollout", "lane--train",  # noqa: RUF012
+                         "lane--score"}  # fmt: skip
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)
@@ -112,6 +114,8 @@ class GpuPanel(FramePanel):
         axis = Text(f"{'':{label_w}}-{WINDOW_S:.0f}s", style=label)
         axis.append("  lanes: ", style=label).append("░ rollout", style=self._style("lane--rollout"))
         axis.append(" ").append("█ train", style=self._style("lane--train"))
+        if any(phase == "score" for transitions in frame.phases.values() for _, phase in transitions):
+            axis.append(" ").append("▒ score", style=self._style("lane--score"))
         if axis.cell_len + 4 <= label_w + width:  # a narrow panel keeps the legend and drops "now"
             axis.pad_right(label_w + width - axis.cell_len - 3)
             axis.append("now", style=label)

@@ -17,7 +17,7 @@ from textual.message import Message
 
 from cockpit.core.feed.snapshot import JobView, RunState, preset_label
 from cockpit.core.supervise.supervisor import NO_EVENTS_NOTE
-from cockpit.views.formatting import eta, mib, num, si, target_of
+from cockpit.views.formatting import eta, mib, num, scoring_of, si, target_of
 from cockpit.views.tui.lines_widget import LinesWidget
 
 WIDE = 110
@@ -45,6 +45,9 @@ def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
     steps = target_of(job.steps, job.target, job.target_episodes, job.episodes, wide=wide)
     if job.target_episodes is not None and not wide:
         steps = steps.removesuffix(" ep")  # the narrow column is labelled "episodes" instead
+    scoring = job.phase == "score" and job.scored is not None and job.to_score is not None
+    if scoring:  # a fleet's agent at its tier's end: the steps are done, the evaluation is not
+        steps = scoring_of(job.scored or 0, job.to_score or 0).replace("score", "scored", 1)
     return {
         "id": job.id,
         "seed": str(job.seed),
@@ -55,7 +58,9 @@ def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
         # A running script without CockpitCallback has no phases: say so where they would be.
         "phase": job.phase or ("no events" if job.state.stepping and job.exit_reason == NO_EVENTS_NOTE else ""),
         # An episode target's cell is its unit and fraction already; narrow, it leaves room for ep/h.
-        "steps": f"{steps} {job.fraction:4.0%}" if job.target or (job.target_episodes and wide) else steps,
+        "steps": f"{steps} {job.fraction:4.0%}"
+        if not scoring and (job.target or (job.target_episodes and wide))
+        else steps,
         # SPS: throughput over whole rollout + train cycles (never the rollout rate); ETA at that rate.
         "sps": (num(job.sps) if wide else si(job.sps)) if job.sps is not None and live else "-",
         # Whole episodes per hour over the same window as SPS.
