@@ -29,6 +29,7 @@ def known(**changes: Any) -> dict[str, Any]:
         error=None, exit_reason=None, pid=4242, device="cuda:0", usage=None, peak_gpu_mem_bytes=700 * MIB,
         started_at=50.0, ended_at=None, rollout_sps=900.0, env=None, preset=None, overrides=(), memory=None,
         target_episodes=None, episodes=40, ep_len_mean=125.0, episodes_per_h=7_200.0, gpu=0, node=None,
+        scored=3, to_score=10,
     )  # fmt: skip
     figures.update(changes)
     return figures

@@ -169,7 +169,8 @@ def job_view(
     env: str | None,
     preset: str | None,
     overrides: Overrides,
-    scoring: tuple[int, int] | None,
+    scored: int | None,
+    to_score: int | None,
     memory: MemoryVerdict | MemoryFigures | None,
     target_episodes: int | None,
     episodes: int | None,
@@ -202,7 +203,7 @@ def job_view(
         rollout_sps=rollout_sps, env=env, preset=preset, overrides=overrides, memory=figures.memory,
         memory_growth_mib_h=figures.memory_growth_mib_h, gpu_memory_growth_mib_h=figures.gpu_memory_growth_mib_h,
         target_episodes=target_episodes, episodes=episodes, ep_len_mean=ep_len_mean, episodes_per_h=episodes_per_h,
-        gpu=gpu, node=node, scored=scoring[0] if scoring else None, to_score=scoring[1] if scoring else None,
+        gpu=gpu, node=node, scored=scored, to_score=to_score,
     )  # fmt: skip
 
 

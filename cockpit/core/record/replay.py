@@ -331,6 +331,7 @@ class _JobHistory:
             if final.memory is not None:  # the run's own last verdict, on every reading it took
                 memory = MemoryFigures(final.memory, final.memory_growth_mib_h, final.gpu_memory_growth_mib_h)
         live = state == "running"
+        scoring = _latest(self.scoring_ts, self.scoring, cut) if phase == "score" else None
         return job_view(
             id=self.id,
             seed=self.seed,
@@ -360,7 +361,8 @@ class _JobHistory:
             # Its own preset and overrides as run.toml last recorded them (a fleet agent's; none: the run's).
             preset=self.final.preset if self.final is not None else None,
             overrides=tuple(self.final.overrides.items()) if self.final is not None else (),
-            scoring=_latest(self.scoring_ts, self.scoring, cut) if phase == "score" else None,
+            scored=scoring[0] if scoring else None,
+            to_score=scoring[1] if scoring else None,
             memory=memory,
             target_episodes=self.target_episodes,
             episodes=episodes,
