@@ -111,10 +111,13 @@ class GpuPanel(FramePanel):
         if len(state.gpus) <= 1:
             rows = self.size.height - len(lines) - 1
             lines.extend(self._lanes(frame, lane_jobs(frame), left, right, width, rows, label_w))
+        scoring = any(phase == "score" for transitions in frame.phases.values() for _, phase in transitions)
+        # The third entry (a fleet scoring) fits a narrow panel without the word "lanes:".
+        lead = "  " if scoring and label_w + width < 50 else "  lanes: "
         axis = Text(f"{'':{label_w}}-{WINDOW_S:.0f}s", style=label)
-        axis.append("  lanes: ", style=label).append("░ rollout", style=self._style("lane--rollout"))
+        axis.append(lead, style=label).append("░ rollout", style=self._style("lane--rollout"))
         axis.append(" ").append("█ train", style=self._style("lane--train"))
-        if any(phase == "score" for transitions in frame.phases.values() for _, phase in transitions):
+        if scoring:
             axis.append(" ").append("▒ score", style=self._style("lane--score"))
         if axis.cell_len + 4 <= label_w + width:  # a narrow panel keeps the legend and drops "now"
             axis.pad_right(label_w + width - axis.cell_len - 3)
