@@ -30,13 +30,16 @@ from cockpit.commands.plots import (
     ROLLOUT_COLOR,
     TRAIN_COLOR,
     Plot,
+    best_so_far,
     binned,
     cpu_per_core,
     gpu_and_phases,
     leaderboard,
     phase_share,
     plots,
+    score_by_value,
     scores_by_steps,
+    searched_keys,
     thinned,
     throughput_and_return,
     tier_funnel,
@@ -47,7 +50,7 @@ from tests.cockpitproc import PLAIN_RUN, Cockpit, required_tool, run_cockpit
 from tests.test_report_json import GOLDEN_RUN
 
 RUN_FIGURES = {"gpu_phases", "utilization_by_phase", "sps_return", "cpu_cores"}
-FLEET_FIGURES = {"fleet_funnel", "fleet_leaderboard", "fleet_scores"}
+FLEET_FIGURES = {"fleet_funnel", "fleet_leaderboard", "fleet_scores", "fleet_best", "fleet_values"}
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +142,8 @@ def test_a_fleet_gets_its_funnel_leaderboard_and_score_against_steps(
     figures = rendered["fleet"]
     assert [f.name for f in figures if not f.fleet] == ["gpu_phases", "utilization_by_phase", "sps_return",
                                                         "cpu_cores"]  # fmt: skip
-    assert [f.name for f in figures if f.fleet] == ["fleet_funnel", "fleet_leaderboard", "fleet_scores"]
+    assert [f.name for f in figures if f.fleet] == ["fleet_funnel", "fleet_leaderboard", "fleet_scores", "fleet_best",
+                                                    "fleet_values"]  # fmt: skip
     fleet = fleet_run.fleet
     assert fleet is not None
     funnel = tier_funnel(fleet).axes[0]
@@ -154,6 +158,34 @@ def test_a_fleet_gets_its_funnel_leaderboard_and_score_against_steps(
     assert {line.get_label() for line in scores.lines} >= {leader.agent for leader in fleet.summary.leaderboard[:5]}
     html = page(fleet_run, figures)
     assert "Fleet bench" in html and "Leaderboard (top 8 of 8 scored)" in html
+
+
+def test_the_best_so_far_steps_up_with_each_better_score_against_the_steps_the_fleet_trained(
+    fleet_run: RunSeries,
+) -> None:
+    fleet = fleet_run.fleet
+    assert fleet is not None
+    ax = best_so_far(fleet).axes[0]
+    (line,) = ax.lines
+    ordered = sorted(fleet.results, key=lambda r: (r.t, r.tier, r.agent))
+    scores = [r.score for r in ordered]
+    assert list(line.get_ydata()) == [max(scores[: i + 1]) for i in range(len(scores))]
+    # 8 agents to 2,560 steps, then the 2 promoted 2,560 more: every step of the scored tiers.
+    assert list(line.get_xdata())[-1] == 8 * 2_560 + 2 * 2_560
+    assert list(line.get_xdata()) == sorted(line.get_xdata())
+
+
+def test_score_against_each_value_has_a_panel_per_number_the_agents_differ_in(fleet_run: RunSeries) -> None:
+    fleet = fleet_run.fleet
+    assert fleet is not None
+    assert searched_keys(fleet) == ["learning_rate"]  # the plan's grid
+    (ax,) = score_by_value(fleet).axes
+    assert ax.get_xlabel() == "learning_rate"
+    dots = {(float(x), float(y)) for dots in ax.collections for x, y in dots.get_offsets()}
+    latest = {(a.overrides["learning_rate"], a.score) for a in fleet.summary.agents if a.score is not None}
+    assert dots == latest and len(latest) == 8
+    by_tier = {dots.get_label(): len(dots.get_offsets()) for dots in ax.collections}
+    assert by_tier == {"tier 0": 6, "tier 1": 2}  # the 2 promoted agents' latest scores are their tier 1's
 
 
 def test_a_plain_run_has_no_fleet_figures(rendered: dict[str, list[Plot]]) -> None:

@@ -32,6 +32,7 @@ from matplotlib.patches import Patch
 
 from cockpit.contract.runrecord import JobRecord
 from cockpit.core.feed.source import Transition
+from cockpit.core.fleet.report import search_progress
 from cockpit.core.record.series import FleetSeries, RunSeries
 
 DPI = 100
@@ -395,6 +396,68 @@ def scores_by_steps(fleet: FleetSeries) -> Figure:
     return fig
 
 
+def searched_keys(fleet: FleetSeries) -> list[str]:
+    """The preset keys the agents differ in with numbers (a grid's lists, a search's draws): at
+    least two distinct numeric values among the agents' overrides, in key order."""
+    values: dict[str, set[float]] = {}
+    for agent in fleet.summary.agents:
+        for key, value in agent.overrides.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                values.setdefault(key, set()).add(float(value))
+    return sorted(key for key, seen in values.items() if len(seen) >= 2)
+
+
+def score_by_value(fleet: FleetSeries) -> Figure:
+    """Each scored agent's latest score against each value it was given (`searched_keys`), one
+    panel per key, coloured by the tier the score is from; a key spanning 20x or more of positive
+    values on a log axis."""
+    keys = searched_keys(fleet)
+    scored = [agent for agent in fleet.summary.agents if agent.score is not None]
+    fig = _figure(3.2 if len(keys) <= 3 else 3.2 * math.ceil(len(keys) / 3))
+    if not keys or not scored:
+        _say(fig.add_subplot(), "no agents that differ in a number" if not keys else "no agent scored yet")
+        return fig
+    columns = min(3, len(keys))
+    tiers = sorted({agent.score_tier or 0 for agent in scored})
+    colors = {tier: (TRAIN_COLOR if tier == tiers[-1] else ROLLOUT_COLOR) for tier in tiers}
+    for i, key in enumerate(keys):
+        ax = fig.add_subplot(math.ceil(len(keys) / columns), columns, i + 1)
+        points = [(float(a.overrides[key]), a.score or 0.0, a.score_tier or 0) for a in scored if key in a.overrides]
+        for tier in tiers:
+            xs = [x for x, _, t in points if t == tier]
+            ax.scatter(xs, [y for _, y, t in points if t == tier], s=14, color=colors[tier], label=f"tier {tier}")
+        positive = [x for x, _, _ in points if x > 0]
+        if positive and len(positive) == len(points) and max(positive) >= 20 * min(positive):
+            ax.set_xscale("log")
+        ax.set_xlabel(key)
+        if i % columns == 0:
+            ax.set_ylabel("score")
+        if i == 0 and len(tiers) > 1:
+            ax.legend(fontsize=7)
+    fig.suptitle("score against each value the agents differ in (latest score of each agent)", fontsize=10)
+    return fig
+
+
+def best_so_far(fleet: FleetSeries) -> Figure:
+    """The fleet's best score as its results came in, against the steps it had trained by then
+    (`search_progress`), every result a dot: what a search buys for its steps."""
+    points = search_progress(fleet.results)
+    fig = _figure(3.4)
+    ax = fig.add_subplot()
+    ax.set_title("best score so far against the steps trained")
+    if not points:
+        _say(ax, "no agent scored yet")
+        return fig
+    steps = [p.steps_so_far for p in points]
+    ax.scatter(steps, [p.score for p in points], s=8, color="#999999", alpha=0.6, label="each score")
+    ax.step(steps, [p.best_so_far for p in points], where="post", color=TRAIN_COLOR, linewidth=1.8, label="best so far")
+    ax.set_xlabel("steps trained by the fleet's scored tiers")
+    ax.set_ylabel("evaluation score")
+    ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
 # ----- rendering -----
 
 
@@ -435,6 +498,13 @@ def plots(series: RunSeries) -> list[Plot]:
              "score; the bars of the highest tier reached are dark.", leaderboard),
             ("fleet_scores", "Score against steps", "Each agent's evaluation score at the end of each tier it "
              "finished; the leaderboard's top agents in colour.", scores_by_steps),
+            ("fleet_best", "Best so far", "The fleet's best score as its results came in, against the steps its "
+             "scored tiers had trained by then: what the search (or the grid) bought for its steps.", best_so_far),
         ]  # fmt: skip
+        if searched_keys(fleet):
+            drawn.append(("fleet_values", "Score against each value",
+                          "Each scored agent's latest score against each value the agents differ in (a grid's "
+                          "lists, a search's draws); dark dots scored in the highest tier reached.",
+                          score_by_value))  # fmt: skip
         out += [Plot(name, title, caption, png(draw(fleet)), fleet=True) for name, title, caption, draw in drawn]
     return out

@@ -27,8 +27,10 @@ Each agent's status, read from fleet.db:
 
 from __future__ import annotations
 
+import math
 import re
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -307,3 +309,30 @@ def _models(run_dir: Path) -> ModelsSummary:
     except ValueError as exc:
         return ModelsSummary((), (str(exc),))
     return ModelsSummary(tuple(entries), tuple(verify(run_dir, entries)))
+
+
+@dataclass(frozen=True)
+class SearchPoint:
+    """One result in the order fleet.db recorded it: the steps the fleet had trained by then (what
+    its scored tiers trained: each result adds its agent's steps less its result's steps in the tier
+    before, 0 before any; agents still training are not counted), the score, and the best so far."""
+
+    agent: str
+    tier: int
+    steps_so_far: int
+    score: float
+    best_so_far: float
+
+
+def search_progress(results: Sequence[Result]) -> tuple[SearchPoint, ...]:
+    """The fleet's best score as its results came in (`SearchPoint`): what a search's "best so far"
+    plots, and what a benchmark reads the steps to a score from."""
+    before: dict[str, int] = {}
+    total, best = 0, -math.inf
+    out = []
+    for r in sorted(results, key=lambda r: (r.t, r.tier, r.agent)):
+        total += max(0, r.steps - before.get(r.agent, 0))
+        before[r.agent] = r.steps
+        best = max(best, r.score)
+        out.append(SearchPoint(r.agent, r.tier, total, r.score, best))
+    return tuple(out)
