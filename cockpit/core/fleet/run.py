@@ -340,7 +340,8 @@ class FleetRun:
             agent.row = dataclasses.replace(agent.row, preset=exploit.preset, overrides=exploit.overrides or {})
             agent.preset_arg = exploit.preset
             self.lineage.setdefault(exploit.agent, []).append(exploit)
-            self._notice(f"{exploit.agent} exploits {exploit.source} (score {exploit.source_score:.1f} > "
+            ahead = ">" if (exploit.source_score or 0.0) > (exploit.score or 0.0) else "="  # "=": a tie ranked ahead
+            self._notice(f"{exploit.agent} exploits {exploit.source} (score {exploit.source_score:.1f} {ahead} "
                          f"{exploit.score:.1f}): {pbt.changes_text(exploit.changes)}")  # fmt: skip
         for agent_id in everyone:
             agent = self.agents[agent_id]
