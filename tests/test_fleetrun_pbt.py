@@ -119,3 +119,16 @@ def test_a_kill_between_the_decision_and_the_copy_is_repaired_on_resume(tmp_path
     assert (checkpoints / exploit.checkpoint / "model.zip").read_text() == "a0003 at 1000"
     resumed.run()
     assert sorted(r.agent for r in resumed.fleet.store.results(1)) == ["a0000", "a0001", "a0002", "a0003"]
+
+
+def test_agents_copy_only_agents_of_their_own_env_preset_and_grid(tmp_path: Path) -> None:
+    # Two grid groups (n_epochs 4: a0000, a0002, ...; 8: a0001, a0003, ...); the odd ones all score
+    # higher, so across the whole fleet the top two would both be odd.
+    text = PLAN.replace("[agents.search]", "[agents.overrides]\nn_epochs = [4, 8]\n[agents.search]")
+    fleet = CheckpointingFleet(tmp_path / "run", text, lambda a, t: 1.0,
+                               lambda a, t: (100.0 if int(a[1:]) % 2 else 0.0) + int(a[1:]))  # fmt: skip
+    fleet.run()
+    exploits = fleet.fleet.store.lineage()
+    assert {(e.agent, e.source) for e in exploits} == {("a0000", "a0006"), ("a0001", "a0007")}
+    rows = {row.id: row for row in fleet.fleet.store.agents()}
+    assert rows["a0000"].overrides["n_epochs"] == 4 and rows["a0001"].overrides["n_epochs"] == 8

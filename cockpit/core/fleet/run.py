@@ -39,7 +39,7 @@ from typing import Any
 from cockpit.contract.events import EvaluatedEvent
 from cockpit.contract.fleetplan import Agent, FleetPlan, PlanError, Tier, parse_plan, with_values
 from cockpit.contract.models import MODELS_DIR, ModelEntry, copy_atomic, read_manifest, write_manifest
-from cockpit.contract.presets import Preset, builtin_names, to_toml
+from cockpit.contract.presets import Preset, PresetError, builtin_names, to_toml
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
 from cockpit.contract.toml import tomllib
@@ -314,7 +314,7 @@ class FleetRun:
         rng = pbt.rng_for(settings.seed, tier)
         checkpoints = RunDir(self.run_dir)
         exploits: list[Exploit] = []
-        for agent_id, source_id in pbt.pairs([r.agent for r in order], settings.quantile, rng):
+        for agent_id, source_id in self._pbt_pairs([r.agent for r in order], settings.quantile, rng):
             source_row, row = self.agents[source_id].row, self.agents[agent_id].row
             newest = pbt.newest_checkpoint(checkpoints.job(source_id).checkpoints)
             if newest is None:  # cannot happen for a scored agent (its worker saves before it scores)
@@ -323,7 +323,11 @@ class FleetRun:
             base = self.plan.agents[row.index].preset
             old = pbt.current_values(search, source_row.overrides, self.plan.agents[source_row.index].preset)
             mine = pbt.current_values(search, row.overrides, base)
-            preset = with_values(base, pbt.explore(old, search, rng, settings.resample_probability))
+            try:
+                preset = with_values(base, pbt.explore(old, search, rng, settings.resample_probability))
+            except PresetError as exc:  # keys checked one at a time up front; together a preset may refuse them
+                self._notice(f"{agent_id} takes {source_id}'s values unperturbed: {exc}")
+                preset = with_values(base, old)
             new = {key: preset.as_dict()[key] for key in search.keys}  # as resolved (a batch size rounded)
             overrides = {**dict(self.plan.agents[row.index].overrides), **row.overrides, **new}
             changes = {key: (mine[key], new[key]) for key in search.keys}
@@ -349,6 +353,18 @@ class FleetRun:
         self._apply_exploits()
         best = f", best {order[0].agent} {order[0].score:.1f}" if order else ""
         self._notice(f"tier {tier} done: {len(order)} scored, all go on, {len(exploits)} exploited a top agent{best}")
+
+    def _pbt_pairs(self, order: list[str], quantile: float, rng: Any) -> list[tuple[str, str]]:
+        """`pbt.pairs` within each group of agents that share env, preset and grid overrides (a
+        checkpoint resumes only under its own env and network), the groups in matrix order."""
+        groups: dict[tuple[str, str, tuple[tuple[str, Any], ...]], list[str]] = {}
+        for agent_id in sorted(order, key=lambda a: self.agents[a].row.index):
+            agent = self.plan.agents[self.agents[agent_id].row.index]
+            groups.setdefault((agent.env, agent.preset_name, agent.overrides), [])
+        for agent_id in order:  # best first within each group
+            agent = self.plan.agents[self.agents[agent_id].row.index]
+            groups[agent.env, agent.preset_name, agent.overrides].append(agent_id)
+        return [pair for members in groups.values() for pair in pbt.pairs(members, quantile, rng)]
 
     def _apply_exploits(self) -> None:
         """Put each recorded exploit's copy in place that is not yet (`pbt.copy_checkpoint`), and
