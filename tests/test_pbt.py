@@ -171,3 +171,22 @@ def test_the_copy_becomes_the_only_checkpoint_and_a_rerun_is_harmless(tmp_path: 
     assert not list(mine.glob(".tmp-*"))
     assert pbt.copy_checkpoint(source, mine) == copied  # redone on resume: nothing changes
     assert [p.name for p in mine.glob("step-*")] == [source.name]
+
+
+def test_a_pbt_dry_run_projects_every_agent_through_every_tier(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cockpit.cli import main
+    from tests.test_fleetplan import cache_costs, forbid_processes
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    path = tmp_path / "plan.toml"
+    path.write_text(PLAN.format(promote="", pbt=""))
+    plan = load_plan(path)
+    # The searched keys at their midpoints are what a projection measures: one preset, as a probe caches it.
+    cache_costs(plan)
+    forbid_processes(monkeypatch)
+    assert main(["fleet", str(path), "--dry-run", "--rate", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "pbt promotion" in out and "pbt trains every agent through every tier: 16,000 steps" in out
+    assert "saved" not in out and "$" in out
