@@ -87,7 +87,7 @@ def test_a_plan_expands_its_matrix_and_funnel(tmp_path: Path) -> None:
         (("jobs = 2", "jobs = 0"), "'jobs' must be a positive integer"),
         (("jobs = 2", "jobs = 2\nslots = 4"), "unknown key 'slots'"),
         (("rate_usd_per_h = 2.0", "rate_usd_per_h = -1"), "'rate_usd_per_h'"),
-        (('promotion = "sync"', 'promotion = "lazy"'), "'promotion' must be 'sync' or 'async'"),
+        (('promotion = "sync"', 'promotion = "lazy"'), "'promotion' must be 'sync', 'async' or 'pbt'"),
         (('name = "screen"', 'name = "../up"'), "'name'"),
         (('env = ["CartPole-v1", "Acrobot-v1"]', 'env = ["CartPol-v1"]'), "'agents.env' 'CartPol-v1'"),
         (('preset = ["cartpole"]', 'preset = ["nope"]'), "'agents.preset'"),

@@ -188,12 +188,12 @@ def test_report_json_has_the_fleet_with_every_agent(tmp_path: Path, capsys: pyte
     assert agents["a0007"] == {
         "id": "a0007", "tier": 1, "status": "done", "steps": 8192, "score": 500.0, "score_std": 0.0,
         "score_tier": 1, "env": "CartPole-v1", "preset": "cartpole", "overrides": {"learning_rate": 0.0003},
-        "seed": 3, "error": None,
+        "seed": 3, "error": None, "lineage": [],
     }  # fmt: skip
     assert agents["a0003"] == {
         "id": "a0003", "tier": 0, "status": "failed", "steps": 0, "score": None, "score_std": None,
         "score_tier": None, "env": "CartPole-v1", "preset": "cartpole", "overrides": {"learning_rate": 0.001},
-        "seed": 3, "error": "worker exited with code 1: CUDA error",
+        "seed": 3, "error": "worker exited with code 1: CUDA error", "lineage": [],
     }  # fmt: skip
     assert [agents[a]["status"] for a in ("a0000", "a0002", "a0005")] == ["culled", "training", "culled"]
     leader = fleet["leaderboard"][0]

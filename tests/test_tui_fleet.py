@@ -181,6 +181,16 @@ def test_a_preset_file_is_shown_by_its_name() -> None:
     assert leader_rows(replace(fleet, leaders=(leader,)))[0][6] == "quick.toml"
 
 
+def test_a_pbt_leader_shows_whose_checkpoint_it_copied() -> None:
+    fleet = fleet_view(agents=20, finished=3)
+    copied = replace(fleet.leaders[0], agent="a0003", lineage="a0007@t1")
+    rows = leader_rows(replace(fleet, leaders=(copied, fleet.leaders[1])))
+    assert rows[0][1] == "a0003 ← a0007@t1" and rows[1][1] == fleet.leaders[1].agent
+    from cockpit.views.headless import leaderboard_lines
+
+    assert leaderboard_lines(replace(fleet, leaders=(copied,)))[0].endswith(" (copied a0007@t1)")
+
+
 async def test_the_jobs_table_names_each_agents_preset_and_overrides_and_narrow_the_detail_does() -> None:
     app = make_app(ScriptedSource(fleet_frame(agents=40, finished=12)))
     async with app.run_test(size=(140, 42)) as pilot:

@@ -243,8 +243,12 @@ def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None, record: Ru
                   f"{plan.promotion} promotion, {len(plan.tiers)} tier(s)")  # fmt: skip
     console.print(projection_table(projection, rate))
     unit = "episodes" if projection.unit == "episodes" else "steps"
-    console.print(f"the tiers train {projection.total.amount:,} {unit} instead of {projection.all_to_last.amount:,}: "
-                  f"{projection.saving:.0%} saved", highlight=False)  # fmt: skip
+    if plan.promotion == "pbt":  # nobody is culled: the tiers are where the bottom share copies the top
+        console.print(f"pbt trains every agent through every tier: {projection.total.amount:,} {unit}, the bottom "
+                      "share copying the top share's checkpoints at each tier's end", highlight=False)  # fmt: skip
+    else:
+        console.print(f"the tiers train {projection.total.amount:,} {unit} instead of "
+                      f"{projection.all_to_last.amount:,}: {projection.saving:.0%} saved", highlight=False)  # fmt: skip
     if plan.unit == "episodes":
         for env in dict.fromkeys(agent.env for agent in plan.agents):
             length = episode_steps(env)

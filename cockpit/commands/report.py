@@ -34,6 +34,7 @@ from cockpit.contract.runspec import ConfigError
 from cockpit.core.feed.snapshot import RunState, preset_label
 from cockpit.core.feed.source import Replay, SourceError
 from cockpit.core.fleet.report import STATUSES, FleetReportError, FleetSummary, fleet_summary
+from cockpit.core.fleet.store import Exploit
 from cockpit.core.machine.utilread import BUSY_LEGEND, gpu_read_lines
 from cockpit.core.record.find_runs import open_run
 from cockpit.core.record.series import read_series
@@ -185,12 +186,16 @@ def print_fleet(fleet: FleetSummary, console: Console) -> None:
         shown = fleet.leaderboard[:LEADERS]
         board = Table(title=f"leaderboard (top {len(shown)} of {len(fleet.leaderboard):,} scored; the highest tier "
                       "first)", title_justify="left")  # fmt: skip
-        for col in ("#", "agent", "tier", "steps", "score", "± std", "train return", "env", "preset", "overrides",
-                    "seed"):  # fmt: skip
-            board.add_column(col, justify="left" if col in ("agent", "env", "preset", "overrides") else "right")
+        pbt = fleet.promotion == "pbt"
+        for col in ("#", "agent", *(("from",) if pbt else ()), "tier", "steps", "score", "± std", "train return",
+                    "env", "preset", "overrides", "seed"):  # fmt: skip
+            board.add_column(col, justify="left" if col in ("agent", "from", "env", "preset", "overrides") else "right")
         for leader in shown:
+            # pbt: whose checkpoint the agent copied last, at the end of which tier.
+            last = leader.lineage[-1] if leader.lineage else None
+            origin = (f"{last.source}@t{last.tier}" if last else "-",) if pbt else ()
             board.add_row(
-                str(leader.rank), leader.agent, str(leader.tier), f"{leader.steps:,}", f"{leader.score:,.1f}",
+                str(leader.rank), leader.agent, *origin, str(leader.tier), f"{leader.steps:,}", f"{leader.score:,.1f}",
                 _fmt(leader.score_std), _fmt(leader.train_return), escape(leader.env), escape(leader.preset),
                 escape(_overrides_text(leader.overrides)), str(leader.seed),
             )  # fmt: skip
@@ -376,6 +381,14 @@ def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
     }
 
 
+def lineage_json(lineage: tuple[Exploit, ...]) -> list[dict[str, Any]]:
+    """A pbt agent's exploits as report --json lists them, oldest first ([] for none)."""
+    return [{"tier": e.tier, "source": e.source, "source_steps": e.source_steps, "checkpoint": e.checkpoint,
+             "score": e.score, "source_score": e.source_score,
+             "changes": {key: [old, new] for key, (old, new) in sorted(e.changes.items())}}
+            for e in lineage]  # fmt: skip
+
+
 def fleet_json(fleet: FleetSummary | None, run_dir: Path) -> dict[str, Any] | None:
     """`fleet` as report --json's `fleet` object (None for an ordinary run)."""
     if fleet is None:
@@ -391,13 +404,15 @@ def fleet_json(fleet: FleetSummary | None, run_dir: Path) -> dict[str, Any] | No
         "leaderboard": [
             {"rank": leader.rank, "id": leader.agent, "tier": leader.tier, "steps": leader.steps,
              "score": leader.score, "score_std": leader.score_std, "train_return": leader.train_return,
-             "env": leader.env, "preset": leader.preset, "overrides": leader.overrides, "seed": leader.seed}
+             "env": leader.env, "preset": leader.preset, "overrides": leader.overrides, "seed": leader.seed,
+             "lineage": lineage_json(leader.lineage)}
             for leader in fleet.leaderboard
         ],
         "agents": [
             {"id": agent.id, "tier": agent.tier, "status": agent.status, "steps": agent.steps, "score": agent.score,
              "score_std": agent.score_std, "score_tier": agent.score_tier, "env": agent.env, "preset": agent.preset,
-             "overrides": agent.overrides, "seed": agent.seed, "error": agent.error}
+             "overrides": agent.overrides, "seed": agent.seed, "error": agent.error,
+             "lineage": lineage_json(agent.lineage)}
             for agent in fleet.agents
         ],
         "models": {

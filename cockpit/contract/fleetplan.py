@@ -4,7 +4,7 @@
 name = "screen"
 jobs = 4                          # parallel slots
 rate_usd_per_h = 1.99             # optional: what this machine costs per hour
-promotion = "async"               # or "sync"
+promotion = "async"               # or "sync", or "pbt" (population-based training: needs [agents.search])
 mps = true                        # optional: the jobs on each GPU as MPS clients, as --mps (docs/gpu.md)
 
 [agents]                          # a matrix: every combination of the lists
@@ -25,7 +25,15 @@ timesteps = 2_000_000
 
 [score]
 episodes = 10                     # deterministic evaluation episodes when an agent ends a tier
+
+[pbt]                             # optional, with promotion = "pbt" (cockpit.core.fleet.pbt)
+quantile = 0.25                   # the bottom share copies an agent of the top share, in (0, 0.5]
+resample_probability = 0.25       # each searched key resampled instead of x0.8 / x1.2
+seed = 0                          # the exploit and explore draws' seed
 ```
+
+With `promotion = "pbt"` nobody is culled: every agent trains through every tier, so no tier may
+say `promote`, and `[agents.search]` (what PBT perturbs) is required.
 
 `load_plan` checks everything before anything starts and reports every problem in one
 `PlanError` line that names the file and each key, as preset files do. Every agent's preset (the
@@ -55,11 +63,13 @@ from cockpit.contract.rundir import RUN_NAME_PATTERN, RUN_NAME_RULE
 from cockpit.contract.searchspace import SearchSpace, parse_search
 from cockpit.contract.toml import tomllib
 
-Promotion = Literal["sync", "async"]
+Promotion = Literal["sync", "async", "pbt"]
+PROMOTIONS: tuple[Promotion, ...] = ("sync", "async", "pbt")
 Unit = Literal["timesteps", "episodes"]  # what a plan's tiers count: every tier the same
 MAX_SEED = 2**31 - 1
 NAME_PATTERN = RUN_NAME_PATTERN  # the plan's name is the fleet's run name: one rule for both
-TOP_KEYS = ("name", "jobs", "rate_usd_per_h", "promotion", "mps", "agents", "tiers", "score")
+TOP_KEYS = ("name", "jobs", "rate_usd_per_h", "promotion", "mps", "agents", "tiers", "score", "pbt")
+PBT_KEYS = ("quantile", "resample_probability", "seed")
 AGENT_KEYS = ("env", "preset", "seeds", "overrides", "search")
 TIER_KEYS = ("timesteps", "episodes", "promote")
 SCORE_KEYS = ("episodes",)
@@ -100,6 +110,17 @@ class Tier:
 
 
 @dataclass(frozen=True)
+class PbtSettings:
+    """`[pbt]`: at each tier boundary the bottom `quantile` of the ranked agents each copy an agent of
+    the top `quantile` and perturb its searched values, each key resampled with `resample_probability`
+    (else x0.8 or x1.2); `seed` seeds those draws, so a fleet is reproducible."""
+
+    quantile: float = 0.25
+    resample_probability: float = 0.25
+    seed: int = 0
+
+
+@dataclass(frozen=True)
 class Agent:
     """One agent of the matrix: its env, its resolved preset (overrides applied) and its seed.
     `draw`: which of `[agents.search]`'s samples it trains (None without a search); its `preset`
@@ -133,6 +154,7 @@ class FleetPlan:
     score_episodes: int
     mps: bool = False  # `mps = true`: the jobs on each GPU are MPS clients, as `--mps` makes them
     search: SearchSpace | None = None  # `[agents.search]`, None for a grid alone
+    pbt: PbtSettings | None = None  # `[pbt]` settings, for `promotion = "pbt"` only
 
     @property
     def unit(self) -> Unit:
@@ -140,7 +162,10 @@ class FleetPlan:
         return self.tiers[0].unit
 
     def funnel(self) -> list[int]:
-        """How many agents train in each tier: all of them in the first, then each tier's promoted."""
+        """How many agents train in each tier: all of them in the first, then each tier's promoted
+        (every agent in every tier for pbt, which culls no one)."""
+        if self.promotion == "pbt":
+            return [len(self.agents)] * len(self.tiers)
         counts = [len(self.agents)]
         for tier in self.tiers[:-1]:
             counts.append(tier.promoted(counts[-1]))
@@ -183,7 +208,7 @@ def _seeds(value: Any) -> tuple[list[int], list[str]]:
     return list(value), []
 
 
-def _tiers(value: Any) -> tuple[list[Tier], list[str]]:
+def _tiers(value: Any, *, pbt: bool = False) -> tuple[list[Tier], list[str]]:
     if not isinstance(value, list) or not value or not all(isinstance(t, dict) for t in value):
         return [], ["'tiers' must be one or more [[tiers]] tables, each with 'timesteps' or 'episodes'"]
     tiers: list[Tier] = []
@@ -205,7 +230,13 @@ def _tiers(value: Any) -> tuple[list[Tier], list[str]]:
             target = 0
         promote = table.get("promote")
         last = i == len(value) - 1
-        if last and promote is not None:
+        if pbt and promote is not None:
+            problems.append(f"'{where}.promote': promotion = \"pbt\" trains every agent through every tier (the "
+                            "bottom share copies the top share instead of being culled); remove it")  # fmt: skip
+            promote = None
+        elif pbt:
+            pass
+        elif last and promote is not None:
             problems.append(f"'{where}.promote': the last tier promotes to nothing; remove it")
             promote = None
         elif not last and promote is None:
@@ -216,6 +247,35 @@ def _tiers(value: Any) -> tuple[list[Tier], list[str]]:
             problems.append(f"'{where}.{unit}' {target:,} must be more than the tier before it ({tiers[-1].target:,})")
         tiers.append(Tier(target, promote, unit))
     return tiers, problems
+
+
+def _pbt(value: Any, wanted: bool) -> tuple[PbtSettings | None, list[str]]:
+    """(`[pbt]` validated, problems); None for a plan that does not promote by pbt."""
+    if value is not None and not wanted:
+        return None, ["'pbt' is only for promotion = \"pbt\": remove the table or set the promotion"]
+    if not wanted:
+        return None, []
+    if value is None:
+        return PbtSettings(), []
+    if not isinstance(value, dict):
+        return PbtSettings(), [f"'pbt' must be a table, got {value!r}"]
+    problems = _unknown(value, PBT_KEYS, "pbt.")
+    default = PbtSettings()
+    quantile = value.get("quantile", default.quantile)
+    if not (_positive_number(quantile) and quantile <= 0.5):
+        problems.append(f"'pbt.quantile' must be a fraction in (0, 0.5] (the bottom and the top share), "
+                        f"got {quantile!r}")  # fmt: skip
+        quantile = default.quantile
+    resample = value.get("resample_probability", default.resample_probability)
+    number = isinstance(resample, (int, float)) and not isinstance(resample, bool)
+    if not (number and 0 <= resample <= 1):
+        problems.append(f"'pbt.resample_probability' must be a probability in [0, 1], got {resample!r}")
+        resample = default.resample_probability
+    seed = value.get("seed", default.seed)
+    if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32):
+        problems.append(f"'pbt.seed' must be an integer in [0, 2^32), got {seed!r}")
+        seed = default.seed
+    return PbtSettings(float(quantile), float(resample), seed), problems
 
 
 def _overrides(value: Any) -> tuple[list[tuple[tuple[str, Any], ...]], list[str]]:
@@ -292,8 +352,10 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
     if rate is not None and not _positive_number(rate):
         problems.append(f"'rate_usd_per_h' must be a positive number of dollars per hour, got {rate!r}")
     promotion = raw.get("promotion", "sync")
-    if promotion not in ("sync", "async"):
-        problems.append(f"'promotion' must be 'sync' or 'async', got {promotion!r}")
+    if promotion not in PROMOTIONS:
+        problems.append(f"'promotion' must be 'sync', 'async' or 'pbt', got {promotion!r}")
+    pbt, more = _pbt(raw.get("pbt"), promotion == "pbt")
+    problems += more
     mps = raw.get("mps", False)
     if not isinstance(mps, bool):
         problems.append(f"'mps' must be true or false, got {mps!r}")
@@ -306,7 +368,7 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
         episodes = score.get("episodes", 10)
         if not _positive_int(episodes):
             problems.append(f"'score.episodes' must be a positive integer, got {episodes!r}")
-    tiers, tier_problems = _tiers(raw.get("tiers"))
+    tiers, tier_problems = _tiers(raw.get("tiers"), pbt=promotion == "pbt")
     problems += tier_problems
 
     agents_raw = raw.get("agents")
@@ -363,6 +425,9 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
                 problems.append(f"'agents.overrides' ({where}) on {spec}/{env}: {exc}")
     if not problems and search is not None:
         problems += _search_problems(search, resolved)
+    if promotion == "pbt" and search is None and not search_problems and isinstance(agents_raw, dict):
+        problems.append("'promotion' = \"pbt\" perturbs the searched keys: add an [agents.search] table, such as "
+                        "learning_rate = { loguniform = [1e-5, 1e-3] } with samples = the population size")  # fmt: skip
     problems = search_problems + problems
     if not problems:  # a custom env, or env_kwargs, is built once per distinct pair (envids.check_env)
         checked: set[tuple[str, str]] = set()
@@ -390,7 +455,7 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
                 itertools.product(range(search.samples), envs, presets, combos, seeds))
         )  # fmt: skip
     plan = FleetPlan(source, name, jobs, float(rate) if rate is not None else None, promotion, agents, tuple(tiers),
-                     episodes, mps=mps, search=search)  # fmt: skip
+                     episodes, mps=mps, search=search, pbt=pbt)  # fmt: skip
     zero = [i for i, count in enumerate(plan.funnel()) if count == 0]
     if zero:
         tier = zero[0] - 1

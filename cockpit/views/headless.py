@@ -243,7 +243,8 @@ def fleet_line(fleet: FleetView) -> str:
 def leaderboard_lines(fleet: FleetView, top: int = 5) -> list[str]:
     """The best agents, one line each."""
     return [f"  {i}. {r.agent} score {r.score:.1f} (tier {r.tier}, {r.steps:,} steps) {r.env} {r.preset} seed {r.seed}"
-            + (f" {r.overrides}" if r.overrides else "") for i, r in enumerate(fleet.leaders[:top], 1)]  # fmt: skip
+            + (f" {r.overrides}" if r.overrides else "") + (f" (copied {r.lineage})" if r.lineage else "")
+            for i, r in enumerate(fleet.leaders[:top], 1)]  # fmt: skip
 
 
 def memory_lines(state: RunState) -> list[str]:

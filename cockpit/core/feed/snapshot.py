@@ -236,6 +236,7 @@ class LeaderView:
     tier: int
     steps: int
     score: float
+    lineage: str = ""  # pbt: whose checkpoint it copied last, at which tier ("a0007@t1"), "" for none
 
 
 @dataclass(frozen=True)

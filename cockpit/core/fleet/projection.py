@@ -123,7 +123,8 @@ class _AgentCosts:
         """Wall seconds for `agents` agents each training `steps_each` steps on the plan's slots."""
         agent_s = steps_each * self.step_s + self.job_s
         slots = max(1, plan.jobs)
-        rounds = math.ceil(agents / slots) if plan.promotion == "sync" else max(1.0, agents / slots)
+        # sync and pbt wait at each tier's end for its last agent: whole rounds of slots.
+        rounds = math.ceil(agents / slots) if plan.promotion in ("sync", "pbt") else max(1.0, agents / slots)
         return rounds * agent_s + (self.start_s if first else 0.0)
 
 

@@ -23,6 +23,10 @@ Each agent's status, read from fleet.db:
 - `culled`: scored in a tier that can promote no more, and not promoted;
 - `failed`: its worker failed in its tier past the restart policy;
 - `done`: scored in the last tier.
+
+A pbt fleet (`promotion = "pbt"`) culls no one: each tier's decision moves every scored agent on,
+and each agent's `lineage` lists the exploits it made (whose checkpoint it copied at the end of which
+tier, and how its searched values changed), oldest first.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from cockpit.contract.fleetplan import PlanError, Tier, Unit, parse_plan
 from cockpit.contract.models import ModelEntry, read_manifest, verify
 from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.promotion import async_promotions, rank_key
-from cockpit.core.fleet.store import FLEET_DB, AgentRow, FleetStore, FleetStoreError, Result
+from cockpit.core.fleet.store import FLEET_DB, AgentRow, Exploit, FleetStore, FleetStoreError, Result
 
 Status = Literal["waiting", "training", "scored", "culled", "failed", "done"]
 STATUSES: tuple[Status, ...] = ("waiting", "training", "scored", "culled", "failed", "done")
@@ -89,6 +93,7 @@ class AgentSummary:
     train_return: float | None
     score_tier: int | None
     error: str | None  # why it failed, for a failed agent
+    lineage: tuple[Exploit, ...] = ()  # pbt: its exploits, oldest first
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ class Leader:
     score: float
     score_std: float | None
     train_return: float | None
+    lineage: tuple[Exploit, ...] = ()  # pbt: its exploits, oldest first
 
 
 @dataclass(frozen=True)
@@ -178,6 +184,7 @@ def fleet_summary(run_dir: Path) -> FleetSummary | None:
         decided = {i for i in range(len(plan.tiers) - 1) if store.meta(f"decided:{i}") is not None}
         promotions = store.promotions()
         results = store.results()
+        lineage = store.lineage()
         rows = store.agents()
     except FleetStoreError as exc:
         raise FleetReportError(str(exc)) from None
@@ -193,7 +200,11 @@ def fleet_summary(run_dir: Path) -> FleetSummary | None:
             latest[result.agent] = result
     closed = _closed(plan, rows, by_tier, promotions, decided)
     last = len(plan.tiers) - 1
-    agents = tuple(_agent(row, latest.get(row.id), plan, last, closed) for row in rows)
+    exploits: dict[str, list[Exploit]] = {}
+    for exploit in lineage:
+        exploits.setdefault(exploit.agent, []).append(exploit)
+    agents = tuple(_agent(row, latest.get(row.id), plan, last, closed, tuple(exploits.get(row.id, ())))
+                   for row in rows)  # fmt: skip
     return FleetSummary(
         name=plan.name, source=source, promotion=plan.promotion, rate_usd_per_h=plan.rate,
         tiers=_tiers(plan, rows, by_tier, promotions, closed), leaderboard=_leaderboard(latest, agents),
@@ -220,7 +231,7 @@ def _read_plan(text: str, source: str, store: FleetStore) -> _Plan:
         tiers = tuple(Tier(int(t[unit]), t.get("promote"), unit) for t in raw["tiers"])
         funnel = [len(store.agents())]
         for tier in tiers[:-1]:
-            funnel.append(tier.promoted(funnel[-1]))
+            funnel.append(funnel[-1] if raw.get("promotion") == "pbt" else tier.promoted(funnel[-1]))
         rate = raw.get("rate_usd_per_h")
         name = str(raw.get("name", Path(source).stem))
         return _Plan(name, str(raw.get("promotion", "sync")), float(rate) if rate else None, tiers, funnel, {})
@@ -233,7 +244,7 @@ def _closed(plan: _Plan, rows: list[AgentRow], by_tier: dict[int, list[Result]],
     """Per tier, whether it can promote no more (see the module docstring); the last tier is closed
     to promotion from the start."""
     last = len(plan.tiers) - 1
-    if plan.promotion == "sync":
+    if plan.promotion in ("sync", "pbt"):
         return [i in decided for i in range(last)] + [True]
     training = {row.tier for row in rows if row.status == "training"}
     resolved = not any(row.status == "waiting" for row in rows)
@@ -283,13 +294,15 @@ def _status(row: AgentRow, last: int, closed: list[bool]) -> Status:
     return "culled" if closed[row.tier] else "scored"
 
 
-def _agent(row: AgentRow, result: Result | None, plan: _Plan, last: int, closed: list[bool]) -> AgentSummary:
+def _agent(row: AgentRow, result: Result | None, plan: _Plan, last: int, closed: list[bool],
+           lineage: tuple[Exploit, ...] = ()) -> AgentSummary:  # fmt: skip
     return AgentSummary(
         id=row.id, index=row.index, env=row.env, preset=_preset_name(row, plan), overrides=row.overrides,
         seed=row.seed, tier=row.tier if row.tier >= 0 else None, status=_status(row, last, closed),
         steps=result.steps if result else 0, score=result.score if result else None,
         score_std=result.score_std if result else None, train_return=result.train_return if result else None,
         score_tier=result.tier if result else None, error=row.error if row.status == "failed" else None,
+        lineage=lineage,
     )  # fmt: skip
 
 
@@ -298,7 +311,7 @@ def _leaderboard(latest: dict[str, Result], agents: tuple[AgentSummary, ...]) ->
     ordered = sorted(latest.values(), key=lambda r: (-r.tier, *rank_key(r)))
     return tuple(
         Leader(rank, r.agent, (a := by_id[r.agent]).env, a.preset, a.overrides, a.seed, r.tier, r.steps, r.score,
-               r.score_std, r.train_return)
+               r.score_std, r.train_return, a.lineage)
         for rank, r in enumerate(ordered, start=1)
     )  # fmt: skip
 

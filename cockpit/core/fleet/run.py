@@ -8,7 +8,9 @@ and before free slots are filled (`Supervisor.before_launch`), `update`:
 1. **harvests** the jobs that ended: a done job's score is recorded in `fleet.db`
    (`cockpit.core.fleet.store`), a failed one is taken out of the ranking;
 2. **promotes** as the plan says (`cockpit.core.fleet.promotion`): sync when a tier is complete, async
-   as soon as an agent is in its tier's top share. A promoted agent's job is queued again with the
+   as soon as an agent is in its tier's top share; pbt (`cockpit.core.fleet.pbt`) when a tier is
+   complete, as sync, everyone, the bottom share first copying a top agent's checkpoint and
+   perturbing its searched values. A promoted agent's job is queued again with the
    next tier's total as its target: its worker resumes from the job's newest checkpoint and trains
    only the difference;
 3. **feeds** the supervisor's queue up to its free slots, promoted agents first (the highest tier
@@ -25,6 +27,7 @@ already written its `evaluated` event before the kill is scored from that event,
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from collections import deque
@@ -34,15 +37,16 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.contract.events import EvaluatedEvent
-from cockpit.contract.fleetplan import Agent, FleetPlan, PlanError, Tier, parse_plan
+from cockpit.contract.fleetplan import Agent, FleetPlan, PlanError, Tier, parse_plan, with_values
 from cockpit.contract.models import MODELS_DIR, ModelEntry, copy_atomic, read_manifest, write_manifest
-from cockpit.contract.presets import builtin_names, to_toml
+from cockpit.contract.presets import Preset, PresetError, builtin_names, to_toml
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
 from cockpit.contract.toml import tomllib
 from cockpit.core.feed.snapshot import FleetView, LeaderView, TierView, override_pairs
+from cockpit.core.fleet import pbt
 from cockpit.core.fleet.promotion import async_promotions, rank_key, ranked, sync_promotions
-from cockpit.core.fleet.store import AgentRow, FleetStore, Result
+from cockpit.core.fleet.store import AgentRow, Exploit, FleetStore, Result
 from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.supervise.jobs import Job
 from cockpit.core.supervise.supervisor import Supervisor
@@ -70,14 +74,24 @@ def _preset_arg(agent: Agent, run_dir: Path) -> str:
         return agent.preset_name
     if not agent.overrides and Path(agent.preset_name).is_file():
         return str(Path(agent.preset_name).resolve())
-    text = to_toml(agent.preset)
-    path = run_dir / PRESETS_DIR / f"{agent.preset.name}-{hashlib.sha256(text.encode()).hexdigest()[:10]}.toml"
+    return _preset_file(agent.preset, run_dir)
+
+
+def _preset_file(preset: Preset, run_dir: Path) -> str:
+    """`preset` written into the run dir's presets/ (one file per distinct preset), its path."""
+    text = to_toml(preset)
+    path = run_dir / PRESETS_DIR / f"{preset.name}-{hashlib.sha256(text.encode()).hexdigest()[:10]}.toml"
     if not path.exists():
         from cockpit.contract.files import write_atomic
 
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, text)
     return str(path.resolve())
+
+
+def lineage_text(exploits: list[Exploit]) -> str:
+    """An agent's latest exploit as `a0007@t1` (whose checkpoint, at the end of which tier), "" for none."""
+    return f"{exploits[-1].source}@t{exploits[-1].tier}" if exploits else ""
 
 
 def overrides_text(overrides: dict[str, Any]) -> str:
@@ -102,6 +116,7 @@ class FleetRun:
         self._promoted: dict[int, set[str]] = {i: set() for i in range(len(plan.tiers))}
         self._models: dict[str, ModelEntry] = {}
         self._decided: set[int] = set()  # tiers whose sync promotion is made (even of no one)
+        self.lineage: dict[str, list[Exploit]] = {}  # pbt: each agent's exploits, oldest first
         self.notices: list[str] = []
         self.notice_count = 0
         self._fractions = self._async_fractions()
@@ -142,6 +157,7 @@ class FleetRun:
             kwargs["rate_usd_per_h"] = float(recorded)  # the rate the fleet began with, unless given anew
         fleet = cls(plan, store, supervisor, **kwargs)
         fleet._load()
+        fleet._apply_exploits()  # a kill between a pbt decision and its copy: the copy, before any worker
         fleet._restore()
         return fleet
 
@@ -166,6 +182,8 @@ class FleetRun:
             self._promoted[tier] |= agents
         self._decided = {i for i in range(len(self.plan.tiers)) if self.store.meta(f"decided:{i}") is not None}
         self._models = {entry.agent: entry for entry in read_manifest(self.run_dir)}
+        for exploit in self.store.lineage():
+            self.lineage.setdefault(exploit.agent, []).append(exploit)
 
     def _restore(self) -> None:
         """Give the supervisor a job for every agent that started, in the state fleet.db says,
@@ -247,7 +265,7 @@ class FleetRun:
 
     def _decide(self) -> None:
         last = len(self.plan.tiers) - 1
-        if self.plan.promotion == "sync":
+        if self.plan.promotion in ("sync", "pbt"):
             for tier in range(last):
                 if tier in self._decided:
                     continue
@@ -255,6 +273,9 @@ class FleetRun:
                 complete = not self._waiting if tier == 0 else self._tier_complete(tier - 1)
                 if not complete or any(a.tier == tier and a.status == "training" for a in entered):
                     return  # later tiers wait for this one
+                if self.plan.promotion == "pbt":
+                    self._pbt_boundary(tier)
+                    continue
                 quota = self.plan.tiers[tier].promoted(len(entered))
                 self._promote(sync_promotions(self._results[tier], quota), tier)
             return
@@ -283,6 +304,88 @@ class FleetRun:
             self._notice(f"tier {tier} done: {len(results)} scored, {len(chosen)} promoted, "
                          f"{len(results) - len(chosen)} culled{best}")  # fmt: skip
 
+    def _pbt_boundary(self, tier: int) -> None:
+        """The end of a complete pbt tier (`cockpit.core.fleet.pbt`): the exploits decided and
+        recorded with everyone's move to the next tier in one transaction, then each copy made."""
+        settings, search = self.plan.pbt, self.plan.search
+        assert settings is not None and search is not None  # parse_plan requires both for pbt
+        order = ranked(self._results[tier])
+        scores = {r.agent: r.score for r in order}
+        rng = pbt.rng_for(settings.seed, tier)
+        checkpoints = RunDir(self.run_dir)
+        exploits: list[Exploit] = []
+        for agent_id, source_id in self._pbt_pairs([r.agent for r in order], settings.quantile, rng):
+            source_row, row = self.agents[source_id].row, self.agents[agent_id].row
+            newest = pbt.newest_checkpoint(checkpoints.job(source_id).checkpoints)
+            if newest is None:  # cannot happen for a scored agent (its worker saves before it scores)
+                self._notice(f"{agent_id} cannot exploit {source_id}: it has no checkpoint")
+                continue
+            base = self.plan.agents[row.index].preset
+            old = pbt.current_values(search, source_row.overrides, self.plan.agents[source_row.index].preset)
+            mine = pbt.current_values(search, row.overrides, base)
+            try:
+                preset = with_values(base, pbt.explore(old, search, rng, settings.resample_probability))
+            except PresetError as exc:  # keys checked one at a time up front; together a preset may refuse them
+                self._notice(f"{agent_id} takes {source_id}'s values unperturbed: {exc}")
+                preset = with_values(base, old)
+            new = {key: preset.as_dict()[key] for key in search.keys}  # as resolved (a batch size rounded)
+            overrides = {**dict(self.plan.agents[row.index].overrides), **row.overrides, **new}
+            changes = {key: (mine[key], new[key]) for key in search.keys}
+            steps = self._result_of(source_id, tier).steps
+            exploits.append(Exploit(agent_id, tier, source_id, steps, newest.name, changes, scores[agent_id],
+                                    scores[source_id], preset=_preset_file(preset, self.run_dir),
+                                    overrides=overrides))  # fmt: skip
+        everyone = [r.agent for r in order]
+        self.store.pbt_boundary(tier, everyone, exploits)
+        self._decided.add(tier)
+        self._promoted[tier] |= set(everyone)
+        for exploit in exploits:
+            agent = self.agents[exploit.agent]
+            agent.row = dataclasses.replace(agent.row, preset=exploit.preset, overrides=exploit.overrides or {})
+            agent.preset_arg = exploit.preset
+            self.lineage.setdefault(exploit.agent, []).append(exploit)
+            ahead = ">" if (exploit.source_score or 0.0) > (exploit.score or 0.0) else "="  # "=": a tie ranked ahead
+            self._notice(f"{exploit.agent} exploits {exploit.source} (score {exploit.source_score:.1f} {ahead} "
+                         f"{exploit.score:.1f}): {pbt.changes_text(exploit.changes)}")  # fmt: skip
+        for agent_id in everyone:
+            agent = self.agents[agent_id]
+            agent.tier, agent.status, agent.handed = tier + 1, "training", False
+        self._apply_exploits()
+        best = f", best {order[0].agent} {order[0].score:.1f}" if order else ""
+        self._notice(f"tier {tier} done: {len(order)} scored, all go on, {len(exploits)} exploited a top agent{best}")
+
+    def _pbt_pairs(self, order: list[str], quantile: float, rng: Any) -> list[tuple[str, str]]:
+        """`pbt.pairs` within each group of agents that share env, preset and grid overrides (a
+        checkpoint resumes only under its own env and network), the groups in matrix order."""
+        groups: dict[tuple[str, str, tuple[tuple[str, Any], ...]], list[str]] = {}
+        for agent_id in sorted(order, key=lambda a: self.agents[a].row.index):
+            agent = self.plan.agents[self.agents[agent_id].row.index]
+            groups.setdefault((agent.env, agent.preset_name, agent.overrides), [])
+        for agent_id in order:  # best first within each group
+            agent = self.plan.agents[self.agents[agent_id].row.index]
+            groups[agent.env, agent.preset_name, agent.overrides].append(agent_id)
+        return [pair for members in groups.values() for pair in pbt.pairs(members, quantile, rng)]
+
+    def _apply_exploits(self) -> None:
+        """Put each recorded exploit's copy in place that is not yet (`pbt.copy_checkpoint`), and
+        record it applied; a copy that cannot be made fails its agent (one line saying why)."""
+        for exploits in self.lineage.values():
+            for exploit in exploits:
+                if exploit.applied:
+                    continue
+                jobs = RunDir(self.run_dir)
+                source = jobs.job(exploit.source).checkpoints / exploit.checkpoint
+                replaced = source.parent / pbt.REPLACED_DIR / exploit.checkpoint  # copied by an earlier exploit
+                try:
+                    pbt.copy_checkpoint(source if source.is_dir() else replaced, jobs.job(exploit.agent).checkpoints)
+                except OSError as exc:
+                    error = f"could not copy {exploit.source}'s checkpoint {exploit.checkpoint}: {exc}"
+                    self.store.fail(exploit.agent, exploit.tier + 1, error)
+                    self.agents[exploit.agent].status = "failed"
+                    self._notice(f"{exploit.agent} failed in tier {exploit.tier + 1}: {error}")
+                self.store.applied(exploit.agent, exploit.tier)
+                exploits[exploits.index(exploit)] = dataclasses.replace(exploit, applied=True)
+
     def _feed(self) -> None:
         sup = self.supervisor
         free = sup.slots - sum(1 for j in sup.jobs.values() if j.state.holds_slot) - len(sup.queue)
@@ -306,6 +409,8 @@ class FleetRun:
         if job is None:
             self._job(agent, queued=True)
         elif job.state.terminal:
+            # A pbt exploit changed its preset: the worker it starts now resumes under the new one.
+            job.preset_arg, job.overrides = agent.preset_arg, override_pairs(agent.row.overrides)
             self.supervisor.extend(job.id, tier.timesteps or 0, episodes=tier.episodes)
         else:  # restored in an earlier session's tier, still queued
             job.target, job.target_episodes = tier.timesteps or 0, tier.episodes
@@ -424,7 +529,7 @@ class FleetRun:
         rows = [self.agents[r.agent].row for r in top]
         leaders = tuple(
             LeaderView(r.agent, row.env, self.plan.agents[row.index].preset.name, overrides_text(row.overrides), r.seed,
-                       r.tier, r.steps, r.score)
+                       r.tier, r.steps, r.score, lineage_text(self.lineage.get(r.agent, [])))
             for r, row in zip(top, rows, strict=True)
         )  # fmt: skip
         eta_s = tiers[-1].eta_s

@@ -15,7 +15,11 @@ Tables:
   past the restart policy; it is out of the ranking);
 - `results`: an agent's score at the end of a tier, with its training return and steps;
 - `promotions`: an agent promoted out of a tier. An agent is culled in a tier when it has a result
-  there, no promotion from it, and the tier can promote no more.
+  there, no promotion from it, and the tier can promote no more;
+- `lineage` (promotion = "pbt", `cockpit.core.fleet.pbt`): an agent that, at the end of `tier`,
+  copied `source`'s checkpoint (`checkpoint`, the directory name, at `source_steps`) and changed its
+  searched values (`changes`, JSON `{key: [old, new]}`); `applied` once the copy is in place (a
+  resumed fleet redoes the file work of a decision recorded but not applied).
 
 Readers (`cockpit report`, a viewer) open it read-only; WAL lets them read while the cockpit writes.
 """
@@ -49,6 +53,11 @@ CREATE TABLE IF NOT EXISTS results (
 CREATE TABLE IF NOT EXISTS promotions (
     agent TEXT NOT NULL REFERENCES agents(id), from_tier INTEGER NOT NULL, t REAL NOT NULL,
     PRIMARY KEY (agent, from_tier)
+);
+CREATE TABLE IF NOT EXISTS lineage (
+    agent TEXT NOT NULL REFERENCES agents(id), tier INTEGER NOT NULL, source TEXT NOT NULL REFERENCES agents(id),
+    source_steps INTEGER NOT NULL, checkpoint TEXT NOT NULL, changes TEXT NOT NULL, score REAL, source_score REAL,
+    applied INTEGER NOT NULL DEFAULT 0, t REAL NOT NULL, PRIMARY KEY (agent, tier)
 );
 """
 
@@ -84,6 +93,26 @@ class Result:
     train_return: float | None
     seed: int
     t: float
+
+
+@dataclass(frozen=True)
+class Exploit:
+    """A PBT decision (the `lineage` table): at the end of `tier`, `agent` copied `source`'s
+    checkpoint directory `checkpoint` (taken at `source_steps`) and changed its searched values,
+    `changes` {key: (old, new)}; `score` and `source_score` are theirs in that tier."""
+
+    agent: str
+    tier: int
+    source: str
+    source_steps: int
+    checkpoint: str
+    changes: dict[str, tuple[Any, Any]]
+    score: float | None = None
+    source_score: float | None = None
+    applied: bool = False
+    # What the agent trains with from the next tier on: its preset argument and overrides.
+    preset: str = ""
+    overrides: dict[str, Any] | None = None
 
 
 class FleetStore:
@@ -168,6 +197,28 @@ class FleetStore:
             db.executemany("UPDATE agents SET tier = ?, status = 'training' WHERE id = ? AND tier = ?",
                            [(from_tier + 1, a, from_tier) for a in agents])  # fmt: skip
 
+    def pbt_boundary(self, tier: int, everyone: list[str], exploits: list[Exploit]) -> None:
+        """A PBT tier boundary in one transaction: each exploit's lineage row with its agent's new
+        preset argument and overrides, and every agent in `everyone` on to the next tier (decided)."""
+        now = time.time()
+        with self._transaction() as db:
+            db.executemany("INSERT OR REPLACE INTO lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)", [
+                (e.agent, e.tier, e.source, e.source_steps, e.checkpoint,
+                 json.dumps({k: list(v) for k, v in e.changes.items()}, sort_keys=True), e.score, e.source_score, now)
+                for e in exploits])  # fmt: skip
+            db.executemany("UPDATE agents SET preset = ?, overrides = ? WHERE id = ?",
+                           [(e.preset, json.dumps(e.overrides or {}, sort_keys=True), e.agent)
+                            for e in exploits])  # fmt: skip
+            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"decided:{tier}", str(len(everyone))))
+            db.executemany("INSERT OR IGNORE INTO promotions VALUES (?, ?, ?)", [(a, tier, now) for a in everyone])
+            db.executemany("UPDATE agents SET tier = ?, status = 'training' WHERE id = ? AND tier = ?",
+                           [(tier + 1, a, tier) for a in everyone])  # fmt: skip
+
+    def applied(self, agent: str, tier: int) -> None:
+        """The copy of `agent`'s exploit at the end of `tier` is in place."""
+        with self._transaction() as db:
+            db.execute("UPDATE lineage SET applied = 1 WHERE agent = ? AND tier = ?", (agent, tier))
+
     # ----- reading -----
 
     def meta(self, key: str) -> str | None:
@@ -200,3 +251,14 @@ class FleetStore:
         for row in self._db.execute("SELECT agent, from_tier FROM promotions"):
             out.setdefault(row["from_tier"], set()).add(row["agent"])
         return out
+
+    def lineage(self) -> list[Exploit]:
+        """Every PBT exploit, by tier then agent ([] for a fleet without them, or a fleet.db from
+        before the table existed)."""
+        try:
+            rows = self._db.execute("SELECT * FROM lineage ORDER BY tier, agent").fetchall()
+        except sqlite3.OperationalError:  # a read-only open of a fleet.db made before the table
+            return []
+        return [Exploit(r["agent"], r["tier"], r["source"], r["source_steps"], r["checkpoint"],
+                        {k: (v[0], v[1]) for k, v in json.loads(r["changes"]).items()}, r["score"], r["source_score"],
+                        bool(r["applied"])) for r in rows]  # fmt: skip

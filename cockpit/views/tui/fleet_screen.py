@@ -75,11 +75,16 @@ def tier_rows(fleet: FleetView) -> list[tuple[str, ...]]:
     ]  # fmt: skip
 
 
+def _agent_cell(agent: str, lineage: str) -> str:
+    return f"{agent} ← {lineage}" if lineage else agent
+
+
 def leader_rows(fleet: FleetView) -> list[tuple[str, ...]]:
-    """The leaderboard, best first, in `LEADER_COLUMNS` order."""
+    """The leaderboard, best first, in `LEADER_COLUMNS` order; a pbt agent that copied another's
+    checkpoint shows whose and when (`a0003 ← a0007@t1`: a0007's, at the end of tier 1)."""
     return [
-        (str(rank), r.agent, num(r.score, "{:.1f}"), str(r.tier), si(r.steps), r.env, preset_name(r.preset),
-         str(r.seed), r.overrides or "-")
+        (str(rank), _agent_cell(r.agent, r.lineage), num(r.score, "{:.1f}"), str(r.tier), si(r.steps), r.env,
+         preset_name(r.preset), str(r.seed), r.overrides or "-")
         for rank, r in enumerate(fleet.leaders, 1)
     ]  # fmt: skip
 

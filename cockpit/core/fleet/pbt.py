@@ -1,0 +1,150 @@
+"""Population-based training (`promotion = "pbt"`): who exploits whom, the explore rule, the copy.
+
+At each tier boundary of a pbt fleet (Jaderberg et al., 2017, "truncation selection"):
+
+- **exploit** (`pairs`): of the n agents ranked by their tier score (`promotion.rank_key`), each of
+  the bottom `floor(n × quantile)` copies an agent of the top `floor(n × quantile)`, drawn uniformly
+  with the fleet's seeded RNG (several may copy the same one). The copy (`copy_checkpoint`) is the
+  source's newest checkpoint directory (its weights, VecNormalize statistics, step and episode
+  counts: what its score came from), made the exploiter's newest; the exploiter's own checkpoints
+  go to `checkpoints/replaced/`, so its worker resumes the copy.
+- **explore** (`explore`): the exploiter takes the source's searched values, each multiplied by 0.8
+  or 1.2 (a fair coin) and clipped to its distribution's range (an int rounded), or, with
+  `resample_probability`, resampled from its distribution (loguniform in log space). A choice key is
+  always resampled: it has no ×0.8.
+
+Everything is drawn from one `random.Random` per tier boundary (`rng_for`), seeded by `[pbt] seed`
+and the tier, in a fixed order (the pairs, then each exploiter's keys in key order), so a plan makes
+the same decisions every time. The decisions are recorded in fleet.db before any file is touched;
+the file work is idempotent and redone on resume (`cockpit.core.fleet.run`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from cockpit.contract.presets import Preset
+from cockpit.contract.searchspace import Distribution, SearchSpace
+
+FACTORS = (0.8, 1.2)
+REPLACED_DIR = "replaced"  # in a job's checkpoints/: the checkpoints an exploit set aside
+EPSILON = 1e-9  # so 0.3 x 10 floors to 3, not 2
+
+
+def rng_for(seed: int, tier: int) -> random.Random:
+    """The RNG of the boundary at the end of `tier`: the same draws for the same plan, whenever and
+    however often the fleet is resumed."""
+    return random.Random(seed * 1_000_003 + tier)
+
+
+def pairs(ranked: Sequence[str], quantile: float, rng: random.Random) -> list[tuple[str, str]]:
+    """(exploiter, source) for each of the bottom `floor(n × quantile)` of `ranked` (best first),
+    worst last in the list's order, each source drawn uniformly from the top as many."""
+    count = math.floor(len(ranked) * quantile + EPSILON)
+    if count == 0:
+        return []
+    top, bottom = list(ranked[:count]), list(ranked[-count:])
+    return [(agent, rng.choice(top)) for agent in bottom]
+
+
+def current_values(search: SearchSpace, overrides: Mapping[str, Any], preset: Preset) -> dict[str, Any]:
+    """An agent's searched values now: each from its stored `overrides` when there (a drawn or
+    perturbed value), else as its plan `preset` has it (the midpoint before anything is drawn).
+    The one place that knows where an agent's searched values live."""
+    base = preset.as_dict()
+    return {key: overrides[key] if key in overrides else base[key] for key in search.keys}
+
+
+def _resample(distribution: Distribution, rng: random.Random) -> Any:
+    if distribution.kind == "choice":
+        return rng.choice(distribution.choices)
+    if distribution.kind == "int":
+        return rng.randint(int(distribution.low), int(distribution.high))
+    if distribution.kind == "loguniform":
+        return math.exp(rng.uniform(math.log(distribution.low), math.log(distribution.high)))
+    return rng.uniform(distribution.low, distribution.high)
+
+
+def explore(values: Mapping[str, Any], search: SearchSpace, rng: random.Random, resample_probability: float) -> (
+        dict[str, Any]):  # fmt: skip
+    """`values` (the source's searched values) perturbed: each key, in key order, resampled from its
+    distribution with `resample_probability` (always for a choice), else ×0.8 or ×1.2 and clipped
+    into its range (an int rounded). A value that is not a number is resampled too."""
+    out: dict[str, Any] = {}
+    for distribution in search.params:
+        value = values[distribution.key]
+        # One draw per key whatever its kind, so adding a key never shifts the draws of the others'.
+        resample = rng.random() < resample_probability
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if resample or not distribution.numeric or not numeric:
+            out[distribution.key] = _resample(distribution, rng)
+        else:
+            out[distribution.key] = distribution.clip(value * rng.choice(FACTORS))
+    return out
+
+
+def newest_checkpoint(checkpoints: Path) -> Path | None:
+    """The newest `step-<step>-<time_ns>` directory in a job's `checkpoints` (by step, then time),
+    as the worker orders them; None when there is none."""
+    if not checkpoints.is_dir():
+        return None
+    found = [p for p in checkpoints.glob("step-*-*") if p.is_dir() and p.name.count("-") == 2]
+    if not found:
+        return None
+    return max(found, key=lambda p: tuple(int(x) for x in p.name.split("-")[1:]))
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def copy_checkpoint(source: Path, checkpoints: Path) -> Path:
+    """Make a copy of the checkpoint directory `source` the only checkpoint in `checkpoints` (a
+    job's), under the same name; return it. Idempotent, and safe to kill at any point: the copy is
+    built under `.tmp-<name>`, fsynced and renamed into place (a half copy is never a checkpoint),
+    and only then is every other checkpoint moved to `replaced/` (a rerun finds the copy in place
+    and moves what is left). OSError when `source` is gone or the disk is full."""
+    checkpoints.mkdir(parents=True, exist_ok=True)
+    final = checkpoints / source.name
+    if not final.is_dir():
+        tmp = checkpoints / f".tmp-{source.name}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            tmp.mkdir()
+            for item in sorted(source.iterdir()):
+                if item.is_file():
+                    shutil.copyfile(item, tmp / item.name)
+                    _fsync(tmp / item.name)
+            _fsync(tmp)
+            os.rename(tmp, final)
+            _fsync(checkpoints)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    replaced = checkpoints / REPLACED_DIR
+    for other in checkpoints.glob("step-*-*"):
+        if other.is_dir() and other != final:
+            replaced.mkdir(exist_ok=True)
+            shutil.rmtree(replaced / other.name, ignore_errors=True)
+            os.rename(other, replaced / other.name)
+    _fsync(checkpoints)
+    return final
+
+
+def changes_text(changes: Mapping[str, tuple[Any, Any]]) -> str:
+    """`key old -> new, ...` in key order, numbers to 3 significant figures."""
+    return ", ".join(f"{key} {_short(old)} -> {_short(new)}" for key, (old, new) in sorted(changes.items()))
+
+
+def _short(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)

@@ -1,0 +1,134 @@
+"""A pbt fleet on a scripted supervisor (`tests/test_fleetrun.py`'s `ScriptedFleet`): at a tier
+boundary nobody is culled, the bottom agent copies the top agent's checkpoint and takes its perturbed
+searched values, fleet.db records the lineage, and a kill between the decision and the copy is
+repaired on resume. The scripted workers write a checkpoint directory as a real one does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cockpit.contract.events import EventWriter
+from cockpit.contract.presets import load
+from cockpit.core.fleet import pbt
+from cockpit.core.fleet.report import fleet_summary
+from cockpit.core.fleet.store import FleetStore
+from tests.test_fleetrun import ScriptedFleet
+from tests.test_supervisor import FakeProcess
+
+PLAN = """
+name = "scripted-pbt"
+jobs = 2
+promotion = "pbt"
+[agents]
+env = "CartPole-v1"
+preset = "cartpole"
+seeds = 1
+[agents.search]
+samples = 4
+learning_rate = { loguniform = [1e-4, 1e-2] }
+[[tiers]]
+timesteps = 1000
+[[tiers]]
+timesteps = 2000
+[pbt]
+quantile = 0.25
+resample_probability = 0.0
+seed = 3
+"""
+
+
+def score(agent: str, tier: int) -> float:
+    return 10.0 * (int(agent[1:]) + 1)  # a0003 best, a0000 worst
+
+
+class CheckpointingFleet(ScriptedFleet):
+    """Its workers also leave a checkpoint at their tier's target, named as the worker names them,
+    its model.zip saying whose it is."""
+
+    def finish(self, events: EventWriter, proc: FakeProcess, agent: str, tier: int) -> None:
+        target = self.plan.tiers[tier].timesteps or 0
+        checkpoint = proc.request.args.job_dir / "checkpoints" / f"step-{target:012d}-{int(self.clock.t * 1e9)}"
+        checkpoint.mkdir(parents=True)
+        (checkpoint / "model.zip").write_text(f"{agent} at {target}")
+        (checkpoint / "meta.json").write_text(json.dumps({"step": target, "files": {}}))
+        super().finish(events, proc, agent, tier)
+
+
+def launches(fleet: ScriptedFleet, agent: str) -> list[FakeProcess]:
+    return [p for p in fleet.launcher.processes if p.request.job_id == agent]
+
+
+def test_a_pbt_boundary_moves_everyone_on_and_the_worst_copies_the_best(tmp_path: Path) -> None:
+    fleet = CheckpointingFleet(tmp_path / "run", PLAN, lambda a, t: 1.0, score)
+    fleet.run()
+    store = FleetStore(fleet.fleet.store.path, read_only=True)
+    try:
+        (exploit,) = store.lineage()
+        promotions = store.promotions()
+        rows = {row.id: row for row in store.agents()}
+    finally:
+        store.close()
+    # Nobody culled: all four scored in tier 0 went on and scored in tier 1.
+    assert promotions == {0: {"a0000", "a0001", "a0002", "a0003"}}
+    assert sorted((r.agent, r.tier) for r in fleet.fleet.store.results()) == [
+        (f"a000{i}", t) for i in range(4) for t in (0, 1)]  # fmt: skip
+    # floor(4 x 0.25) = 1: the worst (a0000) copies the only top agent (a0003).
+    assert (exploit.agent, exploit.tier, exploit.source, exploit.source_steps) == ("a0000", 0, "a0003", 1000)
+    assert exploit.applied and (exploit.score, exploit.source_score) == (10.0, 40.0)
+    midpoint = 1e-3  # the loguniform's geometric mean: no draws yet, so every agent holds it
+    old, new = exploit.changes["learning_rate"]
+    assert old == midpoint and new in (0.8 * midpoint, 1.2 * midpoint)
+    # fleet.db's row: its overrides and its preset file say the new value, and its tier-1 worker got that file.
+    assert rows["a0000"].overrides == {"learning_rate": new}
+    assert load(rows["a0000"].preset).learning_rate == new
+    first, second = launches(fleet, "a0000")
+    assert second.request.args.preset == rows["a0000"].preset != first.request.args.preset
+    assert all(p.request.args.preset == first.request.args.preset for p in launches(fleet, "a0001"))
+    # Its newest checkpoint when its tier-1 worker started was a0003's from tier 0; its own was set aside.
+    checkpoints = tmp_path / "run" / "jobs" / "a0000" / "checkpoints"
+    assert (checkpoints / exploit.checkpoint / "model.zip").read_text() == "a0003 at 1000"
+    (replaced,) = (checkpoints / pbt.REPLACED_DIR).iterdir()
+    assert replaced.name.startswith("step-000000001000-")  # its own tier-0 checkpoint
+    # The notices and the report say so.
+    assert any(n.startswith("a0000 exploits a0003 (score 40.0 > 10.0): learning_rate 0.001 -> ")
+               for n in fleet.fleet.notices)  # fmt: skip
+    summary = fleet_summary(tmp_path / "run")
+    assert summary is not None
+    agents = {a.id: a for a in summary.agents}
+    assert [e.source for e in agents["a0000"].lineage] == ["a0003"] and agents["a0003"].lineage == ()
+    assert all(t.culled == 0 for t in summary.tiers) and summary.count("done") == 4
+    leaders = fleet.fleet.view(None, 1.0).leaders
+    assert {leader.agent: leader.lineage for leader in leaders}["a0000"] == "a0003@t0"
+
+
+def test_a_kill_between_the_decision_and_the_copy_is_repaired_on_resume(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    fleet = CheckpointingFleet(run_dir, PLAN, lambda a, t: 1.0, score)
+    fleet.fleet._apply_exploits = lambda: None  # type: ignore[method-assign]  # "killed" before any copy
+    while not fleet.fleet.store.lineage():
+        fleet.step()
+    fleet.fleet.close()
+    checkpoints = run_dir / "jobs" / "a0000" / "checkpoints"
+    assert [p.name for p in checkpoints.glob("step-*")] != [fleet.fleet.lineage["a0000"][0].checkpoint]
+
+    resumed = CheckpointingFleet(run_dir, PLAN, lambda a, t: 1.0, score, resume=True)
+    (exploit,) = resumed.fleet.store.lineage()
+    assert exploit.applied
+    assert [p.name for p in checkpoints.glob("step-*")] == [exploit.checkpoint]
+    assert (checkpoints / exploit.checkpoint / "model.zip").read_text() == "a0003 at 1000"
+    resumed.run()
+    assert sorted(r.agent for r in resumed.fleet.store.results(1)) == ["a0000", "a0001", "a0002", "a0003"]
+
+
+def test_agents_copy_only_agents_of_their_own_env_preset_and_grid(tmp_path: Path) -> None:
+    # Two grid groups (n_epochs 4: a0000, a0002, ...; 8: a0001, a0003, ...); the odd ones all score
+    # higher, so across the whole fleet the top two would both be odd.
+    text = PLAN.replace("[agents.search]", "[agents.overrides]\nn_epochs = [4, 8]\n[agents.search]")
+    fleet = CheckpointingFleet(tmp_path / "run", text, lambda a, t: 1.0,
+                               lambda a, t: (100.0 if int(a[1:]) % 2 else 0.0) + int(a[1:]))  # fmt: skip
+    fleet.run()
+    exploits = fleet.fleet.store.lineage()
+    assert {(e.agent, e.source) for e in exploits} == {("a0000", "a0006"), ("a0001", "a0007")}
+    rows = {row.id: row for row in fleet.fleet.store.agents()}
+    assert rows["a0000"].overrides["n_epochs"] == 4 and rows["a0001"].overrides["n_epochs"] == 8
