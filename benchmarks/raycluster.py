@@ -165,11 +165,11 @@ class NodeLoss:
 LOSS_STEPS = 30_000
 
 
-def loss_preset(directory: Path) -> Path:
-    """The cartpole preset in small rollouts, checkpointing every 1,024 steps, to `LOSS_STEPS`: a
+def loss_preset(directory: Path, timesteps: int = LOSS_STEPS) -> Path:
+    """The cartpole preset in small rollouts, checkpointing every 1,024 steps, to `timesteps`: a
     checkpoint within a second of training, and seconds more to lose a node in."""
     preset = dataclasses.replace(load("cartpole"), name="loss", n_envs=8, n_steps=32, batch_size=256, n_epochs=4,
-                                 checkpoint_every=1024, timesteps=LOSS_STEPS)  # fmt: skip
+                                 checkpoint_every=1024, timesteps=timesteps)  # fmt: skip
     path = directory / "loss.toml"
     write_atomic(path, to_toml(preset))
     return path
