@@ -30,6 +30,7 @@ import psutil
 
 from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import load, to_toml
+from cockpit.contract.rundir import RunDir
 from cockpit.contract.runspec import RunSpec, build_spec, on_cluster
 from cockpit.contract.states import JobState
 from cockpit.core.feed.snapshot import RunState
@@ -164,31 +165,43 @@ class NodeLoss:
 LOSS_STEPS = 30_000
 
 
-def loss_preset(directory: Path) -> Path:
-    """The cartpole preset in small rollouts, checkpointing every 1,024 steps, to `LOSS_STEPS`: a
+def loss_preset(directory: Path, timesteps: int = LOSS_STEPS) -> Path:
+    """The cartpole preset in small rollouts, checkpointing every 1,024 steps, to `timesteps`: a
     checkpoint within a second of training, and seconds more to lose a node in."""
     preset = dataclasses.replace(load("cartpole"), name="loss", n_envs=8, n_steps=32, batch_size=256, n_epochs=4,
-                                 checkpoint_every=1024, timesteps=LOSS_STEPS)  # fmt: skip
+                                 checkpoint_every=1024, timesteps=timesteps)  # fmt: skip
     path = directory / "loss.toml"
     write_atomic(path, to_toml(preset))
     return path
 
 
+def checkpointed(directory: Path) -> bool:
+    """A complete checkpoint (`step-<step>-<ns>/`, renamed into place once written) is in `directory`."""
+    with contextlib.suppress(OSError):
+        return any(p.name.startswith("step-") and p.name.count("-") == 2 for p in directory.iterdir())
+    return False
+
+
 def run_through_node_loss(cluster: LocalCluster, storage: Path, preset: Path) -> NodeLoss:
     """Run one job of `preset` on the cluster through `RayLauncher`, its first attempt on the
     second node (its `node2` resource), and kill that node once the job has checkpointed; the run
-    goes on to its end under the restart policy."""
+    goes on to its end under the restart policy.
+
+    The checkpoint is looked for in the job's directory (this machine sees the storage) as well as
+    in the job's events: those come back through the node's actor, seconds late on a busy machine,
+    and a job that trains on meanwhile may finish before its node is lost."""
     spec = build_spec(jobs=1, agents=1, preset=str(preset), env=None, timesteps=None, seed=0, run_dir=None,
                       max_restarts=2, pin=False, command_line=("cockpit", "run", "--ray"), name="lost")  # fmt: skip
     spec = on_cluster(spec, cluster.address, storage, run_dir_given=False)
     first = {NODE2: 1.0}
     node2 = cluster.node2_processes()
+    checkpoints = RunDir(spec.run_dir).job("000").checkpoints
     lost: list[float] = []
     failed: list[float] = []
 
     def on_tick(state: RunState) -> None:
         (job,) = state.jobs
-        if not lost and job.checkpoints >= 1 and job.state is JobState.RUNNING:
+        if not lost and job.state is JobState.RUNNING and (job.checkpoints >= 1 or checkpointed(checkpoints)):
             cluster.lose_node2()
             lost.append(time.time())
         elif lost and not failed and job.state is JobState.BACKOFF:
