@@ -103,7 +103,9 @@ class Tier:
 class Agent:
     """One agent of the matrix: its env, its resolved preset (overrides applied) and its seed.
     `draw`: which of `[agents.search]`'s samples it trains (None without a search); its `preset`
-    then holds the searched keys at their midpoints until the draw is made (module docstring)."""
+    then holds the searched keys at their midpoints until the draw is made (module docstring), and
+    `unsearched` the preset the drawn values are applied to (`with_values`), so a rounded batch
+    size is rounded from the plan's, not from the midpoint's."""
 
     index: int
     env: str
@@ -112,6 +114,7 @@ class Agent:
     seed: int
     preset: Preset
     draw: int | None = None
+    unsearched: Preset | None = None  # with a search: the preset before any searched key is set
 
     @property
     def id(self) -> str:
@@ -385,7 +388,7 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
     else:
         middle = {key: with_values(p, search.midpoints()) for key, p in resolved.items()}
         agents = tuple(
-            Agent(i, env, spec, combo, seed, middle[env, spec, combo], draw)
+            Agent(i, env, spec, combo, seed, middle[env, spec, combo], draw, resolved[env, spec, combo])
             for i, (draw, env, spec, combo, seed) in enumerate(
                 itertools.product(range(search.samples), envs, presets, combos, seeds))
         )  # fmt: skip

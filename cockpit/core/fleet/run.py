@@ -25,6 +25,7 @@ already written its `evaluated` event before the kill is scored from that event,
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 from collections import deque
@@ -34,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.contract.events import EvaluatedEvent
-from cockpit.contract.fleetplan import Agent, FleetPlan, PlanError, Tier, parse_plan
+from cockpit.contract.fleetplan import Agent, FleetPlan, PlanError, Tier, parse_plan, with_values
 from cockpit.contract.models import MODELS_DIR, ModelEntry, copy_atomic, read_manifest, write_manifest
 from cockpit.contract.presets import builtin_names, to_toml
 from cockpit.contract.rundir import RunDir
@@ -42,6 +43,7 @@ from cockpit.contract.states import JobState
 from cockpit.contract.toml import tomllib
 from cockpit.core.feed.snapshot import FleetView, LeaderView, TierView, override_pairs
 from cockpit.core.fleet.promotion import async_promotions, rank_key, ranked, sync_promotions
+from cockpit.core.fleet.search import FleetSearch, verdict
 from cockpit.core.fleet.store import AgentRow, FleetStore, Result
 from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.supervise.jobs import Job
@@ -105,6 +107,11 @@ class FleetRun:
         self.notices: list[str] = []
         self.notice_count = 0
         self._fractions = self._async_fractions()
+        # [agents.search]: the study, each draw's agents, and the draws made (draw -> trial number).
+        self.search: FleetSearch | None = None
+        self._draw_agents: dict[int, list[str]] = {}
+        self._draws: dict[int, int] = {}
+        self._untold: set[int] = set()  # draws made whose trial is not told yet
         supervisor.pending_work = self.pending
         supervisor.before_launch = self.update
         supervisor.view_limit = 2 * supervisor.slots
@@ -166,6 +173,13 @@ class FleetRun:
             self._promoted[tier] |= agents
         self._decided = {i for i in range(len(self.plan.tiers)) if self.store.meta(f"decided:{i}") is not None}
         self._models = {entry.agent: entry for entry in read_manifest(self.run_dir)}
+        if self.plan.search is not None:
+            self.search = FleetSearch(self.plan.search, self.run_dir, self.plan.name)
+            for agent in self.plan.agents:
+                if agent.draw is not None:
+                    self._draw_agents.setdefault(agent.draw, []).append(agent.id)
+            self._draws = {draw: trial for draw, (trial, _values) in self.store.draws().items()}
+            self._untold = {draw for draw, trial in self._draws.items() if not self.search.told(trial)}
 
     def _restore(self) -> None:
         """Give the supervisor a job for every agent that started, in the state fleet.db says,
@@ -210,6 +224,7 @@ class FleetRun:
             self._harvest(job)
         self._decide()
         self._feed()
+        self._tell()
 
     def _ended(self, job: Job) -> str | None:
         """'done' or 'failed' for a job whose tier ended and is not recorded yet, else None."""
@@ -295,10 +310,50 @@ class FleetRun:
             free -= 1
         while free > 0 and self._waiting:
             agent = self.agents[self._waiting.popleft()]
+            self._drawn(agent)
             self.store.start(agent.row.id, 0)
             agent.tier, agent.status = 0, "training"
             self._hand(agent)
             free -= 1
+
+    def _drawn(self, agent: _Agent) -> None:
+        """Make the agent's draw if it is not made yet (`cockpit.core.fleet.search`): ask the
+        study, record the values in fleet.db with every agent of the draw, each with its grid pairs
+        and the drawn ones as overrides and a preset file with them."""
+        draw = self.plan.agents[agent.row.index].draw
+        if self.search is None or draw is None or draw in self._draws:
+            return
+        trial, values = self.search.draw(draw)
+        changed: list[tuple[str, str, dict[str, Any]]] = []
+        for agent_id in self._draw_agents[draw]:
+            member = self.agents[agent_id]
+            planned = self.plan.agents[member.row.index]
+            base = planned.unsearched or planned.preset
+            drawn = dataclasses.replace(planned, preset=with_values(base, values),
+                                        overrides=(*planned.overrides, *sorted(values.items())))  # fmt: skip
+            changed.append((agent_id, _preset_arg(drawn, self.run_dir), dict(drawn.overrides)))
+        self.store.record_draw(draw, trial, values, changed)
+        for agent_id, preset_arg, overrides in changed:
+            member = self.agents[agent_id]
+            member.preset_arg = preset_arg
+            member.row = dataclasses.replace(member.row, preset=preset_arg, overrides=overrides)
+        self._draws[draw] = trial
+        self._untold.add(draw)
+        self._notice(f"draw {draw}: " + overrides_text(values))
+
+    def _tell(self) -> None:
+        """Tell the study each draw that came to rest (`search.verdict`): its tier means, its state."""
+        if self.search is None:
+            return
+        last = len(self.plan.tiers) - 1
+        for draw in sorted(self._untold):
+            members = [self.agents[agent_id] for agent_id in self._draw_agents[draw]]
+            ids = {a.row.id for a in members}
+            scores = {tier: [r.score for r in results if r.agent in ids] for tier, results in self._results.items()}
+            result = verdict([a.status for a in members], scores, last)
+            if result is not None:
+                self.search.tell(self._draws[draw], result)
+                self._untold.discard(draw)
 
     def _hand(self, agent: _Agent) -> None:
         tier = self.plan.tiers[agent.tier]

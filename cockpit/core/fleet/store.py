@@ -15,7 +15,9 @@ Tables:
   past the restart policy; it is out of the ranking);
 - `results`: an agent's score at the end of a tier, with its training return and steps;
 - `promotions`: an agent promoted out of a tier. An agent is culled in a tier when it has a result
-  there, no promotion from it, and the tier can promote no more.
+  there, no promotion from it, and the tier can promote no more;
+- `draws`: with `[agents.search]`, each draw made: its Optuna trial number and its values
+  (`cockpit.core.fleet.search`), recorded with its agents' overrides and preset in one transaction.
 
 Readers (`cockpit report`, a viewer) open it read-only; WAL lets them read while the cockpit writes.
 """
@@ -50,6 +52,7 @@ CREATE TABLE IF NOT EXISTS promotions (
     agent TEXT NOT NULL REFERENCES agents(id), from_tier INTEGER NOT NULL, t REAL NOT NULL,
     PRIMARY KEY (agent, from_tier)
 );
+CREATE TABLE IF NOT EXISTS draws (draw INTEGER PRIMARY KEY, trial INTEGER NOT NULL, params TEXT NOT NULL);
 """
 
 
@@ -168,7 +171,27 @@ class FleetStore:
             db.executemany("UPDATE agents SET tier = ?, status = 'training' WHERE id = ? AND tier = ?",
                            [(from_tier + 1, a, from_tier) for a in agents])  # fmt: skip
 
+    def record_draw(self, draw: int, trial: int, params: dict[str, Any],
+                    agents: list[tuple[str, str, dict[str, Any]]]) -> None:  # fmt: skip
+        """Draw `draw` is Optuna trial `trial` with values `params`; each of its `agents` (id,
+        preset argument, overrides with the values) takes them, in the same transaction: a resumed
+        fleet finds a draw with its agents' values, or neither."""
+        with self._transaction() as db:
+            db.execute("INSERT INTO draws VALUES (?, ?, ?)", (draw, trial, json.dumps(params, sort_keys=True)))
+            db.executemany("UPDATE agents SET preset = ?, overrides = ? WHERE id = ?",
+                           [(preset, json.dumps(overrides, sort_keys=True), agent)
+                            for agent, preset, overrides in agents])  # fmt: skip
+
     # ----- reading -----
+
+    def draws(self) -> dict[int, tuple[int, dict[str, Any]]]:
+        """Each draw made: (its trial number, its values); empty without a search (or in a fleet.db
+        from before searches, which has no such table)."""
+        try:
+            rows = self._db.execute("SELECT * FROM draws ORDER BY draw").fetchall()
+        except sqlite3.OperationalError:
+            return {}
+        return {r["draw"]: (r["trial"], json.loads(r["params"])) for r in rows}
 
     def meta(self, key: str) -> str | None:
         """A `meta` value (`plan`, `plan_source`, `created`), None when absent."""

@@ -1,0 +1,137 @@
+"""`[agents.search]` sampled by a real Optuna study: the mapping, the resume rules, and a scripted
+fleet that draws lazily, puts the values in its agents' overrides and tells the study each tier."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from cockpit.contract.searchspace import SearchSpace, parse_search
+from cockpit.contract.toml import tomllib
+from cockpit.core.fleet.search import STUDY_DB, FleetSearch, from_optuna, to_optuna, verdict
+from cockpit.core.fleet.store import FleetStore
+from tests.test_fleetrun import ScriptedFleet, by_index, plan_text
+
+KEYS = ("learning_rate", "gamma", "n_epochs", "net_arch", "activation")
+
+
+def space(sampler: str = "random", samples: int = 6, **extra: object) -> SearchSpace:
+    raw = {"samples": samples, "sampler": sampler, "learning_rate": {"loguniform": [1e-5, 1e-3]},
+           "n_epochs": {"int": [4, 30]}, "net_arch": {"choice": [[64, 64], [256, 256]]}, **extra}  # fmt: skip
+    parsed, problems = parse_search(raw, preset_keys=KEYS)
+    assert parsed is not None and not problems
+    return parsed
+
+
+def trials(path: Path, name: str = "fleet") -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{path / STUDY_DB}").get_trials()
+
+
+def test_the_distributions_map_to_optunas_and_a_list_choice_comes_back_as_the_list() -> None:
+    s = space(gamma={"uniform": [0.9, 0.999]}, activation={"choice": ["tanh", "relu"]})
+    mapped = to_optuna(s)
+    assert mapped["learning_rate"] == FloatDistribution(1e-5, 1e-3, log=True)
+    assert mapped["gamma"] == FloatDistribution(0.9, 0.999)
+    assert mapped["n_epochs"] == IntDistribution(4, 30)
+    assert mapped["activation"] == CategoricalDistribution(("tanh", "relu"))
+    assert mapped["net_arch"] == CategoricalDistribution(("[64, 64]", "[256, 256]"))
+    values = from_optuna(s, {"learning_rate": 1e-4, "gamma": 0.95, "n_epochs": 7, "activation": "relu",
+                             "net_arch": "[256, 256]"})  # fmt: skip
+    assert values["net_arch"] == [256, 256] and values["activation"] == "relu" and values["n_epochs"] == 7
+
+
+def test_a_resumed_study_adopts_a_draw_asked_but_not_recorded_and_fails_one_asked_without_its_draw(
+        tmp_path: Path) -> None:  # fmt: skip
+    first = FleetSearch(space(), tmp_path, "fleet")
+    trial0, values0 = first.draw(0)  # recorded in fleet.db (by the caller)
+    trial1, values1 = first.draw(1)  # killed before fleet.db recorded it
+    first.study.ask()  # killed between ask and its draw attr
+    second = FleetSearch(space(), tmp_path, "fleet")
+    states = {t.number: t.state for t in trials(tmp_path)}
+    assert states == {0: TrialState.RUNNING, 1: TrialState.RUNNING, 2: TrialState.FAIL}
+    assert second.draw(1) == (trial1, values1)  # adopted, not drawn again
+    trial2, values2 = second.draw(2)
+    assert trial2 == 3  # the study goes on from where it was
+    drawn = [t.user_attrs.get("draw") for t in trials(tmp_path) if t.state != TrialState.FAIL]
+    assert sorted(drawn) == [0, 1, 2]
+    # A sampler seeded once would replay draw 0's values after the resume.
+    assert values2 != values0 and trial0 == 0
+
+
+def test_a_draw_at_rest_is_told_once_complete_pruned_or_failed(tmp_path: Path) -> None:
+    search = FleetSearch(space(), tmp_path, "fleet")
+    numbers = [search.draw(d)[0] for d in range(3)]
+    assert verdict(["scored", "training"], {0: [1.0]}, 1) is None
+    search.tell(numbers[0], verdict(["scored", "scored"], {0: [1.0, 3.0], 1: [5.0]}, 1))  # type: ignore[arg-type]
+    search.tell(numbers[1], verdict(["scored", "failed"], {0: [4.0], 1: []}, 1))  # type: ignore[arg-type]
+    search.tell(numbers[2], verdict(["failed"], {0: [], 1: []}, 1))  # type: ignore[arg-type]
+    search.tell(numbers[0], verdict(["scored"], {0: [9.0], 1: [9.0]}, 1))  # type: ignore[arg-type]
+    told = trials(tmp_path)
+    assert [(t.state, t.value, t.intermediate_values) for t in told] == [
+        (TrialState.COMPLETE, 5.0, {0: 2.0, 1: 5.0}), (TrialState.PRUNED, 4.0, {0: 4.0}), (TrialState.FAIL, None, {})
+    ]  # fmt: skip
+    assert search.summary() == {"sampler": "random", "samples": 6, "told": 2, "best": 5.0}
+
+
+SEARCH = '[agents.search]\nsamples = 4\nsampler = "tpe"\nlearning_rate = { loguniform = [1e-5, 1e-3] }\n'
+
+
+def searched_plan(promotion: str = "async", promote: float = 0.5) -> str:
+    text = plan_text(2, promotion, tiers=((1000, promote), (2000, None)))
+    return text.replace("[[tiers]]", SEARCH + "[[tiers]]", 1)
+
+
+def test_a_scripted_fleet_draws_lazily_puts_the_values_in_overrides_and_tells_each_draw(tmp_path: Path) -> None:
+    fleet = ScriptedFleet(tmp_path, searched_plan(promote=0.25), lambda a, t: 10.0, by_index)
+    fleet.step()
+    # Two slots, two seeds a draw: the first tick draws draw 0 alone.
+    assert list(fleet.fleet.store.draws()) == [0]
+    assert len(trials(tmp_path, "scripted")) == 1
+    fleet.run()
+    store = fleet.fleet.store
+    draws = store.draws()
+    assert sorted(draws) == [0, 1, 2, 3] and [trial for trial, _ in draws.values()] == [0, 1, 2, 3]
+    rows = store.agents()
+    for row in rows:
+        draw = row.index // 2
+        lr = draws[draw][1]["learning_rate"]
+        assert row.overrides == {"learning_rate": lr}
+        assert tomllib.loads(Path(row.preset).read_text())["learning_rate"] == lr
+    # What the views show of each job: the drawn value (the supervisor keeps each job's overrides).
+    for row in rows:
+        assert dict(fleet.sup.jobs[row.id].overrides) == {"learning_rate": str(row.overrides["learning_rate"])}
+    results = {(r.agent, r.tier): r.score for r in store.results()}
+    for t in trials(tmp_path, "scripted"):
+        members = [row.id for row in rows if row.index // 2 == t.user_attrs["draw"]]
+        tier0 = [results[a, 0] for a in members]
+        assert t.intermediate_values[0] == pytest.approx(sum(tier0) / 2)
+        tier1 = [results[a, 1] for a in members if (a, 1) in results]
+        if tier1:
+            assert t.state is TrialState.COMPLETE and t.value == pytest.approx(sum(tier1) / len(tier1))
+        else:
+            assert t.state is TrialState.PRUNED and t.value == pytest.approx(sum(tier0) / 2)
+    assert {t.state for t in trials(tmp_path, "scripted")} == {TrialState.COMPLETE, TrialState.PRUNED}
+
+
+@pytest.mark.parametrize("stop_after_s", [5.0, 15.0, 25.0])
+def test_a_search_fleet_rebuilt_from_fleet_db_draws_no_sample_twice(tmp_path: Path, stop_after_s: float) -> None:
+    first = ScriptedFleet(tmp_path, searched_plan("sync"), lambda a, t: 10.0, by_index)
+    while first.clock.t - 1_800_000_000.0 < stop_after_s:
+        first.step()
+    before = first.fleet.store.draws()
+    first.fleet.store.close()
+    second = ScriptedFleet(tmp_path, searched_plan("sync"), lambda a, t: 10.0, by_index, resume=True)
+    second.run()
+    after = second.fleet.store.draws()
+    assert {d: after[d] for d in before} == before  # a recorded draw keeps its values
+    told = trials(tmp_path, "scripted")
+    assert len(told) == 4 and sorted(t.user_attrs["draw"] for t in told) == [0, 1, 2, 3]
+    assert all(t.state.is_finished() for t in told)
+    store = FleetStore.in_run_dir(tmp_path, read_only=True)
+    assert all(json.dumps(row.overrides) != "{}" for row in store.agents())
+    store.close()
