@@ -4,6 +4,7 @@ fleet that draws lazily, puts the values in its agents' overrides and tells the 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import optuna
@@ -135,3 +136,24 @@ def test_a_search_fleet_rebuilt_from_fleet_db_draws_no_sample_twice(tmp_path: Pa
     store = FleetStore.in_run_dir(tmp_path, read_only=True)
     assert all(json.dumps(row.overrides) != "{}" for row in store.agents())
     store.close()
+
+
+def test_without_optuna_a_searching_plan_is_one_line_naming_the_install_and_its_dry_run_still_projects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cockpit.cli import main
+
+    monkeypatch.setitem(sys.modules, "optuna", None)  # what `import optuna` finds where it is not installed
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    plan = tmp_path / "plan.toml"
+    plan.write_text(searched_plan())
+    run = tmp_path / "run"
+    assert main(["fleet", str(plan), "--run-dir", str(run), "--headless"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and str(plan) in err and "pip install 'cockpit[search]'" in err
+    assert not run.exists()  # nothing started
+    golden = Path(__file__).parent / "data" / "run-v1"
+    assert main(["fleet", str(plan), "--dry-run", "--from", str(golden)]) == 0
+    out, err = capsys.readouterr()
+    assert "note:" in err and "pip install 'cockpit[search]'" in err
+    assert "searching learning_rate: 4 draws by tpe (seed 0), each crossed with 2 agent(s)" in out
