@@ -157,3 +157,16 @@ def test_without_optuna_a_searching_plan_is_one_line_naming_the_install_and_its_
     out, err = capsys.readouterr()
     assert "note:" in err and "pip install 'cockpit[search]'" in err
     assert "searching learning_rate: 4 draws by tpe (seed 0), each crossed with 2 agent(s)" in out
+
+
+def test_a_drawn_rollout_rounds_the_plans_batch_size_down_not_the_midpoints(tmp_path: Path) -> None:
+    text = searched_plan().replace('learning_rate = { loguniform = [1e-5, 1e-3] }', "n_steps = { int = [16, 64] }")
+    fleet = ScriptedFleet(tmp_path, text, lambda a, t: 10.0, by_index)
+    fleet.run()
+    base = fleet.plan.agents[0].unsearched
+    assert base is not None
+    for row in fleet.fleet.store.agents():
+        preset = tomllib.loads(Path(row.preset).read_text())
+        rollout = preset["n_envs"] * row.overrides["n_steps"]
+        assert preset["n_steps"] == row.overrides["n_steps"]
+        assert preset["batch_size"] == max(d for d in range(1, base.batch_size + 1) if rollout % d == 0)
