@@ -160,7 +160,7 @@ def test_without_optuna_a_searching_plan_is_one_line_naming_the_install_and_its_
 
 
 def test_a_drawn_rollout_rounds_the_plans_batch_size_down_not_the_midpoints(tmp_path: Path) -> None:
-    text = searched_plan().replace('learning_rate = { loguniform = [1e-5, 1e-3] }', "n_steps = { int = [16, 64] }")
+    text = searched_plan().replace("learning_rate = { loguniform = [1e-5, 1e-3] }", "n_steps = { int = [16, 64] }")
     fleet = ScriptedFleet(tmp_path, text, lambda a, t: 10.0, by_index)
     fleet.run()
     base = fleet.plan.agents[0].unsearched
