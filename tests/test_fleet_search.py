@@ -170,3 +170,36 @@ def test_a_drawn_rollout_rounds_the_plans_batch_size_down_not_the_midpoints(tmp_
         rollout = preset["n_envs"] * row.overrides["n_steps"]
         assert preset["n_steps"] == row.overrides["n_steps"]
         assert preset["batch_size"] == max(d for d in range(1, base.batch_size + 1) if rollout % d == 0)
+
+
+def test_report_json_has_the_search_and_its_draws_in_the_agents_overrides(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    from cockpit.cli import main
+    from cockpit.contract.fleetplan import parse_plan
+    from tests.test_report_json import GOLDEN_RUN, validate
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(GOLDEN_RUN, run_dir)
+    text = searched_plan()
+    plan = parse_plan(tomllib.loads(text), "plan.toml")
+    store = FleetStore.in_run_dir(run_dir)
+    store.create(text, "plan.toml", [(a.id, a.index, a.env, a.preset_name, dict(a.overrides), a.seed)
+                                     for a in plan.agents])  # fmt: skip
+    store.record_draw(
+        0, 0, {"learning_rate": 2e-4}, [(a, "cartpole", {"learning_rate": 2e-4}) for a in ("a0000", "a0001")]
+    )
+    store.start("a0000", 0)
+    store.record("a0000", 0, steps=1000, score=50.0, score_std=1.0, train_return=20.0)
+    store.close()
+    assert main(["report", str(run_dir), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    validate(report)
+    fleet = report["fleet"]
+    assert fleet["search"] == {"sampler": "tpe", "samples": 4, "seed": 0, "keys": ["learning_rate"],
+                               "draws": [{"draw": 0, "trial": 0, "values": {"learning_rate": 2e-4}}]}  # fmt: skip
+    agents = {agent["id"]: agent["overrides"] for agent in fleet["agents"]}
+    assert agents["a0000"] == agents["a0001"] == {"learning_rate": 2e-4} and agents["a0002"] == {}
+    assert fleet["leaderboard"][0]["overrides"] == {"learning_rate": 2e-4}
