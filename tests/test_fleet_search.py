@@ -46,13 +46,14 @@ def test_the_distributions_map_to_optunas_and_a_list_choice_comes_back_as_the_li
     assert values["net_arch"] == [256, 256] and values["activation"] == "relu" and values["n_epochs"] == 7
 
 
+@pytest.mark.parametrize("sampler", ["random", "tpe", "qmc"])
 def test_a_resumed_study_adopts_a_draw_asked_but_not_recorded_and_fails_one_asked_without_its_draw(
-        tmp_path: Path) -> None:  # fmt: skip
-    first = FleetSearch(space(), tmp_path, "fleet")
+        tmp_path: Path, sampler: str) -> None:  # fmt: skip
+    first = FleetSearch(space(sampler), tmp_path, "fleet")
     trial0, values0 = first.draw(0)  # recorded in fleet.db (by the caller)
     trial1, values1 = first.draw(1)  # killed before fleet.db recorded it
     first.study.ask()  # killed between ask and its draw attr
-    second = FleetSearch(space(), tmp_path, "fleet")
+    second = FleetSearch(space(sampler), tmp_path, "fleet")
     states = {t.number: t.state for t in trials(tmp_path)}
     assert states == {0: TrialState.RUNNING, 1: TrialState.RUNNING, 2: TrialState.FAIL}
     assert second.draw(1) == (trial1, values1)  # adopted, not drawn again

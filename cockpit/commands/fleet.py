@@ -49,7 +49,7 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
         return 2
     from cockpit.core.fleet.search import missing
 
-    no_optuna = missing(plan.source) if plan.search is not None else None
+    no_optuna = missing(plan.source, plan.search.sampler) if plan.search is not None else None
     if no_optuna is not None and not args.dry_run:  # before anything starts: no run directory, no study
         print(f"cockpit fleet: error: {no_optuna}", file=sys.stderr)
         return 2

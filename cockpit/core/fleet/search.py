@@ -40,6 +40,7 @@ import importlib.util
 import json
 import logging
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,11 +57,14 @@ INSTALL = "pip install 'cockpit[search]'"
 _PRIMITIVE = (type(None), bool, int, float, str)
 
 
-def missing(source: str) -> str | None:
-    """The one line to print when a plan at `source` searches and Optuna is not installed, else None."""
-    if importlib.util.find_spec("optuna") is not None:
-        return None
-    return f"{source}: [agents.search] samples with Optuna, which is not installed: {INSTALL}"
+def missing(source: str, sampler: str = "random") -> str | None:
+    """The one line to print when a plan at `source` searches and Optuna (or, for `sampler = "qmc"`,
+    SciPy, whose Sobol sequence Optuna's QMCSampler draws from) is not installed, else None."""
+    if importlib.util.find_spec("optuna") is None:
+        return f"{source}: [agents.search] samples with Optuna, which is not installed: {INSTALL}"
+    if sampler == "qmc" and importlib.util.find_spec("scipy") is None:
+        return f"{source}: 'agents.search.sampler' qmc draws with SciPy, which is not installed: {INSTALL}"
+    return None
 
 
 def startup_trials(samples: int) -> int:
@@ -145,7 +149,9 @@ class FleetSearch:
         if self.space.sampler == "tpe":
             return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials(self.space.samples))
         if self.space.sampler == "qmc":
-            return optuna.samplers.QMCSampler(seed=self.space.seed)
+            with warnings.catch_warnings():  # "QMCSampler is experimental": the plan chose it, the log needs no line
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.samplers.QMCSampler(seed=self.space.seed)
         return optuna.samplers.RandomSampler(seed=seed)
 
     def draw(self, draw: int) -> tuple[int, dict[str, Any]]:
