@@ -348,6 +348,8 @@ class FleetRun:
         last = len(self.plan.tiers) - 1
         for draw in sorted(self._untold):
             members = [self.agents[agent_id] for agent_id in self._draw_agents[draw]]
+            if any(a.status in ("waiting", "training") for a in members):
+                continue  # not at rest: checked first, as this runs every tick over every untold draw
             ids = {a.row.id for a in members}
             scores = {tier: [r.score for r in results if r.agent in ids] for tier, results in self._results.items()}
             result = verdict([a.status for a in members], scores, last)
