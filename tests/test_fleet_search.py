@@ -12,6 +12,8 @@ import pytest
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
+from cockpit.contract.fleetplan import with_values
+from cockpit.contract.presets import PresetError
 from cockpit.contract.searchspace import SearchSpace, parse_search
 from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.search import STUDY_DB, FleetSearch, from_optuna, to_optuna, verdict
@@ -204,3 +206,29 @@ def test_report_json_has_the_search_and_its_draws_in_the_agents_overrides(
     agents = {agent["id"]: agent["overrides"] for agent in fleet["agents"]}
     assert agents["a0000"] == agents["a0001"] == {"learning_rate": 2e-4} and agents["a0002"] == {}
     assert fleet["leaderboard"][0]["overrides"] == {"learning_rate": 2e-4}
+
+
+def test_a_draw_whose_values_a_preset_refuses_together_fails_its_agents_and_its_trial(tmp_path: Path) -> None:
+    # Each value alone suits the preset (checked up front), and so do the midpoints (the first
+    # choices); 1 x 7 with a batch of 4 has no divisor >= 2 at or below 4: those draws are refused.
+    refused = "n_envs = { choice = [8, 1] }\nn_steps = { choice = [32, 7] }\nbatch_size = { choice = [64, 4] }\n"
+    text = searched_plan().replace("learning_rate = { loguniform = [1e-5, 1e-3] }\n", refused)
+    text = text.replace("samples = 4", "samples = 16\nseed = 3")  # a seed that draws refused points
+    fleet = ScriptedFleet(tmp_path, text, lambda a, t: 10.0, by_index)
+    fleet.run()
+    base = fleet.plan.agents[0].unsearched
+    assert base is not None
+    rows = fleet.fleet.store.agents()
+    states = {t.user_attrs["draw"]: t.state for t in trials(tmp_path, "scripted")}
+    refusals = 0
+    for draw, (_trial, values) in fleet.fleet.store.draws().items():
+        try:
+            with_values(base, values)
+            ok = True
+        except PresetError:
+            ok, refusals = False, refusals + 1
+        members = [row for row in rows if row.index // 2 == draw]
+        assert all((row.status == "failed") != ok for row in members), (draw, values)
+        assert all("batch_size" in (row.error or "") for row in members if not ok)
+        assert (states[draw] is TrialState.FAIL) != ok
+    assert refusals >= 1 and len(states) == 16

@@ -386,7 +386,12 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
             for i, (env, spec, combo, seed) in enumerate(itertools.product(envs, presets, combos, seeds))
         )
     else:
-        middle = {key: with_values(p, search.midpoints()) for key, p in resolved.items()}
+        try:
+            middle = {key: with_values(p, search.midpoints()) for key, p in resolved.items()}
+        except PresetError as exc:  # each extreme suits the presets alone, the midpoints together do not
+            points = ", ".join(f"{k}={v!r}" for k, v in search.midpoints().items())
+            raise PlanError(f"{source}: 'agents.search' at each key's midpoint ({points}), what the projection "
+                            f"measures, is refused: {exc}") from None  # fmt: skip
         agents = tuple(
             Agent(i, env, spec, combo, seed, middle[env, spec, combo], draw, resolved[env, spec, combo])
             for i, (draw, env, spec, combo, seed) in enumerate(

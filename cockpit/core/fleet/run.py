@@ -37,7 +37,7 @@ from typing import Any
 from cockpit.contract.events import EvaluatedEvent
 from cockpit.contract.fleetplan import Agent, FleetPlan, PlanError, Tier, parse_plan, with_values
 from cockpit.contract.models import MODELS_DIR, ModelEntry, copy_atomic, read_manifest, write_manifest
-from cockpit.contract.presets import builtin_names, to_toml
+from cockpit.contract.presets import PresetError, builtin_names, to_toml
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
 from cockpit.contract.toml import tomllib
@@ -310,27 +310,36 @@ class FleetRun:
             free -= 1
         while free > 0 and self._waiting:
             agent = self.agents[self._waiting.popleft()]
-            self._drawn(agent)
+            if not self._drawn(agent):
+                continue  # its draw's values were refused: it failed, with the rest of its draw
             self.store.start(agent.row.id, 0)
             agent.tier, agent.status = 0, "training"
             self._hand(agent)
             free -= 1
 
-    def _drawn(self, agent: _Agent) -> None:
+    def _drawn(self, agent: _Agent) -> bool:
         """Make the agent's draw if it is not made yet (`cockpit.core.fleet.search`): ask the
         study, record the values in fleet.db with every agent of the draw, each with its grid pairs
-        and the drawn ones as overrides and a preset file with them."""
+        and the drawn ones as overrides and a preset file with them. False when a preset of the draw
+        refuses its values together (each value alone was checked at its extremes up front, not
+        every combination: n_envs x n_steps with no divisor >= 2 at or below the batch size, say):
+        the draw's agents then fail in tier 0 with the preset's message, and its trial is told FAIL."""
         draw = self.plan.agents[agent.row.index].draw
         if self.search is None or draw is None or draw in self._draws:
-            return
+            return agent.status != "failed"
         trial, values = self.search.draw(draw)
         changed: list[tuple[str, str, dict[str, Any]]] = []
+        refused: str | None = None
         for agent_id in self._draw_agents[draw]:
             member = self.agents[agent_id]
             planned = self.plan.agents[member.row.index]
             base = planned.unsearched or planned.preset
-            drawn = dataclasses.replace(planned, preset=with_values(base, values),
-                                        overrides=(*planned.overrides, *sorted(values.items())))  # fmt: skip
+            pairs = (*planned.overrides, *sorted(values.items()))
+            try:
+                drawn = dataclasses.replace(planned, preset=with_values(base, values), overrides=pairs)
+            except PresetError as exc:
+                refused = refused or f"draw {draw} ({overrides_text(values)}) refused: {exc}"
+                drawn = dataclasses.replace(planned, overrides=pairs)  # recorded; never trained
             changed.append((agent_id, _preset_arg(drawn, self.run_dir), dict(drawn.overrides)))
         self.store.record_draw(draw, trial, values, changed)
         for agent_id, preset_arg, overrides in changed:
@@ -339,7 +348,18 @@ class FleetRun:
             member.row = dataclasses.replace(member.row, preset=preset_arg, overrides=overrides)
         self._draws[draw] = trial
         self._untold.add(draw)
-        self._notice(f"draw {draw}: " + overrides_text(values))
+        if refused is None:
+            self._notice(f"draw {draw}: " + overrides_text(values))
+            return True
+        for agent_id in self._draw_agents[draw]:
+            member = self.agents[agent_id]
+            self.store.start(agent_id, 0)
+            self.store.fail(agent_id, 0, refused)
+            member.tier, member.status = 0, "failed"
+            if agent_id in self._waiting:
+                self._waiting.remove(agent_id)
+        self._notice(refused)
+        return False
 
     def _tell(self) -> None:
         """Tell the study each draw that came to rest (`search.verdict`): its tier means, its state."""
