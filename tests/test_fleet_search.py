@@ -232,3 +232,12 @@ def test_a_draw_whose_values_a_preset_refuses_together_fails_its_agents_and_its_
         assert all("batch_size" in (row.error or "") for row in members if not ok)
         assert (states[draw] is TrialState.FAIL) != ok
     assert refusals >= 1 and len(states) == 16
+
+
+def test_a_plan_whose_midpoints_a_preset_refuses_together_is_one_plan_error_line() -> None:
+    from cockpit.contract.fleetplan import PlanError, parse_plan
+
+    refused = "n_envs = { choice = [1, 8] }\nn_steps = { choice = [7, 32] }\nbatch_size = { choice = [4, 64] }\n"
+    text = searched_plan().replace("learning_rate = { loguniform = [1e-5, 1e-3] }\n", refused)
+    with pytest.raises(PlanError, match=r"^plan.toml: 'agents.search' at each key's midpoint \(batch_size=4, "):
+        parse_plan(tomllib.loads(text), "plan.toml")
