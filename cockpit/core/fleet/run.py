@@ -341,7 +341,7 @@ class FleetRun:
                 refused = refused or f"draw {draw} ({overrides_text(values)}) refused: {exc}"
                 drawn = dataclasses.replace(planned, overrides=pairs)  # recorded; never trained
             changed.append((agent_id, _preset_arg(drawn, self.run_dir), dict(drawn.overrides)))
-        self.store.record_draw(draw, trial, values, changed)
+        self.store.record_draw(draw, trial, values, changed, refused=refused)
         for agent_id, preset_arg, overrides in changed:
             member = self.agents[agent_id]
             member.preset_arg = preset_arg
@@ -353,9 +353,8 @@ class FleetRun:
             return True
         for agent_id in self._draw_agents[draw]:
             member = self.agents[agent_id]
-            self.store.start(agent_id, 0)
-            self.store.fail(agent_id, 0, refused)
             member.tier, member.status = 0, "failed"
+            member.row = dataclasses.replace(member.row, tier=0, status="failed", error=refused)
             if agent_id in self._waiting:
                 self._waiting.remove(agent_id)
         self._notice(refused)

@@ -172,15 +172,19 @@ class FleetStore:
                            [(from_tier + 1, a, from_tier) for a in agents])  # fmt: skip
 
     def record_draw(self, draw: int, trial: int, params: dict[str, Any],
-                    agents: list[tuple[str, str, dict[str, Any]]]) -> None:  # fmt: skip
+                    agents: list[tuple[str, str, dict[str, Any]]], *, refused: str | None = None) -> None:  # fmt: skip
         """Draw `draw` is Optuna trial `trial` with values `params`; each of its `agents` (id,
         preset argument, overrides with the values) takes them, in the same transaction: a resumed
-        fleet finds a draw with its agents' values, or neither."""
+        fleet finds a draw with its agents' values, or neither. `refused`: a preset refused the
+        values, and the agents fail in tier 0 with it, in that transaction too."""
         with self._transaction() as db:
             db.execute("INSERT INTO draws VALUES (?, ?, ?)", (draw, trial, json.dumps(params, sort_keys=True)))
             db.executemany("UPDATE agents SET preset = ?, overrides = ? WHERE id = ?",
                            [(preset, json.dumps(overrides, sort_keys=True), agent)
                             for agent, preset, overrides in agents])  # fmt: skip
+            if refused is not None:
+                db.executemany("UPDATE agents SET tier = 0, status = 'failed', error = ? WHERE id = ?",
+                               [(refused, agent) for agent, _preset, _overrides in agents])  # fmt: skip
 
     # ----- reading -----
 
