@@ -146,11 +146,14 @@ class FleetSearch:
         import optuna
 
         seed = (self.space.seed * 1_000_003 + trials) % 2**32  # per draw (module docstring)
-        if self.space.sampler == "tpe":
-            return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials(self.space.samples))
-        if self.space.sampler == "qmc":
-            with warnings.catch_warnings():  # "QMCSampler is experimental": the plan chose it, the log needs no line
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        # Optuna calls QMCSampler, and before 5.0 TPE's constant liar, experimental: the plan chose
+        # them, and the warning would be a line in the log or over the TUI.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if self.space.sampler == "tpe":  # constant liar: Optuna 5.0's default, not 4.x's
+                return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials(self.space.samples),
+                                                  constant_liar=True)  # fmt: skip
+            if self.space.sampler == "qmc":
                 return optuna.samplers.QMCSampler(seed=self.space.seed)
         return optuna.samplers.RandomSampler(seed=seed)
 
