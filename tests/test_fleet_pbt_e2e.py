@@ -73,16 +73,19 @@ def test_a_pbt_fleet_reports_each_exploits_lineage(tmp_path: Path) -> None:
     assert fleet["promotion"] == "pbt" and fleet["counts"] == {"done": 4}
     assert [(t["finished"], t["culled"]) for t in fleet["tiers"]] == [(4, 0), (4, 0), (4, 0)]
     exploits = [(agent["id"], e) for agent in fleet["agents"] for e in agent["lineage"]]
+    drawn = {d["draw"]: d["values"]["learning_rate"] for d in fleet["search"]["draws"]}
+    assert sorted(drawn) == [0, 1, 2, 3]
     assert sorted(e["tier"] for _, e in exploits) == [0, 1]  # floor(4 x 0.25) = 1 at each boundary
     for agent, exploit in exploits:
         assert exploit["source"] != agent and exploit["source_score"] >= exploit["score"]
         assert exploit["source_steps"] == (512, 1024)[exploit["tier"]]
         assert exploit["checkpoint"].startswith(f"step-{exploit['source_steps']:012d}-")
-        # x0.8 or x1.2 of the source's rate then: the midpoint, or what an earlier exploit gave it.
+        # x0.8 or x1.2 of the source's rate then, clipped: its draw's (one agent a draw, in order), or
+        # what an earlier exploit gave it.
         before = [e for a, e in exploits if a == exploit["source"] and e["tier"] < exploit["tier"]]
-        theirs = before[-1]["changes"]["learning_rate"][1] if before else 1e-3
+        theirs = before[-1]["changes"]["learning_rate"][1] if before else drawn[int(exploit["source"][1:])]
         new = exploit["changes"]["learning_rate"][1]
-        assert new == pytest.approx(theirs * 0.8) or new == pytest.approx(theirs * 1.2)
+        assert any(new == pytest.approx(min(max(theirs * f, 1e-4), 1e-2)) for f in (0.8, 1.2))
         # The exploiter's next worker resumed the source's step, not its own start.
         started = of_kind(read_events(run_dir / "jobs" / agent / "events.jsonl"), StartedEvent)
         assert exploit["source_steps"] in [e.resumed_from_step for e in started]

@@ -67,6 +67,7 @@ def test_a_pbt_boundary_moves_everyone_on_and_the_worst_copies_the_best(tmp_path
         (exploit,) = store.lineage()
         promotions = store.promotions()
         rows = {row.id: row for row in store.agents()}
+        drawn = {draw: values["learning_rate"] for draw, (_trial, values) in store.draws().items()}
     finally:
         store.close()
     # Nobody culled: all four scored in tier 0 went on and scored in tier 1.
@@ -76,23 +77,27 @@ def test_a_pbt_boundary_moves_everyone_on_and_the_worst_copies_the_best(tmp_path
     # floor(4 x 0.25) = 1: the worst (a0000) copies the only top agent (a0003).
     assert (exploit.agent, exploit.tier, exploit.source, exploit.source_steps) == ("a0000", 0, "a0003", 1000)
     assert exploit.applied and (exploit.score, exploit.source_score) == (10.0, 40.0)
-    midpoint = 1e-3  # the loguniform's geometric mean: no draws yet, so every agent holds it
+    # One agent a draw (seeds = 1, no grid): a0000 trained draw 0's value, and takes a0003's (draw 3's)
+    # x0.8 or x1.2, clipped into the range.
     old, new = exploit.changes["learning_rate"]
-    assert old == midpoint and new in (0.8 * midpoint, 1.2 * midpoint)
+    source = drawn[3]
+    assert old == drawn[0] and rows["a0003"].overrides == {"learning_rate": source}
+    assert new in {min(max(f * source, 1e-4), 1e-2) for f in (0.8, 1.2)}
     # fleet.db's row: its overrides and its preset file say the new value, and its tier-1 worker got that file.
     assert rows["a0000"].overrides == {"learning_rate": new}
     assert load(rows["a0000"].preset).learning_rate == new
     first, second = launches(fleet, "a0000")
     assert second.request.args.preset == rows["a0000"].preset != first.request.args.preset
-    assert all(p.request.args.preset == first.request.args.preset for p in launches(fleet, "a0001"))
+    unexploited = launches(fleet, "a0001")  # keeps its own draw's preset file in both tiers
+    assert len(unexploited) == 2
+    assert all(p.request.args.preset == unexploited[0].request.args.preset for p in unexploited)
     # Its newest checkpoint when its tier-1 worker started was a0003's from tier 0; its own was set aside.
     checkpoints = tmp_path / "run" / "jobs" / "a0000" / "checkpoints"
     assert (checkpoints / exploit.checkpoint / "model.zip").read_text() == "a0003 at 1000"
     (replaced,) = (checkpoints / pbt.REPLACED_DIR).iterdir()
     assert replaced.name.startswith("step-000000001000-")  # its own tier-0 checkpoint
     # The notices and the report say so.
-    assert any(n.startswith("a0000 exploits a0003 (score 40.0 > 10.0): learning_rate 0.001 -> ")
-               for n in fleet.fleet.notices)  # fmt: skip
+    assert f"a0000 exploits a0003 (score 40.0 > 10.0): learning_rate {old:.3g} -> {new:.3g}" in fleet.fleet.notices
     summary = fleet_summary(tmp_path / "run")
     assert summary is not None
     agents = {a.id: a for a in summary.agents}

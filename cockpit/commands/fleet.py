@@ -47,7 +47,15 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
         print("cockpit fleet: error: --from costs a --dry-run with a finished run's speeds; add --dry-run",
               file=sys.stderr)  # fmt: skip
         return 2
+    from cockpit.core.fleet.search import missing
+
+    no_optuna = missing(plan.source, plan.search.sampler) if plan.search is not None else None
+    if no_optuna is not None and not args.dry_run:  # before anything starts: no run directory, no study
+        print(f"cockpit fleet: error: {no_optuna}", file=sys.stderr)
+        return 2
     if args.dry_run:
+        if no_optuna is not None:  # the projection draws nothing: it measures each key's midpoint
+            print(f"cockpit fleet: note: {no_optuna}", file=sys.stderr)
         record = None
         if args.run_from is not None:
             from cockpit.contract.runrecord import RunRecordError, read
@@ -241,6 +249,11 @@ def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None, record: Ru
     projection = project(dataclasses.replace(plan, jobs=slots, rate_usd_per_h=rate), speed, episode_steps)
     console.print(f"[bold]{plan.name}[/] ({plan.source}): {len(plan.agents)} agents, {slots} slot(s), "
                   f"{plan.promotion} promotion, {len(plan.tiers)} tier(s)")  # fmt: skip
+    if plan.search is not None:
+        per_draw = len(plan.agents) // plan.search.samples
+        console.print(f"searching {', '.join(plan.search.keys)}: {plan.search.samples} draws by {plan.search.sampler} "
+                      f"(seed {plan.search.seed}), each crossed with {per_draw} agent(s); projected at each key's "
+                      "midpoint", highlight=False)  # fmt: skip
     console.print(projection_table(projection, rate))
     unit = "episodes" if projection.unit == "episodes" else "steps"
     if plan.promotion == "pbt":  # nobody is culled: the tiers are where the bottom share copies the top

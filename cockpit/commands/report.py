@@ -425,6 +425,11 @@ def fleet_json(fleet: FleetSummary | None, run_dir: Path) -> dict[str, Any] | No
                 for m in fleet.models.entries
             ],
         },
+        "search": None if fleet.search is None else {
+            "sampler": fleet.search.sampler, "samples": fleet.search.samples, "seed": fleet.search.seed,
+            "keys": list(fleet.search.keys),
+            "draws": [{"draw": draw, "trial": trial, "values": values} for draw, trial, values in fleet.search.draws],
+        },
     }  # fmt: skip
 
 

@@ -124,7 +124,9 @@ class PbtSettings:
 class Agent:
     """One agent of the matrix: its env, its resolved preset (overrides applied) and its seed.
     `draw`: which of `[agents.search]`'s samples it trains (None without a search); its `preset`
-    then holds the searched keys at their midpoints until the draw is made (module docstring)."""
+    then holds the searched keys at their midpoints until the draw is made (module docstring), and
+    `unsearched` the preset the drawn values are applied to (`with_values`), so a rounded batch
+    size is rounded from the plan's, not from the midpoint's."""
 
     index: int
     env: str
@@ -133,6 +135,7 @@ class Agent:
     seed: int
     preset: Preset
     draw: int | None = None
+    unsearched: Preset | None = None  # with a search: the preset before any searched key is set
 
     @property
     def id(self) -> str:
@@ -448,9 +451,14 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
             for i, (env, spec, combo, seed) in enumerate(itertools.product(envs, presets, combos, seeds))
         )
     else:
-        middle = {key: with_values(p, search.midpoints()) for key, p in resolved.items()}
+        try:
+            middle = {key: with_values(p, search.midpoints()) for key, p in resolved.items()}
+        except PresetError as exc:  # each extreme suits the presets alone, the midpoints together do not
+            points = ", ".join(f"{k}={v!r}" for k, v in search.midpoints().items())
+            raise PlanError(f"{source}: 'agents.search' at each key's midpoint ({points}), what the projection "
+                            f"measures, is refused: {exc}") from None  # fmt: skip
         agents = tuple(
-            Agent(i, env, spec, combo, seed, middle[env, spec, combo], draw)
+            Agent(i, env, spec, combo, seed, middle[env, spec, combo], draw, resolved[env, spec, combo])
             for i, (draw, env, spec, combo, seed) in enumerate(
                 itertools.product(range(search.samples), envs, presets, combos, seeds))
         )  # fmt: skip

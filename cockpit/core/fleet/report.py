@@ -41,6 +41,8 @@ from typing import Any, Literal
 
 from cockpit.contract.fleetplan import PlanError, Tier, Unit, parse_plan
 from cockpit.contract.models import ModelEntry, read_manifest, verify
+from cockpit.contract.presets import PRESET_KEYS
+from cockpit.contract.searchspace import parse_search
 from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.promotion import async_promotions, rank_key
 from cockpit.core.fleet.store import FLEET_DB, AgentRow, Exploit, FleetStore, FleetStoreError, Result
@@ -129,6 +131,18 @@ class ModelsSummary:
 
 
 @dataclass(frozen=True)
+class SearchSummary:
+    """A searched fleet's `[agents.search]` and the draws made so far (fleet.db's `draws`), each
+    (draw, Optuna trial number, values). Read from fleet.db alone: the report opens no study."""
+
+    sampler: str
+    samples: int
+    seed: int
+    keys: tuple[str, ...]
+    draws: tuple[tuple[int, int, dict[str, Any]], ...]
+
+
+@dataclass(frozen=True)
 class FleetSummary:
     """A fleet as its run dir records it (see the module docstring).
 
@@ -145,6 +159,7 @@ class FleetSummary:
     agents: tuple[AgentSummary, ...]
     models: ModelsSummary
     results: tuple[Result, ...] = ()  # every recorded score, as fleet.db holds them
+    search: SearchSummary | None = None  # None for a plan without [agents.search]
 
     def count(self, status: Status) -> int:
         """How many agents have `status`."""
@@ -186,6 +201,7 @@ def fleet_summary(run_dir: Path) -> FleetSummary | None:
         results = store.results()
         lineage = store.lineage()
         rows = store.agents()
+        search = _search(text, store.draws())
     except FleetStoreError as exc:
         raise FleetReportError(str(exc)) from None
     except sqlite3.Error as exc:
@@ -208,8 +224,22 @@ def fleet_summary(run_dir: Path) -> FleetSummary | None:
     return FleetSummary(
         name=plan.name, source=source, promotion=plan.promotion, rate_usd_per_h=plan.rate,
         tiers=_tiers(plan, rows, by_tier, promotions, closed), leaderboard=_leaderboard(latest, agents),
-        agents=agents, models=_models(run_dir), results=tuple(results),
+        agents=agents, models=_models(run_dir), results=tuple(results), search=search,
     )  # fmt: skip
+
+
+def _search(text: str, draws: dict[int, tuple[int, dict[str, Any]]]) -> SearchSummary | None:
+    """The recorded plan's `[agents.search]` with the draws made; None when it has none (or it no
+    longer parses: what was drawn is in the agents' overrides still)."""
+    try:
+        agents = tomllib.loads(text).get("agents")
+    except tomllib.TOMLDecodeError:
+        return None
+    space, _problems = parse_search(agents.get("search") if isinstance(agents, dict) else None, preset_keys=PRESET_KEYS)
+    if space is None:
+        return None
+    made = tuple((draw, trial, values) for draw, (trial, values) in sorted(draws.items()))
+    return SearchSummary(space.sampler, space.samples, space.seed, space.keys, made)
 
 
 def _read_plan(text: str, source: str, store: FleetStore) -> _Plan:

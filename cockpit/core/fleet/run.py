@@ -46,6 +46,7 @@ from cockpit.contract.toml import tomllib
 from cockpit.core.feed.snapshot import FleetView, LeaderView, TierView, override_pairs
 from cockpit.core.fleet import pbt
 from cockpit.core.fleet.promotion import async_promotions, rank_key, ranked, sync_promotions
+from cockpit.core.fleet.search import FleetSearch, verdict
 from cockpit.core.fleet.store import AgentRow, Exploit, FleetStore, Result
 from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.supervise.jobs import Job
@@ -120,6 +121,11 @@ class FleetRun:
         self.notices: list[str] = []
         self.notice_count = 0
         self._fractions = self._async_fractions()
+        # [agents.search]: the study, each draw's agents, and the draws made (draw -> trial number).
+        self.search: FleetSearch | None = None
+        self._draw_agents: dict[int, list[str]] = {}
+        self._draws: dict[int, int] = {}
+        self._untold: set[int] = set()  # draws made whose trial is not told yet
         supervisor.pending_work = self.pending
         supervisor.before_launch = self.update
         supervisor.view_limit = 2 * supervisor.slots
@@ -184,6 +190,13 @@ class FleetRun:
         self._models = {entry.agent: entry for entry in read_manifest(self.run_dir)}
         for exploit in self.store.lineage():
             self.lineage.setdefault(exploit.agent, []).append(exploit)
+        if self.plan.search is not None:
+            self.search = FleetSearch(self.plan.search, self.run_dir, self.plan.name)
+            for agent in self.plan.agents:
+                if agent.draw is not None:
+                    self._draw_agents.setdefault(agent.draw, []).append(agent.id)
+            self._draws = {draw: trial for draw, (trial, _values) in self.store.draws().items()}
+            self._untold = {draw for draw, trial in self._draws.items() if not self.search.told(trial)}
 
     def _restore(self) -> None:
         """Give the supervisor a job for every agent that started, in the state fleet.db says,
@@ -228,6 +241,7 @@ class FleetRun:
             self._harvest(job)
         self._decide()
         self._feed()
+        self._tell()
 
     def _ended(self, job: Job) -> str | None:
         """'done' or 'failed' for a job whose tier ended and is not recorded yet, else None."""
@@ -320,7 +334,8 @@ class FleetRun:
             if newest is None:  # cannot happen for a scored agent (its worker saves before it scores)
                 self._notice(f"{agent_id} cannot exploit {source_id}: it has no checkpoint")
                 continue
-            base = self.plan.agents[row.index].preset
+            planned = self.plan.agents[row.index]
+            base = planned.unsearched or planned.preset  # the grid's preset: a batch size rounds from its own
             old = pbt.current_values(search, source_row.overrides, self.plan.agents[source_row.index].preset)
             mine = pbt.current_values(search, row.overrides, base)
             try:
@@ -398,10 +413,71 @@ class FleetRun:
             free -= 1
         while free > 0 and self._waiting:
             agent = self.agents[self._waiting.popleft()]
+            if not self._drawn(agent):
+                continue  # its draw's values were refused: it failed, with the rest of its draw
             self.store.start(agent.row.id, 0)
             agent.tier, agent.status = 0, "training"
             self._hand(agent)
             free -= 1
+
+    def _drawn(self, agent: _Agent) -> bool:
+        """Make the agent's draw if it is not made yet (`cockpit.core.fleet.search`): ask the
+        study, record the values in fleet.db with every agent of the draw, each with its grid pairs
+        and the drawn ones as overrides and a preset file with them. False when a preset of the draw
+        refuses its values together (each value alone was checked at its extremes up front, not
+        every combination: n_envs x n_steps with no divisor >= 2 at or below the batch size, say):
+        the draw's agents then fail in tier 0 with the preset's message, and its trial is told FAIL."""
+        draw = self.plan.agents[agent.row.index].draw
+        if self.search is None or draw is None or draw in self._draws:
+            return agent.status != "failed"
+        trial, values = self.search.draw(draw)
+        changed: list[tuple[str, str, dict[str, Any]]] = []
+        refused: str | None = None
+        for agent_id in self._draw_agents[draw]:
+            member = self.agents[agent_id]
+            planned = self.plan.agents[member.row.index]
+            base = planned.unsearched or planned.preset
+            pairs = (*planned.overrides, *sorted(values.items()))
+            try:
+                drawn = dataclasses.replace(planned, preset=with_values(base, values), overrides=pairs)
+            except PresetError as exc:
+                refused = refused or f"draw {draw} ({overrides_text(values)}) refused: {exc}"
+                drawn = dataclasses.replace(planned, overrides=pairs)  # recorded; never trained
+            changed.append((agent_id, _preset_arg(drawn, self.run_dir), dict(drawn.overrides)))
+        self.store.record_draw(draw, trial, values, changed, refused=refused)
+        for agent_id, preset_arg, overrides in changed:
+            member = self.agents[agent_id]
+            member.preset_arg = preset_arg
+            member.row = dataclasses.replace(member.row, preset=preset_arg, overrides=overrides)
+        self._draws[draw] = trial
+        self._untold.add(draw)
+        if refused is None:
+            self._notice(f"draw {draw}: " + overrides_text(values))
+            return True
+        for agent_id in self._draw_agents[draw]:
+            member = self.agents[agent_id]
+            member.tier, member.status = 0, "failed"
+            member.row = dataclasses.replace(member.row, tier=0, status="failed", error=refused)
+            if agent_id in self._waiting:
+                self._waiting.remove(agent_id)
+        self._notice(refused)
+        return False
+
+    def _tell(self) -> None:
+        """Tell the study each draw that came to rest (`search.verdict`): its tier means, its state."""
+        if self.search is None:
+            return
+        last = len(self.plan.tiers) - 1
+        for draw in sorted(self._untold):
+            members = [self.agents[agent_id] for agent_id in self._draw_agents[draw]]
+            if any(a.status in ("waiting", "training") for a in members):
+                continue  # not at rest: checked first, as this runs every tick over every untold draw
+            ids = {a.row.id for a in members}
+            scores = {tier: [r.score for r in results if r.agent in ids] for tier, results in self._results.items()}
+            result = verdict([a.status for a in members], scores, last)
+            if result is not None:
+                self.search.tell(self._draws[draw], result)
+                self._untold.discard(draw)
 
     def _hand(self, agent: _Agent) -> None:
         tier = self.plan.tiers[agent.tier]

@@ -20,6 +20,8 @@ Tables:
   copied `source`'s checkpoint (`checkpoint`, the directory name, at `source_steps`) and changed its
   searched values (`changes`, JSON `{key: [old, new]}`); `applied` once the copy is in place (a
   resumed fleet redoes the file work of a decision recorded but not applied).
+- `draws`: with `[agents.search]`, each draw made: its Optuna trial number and its values
+  (`cockpit.core.fleet.search`), recorded with its agents' overrides and preset in one transaction.
 
 Readers (`cockpit report`, a viewer) open it read-only; WAL lets them read while the cockpit writes.
 """
@@ -59,6 +61,7 @@ CREATE TABLE IF NOT EXISTS lineage (
     source_steps INTEGER NOT NULL, checkpoint TEXT NOT NULL, changes TEXT NOT NULL, score REAL, source_score REAL,
     applied INTEGER NOT NULL DEFAULT 0, t REAL NOT NULL, PRIMARY KEY (agent, tier)
 );
+CREATE TABLE IF NOT EXISTS draws (draw INTEGER PRIMARY KEY, trial INTEGER NOT NULL, params TEXT NOT NULL);
 """
 
 
@@ -219,7 +222,31 @@ class FleetStore:
         with self._transaction() as db:
             db.execute("UPDATE lineage SET applied = 1 WHERE agent = ? AND tier = ?", (agent, tier))
 
+    def record_draw(self, draw: int, trial: int, params: dict[str, Any],
+                    agents: list[tuple[str, str, dict[str, Any]]], *, refused: str | None = None) -> None:  # fmt: skip
+        """Draw `draw` is Optuna trial `trial` with values `params`; each of its `agents` (id,
+        preset argument, overrides with the values) takes them, in the same transaction: a resumed
+        fleet finds a draw with its agents' values, or neither. `refused`: a preset refused the
+        values, and the agents fail in tier 0 with it, in that transaction too."""
+        with self._transaction() as db:
+            db.execute("INSERT INTO draws VALUES (?, ?, ?)", (draw, trial, json.dumps(params, sort_keys=True)))
+            db.executemany("UPDATE agents SET preset = ?, overrides = ? WHERE id = ?",
+                           [(preset, json.dumps(overrides, sort_keys=True), agent)
+                            for agent, preset, overrides in agents])  # fmt: skip
+            if refused is not None:
+                db.executemany("UPDATE agents SET tier = 0, status = 'failed', error = ? WHERE id = ?",
+                               [(refused, agent) for agent, _preset, _overrides in agents])  # fmt: skip
+
     # ----- reading -----
+
+    def draws(self) -> dict[int, tuple[int, dict[str, Any]]]:
+        """Each draw made: (its trial number, its values); empty without a search (or in a fleet.db
+        from before searches, which has no such table)."""
+        try:
+            rows = self._db.execute("SELECT * FROM draws ORDER BY draw").fetchall()
+        except sqlite3.OperationalError:
+            return {}
+        return {r["draw"]: (r["trial"], json.loads(r["params"])) for r in rows}
 
     def meta(self, key: str) -> str | None:
         """A `meta` value (`plan`, `plan_source`, `created`), None when absent."""

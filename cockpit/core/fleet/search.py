@@ -1,0 +1,208 @@
+"""A fleet's Optuna study: the draws of `[agents.search]`, asked and told.
+
+One Optuna trial per draw (a draw's agents, its envs, presets, seeds and grid combinations, share
+its values), in `optuna.db` beside fleet.db (`STUDY_DB`), the study named after the fleet, so a
+resumed fleet loads the same study and its trial numbers go on. Optuna is asked through its
+ask-and-tell interface only: the fleet, not Optuna, decides what trains and who is promoted; the
+study observes.
+
+- **asked lazily**: `FleetRun` asks a draw when it starts the draw's first agent (agents start in
+  matrix order, draw-major), so a learning sampler (TPE) has every score told so far;
+- **recorded twice, in order**: right after `ask`, the trial carries the user attr `draw`; then
+  fleet.db records the draw with its agents' values (`FleetStore.record_draw`, one transaction).
+  On opening the study (`FleetSearch.__init__`), a RUNNING trial without the attr (a kill between
+  ask and attr) is told FAIL; a RUNNING trial whose draw fleet.db does not hold (a kill between
+  attr and record) is adopted by that draw when it is asked (`draw`): no draw is sampled twice;
+- **told at rest**: once none of a draw's agents is waiting or training (each scored or failed
+  where it is), its trial gets the mean score of its agents at each tier they reached
+  (`trial.report`-like intermediate values, step = tier) and is told: COMPLETE with the last tier's
+  mean when one of its agents scored in the plan's last tier, PRUNED (Optuna takes the last
+  intermediate value) when they stopped before it, FAIL when every agent failed. TPE learns from
+  COMPLETE and PRUNED trials alike (its `_split_pruned_trials` ranks pruned ones by the tier they
+  reached, then the score), never from RUNNING ones, which is why a trial is told as soon as its
+  draw is at rest rather than when no tier could promote it any more: a draw promoted after its
+  trial was told (sync decides a tier once all its agents scored; async may promote late) has its
+  later scores in fleet.db and the report, not in the study. Each step checks the trial's state
+  and intermediate values first, so a resumed fleet repeats none.
+
+Samplers: `random` is `RandomSampler`, `tpe` `TPESampler` (univariate, constant liar: the draws
+in flight count as bad guesses so parallel slots do not all draw the same point), `qmc`
+`QMCSampler` (its sequence index lives in the study, so a resume continues it). Random and TPE
+are seeded per draw from the plan's seed and the draw's trial number: a sampler seeded once would
+replay its first draws after a resume.
+
+Optuna is imported here only, and only for a plan that searches (`missing`, before anything).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cockpit.contract.searchspace import Distribution, SearchSpace
+
+if TYPE_CHECKING:
+    import optuna
+
+STUDY_DB = "optuna.db"
+DRAW_ATTR = "draw"
+INSTALL = "pip install 'cockpit[search]'"
+_PRIMITIVE = (type(None), bool, int, float, str)
+
+
+def missing(source: str, sampler: str = "random") -> str | None:
+    """The one line to print when a plan at `source` searches and Optuna (or, for `sampler = "qmc"`,
+    SciPy, whose Sobol sequence Optuna's QMCSampler draws from) is not installed, else None."""
+    if importlib.util.find_spec("optuna") is None:
+        return f"{source}: [agents.search] samples with Optuna, which is not installed: {INSTALL}"
+    if sampler == "qmc" and importlib.util.find_spec("scipy") is None:
+        return f"{source}: 'agents.search.sampler' qmc draws with SciPy, which is not installed: {INSTALL}"
+    return None
+
+
+def startup_trials(samples: int) -> int:
+    """TPE's random draws before it models the scores: a quarter of the draws, 2 to 10. Optuna's
+    default of 10 would leave a 16-draw search mostly random; fewer than 2 gives its model nothing
+    to split into good and bad."""
+    return min(10, max(2, samples // 4))
+
+
+def _choices(distribution: Distribution) -> tuple[Any, ...]:
+    """A choice's values as Optuna stores them: None, bool, int, float and str as they are, any
+    other (a list such as net_arch) as its JSON text."""
+    return tuple(c if isinstance(c, _PRIMITIVE) else json.dumps(c) for c in distribution.choices)
+
+
+def to_optuna(space: SearchSpace) -> dict[str, optuna.distributions.BaseDistribution]:
+    """Each searched key as Optuna's distribution (loguniform: a log float range; uniform: a float
+    range; int: an int range; choice: a categorical, `_choices`)."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    out: dict[str, optuna.distributions.BaseDistribution] = {}
+    for d in space.params:
+        if d.kind == "choice":
+            out[d.key] = CategoricalDistribution(_choices(d))
+        elif d.kind == "int":
+            out[d.key] = IntDistribution(int(d.low), int(d.high))
+        else:
+            out[d.key] = FloatDistribution(d.low, d.high, log=d.kind == "loguniform")
+    return out
+
+
+def from_optuna(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]:
+    """A trial's params as preset values: a choice mapped back to the plan's value."""
+    out: dict[str, Any] = {}
+    for d in space.params:
+        value = params[d.key]
+        out[d.key] = d.choices[_choices(d).index(value)] if d.kind == "choice" else value
+    return out
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a draw at rest tells its trial: the mean score at each tier its agents scored in, and
+    whether it reached the plan's last tier (COMPLETE) or not (PRUNED; FAIL with no score at all)."""
+
+    means: dict[int, float]
+    complete: bool
+
+
+def verdict(statuses: Sequence[str], scores: Mapping[int, Sequence[float]], last_tier: int) -> Verdict | None:
+    """The verdict of a draw whose agents have `statuses` (fleet.db's) and scored `scores` per tier;
+    None while any of them is waiting or training (the draw is not at rest)."""
+    if any(status in ("waiting", "training") for status in statuses):
+        return None
+    means = {tier: math.fsum(values) / len(values) for tier, values in sorted(scores.items()) if values}
+    return Verdict(means, last_tier in means)
+
+
+class FleetSearch:
+    """The study of the fleet named `name` in `run_dir`, sampling `space` (module docstring)."""
+
+    def __init__(self, space: SearchSpace, run_dir: Path, name: str) -> None:
+        import optuna
+
+        # Optuna logs every trial at INFO: it would flood the headless log and the TUI's terminal.
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        self.space = space
+        self.path = run_dir / STUDY_DB
+        self.storage = optuna.storages.RDBStorage(f"sqlite:///{self.path}")
+        self.study = optuna.create_study(study_name=name, storage=self.storage, direction="maximize",
+                                         load_if_exists=True, sampler=self._sampler(0))  # fmt: skip
+        self._study_id = self.storage.get_study_id_from_name(name)
+        for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            if DRAW_ATTR not in trial.user_attrs:  # killed between ask and its attr: it has no draw
+                self.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+
+    def _sampler(self, trials: int) -> optuna.samplers.BaseSampler:
+        import optuna
+
+        seed = (self.space.seed * 1_000_003 + trials) % 2**32  # per draw (module docstring)
+        # Optuna calls QMCSampler, and before 5.0 TPE's constant liar, experimental: the plan chose
+        # them, and the warning would be a line in the log or over the TUI.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if self.space.sampler == "tpe":  # constant liar: Optuna 5.0's default, not 4.x's
+                return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials(self.space.samples),
+                                                  constant_liar=True)  # fmt: skip
+            if self.space.sampler == "qmc":
+                return optuna.samplers.QMCSampler(seed=self.space.seed)
+        return optuna.samplers.RandomSampler(seed=seed)
+
+    def draw(self, draw: int) -> tuple[int, dict[str, Any]]:
+        """(trial number, preset values) for `draw`, which fleet.db does not hold yet: the RUNNING
+        trial an earlier session asked for it, else a new one. The caller records it in fleet.db."""
+        import optuna
+
+        for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+            if trial.user_attrs.get(DRAW_ATTR) == draw:
+                return trial.number, from_optuna(self.space, trial.params)
+        self.study.sampler = self._sampler(len(self.study.get_trials(deepcopy=False)))
+        asked = self.study.ask(to_optuna(self.space))
+        asked.set_user_attr(DRAW_ATTR, draw)
+        return asked.number, from_optuna(self.space, asked.params)
+
+    def told(self, trial: int) -> bool:
+        """True when `trial` is finished (told, by this session or an earlier one)."""
+        return self._frozen(trial).state.is_finished()
+
+    def _id(self, trial: int) -> int:
+        return self.storage.get_trial_id_from_study_id_trial_number(self._study_id, trial)
+
+    def _frozen(self, trial: int) -> optuna.trial.FrozenTrial:
+        return self.storage.get_trial(self._id(trial))
+
+    def tell(self, trial: int, result: Verdict) -> None:
+        """Report `result`'s tier means not reported yet, then tell the trial (unless told already)."""
+        import optuna
+
+        frozen = self._frozen(trial)
+        if frozen.state.is_finished():
+            return
+        for tier, mean in result.means.items():
+            if tier not in frozen.intermediate_values:
+                self.storage.set_trial_intermediate_value(self._id(trial), tier, mean)
+        if result.complete:
+            self.study.tell(trial, result.means[max(result.means)])
+        elif result.means:
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+
+    def summary(self) -> dict[str, Any]:
+        """What `report --json` shows of the study: sampler, samples, trials told, best value."""
+        import optuna
+
+        told = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
+                                                             optuna.trial.TrialState.PRUNED))  # fmt: skip
+        complete = [t.value for t in told if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
+        return {"sampler": self.space.sampler, "samples": self.space.samples, "told": len(told),
+                "best": max(complete) if complete else None}  # fmt: skip

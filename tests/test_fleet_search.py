@@ -1,0 +1,243 @@
+"""`[agents.search]` sampled by a real Optuna study: the mapping, the resume rules, and a scripted
+fleet that draws lazily, puts the values in its agents' overrides and tells the study each tier."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from cockpit.contract.fleetplan import with_values
+from cockpit.contract.presets import PresetError
+from cockpit.contract.searchspace import SearchSpace, parse_search
+from cockpit.contract.toml import tomllib
+from cockpit.core.fleet.search import STUDY_DB, FleetSearch, from_optuna, to_optuna, verdict
+from cockpit.core.fleet.store import FleetStore
+from tests.test_fleetrun import ScriptedFleet, by_index, plan_text
+
+KEYS = ("learning_rate", "gamma", "n_epochs", "net_arch", "activation")
+
+
+def space(sampler: str = "random", samples: int = 6, **extra: object) -> SearchSpace:
+    raw = {"samples": samples, "sampler": sampler, "learning_rate": {"loguniform": [1e-5, 1e-3]},
+           "n_epochs": {"int": [4, 30]}, "net_arch": {"choice": [[64, 64], [256, 256]]}, **extra}  # fmt: skip
+    parsed, problems = parse_search(raw, preset_keys=KEYS)
+    assert parsed is not None and not problems
+    return parsed
+
+
+def trials(path: Path, name: str = "fleet") -> list[optuna.trial.FrozenTrial]:
+    return optuna.load_study(study_name=name, storage=f"sqlite:///{path / STUDY_DB}").get_trials()
+
+
+def test_the_distributions_map_to_optunas_and_a_list_choice_comes_back_as_the_list() -> None:
+    s = space(gamma={"uniform": [0.9, 0.999]}, activation={"choice": ["tanh", "relu"]})
+    mapped = to_optuna(s)
+    assert mapped["learning_rate"] == FloatDistribution(1e-5, 1e-3, log=True)
+    assert mapped["gamma"] == FloatDistribution(0.9, 0.999)
+    assert mapped["n_epochs"] == IntDistribution(4, 30)
+    assert mapped["activation"] == CategoricalDistribution(("tanh", "relu"))
+    assert mapped["net_arch"] == CategoricalDistribution(("[64, 64]", "[256, 256]"))
+    values = from_optuna(s, {"learning_rate": 1e-4, "gamma": 0.95, "n_epochs": 7, "activation": "relu",
+                             "net_arch": "[256, 256]"})  # fmt: skip
+    assert values["net_arch"] == [256, 256] and values["activation"] == "relu" and values["n_epochs"] == 7
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe", "qmc"])
+def test_a_resumed_study_adopts_a_draw_asked_but_not_recorded_and_fails_one_asked_without_its_draw(
+        tmp_path: Path, sampler: str) -> None:  # fmt: skip
+    first = FleetSearch(space(sampler), tmp_path, "fleet")
+    trial0, values0 = first.draw(0)  # recorded in fleet.db (by the caller)
+    trial1, values1 = first.draw(1)  # killed before fleet.db recorded it
+    first.study.ask()  # killed between ask and its draw attr
+    second = FleetSearch(space(sampler), tmp_path, "fleet")
+    states = {t.number: t.state for t in trials(tmp_path)}
+    assert states == {0: TrialState.RUNNING, 1: TrialState.RUNNING, 2: TrialState.FAIL}
+    assert second.draw(1) == (trial1, values1)  # adopted, not drawn again
+    trial2, values2 = second.draw(2)
+    assert trial2 == 3  # the study goes on from where it was
+    drawn = [t.user_attrs.get("draw") for t in trials(tmp_path) if t.state != TrialState.FAIL]
+    assert sorted(drawn) == [0, 1, 2]
+    # A sampler seeded once would replay draw 0's values after the resume.
+    assert values2 != values0 and trial0 == 0
+
+
+def test_a_draw_at_rest_is_told_once_complete_pruned_or_failed(tmp_path: Path) -> None:
+    search = FleetSearch(space(), tmp_path, "fleet")
+    numbers = [search.draw(d)[0] for d in range(3)]
+    assert verdict(["scored", "training"], {0: [1.0]}, 1) is None
+    search.tell(numbers[0], verdict(["scored", "scored"], {0: [1.0, 3.0], 1: [5.0]}, 1))  # type: ignore[arg-type]
+    search.tell(numbers[1], verdict(["scored", "failed"], {0: [4.0], 1: []}, 1))  # type: ignore[arg-type]
+    search.tell(numbers[2], verdict(["failed"], {0: [], 1: []}, 1))  # type: ignore[arg-type]
+    search.tell(numbers[0], verdict(["scored"], {0: [9.0], 1: [9.0]}, 1))  # type: ignore[arg-type]
+    told = trials(tmp_path)
+    assert [(t.state, t.value, t.intermediate_values) for t in told] == [
+        (TrialState.COMPLETE, 5.0, {0: 2.0, 1: 5.0}), (TrialState.PRUNED, 4.0, {0: 4.0}), (TrialState.FAIL, None, {})
+    ]  # fmt: skip
+    assert search.summary() == {"sampler": "random", "samples": 6, "told": 2, "best": 5.0}
+
+
+SEARCH = '[agents.search]\nsamples = 4\nsampler = "tpe"\nlearning_rate = { loguniform = [1e-5, 1e-3] }\n'
+
+
+def searched_plan(promotion: str = "async", promote: float = 0.5) -> str:
+    text = plan_text(2, promotion, tiers=((1000, promote), (2000, None)))
+    return text.replace("[[tiers]]", SEARCH + "[[tiers]]", 1)
+
+
+def test_a_scripted_fleet_draws_lazily_puts_the_values_in_overrides_and_tells_each_draw(tmp_path: Path) -> None:
+    fleet = ScriptedFleet(tmp_path, searched_plan(promote=0.25), lambda a, t: 10.0, by_index)
+    fleet.step()
+    # Two slots, two seeds a draw: the first tick draws draw 0 alone.
+    assert list(fleet.fleet.store.draws()) == [0]
+    assert len(trials(tmp_path, "scripted")) == 1
+    fleet.run()
+    store = fleet.fleet.store
+    draws = store.draws()
+    assert sorted(draws) == [0, 1, 2, 3] and [trial for trial, _ in draws.values()] == [0, 1, 2, 3]
+    rows = store.agents()
+    for row in rows:
+        draw = row.index // 2
+        lr = draws[draw][1]["learning_rate"]
+        assert row.overrides == {"learning_rate": lr}
+        assert tomllib.loads(Path(row.preset).read_text())["learning_rate"] == lr
+    # What the views show of each job: the drawn value (the supervisor keeps each job's overrides).
+    for row in rows:
+        assert dict(fleet.sup.jobs[row.id].overrides) == {"learning_rate": str(row.overrides["learning_rate"])}
+    results = {(r.agent, r.tier): r.score for r in store.results()}
+    for t in trials(tmp_path, "scripted"):
+        members = [row.id for row in rows if row.index // 2 == t.user_attrs["draw"]]
+        tier0 = [results[a, 0] for a in members]
+        assert t.intermediate_values[0] == pytest.approx(sum(tier0) / 2)
+        tier1 = [results[a, 1] for a in members if (a, 1) in results]
+        if tier1:
+            assert t.state is TrialState.COMPLETE and t.value == pytest.approx(sum(tier1) / len(tier1))
+        else:
+            assert t.state is TrialState.PRUNED and t.value == pytest.approx(sum(tier0) / 2)
+    assert {t.state for t in trials(tmp_path, "scripted")} == {TrialState.COMPLETE, TrialState.PRUNED}
+
+
+@pytest.mark.parametrize("stop_after_s", [5.0, 15.0, 25.0])
+def test_a_search_fleet_rebuilt_from_fleet_db_draws_no_sample_twice(tmp_path: Path, stop_after_s: float) -> None:
+    first = ScriptedFleet(tmp_path, searched_plan("sync"), lambda a, t: 10.0, by_index)
+    while first.clock.t - 1_800_000_000.0 < stop_after_s:
+        first.step()
+    before = first.fleet.store.draws()
+    first.fleet.store.close()
+    second = ScriptedFleet(tmp_path, searched_plan("sync"), lambda a, t: 10.0, by_index, resume=True)
+    second.run()
+    after = second.fleet.store.draws()
+    assert {d: after[d] for d in before} == before  # a recorded draw keeps its values
+    told = trials(tmp_path, "scripted")
+    assert len(told) == 4 and sorted(t.user_attrs["draw"] for t in told) == [0, 1, 2, 3]
+    assert all(t.state.is_finished() for t in told)
+    store = FleetStore.in_run_dir(tmp_path, read_only=True)
+    assert all(json.dumps(row.overrides) != "{}" for row in store.agents())
+    store.close()
+
+
+def test_without_optuna_a_searching_plan_is_one_line_naming_the_install_and_its_dry_run_still_projects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cockpit.cli import main
+
+    monkeypatch.setitem(sys.modules, "optuna", None)  # what `import optuna` finds where it is not installed
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    plan = tmp_path / "plan.toml"
+    plan.write_text(searched_plan())
+    run = tmp_path / "run"
+    assert main(["fleet", str(plan), "--run-dir", str(run), "--headless"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and str(plan) in err and "pip install 'cockpit[search]'" in err
+    assert not run.exists()  # nothing started
+    golden = Path(__file__).parent / "data" / "run-v1"
+    assert main(["fleet", str(plan), "--dry-run", "--from", str(golden)]) == 0
+    out, err = capsys.readouterr()
+    assert "note:" in err and "pip install 'cockpit[search]'" in err
+    assert "searching learning_rate: 4 draws by tpe (seed 0), each crossed with 2 agent(s)" in out
+
+
+def test_a_drawn_rollout_rounds_the_plans_batch_size_down_not_the_midpoints(tmp_path: Path) -> None:
+    text = searched_plan().replace("learning_rate = { loguniform = [1e-5, 1e-3] }", "n_steps = { int = [16, 64] }")
+    fleet = ScriptedFleet(tmp_path, text, lambda a, t: 10.0, by_index)
+    fleet.run()
+    base = fleet.plan.agents[0].unsearched
+    assert base is not None
+    for row in fleet.fleet.store.agents():
+        preset = tomllib.loads(Path(row.preset).read_text())
+        rollout = preset["n_envs"] * row.overrides["n_steps"]
+        assert preset["n_steps"] == row.overrides["n_steps"]
+        assert preset["batch_size"] == max(d for d in range(1, base.batch_size + 1) if rollout % d == 0)
+
+
+def test_report_json_has_the_search_and_its_draws_in_the_agents_overrides(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import shutil
+
+    from cockpit.cli import main
+    from cockpit.contract.fleetplan import parse_plan
+    from tests.test_report_json import GOLDEN_RUN, validate
+
+    run_dir = tmp_path / "run"
+    shutil.copytree(GOLDEN_RUN, run_dir)
+    text = searched_plan()
+    plan = parse_plan(tomllib.loads(text), "plan.toml")
+    store = FleetStore.in_run_dir(run_dir)
+    store.create(text, "plan.toml", [(a.id, a.index, a.env, a.preset_name, dict(a.overrides), a.seed)
+                                     for a in plan.agents])  # fmt: skip
+    store.record_draw(
+        0, 0, {"learning_rate": 2e-4}, [(a, "cartpole", {"learning_rate": 2e-4}) for a in ("a0000", "a0001")]
+    )
+    store.start("a0000", 0)
+    store.record("a0000", 0, steps=1000, score=50.0, score_std=1.0, train_return=20.0)
+    store.close()
+    assert main(["report", str(run_dir), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    validate(report)
+    fleet = report["fleet"]
+    assert fleet["search"] == {"sampler": "tpe", "samples": 4, "seed": 0, "keys": ["learning_rate"],
+                               "draws": [{"draw": 0, "trial": 0, "values": {"learning_rate": 2e-4}}]}  # fmt: skip
+    agents = {agent["id"]: agent["overrides"] for agent in fleet["agents"]}
+    assert agents["a0000"] == agents["a0001"] == {"learning_rate": 2e-4} and agents["a0002"] == {}
+    assert fleet["leaderboard"][0]["overrides"] == {"learning_rate": 2e-4}
+
+
+def test_a_draw_whose_values_a_preset_refuses_together_fails_its_agents_and_its_trial(tmp_path: Path) -> None:
+    # Each value alone suits the preset (checked up front), and so do the midpoints (the first
+    # choices); 1 x 7 with a batch of 4 has no divisor >= 2 at or below 4: those draws are refused.
+    refused = "n_envs = { choice = [8, 1] }\nn_steps = { choice = [32, 7] }\nbatch_size = { choice = [64, 4] }\n"
+    text = searched_plan().replace("learning_rate = { loguniform = [1e-5, 1e-3] }\n", refused)
+    text = text.replace("samples = 4", "samples = 16\nseed = 3")  # a seed that draws refused points
+    fleet = ScriptedFleet(tmp_path, text, lambda a, t: 10.0, by_index)
+    fleet.run()
+    base = fleet.plan.agents[0].unsearched
+    assert base is not None
+    rows = fleet.fleet.store.agents()
+    states = {t.user_attrs["draw"]: t.state for t in trials(tmp_path, "scripted")}
+    refusals = 0
+    for draw, (_trial, values) in fleet.fleet.store.draws().items():
+        try:
+            with_values(base, values)
+            ok = True
+        except PresetError:
+            ok, refusals = False, refusals + 1
+        members = [row for row in rows if row.index // 2 == draw]
+        assert all((row.status == "failed") != ok for row in members), (draw, values)
+        assert all("batch_size" in (row.error or "") for row in members if not ok)
+        assert (states[draw] is TrialState.FAIL) != ok
+    assert refusals >= 1 and len(states) == 16
+
+
+def test_a_plan_whose_midpoints_a_preset_refuses_together_is_one_plan_error_line() -> None:
+    from cockpit.contract.fleetplan import PlanError, parse_plan
+
+    refused = "n_envs = { choice = [1, 8] }\nn_steps = { choice = [7, 32] }\nbatch_size = { choice = [4, 64] }\n"
+    text = searched_plan().replace("learning_rate = { loguniform = [1e-5, 1e-3] }\n", refused)
+    with pytest.raises(PlanError, match=r"^plan.toml: 'agents.search' at each key's midpoint \(batch_size=4, "):
+        parse_plan(tomllib.loads(text), "plan.toml")
