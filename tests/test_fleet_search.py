@@ -3,6 +3,7 @@ fleet that draws lazily, puts the values in its agents' overrides and tells the 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -16,8 +17,12 @@ from cockpit.contract.fleetplan import with_values
 from cockpit.contract.presets import PresetError
 from cockpit.contract.searchspace import SearchSpace, parse_search
 from cockpit.contract.toml import tomllib
+from cockpit.core.feed.wire import decode_state, encode_state
+from cockpit.core.fleet.report import search_progress
 from cockpit.core.fleet.search import STUDY_DB, FleetSearch, from_optuna, to_optuna, verdict
 from cockpit.core.fleet.store import FleetStore
+from cockpit.views.headless import fleet_line
+from cockpit.views.tui.fleet_screen import search_lines
 from tests.test_fleetrun import ScriptedFleet, by_index, plan_text
 
 KEYS = ("learning_rate", "gamma", "n_epochs", "net_arch", "activation")
@@ -108,7 +113,7 @@ def test_a_scripted_fleet_draws_lazily_puts_the_values_in_overrides_and_tells_ea
         assert tomllib.loads(Path(row.preset).read_text())["learning_rate"] == lr
     # What the views show of each job: the drawn value (the supervisor keeps each job's overrides).
     for row in rows:
-        assert dict(fleet.sup.jobs[row.id].overrides) == {"learning_rate": str(row.overrides["learning_rate"])}
+        assert dict(fleet.sup.jobs[row.id].overrides) == {"learning_rate": f"{row.overrides['learning_rate']:.4g}"}
     results = {(r.agent, r.tier): r.score for r in store.results()}
     for t in trials(tmp_path, "scripted"):
         members = [row.id for row in rows if row.index // 2 == t.user_attrs["draw"]]
@@ -241,3 +246,34 @@ def test_a_plan_whose_midpoints_a_preset_refuses_together_is_one_plan_error_line
     text = searched_plan().replace("learning_rate = { loguniform = [1e-5, 1e-3] }\n", refused)
     with pytest.raises(PlanError, match=r"^plan.toml: 'agents.search' at each key's midpoint \(batch_size=4, "):
         parse_plan(tomllib.loads(text), "plan.toml")
+
+
+def test_the_fleet_view_says_the_draws_made_and_the_best_so_far_with_its_values(tmp_path: Path) -> None:
+    fleet = ScriptedFleet(tmp_path, searched_plan(promote=0.25), lambda a, t: 10.0, by_index)
+    fleet.step()
+    early = fleet.fleet.view(None, 0.0).search
+    assert early is not None and (early.sampler, early.samples, early.drawn) == ("tpe", 4, 1)
+    assert early.best_score is None and early.ranges[0].startswith("learning_rate: drawn ")
+    fleet.run()
+    view = fleet.fleet.view(None, 0.0)
+    search = view.search
+    assert search is not None and search.drawn == 4
+    results = fleet.fleet.results()
+    best = max(results, key=lambda r: r.score)
+    assert (search.best_score, search.best_agent) == (best.score, best.agent)
+    lr = fleet.fleet.agents[best.agent].row.overrides["learning_rate"]
+    assert search.best_values == f"learning_rate={lr:.4g}"
+    points = search_progress(results)
+    assert search.best_steps == next(p.steps_so_far for p in points if p.best_so_far == best.score)
+    drawn = [values["learning_rate"] for _trial, values in fleet.fleet.store.draws().values()]
+    (line,) = search.ranges
+    assert line.startswith(f"learning_rate: drawn {min(drawn):.3g}..{max(drawn):.3g}, the best ")
+    # The fleet screen and the plain line say it; the view crosses to an attached viewer whole.
+    lines = search_lines(search)
+    assert lines[0].startswith(f"search: tpe, 4 of 4 draws made; best so far {best.score:.1f} by {best.agent} after ")
+    assert lines[1] == f"  {line}"
+    assert f"4/4 drawn, best so far {best.score:.1f} ({best.agent})" in fleet_line(view)
+    assert search_lines(None) == []
+    state = fleet.sup.snapshot()
+    state = dataclasses.replace(state, fleet=view)
+    assert decode_state(json.loads(json.dumps(encode_state(state)))).fleet == view

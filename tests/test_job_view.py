@@ -108,3 +108,6 @@ def test_a_preset_is_labelled_by_the_name_given_and_its_overrides_as_typed() -> 
     assert overrides == (("activation", "'tanh'"), ("learning_rate", "0.001"), ("n_epochs", "5"))  # key order
     assert preset_label("cartpole", overrides) == "cartpole activation='tanh' learning_rate=0.001 n_epochs=5"
     assert preset_label("cartpole", override_pairs({})) == "cartpole"  # a plain run's: the name alone
+    # A drawn value reads in 4 significant digits; what a user typed reads as typed.
+    assert override_pairs({"learning_rate": 0.0012520653814999472, "gamma": 0.98}) == (
+        ("gamma", "0.98"), ("learning_rate", "0.001252"))  # fmt: skip

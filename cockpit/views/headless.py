@@ -237,7 +237,13 @@ def fleet_line(fleet: FleetView) -> str:
                                                  (t.culled, "culled"), (t.failed, "failed")) if n]  # fmt: skip
         tiers.append(", ".join(parts))
     cost = f"  {money(fleet.spent_usd)} spent, {money(fleet.projected_usd)} projected" if fleet.rate_usd_per_h else ""
-    return f"{fleet.name}: " + " | ".join(tiers) + f"  eta {eta(fleet.eta_s)}{cost}"
+    search = fleet.search
+    best = ""
+    if search is not None:
+        best = f"  {search.drawn}/{search.samples} drawn"
+        if search.best_score is not None:
+            best += f", best so far {search.best_score:.1f} ({search.best_agent})"
+    return f"{fleet.name}: " + " | ".join(tiers) + f"  eta {eta(fleet.eta_s)}{cost}{best}"
 
 
 def leaderboard_lines(fleet: FleetView, top: int = 5) -> list[str]:

@@ -26,8 +26,11 @@ Overrides = tuple[tuple[str, str], ...]  # (key, value as written) pairs in key 
 
 def override_pairs(overrides: Mapping[str, Any]) -> Overrides:
     """A fleet agent's preset overrides as the views show them: each key as the plan typed it with
-    its value's repr (`0.001`, `'tanh'`), in key order; () for none."""
-    return tuple((key, repr(value)) for key, value in sorted(overrides.items()))
+    its value's repr (`0.001`, `'tanh'`), a float to 4 significant digits (a drawn learning rate
+    reads `0.001252`, not `0.0012520653814999472`; run.toml, fleet.db and `report --json` keep it
+    whole), in key order; () for none."""
+    return tuple((key, f"{value:.4g}" if isinstance(value, float) else repr(value))
+                 for key, value in sorted(overrides.items()))  # fmt: skip
 
 
 def preset_label(preset: str, overrides: Iterable[tuple[str, str]] = ()) -> str:
@@ -240,6 +243,23 @@ class LeaderView:
 
 
 @dataclass(frozen=True)
+class SearchView:
+    """A fleet's search (`[agents.search]`) so far: its sampler, the draws made of how many, the
+    best score yet (None before any), whose it is with its values ("key=value, ..."), the steps the
+    fleet's scored tiers had trained when it was first reached (`search_progress`), and for each
+    searched key one line: the range drawn, and where the best agents' values lie."""
+
+    sampler: str
+    samples: int
+    drawn: int
+    best_score: float | None
+    best_agent: str | None
+    best_values: str
+    best_steps: int | None
+    ranges: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class FleetView:
     """A fleet's progress: its tier funnel, leaderboard, ETA and cost, and what it decided."""
 
@@ -254,6 +274,7 @@ class FleetView:
     projected_usd: float | None  # spent plus the ETA at the rate
     notices: tuple[str, ...]  # promotions and tier summaries, the newest last (the last few)
     notice_count: int  # notices so far, so a viewer prints only those it has not seen
+    search: SearchView | None = None  # with `[agents.search]`
 
 
 @dataclass(frozen=True)

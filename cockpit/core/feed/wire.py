@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from cockpit.contract.advice import Advice
 from cockpit.contract.remote import NodeSample
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.core.feed.snapshot import FleetView, JobView, LeaderView, RunState, TierView
+from cockpit.core.feed.snapshot import FleetView, JobView, LeaderView, RunState, SearchView, TierView
 from cockpit.core.machine.nvml import GpuInfo, GpuSample
 from cockpit.core.telemetry.sampler import JobUsage, Sample
 from cockpit.core.telemetry.trend import Trend
@@ -166,7 +166,8 @@ def _decode_fleet(data: Any) -> FleetView:
     return _build(FleetView, data, "fleet",
                   tiers=lambda tiers: tuple(_build(TierView, t, "tier") for t in _tuple(tiers)),
                   leaders=lambda rows: tuple(_build(LeaderView, r, "leader") for r in _tuple(rows)),
-                  notices=_tuple)  # fmt: skip
+                  notices=_tuple,
+                  search=_optional(lambda s: _build(SearchView, s, "search", ranges=_tuple)))  # fmt: skip
 
 
 def _pairs(value: Any) -> tuple[tuple[str, str], ...]:

@@ -43,9 +43,10 @@ from cockpit.contract.presets import Preset, PresetError, builtin_names, to_toml
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
 from cockpit.contract.toml import tomllib
-from cockpit.core.feed.snapshot import FleetView, LeaderView, TierView, override_pairs
+from cockpit.core.feed.snapshot import FleetView, LeaderView, SearchView, TierView, override_pairs
 from cockpit.core.fleet import pbt
 from cockpit.core.fleet.promotion import async_promotions, rank_key, ranked, sync_promotions
+from cockpit.core.fleet.report import search_progress
 from cockpit.core.fleet.search import FleetSearch, verdict
 from cockpit.core.fleet.store import AgentRow, Exploit, FleetStore, Result
 from cockpit.core.machine.clock import Clock, SystemClock
@@ -53,6 +54,7 @@ from cockpit.core.supervise.jobs import Job
 from cockpit.core.supervise.supervisor import Supervisor
 
 PRESETS_DIR = "presets"
+SEARCH_TOP = 5  # the best agents whose values the fleet screen's search lines place in each range
 LEADERS = 10
 NOTICES_KEPT = 20
 
@@ -612,10 +614,57 @@ class FleetRun:
         spent = elapsed_s / 3600 * self.rate if self.rate is not None else None
         projected = spent + eta_s / 3600 * self.rate if spent is not None and eta_s is not None and self.rate else None
         return FleetView(self.plan.name, self.plan.promotion, len(self.agents), tuple(tiers), leaders, eta_s,
-                         self.rate, spent, projected, tuple(self.notices), self.notice_count)  # fmt: skip
+                         self.rate, spent, projected, tuple(self.notices), self.notice_count,
+                         search=self._search_view())  # fmt: skip
+
+    def results(self) -> list[Result]:
+        """Every score recorded, each at the fleet clock's time of its harvest."""
+        return [r for tier in self._results.values() for r in tier]
+
+    def _search_view(self) -> SearchView | None:
+        """The search so far (`SearchView`), None without `[agents.search]`. The best agents whose
+        values a range line gives are the `SEARCH_TOP` best by their latest score."""
+        space = self.plan.search
+        if space is None:
+            return None
+        results = self.results()
+        points = search_progress(results)
+        best = max(points, key=lambda p: (p.score, -p.steps_so_far)) if points else None
+        first = next((p for p in points if p.best_so_far == best.score), None) if best else None
+        latest: dict[str, Result] = {}
+        for r in results:
+            if r.agent not in latest or r.tier > latest[r.agent].tier:
+                latest[r.agent] = r
+        top = [self.agents[r.agent].row.overrides for r in sorted(latest.values(), key=rank_key)[:SEARCH_TOP]]
+        drawn = [a.row.overrides for a in self.agents.values() if self.plan.agents[a.row.index].draw in self._draws]
+        ranges = tuple(_range_line(key, [o[key] for o in drawn if key in o], [o[key] for o in top if key in o])
+                       for key in space.keys)  # fmt: skip
+        values = self.agents[best.agent].row.overrides if best else {}
+        return SearchView(space.sampler, space.samples, len(self._draws), best.score if best else None,
+                          best.agent if best else None,
+                          overrides_text({k: v for k, v in values.items() if k in space.keys}),
+                          first.steps_so_far if first else None, ranges)  # fmt: skip
 
 
 FleetFactory = Callable[[Supervisor], FleetRun]
+
+
+def _short(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _range_line(key: str, drawn: list[Any], top: list[Any]) -> str:
+    """`key: drawn LOW..HIGH, the best N at LOW..HIGH` (a choice key lists its values instead)."""
+
+    def span(values: list[Any]) -> str:
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return f"{_short(min(values))}..{_short(max(values))}"
+        return ", ".join(dict.fromkeys(str(v) for v in values))
+
+    if not drawn:
+        return f"{key}: nothing drawn yet"
+    line = f"{key}: drawn {span(drawn)}"
+    return f"{line}, the best {len(top)} at {span(top)}" if top else line
 
 
 def _episode_steps(lengths: list[tuple[int, float]], tier: int) -> float | None:

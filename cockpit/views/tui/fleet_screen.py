@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widget import Widget
 
-from cockpit.core.feed.snapshot import FleetView, TierView
+from cockpit.core.feed.snapshot import FleetView, SearchView, TierView
 from cockpit.core.feed.source import Frame, RunSource
 from cockpit.views.formatting import eta, num, si, tier_target
 from cockpit.views.tui.kept_screen import ShownAgain
@@ -64,6 +64,20 @@ def fleet_title(fleet: FleetView) -> str:
     if fleet.rate_usd_per_h:
         line += f"  spent {money(fleet.spent_usd)}  projected {money(fleet.projected_usd)}"
     return line
+
+
+def search_lines(search: SearchView | None) -> list[str]:
+    """A fleet's search: the draws made and the best so far, whose, with its values and after how
+    many steps; then one line per searched key (the range drawn, where the best agents lie). Empty
+    for a fleet without a search."""
+    if search is None:
+        return []
+    head = f"search: {search.sampler}, {search.drawn} of {search.samples} draws made"
+    if search.best_score is not None:
+        steps = f" after {search.best_steps:,} steps" if search.best_steps is not None else ""
+        head += f"; best so far {search.best_score:.1f} by {search.best_agent}{steps}"
+        head += f" ({search.best_values})" if search.best_values else ""
+    return [head, *(f"  {line}" for line in search.ranges)]
 
 
 def tier_rows(fleet: FleetView) -> list[tuple[str, ...]]:
@@ -180,6 +194,23 @@ class Notices(FittedLines):
         return [title, *(Text(f" {n}") for n in self.notices)] if self.notices else [title, Text(" none yet", "dim")]
 
 
+class SearchLines(FittedLines):
+    """`search_lines`: none at all for a fleet without a search."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.texts: list[str] = []
+
+    def show(self, texts: list[str]) -> None:
+        """Take the lines; redrawn (and the height fitted) only when they changed."""
+        if texts != self.texts:
+            self.texts = texts
+            self.redraw_fit()
+
+    def lines(self) -> list[Text]:
+        return [Text(f" {line}", style="bold" if i == 0 else "") for i, line in enumerate(self.texts)]
+
+
 class FleetScreen(ShownAgain):
     """The fleet's tiers, leaderboard, ETA and cost; escape (or f, or q) goes back."""
 
@@ -192,6 +223,7 @@ class FleetScreen(ShownAgain):
 
     def compose(self) -> ComposeResult:
         yield Line("not a fleet", id="fleet-title")
+        yield SearchLines(id="fleet-search")
         yield Line("tiers", classes="fleet-label")
         yield FleetTable(TIER_COLUMNS, "no tiers", id="fleet-tiers")
         yield Line("leaderboard (each agent's best tier, best first)", classes="fleet-label")
@@ -228,3 +260,4 @@ class FleetScreen(ShownAgain):
             self.query_one("#fleet-tiers", FleetTable).show(tier_rows(fleet))
             self.query_one("#fleet-leaders", FleetTable).show(leader_rows(fleet))
             self.query_one(Notices).show(fleet.notices)
+            self.query_one(SearchLines).show(search_lines(fleet.search))
