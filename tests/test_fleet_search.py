@@ -249,7 +249,9 @@ def test_a_plan_whose_midpoints_a_preset_refuses_together_is_one_plan_error_line
 
 
 def test_the_fleet_view_says_the_draws_made_and_the_best_so_far_with_its_values(tmp_path: Path) -> None:
-    fleet = ScriptedFleet(tmp_path, searched_plan(promote=0.25), lambda a, t: 10.0, by_index)
+    # The first agent scores best, in each tier: the best so far is not simply the newest score.
+    fleet = ScriptedFleet(tmp_path, searched_plan(promote=0.25), lambda a, t: 10.0,
+                          lambda a, t: 100.0 - int(a[1:]) + 10 * t)  # fmt: skip
     fleet.step()
     early = fleet.fleet.view(None, 0.0).search
     assert early is not None and (early.sampler, early.samples, early.drawn) == ("tpe", 4, 1)
