@@ -97,3 +97,10 @@ def test_a_pbt_fleet_reports_each_exploits_lineage(tmp_path: Path) -> None:
     assert overrides["learning_rate"] == pytest.approx(exploit["changes"]["learning_rate"][1])
     presets = [load(str(p)).learning_rate for p in (run_dir / "presets").glob("*.toml")]
     assert any(rate == pytest.approx(overrides["learning_rate"]) for rate in presets)
+    # The HTML report's leaderboard names every checkpoint an agent copied, oldest first.
+    page = tmp_path / "report.html"
+    html = subprocess.run([sys.executable, "-m", "cockpit", "report", str(run_dir), "--html", str(page)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert html.returncode == 0, html.stderr
+    chain = ", ".join(f"{e['source']}@t{e['tier']}" for e in leaders[agent]["lineage"])
+    assert f'<td class="l">{chain}</td>' in page.read_text()

@@ -148,12 +148,16 @@ def _fleet(fleet: FleetSummary, plots: Sequence[Plot]) -> str:
     leaders = fleet.leaderboard[:LEADERS_LISTED]
     if leaders:
         parts.append(f"<h2>Leaderboard (top {len(leaders)} of {len(fleet.leaderboard):,} scored)</h2>")
+        # pbt: every checkpoint the agent copied, oldest first ("a0006@t0, a0008@t4": whose, at which tier's end).
+        pbt = fleet.promotion == "pbt"
         parts.append(_table(
-            ("#", "agent", "tier", "steps", "score", "± std", "train return", "env", "preset", "overrides", "seed"),
-            ((str(a.rank), a.agent, str(a.tier), f"{a.steps:,}", f"{a.score:,.1f}", _cell(a.score_std),
-              _cell(a.train_return), a.env, a.preset, ", ".join(f"{k}={v!r}" for k, v in sorted(a.overrides.items())),
-              str(a.seed)) for a in leaders),
-            left=("agent", "env", "preset", "overrides"),
+            ("#", "agent", *(("copied",) if pbt else ()), "tier", "steps", "score", "± std", "train return", "env",
+             "preset", "overrides", "seed"),
+            ((str(a.rank), a.agent,
+              *((", ".join(f"{e.source}@t{e.tier}" for e in a.lineage) or "-",) if pbt else ()), str(a.tier),
+              f"{a.steps:,}", f"{a.score:,.1f}", _cell(a.score_std), _cell(a.train_return), a.env, a.preset,
+              ", ".join(f"{k}={v!r}" for k, v in sorted(a.overrides.items())), str(a.seed)) for a in leaders),
+            left=("agent", "copied", "env", "preset", "overrides"),
         ))  # fmt: skip
     failed = [agent for agent in fleet.agents if agent.status == "failed"]
     parts += [f'<p class="bad">failed: {escape(a.id)} in tier {a.tier}: {escape(a.error or "no error recorded")}</p>'
