@@ -21,7 +21,7 @@ from pathlib import Path
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import VecNormalize
 
-from cockpit.contract.files import sha256_of
+from cockpit.contract.files import fsync_path, sha256_of
 
 MODEL_FILE = "model.zip"
 VECNORM_FILE = "vecnormalize.pkl"
@@ -55,14 +55,6 @@ class CorruptCheckpoint:
 
     path: Path
     reason: str
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _sort_key(path: Path) -> tuple[int, int]:
@@ -110,11 +102,11 @@ class CheckpointStore:
                 meta["episodes"] = episodes
             (tmp / META_FILE).write_text(json.dumps(meta, indent=1))
             for p in tmp.iterdir():
-                _fsync(p)
-            _fsync(tmp)
+                fsync_path(p)
+            fsync_path(tmp)
             final = self.directory / name
             os.rename(tmp, final)
-            _fsync(self.directory)
+            fsync_path(self.directory)
         except BaseException as exc:
             shutil.rmtree(tmp, ignore_errors=True)
             if isinstance(exc, OSError) and exc.filename is None:

@@ -29,6 +29,15 @@ def write_atomic(path: Path, text: str | bytes) -> None:
         raise
 
 
+def fsync_path(path: Path) -> None:
+    """fsync a file or a directory by its path: a directory's, so that a rename into it is durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def free_space(path: Path) -> str:
     """The space left to an unprivileged writer on the filesystem holding `path` (or its nearest
     existing parent), e.g. "3.0 MiB"; "unknown space" if even that cannot be read."""

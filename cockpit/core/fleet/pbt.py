@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cockpit.contract.files import fsync_path
 from cockpit.contract.presets import Preset
 from cockpit.contract.searchspace import Distribution, SearchSpace
 
@@ -100,14 +101,6 @@ def newest_checkpoint(checkpoints: Path) -> Path | None:
     return max(found, key=lambda p: tuple(int(x) for x in p.name.split("-")[1:]))
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def copy_checkpoint(source: Path, checkpoints: Path) -> Path:
     """Make a copy of the checkpoint directory `source` the only checkpoint in `checkpoints` (a
     job's), under the same name; return it. Idempotent, and safe to kill at any point: the copy is
@@ -124,10 +117,10 @@ def copy_checkpoint(source: Path, checkpoints: Path) -> Path:
             for item in sorted(source.iterdir()):
                 if item.is_file():
                     shutil.copyfile(item, tmp / item.name)
-                    _fsync(tmp / item.name)
-            _fsync(tmp)
+                    fsync_path(tmp / item.name)
+            fsync_path(tmp)
             os.rename(tmp, final)
-            _fsync(checkpoints)
+            fsync_path(checkpoints)
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
@@ -137,7 +130,7 @@ def copy_checkpoint(source: Path, checkpoints: Path) -> Path:
             replaced.mkdir(exist_ok=True)
             shutil.rmtree(replaced / other.name, ignore_errors=True)
             os.rename(other, replaced / other.name)
-    _fsync(checkpoints)
+    fsync_path(checkpoints)
     return final
 
 
