@@ -116,7 +116,7 @@ SILENT = """
 import time
 began, cpu = time.monotonic(), time.process_time()
 block = bytearray(96 * 1024 * 1024)  # held while it works: RSS the cockpit should see
-end = time.monotonic() + 4
+end = time.monotonic() + 6
 while time.monotonic() < end:
     sum(range(10_000))
 # Its own share of a core while it worked: what the cockpit should have seen, however loaded the machine.
@@ -139,8 +139,10 @@ def test_a_script_without_the_callback_is_supervised_and_its_cpu_and_rss_reporte
     worked, _, share = (tmp_path / "run" / "jobs" / "000" / "stdout.log").read_text().split()
     assert worked == "worked" and float(share) > 10  # it did burn CPU, as much as the machine let it
     # The cockpit's 1 Hz samples of its process tree saw that share; on a quiet machine ~90 %, on a
-    # loaded one less for both (a fixed bound failed at 29 % under the suite's own load).
-    assert job.cpu_percent_mean is not None and job.cpu_percent_mean > 0.5 * float(share)
+    # loaded one less for both (a fixed bound failed at 29 % under the suite's own load). Its mean
+    # counts the samples of the interpreter's start too, a larger part of a short run under load
+    # (25 % against the script's 66 % in one CI run, at 4 s of work): 6 s of work, and a third.
+    assert job.cpu_percent_mean is not None and job.cpu_percent_mean > float(share) / 3
     assert job.peak_rss_mib is not None and job.peak_rss_mib > 96
 
 
