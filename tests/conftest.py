@@ -17,6 +17,14 @@ from tests import mps_standin
 from tests.cockpitproc import STARTED, Cockpit, start_cockpit
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules with slow end-to-end tests run first, each module whole and in its own order (so a
+    module fixture is set up once): two xdist workers then end on the short tests, not one of them
+    on a 2-minute run while the other waits idle."""
+    slow_modules = {getattr(item, "module", None) for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: getattr(item, "module", None) not in slow_modules)
+
+
 @pytest.fixture
 def tiny_ppo() -> Callable[..., PPO]:
     """Builds a small, fast PPO on 4 envpool CartPole envs (64-step rollouts of 16 steps)."""
