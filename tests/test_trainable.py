@@ -79,6 +79,11 @@ def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (tmp_path / "usergrid.py").write_text(USER_MODULE)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv(WORKDIR_ENV, raising=False)
+    # usergrid imports minigrid, which registers its envs once per process: imported here, they are
+    # not undone with usergrid's, or a later test in this process would find no MiniGrid id (a CI
+    # run whose order put such a test first failed that way).
+    import minigrid  # noqa: F401
+
     path, ids = list(sys.path), set(gym.registry)
     yield tmp_path
     sys.path[:] = path
