@@ -321,13 +321,19 @@ def served_by(handle: WorkerHandle) -> tuple[int, str | None]:
     return seen["pid"], seen["visible"]
 
 
-def process_visible_devices(pid: int) -> str | None:
-    """CUDA_VISIBLE_DEVICES in the environment process `pid` was started with (its /proc environ)."""
-    for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-        name, _, value = entry.partition(b"=")
-        if name == b"CUDA_VISIBLE_DEVICES":
-            return value.decode()
-    return None
+def process_visible_devices(pid: int, wait_s: float = 10.0) -> str | None:
+    """CUDA_VISIBLE_DEVICES in the environment process `pid` was started with (its /proc environ).
+    Until its exec, a just-forked child shows its parent's environ, without it (a loaded CI machine
+    caught one there): it is read again until it says, for at most `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            name, _, value = entry.partition(b"=")
+            if name == b"CUDA_VISIBLE_DEVICES":
+                return value.decode()
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
 
 
 def test_a_job_runs_in_a_process_of_its_own_gpu_and_never_in_another_gpus(tmp_path: Path) -> None:
