@@ -136,8 +136,9 @@ def copy_checkpoint(source: Path, checkpoints: Path) -> Path:
 
 def changes_text(changes: Mapping[str, tuple[Any, Any]]) -> str:
     """`key old -> new, ...` in key order, numbers to 3 significant figures."""
-    return ", ".join(f"{key} {_short(old)} -> {_short(new)}" for key, (old, new) in sorted(changes.items()))
+    return ", ".join(f"{key} {short(old)} -> {short(new)}" for key, (old, new) in sorted(changes.items()))
 
 
-def _short(value: Any) -> str:
+def short(value: Any) -> str:
+    """A searched value as the notices and the fleet screen print it: a float to 3 significant figures."""
     return f"{value:.3g}" if isinstance(value, float) else str(value)

@@ -649,16 +649,12 @@ class FleetRun:
 FleetFactory = Callable[[Supervisor], FleetRun]
 
 
-def _short(value: Any) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
-
-
 def _range_line(key: str, drawn: list[Any], top: list[Any]) -> str:
     """`key: drawn LOW..HIGH, the best N at LOW..HIGH` (a choice key lists its values instead)."""
 
     def span(values: list[Any]) -> str:
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            return f"{_short(min(values))}..{_short(max(values))}"
+            return f"{pbt.short(min(values))}..{pbt.short(max(values))}"
         return ", ".join(dict.fromkeys(str(v) for v in values))
 
     if not drawn:
