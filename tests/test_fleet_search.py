@@ -260,6 +260,8 @@ def test_the_fleet_view_says_the_draws_made_and_the_best_so_far_with_its_values(
     view = fleet.fleet.view(None, 0.0)
     search = view.search
     assert search is not None and search.drawn == 4
+    # Nothing new since: the view reuses the search's (built from every result, not once a tick).
+    assert fleet.fleet.view(None, 0.0).search is search
     results = fleet.fleet.results()
     best = max(results, key=lambda r: r.score)
     assert (search.best_score, search.best_agent) == (best.score, best.agent)

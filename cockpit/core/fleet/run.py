@@ -41,6 +41,7 @@ from cockpit.contract.fleetplan import Agent, FleetPlan, PlanError, Tier, parse_
 from cockpit.contract.models import MODELS_DIR, ModelEntry, copy_atomic, read_manifest, write_manifest
 from cockpit.contract.presets import Preset, PresetError, builtin_names, to_toml
 from cockpit.contract.rundir import RunDir
+from cockpit.contract.searchspace import SearchSpace
 from cockpit.contract.states import JobState
 from cockpit.contract.toml import tomllib
 from cockpit.core.feed.snapshot import FleetView, LeaderView, SearchView, TierView, override_pairs
@@ -128,6 +129,9 @@ class FleetRun:
         self._draw_agents: dict[int, list[str]] = {}
         self._draws: dict[int, int] = {}
         self._untold: set[int] = set()  # draws made whose trial is not told yet
+        # The last SearchView and what it was built from: results, draws and exploits only grow,
+        # so their counts say when it is stale (it sorts every result: not once per 5 Hz tick).
+        self._search_cache: tuple[tuple[int, int, int], SearchView | None] | None = None
         supervisor.pending_work = self.pending
         supervisor.before_launch = self.update
         supervisor.view_limit = 2 * supervisor.slots
@@ -628,6 +632,14 @@ class FleetRun:
         if space is None:
             return None
         results = self.results()
+        key = (len(results), len(self._draws), sum(len(e) for e in self.lineage.values()))
+        if self._search_cache is not None and self._search_cache[0] == key:
+            return self._search_cache[1]
+        view = self._build_search_view(space, results)
+        self._search_cache = (key, view)
+        return view
+
+    def _build_search_view(self, space: SearchSpace, results: list[Result]) -> SearchView:
         points = search_progress(results)
         best = max(points, key=lambda p: (p.score, -p.steps_so_far)) if points else None
         first = next((p for p in points if p.best_so_far == best.score), None) if best else None
