@@ -23,7 +23,7 @@ from cockpit.core.fleet.search import STUDY_DB, FleetSearch, from_optuna, to_opt
 from cockpit.core.fleet.store import FleetStore
 from cockpit.views.headless import fleet_line
 from cockpit.views.tui.fleet_screen import search_lines
-from tests.test_fleetrun import ScriptedFleet, by_index, plan_text
+from tests.test_fleetrun import ScriptedFleet, by_index, first_best, plan_text
 
 KEYS = ("learning_rate", "gamma", "n_epochs", "net_arch", "activation")
 
@@ -72,19 +72,29 @@ def test_a_resumed_study_adopts_a_draw_asked_but_not_recorded_and_fails_one_aske
     assert values2 != values0 and trial0 == 0
 
 
-def test_a_draw_at_rest_is_told_once_complete_pruned_or_failed(tmp_path: Path) -> None:
+def test_each_tier_of_a_draw_is_told_once_its_own_trial_then_one_added_per_later_tier(tmp_path: Path) -> None:
     search = FleetSearch(space(), tmp_path, "fleet")
     numbers = [search.draw(d)[0] for d in range(3)]
-    assert verdict(["scored", "training"], {0: [1.0]}, 1) is None
-    search.tell(numbers[0], verdict(["scored", "scored"], {0: [1.0, 3.0], 1: [5.0]}, 1))  # type: ignore[arg-type]
-    search.tell(numbers[1], verdict(["scored", "failed"], {0: [4.0], 1: []}, 1))  # type: ignore[arg-type]
-    search.tell(numbers[2], verdict(["failed"], {0: [], 1: []}, 1))  # type: ignore[arg-type]
-    search.tell(numbers[0], verdict(["scored"], {0: [9.0], 1: [9.0]}, 1))  # type: ignore[arg-type]
+    search.tell(0, numbers[0], verdict(0, {0: [1.0, 3.0]}, 1))
+    search.tell(0, numbers[0], verdict(1, {0: [1.0, 3.0], 1: [5.0]}, 1))
+    search.tell(1, numbers[1], verdict(0, {0: [4.0], 1: [7.0]}, 2))  # a tier-1 score is not tier 0's
+    search.tell(1, numbers[1], verdict(1, {0: [4.0], 1: []}, 2))  # every agent failed in tier 1: nothing
+    search.tell(2, numbers[2], verdict(0, {0: []}, 1))
+    search.tell(0, numbers[0], verdict(1, {0: [9.0], 1: [9.0]}, 1))  # told already
+    # A resumed fleet's search knows what was told.
+    resumed = FleetSearch(space(), tmp_path, "fleet")
+    assert [resumed.observed(d, tier) for d, tier in ((0, 0), (0, 1), (1, 0), (1, 1), (2, 0))] == [
+        True, True, True, False, True]  # fmt: skip
+    assert [search.observed(d, tier) for d, tier in ((0, 0), (0, 1), (1, 0), (1, 1), (2, 0))] == [
+        True, True, True, False, True]  # fmt: skip
+    resumed.tell(0, numbers[0], verdict(1, {0: [9.0], 1: [9.0]}, 1))
     told = trials(tmp_path)
-    assert [(t.state, t.value, t.intermediate_values) for t in told] == [
-        (TrialState.COMPLETE, 5.0, {0: 2.0, 1: 5.0}), (TrialState.PRUNED, 4.0, {0: 4.0}), (TrialState.FAIL, None, {})
+    assert [(t.state, t.value, t.intermediate_values, t.params == told[0].params) for t in told] == [
+        (TrialState.PRUNED, 2.0, {0: 2.0}, True), (TrialState.PRUNED, 4.0, {0: 4.0}, False),
+        (TrialState.FAIL, None, {}, False), (TrialState.COMPLETE, 5.0, {0: 2.0, 1: 5.0}, True),
     ]  # fmt: skip
-    assert search.summary() == {"sampler": "random", "samples": 6, "told": 2, "best": 5.0}
+    assert told[3].user_attrs == {"observes": 0, "tier": 1} and told[0].user_attrs == {"draw": 0}
+    assert search.summary() == {"sampler": "random", "samples": 6, "told": 3, "best": 5.0}
 
 
 SEARCH = '[agents.search]\nsamples = 4\nsampler = "tpe"\nlearning_rate = { loguniform = [1e-5, 1e-3] }\n'
@@ -114,17 +124,46 @@ def test_a_scripted_fleet_draws_lazily_puts_the_values_in_overrides_and_tells_ea
     # What the views show of each job: the drawn value (the supervisor keeps each job's overrides).
     for row in rows:
         assert dict(fleet.sup.jobs[row.id].overrides) == {"learning_rate": f"{row.overrides['learning_rate']:.4g}"}
+    # Each draw's trial is told its tier 0, PRUNED; a draw that went on adds one trial for tier 1.
     results = {(r.agent, r.tier): r.score for r in store.results()}
-    for t in trials(tmp_path, "scripted"):
-        members = [row.id for row in rows if row.index // 2 == t.user_attrs["draw"]]
-        tier0 = [results[a, 0] for a in members]
-        assert t.intermediate_values[0] == pytest.approx(sum(tier0) / 2)
+    study = trials(tmp_path, "scripted")
+    asked = {t.user_attrs["draw"]: t for t in study if "draw" in t.user_attrs}
+    added = {t.user_attrs["observes"]: t for t in study if "observes" in t.user_attrs}
+    assert sorted(asked) == [0, 1, 2, 3] and len(study) == 4 + len(added)
+    for draw, t in asked.items():
+        members = [row.id for row in rows if row.index // 2 == draw]
+        tier0 = sum(results[a, 0] for a in members) / 2
+        assert (t.state, t.value, t.intermediate_values) == (TrialState.PRUNED, pytest.approx(tier0), {0: tier0})
         tier1 = [results[a, 1] for a in members if (a, 1) in results]
+        assert bool(tier1) == (draw in added)
         if tier1:
-            assert t.state is TrialState.COMPLETE and t.value == pytest.approx(sum(tier1) / len(tier1))
-        else:
-            assert t.state is TrialState.PRUNED and t.value == pytest.approx(sum(tier0) / 2)
-    assert {t.state for t in trials(tmp_path, "scripted")} == {TrialState.COMPLETE, TrialState.PRUNED}
+            mean = sum(tier1) / len(tier1)
+            assert (added[draw].state, added[draw].value, added[draw].params) == (
+                TrialState.COMPLETE,
+                pytest.approx(mean),
+                t.params,
+            )
+            assert added[draw].intermediate_values == {0: pytest.approx(tier0), 1: pytest.approx(mean)}
+    assert added and len(added) < 4
+
+
+def test_a_draw_promoted_at_once_is_told_its_first_tier_while_it_trains_the_next(tmp_path: Path) -> None:
+    # TPE counts a RUNNING trial as a bad guess: a draw promoted by ASHA must not stay RUNNING
+    # through its next tier, the longest, which would make the best draws look like the worst.
+    fleet = ScriptedFleet(tmp_path, searched_plan(promote=0.5), lambda a, t: 10.0, first_best)
+    while not any(a.tier == 1 and a.status == "training" for a in fleet.fleet.agents.values()):
+        fleet.step()
+    (promoted,) = [a for a in fleet.fleet.agents.values() if a.tier == 1]
+    draw = promoted.row.index // 2
+    (trial,) = [t for t in trials(tmp_path, "scripted") if t.user_attrs.get("draw") == draw]
+    members = [row.id for row in fleet.fleet.store.agents() if row.index // 2 == draw]
+    mean = sum(first_best(a, 0) for a in members) / 2
+    assert (trial.state, trial.intermediate_values) == (TrialState.PRUNED, {0: mean})
+    assert not any("observes" in t.user_attrs for t in trials(tmp_path, "scripted"))
+    fleet.run()
+    (later,) = [t for t in trials(tmp_path, "scripted") if t.user_attrs.get("observes") == draw]
+    assert (later.state, later.value, later.params) == (TrialState.COMPLETE, first_best(promoted.row.id, 1),
+                                                        trial.params)  # fmt: skip
 
 
 @pytest.mark.parametrize("stop_after_s", [5.0, 15.0, 25.0])
@@ -139,8 +178,13 @@ def test_a_search_fleet_rebuilt_from_fleet_db_draws_no_sample_twice(tmp_path: Pa
     after = second.fleet.store.draws()
     assert {d: after[d] for d in before} == before  # a recorded draw keeps its values
     told = trials(tmp_path, "scripted")
-    assert len(told) == 4 and sorted(t.user_attrs["draw"] for t in told) == [0, 1, 2, 3]
-    assert all(t.state.is_finished() for t in told)
+    asked = [t.user_attrs["draw"] for t in told if "draw" in t.user_attrs]
+    assert sorted(asked) == [0, 1, 2, 3] and all(t.state.is_finished() for t in told)
+    # Each tier of each draw told once: tier 0 by every draw, tier 1 by each promoted one.
+    observed = sorted((t.user_attrs.get("observes", t.user_attrs.get("draw")), t.user_attrs.get("tier", 0))
+                      for t in told)  # fmt: skip
+    promoted = {row.index // 2 for row in second.fleet.store.agents() if row.tier == 1}
+    assert observed == sorted([(d, 0) for d in range(4)] + [(d, 1) for d in promoted])
     store = FleetStore.in_run_dir(tmp_path, read_only=True)
     assert all(json.dumps(row.overrides) != "{}" for row in store.agents())
     store.close()
@@ -224,7 +268,7 @@ def test_a_draw_whose_values_a_preset_refuses_together_fails_its_agents_and_its_
     base = fleet.plan.agents[0].unsearched
     assert base is not None
     rows = fleet.fleet.store.agents()
-    states = {t.user_attrs["draw"]: t.state for t in trials(tmp_path, "scripted")}
+    states = {t.user_attrs["draw"]: t.state for t in trials(tmp_path, "scripted") if "draw" in t.user_attrs}
     refusals = 0
     for draw, (_trial, values) in fleet.fleet.store.draws().items():
         try:

@@ -84,9 +84,16 @@ def test_kill_9_mid_tier_then_resume_continues_the_study_with_one_trial_per_draw
     trials = study.get_trials()
     drawn = [t.user_attrs["draw"] for t in trials if "draw" in t.user_attrs]
     assert sorted(drawn) == [0, 1, 2, 3]  # one trial per draw: none drawn twice
-    # The trial count is the draws' (a kill between an ask and its draw attr would add one, told FAIL).
-    assert len([t for t in trials if "draw" in t.user_attrs or t.state != optuna.trial.TrialState.FAIL]) == 4
+    asked = [t for t in trials if "draw" in t.user_attrs]
+    assert {after[t.user_attrs["draw"]][0] for t in asked} == {t.number for t in asked}
+    # Besides: one trial per later tier a draw scored in (a kill between an ask and its draw attr
+    # would add one more, told FAIL), and each (draw, tier) told once.
+    added = [(t.user_attrs["observes"], t.user_attrs["tier"]) for t in trials if "observes" in t.user_attrs]
+    scored = {(row.index, tier) for row in rows for tier in range(1, row.tier + 1) if row.status != "failed"}
+    assert sorted(added) == sorted(scored)
+    unattributed = [t for t in trials if not {"draw", "observes"} & t.user_attrs.keys()]
+    assert all(t.state is optuna.trial.TrialState.FAIL for t in unattributed)
+    assert len(trials) == len(asked) + len(added) + len(unattributed)
     assert all(t.state.is_finished() for t in trials)
-    assert {after[t.user_attrs["draw"]][0] for t in trials} == {t.number for t in trials}
     for row in rows:  # each agent trained its draw's values, shown as its overrides
         assert row.overrides == after[row.index][1]

@@ -31,7 +31,7 @@ import dataclasses
 import hashlib
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -128,7 +128,7 @@ class FleetRun:
         self.search: FleetSearch | None = None
         self._draw_agents: dict[int, list[str]] = {}
         self._draws: dict[int, int] = {}
-        self._untold: set[int] = set()  # draws made whose trial is not told yet
+        self._untold: set[int] = set()  # draws made that may have a tier still to tell (`_tell`)
         # The last SearchView and what it was built from: results, draws and exploits only grow,
         # so their counts say when it is stale (it sorts every result: not once per 5 Hz tick).
         self._search_cache: tuple[tuple[int, int, int], SearchView | None] | None = None
@@ -202,7 +202,7 @@ class FleetRun:
                 if agent.draw is not None:
                     self._draw_agents.setdefault(agent.draw, []).append(agent.id)
             self._draws = {draw: trial for draw, (trial, _values) in self.store.draws().items()}
-            self._untold = {draw for draw, trial in self._draws.items() if not self.search.told(trial)}
+            self._untold = set(self._draws)  # the first `_tell` drops those with nothing left to tell
 
     def _restore(self) -> None:
         """Give the supervisor a job for every agent that started, in the state fleet.db says,
@@ -311,6 +311,7 @@ class FleetRun:
         decided = self.plan.promotion == "sync"
         self.store.promote(chosen, tier, decided=decided)
         self._promoted[tier] |= set(chosen)
+        self._stir(chosen)
         if decided:
             self._decided.add(tier)
         for agent_id in chosen:
@@ -371,6 +372,7 @@ class FleetRun:
         for agent_id in everyone:
             agent = self.agents[agent_id]
             agent.tier, agent.status, agent.handed = tier + 1, "training", False
+        self._stir(everyone)
         self._apply_exploits()
         best = f", best {order[0].agent} {order[0].score:.1f}" if order else ""
         self._notice(f"tier {tier} done: {len(order)} scored, all go on, {len(exploits)} exploited a top agent{best}")
@@ -470,20 +472,38 @@ class FleetRun:
         return False
 
     def _tell(self) -> None:
-        """Tell the study each draw that came to rest (`search.verdict`): its tier means, its state."""
+        """Tell the study each tier a draw's agents are done with (`cockpit.core.fleet.search`): once
+        none of them waits or trains in it or below. A draw at rest leaves `_untold` until one of
+        its agents is promoted again (`_stir`)."""
         if self.search is None:
             return
         last = len(self.plan.tiers) - 1
         for draw in sorted(self._untold):
             members = [self.agents[agent_id] for agent_id in self._draw_agents[draw]]
-            if any(a.status in ("waiting", "training") for a in members):
-                continue  # not at rest: checked first, as this runs every tick over every untold draw
-            ids = {a.row.id for a in members}
-            scores = {tier: [r.score for r in results if r.agent in ids] for tier, results in self._results.items()}
-            result = verdict([a.status for a in members], scores, last)
-            if result is not None:
-                self.search.tell(self._draws[draw], result)
+            if any(a.status == "waiting" for a in members):
+                continue
+            training = [a.tier for a in members if a.status == "training"]
+            below = min(training, default=max(a.tier for a in members) + 1)  # the tiers before it are done
+            for tier in range(below):
+                if self.search.observed(draw, tier) or (tier and self._exploited(members, tier)):
+                    continue
+                ids = {a.row.id for a in members}
+                scores = {t: [r.score for r in self._results[t] if r.agent in ids] for t in range(tier + 1)}
+                self.search.tell(draw, self._draws[draw], verdict(tier, scores, last))
+            if not training:
                 self._untold.discard(draw)
+
+    def _exploited(self, members: list[_Agent], tier: int) -> bool:
+        """True when one of `members` copied another agent's checkpoint (pbt) before `tier`: from
+        then on its values are not its draw's."""
+        return any(e.tier < tier for a in members for e in self.lineage.get(a.row.id, ()))
+
+    def _stir(self, agent_ids: Iterable[str]) -> None:
+        """The draws of agents promoted to a new tier have a tier to tell again (`_tell`)."""
+        if self.search is None:
+            return
+        draws = (self.plan.agents[self.agents[agent_id].row.index].draw for agent_id in agent_ids)
+        self._untold |= {draw for draw in draws if draw is not None}
 
     def _hand(self, agent: _Agent) -> None:
         tier = self.plan.tiers[agent.tier]

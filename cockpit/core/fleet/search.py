@@ -13,17 +13,20 @@ study observes.
   On opening the study (`FleetSearch.__init__`), a RUNNING trial without the attr (a kill between
   ask and attr) is told FAIL; a RUNNING trial whose draw fleet.db does not hold (a kill between
   attr and record) is adopted by that draw when it is asked (`draw`): no draw is sampled twice;
-- **told at rest**: once none of a draw's agents is waiting or training (each scored or failed
-  where it is), its trial gets the mean score of its agents at each tier they reached
-  (`trial.report`-like intermediate values, step = tier) and is told: COMPLETE with the last tier's
-  mean when one of its agents scored in the plan's last tier, PRUNED (Optuna takes the last
-  intermediate value) when they stopped before it, FAIL when every agent failed. TPE learns from
-  COMPLETE and PRUNED trials alike (its `_split_pruned_trials` ranks pruned ones by the tier they
-  reached, then the score), never from RUNNING ones, which is why a trial is told as soon as its
-  draw is at rest rather than when no tier could promote it any more: a draw promoted after its
-  trial was told (sync decides a tier once all its agents scored; async may promote late) has its
-  later scores in fleet.db and the report, not in the study. Each step checks the trial's state
-  and intermediate values first, so a resumed fleet repeats none.
+- **told per tier**: as soon as none of a draw's agents is waiting or training in a tier or a
+  lower one (each scored or failed in it, or went on to a higher tier), the study gets what they
+  scored there (`tell`): the mean score of the draw's agents at each tier up to it, as
+  intermediate values (step = tier), and a state: COMPLETE with that tier's mean when it is the
+  plan's last, PRUNED below it (Optuna takes the last intermediate value), FAIL when every agent
+  failed in tier 0. Tier 0 tells the draw's own trial; each later tier it scored in adds a trial of
+  its own with the draw's values (`add_trial`, user attrs `observes` = the draw and `tier`), so one
+  draw is told once per tier it reached. TPE learns from COMPLETE and PRUNED trials (complete
+  ones rank first, then pruned ones by the tier they reached, then the score), and counts a
+  RUNNING trial as a bad guess (the constant liar): a draw told only when it stopped would count
+  as bad for as long as it trained in the higher tiers, which are the draws that did best. A PBT
+  agent that copied another's checkpoint has other values than its draw's: a tier after such an
+  exploit is not told. Each step checks what the study holds first (`observed`), so a resumed
+  fleet repeats none;
 
 Samplers: `random` is `RandomSampler`, `tpe` `TPESampler` (univariate, constant liar: the draws
 in flight count as bad guesses so parallel slots do not all draw the same point), `qmc`
@@ -53,6 +56,8 @@ if TYPE_CHECKING:
 
 STUDY_DB = "optuna.db"
 DRAW_ATTR = "draw"
+OBSERVES_ATTR = "observes"  # a later tier's trial: the draw it tells of, with TIER_ATTR
+TIER_ATTR = "tier"
 INSTALL = "pip install 'cockpit[search]'"
 _PRIMITIVE = (type(None), bool, int, float, str)
 
@@ -107,20 +112,19 @@ def from_optuna(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Any]
 
 @dataclass(frozen=True)
 class Verdict:
-    """What a draw at rest tells its trial: the mean score at each tier its agents scored in, and
-    whether it reached the plan's last tier (COMPLETE) or not (PRUNED; FAIL with no score at all)."""
+    """What a draw tells the study of `tier`: its agents' mean score at each tier up to it (a tier
+    where they all failed has none) and whether `tier` is the plan's last."""
 
+    tier: int
     means: dict[int, float]
-    complete: bool
+    last: bool
 
 
-def verdict(statuses: Sequence[str], scores: Mapping[int, Sequence[float]], last_tier: int) -> Verdict | None:
-    """The verdict of a draw whose agents have `statuses` (fleet.db's) and scored `scores` per tier;
-    None while any of them is waiting or training (the draw is not at rest)."""
-    if any(status in ("waiting", "training") for status in statuses):
-        return None
-    means = {tier: math.fsum(values) / len(values) for tier, values in sorted(scores.items()) if values}
-    return Verdict(means, last_tier in means)
+def verdict(tier: int, scores: Mapping[int, Sequence[float]], last_tier: int) -> Verdict:
+    """The verdict on `tier` of a draw whose agents scored `scores` per tier (the caller tells it
+    once none of them is waiting or training at `tier` or below)."""
+    means = {t: math.fsum(values) / len(values) for t, values in sorted(scores.items()) if values and t <= tier}
+    return Verdict(tier, means, tier == last_tier)
 
 
 class FleetSearch:
@@ -141,6 +145,13 @@ class FleetSearch:
         for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             if DRAW_ATTR not in trial.user_attrs:  # killed between ask and its attr: it has no draw
                 self.study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+        self._observed: set[tuple[int, int]] = set()  # (draw, tier) told
+        for trial in self.study.get_trials(deepcopy=False):
+            attrs = trial.user_attrs
+            if OBSERVES_ATTR in attrs:
+                self._observed.add((attrs[OBSERVES_ATTR], attrs[TIER_ATTR]))
+            elif DRAW_ATTR in attrs and trial.state.is_finished():
+                self._observed.add((attrs[DRAW_ATTR], 0))
 
     def _sampler(self, trials: int) -> optuna.samplers.BaseSampler:
         import optuna
@@ -170,35 +181,47 @@ class FleetSearch:
         asked.set_user_attr(DRAW_ATTR, draw)
         return asked.number, from_optuna(self.space, asked.params)
 
-    def told(self, trial: int) -> bool:
-        """True when `trial` is finished (told, by this session or an earlier one)."""
-        return self._frozen(trial).state.is_finished()
+    def observed(self, draw: int, tier: int) -> bool:
+        """True when the study was told `draw`'s `tier` (by this session or an earlier one)."""
+        return (draw, tier) in self._observed
 
     def _id(self, trial: int) -> int:
         return self.storage.get_trial_id_from_study_id_trial_number(self._study_id, trial)
 
-    def _frozen(self, trial: int) -> optuna.trial.FrozenTrial:
-        return self.storage.get_trial(self._id(trial))
-
-    def tell(self, trial: int, result: Verdict) -> None:
-        """Report `result`'s tier means not reported yet, then tell the trial (unless told already)."""
+    def tell(self, draw: int, trial: int, result: Verdict) -> None:
+        """Tell the study `result`, of `draw` whose trial is `trial` (module docstring), unless it was
+        told already. A later tier where every agent failed tells nothing."""
         import optuna
 
-        frozen = self._frozen(trial)
-        if frozen.state.is_finished():
+        if self.observed(draw, result.tier):
             return
-        for tier, mean in result.means.items():
-            if tier not in frozen.intermediate_values:
-                self.storage.set_trial_intermediate_value(self._id(trial), tier, mean)
-        if result.complete:
-            self.study.tell(trial, result.means[max(result.means)])
-        elif result.means:
-            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        state = optuna.trial.TrialState
+        scored = result.tier in result.means
+        if result.tier == 0:
+            frozen = self.storage.get_trial(self._id(trial))
+            if not frozen.state.is_finished():
+                for tier, mean in result.means.items():
+                    if tier not in frozen.intermediate_values:
+                        self.storage.set_trial_intermediate_value(self._id(trial), tier, mean)
+                if scored and result.last:
+                    self.study.tell(trial, result.means[0])
+                else:
+                    self.study.tell(trial, state=state.PRUNED if scored else state.FAIL)
+        elif not scored:
+            return
         else:
-            self.study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            asked = self.storage.get_trial(self._id(trial))
+            # A pruned trial's value is its last intermediate value, as `study.tell` sets it.
+            observation = optuna.trial.create_trial(
+                params=asked.params, distributions=asked.distributions, value=result.means[result.tier],
+                state=state.COMPLETE if result.last else state.PRUNED, intermediate_values=result.means,
+                user_attrs={OBSERVES_ATTR: draw, TIER_ATTR: result.tier})  # fmt: skip
+            self.study.add_trial(observation)
+        self._observed.add((draw, result.tier))
 
     def summary(self) -> dict[str, Any]:
-        """What `report --json` shows of the study: sampler, samples, trials told, best value."""
+        """What `report --json` shows of the study: sampler, samples, trials told (a draw's own and
+        one per later tier it scored in), best value (of the plan's last tier)."""
         import optuna
 
         told = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
