@@ -94,7 +94,6 @@ def test_each_tier_of_a_draw_is_told_once_its_own_trial_then_one_added_per_later
         (TrialState.FAIL, None, {}, False), (TrialState.COMPLETE, 5.0, {0: 2.0, 1: 5.0}, True),
     ]  # fmt: skip
     assert told[3].user_attrs == {"observes": 0, "tier": 1} and told[0].user_attrs == {"draw": 0}
-    assert search.summary() == {"sampler": "random", "samples": 6, "told": 3, "best": 5.0}
 
 
 SEARCH = '[agents.search]\nsamples = 4\nsampler = "tpe"\nlearning_rate = { loguniform = [1e-5, 1e-3] }\n'

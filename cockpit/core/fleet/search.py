@@ -218,14 +218,3 @@ class FleetSearch:
                 user_attrs={OBSERVES_ATTR: draw, TIER_ATTR: result.tier})  # fmt: skip
             self.study.add_trial(observation)
         self._observed.add((draw, result.tier))
-
-    def summary(self) -> dict[str, Any]:
-        """What `report --json` shows of the study: sampler, samples, trials told (a draw's own and
-        one per later tier it scored in), best value (of the plan's last tier)."""
-        import optuna
-
-        told = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,
-                                                             optuna.trial.TrialState.PRUNED))  # fmt: skip
-        complete = [t.value for t in told if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None]
-        return {"sampler": self.space.sampler, "samples": self.space.samples, "told": len(told),
-                "best": max(complete) if complete else None}  # fmt: skip
