@@ -484,10 +484,10 @@ class FleetRun:
                 continue
             training = [a.tier for a in members if a.status == "training"]
             below = min(training, default=max(a.tier for a in members) + 1)  # the tiers before it are done
+            ids = {a.row.id for a in members}
             for tier in range(below):
                 if self.search.observed(draw, tier) or (tier and self._exploited(members, tier)):
                     continue
-                ids = {a.row.id for a in members}
                 scores = {t: [r.score for r in self._results[t] if r.agent in ids] for t in range(tier + 1)}
                 self.search.tell(draw, self._draws[draw], verdict(tier, scores, last))
             if not training:
