@@ -165,6 +165,17 @@ def test_a_draw_promoted_at_once_is_told_its_first_tier_while_it_trains_the_next
                                                         trial.params)  # fmt: skip
 
 
+def test_a_random_search_draws_the_same_points_whatever_the_timing_of_its_tiers(tmp_path: Path) -> None:
+    # Each later tier told adds a trial: a sampler seeded by the trial count would draw by timing.
+    plan = searched_plan(promote=0.5).replace('sampler = "tpe"', 'sampler = "random"')
+    drawn = []
+    for name, duration in (("even", lambda a, t: 10.0), ("quick", lambda a, t: 10.0 if t == 0 else 1.0)):
+        fleet = ScriptedFleet(tmp_path / name, plan, duration, first_best)
+        fleet.run()
+        drawn.append({draw: values for draw, (_trial, values) in fleet.fleet.store.draws().items()})
+    assert len(drawn[0]) == 4 and drawn[0] == drawn[1]
+
+
 @pytest.mark.parametrize("stop_after_s", [5.0, 15.0, 25.0])
 def test_a_search_fleet_rebuilt_from_fleet_db_draws_no_sample_twice(tmp_path: Path, stop_after_s: float) -> None:
     first = ScriptedFleet(tmp_path, searched_plan("sync"), lambda a, t: 10.0, by_index)

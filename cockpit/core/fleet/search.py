@@ -31,8 +31,9 @@ study observes.
 Samplers: `random` is `RandomSampler`, `tpe` `TPESampler` (univariate, constant liar: the draws
 in flight count as bad guesses so parallel slots do not all draw the same point), `qmc`
 `QMCSampler` (its sequence index lives in the study, so a resume continues it). Random and TPE
-are seeded per draw from the plan's seed and the draw's trial number: a sampler seeded once would
-replay its first draws after a resume.
+are seeded per draw from the plan's seed and the draw's number: a sampler seeded once would
+replay its first draws after a resume, and one seeded by the trial count would draw what the
+timing of the tiers told before it (each later tier adds a trial).
 
 Optuna is imported here only, and only for a plan that searches (`missing`, before anything).
 """
@@ -153,10 +154,10 @@ class FleetSearch:
             elif DRAW_ATTR in attrs and trial.state.is_finished():
                 self._observed.add((attrs[DRAW_ATTR], 0))
 
-    def _sampler(self, trials: int) -> optuna.samplers.BaseSampler:
+    def _sampler(self, draw: int) -> optuna.samplers.BaseSampler:
         import optuna
 
-        seed = (self.space.seed * 1_000_003 + trials) % 2**32  # per draw (module docstring)
+        seed = (self.space.seed * 1_000_003 + draw) % 2**32  # per draw (module docstring)
         # Optuna calls QMCSampler, and before 5.0 TPE's constant liar, experimental: the plan chose
         # them, and the warning would be a line in the log or over the TUI.
         with warnings.catch_warnings():
@@ -176,7 +177,7 @@ class FleetSearch:
         for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             if trial.user_attrs.get(DRAW_ATTR) == draw:
                 return trial.number, from_optuna(self.space, trial.params)
-        self.study.sampler = self._sampler(len(self.study.get_trials(deepcopy=False)))
+        self.study.sampler = self._sampler(draw)
         asked = self.study.ask(to_optuna(self.space))
         asked.set_user_attr(DRAW_ATTR, draw)
         return asked.number, from_optuna(self.space, asked.params)
