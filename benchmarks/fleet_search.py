@@ -128,27 +128,26 @@ def run_fleet(name: str, workdir: Path, seed: int = 0) -> Outcome:
     return Outcome(name, max(r.score for r in results), points, wall, agents)
 
 
-def to_grid_ratio(outcome: Outcome, outcomes: list[Outcome]) -> float | None:
-    """The steps `outcome` took to reach the grid's best over the grid's own, in one run: inf when
-    it never reached it, None without a grid in the run."""
+def to_grid(outcome: Outcome, outcomes: list[Outcome]) -> tuple[int | None, float | None]:
+    """In one run: the steps `outcome` took to reach the grid's best (None if never), and that over
+    the grid's own steps to it (inf if never); (None, None) without a grid in the run."""
     grid = next((o for o in outcomes if o.name == "grid"), None)
     grid_to_best = grid.steps_to(grid.best) if grid else None
     if grid is None or not grid_to_best:
-        return None
-    to_grid = outcome.steps_to(grid.best)
-    return to_grid / grid_to_best if to_grid is not None else math.inf
+        return None, None
+    steps = outcome.steps_to(grid.best)
+    return steps, steps / grid_to_best if steps is not None else math.inf
 
 
 def rows(outcomes: list[Outcome]) -> list[list[str]]:
-    grid = next((o for o in outcomes if o.name == "grid"), None)
     out = []
     for o in outcomes:
         to_goal = o.steps_to(GOAL * o.best)
-        to_grid = o.steps_to(grid.best) if grid else None
-        value = to_grid_ratio(o, outcomes)
+        steps, value = to_grid(o, outcomes)
         ratio = fmt_ratio(value) if value is not None and value != math.inf else "-"
+        reached = f"{steps:,}" if steps is not None else "not reached"
         out.append([o.name, str(o.agents), f"{o.steps:,}", f"{o.best:.1f}", f"{to_goal:,}" if to_goal else "-",
-                    f"{to_grid:,}" if to_grid is not None else "not reached", ratio, f"{o.wall_s:.0f}"])  # fmt: skip
+                    reached, ratio, f"{o.wall_s:.0f}"])  # fmt: skip
     return out
 
 
@@ -157,7 +156,7 @@ def summary(runs: list[list[Outcome]]) -> list[list[str]]:
     in how many runs it reached the grid's best with at most half the grid's steps."""
     out = []
     for name in [o.name for o in runs[0]]:
-        mine = [(o, to_grid_ratio(o, run)) for run in runs for o in run if o.name == name]
+        mine = [(o, to_grid(o, run)[1]) for run in runs for o in run if o.name == name]
         ratios = [r for _, r in mine if r is not None]
         median = statistics.median(ratios) if ratios else None
         shown = "-" if median is None else ("not reached" if median == math.inf else fmt_ratio(median))
