@@ -172,6 +172,8 @@ class GpuReader:
     the GPU is lost (`gpu_lost`); anything a GPU or driver may lack degrades to None. `clock` is
     the machine's wall clock (Unix seconds): sample times are checked against it."""
 
+    _closed = False  # `close` gave the reference back
+
     def __init__(
         self,
         nvml: Any,
@@ -465,7 +467,12 @@ class GpuReader:
         return {pid: (memory.get(pid), sm.get(pid) if sm is not None else None) for pid in pids}
 
     def close(self) -> None:
-        """Give back this reader's reference on NVML (the last one shuts it down)."""
+        """Give back this reader's reference on NVML (the last one shuts it down), once: NVML counts
+        one reference for the whole process, so a second `nvmlShutdown` from this reader would take
+        another reader's and shut NVML down under it. Closing again does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         self._try(self.nvml.nvmlShutdown)
 
 
@@ -511,6 +518,9 @@ def _no_nvml(nvml: Any, exc: BaseException, device_signs: Callable[[], Sequence[
         return "no GPU telemetry: NVML library not found (no NVIDIA driver installed)"
     if code == ERROR_DRIVER_NOT_LOADED:
         return "no GPU telemetry: the NVIDIA driver is not loaded"
+    if code == ERROR_LIB_RM_VERSION_MISMATCH:
+        return ("no GPU telemetry: the NVIDIA driver's library and its loaded kernel module are of different "
+                "versions (a driver upgraded without a reboot): reboot, or reload the nvidia modules")  # fmt: skip
     return f"no GPU telemetry: NVML failed to start ({type(exc).__name__}: {exc})"
 
 
