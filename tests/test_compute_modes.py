@@ -140,6 +140,19 @@ def test_run_refuses_more_jobs_than_an_exclusive_gpu_takes_in_one_line(
     assert capacity_refusal(two, 4, 4, True, "--jobs 4") is None
 
 
+def test_a_fleet_asking_for_more_slots_than_an_exclusive_gpu_takes_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.test_fleetplan import plan_file
+
+    monkeypatch.setattr(nvml_module, "_import_pynvml", lambda: _gpu_nvml(NVML_COMPUTEMODE_EXCLUSIVE_PROCESS))
+    plan, run_dir = plan_file(tmp_path), tmp_path / "run"  # its plan says jobs = 2
+    assert main(["fleet", str(plan), "--headless", "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"cockpit fleet: error: jobs = 2 ({plan}): {EXCLUSIVE_LINE}"), err
+    assert not run_dir.exists()
+
+
 def test_a_run_on_an_exclusive_gpu_runs_one_job_says_why_and_records_the_mode(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
