@@ -74,6 +74,10 @@ installed pynvml itself.
 - `nvmlDeviceGetCudaComputeCapability` ("Device Queries"; the bindings return the pair (major,
   minor), as CUDA's cuDeviceGetAttribute gives them): `compute_capability` (8.9 for the default
   RTX 4090; 7.0 is Volta, 6.0 Pascal). A MIG slice answers its parent's.
+- `nvmlDeviceGetComputeMode` ("Device Queries"; nvml.h's `nvmlComputeMode_t`: NVML_COMPUTEMODE_DEFAULT
+  0, _EXCLUSIVE_THREAD 1, "Support Removed", _PROHIBITED 2, _EXCLUSIVE_PROCESS 3; the reference lists
+  NOT_SUPPORTED "if the device does not support this feature"): `compute_mode` (default 0), or
+  `compute_mode=None` for a GPU that answers NOT_SUPPORTED. A MIG slice answers its parent's.
 - `nvmlInit` / `nvmlShutdown` are counted, as NVML counts them ("Initialization and Cleanup":
   shutdown happens when the count reaches zero). A surplus `nvmlShutdown` raises UNINITIALIZED, and
   so does every other call while no `nvmlInit` is outstanding (each function's "if the library has
@@ -101,6 +105,10 @@ NVML_TEMPERATURE_GPU = 0
 NVML_CLOCK_SM = 1
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
 NVML_DEVICE_MIG_ENABLE = 1
+NVML_COMPUTEMODE_DEFAULT = 0
+NVML_COMPUTEMODE_EXCLUSIVE_THREAD = 1
+NVML_COMPUTEMODE_PROHIBITED = 2
+NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = 3
 GIB = 1024**3
 # pynvml's NVML_VALUE_NOT_AVAILABLE_ulonglong: a record's usedGpuMemory the driver does not know.
 NVML_VALUE_NOT_AVAILABLE = 2**64 - 1
@@ -222,6 +230,7 @@ class FakeGpu:
     new_process_util_code: int = 13
     clocks_event: bool = True
     compute_capability: tuple[int, int] = (8, 9)
+    compute_mode: int | None = NVML_COMPUTEMODE_DEFAULT  # None: the driver answers NOT_SUPPORTED
 
 
 def four_gpus(clock: Callable[[], float], util_at: Callable[[int, float], float] | None = None) -> list[FakeGpu]:
@@ -253,6 +262,10 @@ class FakeNvml:
     NVML_TEMPERATURE_GPU = NVML_TEMPERATURE_GPU
     NVML_CLOCK_SM = NVML_CLOCK_SM
     NVML_DEVICE_MIG_ENABLE = NVML_DEVICE_MIG_ENABLE
+    NVML_COMPUTEMODE_DEFAULT = NVML_COMPUTEMODE_DEFAULT
+    NVML_COMPUTEMODE_EXCLUSIVE_THREAD = NVML_COMPUTEMODE_EXCLUSIVE_THREAD
+    NVML_COMPUTEMODE_PROHIBITED = NVML_COMPUTEMODE_PROHIBITED
+    NVML_COMPUTEMODE_EXCLUSIVE_PROCESS = NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
 
     def __init__(self, gpu: FakeGpu | Sequence[FakeGpu], missing: Sequence[str] = (), record_bytes: int = 24) -> None:
         self.missing = frozenset(missing)
@@ -334,6 +347,12 @@ class FakeNvml:
 
     def nvmlDeviceGetCudaComputeCapability(self, handle: str) -> tuple[int, int]:
         return self._device(handle).compute_capability
+
+    def nvmlDeviceGetComputeMode(self, handle: str) -> int:
+        mode = self._device(handle).compute_mode
+        if mode is None:
+            raise _fail(3)
+        return mode
 
     def nvmlSystemGetDriverVersion(self) -> str:
         return "555.42"

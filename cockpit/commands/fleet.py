@@ -154,6 +154,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     from cockpit.core.launch.pooled import PooledLauncher
     from cockpit.core.machine.nvml import close_gpus, open_gpus
     from cockpit.core.machine.visibility import visible_gpus
+    from cockpit.core.session.compute_modes import mode_bounds
     from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus
     from cockpit.core.session.mps import mps_refusal, with_mps
     from cockpit.core.supervise.supervisor import Supervisor
@@ -166,6 +167,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
         # No GPU, unless CUDA_VISIBLE_DEVICES left none: --gpus has nothing to check against; a warning says so.
         spec = _spec(args, plan, device_indices([r.info for r in gpus]) if gpus or visible_by else None, visible_by)
         problem = mps_refusal(spec, gpus, gpu_status)
+        bounds = mode_bounds(spec, gpus, f"--jobs {spec.jobs}" if args.jobs else f"jobs = {spec.jobs} ({plan.source})")
     except ConfigError as exc:
         close_gpus(gpus)
         print(f"cockpit fleet: error: {exc}", file=sys.stderr)
@@ -174,6 +176,10 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
         close_gpus(gpus)
         print(f"cockpit fleet: error: {problem}" + ("" if args.mps else f" (the plan {plan.source} says mps = true)"),
               file=sys.stderr)  # fmt: skip
+        return 2
+    if bounds.refusal is not None:
+        close_gpus(gpus)
+        print(f"cockpit fleet: error: {bounds.refusal}", file=sys.stderr)
         return 2
     if not (args.headless or not interactive()):
         close_gpus(gpus)
@@ -193,7 +199,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
         spec, PooledLauncher,
         lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
                                     resume=args.resume is not None, fleet_factory=fleet,
-                                    notes=(*visibility.warnings, *notes), mps_pipe_dir=pipe_dir),
+                                    notes=(*visibility.warnings, *bounds.notes, *notes), mps_pipe_dir=pipe_dir),
         front.headless(), "cockpit fleet",
     ))  # fmt: skip
 

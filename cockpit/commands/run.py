@@ -24,6 +24,7 @@ from cockpit.commands.frontends import FrontEnds
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, on_cluster
 from cockpit.core.machine.nvml import GpuReader
 from cockpit.core.machine.visibility import device_indices
+from cockpit.core.session.compute_modes import default_jobs, mode_bounds
 from cockpit.core.session.mps import auto_mps, mps_refusal, with_mps
 
 if TYPE_CHECKING:
@@ -87,7 +88,9 @@ def _local_spec(
     here = device_indices([r.info for r in gpus or ()]) if gpus or visible_by else None
     if args.resume is None:
         preset = args.preset or ("heavy" if gpus else "cartpole")
-        jobs = args.jobs or (len(args.devices) if args.devices else 1 if args.auto else 2)
+        jobs = args.jobs or (
+            len(args.devices) if args.devices else 1 if args.auto else default_jobs(gpus or (), args.gpus, args.mps)
+        )
         return build_spec(
             jobs=jobs, agents=args.agents, preset=preset, env=args.env,
             timesteps=args.timesteps, episodes=args.episodes, seed=args.seed, run_dir=args.run_dir,
@@ -144,6 +147,8 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     try:
         spec = _spec(args, gpus, command_line, visibility.described if visibility.listed else "")
         problem = mps_refusal(spec, gpus, gpu_status)
+        bounds = mode_bounds(spec, gpus, f"--jobs {spec.jobs}")
+        problem = problem or bounds.refusal
     except ConfigError as exc:
         close_gpus(gpus)
         print(f"cockpit run: error: {exc}", file=sys.stderr)
@@ -161,13 +166,17 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     costs = _cached_costs(spec, gpu)
     # --auto measures MPS where a daemon can be started: one stands ready, the jobs not its clients.
     standby, why_not = auto_mps(spec, gpus, gpu_status) if args.auto else (False, None)
+    if standby and bounds.capacity is not None:  # one job per exclusive GPU: no two share one to measure MPS on
+        standby, why_not = False, f"--auto: MPS not measured: {bounds.notes[0]}"
     return with_mps(spec, gpus, "cockpit run", lambda notes, pipe_dir: run_on_launcher(
         spec, LocalLauncher,
         lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
                                     resume=args.resume is not None, costs=costs,
-                                    auto=_auto_tuner(spec, gpu, args.auto_window, standby and pipe_dir is not None)
+                                    auto=_auto_tuner(spec, gpu, args.auto_window, standby and pipe_dir is not None,
+                                                     bounds.capacity, "; ".join(bounds.notes))
                                     if args.auto else None,
-                                    notes=(*visibility.warnings, *notes, *([why_not] if why_not else [])),
+                                    notes=(*visibility.warnings, *bounds.notes, *notes,
+                                           *([why_not] if why_not else [])),
                                     mps_pipe_dir=pipe_dir, mps_clients=spec.mps),
         front.headless(), "cockpit run",
     ), standby=standby)  # fmt: skip
@@ -183,9 +192,11 @@ def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:
     return cached_costs(dataclasses.replace(spec.preset, env=spec.env), gpu.info.name if gpu is not None else None)
 
 
-def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float, mps: bool = False) -> AutoTuner:
-    """The --auto loop for this machine: capped by the cores the preset's envs need; with `mps`
-    (a daemon stands ready) it measures MPS last."""
+def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float, mps: bool = False,
+                gpu_job_cap: int | None = None, gpu_job_cap_why: str = "") -> AutoTuner:  # fmt: skip
+    """The --auto loop for this machine: capped by the cores the preset's envs need and by the
+    jobs the GPUs' compute modes take (`gpu_job_cap`, which `gpu_job_cap_why` explains); with
+    `mps` (a daemon stands ready) it measures MPS last."""
     from cockpit.core.machine.clock import SystemClock
     from cockpit.core.machine.host import host_info
     from cockpit.core.sizing.advisor import envs_per_core, max_jobs_for_cores
@@ -197,7 +208,8 @@ def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float, mps: bool
     return AutoTuner(SystemClock(), max_slots=max_jobs_for_cores(preset, cores), n_envs=preset.n_envs,
                      env_capacity=envs_per_core(spec.env) * cores,
                      gpu_memory_bytes=gpu.info.memory_total_bytes if gpu is not None else None,
-                     window_s=window_s, settle_s=window_s / 3, mps=mps)  # fmt: skip
+                     window_s=window_s, settle_s=window_s / 3, mps=mps, gpu_job_cap=gpu_job_cap,
+                     gpu_job_cap_why=gpu_job_cap_why)  # fmt: skip
 
 
 def _run_in_background(spec: RunSpec, args: argparse.Namespace, front: FrontEnds) -> int:

@@ -32,6 +32,7 @@ from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.progress import ProgressFn, Step
 from cockpit.contract.runspec import ConfigError
 from cockpit.core.machine.mps import MpsError, daemon_in, why_unmeasurable
+from cockpit.core.machine.placement import mode_lines
 from cockpit.core.machine.tempdirs import owned_tempdir
 from cockpit.core.machine.visibility import open_first_gpu
 from cockpit.core.sizing.advisor import Machine, advise
@@ -60,10 +61,12 @@ def parse_budget(text: str) -> float:
     return float(match.group(1)) * UNITS[match.group(2)]
 
 
-def search_space(preset: Preset, physical_cores: int) -> Space:
-    """Up to twice as many jobs as cores, a quarter to four times the preset's envs."""
-    return Space(max_jobs=max(2, 2 * physical_cores), max_envs=preset.n_envs * 4, n_steps=preset.n_steps,
-                 batch_cap=preset.batch_size, min_envs=max(1, preset.n_envs // 4))  # fmt: skip
+def search_space(preset: Preset, physical_cores: int, gpu_job_cap: int | None = None) -> Space:
+    """Up to twice as many jobs as cores, and no more than the GPU's compute mode takes
+    (`gpu_job_cap`, `Machine.gpu_job_cap`; None: no bound), a quarter to four times the preset's envs."""
+    jobs = max(2, 2 * physical_cores)
+    return Space(max_jobs=jobs if gpu_job_cap is None else max(1, min(jobs, gpu_job_cap)), max_envs=preset.n_envs * 4,
+                 n_steps=preset.n_steps, batch_cap=preset.batch_size, min_envs=max(1, preset.n_envs // 4))  # fmt: skip
 
 
 def measure_seconds(budget_s: float) -> float:
@@ -119,7 +122,7 @@ class Extras:
 def start_config(preset: Preset, machine: Machine, costs: Costs | None = None) -> Config:
     """Recommend's static pick (with the probe's `costs` when given), brought inside the
     search space's bounds: where the climb starts."""
-    space = search_space(preset, machine.physical_cores)
+    space = search_space(preset, machine.physical_cores, machine.gpu_job_cap())
     jobs, n_envs = static_pick(machine, preset, costs=costs)
     config = space.config(min(jobs, space.max_jobs), min(max(n_envs, space.min_envs), space.max_envs))
     assert config is not None
@@ -135,7 +138,7 @@ def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path, c
     `progress` is told each trial as it begins: its number, of about as many as the budget holds
     at the longest trial's pace so far, and the time spent against the budget."""
     extras = extras or Extras()
-    space = search_space(preset, machine.physical_cores)
+    space = search_space(preset, machine.physical_cores, machine.gpu_job_cap())
     start = start or start_config(preset, machine, costs)
     measure_s = measure_seconds(budget_s)
     search = HillClimb(space, start)
@@ -270,11 +273,16 @@ def tune(console: Console, *, preset: str | None, env: str | None, budget: str, 
         raise ConfigError(f"--budget {budget}: {budget_s:.0f} s is too short for one trial (about {first_s:.0f} s, "
                           f"measured {1 + CONFIRM} times); give at least {(1 + CONFIRM) * first_s:.0f}s")  # fmt: skip
     resolved = resolve_preset(preset, env, machine)
+    bounded = "; ".join(mode_lines(machine.gpus))
+    if machine.gpu_job_cap() == 0:
+        raise ConfigError(f"{bounded}: tune's trials cannot start on it; name another GPU in CUDA_VISIBLE_DEVICES")
     out = out or Path(f"tuned-{resolved.name}-{resolved.env.replace('/', '-')}.toml")
     if out.exists() and not out.is_file():
         raise ConfigError(f"--out {out}: not a file")
     console.print(f"tuning {resolved.name} on {resolved.env} for {budget_s:.0f} s "
                   f"({measure_seconds(budget_s):.0f} s per trial after start-up)", highlight=False)  # fmt: skip
+    if bounded:  # the trials run as many jobs as the GPU takes: say why the climb stops there
+        console.print(f"{bounded}: trials of at most {machine.gpu_job_cap()} job(s)", highlight=False)
     began = time.monotonic()
     with step_display(console) as progress:
         costs = costs_for(say(console), machine, resolved, progress)  # a first-time probe spends some of the budget

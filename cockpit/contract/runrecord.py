@@ -16,7 +16,7 @@ schema_version, name, command, status, started_at, ended_at, updated_at, duratio
 [[jobs]]        one per job, with its GPU and [jobs.phases.<phase>] (time, GPU % and CPU % by phase)
 [utilization]   the GPUs over the run (every GPU's samples together), by phase, and what the sampler cost
 [[gpus]]        one per GPU sampled: its index, UUID, name, memory, jobs, how its utilization was
-                read, and [gpus.utilization]
+                read, its compute mode, and [gpus.utilization]
 [[advice]]      `--auto`'s decisions and applied advice, in time order
 ```
 
@@ -176,7 +176,12 @@ class GpuUseRecord:
     as measured, which bounds the bursts it can see; both absent when unknown (and in files from
     before they were recorded). `util_read_shares` is the share of the sampled time spent in each
     way of reading, by the same names, written only when the way changed during the run (a GPU
-    whose buffer failed and fell back to polling): otherwise absent, all the time in `util_read`."""
+    whose buffer failed and fell back to polling): otherwise absent, all the time in `util_read`.
+
+    `compute_mode` is the GPU's compute mode as NVML read it when the run began ("default",
+    "exclusive_process", "prohibited" or "exclusive_thread"): an EXCLUSIVE_PROCESS GPU ran one job
+    unless the jobs were MPS clients, a PROHIBITED one none; absent when the driver did not say
+    (and in files from before it was recorded)."""
 
     index: int
     uuid: str | None = None
@@ -187,6 +192,7 @@ class GpuUseRecord:
     util_sample_period_ms: float | None = None
     util_read_shares: Mapping[str, float] = field(default_factory=dict, metadata={"omit_if_default": True})
     utilization: UtilizationFigures | None = None
+    compute_mode: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,6 +27,19 @@ def used_of(used: int | None, total: int | None, unit: int = MIB, digits: int | 
     return f"{shown[0]}/{shown[1]} {name}"
 
 
+# nvidia-smi's words for the modes in its "Compute M." column, where there is no room for ours.
+SHORT_COMPUTE_MODES = {"exclusive_process": "E. Process", "exclusive_thread": "E. Thread", "prohibited": "Prohibited"}
+
+
+def compute_mode(mode: str | None, *, short: bool = False) -> str:
+    """A GPU's compute mode (`GpuInfo.compute_mode`) as the GPU views show it: "exclusive-process",
+    "prohibited" or "exclusive-thread" (`short`: as nvidia-smi abbreviates them, "E. Process");
+    "" for the default mode and an unknown one, which bound no job and are not shown."""
+    if mode in (None, "default"):
+        return ""
+    return SHORT_COMPUTE_MODES.get(str(mode), str(mode)) if short else str(mode).replace("_", "-")
+
+
 def si(n: float) -> str:
     """A count in at most 4 characters: 950, 4.1k, 525k, 1.0M."""
     if n < 1000:

@@ -32,6 +32,7 @@ from cockpit.core.machine.utilread import BUSY, util_read
 from cockpit.core.telemetry.memwatch import NO_GROWTH
 from cockpit.core.telemetry.sampler import STATUS_SEP
 from cockpit.views.formatting import (
+    compute_mode,
     episodes_of,
     eta,
     mib,
@@ -58,7 +59,7 @@ def _read(g: GpuSample, before: str, after: str = "") -> str:
 
 def _gpus_part(state: RunState) -> str:
     """Several GPUs, each by its index: utilization ("busy", `BUSY_LEGEND`) and how it is read,
-    memory now, and how many jobs it runs."""
+    memory now, how many jobs it runs, and a compute mode that bounds them (`formatting.compute_mode`)."""
     parts = []
     for info in state.gpus:
         g = state.sample.gpu_of(info.index) if state.sample is not None else None
@@ -67,7 +68,8 @@ def _gpus_part(state: RunState) -> str:
         if g is not None:
             mem = used_of(g.mem_used_bytes, g.mem_total_bytes)
             figures = f"{BUSY} {num(g.util_percent)}%{_read(g, ' (', ')')} {mem}"
-        parts.append(f"GPU{info.index} {figures} {jobs} job{'s' if jobs != 1 else ''}")
+        mode = compute_mode(info.compute_mode)
+        parts.append(f"GPU{info.index} {figures} {jobs} job{'s' if jobs != 1 else ''}{f' ({mode})' if mode else ''}")
     return "  ".join(parts)
 
 
@@ -78,8 +80,9 @@ def _condition(line: str) -> str:
 
 def system_line(state: RunState) -> str:
     """One line: GPU utilization ("busy", `BUSY_LEGEND`: the share of time any kernel ran) with
-    its peak and how it is read (`util_read`), memory, power, temperature (or why there is no GPU)
-    and CPU; on a machine of several GPUs, each one's utilization, memory and jobs."""
+    its peak and how it is read (`util_read`), memory, power, temperature, and a compute mode that
+    bounds the jobs (`formatting.compute_mode`), or why there is no GPU, and CPU; on a machine of
+    several GPUs, each one's utilization, memory, jobs and compute mode."""
     s = state.sample
     if len(state.gpus) > 1:
         gpu = _gpus_part(state)
@@ -95,6 +98,8 @@ def system_line(state: RunState) -> str:
             f"mem {used_of(g.mem_used_bytes, g.mem_total_bytes)}  "
             f"{num(g.power_w)} W  {num(g.temperature_c)} C  {num(g.sm_clock_mhz)} MHz{throttle}"
         )
+        mode = compute_mode(state.gpu.compute_mode)
+        gpu += f"  {mode}" if mode else ""
     if s is None:
         return gpu
     cores = " ".join(f"{c:.0f}" for c in s.cpu_percent)

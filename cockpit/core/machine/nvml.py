@@ -46,6 +46,16 @@ UTIL_BUFFER = "buffer"
 UTIL_POLL = "poll"
 UTIL_NONE_MIG = "not per MIG slice"
 
+# A GPU's compute mode (`GpuInfo.compute_mode`), by `nvmlDeviceGetComputeMode`'s answer (nvml.h,
+# `nvmlComputeMode_t`): DEFAULT lets any number of CUDA processes share the GPU; EXCLUSIVE_PROCESS
+# lets one process hold a context on it (a second one fails at start), EXCLUSIVE_THREAD is the
+# older exclusive mode (support removed in current drivers), PROHIBITED lets none. None: unknown.
+COMPUTE_DEFAULT = "default"
+COMPUTE_EXCLUSIVE_THREAD = "exclusive_thread"
+COMPUTE_PROHIBITED = "prohibited"
+COMPUTE_EXCLUSIVE_PROCESS = "exclusive_process"
+COMPUTE_MODES = {0: COMPUTE_DEFAULT, 1: COMPUTE_EXCLUSIVE_THREAD, 2: COMPUTE_PROHIBITED, 3: COMPUTE_EXCLUSIVE_PROCESS}
+
 
 def error_code(exc: BaseException) -> int | None:
     """The NVML return code an NVMLError carries (`exc.value`), or None for any other exception."""
@@ -111,6 +121,9 @@ class GpuInfo:
     parent_uuid: str = ""
     # (major, minor), as CUDA numbers the architecture (7.0: Volta); None when the driver does not say.
     compute_capability: tuple[int, int] | None = None
+    # COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, ... as read at open; None when the driver does not
+    # say (NOT_SUPPORTED, a call it lacks), which placement treats as the default.
+    compute_mode: str | None = None
 
     @property
     def is_mig(self) -> bool:
@@ -197,6 +210,7 @@ class GpuReader:
         uuid = self._try(nvml.nvmlDeviceGetUUID, self.handle)
         # Looked up inside _try: bindings older than the call lack the attribute, which degrades to None.
         capability = self._try(lambda handle: nvml.nvmlDeviceGetCudaComputeCapability(handle), self.handle)
+        mode = self._try(lambda handle: nvml.nvmlDeviceGetComputeMode(handle), self.handle)
         self.info = GpuInfo(
             index=index,
             name=_text(nvml.nvmlDeviceGetName(self.handle)),
@@ -206,6 +220,7 @@ class GpuReader:
             parent_index=parent_index,
             parent_uuid=parent_uuid,
             compute_capability=(int(capability[0]), int(capability[1])) if capability is not None else None,
+            compute_mode=COMPUTE_MODES.get(int(mode)) if mode is not None else None,
         )
         self._mem_used: int | None = memory[0]
         self._last_util_us = 0

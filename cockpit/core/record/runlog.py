@@ -284,6 +284,7 @@ def _gpu_record(info: GpuInfo, state: RunState, recorder: Recorder, accounting: 
         util_read_shares={m: round(share, 4) for m, share in shares.items()},
         utilization=UtilizationFigures(**_figures(accounting.gpus[info.index])) if info.index in accounting.gpus
         else None,
+        compute_mode=info.compute_mode,
     )  # fmt: skip
 
 

@@ -351,7 +351,9 @@ class RunSession:
             return
         machine = machine_of(self.host, self.sampler.gpu_info, [r.info for r in self.sampler.gpus])
         cap = self.spec.preset.n_envs * MAX_ENVS_SCALE  # of the preset the run began with
-        self._suggestions = tuple(advise(machine, self._preset, state.slots, measured, self.costs, max_envs=cap))
+        self._suggestions = tuple(
+            advise(machine, self._preset, state.slots, measured, self.costs, max_envs=cap, mps=self.spec.mps)
+        )
 
     def write_run_log(self, state: RunState, *, final: bool = False) -> None:
         """Rewrite run.toml atomically; a failure (full disk) is recorded, not raised. A sample

@@ -10,6 +10,11 @@ On a machine of several GPUs, jobs and GPU memory are counted per GPU: each job 
 own GPU (`JobMeasure.gpu`), and how many jobs fit is how many `cockpit.core.machine.placement` would put on
 the GPUs (evenly, so a small GPU among large ones caps the count) before one of them is over
 `GPU_MEM_BUDGET`; an added job goes where placement would put it.
+
+A GPU's compute mode bounds the jobs on it as placement does (`placement.job_limit`: one job on a
+GPU in EXCLUSIVE_PROCESS unless the jobs are MPS clients, none in PROHIBITED): no item suggests more
+jobs than the GPUs take, and a run asking for more is told to run fewer, with the mode's line as
+the reason (`_compute_modes`).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from cockpit.contract.costs import MIN_MPS_GAIN, Costs, MpsGain
 from cockpit.contract.presets import Preset, largest_divisor_at_most
 from cockpit.core.machine.host import HostInfo
 from cockpit.core.machine.nvml import GpuInfo
-from cockpit.core.machine.placement import GpuRoom, fit_jobs, place, rooms_of
+from cockpit.core.machine.placement import GpuRoom, fit_jobs, job_capacity, mode_lines, place, rooms_of
 from cockpit.core.sizing.devices import Mix, mix_sps, mixes
 from cockpit.core.sizing.overlap import Station, overlap_sps, speed_of
 
@@ -87,6 +92,12 @@ class Machine:
         if not gpus and self.gpu_name is not None and self.gpu_memory_bytes:
             gpus = (GpuInfo(0, self.gpu_name, self.gpu_memory_bytes, ""),)
         return rooms_of(gpus)
+
+    def gpu_job_cap(self, mps: bool = False) -> int | None:
+        """How many jobs the GPUs take at once by their compute modes (`placement.job_capacity`;
+        `mps`: as MPS clients); None without a GPU or without such a limit."""
+        rooms = self.gpu_rooms()
+        return job_capacity(rooms, mps) if rooms else None
 
 
 @dataclass(frozen=True)
@@ -200,6 +211,24 @@ def max_jobs_for_gpu_memory(peak_bytes: int, total_bytes: int) -> int:
 
 def _pct(value: float) -> str:
     return f"{value:.0f} %"
+
+
+def _compute_modes(host: Machine, preset: Preset, jobs: int, costs: Costs | None, mps: bool) -> list[Advice]:
+    """More jobs than the GPUs' compute modes take (`Machine.gpu_job_cap`): as many as they take
+    (and the cores fit), the modes' lines the reason; where no GPU takes a job, every job on the CPU."""
+    cap = host.gpu_job_cap(mps)
+    if cap is None or jobs <= cap:
+        return []
+    why = "; ".join(mode_lines(host.gpus, mps))
+    if cap == 0:
+        return [Advice(AdviceSetting.DEVICES, f"{jobs}:cuda", f"{jobs}:cpu", "the jobs start: no GPU here takes one",
+                       why, {"jobs": jobs, "gpu_jobs_fit": 0})]  # fmt: skip
+    cores = max_jobs_for_cores(preset, host.physical_cores, costs)
+    fit = min(cap, cores)
+    if fit < cap:
+        why += f"; {host.physical_cores} physical cores fit {fit}"
+    return [Advice(AdviceSetting.JOBS, str(jobs), str(fit), "every job starts: a second CUDA process on an "
+                   "exclusive GPU fails at start", why, {"jobs": jobs, "gpu_jobs_fit": cap})]  # fmt: skip
 
 
 def _cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> list[Advice]:
@@ -351,8 +380,10 @@ def _gpus_memory(rooms: Sequence[GpuRoom], jobs: int, measured: Measurements) ->
                    {"peak_gib": peak / GIB, "total_gib": room.total_bytes / GIB, "gpu": room.index})]  # fmt: skip
 
 
-def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements, costs: Costs | None) -> list[Advice]:
-    """Low mean GPU use but busy train bursts, with room to spare: more jobs fill the gaps."""
+def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements, costs: Costs | None,
+             mps: bool = False) -> list[Advice]:  # fmt: skip
+    """Low mean GPU use but busy train bursts, with room to spare: more jobs fill the gaps, as many
+    as the cores, the GPU memory and the GPUs' compute modes allow."""
     mean, burst, cpu = measured.gpu_util_mean, measured.gpu_util_while_training, measured.cpu_percent_mean
     if host.gpu_name is None or mean is None or burst is None or cpu is None:
         return []
@@ -363,7 +394,10 @@ def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements, c
     peak = measured.peak_gpu_mem_bytes
     rooms = host.gpu_rooms()
     if peak is not None and rooms:
-        caps["GPU memory"] = fit_jobs(rooms, peak, GPU_MEM_BUDGET)
+        caps["GPU memory"] = fit_jobs(rooms, peak, GPU_MEM_BUDGET, mps=mps)
+    mode_cap = host.gpu_job_cap(mps)
+    if mode_cap is not None:
+        caps["the GPUs' compute modes"] = mode_cap
     suggested = min(wanted, *caps.values())
     if suggested <= jobs:
         return []
@@ -464,7 +498,7 @@ def _no_gpu(host: Machine, preset: Preset) -> list[Advice]:
                    reason, {"widest_layer": widest})]  # fmt: skip
 
 
-def _gpu_defaults(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> list[Advice]:
+def _gpu_defaults(host: Machine, preset: Preset, jobs: int, costs: Costs | None, mps: bool = False) -> list[Advice]:
     model = gpu_model(host.gpu_name)
     if model is None:
         return []
@@ -481,8 +515,11 @@ def _gpu_defaults(host: Machine, preset: Preset, jobs: int, costs: Costs | None)
     if len(rows) > 1:
         note += f"; {len(rows)} GPUs: {' + '.join(str(row.jobs) for row in rows)} jobs"
     fit = min(table_jobs, max_jobs_for_cores(preset, host.physical_cores, costs))
-    if fit != jobs:
-        capped = "" if fit == table_jobs else f"; {host.physical_cores} physical cores fit {fit} of {table_jobs}"
+    capped = "" if fit == table_jobs else f"; {host.physical_cores} physical cores fit {fit} of {table_jobs}"
+    mode_cap = host.gpu_job_cap(mps)
+    if mode_cap is not None and mode_cap < fit:
+        fit, capped = mode_cap, f"; {'; '.join(mode_lines(host.gpus, mps))}: {mode_cap} of {table_jobs} fit"
+    if fit != jobs and fit > 0:
         out.append(Advice(AdviceSetting.JOBS, str(jobs), str(fit), "enough parallel jobs to keep the GPU busy",
                           note + capped, {"gpu": host.gpu_name or ""}))  # fmt: skip
     return out
@@ -494,15 +531,21 @@ def mix_jobs(host: Machine, jobs: int) -> int:
     return max(jobs, min(MAX_MIX_JOBS, 2 * host.physical_cores))
 
 
-def _devices(host: Machine, preset: Preset, jobs: int, costs: Costs | None, cpu_costs: Costs | None) -> list[Advice]:
+def _devices(host: Machine, preset: Preset, jobs: int, costs: Costs | None, cpu_costs: Costs | None,
+             mps: bool = False) -> list[Advice]:  # fmt: skip
     """With a GPU and the preset's costs measured on both devices: the mix of CUDA and CPU jobs the
-    overlap model finds fastest (`devices.mixes`, up to `mix_jobs` jobs), where some of it is
-    on the CPU and it beats the best all-CUDA count by `MIN_IDLE_GAIN`."""
+    overlap model finds fastest (`devices.mixes`, up to `mix_jobs` jobs, no more on CUDA than the
+    GPUs' compute modes take), where some of it is on the CPU and it beats the best all-CUDA count
+    by `MIN_IDLE_GAIN`."""
     if costs is None or cpu_costs is None or host.gpu_name is None:
         return []
     if (costs.device, cpu_costs.device) != ("cuda", "cpu"):
         return []
-    every = mixes(preset, costs, cpu_costs, host.physical_cores, mix_jobs(host, jobs))
+    cap = host.gpu_job_cap(mps)
+    if cap == 0:
+        return []
+    every = [m for m in mixes(preset, costs, cpu_costs, host.physical_cores, mix_jobs(host, jobs))
+             if cap is None or m.cuda <= cap]  # fmt: skip
     best = every[0]
     all_cuda = next(m for m in every if m.cpu == 0)
     all_cpu = next((m for m in every if m.cuda == 0), None)
@@ -550,7 +593,7 @@ def _mps(host: Machine, preset: Preset, jobs: int, mps_gain: MpsGain | None, mps
 def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | None = None,
            costs: Costs | None = None, *, max_envs: int | None = None,
            cpu_costs: Costs | None = None, mps_gain: MpsGain | None = None,
-           mps_usable: bool = False) -> list[Advice]:  # fmt: skip
+           mps_usable: bool = False, mps: bool = False) -> list[Advice]:  # fmt: skip
     """What to change for `jobs` parallel jobs of `preset` on `host`, most pressing first.
 
     Without measurements the advice comes from the hardware alone (core budget, GPU table, no
@@ -562,16 +605,18 @@ def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | No
     advice cannot compound). With a GPU and `cpu_costs` too (the preset measured on the CPU), it
     names the fastest mix of CUDA and CPU jobs where that is not all on CUDA (`_devices`). MPS is
     advised from a measured gain only (`mps_gain`); unmeasured where it can be used here
-    (`mps_usable`), an item says how to measure it (`_mps`). At most
+    (`mps_usable`), an item says how to measure it (`_mps`). No item suggests more jobs than the
+    GPUs' compute modes take (`_compute_modes`; `mps`: the jobs run as MPS clients, `--mps`). At most
     one item per setting is returned: the first rule that fires wins (a hard limit before a
     nicety).
     """
-    items = [*_divisor(preset), *_cores(host, preset, jobs, costs), *_idle_cores(host, preset, jobs, costs)]
+    items = [*_divisor(preset), *_compute_modes(host, preset, jobs, costs, mps), *_cores(host, preset, jobs, costs),
+             *_idle_cores(host, preset, jobs, costs)]  # fmt: skip
     if measured is not None:
         items += _oom(preset, measured) + _gpu_memory(host, jobs, measured) + memory_advice(measured)
-        items += _cpu_bound(host, preset, jobs, measured) + _overlap(host, preset, jobs, measured, costs)
+        items += _cpu_bound(host, preset, jobs, measured) + _overlap(host, preset, jobs, measured, costs, mps)
     items += [*_amortize(host, preset, jobs, costs, max_envs), *_no_gpu(host, preset)]
-    items += _gpu_defaults(host, preset, jobs, costs) + _devices(host, preset, jobs, costs, cpu_costs)
+    items += _gpu_defaults(host, preset, jobs, costs, mps) + _devices(host, preset, jobs, costs, cpu_costs, mps)
     planned = next((int(a.suggested) for a in items if a.setting is AdviceSetting.JOBS), jobs)
     items += _mps(host, preset, planned, mps_gain, mps_usable)
     seen: set[str] = set()

@@ -64,8 +64,10 @@ class Change:
 class AutoTuner:
     """Call `tick(state)` at every supervisor tick; submit the command it returns, if any.
 
-    `max_slots` is the core budget's cap (the advisor's `max_jobs_for_cores`); GPU memory caps it
-    further once per-job peaks are measured, and a queue with nobody waiting cannot grow.
+    `max_slots` is the core budget's cap (the advisor's `max_jobs_for_cores`); the GPUs' compute
+    modes cap it (`gpu_job_cap`: the jobs they take at once, `placement.job_capacity`; None: no cap;
+    `gpu_job_cap_why` the line that says why), GPU memory caps it further once per-job peaks are
+    measured, and a queue with nobody waiting cannot grow.
     """
 
     clock: Clock
@@ -77,6 +79,8 @@ class AutoTuner:
     n_envs: int | None = None  # the jobs' envs now; None: only the job count is tuned
     env_capacity: int = 0  # envs the cores can step in all (the advisor's envs per core x cores)
     mps: bool = False  # an MPS daemon stands ready: try the jobs as its clients last
+    gpu_job_cap: int | None = None
+    gpu_job_cap_why: str = ""
     log: list[Change] = field(default_factory=list)
     done: bool = False
     mps_measured: tuple[int, float, float] | None = None  # (jobs, SPS without MPS, SPS with it)
@@ -106,6 +110,8 @@ class AutoTuner:
     def _why_not_add(self, state: RunState) -> str | None:
         if state.slots + 1 > self.max_slots:
             return f"the core budget allows {self.max_slots} job(s)"
+        if self.gpu_job_cap is not None and state.slots + 1 > self.gpu_job_cap:
+            return self.gpu_job_cap_why or f"the GPUs' compute modes allow {self.gpu_job_cap} job(s)"
         gpu_cap = self._gpu_cap(state)
         if gpu_cap is not None and state.slots + 1 > gpu_cap:
             return f"GPU memory allows {gpu_cap} job(s) at the measured peak"

@@ -32,8 +32,9 @@ alone: a script may be silent all its life.
 
 On a machine with GPUs, each launch places the job on one (`cockpit.core.machine.placement`: the GPU it
 ran on before, found by UUID, while it is there, has room for the job's known peak GPU memory and
-is not crowded; else the one with the fewest jobs, then the most free memory); the launcher makes
-that the only GPU its worker sees.
+is not crowded; else the one with the fewest jobs, then the most free memory; never past what the
+GPU's compute mode takes: one job on an EXCLUSIVE_PROCESS GPU unless the jobs are MPS clients,
+none on a PROHIBITED one); the launcher makes that the only GPU its worker sees.
 
 Under MPS (`mps_pipe_dir`: `--mps`), each worker placed on a GPU is a client of the MPS daemon
 there, its memory capped from its known peak (`workerargs.mps_memory_limit_mib`). A fatal fault in
@@ -460,7 +461,8 @@ class Supervisor:
         if self._device(job) == "cpu":
             job.gpu = None
             return
-        room = place(self.gpus(), self._jobs_on_gpus(job), job.gpu, self._known_peak(job))
+        # The GPUs' compute modes bound the jobs on each unless they are MPS clients (`placement.job_limit`).
+        room = place(self.gpus(), self._jobs_on_gpus(job), job.gpu, self._known_peak(job), mps=self.mps_clients)
         job.gpu = GpuRef(room.index, room.uuid) if room is not None else None
 
     def _launch(self, job: Job) -> None:

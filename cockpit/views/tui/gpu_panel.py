@@ -4,7 +4,11 @@ them on the same time axis, so a training burst lines up with the job that cause
 
 On a machine of several GPUs it has a section per GPU: its name, utilization and memory now, one
 row of each over the minute, and the lanes of the jobs placed on it, so a GPU's bursts line up with
-its own jobs. One GPU looks as it always did."""
+its own jobs. One GPU looks as it always did.
+
+A GPU whose compute mode bounds its jobs says so after its memory ("exclusive-process": one job
+on it unless the jobs are MPS clients; "prohibited": none), or, where the head line has no room,
+one GPU on a line of its own below its bars; the default mode is not shown."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from cockpit.core.feed.snapshot import JobView
 from cockpit.core.feed.source import WINDOW_S, Frame
 from cockpit.core.machine.nvml import GpuInfo, GpuSample
 from cockpit.core.machine.utilread import BUSY, util_read
-from cockpit.views.formatting import GIB, num, used_of
+from cockpit.views.formatting import GIB, compute_mode, num, used_of
 from cockpit.views.tui.lines_widget import FramePanel
 from cockpit.views.tui.timeaxis import LaneCells, bar_rows, bucket_max
 
@@ -47,7 +51,9 @@ def rows_needed(frame: Frame) -> int:
     gpus = frame.state.gpus
     if len(gpus) > 1:  # each GPU's section, then the time axis
         return 1 + sum(GPU_ROWS + max(1, len(lane_jobs(frame, gpu.index))) for gpu in gpus)
-    fixed = 2 + (UTIL_ROWS + 1 if frame.state.gpu is not None else 1)
+    gpu = frame.state.gpu
+    # A compute mode that bounds the jobs may need a line of its own (`GpuPanel.lines`).
+    fixed = 2 + (UTIL_ROWS + 1 + bool(compute_mode(gpu.compute_mode)) if gpu is not None else 1)
     return fixed + max(1, len(lane_jobs(frame)))
 
 
@@ -104,8 +110,12 @@ class GpuPanel(FramePanel):
             lines.append(Text("No GPU: CPU training", style=self._style("gpu--title")))
             lines.append(Text(state.gpu_status or "no GPU telemetry", style=label))
         else:
-            lines.append(self._head(state.gpu, gpu))
+            head = self._head(state.gpu, gpu)
+            lines.append(head)
             lines.extend(self._bars(frame, state.gpu, left, right, width, label_w, UTIL_ROWS))
+            mode = compute_mode(state.gpu.compute_mode)
+            if mode and compute_mode(state.gpu.compute_mode, short=True) not in head.plain and mode not in head.plain:
+                lines.append(Text(f"compute mode: {mode}", style=label))  # no room for it in the head line
         if state.gpu is not None and state.gpu_status:  # the sampler's conditions: stale, hidden pids, lost
             lines.append(Text(state.gpu_status, style=label))
         if len(state.gpus) <= 1:
@@ -131,20 +141,28 @@ class GpuPanel(FramePanel):
     def _head(self, info: GpuInfo, gpu: GpuSample | None, index: str = "") -> Text:
         """A GPU's name and its figures now; a narrow panel (beside the trend panel at 100
         columns) keeps the name whole and drops temperature, then power, then how utilization is
-        read (`util_read`), then shows memory in whole GiB: "busy" (`BUSY_LEGEND`) and memory
-        always stay. `index` ("0 ") leads it on a machine of several GPUs."""
+        read (`util_read`), then writes a compute mode that bounds the jobs
+        (`formatting.compute_mode`) as nvidia-smi abbreviates it, then drops it, then shows memory
+        in whole GiB: "busy" (`BUSY_LEGEND`) and memory always stay. `index` ("0 ") leads it on a
+        machine of several GPUs."""
         parts: list[str] = []
+        mode = compute_mode(info.compute_mode)
         if gpu is not None:
             mem = used_of(gpu.mem_used_bytes, gpu.mem_total_bytes, GIB)
             read = util_read(gpu.util_mode, gpu.sample_period_s)
-            parts = [f"{BUSY} {num(gpu.util_percent)}%", mem, *([read] if read else []), f"{num(gpu.power_w)} W",
-                     f"{num(gpu.temperature_c)} °C"]  # fmt: skip
+            parts = [f"{BUSY} {num(gpu.util_percent)}%", mem, *([mode] if mode else []), *([read] if read else []),
+                     f"{num(gpu.power_w)} W", f"{num(gpu.temperature_c)} °C"]  # fmt: skip
+        elif mode:
+            parts = [mode]
         name = index + info.name.removeprefix("NVIDIA ").removeprefix("GeForce ")
 
         def too_wide() -> bool:
             return len(name) + sum(2 + len(part) for part in parts) > self.size.width
 
         while len(parts) > 2 and too_wide():
+            if mode and parts[-1] == mode and mode != compute_mode(info.compute_mode, short=True):
+                parts[-1] = mode = compute_mode(info.compute_mode, short=True)
+                continue
             parts.pop()
         if gpu is not None and too_wide():
             parts[1] = used_of(gpu.mem_used_bytes, gpu.mem_total_bytes, GIB, digits=0)
