@@ -21,13 +21,13 @@ from cockpit.contract.fleetplan import PlanError, load_plan
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import RunSpec, build_spec
-from cockpit.contract.workerargs import WorkerArgs, mps_memory_limit_mib
+from cockpit.contract.workerargs import MpsDaemonDirs, MpsServers, WorkerArgs, mps_memory_limit_mib
 from cockpit.core.launch.local import LocalLauncher
 from cockpit.core.launch.pooled import PooledLauncher
 from cockpit.core.launch.protocol import LaunchRequest
 from cockpit.core.machine import mps
 from cockpit.core.machine import nvml as nvml_module
-from cockpit.core.machine.mps import MpsError, close_daemon, open_daemon, quit_left_behind, refusal
+from cockpit.core.machine.mps import MpsError, close_daemons, open_daemons, quit_left_behind, refusal
 from cockpit.core.machine.nvml import GpuInfo, close_gpus, open_gpus
 from cockpit.core.machine.placement import GpuRef
 from cockpit.core.session.mps import auto_mps, with_mps
@@ -39,6 +39,7 @@ from tests.mps_standin import StandIn
 GIB = 1024**3
 VOLTA_GPU = GpuInfo(0, "NVIDIA GeForce RTX 4090 (fake)", 24 * GIB, "555.42", "GPU-fake-0", compute_capability=(8, 9))
 PASCAL_GPU = GpuInfo(1, "NVIDIA GeForce GTX 1080 (fake)", 8 * GIB, "555.42", "GPU-fake-1", compute_capability=(6, 1))
+SECOND_GPU = GpuInfo(1, "NVIDIA GeForce RTX 4090 (fake)", 24 * GIB, "555.42", "GPU-fake-1", compute_capability=(8, 9))
 
 
 def _wait_gone(pid: int, timeout: float = 5.0) -> bool:
@@ -53,20 +54,23 @@ def _wait_gone(pid: int, timeout: float = 5.0) -> bool:
 
 def test_a_run_starts_its_own_daemon_in_its_run_dir_records_it_and_stops_it_at_the_end(standin: StandIn) -> None:
     run_dir = standin.root / "run"
-    daemon, notes = open_daemon(run_dir)
+    daemons, notes = open_daemons(run_dir, [VOLTA_GPU])
+    [daemon] = daemons
     files = RunDir(run_dir)
-    assert daemon.owned and daemon.pipe_dir == files.mps_pipe.resolve() and daemon.log_dir == files.mps_log
+    assert daemon.owned and daemon.gpu == 0
+    assert daemon.pipe_dir == files.mps_gpu_pipe(0).resolve() and daemon.log_dir == files.mps_gpu_log(0)
     start = standin.calls()[-1]
-    assert start["argv"] == ["-d"]
-    assert start["pipe_dir"] == str(daemon.pipe_dir) and start["log_dir"] == str(files.mps_log)
+    assert start["argv"] == ["-d"] and start["visible"] == "GPU-fake-0"
+    assert start["pipe_dir"] == str(daemon.pipe_dir) and start["log_dir"] == str(files.mps_gpu_log(0))
     assert daemon.pid is not None and mps_standin.alive(daemon.pid)
     record = json.loads(files.mps_record.read_text())
-    assert record == {"daemon_pid": daemon.pid, "pipe_dir": str(daemon.pipe_dir), "log_dir": str(files.mps_log),
-                      "cockpit_pid": os.getpid()}  # fmt: skip
-    started = f"MPS: started a control daemon (pid {daemon.pid}) at {daemon.pipe_dir}; it stops when the run ends"
+    assert record == {"cockpit_pid": os.getpid(), "daemons": [{"gpu": 0, "daemon_pid": daemon.pid,
+                      "pipe_dir": str(daemon.pipe_dir), "log_dir": str(files.mps_gpu_log(0))}]}  # fmt: skip
+    started = (f"MPS: started a control daemon (pid {daemon.pid}) for GPU 0 at {daemon.pipe_dir}; it stops when "
+               "the run ends")  # fmt: skip
     assert notes == [started]
 
-    assert close_daemon(daemon, run_dir) is None
+    assert close_daemons(daemons, run_dir) is None
     stop = standin.calls()[-1]
     assert stop["argv"] == [] and stop["stdin"] == "quit\n" and stop["pipe_dir"] == str(daemon.pipe_dir)
     assert _wait_gone(daemon.pid)
@@ -75,26 +79,29 @@ def test_a_run_starts_its_own_daemon_in_its_run_dir_records_it_and_stops_it_at_t
 
 def test_a_long_run_dir_gets_its_pipes_in_a_short_private_directory(standin: StandIn) -> None:
     run_dir = standin.root / ("r" * 80)
-    daemon, _ = open_daemon(run_dir)
+    [daemon], _ = open_daemons(run_dir, [VOLTA_GPU])
     try:
         assert len(str(daemon.pipe_dir)) <= mps.MAX_PIPE_DIR
         assert daemon.pipe_dir.name.startswith(f"cockpit-mps-{os.getuid()}-")
-        assert daemon.log_dir == RunDir(run_dir).mps_log  # logs have no such limit: they stay with the run
+        assert daemon.log_dir == RunDir(run_dir).mps_gpu_log(0)  # logs have no such limit: they stay with the run
     finally:
-        close_daemon(daemon, run_dir)
+        close_daemons([daemon], run_dir)
         shutil.rmtree(daemon.pipe_dir, ignore_errors=True)
 
 
 def test_a_daemon_already_serving_the_user_is_used_and_never_stopped(standin: StandIn) -> None:
     pid = standin.start_daemon_by_hand()
     run_dir = standin.root / "run"
-    daemon, notes = open_daemon(run_dir)
-    assert not daemon.owned and daemon.pipe_dir == standin.system_pipe and daemon.pid == pid
-    assert notes == [f"MPS: using the daemon already running at {standin.system_pipe}; it is left running"]
+    daemons, notes = open_daemons(run_dir, [VOLTA_GPU, SECOND_GPU])
+    [daemon] = daemons  # one daemon for both GPUs: it serves every CUDA process here
+    assert not daemon.owned and daemon.pipe_dir == standin.system_pipe and daemon.pid == pid and daemon.gpu is None
+    assert notes == [f"MPS: using the daemon already running at {standin.system_pipe} for every GPU; it is left running"]
     assert len(standin.calls()) == 1  # the user's own -d: cockpit started nothing
     assert not RunDir(run_dir).mps_record.exists()
+    served = mps.servers(daemons)
+    assert served.external and served.for_gpu(0) == served.for_gpu(1) == MpsDaemonDirs(str(standin.system_pipe))
 
-    assert close_daemon(daemon, run_dir) is None
+    assert close_daemons(daemons, run_dir) is None
     assert len(standin.calls()) == 1  # no quit sent
     time.sleep(0.1)
     assert mps_standin.alive(pid)
@@ -105,19 +112,21 @@ def test_a_control_pipe_whose_daemon_died_is_no_daemon(standin: StandIn) -> None
     os.kill(pid, signal.SIGKILL)  # died without cleaning up: its pipe and pid file stay
     assert _wait_gone(pid)
     assert (standin.system_pipe / "control").exists()
-    daemon, _ = open_daemon(standin.root / "run")
+    daemons, _ = open_daemons(standin.root / "run", [VOLTA_GPU])
     try:
-        assert daemon.owned and daemon.pipe_dir != standin.system_pipe
+        assert daemons[0].owned and daemons[0].pipe_dir != standin.system_pipe
     finally:
-        close_daemon(daemon, standin.root / "run")
+        close_daemons(daemons, standin.root / "run")
 
 
 _COCKPIT = """
 import sys, time
 from pathlib import Path
-from cockpit.core.machine.mps import open_daemon
-daemon, _ = open_daemon(Path(sys.argv[1]))
-print(daemon.pid, flush=True)
+from cockpit.core.machine.mps import open_daemons
+from cockpit.core.machine.nvml import GpuInfo
+gpus = [GpuInfo(i, "fake", 0, "", f"GPU-fake-{i}") for i in range(int(sys.argv[2]))]
+daemons, _ = open_daemons(Path(sys.argv[1]), gpus)
+print(" ".join(str(d.pid) for d in daemons), flush=True)
 time.sleep(600)
 """
 
@@ -126,50 +135,51 @@ def test_a_daemon_left_by_a_cockpit_killed_with_sigkill_is_quit_by_the_next_star
     standin: StandIn,
 ) -> None:
     run_dir = standin.root / "run"
-    cockpit = subprocess.Popen([sys.executable, "-c", _COCKPIT, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    cockpit = subprocess.Popen([sys.executable, "-c", _COCKPIT, str(run_dir), "2"], stdout=subprocess.PIPE, text=True)
     assert cockpit.stdout is not None
-    left = int(cockpit.stdout.readline())
+    left = [int(pid) for pid in cockpit.stdout.readline().split()]
     cockpit.send_signal(signal.SIGKILL)
     cockpit.wait()
     time.sleep(0.1)
-    assert mps_standin.alive(left)  # nothing stopped it: the cockpit had no chance
+    assert len(left) == 2 and all(mps_standin.alive(pid) for pid in left)  # the cockpit had no chance to stop them
     assert RunDir(run_dir).mps_record.exists()
 
-    daemon, notes = open_daemon(run_dir)  # `run --resume` of that run dir
+    daemons, notes = open_daemons(run_dir, [VOLTA_GPU])  # `run --resume` of that run dir
     try:
-        pipe_dir = RunDir(run_dir).mps_pipe.resolve()
-        assert notes[0] == f"MPS: quit the daemon (pid {left}) a killed cockpit left running at {pipe_dir}"
-        assert _wait_gone(left)
+        pipes = [RunDir(run_dir).mps_gpu_pipe(i).resolve() for i in (0, 1)]
+        assert notes[:2] == [f"MPS: quit the daemon (pid {pid}) a killed cockpit left running at {pipe}"
+                             for pid, pipe in zip(left, pipes, strict=True)]  # fmt: skip
+        assert all(_wait_gone(pid) for pid in left)
         quits = [c for c in standin.calls() if c["stdin"] == "quit\n"]
-        assert len(quits) == 1
-        assert daemon.owned and daemon.pid != left and mps_standin.alive(daemon.pid or 0)
+        assert len(quits) == 2
+        assert daemons[0].owned and daemons[0].pid not in left and mps_standin.alive(daemons[0].pid or 0)
     finally:
-        close_daemon(daemon, run_dir)
+        close_daemons(daemons, run_dir)
 
 
 def test_the_daemon_of_a_cockpit_still_running_the_run_is_left_alone(standin: StandIn) -> None:
     run_dir = standin.root / "run"
     owner = subprocess.Popen(["sleep", "600"])  # the live cockpit that wrote the record
     try:
-        daemon, _ = open_daemon(run_dir)
+        daemons, _ = open_daemons(run_dir, [VOLTA_GPU])
         record = json.loads(RunDir(run_dir).mps_record.read_text())
         record["cockpit_pid"] = owner.pid
         RunDir(run_dir).mps_record.write_text(json.dumps(record))
-        assert quit_left_behind(run_dir) is None
+        assert quit_left_behind(run_dir) == []
         with pytest.raises(MpsError, match=r"^--mps: the run in .* is live"):
-            open_daemon(run_dir)
+            open_daemons(run_dir, [VOLTA_GPU])
         assert not [c for c in standin.calls() if c["stdin"] == "quit\n"]
-        assert mps_standin.alive(daemon.pid or 0)
+        assert mps_standin.alive(daemons[0].pid or 0)
     finally:
         owner.kill()
         owner.wait()
-        close_daemon(daemon, run_dir)
+        close_daemons(daemons, run_dir)
 
 
 def test_a_daemon_that_fails_to_start_is_one_line_naming_mps(standin: StandIn, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MPS_STANDIN_FAIL", "1")
     with pytest.raises(MpsError) as raised:
-        open_daemon(standin.root / "run")
+        open_daemons(standin.root / "run", [VOLTA_GPU])
     message = str(raised.value)
     assert message.startswith("--mps: nvidia-cuda-mps-control -d failed with code 1: An instance of this daemon")
     assert "\n" not in message
@@ -194,11 +204,6 @@ def test_refusals_name_mps_and_what_would_do(standin: StandIn, tmp_path: Path) -
     assert refusal([PASCAL_GPU]) is not None and "--gpus" not in (refusal([PASCAL_GPU]) or "")
     standin.start_daemon_by_hand()
     assert refusal([VOLTA_GPU]) is None  # our own daemon: used
-    other = os.getuid() + 1
-    assert refusal([VOLTA_GPU], uid=other) == (
-        f"--mps: the MPS daemon at {standin.system_pipe} belongs to uid {os.getuid()}, not to you (uid {other}), "
-        "and would not serve your jobs; set CUDA_MPS_PIPE_DIRECTORY to a directory of your own, or run without --mps"
-    )
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
@@ -328,7 +333,8 @@ def test_a_fleet_plans_mps_key_is_a_bool_and_refused_where_mps_cannot_run(
 
 _SEES = (
     "import os, sys; "
-    "open(os.path.join(sys.argv[1], 'mps.txt'), 'w').write(os.environ.get('CUDA_MPS_PIPE_DIRECTORY', ''))"
+    "open(os.path.join(sys.argv[1], 'mps.txt'), 'w').write(os.environ.get('CUDA_MPS_PIPE_DIRECTORY', '') + ' ' "
+    "+ os.environ.get('CUDA_MPS_LOG_DIRECTORY', ''))"
 )
 
 
@@ -342,9 +348,10 @@ def test_a_run_with_mps_starts_its_daemon_gives_it_to_each_job_records_it_and_st
                  "--", sys.executable, "-c", _SEES, "{job_dir}"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
     start, stop = standin.calls()
-    pipe_dir = str(RunDir(run_dir).mps_pipe.resolve())
+    pipe_dir, log_dir = str(RunDir(run_dir).mps_gpu_pipe(0).resolve()), str(RunDir(run_dir).mps_gpu_log(0))
     assert start["argv"] == ["-d"] and start["pipe_dir"] == pipe_dir
-    assert [(RunDir(run_dir).job(j).path / "mps.txt").read_text() for j in ("000", "001")] == [pipe_dir, pipe_dir]
+    seen = [(RunDir(run_dir).job(j).path / "mps.txt").read_text() for j in ("000", "001")]
+    assert seen == [f"{pipe_dir} {log_dir}"] * 2  # each job: its GPU's daemon's pipes and logs
     assert stop["stdin"] == "quit\n" and stop["pipe_dir"] == pipe_dir  # after the jobs: the run ended
     assert not RunDir(run_dir).mps_record.exists()
     assert read(run_dir).config.mps is True
@@ -418,16 +425,21 @@ def test_auto_has_a_daemon_stand_ready_only_where_mps_can_be_measured(
 def test_a_standby_daemon_that_cannot_start_is_a_note_and_the_run_goes_on(
     standin: StandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen: list[tuple[list[str], Path | None]] = []
-    session = lambda notes, pipe_dir: seen.append((notes, pipe_dir)) or 0  # noqa: E731
-    assert with_mps(_spec(standin.root / "ok"), [], "cockpit run", session, standby=True) == 0
-    notes, pipe_dir = seen[-1]
-    assert pipe_dir is not None and notes[0].startswith("MPS: started a control daemon")
-    assert [c["argv"] for c in standin.calls()] == [["-d"], []]  # started, then quit at the end
-    monkeypatch.setenv("MPS_STANDIN_FAIL", "1")
-    assert with_mps(_spec(standin.root / "fail"), [], "cockpit run", session, standby=True) == 0
-    notes, pipe_dir = seen[-1]
-    assert pipe_dir is None and notes[0].startswith("--auto: MPS not measured: nvidia-cuda-mps-control -d failed")
+    seen: list[tuple[list[str], MpsServers | None]] = []
+    session = lambda notes, mps: seen.append((notes, mps)) or 0  # noqa: E731
+    readers = _readers(monkeypatch)
+    try:
+        assert with_mps(_spec(standin.root / "ok"), readers, "cockpit run", session, standby=True) == 0
+        notes, served = seen[-1]
+        assert served is not None and served.for_gpu(0) is not None
+        assert notes[0].startswith("MPS: started a control daemon")
+        assert [c["argv"] for c in standin.calls()] == [["-d"], []]  # started, then quit at the end
+        monkeypatch.setenv("MPS_STANDIN_FAIL", "1")
+        assert with_mps(_spec(standin.root / "fail"), readers, "cockpit run", session, standby=True) == 0
+        notes, served = seen[-1]
+        assert served is None and notes[0].startswith("--auto: MPS not measured: nvidia-cuda-mps-control -d failed")
+    finally:
+        close_gpus(readers)
 
 
 def test_mps_advice_applies_only_where_the_run_has_a_daemon(tmp_path: Path) -> None:
@@ -439,7 +451,7 @@ def test_mps_advice_applies_only_where_the_run_has_a_daemon(tmp_path: Path) -> N
     session._latest = session.snapshot()
     with pytest.raises(ValueError, match="without an MPS daemon: start a new run with --mps"):
         session.submit(ApplyAdvice("mps", "on"))
-    session.mps_pipe_dir = tmp_path / "pipe"
+    session.mps = MpsServers(by_gpu=((0, MpsDaemonDirs(str(tmp_path / "pipe"))),))
     with pytest.raises(ValueError, match="turned on or off"):
         session.submit(ApplyAdvice("mps", "measure it"))
     session.submit(ApplyAdvice("mps", "on"))

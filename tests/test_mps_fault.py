@@ -11,6 +11,7 @@ from cockpit.commands.report import state_json
 from cockpit.contract.controls import RestartJob, SetMps
 from cockpit.contract.runspec import RestartPolicy, build_spec
 from cockpit.contract.states import JobState
+from cockpit.contract.workerargs import MpsDaemonDirs, MpsServers
 from cockpit.core.feed.source import Frame
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.placement import GpuRoom
@@ -31,7 +32,8 @@ def make(tmp_path: Path, *, mps: bool, agents: int = 3, peaks: dict[str, int] | 
         run_dir=tmp_path, template=JobTemplate("cartpole", "CartPole-v1", 1000), seeds=range(agents), slots=agents,
         launcher=launcher, budget=thread_budget(agents, 2), restart=RestartPolicy(max_restarts=3), clock=clock,
         gpus=lambda: ONE_GPU, peak_gpu_mem=lambda: peaks or {},
-        mps_pipe_dir=tmp_path / "mps" / "pipe" if mps else None, mps_clients=clients,
+        mps=MpsServers(by_gpu=((0, MpsDaemonDirs(str(tmp_path / "mps" / "pipe"), str(tmp_path / "mps" / "log"))),))
+        if mps else None, mps_clients=clients,
     )  # fmt: skip
     sup.tick()
     return sup, launcher, clock
