@@ -18,7 +18,8 @@ Reference" and "Appendix: Environment Variables"; the nvidia-cuda-mps-control(1)
   the pipe and pid file. With no daemon there it fails (the real one cannot connect).
 
 Every call appends one JSON line to `$MPS_STANDIN_LOG`: argv, stdin, the two directories and
-`CUDA_VISIBLE_DEVICES` in its environment. The tests never touch /tmp/nvidia-mps: they always set CUDA_MPS_PIPE_DIRECTORY.
+`CUDA_VISIBLE_DEVICES` in its environment. The tests never touch /tmp/nvidia-mps: they always set
+CUDA_MPS_PIPE_DIRECTORY.
 """
 
 from __future__ import annotations

@@ -95,7 +95,9 @@ def test_a_daemon_already_serving_the_user_is_used_and_never_stopped(standin: St
     daemons, notes = open_daemons(run_dir, [VOLTA_GPU, SECOND_GPU])
     [daemon] = daemons  # one daemon for both GPUs: it serves every CUDA process here
     assert not daemon.owned and daemon.pipe_dir == standin.system_pipe and daemon.pid == pid and daemon.gpu is None
-    assert notes == [f"MPS: using the daemon already running at {standin.system_pipe} for every GPU; it is left running"]
+    assert notes == [
+        f"MPS: using the daemon already running at {standin.system_pipe} for every GPU; it is left running"
+    ]
     assert len(standin.calls()) == 1  # the user's own -d: cockpit started nothing
     assert not RunDir(run_dir).mps_record.exists()
     served = mps.servers(daemons)
