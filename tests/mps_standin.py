@@ -32,6 +32,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 STANDIN = """#!{python}
 import json, os, signal, subprocess, sys, time
 if sys.argv[1:] == ["--standin-daemon"]:  # the daemon's own process: not a call
@@ -137,3 +139,17 @@ class StandIn:
         pid = daemon_pid(self.system_pipe)
         assert pid is not None
         return pid
+
+
+def as_another_user(pipe_dir: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Make the daemon at `pipe_dir` another user's, as a root daemon's or a colleague's is: its
+    pipe directory, control pipe and pid file chowned to uid 65534 where the tests run as root;
+    elsewhere this process takes another uid for `os.getuid` (the files stay, the owner differs).
+    Returns that other uid."""
+    if os.geteuid() == 0:
+        for path in (pipe_dir, pipe_dir / "control", pipe_dir / "nvidia-cuda-mps-control.pid"):
+            os.chown(path, 65534, 65534)
+        return 65534
+    me = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: me + 1)
+    return me

@@ -485,3 +485,154 @@ def test_what_auto_measured_of_mps_is_kept_for_recommend_once(tmp_path: Path, mo
         assert not mps_cache_path().exists()  # once
     finally:
         close_gpus(readers)
+
+
+# ----- one daemon per GPU -----
+
+
+def test_a_run_on_two_gpus_starts_a_daemon_per_gpu_each_seeing_that_gpu_alone(standin: StandIn) -> None:
+    run_dir = standin.root / "run"
+    daemons, notes = open_daemons(run_dir, [VOLTA_GPU, SECOND_GPU])
+    try:
+        starts = [c for c in standin.calls() if c["argv"] == ["-d"]]
+        files = RunDir(run_dir)
+        assert [(c["visible"], c["pipe_dir"], c["log_dir"]) for c in starts] == [
+            (f"GPU-fake-{i}", str(files.mps_gpu_pipe(i).resolve()), str(files.mps_gpu_log(i))) for i in (0, 1)
+        ]
+        assert [d.gpu for d in daemons] == [0, 1] and len({d.pid for d in daemons}) == 2 and len(notes) == 2
+        record = json.loads(files.mps_record.read_text())
+        assert [(e["gpu"], e["daemon_pid"]) for e in record["daemons"]] == [(0, daemons[0].pid), (1, daemons[1].pid)]
+        served = mps.servers(daemons)
+        assert not served.external and served.for_gpu(1) == MpsDaemonDirs(str(daemons[1].pipe_dir),
+                                                                          str(daemons[1].log_dir))  # fmt: skip
+    finally:
+        close_daemons(daemons, run_dir)
+    assert all(_wait_gone(d.pid or 0) for d in daemons)  # each one quit
+    assert sorted(str(c["pipe_dir"]) for c in standin.calls() if c["stdin"] == "quit\n") == sorted(
+        str(d.pipe_dir) for d in daemons
+    )
+
+
+def test_a_daemon_that_fails_on_the_second_gpu_stops_the_first_and_is_one_line(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = standin.root / "run"
+    real = mps._start
+
+    def second_fails(run_dir: Path, gpu: GpuInfo, env: dict[str, str]) -> mps.Daemon:
+        if gpu.index == 1:
+            raise MpsError("--mps: nvidia-cuda-mps-control -d failed with code 1 (GPU 1)")
+        return real(run_dir, gpu, env)
+
+    monkeypatch.setattr(mps, "_start", second_fails)
+    with pytest.raises(MpsError, match=r"\(GPU 1\)$"):
+        open_daemons(run_dir, [VOLTA_GPU, SECOND_GPU])
+    [first] = [c for c in standin.calls() if c["argv"] == ["-d"]]
+    assert [c["pipe_dir"] for c in standin.calls() if c["stdin"] == "quit\n"] == [first["pipe_dir"]]
+    assert not RunDir(run_dir).mps_record.exists()
+
+
+# ----- a daemon that is not yours -----
+
+
+def test_another_users_daemon_is_no_refusal_and_is_used_for_every_gpu(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pid = standin.start_daemon_by_hand()
+    other = mps_standin.as_another_user(standin.system_pipe, monkeypatch)
+    assert refusal([VOLTA_GPU]) is None  # a root daemon starts a server for each user that asks
+    found = mps.serving()
+    assert found is not None and found.pid == pid and not found.owned
+    daemons, notes = open_daemons(standin.root / "run", [VOLTA_GPU, SECOND_GPU])
+    assert daemons == [found] and len(standin.calls()) == 1
+    assert notes == [f"MPS: using the daemon already running at {standin.system_pipe} (started by uid {other}) for "
+                     "every GPU; it is left running"]  # fmt: skip
+
+
+def test_auto_does_not_compare_mps_with_mps_under_another_users_daemon(
+    standin: StandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readers = _readers(monkeypatch)
+    try:
+        assert auto_mps(_spec(tmp_path / "a"), readers, "") == (True, None)
+        standin.start_daemon_by_hand()
+        other = mps_standin.as_another_user(standin.system_pipe, monkeypatch)
+        ready, why = auto_mps(_spec(tmp_path / "b"), readers, "")
+        assert not ready and why == (f"--auto: MPS not measured: the daemon at {standin.system_pipe} (started by uid "
+                                     f"{other}) already serves every job")  # fmt: skip
+    finally:
+        close_gpus(readers)
+
+
+def test_without_mps_a_run_under_a_daemon_found_running_says_its_jobs_are_clients_anyway(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpu = FakeNvml(FakeGpu(util_at=lambda t: 0.0, clock=time.time))
+    monkeypatch.setattr(nvml_module, "_import_pynvml", lambda: gpu)
+    standin.start_daemon_by_hand()
+    run_dir = standin.root / "run"
+    code = main(["run", "--headless", "--jobs", "1", "--run-dir", str(run_dir), "--no-tensorboard",
+                 "--", sys.executable, "-c", _SEES, "{job_dir}"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    said = (f"[cockpit] MPS: the daemon at {standin.system_pipe} serves every CUDA process here: the jobs are its "
+            "clients without --mps")  # fmt: skip
+    assert said in out.splitlines()
+    config = read(run_dir).config
+    assert config.mps is False and config.mps_external == str(standin.system_pipe)
+    assert len(standin.calls()) == 1  # nothing started, nothing stopped
+
+
+# ----- the clients' environment, stale pid files, the /tmp fallback -----
+
+
+def test_a_worker_under_mps_gets_its_daemons_log_directory_too(tmp_path: Path) -> None:
+    python = tmp_path / "python"
+    python.write_text(_ENV_DUMP)
+    python.chmod(0o755)
+    launcher = LocalLauncher(python=str(python), nice=0)
+    request = LaunchRequest("000", WorkerArgs(tmp_path / "job"), gpu=GpuRef(0, "GPU-fake-0"),
+                            mps_pipe_dir="/run/mps/gpu0/pipe", mps_log_dir="/run/mps/gpu0/log")  # fmt: skip
+    handle = launcher.launch(request)
+    while launcher.poll(handle) is None:
+        time.sleep(0.01)
+    env = dict(line.split("=", 1) for line in (tmp_path / "env.txt").read_text().splitlines() if "=" in line)
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/mps/gpu0/pipe"
+    assert env["CUDA_MPS_LOG_DIRECTORY"] == "/run/mps/gpu0/log"
+
+
+def test_a_pid_file_naming_a_live_process_that_is_no_daemon_is_stale(standin: StandIn) -> None:
+    pid = standin.start_daemon_by_hand()
+    os.kill(pid, signal.SIGKILL)
+    assert _wait_gone(pid)
+    squatter = subprocess.Popen(["sleep", "600"])  # the pid file's number, since reused by another program
+    try:
+        (standin.system_pipe / "nvidia-cuda-mps-control.pid").write_text(f"{squatter.pid}\n")
+        assert mps.serving() is None
+        daemons, _ = open_daemons(standin.root / "run", [VOLTA_GPU])
+        try:
+            assert daemons[0].owned and daemons[0].pipe_dir != standin.system_pipe
+        finally:
+            close_daemons(daemons, standin.root / "run")
+    finally:
+        squatter.kill()
+        squatter.wait()
+
+
+def test_the_tmp_fallback_for_a_long_pipe_path_must_be_ours_and_0700(standin: StandIn) -> None:
+    run_dir = standin.root / ("r" * 80)
+    [daemon], _ = open_daemons(run_dir, [VOLTA_GPU])
+    fallback = daemon.pipe_dir
+    try:
+        info = fallback.stat()
+        assert info.st_mode & 0o777 == 0o700 and info.st_uid == os.getuid()
+    finally:
+        close_daemons([daemon], run_dir)
+    fallback.chmod(0o755)  # as someone who made it first, open to all, would leave it
+    calls = len(standin.calls())
+    with pytest.raises(MpsError) as raised:
+        open_daemons(run_dir, [VOLTA_GPU])
+    assert str(raised.value) == (f"--mps: no pipe directory for GPU 0's daemon: {fallback}: not a private directory "
+                                 f"of uid {os.getuid()} (owner {os.getuid()}, mode 755); remove it")  # fmt: skip
+    assert len(standin.calls()) == calls  # no daemon started on pipes another user could reach
+    shutil.rmtree(fallback, ignore_errors=True)

@@ -106,7 +106,7 @@ from cockpit.contract.workerargs import (
     mps_memory_limit_mib,
 )
 from cockpit.core.feed.snapshot import Overrides, RunState, job_view, stepping_sps
-from cockpit.core.launch.protocol import EventSource, Launcher, LaunchRequest
+from cockpit.core.launch.protocol import EventSource, Launcher, LaunchRequest, WorkerHandle
 from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.machine.host import ThreadBudget, pin_sets, thread_budget
 from cockpit.core.machine.mps import mps_error
@@ -132,16 +132,17 @@ MPS_FAULT_WINDOW_S = 10.0
 
 @dataclass
 class MpsFault:
-    """One MPS client fault on a GPU: when its first crash was (supervisor clock: `at` monotonic,
-    `since` wall), the jobs it ended in order, when they all restart, and the index of its warning
-    in `Supervisor.warnings`."""
+    """One MPS client fault on a GPU: when its first crash was (supervisor clock), the jobs it
+    ended in order, when they all restart, the index of its warning in `Supervisor.warnings`, and
+    the workers of the GPU's other jobs at its first crash (`clients`: the server's clients then,
+    which must all be gone before it takes new ones)."""
 
     gpu: int
     at: float
     jobs: list[str]
     restart_at: float | None
     warning: int
-    since: float = 0.0
+    clients: tuple[WorkerHandle, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -666,7 +667,9 @@ class Supervisor:
             waiting = {j.id for j in self.jobs.values() if j.state is JobState.BACKOFF}
             self.mps_faults = [f for f in self.mps_faults
                                if now_mono - f.at <= MPS_FAULT_WINDOW_S or waiting.intersection(f.jobs)]  # fmt: skip
-            self.mps_faults.append(MpsFault(index, now_mono, [job.id], restart_at=None, warning=-1, since=now))
+            clients = tuple(o.handle for o in self.jobs.values()
+                            if o.handle is not None and o.gpu is not None and o.gpu.index == index)  # fmt: skip
+            self.mps_faults.append(MpsFault(index, now_mono, [job.id], restart_at=None, warning=-1, clients=clients))
             return False
         first = self.jobs.get(fault.jobs[0])
         if fault.restart_at is None:
@@ -704,11 +707,9 @@ class Supervisor:
             return False
         if len(fault.jobs) < 2 and self.clock.monotonic() - fault.at > MPS_FAULT_WINDOW_S:
             return False  # a crash of its own: no other client of its GPU went with it
-        # The server's clients at the fault: workers of its GPU launched before it, of other jobs
-        # (the fault's own restart together, and a worker launched since is no client it waits for).
-        return any(other.handle is not None and other.gpu is not None and other.gpu.index == fault.gpu
-                   and other.attempt_started_at is not None and other.attempt_started_at <= fault.since
-                   for other in self.jobs.values() if other.id not in fault.jobs)  # fmt: skip
+        # The server's clients at the fault that are not yet reaped (a worker launched since is
+        # no client of it, and the fault's own jobs restart together).
+        return any(self.jobs[h.job_id].handle is h for h in fault.clients if h.job_id in self.jobs)
 
     @staticmethod
     def _input_error(job: Job, code: int, reason: str, healthy: bool, *, server_fault: bool = False) -> bool:
