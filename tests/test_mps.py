@@ -371,7 +371,7 @@ def test_a_served_fleet_worker_under_mps_gets_the_pipe_dir_and_no_cap(tmp_path: 
     python.chmod(0o755)
     launcher = PooledLauncher(python=str(python), nice=0)
     request = LaunchRequest("a0000", WorkerArgs(tmp_path / "job"), gpu=GpuRef(0, "GPU-fake-0"),
-                            mps_pipe_dir="/run/mps", mps_mem_limit_mib=1536)  # fmt: skip
+                            mps_pipe_dir="/run/mps", mps_mem_limit_mib=1536, mps_log_dir="/run/mps-log")  # fmt: skip
     handle = launcher.launch(request)
     try:
         deadline = time.monotonic() + 10
@@ -381,6 +381,7 @@ def test_a_served_fleet_worker_under_mps_gets_the_pipe_dir_and_no_cap(tmp_path: 
         lines = (tmp_path / "env.txt").read_text().splitlines()
         env = dict(line.split("=", 1) for line in lines if "=" in line)
         assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/mps" and env["CUDA_VISIBLE_DEVICES"] == "GPU-fake-0"
+        assert env["CUDA_MPS_LOG_DIRECTORY"] == "/run/mps-log"
         assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env  # one process, many agents: no one agent's cap
     finally:
         with contextlib.suppress(ProcessLookupError):
