@@ -454,6 +454,9 @@ def test_mps_advice_applies_only_where_the_run_has_a_daemon(tmp_path: Path) -> N
     session._latest = session.snapshot()
     with pytest.raises(ValueError, match="without an MPS daemon: start a new run with --mps"):
         session.submit(ApplyAdvice("mps", "on"))
+    session.mps = MpsServers(shared=MpsDaemonDirs("/tmp/nvidia-mps"), external=True)  # the jobs are clients anyway
+    with pytest.raises(ValueError, match="the daemon at /tmp/nvidia-mps serves every CUDA process here"):
+        session.submit(ApplyAdvice("mps", "off"))
     session.mps = MpsServers(by_gpu=((0, MpsDaemonDirs(str(tmp_path / "pipe"))),))
     with pytest.raises(ValueError, match="turned on or off"):
         session.submit(ApplyAdvice("mps", "measure it"))

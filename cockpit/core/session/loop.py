@@ -274,8 +274,12 @@ class RunSession:
         of it, or not."""
         if advice.suggested not in ("on", "off"):
             raise ValueError(f"advice mps -> {advice.suggested!r}: MPS is turned on or off once measured")
-        if self.mps is None or self.mps.external:
+        if self.mps is None:
             raise ValueError("mps cannot change under running jobs without an MPS daemon: start a new run with --mps")
+        if self.mps.external and self.mps.shared is not None:
+            raise ValueError(
+                f"mps cannot change: the daemon at {self.mps.shared.pipe_dir} serves every CUDA process here"
+            )
         state = self._latest
         self._log_applied(advice)
         live = [RestartJob(j.id) for j in state.jobs if j.state.active] if state is not None else []
