@@ -640,3 +640,24 @@ def test_the_tmp_fallback_for_a_long_pipe_path_must_be_ours_and_0700(standin: St
                                  f"of uid {os.getuid()} (owner {os.getuid()}, mode 755); remove it")  # fmt: skip
     assert len(standin.calls()) == calls  # no daemon started on pipes another user could reach
     shutil.rmtree(fallback, ignore_errors=True)
+
+
+def test_a_gpu_cut_into_mig_slices_gets_a_daemon_per_slice_and_none_of_its_own(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.fake_pynvml import FakeSlice
+
+    gpu = FakeGpu(util_at=lambda t: 0.0, clock=time.time)
+    gpu.mig_slices = (FakeSlice(slot=0, uuid="MIG-a", mem_total=10 * GIB), FakeSlice(slot=1, uuid="MIG-b"))
+    monkeypatch.setattr(nvml_module, "_import_pynvml", lambda: FakeNvml(gpu))
+    readers, _ = open_gpus()
+    try:
+        seen: list[MpsServers | None] = []
+        spec = build_spec(jobs=2, agents=None, preset="cartpole", env=None, timesteps=1000, seed=0,
+                          run_dir=standin.root / "run", max_restarts=3, pin=False, command_line=("run", "--mps"),
+                          mps=True)  # fmt: skip
+        assert with_mps(spec, readers, "cockpit run", lambda notes, mps: seen.append(mps) or 0) == 0
+    finally:
+        close_gpus(readers)
+    assert [c["visible"] for c in standin.calls() if c["argv"] == ["-d"]] == ["MIG-a", "MIG-b"]
+    assert seen[0] is not None and [gpu for gpu, _ in seen[0].by_gpu] == [1, 2]  # the slices, after the GPU
