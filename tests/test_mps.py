@@ -642,7 +642,7 @@ def test_the_tmp_fallback_for_a_long_pipe_path_must_be_ours_and_0700(standin: St
     shutil.rmtree(fallback, ignore_errors=True)
 
 
-def test_a_gpu_cut_into_mig_slices_gets_a_daemon_per_slice_and_none_of_its_own(
+def test_each_mig_slice_gets_a_daemon_of_its_own_seeing_that_slice_alone_by_its_uuid(
     standin: StandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from tests.fake_pynvml import FakeSlice

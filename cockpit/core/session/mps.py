@@ -24,7 +24,6 @@ from cockpit.core.machine.mps import (
     why_unmeasurable,
 )
 from cockpit.core.machine.nvml import GpuInfo, GpuReader, close_gpus
-from cockpit.core.machine.placement import placeable
 
 
 def mps_refusal(spec: RunSpec, gpus: Sequence[GpuReader], gpu_status: str) -> str | None:
@@ -89,8 +88,7 @@ def with_mps(spec: RunSpec, gpus: Sequence[GpuReader], who: str,
     line on stderr, prefixed with `who`, the run's `gpus` closed and exit code 2; a `standby` one
     (for `--auto`) is a note instead, and the run goes on without MPS."""
     try:
-        # A daemon per device a worker can run on: each MIG slice has its own, its GPU none.
-        daemons, notes = open_mps(spec, placeable(_usable(spec, gpus)), standby)
+        daemons, notes = open_mps(spec, _usable(spec, gpus), standby)
     except MpsError as exc:
         if not spec.mps:
             return session([f"--auto: MPS not measured: {str(exc).removeprefix('--mps: ')}"], None)
