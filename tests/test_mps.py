@@ -632,14 +632,17 @@ def test_the_tmp_fallback_for_a_long_pipe_path_must_be_ours_and_0700(standin: St
         assert info.st_mode & 0o777 == 0o700 and info.st_uid == os.getuid()
     finally:
         close_daemons([daemon], run_dir)
-    fallback.chmod(0o755)  # as someone who made it first, open to all, would leave it
-    calls = len(standin.calls())
-    with pytest.raises(MpsError) as raised:
-        open_daemons(run_dir, [VOLTA_GPU])
-    assert str(raised.value) == (f"--mps: no pipe directory for GPU 0's daemon: {fallback}: not a private directory "
-                                 f"of uid {os.getuid()} (owner {os.getuid()}, mode 755); remove it")  # fmt: skip
-    assert len(standin.calls()) == calls  # no daemon started on pipes another user could reach
-    shutil.rmtree(fallback, ignore_errors=True)
+    try:
+        fallback.chmod(0o755)  # as someone who made it first, open to all, would leave it
+        calls = len(standin.calls())
+        with pytest.raises(MpsError) as raised:
+            open_daemons(run_dir, [VOLTA_GPU])
+        me = os.getuid()
+        assert str(raised.value) == (f"--mps: no pipe directory for GPU 0's daemon: {fallback}: not a private "
+                                     f"directory of uid {me} (owner {me}, mode 755); remove it")  # fmt: skip
+        assert len(standin.calls()) == calls  # no daemon started on pipes another user could reach
+    finally:
+        shutil.rmtree(fallback, ignore_errors=True)
 
 
 def test_each_mig_slice_gets_a_daemon_of_its_own_seeing_that_slice_alone_by_its_uuid(
