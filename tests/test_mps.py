@@ -77,7 +77,9 @@ def test_a_run_starts_its_own_daemon_in_its_run_dir_records_it_and_stops_it_at_t
     assert not files.mps_record.exists()
 
 
-def test_a_long_run_dir_gets_its_pipes_in_a_short_private_directory(standin: StandIn) -> None:
+def test_a_long_run_dir_gets_its_pipes_in_a_short_private_directory(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run_dir = standin.root / ("r" * 80)
     [daemon], _ = open_daemons(run_dir, [VOLTA_GPU])
     try:
@@ -86,7 +88,12 @@ def test_a_long_run_dir_gets_its_pipes_in_a_short_private_directory(standin: Sta
         assert daemon.log_dir == RunDir(run_dir).mps_gpu_log(0)  # logs have no such limit: they stay with the run
     finally:
         close_daemons([daemon], run_dir)
-        shutil.rmtree(daemon.pipe_dir, ignore_errors=True)
+    assert not daemon.pipe_dir.exists()  # removed with its daemon: /tmp keeps nothing of the run
+    assert RunDir(run_dir).mps_gpu_log(0).exists()
+    monkeypatch.setenv("MPS_STANDIN_FAIL", "1")
+    with pytest.raises(MpsError):
+        open_daemons(run_dir, [VOLTA_GPU])
+    assert not daemon.pipe_dir.exists()  # nor of a daemon that failed to start
 
 
 def test_a_daemon_already_serving_the_user_is_used_and_never_stopped(standin: StandIn) -> None:
@@ -633,7 +640,8 @@ def test_the_tmp_fallback_for_a_long_pipe_path_must_be_ours_and_0700(standin: St
     finally:
         close_daemons([daemon], run_dir)
     try:
-        fallback.chmod(0o755)  # as someone who made it first, open to all, would leave it
+        fallback.mkdir()  # made first, open to all, before the next start
+        fallback.chmod(0o755)
         calls = len(standin.calls())
         with pytest.raises(MpsError) as raised:
             open_daemons(run_dir, [VOLTA_GPU])

@@ -222,6 +222,17 @@ def _start(run_dir: Path, gpu: GpuInfo, env: Mapping[str, str]) -> Daemon:
         log_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     except OSError as exc:
         raise MpsError(f"--mps: no pipe directory for GPU {gpu.index}'s daemon: {exc}") from exc
+    try:
+        return _spawn(gpu, pipe_dir, log_dir, env)
+    except MpsError:
+        if not pipe_dir.is_relative_to(run_dir.resolve()):  # a private /tmp one: nothing of the run stays there
+            shutil.rmtree(pipe_dir, ignore_errors=True)
+        raise
+
+
+def _spawn(gpu: GpuInfo, pipe_dir: Path, log_dir: Path, env: Mapping[str, str]) -> Daemon:
+    """`nvidia-cuda-mps-control -d` for GPU `gpu` alone, with `pipe_dir` and `log_dir`; the daemon
+    once its control pipe is there. MpsError (one line) when it does not start."""
     program = shutil.which(CONTROL_PROGRAM, path=env.get("PATH")) or CONTROL_PROGRAM
     daemon_env = {**env, **gpu_environment(gpu.index, gpu.uuid), MPS_PIPE_DIRECTORY_ENV: str(pipe_dir),
                   MPS_LOG_DIRECTORY_ENV: str(log_dir)}  # fmt: skip
@@ -252,12 +263,19 @@ def _write_record(run_dir: Path, daemons: Sequence[Daemon]) -> None:
 
 
 def close_daemons(daemons: Sequence[Daemon], run_dir: Path, environ: Mapping[str, str] | None = None) -> str | None:
-    """Stop each of `daemons` this run started (`owned`), and remove their record; a daemon the run
-    found running is left alone. Returns a line when one would not stop, else None."""
+    """Stop each of `daemons` this run started (`owned`), remove the private /tmp pipe directory of
+    each one that stopped (the run directory keeps its own), and remove their record; a daemon the
+    run found running is left alone. Returns a line when one would not stop, else None."""
     owned = [d for d in daemons if d.owned]
     if not owned:
         return None
-    problems = [p for p in (_quit(d.pipe_dir, d.pid, environ) for d in owned) if p]
+    problems = []
+    for daemon in owned:
+        problem = _quit(daemon.pipe_dir, daemon.pid, environ)
+        if problem:
+            problems.append(problem)
+        elif not daemon.pipe_dir.is_relative_to(run_dir.resolve()):
+            shutil.rmtree(daemon.pipe_dir, ignore_errors=True)
     with contextlib.suppress(FileNotFoundError):
         RunDir(run_dir).mps_record.unlink()
     return "; ".join(problems) or None
