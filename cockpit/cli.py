@@ -165,8 +165,8 @@ def _add_mps_flag(parser: ArgumentParser, plan_key: bool = False) -> None:
     parser.add_argument(
         "--mps", action="store_true",
         help="run the jobs on each GPU as clients of NVIDIA's Multi-Process Service, whose kernels then run side "
-        "by side rather than in turns: uses an MPS daemon of yours already running, else starts one in the run "
-        "directory and stops it at the end. Needs nvidia-cuda-mps-control and a Volta or newer GPU. One "
+        "by side rather than in turns: uses an MPS daemon already running (anyone's), else starts one per GPU in "
+        "the run directory and stops them at the end. Needs nvidia-cuda-mps-control and a Volta or newer GPU. One "
         "client's fatal fault ends every job on that GPU; they restart from their checkpoints (docs/gpu.md)"
         + (" (a plan's mps = true does the same)" if plan_key else ""),
     )  # fmt: skip

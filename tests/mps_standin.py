@@ -7,14 +7,19 @@ Reference" and "Appendix: Environment Variables"; the nvidia-cuda-mps-control(1)
   The daemon's named pipes go in `CUDA_MPS_PIPE_DIRECTORY` (default /tmp/nvidia-mps): here the
   FIFO `control`, owned by the user who started it; it writes its pid to
   `nvidia-cuda-mps-control.pid` there. Its logs go to `CUDA_MPS_LOG_DIRECTORY` (default
-  /var/log/nvidia-mps): here `control.log`. The "daemon" is a sleeping process in a session of
-  its own, so it outlives whoever started it, as the real one does.
+  /var/log/nvidia-mps): here `control.log`. The daemon is the control program itself, sleeping in a
+  session of its own, so it outlives whoever started it and its process is named
+  `nvidia-cuda-mps-control` (/proc/PID/comm keeps the first 15 bytes: `nvidia-cuda-mps`), as the
+  real one's is ("Appendix: Tools and Interface Reference": `ps -ef | grep mps` finds it; the pid
+  file holds the control daemon's PID). It sees the GPUs of the `CUDA_VISIBLE_DEVICES` it was
+  started with ("Appendix: Environment Variables").
 - `echo quit | nvidia-cuda-mps-control` (no argument: commands on stdin) asks the daemon of the
   `CUDA_MPS_PIPE_DIRECTORY` in its environment to quit: here it kills that process and removes
   the pipe and pid file. With no daemon there it fails (the real one cannot connect).
 
-Every call appends one JSON line to `$MPS_STANDIN_LOG`: argv, stdin, and the two directories in
-its environment. The tests never touch /tmp/nvidia-mps: they always set CUDA_MPS_PIPE_DIRECTORY.
+Every call appends one JSON line to `$MPS_STANDIN_LOG`: argv, stdin, the two directories and
+`CUDA_VISIBLE_DEVICES` in its environment. The tests never touch /tmp/nvidia-mps: they always set
+CUDA_MPS_PIPE_DIRECTORY.
 """
 
 from __future__ import annotations
@@ -27,14 +32,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 STANDIN = """#!{python}
 import json, os, signal, subprocess, sys, time
+if sys.argv[1:] == ["--standin-daemon"]:  # the daemon's own process: not a call
+    time.sleep(600)
+    sys.exit(0)
 pipe_dir = os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps"
 log_dir = os.environ.get("CUDA_MPS_LOG_DIRECTORY") or "/var/log/nvidia-mps"
 stdin = "" if "-d" in sys.argv[1:] else sys.stdin.read()
 with open(os.environ["MPS_STANDIN_LOG"], "a") as log:
     log.write(json.dumps({{"argv": sys.argv[1:], "stdin": stdin, "pipe_dir": pipe_dir,
-                          "log_dir": os.environ.get("CUDA_MPS_LOG_DIRECTORY")}}) + "\\n")
+                          "log_dir": os.environ.get("CUDA_MPS_LOG_DIRECTORY"),
+                          "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}}) + "\\n")
 pid_file = os.path.join(pipe_dir, "nvidia-cuda-mps-control.pid")
 if sys.argv[1:] == ["-d"]:
     if os.environ.get("MPS_STANDIN_FAIL"):
@@ -42,7 +53,7 @@ if sys.argv[1:] == ["-d"]:
         sys.exit(1)
     os.makedirs(pipe_dir, exist_ok=True)
     os.makedirs(log_dir, exist_ok=True)
-    daemon = subprocess.Popen(["sleep", "600"], start_new_session=True, stdin=subprocess.DEVNULL,
+    daemon = subprocess.Popen([sys.argv[0], "--standin-daemon"], start_new_session=True, stdin=subprocess.DEVNULL,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     with open(os.path.join(log_dir, "control.log"), "a") as out:
         out.write("[standin] Starting control daemon\\n")
@@ -128,3 +139,17 @@ class StandIn:
         pid = daemon_pid(self.system_pipe)
         assert pid is not None
         return pid
+
+
+def as_another_user(pipe_dir: Path, monkeypatch: pytest.MonkeyPatch) -> int:
+    """Make the daemon at `pipe_dir` another user's, as a root daemon's or a colleague's is: its
+    pipe directory, control pipe and pid file chowned to uid 65534 where the tests run as root;
+    elsewhere this process takes another uid for `os.getuid` (the files stay, the owner differs).
+    Returns that other uid."""
+    if os.geteuid() == 0:
+        for path in (pipe_dir, pipe_dir / "control", pipe_dir / "nvidia-cuda-mps-control.pid"):
+            os.chown(path, 65534, 65534)
+        return 65534
+    me = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: me + 1)
+    return me

@@ -21,13 +21,13 @@ from cockpit.contract.fleetplan import PlanError, load_plan
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import RunSpec, build_spec
-from cockpit.contract.workerargs import WorkerArgs, mps_memory_limit_mib
+from cockpit.contract.workerargs import MpsDaemonDirs, MpsServers, WorkerArgs, mps_memory_limit_mib
 from cockpit.core.launch.local import LocalLauncher
 from cockpit.core.launch.pooled import PooledLauncher
 from cockpit.core.launch.protocol import LaunchRequest
 from cockpit.core.machine import mps
 from cockpit.core.machine import nvml as nvml_module
-from cockpit.core.machine.mps import MpsError, close_daemon, open_daemon, quit_left_behind, refusal
+from cockpit.core.machine.mps import MpsError, close_daemons, open_daemons, quit_left_behind, refusal
 from cockpit.core.machine.nvml import GpuInfo, close_gpus, open_gpus
 from cockpit.core.machine.placement import GpuRef
 from cockpit.core.session.mps import auto_mps, with_mps
@@ -39,6 +39,7 @@ from tests.mps_standin import StandIn
 GIB = 1024**3
 VOLTA_GPU = GpuInfo(0, "NVIDIA GeForce RTX 4090 (fake)", 24 * GIB, "555.42", "GPU-fake-0", compute_capability=(8, 9))
 PASCAL_GPU = GpuInfo(1, "NVIDIA GeForce GTX 1080 (fake)", 8 * GIB, "555.42", "GPU-fake-1", compute_capability=(6, 1))
+SECOND_GPU = GpuInfo(1, "NVIDIA GeForce RTX 4090 (fake)", 24 * GIB, "555.42", "GPU-fake-1", compute_capability=(8, 9))
 
 
 def _wait_gone(pid: int, timeout: float = 5.0) -> bool:
@@ -53,48 +54,63 @@ def _wait_gone(pid: int, timeout: float = 5.0) -> bool:
 
 def test_a_run_starts_its_own_daemon_in_its_run_dir_records_it_and_stops_it_at_the_end(standin: StandIn) -> None:
     run_dir = standin.root / "run"
-    daemon, notes = open_daemon(run_dir)
+    daemons, notes = open_daemons(run_dir, [VOLTA_GPU])
+    [daemon] = daemons
     files = RunDir(run_dir)
-    assert daemon.owned and daemon.pipe_dir == files.mps_pipe.resolve() and daemon.log_dir == files.mps_log
+    assert daemon.owned and daemon.gpu == 0
+    assert daemon.pipe_dir == files.mps_gpu_pipe(0).resolve() and daemon.log_dir == files.mps_gpu_log(0)
     start = standin.calls()[-1]
-    assert start["argv"] == ["-d"]
-    assert start["pipe_dir"] == str(daemon.pipe_dir) and start["log_dir"] == str(files.mps_log)
+    assert start["argv"] == ["-d"] and start["visible"] == "GPU-fake-0"
+    assert start["pipe_dir"] == str(daemon.pipe_dir) and start["log_dir"] == str(files.mps_gpu_log(0))
     assert daemon.pid is not None and mps_standin.alive(daemon.pid)
     record = json.loads(files.mps_record.read_text())
-    assert record == {"daemon_pid": daemon.pid, "pipe_dir": str(daemon.pipe_dir), "log_dir": str(files.mps_log),
-                      "cockpit_pid": os.getpid()}  # fmt: skip
-    started = f"MPS: started a control daemon (pid {daemon.pid}) at {daemon.pipe_dir}; it stops when the run ends"
+    assert record == {"cockpit_pid": os.getpid(), "daemons": [{"gpu": 0, "daemon_pid": daemon.pid,
+                      "pipe_dir": str(daemon.pipe_dir), "log_dir": str(files.mps_gpu_log(0))}]}  # fmt: skip
+    started = (f"MPS: started a control daemon (pid {daemon.pid}) for GPU 0 at {daemon.pipe_dir}; it stops when "
+               "the run ends")  # fmt: skip
     assert notes == [started]
 
-    assert close_daemon(daemon, run_dir) is None
+    assert close_daemons(daemons, run_dir) is None
     stop = standin.calls()[-1]
     assert stop["argv"] == [] and stop["stdin"] == "quit\n" and stop["pipe_dir"] == str(daemon.pipe_dir)
     assert _wait_gone(daemon.pid)
     assert not files.mps_record.exists()
 
 
-def test_a_long_run_dir_gets_its_pipes_in_a_short_private_directory(standin: StandIn) -> None:
+def test_a_long_run_dir_gets_its_pipes_in_a_short_private_directory(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run_dir = standin.root / ("r" * 80)
-    daemon, _ = open_daemon(run_dir)
+    [daemon], _ = open_daemons(run_dir, [VOLTA_GPU])
     try:
         assert len(str(daemon.pipe_dir)) <= mps.MAX_PIPE_DIR
         assert daemon.pipe_dir.name.startswith(f"cockpit-mps-{os.getuid()}-")
-        assert daemon.log_dir == RunDir(run_dir).mps_log  # logs have no such limit: they stay with the run
+        assert daemon.log_dir == RunDir(run_dir).mps_gpu_log(0)  # logs have no such limit: they stay with the run
     finally:
-        close_daemon(daemon, run_dir)
-        shutil.rmtree(daemon.pipe_dir, ignore_errors=True)
+        close_daemons([daemon], run_dir)
+    assert not daemon.pipe_dir.exists()  # removed with its daemon: /tmp keeps nothing of the run
+    assert RunDir(run_dir).mps_gpu_log(0).exists()
+    monkeypatch.setenv("MPS_STANDIN_FAIL", "1")
+    with pytest.raises(MpsError):
+        open_daemons(run_dir, [VOLTA_GPU])
+    assert not daemon.pipe_dir.exists()  # nor of a daemon that failed to start
 
 
 def test_a_daemon_already_serving_the_user_is_used_and_never_stopped(standin: StandIn) -> None:
     pid = standin.start_daemon_by_hand()
     run_dir = standin.root / "run"
-    daemon, notes = open_daemon(run_dir)
-    assert not daemon.owned and daemon.pipe_dir == standin.system_pipe and daemon.pid == pid
-    assert notes == [f"MPS: using the daemon already running at {standin.system_pipe}; it is left running"]
+    daemons, notes = open_daemons(run_dir, [VOLTA_GPU, SECOND_GPU])
+    [daemon] = daemons  # one daemon for both GPUs: it serves every CUDA process here
+    assert not daemon.owned and daemon.pipe_dir == standin.system_pipe and daemon.pid == pid and daemon.gpu is None
+    assert notes == [
+        f"MPS: using the daemon already running at {standin.system_pipe} for every GPU; it is left running"
+    ]
     assert len(standin.calls()) == 1  # the user's own -d: cockpit started nothing
     assert not RunDir(run_dir).mps_record.exists()
+    served = mps.servers(daemons)
+    assert served.external and served.for_gpu(0) == served.for_gpu(1) == MpsDaemonDirs(str(standin.system_pipe))
 
-    assert close_daemon(daemon, run_dir) is None
+    assert close_daemons(daemons, run_dir) is None
     assert len(standin.calls()) == 1  # no quit sent
     time.sleep(0.1)
     assert mps_standin.alive(pid)
@@ -105,19 +121,21 @@ def test_a_control_pipe_whose_daemon_died_is_no_daemon(standin: StandIn) -> None
     os.kill(pid, signal.SIGKILL)  # died without cleaning up: its pipe and pid file stay
     assert _wait_gone(pid)
     assert (standin.system_pipe / "control").exists()
-    daemon, _ = open_daemon(standin.root / "run")
+    daemons, _ = open_daemons(standin.root / "run", [VOLTA_GPU])
     try:
-        assert daemon.owned and daemon.pipe_dir != standin.system_pipe
+        assert daemons[0].owned and daemons[0].pipe_dir != standin.system_pipe
     finally:
-        close_daemon(daemon, standin.root / "run")
+        close_daemons(daemons, standin.root / "run")
 
 
 _COCKPIT = """
 import sys, time
 from pathlib import Path
-from cockpit.core.machine.mps import open_daemon
-daemon, _ = open_daemon(Path(sys.argv[1]))
-print(daemon.pid, flush=True)
+from cockpit.core.machine.mps import open_daemons
+from cockpit.core.machine.nvml import GpuInfo
+gpus = [GpuInfo(i, "fake", 0, "", f"GPU-fake-{i}") for i in range(int(sys.argv[2]))]
+daemons, _ = open_daemons(Path(sys.argv[1]), gpus)
+print(" ".join(str(d.pid) for d in daemons), flush=True)
 time.sleep(600)
 """
 
@@ -126,50 +144,51 @@ def test_a_daemon_left_by_a_cockpit_killed_with_sigkill_is_quit_by_the_next_star
     standin: StandIn,
 ) -> None:
     run_dir = standin.root / "run"
-    cockpit = subprocess.Popen([sys.executable, "-c", _COCKPIT, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    cockpit = subprocess.Popen([sys.executable, "-c", _COCKPIT, str(run_dir), "2"], stdout=subprocess.PIPE, text=True)
     assert cockpit.stdout is not None
-    left = int(cockpit.stdout.readline())
+    left = [int(pid) for pid in cockpit.stdout.readline().split()]
     cockpit.send_signal(signal.SIGKILL)
     cockpit.wait()
     time.sleep(0.1)
-    assert mps_standin.alive(left)  # nothing stopped it: the cockpit had no chance
+    assert len(left) == 2 and all(mps_standin.alive(pid) for pid in left)  # the cockpit had no chance to stop them
     assert RunDir(run_dir).mps_record.exists()
 
-    daemon, notes = open_daemon(run_dir)  # `run --resume` of that run dir
+    daemons, notes = open_daemons(run_dir, [VOLTA_GPU])  # `run --resume` of that run dir
     try:
-        pipe_dir = RunDir(run_dir).mps_pipe.resolve()
-        assert notes[0] == f"MPS: quit the daemon (pid {left}) a killed cockpit left running at {pipe_dir}"
-        assert _wait_gone(left)
+        pipes = [RunDir(run_dir).mps_gpu_pipe(i).resolve() for i in (0, 1)]
+        assert notes[:2] == [f"MPS: quit the daemon (pid {pid}) a killed cockpit left running at {pipe}"
+                             for pid, pipe in zip(left, pipes, strict=True)]  # fmt: skip
+        assert all(_wait_gone(pid) for pid in left)
         quits = [c for c in standin.calls() if c["stdin"] == "quit\n"]
-        assert len(quits) == 1
-        assert daemon.owned and daemon.pid != left and mps_standin.alive(daemon.pid or 0)
+        assert len(quits) == 2
+        assert daemons[0].owned and daemons[0].pid not in left and mps_standin.alive(daemons[0].pid or 0)
     finally:
-        close_daemon(daemon, run_dir)
+        close_daemons(daemons, run_dir)
 
 
 def test_the_daemon_of_a_cockpit_still_running_the_run_is_left_alone(standin: StandIn) -> None:
     run_dir = standin.root / "run"
     owner = subprocess.Popen(["sleep", "600"])  # the live cockpit that wrote the record
     try:
-        daemon, _ = open_daemon(run_dir)
+        daemons, _ = open_daemons(run_dir, [VOLTA_GPU])
         record = json.loads(RunDir(run_dir).mps_record.read_text())
         record["cockpit_pid"] = owner.pid
         RunDir(run_dir).mps_record.write_text(json.dumps(record))
-        assert quit_left_behind(run_dir) is None
+        assert quit_left_behind(run_dir) == []
         with pytest.raises(MpsError, match=r"^--mps: the run in .* is live"):
-            open_daemon(run_dir)
+            open_daemons(run_dir, [VOLTA_GPU])
         assert not [c for c in standin.calls() if c["stdin"] == "quit\n"]
-        assert mps_standin.alive(daemon.pid or 0)
+        assert mps_standin.alive(daemons[0].pid or 0)
     finally:
         owner.kill()
         owner.wait()
-        close_daemon(daemon, run_dir)
+        close_daemons(daemons, run_dir)
 
 
 def test_a_daemon_that_fails_to_start_is_one_line_naming_mps(standin: StandIn, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MPS_STANDIN_FAIL", "1")
     with pytest.raises(MpsError) as raised:
-        open_daemon(standin.root / "run")
+        open_daemons(standin.root / "run", [VOLTA_GPU])
     message = str(raised.value)
     assert message.startswith("--mps: nvidia-cuda-mps-control -d failed with code 1: An instance of this daemon")
     assert "\n" not in message
@@ -194,11 +213,6 @@ def test_refusals_name_mps_and_what_would_do(standin: StandIn, tmp_path: Path) -
     assert refusal([PASCAL_GPU]) is not None and "--gpus" not in (refusal([PASCAL_GPU]) or "")
     standin.start_daemon_by_hand()
     assert refusal([VOLTA_GPU]) is None  # our own daemon: used
-    other = os.getuid() + 1
-    assert refusal([VOLTA_GPU], uid=other) == (
-        f"--mps: the MPS daemon at {standin.system_pipe} belongs to uid {os.getuid()}, not to you (uid {other}), "
-        "and would not serve your jobs; set CUDA_MPS_PIPE_DIRECTORY to a directory of your own, or run without --mps"
-    )
 
 
 def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
@@ -328,7 +342,8 @@ def test_a_fleet_plans_mps_key_is_a_bool_and_refused_where_mps_cannot_run(
 
 _SEES = (
     "import os, sys; "
-    "open(os.path.join(sys.argv[1], 'mps.txt'), 'w').write(os.environ.get('CUDA_MPS_PIPE_DIRECTORY', ''))"
+    "open(os.path.join(sys.argv[1], 'mps.txt'), 'w').write(os.environ.get('CUDA_MPS_PIPE_DIRECTORY', '') + ' ' "
+    "+ os.environ.get('CUDA_MPS_LOG_DIRECTORY', ''))"
 )
 
 
@@ -342,9 +357,10 @@ def test_a_run_with_mps_starts_its_daemon_gives_it_to_each_job_records_it_and_st
                  "--", sys.executable, "-c", _SEES, "{job_dir}"])  # fmt: skip
     assert code == 0, capsys.readouterr().err
     start, stop = standin.calls()
-    pipe_dir = str(RunDir(run_dir).mps_pipe.resolve())
+    pipe_dir, log_dir = str(RunDir(run_dir).mps_gpu_pipe(0).resolve()), str(RunDir(run_dir).mps_gpu_log(0))
     assert start["argv"] == ["-d"] and start["pipe_dir"] == pipe_dir
-    assert [(RunDir(run_dir).job(j).path / "mps.txt").read_text() for j in ("000", "001")] == [pipe_dir, pipe_dir]
+    seen = [(RunDir(run_dir).job(j).path / "mps.txt").read_text() for j in ("000", "001")]
+    assert seen == [f"{pipe_dir} {log_dir}"] * 2  # each job: its GPU's daemon's pipes and logs
     assert stop["stdin"] == "quit\n" and stop["pipe_dir"] == pipe_dir  # after the jobs: the run ended
     assert not RunDir(run_dir).mps_record.exists()
     assert read(run_dir).config.mps is True
@@ -362,7 +378,7 @@ def test_a_served_fleet_worker_under_mps_gets_the_pipe_dir_and_no_cap(tmp_path: 
     python.chmod(0o755)
     launcher = PooledLauncher(python=str(python), nice=0)
     request = LaunchRequest("a0000", WorkerArgs(tmp_path / "job"), gpu=GpuRef(0, "GPU-fake-0"),
-                            mps_pipe_dir="/run/mps", mps_mem_limit_mib=1536)  # fmt: skip
+                            mps_pipe_dir="/run/mps", mps_mem_limit_mib=1536, mps_log_dir="/run/mps-log")  # fmt: skip
     handle = launcher.launch(request)
     try:
         deadline = time.monotonic() + 10
@@ -372,6 +388,7 @@ def test_a_served_fleet_worker_under_mps_gets_the_pipe_dir_and_no_cap(tmp_path: 
         lines = (tmp_path / "env.txt").read_text().splitlines()
         env = dict(line.split("=", 1) for line in lines if "=" in line)
         assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/mps" and env["CUDA_VISIBLE_DEVICES"] == "GPU-fake-0"
+        assert env["CUDA_MPS_LOG_DIRECTORY"] == "/run/mps-log"
         assert "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in env  # one process, many agents: no one agent's cap
     finally:
         with contextlib.suppress(ProcessLookupError):
@@ -418,16 +435,21 @@ def test_auto_has_a_daemon_stand_ready_only_where_mps_can_be_measured(
 def test_a_standby_daemon_that_cannot_start_is_a_note_and_the_run_goes_on(
     standin: StandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    seen: list[tuple[list[str], Path | None]] = []
-    session = lambda notes, pipe_dir: seen.append((notes, pipe_dir)) or 0  # noqa: E731
-    assert with_mps(_spec(standin.root / "ok"), [], "cockpit run", session, standby=True) == 0
-    notes, pipe_dir = seen[-1]
-    assert pipe_dir is not None and notes[0].startswith("MPS: started a control daemon")
-    assert [c["argv"] for c in standin.calls()] == [["-d"], []]  # started, then quit at the end
-    monkeypatch.setenv("MPS_STANDIN_FAIL", "1")
-    assert with_mps(_spec(standin.root / "fail"), [], "cockpit run", session, standby=True) == 0
-    notes, pipe_dir = seen[-1]
-    assert pipe_dir is None and notes[0].startswith("--auto: MPS not measured: nvidia-cuda-mps-control -d failed")
+    seen: list[tuple[list[str], MpsServers | None]] = []
+    session = lambda notes, mps: seen.append((notes, mps)) or 0  # noqa: E731
+    readers = _readers(monkeypatch)
+    try:
+        assert with_mps(_spec(standin.root / "ok"), readers, "cockpit run", session, standby=True) == 0
+        notes, served = seen[-1]
+        assert served is not None and served.for_gpu(0) is not None
+        assert notes[0].startswith("MPS: started a control daemon")
+        assert [c["argv"] for c in standin.calls()] == [["-d"], []]  # started, then quit at the end
+        monkeypatch.setenv("MPS_STANDIN_FAIL", "1")
+        assert with_mps(_spec(standin.root / "fail"), readers, "cockpit run", session, standby=True) == 0
+        notes, served = seen[-1]
+        assert served is None and notes[0].startswith("--auto: MPS not measured: nvidia-cuda-mps-control -d failed")
+    finally:
+        close_gpus(readers)
 
 
 def test_mps_advice_applies_only_where_the_run_has_a_daemon(tmp_path: Path) -> None:
@@ -439,7 +461,10 @@ def test_mps_advice_applies_only_where_the_run_has_a_daemon(tmp_path: Path) -> N
     session._latest = session.snapshot()
     with pytest.raises(ValueError, match="without an MPS daemon: start a new run with --mps"):
         session.submit(ApplyAdvice("mps", "on"))
-    session.mps_pipe_dir = tmp_path / "pipe"
+    session.mps = MpsServers(shared=MpsDaemonDirs("/tmp/nvidia-mps"), external=True)  # the jobs are clients anyway
+    with pytest.raises(ValueError, match="the daemon at /tmp/nvidia-mps serves every CUDA process here"):
+        session.submit(ApplyAdvice("mps", "off"))
+    session.mps = MpsServers(by_gpu=((0, MpsDaemonDirs(str(tmp_path / "pipe"))),))
     with pytest.raises(ValueError, match="turned on or off"):
         session.submit(ApplyAdvice("mps", "measure it"))
     session.submit(ApplyAdvice("mps", "on"))
@@ -471,3 +496,179 @@ def test_what_auto_measured_of_mps_is_kept_for_recommend_once(tmp_path: Path, mo
         assert not mps_cache_path().exists()  # once
     finally:
         close_gpus(readers)
+
+
+# ----- one daemon per GPU -----
+
+
+def test_a_run_on_two_gpus_starts_a_daemon_per_gpu_each_seeing_that_gpu_alone(standin: StandIn) -> None:
+    run_dir = standin.root / "run"
+    daemons, notes = open_daemons(run_dir, [VOLTA_GPU, SECOND_GPU])
+    try:
+        starts = [c for c in standin.calls() if c["argv"] == ["-d"]]
+        files = RunDir(run_dir)
+        assert [(c["visible"], c["pipe_dir"], c["log_dir"]) for c in starts] == [
+            (f"GPU-fake-{i}", str(files.mps_gpu_pipe(i).resolve()), str(files.mps_gpu_log(i))) for i in (0, 1)
+        ]
+        assert [d.gpu for d in daemons] == [0, 1] and len({d.pid for d in daemons}) == 2 and len(notes) == 2
+        record = json.loads(files.mps_record.read_text())
+        assert [(e["gpu"], e["daemon_pid"]) for e in record["daemons"]] == [(0, daemons[0].pid), (1, daemons[1].pid)]
+        served = mps.servers(daemons)
+        assert not served.external and served.for_gpu(1) == MpsDaemonDirs(str(daemons[1].pipe_dir),
+                                                                          str(daemons[1].log_dir))  # fmt: skip
+    finally:
+        close_daemons(daemons, run_dir)
+    assert all(_wait_gone(d.pid or 0) for d in daemons)  # each one quit
+    assert sorted(str(c["pipe_dir"]) for c in standin.calls() if c["stdin"] == "quit\n") == sorted(
+        str(d.pipe_dir) for d in daemons
+    )
+
+
+def test_a_daemon_that_fails_on_the_second_gpu_stops_the_first_and_is_one_line(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_dir = standin.root / "run"
+    real = mps._start
+
+    def second_fails(run_dir: Path, gpu: GpuInfo, env: dict[str, str]) -> mps.Daemon:
+        if gpu.index == 1:
+            raise MpsError("--mps: nvidia-cuda-mps-control -d failed with code 1 (GPU 1)")
+        return real(run_dir, gpu, env)
+
+    monkeypatch.setattr(mps, "_start", second_fails)
+    with pytest.raises(MpsError, match=r"\(GPU 1\)$"):
+        open_daemons(run_dir, [VOLTA_GPU, SECOND_GPU])
+    [first] = [c for c in standin.calls() if c["argv"] == ["-d"]]
+    assert [c["pipe_dir"] for c in standin.calls() if c["stdin"] == "quit\n"] == [first["pipe_dir"]]
+    assert not RunDir(run_dir).mps_record.exists()
+
+
+# ----- a daemon that is not yours -----
+
+
+def test_another_users_daemon_is_no_refusal_and_is_used_for_every_gpu(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pid = standin.start_daemon_by_hand()
+    other = mps_standin.as_another_user(standin.system_pipe, monkeypatch)
+    assert refusal([VOLTA_GPU]) is None  # a root daemon starts a server for each user that asks
+    found = mps.serving()
+    assert found is not None and found.pid == pid and not found.owned
+    daemons, notes = open_daemons(standin.root / "run", [VOLTA_GPU, SECOND_GPU])
+    assert daemons == [found] and len(standin.calls()) == 1
+    assert notes == [f"MPS: using the daemon already running at {standin.system_pipe} (started by uid {other}) for "
+                     "every GPU; it is left running"]  # fmt: skip
+
+
+def test_auto_does_not_compare_mps_with_mps_under_another_users_daemon(
+    standin: StandIn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    readers = _readers(monkeypatch)
+    try:
+        assert auto_mps(_spec(tmp_path / "a"), readers, "") == (True, None)
+        standin.start_daemon_by_hand()
+        other = mps_standin.as_another_user(standin.system_pipe, monkeypatch)
+        ready, why = auto_mps(_spec(tmp_path / "b"), readers, "")
+        assert not ready and why == (f"--auto: MPS not measured: the daemon at {standin.system_pipe} (started by uid "
+                                     f"{other}) already serves every job")  # fmt: skip
+    finally:
+        close_gpus(readers)
+
+
+def test_without_mps_a_run_under_a_daemon_found_running_says_its_jobs_are_clients_anyway(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gpu = FakeNvml(FakeGpu(util_at=lambda t: 0.0, clock=time.time))
+    monkeypatch.setattr(nvml_module, "_import_pynvml", lambda: gpu)
+    standin.start_daemon_by_hand()
+    run_dir = standin.root / "run"
+    code = main(["run", "--headless", "--jobs", "1", "--run-dir", str(run_dir), "--no-tensorboard",
+                 "--", sys.executable, "-c", _SEES, "{job_dir}"])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    said = (f"[cockpit] MPS: the daemon at {standin.system_pipe} serves every CUDA process here: the jobs are its "
+            "clients without --mps")  # fmt: skip
+    assert said in out.splitlines()
+    config = read(run_dir).config
+    assert config.mps is False and config.mps_external == str(standin.system_pipe)
+    assert len(standin.calls()) == 1  # nothing started, nothing stopped
+
+
+# ----- the clients' environment, stale pid files, the /tmp fallback -----
+
+
+def test_a_worker_under_mps_gets_its_daemons_log_directory_too(tmp_path: Path) -> None:
+    python = tmp_path / "python"
+    python.write_text(_ENV_DUMP)
+    python.chmod(0o755)
+    launcher = LocalLauncher(python=str(python), nice=0)
+    request = LaunchRequest("000", WorkerArgs(tmp_path / "job"), gpu=GpuRef(0, "GPU-fake-0"),
+                            mps_pipe_dir="/run/mps/gpu0/pipe", mps_log_dir="/run/mps/gpu0/log")  # fmt: skip
+    handle = launcher.launch(request)
+    while launcher.poll(handle) is None:
+        time.sleep(0.01)
+    env = dict(line.split("=", 1) for line in (tmp_path / "env.txt").read_text().splitlines() if "=" in line)
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/mps/gpu0/pipe"
+    assert env["CUDA_MPS_LOG_DIRECTORY"] == "/run/mps/gpu0/log"
+
+
+def test_a_pid_file_naming_a_live_process_that_is_no_daemon_is_stale(standin: StandIn) -> None:
+    pid = standin.start_daemon_by_hand()
+    os.kill(pid, signal.SIGKILL)
+    assert _wait_gone(pid)
+    squatter = subprocess.Popen(["sleep", "600"])  # the pid file's number, since reused by another program
+    try:
+        (standin.system_pipe / "nvidia-cuda-mps-control.pid").write_text(f"{squatter.pid}\n")
+        assert mps.serving() is None
+        daemons, _ = open_daemons(standin.root / "run", [VOLTA_GPU])
+        try:
+            assert daemons[0].owned and daemons[0].pipe_dir != standin.system_pipe
+        finally:
+            close_daemons(daemons, standin.root / "run")
+    finally:
+        squatter.kill()
+        squatter.wait()
+
+
+def test_the_tmp_fallback_for_a_long_pipe_path_must_be_ours_and_0700(standin: StandIn) -> None:
+    run_dir = standin.root / ("r" * 80)
+    [daemon], _ = open_daemons(run_dir, [VOLTA_GPU])
+    fallback = daemon.pipe_dir
+    try:
+        info = fallback.stat()
+        assert info.st_mode & 0o777 == 0o700 and info.st_uid == os.getuid()
+    finally:
+        close_daemons([daemon], run_dir)
+    try:
+        fallback.mkdir()  # made first, open to all, before the next start
+        fallback.chmod(0o755)
+        calls = len(standin.calls())
+        with pytest.raises(MpsError) as raised:
+            open_daemons(run_dir, [VOLTA_GPU])
+        me = os.getuid()
+        assert str(raised.value) == (f"--mps: no pipe directory for GPU 0's daemon: {fallback}: not a private "
+                                     f"directory of uid {me} (owner {me}, mode 755); remove it")  # fmt: skip
+        assert len(standin.calls()) == calls  # no daemon started on pipes another user could reach
+    finally:
+        shutil.rmtree(fallback, ignore_errors=True)
+
+
+def test_each_mig_slice_gets_a_daemon_of_its_own_seeing_that_slice_alone_by_its_uuid(
+    standin: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.fake_pynvml import FakeSlice
+
+    gpu = FakeGpu(util_at=lambda t: 0.0, clock=time.time)
+    gpu.mig_slices = (FakeSlice(slot=0, uuid="MIG-a", mem_total=10 * GIB), FakeSlice(slot=1, uuid="MIG-b"))
+    monkeypatch.setattr(nvml_module, "_import_pynvml", lambda: FakeNvml(gpu))
+    readers, _ = open_gpus()
+    try:
+        seen: list[MpsServers | None] = []
+        spec = build_spec(jobs=2, agents=None, preset="cartpole", env=None, timesteps=1000, seed=0,
+                          run_dir=standin.root / "run", max_restarts=3, pin=False, command_line=("run", "--mps"),
+                          mps=True)  # fmt: skip
+        assert with_mps(spec, readers, "cockpit run", lambda notes, mps: seen.append(mps) or 0) == 0
+    finally:
+        close_gpus(readers)
+    assert [c["visible"] for c in standin.calls() if c["argv"] == ["-d"]] == ["MIG-a", "MIG-b"]
+    assert seen[0] is not None and [gpu for gpu, _ in seen[0].by_gpu] == [1, 2]  # the slices, after the GPU

@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from cockpit.commands.recommend import recommend
-from cockpit.commands.tune import Extras, TuneResult, climb, mps_summary
+from cockpit.commands.tune import Extras, TuneResult, climb, mps_summary, tune_extras
 from cockpit.contract.advice import AdviceSetting
 from cockpit.contract.costs import MpsGain
 from cockpit.contract.presets import load
@@ -236,3 +236,19 @@ def test_a_mix_that_measures_slower_leaves_the_climbs_winner(tmp_path: Path) -> 
     result = tune_with(trials, Extras(mix_for=lambda best: (Config(5, 32, 512), 1), mps_why_not="no GPU"), tmp_path)
     assert trials.calls[-1] == (Config(5, 32, 512), 1, False)
     assert (result.best, result.cpu_jobs, result.run_flags()) == (Config(4, 32, 512), 0, "--jobs 4")
+
+
+def test_tune_does_not_compare_mps_with_mps_under_another_users_daemon(
+    tmp_path: Path, standin: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    console = Console(file=io.StringIO())
+    assert tune_extras(console, GPU_MACHINE, HEAVY, None).mps_why_not == ""  # measurable: no daemon yet
+    standin.start_daemon_by_hand()
+    other = mps_standin.as_another_user(standin.system_pipe, monkeypatch)
+    extras = tune_extras(console, GPU_MACHINE, HEAVY, None)
+    trials = ScriptedTrials(lambda c, cpu, mps: peak_at_four(c))
+    result = tune_with(trials, extras, tmp_path)
+    assert not any(mps for _, _, mps in trials.calls) and result.mps is None
+    assert mps_summary(result) == (f"MPS: not measured (the daemon at {standin.system_pipe} (started by uid {other}) "
+                                   "already serves every job)")  # fmt: skip
+    assert len(standin.calls()) == 1  # tune started no daemon of its own

@@ -11,12 +11,13 @@ from cockpit.commands.report import state_json
 from cockpit.contract.controls import RestartJob, SetMps
 from cockpit.contract.runspec import RestartPolicy, build_spec
 from cockpit.contract.states import JobState
+from cockpit.contract.workerargs import MpsDaemonDirs, MpsServers
 from cockpit.core.feed.source import Frame
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.placement import GpuRoom
 from cockpit.core.session.background import headless_argv
 from cockpit.core.session.loop import resume_spec_args
-from cockpit.core.supervise.supervisor import MPS_FAULT_WINDOW_S, JobTemplate, Supervisor
+from cockpit.core.supervise.supervisor import INPUT_ERROR_EXIT, MPS_FAULT_WINDOW_S, JobTemplate, Supervisor
 from cockpit.views.tui.cockpit_screen import header_line
 from tests.fakeclock import FakeClock
 from tests.test_supervisor import FakeLauncher, crash, run_log
@@ -31,7 +32,8 @@ def make(tmp_path: Path, *, mps: bool, agents: int = 3, peaks: dict[str, int] | 
         run_dir=tmp_path, template=JobTemplate("cartpole", "CartPole-v1", 1000), seeds=range(agents), slots=agents,
         launcher=launcher, budget=thread_budget(agents, 2), restart=RestartPolicy(max_restarts=3), clock=clock,
         gpus=lambda: ONE_GPU, peak_gpu_mem=lambda: peaks or {},
-        mps_pipe_dir=tmp_path / "mps" / "pipe" if mps else None, mps_clients=clients,
+        mps=MpsServers(by_gpu=((0, MpsDaemonDirs(str(tmp_path / "mps" / "pipe"), str(tmp_path / "mps" / "log"))),))
+        if mps else None, mps_clients=clients,
     )  # fmt: skip
     sup.tick()
     return sup, launcher, clock
@@ -165,3 +167,146 @@ def finish(launcher: FakeLauncher, job_id: str, sup: Supervisor, clock: FakeCloc
     for _ in range(3):
         clock.t += 1.0
         sup.tick()
+
+
+# ----- one fault domain per GPU -----
+
+TWO_GPUS = (GpuRoom(0, "GPU-fake-0", 24 * GIB, 20 * GIB), GpuRoom(1, "GPU-fake-1", 24 * GIB, 20 * GIB))
+
+
+def per_gpu(root: Path) -> MpsServers:
+    """A daemon per GPU, as `mps.open_daemons` starts them for a run on the two GPUs."""
+    return MpsServers(by_gpu=tuple((i, MpsDaemonDirs(str(root / f"gpu{i}" / "pipe"), str(root / f"gpu{i}" / "log")))
+                                   for i in (0, 1)))  # fmt: skip
+
+
+def make_two(tmp_path: Path, *, agents: int = 4, mps: MpsServers | None = None, clients: bool = True):
+    clock, launcher = FakeClock(), FakeLauncher()
+    sup = Supervisor(
+        run_dir=tmp_path, template=JobTemplate("cartpole", "CartPole-v1", 1000), seeds=range(agents), slots=agents,
+        launcher=launcher, budget=thread_budget(agents, 2), restart=RestartPolicy(max_restarts=3), clock=clock,
+        gpus=lambda: TWO_GPUS, mps=mps if mps is not None else per_gpu(tmp_path / "mps"), mps_clients=clients,
+    )  # fmt: skip
+    sup.tick()
+    return sup, launcher, clock
+
+
+def gpu_of(sup: Supervisor, job_id: str) -> int:
+    gpu = sup.jobs[job_id].gpu
+    assert gpu is not None
+    return gpu.index
+
+
+def test_each_worker_gets_the_pipes_and_logs_of_its_own_gpus_daemon(tmp_path: Path) -> None:
+    _, launcher, _ = make_two(tmp_path)
+    seen = {(p.request.gpu.index if p.request.gpu else None, p.request.mps_pipe_dir, p.request.mps_log_dir)
+            for p in launcher.processes}  # fmt: skip
+    root = tmp_path / "mps"
+    assert seen == {(0, str(root / "gpu0" / "pipe"), str(root / "gpu0" / "log")),
+                    (1, str(root / "gpu1" / "pipe"), str(root / "gpu1" / "log"))}  # fmt: skip
+
+
+def test_a_fault_restarts_its_gpus_jobs_once_every_client_there_is_gone_and_never_touches_the_other_gpu(
+    tmp_path: Path,
+) -> None:
+    sup, launcher, clock = make_two(tmp_path, agents=6)
+    on = {g: [j for j in sup.jobs if gpu_of(sup, j) == g] for g in (0, 1)}
+    assert len(on[0]) == len(on[1]) == 3
+    first, second, third = on[0]
+    crash(sup, launcher, first, "CUDA error: an illegal memory access was encountered")
+    sup.tick()
+    clock.sleep(5.0)  # past the first one's back-off (1 s): the other clients of GPU 0 still run
+    sup.tick()
+    assert sup.jobs[first].state is JobState.BACKOFF  # it waits: the server would refuse it
+    crash(sup, launcher, second)
+    sup.tick()
+    clock.sleep(5.0)
+    sup.tick()
+    # A fault now (two of GPU 0 within the window): both wait while the third client is reaped.
+    assert [sup.jobs[j].state for j in (first, second)] == [JobState.BACKOFF] * 2
+    assert len(launcher.processes) == 6
+    clock.sleep(30.0)  # however long the last client takes to go, they wait for it
+    sup.tick()
+    assert len(launcher.processes) == 6
+    crash(sup, launcher, third)
+    sup.tick()
+    clock.sleep(1.0)
+    sup.tick()
+    relaunched = sorted(p.request.job_id for p in launcher.processes[6:])
+    assert relaunched == sorted(on[0])  # every job of GPU 0 at once, from its checkpoint
+    # GPU 1's jobs ran through it all: never stopped, never restarted, and they held nothing up.
+    assert [sup.jobs[j].state for j in on[1]] == [JobState.STARTING] * 3 and all(
+        sup.jobs[j].restarts == 0 for j in on[1]
+    )
+    assert [p.request.job_id for p in launcher.processes if p.request.job_id in on[1]] == on[1]  # launched once
+    assert not [p for p in launcher.processes if p.request.job_id in on[1] and p.signals]
+
+
+def test_a_crash_of_its_own_under_mps_waits_no_longer_than_the_fault_window(tmp_path: Path) -> None:
+    sup, launcher, clock = make_two(tmp_path, agents=4)
+    lone = next(j for j in sup.jobs if gpu_of(sup, j) == 0)
+    crash(sup, launcher, lone)
+    sup.tick()
+    clock.sleep(2.0)  # past its back-off, but another client of GPU 0 may yet go with it
+    sup.tick()
+    assert sup.jobs[lone].state is JobState.BACKOFF
+    clock.sleep(MPS_FAULT_WINDOW_S)  # none did: not a fault
+    sup.tick()
+    assert sup.jobs[lone].state is not JobState.BACKOFF and len(launcher.processes) == 5
+
+
+# ----- an MPS fault is not the job's input -----
+
+_MPS_ERRORS = (
+    "CUDA error: MPS client failed to connect to the MPS control daemon or the MPS server",
+    "cudaErrorMpsServerNotReady: the MPS server is not ready to accept new MPS client requests",
+    "CUDA driver error: CUDA_ERROR_MPS_RPC_FAILURE",
+)
+
+
+def test_an_mps_error_at_each_start_restarts_with_back_off_and_is_never_the_jobs_input(tmp_path: Path) -> None:
+    for n, message in enumerate(_MPS_ERRORS):
+        sup, launcher, clock = make(tmp_path / str(n), mps=True, agents=1)
+        for attempt in range(3):
+            crash(sup, launcher, "000", message, trained=0)  # before a single step, the same error each time
+            sup.tick()
+            job = sup.jobs["000"]
+            assert job.state is JobState.BACKOFF, (message, attempt, job.exit_reason)
+            assert job.restarts_in_a_row == attempt + 1  # with back-off, counted as any crash is
+            clock.sleep(30.0)
+            sup.tick()
+    # The same error from the job itself is its input, as before.
+    sup, launcher, clock = make(tmp_path / "own", mps=True, agents=1)
+    for _ in range(2):
+        crash(sup, launcher, "000", "ValueError: no such env", trained=0)
+        sup.tick()
+        clock.sleep(30.0)
+        sup.tick()
+    assert sup.jobs["000"].state is JobState.FAILED and sup.jobs["000"].exit_reason == INPUT_ERROR_EXIT
+
+
+# ----- a daemon found running, without --mps -----
+
+
+def test_without_mps_a_daemon_found_running_is_named_in_the_header_run_toml_and_its_faults_grouped(
+    tmp_path: Path,
+) -> None:
+    found = MpsServers(shared=MpsDaemonDirs("/tmp/nvidia-mps"), external=True)
+    sup, launcher, _ = make_two(tmp_path, agents=2, mps=found, clients=False)
+    assert [p.request.mps_pipe_dir for p in launcher.processes] == [None, None]  # they find it by themselves
+    state = sup.snapshot()
+    assert not state.mps and state.mps_external == "/tmp/nvidia-mps"
+    assert "MPS (not --mps: the daemon at /tmp/nvidia-mps)" in header_line(Frame(state=state), replay=False)
+    spec = build_spec(jobs=2, agents=None, preset="cartpole", env=None, timesteps=1000, seed=0, run_dir=tmp_path,
+                      max_restarts=3, pin=False, command_line=("run",))  # fmt: skip
+    recorded = run_log(sup, spec)
+    assert recorded.config.mps is False and recorded.config.mps_external == "/tmp/nvidia-mps"
+    assert "mps" not in resume_spec_args(tmp_path, recorded)  # a resume does not turn --mps on
+
+    two = make_two(tmp_path / "fault", agents=4, mps=found, clients=False)
+    sup, launcher, _ = two
+    on0 = [j for j in sup.jobs if gpu_of(sup, j) == 0]
+    for job_id in on0:
+        crash(sup, launcher, job_id)
+    sup.tick()
+    assert [sup.jobs[j].restarts_in_a_row for j in on0] == [1, 0]  # their clients all the same: one fault

@@ -195,11 +195,12 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     # Served workers run agent after agent: a fleet's many short tiers pay the worker's start-up
     # (torch, SB3, envpool imports) once per process instead of once per agent and tier. On Ray
     # (--ray) each agent's attempt is an actor of its own.
-    return with_mps(spec, gpus, "cockpit fleet", lambda notes, pipe_dir: run_on_launcher(
+    return with_mps(spec, gpus, "cockpit fleet", lambda notes, mps: run_on_launcher(
         spec, PooledLauncher,
         lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
                                     resume=args.resume is not None, fleet_factory=fleet,
-                                    notes=(*visibility.warnings, *bounds.notes, *notes), mps_pipe_dir=pipe_dir),
+                                    notes=(*visibility.warnings, *bounds.notes, *notes), mps=mps,
+                                    mps_clients=spec.mps),
         front.headless(), "cockpit fleet",
     ))  # fmt: skip
 

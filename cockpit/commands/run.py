@@ -168,16 +168,16 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     standby, why_not = auto_mps(spec, gpus, gpu_status) if args.auto else (False, None)
     if standby and bounds.capacity is not None:  # one job per exclusive GPU: no two share one to measure MPS on
         standby, why_not = False, f"--auto: MPS not measured: {bounds.notes[0]}"
-    return with_mps(spec, gpus, "cockpit run", lambda notes, pipe_dir: run_on_launcher(
+    return with_mps(spec, gpus, "cockpit run", lambda notes, mps: run_on_launcher(
         spec, LocalLauncher,
         lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
                                     resume=args.resume is not None, costs=costs,
-                                    auto=_auto_tuner(spec, gpu, args.auto_window, standby and pipe_dir is not None,
+                                    auto=_auto_tuner(spec, gpu, args.auto_window, standby and mps is not None,
                                                      bounds.capacity, "; ".join(bounds.notes))
                                     if args.auto else None,
                                     notes=(*visibility.warnings, *bounds.notes, *notes,
                                            *([why_not] if why_not else [])),
-                                    mps_pipe_dir=pipe_dir, mps_clients=spec.mps),
+                                    mps=mps, mps_clients=spec.mps),
         front.headless(), "cockpit run",
     ), standby=standby)  # fmt: skip
 

@@ -31,7 +31,8 @@ from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.progress import ProgressFn, Step
 from cockpit.contract.runspec import ConfigError
-from cockpit.core.machine.mps import MpsError, daemon_in, why_unmeasurable
+from cockpit.core.machine.mps import Daemon, MpsError, daemon_in, why_unmeasurable
+from cockpit.core.machine.nvml import GpuInfo
 from cockpit.core.machine.placement import mode_lines
 from cockpit.core.machine.tempdirs import owned_tempdir
 from cockpit.core.machine.visibility import open_first_gpu
@@ -105,13 +106,13 @@ class Extras:
     """What `climb` measures on its winner once the climb is over, where this machine has a GPU:
     the device mix the advisor predicts faster than CUDA alone for it (`mix_for(winner)`: the
     mix's jobs x n_envs and how many of them train on the CPU; None: no mix is advised), and MPS
-    where a daemon can be started (`mps_why_not` "" and `open_mps(dir)`, which yields the daemon's
-    pipe directory and stops it after; MpsError when it cannot start one). Without a GPU there is
+    where a daemon can be started (`mps_why_not` "" and `open_mps(dir, gpu)`, which yields a
+    daemon for that GPU alone and stops it after; MpsError when it cannot start one). Without a GPU there is
     nothing to measure (the default)."""
 
     mix_for: Callable[[Config], tuple[Config, int] | None] | None = None
     mps_why_not: str = "no GPU"
-    open_mps: Callable[[Path], AbstractContextManager[Path]] | None = None
+    open_mps: Callable[[Path, GpuInfo | None], AbstractContextManager[Daemon]] | None = None
 
     @property
     def trials(self) -> int:
@@ -177,7 +178,8 @@ def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path, c
         if search.best is None:
             raise ConfigError(f"--budget: {max(0.0, budget_s):.0f} s left for trials is too short for one "
                               f"(about {durations[0]:.0f} s here)")  # fmt: skip
-        best, cpu_jobs, mps, why = measure_extras(search, extras, measure, fits, workdir)
+        best, cpu_jobs, mps, why = measure_extras(search, extras, measure, fits, workdir,
+                                                  gpu.info if gpu is not None else None)  # fmt: skip
     finally:
         if gpu is not None:
             gpu.close()
@@ -188,11 +190,12 @@ def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path, c
 
 
 def measure_extras(search: HillClimb, extras: Extras, measure: Callable[..., Trial], fits: Callable[[int], bool],
-                   workdir: Path) -> tuple[Config, int, MpsGain | None, str]:  # fmt: skip
+                   workdir: Path, gpu: GpuInfo | None = None) -> tuple[Config, int, MpsGain | None, str]:  # fmt: skip
     """After the climb: the advised device mix, which wins when it beats the climb's best mean by
     `hill_climb.MIN_GAIN`; then MPS on the winner where two or more of its jobs share the GPU, side
     by side with the winner's mean without it. Returns the winner, its jobs on the CPU, what MPS
-    measured (None: not measured) and why not."""
+    measured (None: not measured) and why not. MPS is measured under a daemon for `gpu` alone, the
+    GPU the trials run on."""
     assert search.best is not None
     best, cpu_jobs, sps = search.best, 0, search.results[search.best]
     advised = extras.mix_for(best) if extras.mix_for is not None else None
@@ -209,8 +212,8 @@ def measure_extras(search: HillClimb, extras: Extras, measure: Callable[..., Tri
     if not fits(1):
         return best, cpu_jobs, None, "the budget ran out before MPS could be measured"
     try:
-        with extras.open_mps(workdir / "mps") as pipe_dir:
-            done = measure(best, cpu_jobs=cpu_jobs, mps_pipe_dir=pipe_dir)
+        with extras.open_mps(workdir / "mps", gpu) as daemon:
+            done = measure(best, cpu_jobs=cpu_jobs, mps_pipe_dir=daemon.pipe_dir, mps_log_dir=daemon.log_dir)
     except MpsError as exc:
         return best, cpu_jobs, None, str(exc).removeprefix("--mps: ")
     gain = MpsGain(best.jobs, sps, done.sps, "cockpit tune", time.strftime("%Y-%m-%dT%H:%M:%S"))

@@ -10,8 +10,8 @@
   cockpit.sock      the control socket, while the run is live
   .cockpit.lock     held (flock) by the process that supervises the run
   cockpit.log       the run's own output, when `cockpit run` started it in the background
-  mps.json          the MPS control daemon this run started (`--mps`), while it runs
-  mps/pipe, mps/log that daemon's pipes and logs (`cockpit.core.machine.mps`)
+  mps.json          the MPS control daemons this run started (`--mps`), while they run
+  mps/gpu<i>/pipe, mps/gpu<i>/log  GPU i's daemon's pipes and logs (`cockpit.core.machine.mps`)
   jobs/<id>/        one job directory per job (`JobDir`)
 ```
 
@@ -196,6 +196,14 @@ class RunDir:
     def mps_log(self) -> Path:
         """`mps/log`: the logs of an MPS daemon this run starts (its CUDA_MPS_LOG_DIRECTORY)."""
         return self.path / MPS_DIR / "log"
+
+    def mps_gpu_pipe(self, index: int) -> Path:
+        """`mps/gpu<index>/pipe`: the pipes of the MPS daemon this run starts for GPU `index` alone."""
+        return self.path / MPS_DIR / f"gpu{index}" / "pipe"
+
+    def mps_gpu_log(self, index: int) -> Path:
+        """`mps/gpu<index>/log`: the logs of the MPS daemon this run starts for GPU `index` alone."""
+        return self.path / MPS_DIR / f"gpu{index}" / "log"
 
     @property
     def socket(self) -> Path:

@@ -97,6 +97,8 @@ class ConfigRecord:
     `gpus` is `--gpus`, the GPUs the run was limited to (absent: every GPU NVML saw).
     `devices` is `--devices`, the device each parallel slot trained on (absent: the workers chose).
     `mps` is whether the jobs were MPS clients (`--mps`; written only when true: absent, false).
+    `mps_external` is the pipe directory of an MPS daemon the run found running, whoever started it,
+    whose clients its jobs were with or without `--mps` (absent: none).
     `on_done` is the `--on-done` command (absent: none); a resumed run keeps it.
     `script` is a script run's command template (`cockpit run -- COMMAND`); such a run trains no
     preset of cockpit's, so its `preset` and `env` are empty, its `timesteps` 0, and the record
@@ -119,6 +121,9 @@ class ConfigRecord:
     devices: tuple[str, ...] | None = None
     # Written only when true: a run without MPS renders as files from before the key did.
     mps: bool = field(default=False, metadata={"omit_if_default": True})
+    # The pipe directory of an MPS daemon the run found serving (not started for it): its jobs were
+    # that daemon's clients with or without `--mps`. Written only when there was one.
+    mps_external: str | None = field(default=None, metadata={"omit_if_default": True})
     on_done: str | None = field(default=None, metadata={"omit_if_default": True})
 
     def shown(self) -> tuple[str, str]:

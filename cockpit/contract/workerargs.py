@@ -73,21 +73,54 @@ def mps_memory_limit_mib(peak_bytes: int | None) -> int | None:
     return -(-int(peak_bytes * MPS_MEM_HEADROOM) // MIB) + MPS_MEM_HEADROOM_MIB
 
 
-def mps_environment(pipe_dir: str | None, mem_limit_mib: int | None = None) -> dict[str, str]:
+def mps_environment(
+    pipe_dir: str | None, mem_limit_mib: int | None = None, log_dir: str | None = None
+) -> dict[str, str]:
     """What a worker's environment gets under MPS: `CUDA_MPS_PIPE_DIRECTORY`, the directory of the
-    control daemon's pipes (a client finds its daemon there: it must be the daemon's own), and
+    control daemon's pipes (a client finds its daemon there: it must be the daemon's own),
+    `CUDA_MPS_LOG_DIRECTORY`, the daemon's log directory, when known (`log_dir`), and
     `CUDA_MPS_PINNED_DEVICE_MEM_LIMIT` when `mem_limit_mib` is known, for device 0, the ordinal
     the client sees: its one GPU (`gpu_environment`). Nothing for `pipe_dir` None (no MPS).
 
     NVIDIA's MPS documentation, "Appendix: Environment Variables" (CUDA_MPS_PIPE_DIRECTORY: the
-    same value for the daemon and every client of its server; CUDA_MPS_PINNED_DEVICE_MEM_LIMIT:
-    a comma-separated list of `ordinal=limit`, the ordinal as the client enumerates devices)."""
+    same value for the daemon and every client of its server; CUDA_MPS_LOG_DIRECTORY: likewise,
+    as "Starting MPS client application" sets both; CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: a
+    comma-separated list of `ordinal=limit`, the ordinal as the client enumerates devices)."""
     if pipe_dir is None:
         return {}
     env = {MPS_PIPE_DIRECTORY_ENV: pipe_dir}
+    if log_dir is not None:
+        env[MPS_LOG_DIRECTORY_ENV] = log_dir
     if mem_limit_mib is not None:
         env[MPS_MEM_LIMIT_ENV] = f"0={mem_limit_mib}M"
     return env
+
+
+@dataclass(frozen=True)
+class MpsDaemonDirs:
+    """Where the clients of one MPS control daemon meet it: its pipe directory and its log
+    directory (None: the daemon's own, not cockpit's to know: a daemon found running)."""
+
+    pipe_dir: str
+    log_dir: str | None = None
+
+
+@dataclass(frozen=True)
+class MpsServers:
+    """The MPS control daemons a run's jobs on GPUs are clients of: one per GPU, by NVML index
+    (`by_gpu`: each daemon sees that GPU alone, so a fault on one GPU ends the clients of that
+    GPU only), or one daemon for every GPU (`shared`). `external`: the shared daemon was found
+    running, not started for the run; it serves every CUDA process here, named or not."""
+
+    by_gpu: tuple[tuple[int, MpsDaemonDirs], ...] = ()
+    shared: MpsDaemonDirs | None = None
+    external: bool = False
+
+    def for_gpu(self, index: int) -> MpsDaemonDirs | None:
+        """The daemon the clients on GPU `index` meet; None where no daemon serves that GPU."""
+        if self.shared is not None:
+            return self.shared
+        return next((dirs for gpu, dirs in self.by_gpu if gpu == index), None)
 
 
 DISK_FULL_ERROR = "disk_full"  # the `error` event's type when a write failed with ENOSPC or EDQUOT

@@ -306,6 +306,9 @@ class RunState:
     # Every GPU sampled, in index order; `gpu` is the first (what a view of one GPU shows).
     gpus: tuple[GpuInfo, ...] = ()
     mps: bool = False  # the jobs on each GPU are clients of NVIDIA's MPS (`--mps`)
+    # The pipe directory of an MPS daemon found running, not started for the run: every CUDA job here
+    # is its client, with or without `--mps`. None: no such daemon.
+    mps_external: str | None = None
 
     def __post_init__(self) -> None:
         if not self.gpus and self.gpu is not None:

@@ -122,7 +122,7 @@ class PooledLauncher(LocalJobFiles):
             else:
                 self._end(candidate)
         if served is None:
-            served = self._start(JobDir(request.job_dir), request.gpu, request.mps_pipe_dir)
+            served = self._start(JobDir(request.job_dir), request.gpu, request.mps_pipe_dir, request.mps_log_dir)
             if not self._hand(served, request, line):
                 self._end(served)
                 raise OSError(f"the served worker {served.proc.pid} exited before it took the job")
@@ -130,16 +130,17 @@ class PooledLauncher(LocalJobFiles):
         served.job, served.jobs = job, served.jobs + 1
         if served.jobs == max(1, self.max_jobs - SPARE_LEAD_JOBS + 1):
             with contextlib.suppress(OSError):  # no spare costs the next job a start-up, nothing more
-                spare = self._start(None, request.gpu, request.mps_pipe_dir)
+                spare = self._start(None, request.gpu, request.mps_pipe_dir, request.mps_log_dir)
                 self._idle.insert(0, spare)  # after any process already warm
         return WorkerHandle(request.job_id, served.proc.pid, request.job_dir, job)
 
-    def _start(self, logs: JobDir | None, gpu: GpuRef | None, mps_pipe_dir: str | None = None) -> _Served:
+    def _start(self, logs: JobDir | None, gpu: GpuRef | None, mps_pipe_dir: str | None = None,
+               mps_log_dir: str | None = None) -> _Served:  # fmt: skip
         """A new served process for GPU `gpu` with its output in `logs`' stdout and stderr logs (a first job's),
         or discarded (a spare's: its jobs' output goes to their own logs; one that fails to
         start is found dead when handed a job, and a fresh process takes the job instead).
-        Under MPS it is a client of the daemon at `mps_pipe_dir`, with no memory cap: one process
-        runs many jobs, and a cap fixed at its start would be one job's."""
+        Under MPS it is a client of the daemon at `mps_pipe_dir` (its logs in `mps_log_dir`), with
+        no memory cap: one process runs many jobs, and a cap fixed at its start would be one job's."""
         read, write = os.pipe()
         try:
             with contextlib.ExitStack() as files:
@@ -154,7 +155,11 @@ class PooledLauncher(LocalJobFiles):
                     stdout=out,
                     stderr=err,
                     cwd=self.cwd,
-                    env={**worker_env(), **gpu_env(gpu), **(mps_environment(mps_pipe_dir) if gpu is not None else {})},
+                    env={
+                        **worker_env(),
+                        **gpu_env(gpu),
+                        **(mps_environment(mps_pipe_dir, None, mps_log_dir) if gpu is not None else {}),
+                    },
                     start_new_session=True,
                     pass_fds=(write,),
                 )

@@ -22,8 +22,9 @@ class LaunchRequest:
     GPU (or MIG slice) it runs on, the only one it sees: by UUID when known, else by NVML index
     (`workerargs.gpu_environment`; None: no placement, it sees what we see). The worker is
     cockpit's own (`WorkerArgs`) or a user's command under the guard (`ScriptArgs`). Under `--mps`,
-    `mps_pipe_dir` is the MPS control daemon's pipe directory and `mps_mem_limit_mib` the job's
-    memory cap (None: unknown, no cap); `workerargs.mps_environment` turns them into its environment."""
+    `mps_pipe_dir` is the MPS control daemon's pipe directory, `mps_log_dir` its log directory (None:
+    not known) and `mps_mem_limit_mib` the job's memory cap (None: unknown, no cap);
+    `workerargs.mps_environment` turns them into its environment."""
 
     job_id: str
     args: WorkerArgs | ScriptArgs
@@ -31,6 +32,7 @@ class LaunchRequest:
     gpu: GpuRef | None = None
     mps_pipe_dir: str | None = None
     mps_mem_limit_mib: int | None = None
+    mps_log_dir: str | None = None
 
     @property
     def job_dir(self) -> Path:
@@ -48,7 +50,8 @@ def device_env(request: LaunchRequest) -> dict[str, str]:
     """Everything a worker's environment gets for its devices: its GPU (`gpu_env`) and, under MPS,
     the daemon it is a client of and its memory cap (`workerargs.mps_environment`). A job on no
     GPU gets no MPS variables: it would be no client of anything."""
-    mps = mps_environment(request.mps_pipe_dir, request.mps_mem_limit_mib) if request.gpu is not None else {}
+    mps = (mps_environment(request.mps_pipe_dir, request.mps_mem_limit_mib, request.mps_log_dir)
+           if request.gpu is not None else {})  # fmt: skip
     return {**gpu_env(request.gpu), **mps}
 
 

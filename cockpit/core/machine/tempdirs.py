@@ -24,6 +24,7 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -116,3 +117,21 @@ def owned_tempdir(kind: str, where: Path | None = None) -> Iterator[Path]:
     sweep(kind, where)
     with tempfile.TemporaryDirectory(prefix=owner_prefix(kind), dir=where) as tmp:
         yield Path(tmp)
+
+
+def private_dir(path: Path) -> Path:
+    """`path`, a directory only this user may use: created 0700 where missing, and refused
+    (PermissionError, one line) where it is not a directory of ours with mode 0700: at a name
+    anyone can predict under /tmp, another user could otherwise have made it first and planted
+    files (a socket, a pipe) where our processes would meet theirs."""
+    try:
+        os.mkdir(path, 0o700)
+        os.chmod(path, 0o700)  # mkdir's mode went through the umask
+    except FileExistsError:
+        pass
+    info = os.lstat(path)
+    mode = stat.S_IMODE(info.st_mode)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or mode != 0o700:
+        raise PermissionError(f"{path}: not a private directory of uid {os.getuid()} (owner {info.st_uid}, "
+                              f"mode {mode:o}); remove it")  # fmt: skip
+    return path

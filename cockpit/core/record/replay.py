@@ -524,6 +524,7 @@ class ReplaySource:
         self._warnings = recorded.warnings
         self._name = recorded.name
         self._mps = config.mps
+        self._mps_external = config.mps_external
         self._physical_cores = host.physical_cores
         self._threads_per_job = next((j.threads for j in self._jobs if j.threads), 0)
         self._t = self._span[1]
@@ -690,6 +691,7 @@ class ReplaySource:
             name=self._name,
             trend=self._trend(t),
             mps=self._mps,
+            mps_external=self._mps_external,
         )
         samples = self._samples[_upto(self._sample_ts, since) : _upto(self._sample_ts, t)]
         return Frame(state=state, samples=tuple(samples), phases=phases)

@@ -255,6 +255,7 @@ def record(
             gpus=spec.gpus,
             devices=spec.devices,
             mps=state.mps,
+            mps_external=state.mps_external,
             on_done=spec.on_done,
         ),
         host=HostRecord(

@@ -41,6 +41,7 @@ from cockpit.contract.runrecord import write as write_record
 from cockpit.contract.runspec import ConfigError, RunSpec
 from cockpit.contract.scriptargs import script_label
 from cockpit.contract.states import JobState, RunStatus
+from cockpit.contract.workerargs import MpsServers
 from cockpit.core.export.tensorboard import TensorBoardScalars, install_hint, tensorboard_api
 from cockpit.core.feed.control import ControlError, ControlServer
 from cockpit.core.feed.snapshot import RunState
@@ -118,9 +119,10 @@ class RunSession:
     fleet_factory: FleetFactory | None = None
     # Lines the run's warnings begin with: what the cockpit's CUDA_VISIBLE_DEVICES left it (`visibility.visible_gpus`).
     notes: tuple[str, ...] = ()
-    # Under --mps: the pipe directory of the MPS daemon the jobs are clients of (`cockpit.core.machine.mps`).
-    mps_pipe_dir: Path | None = None
-    # False: the daemon stands ready for --auto, which makes the jobs its clients to measure MPS.
+    # Under --mps: where the jobs of each GPU meet their MPS daemon (`cockpit.core.machine.mps`); a
+    # daemon found running, with or without --mps (`MpsServers.external`).
+    mps: MpsServers | None = None
+    # False: the daemons stand ready for --auto, which makes the jobs their clients to measure MPS.
     mps_clients: bool = True
 
     def __post_init__(self) -> None:
@@ -139,7 +141,7 @@ class RunSession:
             # On Ray the cluster places each actor on a GPU of its node; this machine's are not theirs.
             gpus=tuple if isinstance(self.launcher, RemoteJobs) else self.sampler.gpu_rooms,
             peak_gpu_mem=lambda: self.sampler.peak_gpu_mem,
-            mps_pipe_dir=self.mps_pipe_dir,
+            mps=self.mps,
             mps_clients=self.mps_clients,
         )
         self.supervisor.warnings.extend(self.notes)
@@ -272,8 +274,12 @@ class RunSession:
         of it, or not."""
         if advice.suggested not in ("on", "off"):
             raise ValueError(f"advice mps -> {advice.suggested!r}: MPS is turned on or off once measured")
-        if self.mps_pipe_dir is None:
+        if self.mps is None:
             raise ValueError("mps cannot change under running jobs without an MPS daemon: start a new run with --mps")
+        if self.mps.external and self.mps.shared is not None:
+            raise ValueError(
+                f"mps cannot change: the daemon at {self.mps.shared.pipe_dir} serves every CUDA process here"
+            )
         state = self._latest
         self._log_applied(advice)
         live = [RestartJob(j.id) for j in state.jobs if j.state.active] if state is not None else []

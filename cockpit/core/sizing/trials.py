@@ -115,12 +115,13 @@ class Progress:
 
 
 def trial_requests(preset: Preset, preset_file: Path, config: Config, workdir: Path, physical_cores: int, *,
-                   cpu_jobs: int = 0, gpu: GpuRef | None = None,
-                   mps_pipe_dir: Path | None = None) -> list[LaunchRequest]:  # fmt: skip
+                   cpu_jobs: int = 0, gpu: GpuRef | None = None, mps_pipe_dir: Path | None = None,
+                   mps_log_dir: Path | None = None) -> list[LaunchRequest]:  # fmt: skip
     """The workers of a trial of `config`, as `cockpit run` would start them: each with the thread
     budget of `config.jobs` jobs on `physical_cores`; the last `cpu_jobs` of them on the CPU
     (`--devices`), the others on the device a worker picks, placed on `gpu` when given and then,
-    with `mps_pipe_dir`, clients of that MPS daemon (a job on the CPU is no client of it)."""
+    with `mps_pipe_dir` (and its `mps_log_dir`), clients of that MPS daemon (a job on the CPU is no
+    client of it)."""
     threads = thread_budget(config.jobs, physical_cores).threads_per_job
     requests = []
     for i in range(config.jobs):
@@ -129,16 +130,18 @@ def trial_requests(preset: Preset, preset_file: Path, config: Config, workdir: P
                           threads=threads, device="cpu" if on_cpu else "auto")  # fmt: skip
         place = None if on_cpu else gpu
         mps = str(mps_pipe_dir) if mps_pipe_dir is not None and place is not None else None
-        requests.append(LaunchRequest(f"trial-{i}", args, gpu=place, mps_pipe_dir=mps))
+        logs = str(mps_log_dir) if mps is not None and mps_log_dir is not None else None
+        requests.append(LaunchRequest(f"trial-{i}", args, gpu=place, mps_pipe_dir=mps, mps_log_dir=logs))
     return requests
 
 
 def run_trial(preset: Preset, config: Config, *, workdir: Path, measure_s: float, physical_cores: int,
               gpu: GpuReader | None = None, launcher: Launcher | None = None, cpu_jobs: int = 0,
-              mps_pipe_dir: Path | None = None) -> Trial:  # fmt: skip
+              mps_pipe_dir: Path | None = None, mps_log_dir: Path | None = None) -> Trial:  # fmt: skip
     """Measure `config` (see the module docstring); TrialError if a worker fails to run. With
     `cpu_jobs`, that many of its jobs train on the CPU; with `mps_pipe_dir` (and `gpu`, which the
-    GPU's jobs are placed on), they are clients of that MPS daemon (`trial_requests`).
+    GPU's jobs are placed on), they are clients of that MPS daemon, whose logs are in
+    `mps_log_dir` (`trial_requests`).
 
     The workers start through `launcher` (a `LocalLauncher` by default) as a run's workers do: in
     their own sessions, niced, and tied to this process by the parent-death signal, so a killed
@@ -154,7 +157,7 @@ def run_trial(preset: Preset, config: Config, *, workdir: Path, measure_s: float
     readers: list[EventReader] = []
     try:
         for request in trial_requests(preset, preset_file, config, workdir, physical_cores, cpu_jobs=cpu_jobs,
-                                      gpu=place, mps_pipe_dir=mps_pipe_dir):  # fmt: skip
+                                      gpu=place, mps_pipe_dir=mps_pipe_dir, mps_log_dir=mps_log_dir):  # fmt: skip
             handles.append(launcher.launch(request))
             readers.append(EventReader(request.job_dir / EVENTS_FILE))
         progress = [Progress() for _ in readers]

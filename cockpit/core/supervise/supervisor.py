@@ -36,14 +36,21 @@ is not crowded; else the one with the fewest jobs, then the most free memory; ne
 GPU's compute mode takes: one job on an EXCLUSIVE_PROCESS GPU unless the jobs are MPS clients,
 none on a PROHIBITED one); the launcher makes that the only GPU its worker sees.
 
-Under MPS (`mps_pipe_dir`: `--mps`), each worker placed on a GPU is a client of the MPS daemon
-there, its memory capped from its known peak (`workerargs.mps_memory_limit_mib`). A fatal fault in
-one MPS client ends every client on that GPU, so crashes of several jobs of one GPU within
-`MPS_FAULT_WINDOW_S` of each other are one event, not one each: the first crash is counted
-against its job's policy as any crash is; the others on that GPU within the window are that same
-fault, restarted from their checkpoints with the first (at the same moment) without counting
-against their own policies or being taken for their input's error, and one warning names MPS and
-every job it ended.
+Under MPS (`mps`: `--mps`), each worker placed on a GPU is a client of that GPU's MPS daemon
+(`MpsServers.for_gpu`: its pipe and log directories), its memory capped from its known peak
+(`workerargs.mps_memory_limit_mib`). A fatal fault in one MPS client ends every client on that
+GPU, so crashes of several jobs of one GPU within `MPS_FAULT_WINDOW_S` of each other are one
+event, not one each: the first crash is counted against its job's policy as any crash is; the
+others on that GPU within the window are that same fault, restarted from their checkpoints with
+the first (at the same moment) without counting against their own policies or being taken for
+their input's error, and one warning names MPS and every job it ended. The server refuses new
+clients until every client of the fault has exited, so none of them restarts while another job of
+that GPU still has a worker: a crash under MPS waits for the others of its GPU while it may still
+be the first of a fault (`MPS_FAULT_WINDOW_S`), and a fault's jobs wait until they are all gone.
+Jobs of other GPUs are never held: each GPU has its own daemon. The same holds without `--mps`
+where a daemon found running serves every CUDA process (`MpsServers.external`). An error of MPS
+itself (`mps.mps_error`: the server not ready, the client unable to connect) is never taken for
+the job's input: it restarts with back-off as any GPU fault does.
 
 Commands and interrupts may come from any thread (a signal handler, the TUI); they are only
 recorded there and acted on at the next tick. A plain `--jobs 4` run is a queue of 4 jobs with 4
@@ -95,13 +102,15 @@ from cockpit.contract.workerargs import (
     DISK_FULL_ERROR,
     DISK_FULL_EXIT,
     DeviceRequest,
+    MpsServers,
     WorkerArgs,
     mps_memory_limit_mib,
 )
 from cockpit.core.feed.snapshot import Overrides, RunState, job_view, stepping_sps
-from cockpit.core.launch.protocol import EventSource, Launcher, LaunchRequest
+from cockpit.core.launch.protocol import EventSource, Launcher, LaunchRequest, WorkerHandle
 from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.machine.host import ThreadBudget, pin_sets, thread_budget
+from cockpit.core.machine.mps import mps_error
 from cockpit.core.machine.nvml import GpuInfo
 from cockpit.core.machine.placement import GpuRef, GpuRoom, place
 from cockpit.core.supervise.jobs import Job
@@ -125,13 +134,16 @@ MPS_FAULT_WINDOW_S = 10.0
 @dataclass
 class MpsFault:
     """One MPS client fault on a GPU: when its first crash was (supervisor clock), the jobs it
-    ended in order, when they all restart, and the index of its warning in `Supervisor.warnings`."""
+    ended in order, when they all restart, the index of its warning in `Supervisor.warnings`, and
+    the workers of the GPU's other jobs at its first crash (`clients`: the server's clients then,
+    which must all be gone before it takes new ones)."""
 
     gpu: int
     at: float
     jobs: list[str]
     restart_at: float | None
     warning: int
+    clients: tuple[WorkerHandle, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -192,9 +204,10 @@ class Supervisor:
     restart as `restart` says (see the module docstring). `gpus` gives the GPUs jobs may be
     placed on as they are at the moment of a launch (none: no placement), and `peak_gpu_mem`
     each job's peak GPU memory measured so far (bytes by job id), which its previous GPU must
-    still have free for the job to go back to it. `mps_pipe_dir` is the MPS daemon's pipe
-    directory under `--mps` (None: no MPS); with `mps_clients` False the daemon stands ready and
-    the jobs are not its clients until `SetMps(True)` (`run --auto` measuring MPS)."""
+    still have free for the job to go back to it. `mps` is where the workers of each GPU meet
+    their MPS daemon under `--mps` (None: no MPS); with `mps_clients` False the daemons stand ready
+    and the jobs are not their clients until `SetMps(True)` (`run --auto` measuring MPS), or a
+    daemon found running serves them anyway (`MpsServers.external`)."""
 
     def __init__(
         self,
@@ -211,14 +224,14 @@ class Supervisor:
         preset_name: str = "",
         gpus: Callable[[], Sequence[GpuRoom]] = tuple,
         peak_gpu_mem: Callable[[], Mapping[str, int]] = dict,
-        mps_pipe_dir: Path | None = None,
+        mps: MpsServers | None = None,
         mps_clients: bool = True,
     ) -> None:
         self.run_dir = run_dir
-        self.mps_pipe_dir = mps_pipe_dir  # under --mps: the daemon's pipes, which each worker on a GPU gets
-        # Whether the jobs launched from now on are the daemon's clients: `--auto` starts a daemon
-        # without them and turns it on and off (`SetMps`) to measure what MPS does.
-        self.mps_clients = mps_pipe_dir is not None and mps_clients
+        self.mps = mps  # under --mps: each GPU's daemon, whose pipes and logs each worker on that GPU gets
+        # Whether the jobs launched from now on are the daemons' clients: `--auto` starts daemons
+        # without them and turns them on and off (`SetMps`) to measure what MPS does.
+        self.mps_clients = mps is not None and mps_clients
         self.mps_faults: list[MpsFault] = []
         self.gpus = gpus
         self.peak_gpu_mem = peak_gpu_mem
@@ -343,7 +356,8 @@ class Supervisor:
             overdue = self._kill_now or now >= job.stop_deadline
             if job.state is JobState.STOPPING and job.handle is not None and overdue:
                 self.launcher.kill(job.handle)
-            if job.state is JobState.BACKOFF and now >= job.restart_at and not self._interrupted:
+            due = job.state is JobState.BACKOFF and now >= job.restart_at and not self._interrupted
+            if due and not self._mps_held(job):
                 self._launch(job)
         if self.before_launch is not None:
             self.before_launch()
@@ -361,7 +375,7 @@ class Supervisor:
             self.template = replace(self.template, preset_arg=command.preset_arg)
             return
         if isinstance(command, SetMps):
-            if self.mps_pipe_dir is None:
+            if self.mps is None:
                 self.warnings.append("MPS: this run has no MPS daemon; its jobs stay as they are")
             else:
                 self.mps_clients = command.on
@@ -490,9 +504,12 @@ class Supervisor:
         job.attempt_started_seen = False
         job.last_event_at, job.stalled_at, job.stall_reason = self.clock.monotonic(), None, None
         try:
-            mps = str(self.mps_pipe_dir) if self.mps_pipe_dir is not None and self.mps_clients else None
-            cap = mps_memory_limit_mib(self._known_peak(job)) if mps is not None else None
-            job.handle = self.launcher.launch(LaunchRequest(job.id, args, cpus, job.gpu, mps, cap))
+            served = self.mps is not None and self.mps_clients and job.gpu is not None
+            dirs = self.mps.for_gpu(job.gpu.index) if served and self.mps is not None and job.gpu is not None else None
+            cap = mps_memory_limit_mib(self._known_peak(job)) if dirs is not None else None
+            job.handle = self.launcher.launch(LaunchRequest(job.id, args, cpus, job.gpu,
+                                                            dirs.pipe_dir if dirs is not None else None, cap,
+                                                            dirs.log_dir if dirs is not None else None))  # fmt: skip
         except OSError as exc:
             job.error = f"could not start the worker: {exc}"
             job.change_state(JobState.STARTING, now)
@@ -610,7 +627,9 @@ class Supervisor:
         if self._mps_collateral(job, code):
             return
         healthy = job.attempt_started_at is not None and now - job.attempt_started_at >= policy.healthy_uptime_s
-        if self._input_error(job, code, reason, healthy):
+        # The server's error, not the job's: its worker's last words may come before a traceback's tail.
+        server_fault = mps_error(reason) or (handle is not None and mps_error(self.launcher.stderr_tail(handle, 20)))
+        if self._input_error(job, code, reason, healthy, server_fault=server_fault):
             job.error = (
                 f"{reason} (the same error on 2 starts in a row, each before a single step: the "
                 "job's input, its env, preset or command, not a passing fault; fix it and resume the run)"
@@ -638,7 +657,7 @@ class Supervisor:
         counting against its own policy; the fault's warning then names it too. A first crash
         opens a possible fault and is counted as usual (returns False). A kill by the stall watch
         is the cockpit's doing, not a client fault."""
-        if not self.mps_clients or job.gpu is None or job.stall_reason is not None:
+        if not self._mps_served or job.gpu is None or job.stall_reason is not None:
             return False
         now_mono, now = self.clock.monotonic(), self.clock.time()
         index = job.gpu.index
@@ -646,8 +665,13 @@ class Supervisor:
                      None)  # fmt: skip
         if fault is None:
             # Its restart time is set by the caller's count; the fault learns it on its second job.
-            self.mps_faults = [f for f in self.mps_faults if now_mono - f.at <= MPS_FAULT_WINDOW_S]
-            self.mps_faults.append(MpsFault(index, now_mono, [job.id], restart_at=None, warning=-1))
+            # A fault is kept while it may grow, and while its jobs wait for the others of its GPU.
+            waiting = {j.id for j in self.jobs.values() if j.state is JobState.BACKOFF}
+            self.mps_faults = [f for f in self.mps_faults
+                               if now_mono - f.at <= MPS_FAULT_WINDOW_S or waiting.intersection(f.jobs)]  # fmt: skip
+            clients = tuple(o.handle for o in self.jobs.values()
+                            if o.handle is not None and o.gpu is not None and o.gpu.index == index)  # fmt: skip
+            self.mps_faults.append(MpsFault(index, now_mono, [job.id], restart_at=None, warning=-1, clients=clients))
             return False
         first = self.jobs.get(fault.jobs[0])
         if fault.restart_at is None:
@@ -667,13 +691,36 @@ class Supervisor:
             self.warnings[fault.warning] = line
         return True
 
+    @property
+    def _mps_served(self) -> bool:
+        """Whether the jobs launched now on GPUs are MPS clients: under `--mps` (or `SetMps`), or
+        of a daemon found running, which serves every CUDA process here."""
+        return self.mps_clients or (self.mps is not None and self.mps.external)
+
+    def _mps_held(self, job: Job) -> bool:
+        """Whether `job`, due to restart, waits for the other clients of its GPU's MPS server to go
+        (module docstring): it crashed in an MPS fault (or in what may still become one, within
+        `MPS_FAULT_WINDOW_S`) and another job of that GPU still has a worker. The server refuses new
+        clients until all those of the fault exited; a job of another GPU never holds it."""
+        if not self._mps_served or job.gpu is None:
+            return False
+        fault = next((f for f in reversed(self.mps_faults) if job.id in f.jobs), None)
+        if fault is None:
+            return False
+        if len(fault.jobs) < 2 and self.clock.monotonic() - fault.at > MPS_FAULT_WINDOW_S:
+            return False  # a crash of its own: no other client of its GPU went with it
+        # The server's clients at the fault that are not yet reaped (a worker launched since is
+        # no client of it, and the fault's own jobs restart together).
+        return any(self.jobs[h.job_id].handle is h for h in fault.clients if h.job_id in self.jobs)
+
     @staticmethod
-    def _input_error(job: Job, code: int, reason: str, healthy: bool) -> bool:
+    def _input_error(job: Job, code: int, reason: str, healthy: bool, *, server_fault: bool = False) -> bool:
         """Whether this crash repeats the previous attempt's: the same error, from the job itself (an
-        exit code, not a signal, a stall or a full disk), before a single step, twice in a row. A
-        restart would only repeat it. Remembers this attempt's error for the next one's question."""
+        exit code, not a signal, a stall, a full disk or an error of the MPS server, `server_fault`),
+        before a single step, twice in a row. A restart would only repeat it. Remembers this
+        attempt's error for the next one's question."""
         stepped = job.attempt_started_seen and job.steps > job.attempt_from_step
-        own = code >= 0 and job.stall_reason is None
+        own = code >= 0 and job.stall_reason is None and not server_fault
         previous, job.prestep_error = job.prestep_error, None if stepped or healthy or not own else reason
         return job.prestep_error is not None and previous == reason
 
@@ -841,4 +888,7 @@ class Supervisor:
             name=name,
             trend=trend,
             mps=self.mps_clients,
+            mps_external=self.mps.shared.pipe_dir
+            if self.mps is not None and self.mps.external and self.mps.shared is not None
+            else None,
         )

@@ -87,10 +87,10 @@ def ended_line(frame: Frame, *, replay: bool) -> str:
 
 def header_line(frame: Frame, *, replay: bool) -> str:
     """The run in one line: its name (when it has one), preset, env, "MPS" when its jobs are MPS
-    clients (`--mps`), status, counts, its throughput (the jobs' live SPS together) and ETA while
-    it runs, and the elapsed time. A fleet's
-    agents differ in preset and env, and its state holds only the latest ended agents: its header
-    gives its size and counts only the live agents (the fleet line under it has the rest).
+    clients (`--mps`; without it, of a daemon found running, named), status, counts, its throughput
+    (the jobs' live SPS together) and ETA while it runs, and the elapsed time. A fleet's agents
+    differ in preset and env, and its state holds only the latest ended agents: its header gives
+    its size and counts only the live agents (the fleet line under it has the rest).
 
     A run that is over says how it ended, how long it took and where it lies ("done in 12m 03s ·
     runs/..."); one whose link was lost while it ran says so instead (`lost`)."""
@@ -105,6 +105,8 @@ def header_line(frame: Frame, *, replay: bool) -> str:
         what = f"{state.name}: {what}"
     if state.mps:  # MPS changes what a GPU's figures mean (kernels side by side) and its fault domain
         what = f"{what}  MPS"
+    elif state.mps_external is not None:  # clients all the same, of a daemon the run did not start
+        what = f"{what}  MPS (not --mps: the daemon at {state.mps_external})"
     counts = "  ".join(f"{state.count(s)} {s}" for s in shown if state.count(s))
     status = "replay" if replay else state.status.value
     if lost(frame):
