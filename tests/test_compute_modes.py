@@ -17,6 +17,7 @@ from cockpit.cli import main
 from cockpit.contract.advice import AdviceSetting
 from cockpit.contract.presets import load
 from cockpit.contract.runrecord import read
+from cockpit.contract.workerargs import MpsDaemonDirs, MpsServers
 from cockpit.core.feed.source import Frame
 from cockpit.core.machine import nvml as nvml_module
 from cockpit.core.machine.host import thread_budget
@@ -98,9 +99,10 @@ def test_the_supervisor_puts_one_job_on_an_exclusive_gpu_and_several_under_mps(t
 
     def launched(run_dir: Path, mps: bool) -> list[int]:
         launcher = FakeLauncher()
+        servers = MpsServers(shared=MpsDaemonDirs(str(tmp_path / "pipe"), str(tmp_path / "log")))
         sup = Supervisor(run_dir=run_dir, template=JobTemplate("cartpole", "CartPole-v1", 1000), seeds=range(3),
                          slots=3, launcher=launcher, budget=thread_budget(3, 2), clock=FakeClock(),
-                         gpus=lambda: rooms, mps_pipe_dir=tmp_path / "pipe" if mps else None)  # fmt: skip
+                         gpus=lambda: rooms, mps=servers if mps else None)  # fmt: skip
         sup.tick()
         return sorted(p.request.gpu.index for p in launcher.processes if p.request.gpu is not None)
 
