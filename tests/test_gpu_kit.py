@@ -96,12 +96,14 @@ def test_sm_is_compared_with_pmon_on_the_seconds_both_have_a_sample() -> None:
     # pmon prints "-" for a second without a sample of the process; cockpit counts that second as 0.
     pmon = [nvsmi.PmonRow(t0 + 1, 42, 80.0), nvsmi.PmonRow(t0 + 2, 42, None), nvsmi.PmonRow(t0 + 3, 42, None),
             nvsmi.PmonRow(t0 + 4, 42, 60.0), nvsmi.PmonRow(t0 + 9, 42, 50.0)]  # fmt: skip
-    cockpit = [(t0 + 0.2, 78.0), (t0 + 0.7, 82.0), (t0 + 1.5, 0.0), (t0 + 2.5, 0.0), (t0 + 3.5, 60.0)]
+    cockpit = [(t0 + 0.2, 78.0), (t0 + 0.7, 82.0), (t0 + 1.5, 0.0), (t0 + 2.5, 0.0), (t0 + 3.5, 60.0),
+               (t0 + 3.7, 0.0)]  # fmt: skip
     both = check.compare_sm(cockpit, pmon)
-    # Rows T=1 and T=4 meet cockpit's readings in [0, 1) (80) and [3, 4) (60); T=2 and T=3 are "-",
-    # left out with cockpit's zeros; T=9 has no reading of cockpit's.
-    assert (both.seconds, both.cockpit, both.pmon, both.left_out) == (2, 70.0, 70.0, 2)
-    assert check.sm_problem(both.cockpit, both.pmon) is None
+    # Rows T=1 and T=4 meet cockpit's readings in [0, 1) (80) and [3, 4) (60; its 0 there is a
+    # reading without a sample, carried a second late); T=2 and T=3 are "-", left out with
+    # cockpit's zeros; T=9 has no reading of cockpit's.
+    assert (both.seconds, both.cockpit, both.pmon, both.no_pmon, both.no_cockpit) == (2, 70.0, 70.0, 2, 1)
+    assert both.left_out == 3 and check.sm_problem(both.cockpit, both.pmon) is None
     # Counting the seconds without a sample as cockpit does would have broken the bound.
     assert check.sm_problem(sum(v for _, v in cockpit) / len(cockpit), 70.0) is not None
     assert check.compare_sm(cockpit, [nvsmi.PmonRow(t0 + 2, 42, None)]) == check.SmComparison(0, None, None, 1)

@@ -467,34 +467,46 @@ def cuda_peaks(events: Sequence[Event]) -> tuple[float | None, float | None]:
 @dataclass(frozen=True)
 class SmComparison:
     """A job's SM % against pmon's over the seconds both have a sample of it: `seconds` compared,
-    and each side's mean over them (None with no second compared); `left_out` the seconds pmon
-    printed "-" for (no sample of the process: cockpit counts such a second as 0)."""
+    and each side's mean over them (None with no second compared). Left out: `no_pmon`, the
+    seconds pmon printed "-" for (no sample of the process), and `no_cockpit`, those where cockpit
+    read none (it counts a second without a sample as 0)."""
 
     seconds: int
     cockpit: float | None
     pmon: float | None
-    left_out: int
+    no_pmon: int
+    no_cockpit: int = 0
+
+    @property
+    def left_out(self) -> int:
+        """The seconds of pmon's rows not compared."""
+        return self.no_pmon + self.no_cockpit
 
 
 def compare_sm(cockpit: Sequence[tuple[float, float]], pmon: Sequence[nvsmi.PmonRow]) -> SmComparison:
     """Check 4's pairing: each pmon row of the job's pid stamped T (a second, as dmon's) against
     cockpit's readings of the job (`(t, SM %)`, job_samples.csv) in [T-1, T), as `compare_util`
-    pairs dmon's; a row without a figure ("-") and a second cockpit has no reading in are left out."""
+    pairs dmon's. A row without a figure ("-") is left out, and so is a second in which cockpit has
+    no reading above 0: cockpit counts a second without a sample as 0, and its readings are taken
+    once a second and carried by the ticks after, so its zeros may trail pmon's "-" by a second."""
     bins: dict[int, list[float]] = {}
     for t, sm in cockpit:
-        bins.setdefault(int(t // 1), []).append(sm)
-    mine, theirs, left_out = [], [], 0
+        if sm > 0:
+            bins.setdefault(int(t // 1), []).append(sm)
+    mine, theirs, no_pmon, no_cockpit = [], [], 0, 0
     for row in pmon:
         if row.sm is None:
-            left_out += 1
+            no_pmon += 1
             continue
         values = bins.get(int(row.t) - 1)
-        if values:
-            mine.append(statistics.fmean(values))
-            theirs.append(row.sm)
+        if not values:
+            no_cockpit += 1
+            continue
+        mine.append(statistics.fmean(values))
+        theirs.append(row.sm)
     if not mine:
-        return SmComparison(0, None, None, left_out)
-    return SmComparison(len(mine), statistics.fmean(mine), statistics.fmean(theirs), left_out)
+        return SmComparison(0, None, None, no_pmon, no_cockpit)
+    return SmComparison(len(mine), statistics.fmean(mine), statistics.fmean(theirs), no_pmon, no_cockpit)
 
 
 def sm_problem(cockpit_sm: float | None, pmon_sm: float | None) -> str | None:
@@ -762,7 +774,8 @@ def per_process_checks(kit: Kit, sec: Section, record: RunRecord, events: dict[s
         kit.figure("run", job.id, "gpu_mem_peak_nvml_process", nvml_peak, "MiB")
         kit.figure("run", job.id, "sm_percent_mean_pmon", pmon_sm, "%")
         kit.figure("run", job.id, "sm_seconds_compared", both.seconds, "s")
-        kit.figure("run", job.id, "sm_seconds_without_pmon_sample", both.left_out, "s")
+        kit.figure("run", job.id, "sm_seconds_without_pmon_sample", both.no_pmon, "s")
+        kit.figure("run", job.id, "sm_seconds_without_cockpit_sample", both.no_cockpit, "s")
         found = [why for why in (cuda_memory_problem(peak, nvml_peak), sm_problem(mine, pmon_sm)) if why]
         if not kit.s.smoke:
             if peak is None:
@@ -770,12 +783,13 @@ def per_process_checks(kit: Kit, sec: Section, record: RunRecord, events: dict[s
             if not theirs and pmon_rows:
                 found.append("pmon never saw its pid")
             elif theirs and not both.seconds:
-                found.append(f"no second with a sample of it in both cockpit and pmon ({both.left_out} without pmon's)")
+                found.append(f"no second with a sample of it in both cockpit and pmon ({both.no_pmon} without pmon's, "
+                             f"{both.no_cockpit} without cockpit's)")  # fmt: skip
         problems += [f"job {job.id}: {why}" for why in found]
         rows.append((job.id, pid, fmt(peak, 0), fmt(nvml_peak, 0), fmt(mine, 1), fmt(pmon_sm, 1),
-                     f"{both.seconds} ({both.left_out} left out)", "; ".join(found) or "ok"))  # fmt: skip
+                     both.seconds, both.no_pmon, both.no_cockpit, "; ".join(found) or "ok"))  # fmt: skip
     lines += table(["job", "pid", "allocator peak MiB", "NVML peak MiB", "cockpit SM %", "pmon SM %",
-                    "seconds compared (pmon \"-\")", "result"], rows)  # fmt: skip
+                    "seconds compared", "left out: pmon \"-\"", "left out: cockpit 0", "result"], rows)  # fmt: skip
     lines.append("")
     if kit.s.smoke:
         lines.append("skipped in a CPU smoke: no CUDA memory, no NVML processes, no pmon.")
@@ -784,7 +798,7 @@ def per_process_checks(kit: Kit, sec: Section, record: RunRecord, events: dict[s
     lines.append(f"Bounds: NVML's peak at least the allocator's and at most {CONTEXT_OVERHEAD_MIB:,.0f} MiB more (the "
                  f"CUDA context); SM % within {PMON_SM_POINTS:.0f} points of pmon's, both means over the seconds where "
                  "both have a sample of the job (pmon prints \"-\" for a second without one, which cockpit counts "
-                 "as 0: those seconds are left out).")  # fmt: skip
+                 "as 0: those seconds are left out, and counted).")  # fmt: skip
     lines.append("")
     return problems
 
