@@ -23,7 +23,9 @@ The fake CUDA worker (`python -m cockpit_training.worker`, shadowed in `root/sit
 module of the package stays the real one) writes the events docs/events.md gives a worker on CUDA:
 `started` with `device` cuda:0 and `tf32` true, a rollout and a train phase per update, `progress`
 with the allocator's `cuda_reserved_bytes` and `cuda_peak_bytes` (NVML's per-process figure is
-that plus the CUDA context), `finished` done at its target, or stopped on SIGINT or SIGTERM.
+that plus the CUDA context), `finished` done at its target, or stopped on SIGINT or SIGTERM; and
+`error` cuda_oom, exit 1, when its first train phase's activations (`activation_bytes`) exceed the
+card's free memory.
 """
 
 from __future__ import annotations
@@ -207,6 +209,12 @@ def nvidia_smi(argv: list[str]) -> int:
 # ----- the CUDA worker -----
 
 
+def activation_bytes(batch_size: int, net_arch: tuple[int, ...]) -> int:
+    """What a minibatch's forward pass keeps for the backward one: a float32 tensor per layer and
+    sample, for the policy and the value network each (SB3's MlpPolicy: two separate MLPs)."""
+    return 2 * batch_size * sum(net_arch) * 4
+
+
 def fake_worker() -> int:
     """`python -m cockpit_training.worker` on the scripted GPU: its events as a worker on CUDA
     writes them (module docstring), one update every `CYCLE_S`."""
@@ -234,6 +242,17 @@ def fake_worker() -> int:
             time.sleep(CYCLE_S / 2)
             steps, update = steps + preset.total_batch, update + 1
             events.phase("train", iteration=update, num_timesteps=steps)
+            need = activation_bytes(preset.batch_size, preset.net_arch)
+            free = (MEMORY_TOTAL_MIB - used_mib()) * 2**20
+            if device != "cpu" and need > free:
+                # As torch's caching allocator fails a request larger than the card's free memory:
+                # torch.cuda.OutOfMemoryError, which the real worker reports as cuda_oom (exit 1).
+                message = (f"OutOfMemoryError: CUDA out of memory. Tried to allocate {need / 2**30:.2f} GiB. GPU 0 "
+                           f"has a total capacity of {MEMORY_TOTAL_MIB / 1024:.2f} GiB of which "
+                           f"{free / 2**30:.2f} GiB is free.")  # fmt: skip
+                events.error(type="cuda_oom", message=message)
+                print(f"[worker] {message}", file=sys.stderr)
+                return 1
             time.sleep(CYCLE_S / 2)
             peak = int(WORKER_PEAK_MIB * 2**20) if device != "cpu" else None
             events.progress(num_timesteps=steps, iteration=update, sps=preset.total_batch / CYCLE_S,

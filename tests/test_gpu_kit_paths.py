@@ -2,8 +2,10 @@
 cockpit and its workers run as the subprocesses they are on a GPU, with NVML, `nvidia-smi` (dmon,
 pmon, the queries), torch's CUDA queries and the CUDA worker scripted by `tests.gpu_standin`, and
 `nvidia-cuda-mps-control` by `tests.mps_standin`. A check that only a GPU reaches (the host check's
-NVML reading, the run's reading and per-process checks, the sweep, MPS, the worker on CUDA) runs
-here as it would there, so an error in it fails the suite rather than the one GPU session."""
+NVML reading, the run's reading and per-process checks, the sweep, MPS, the worker on CUDA, CUDA
+out of memory) runs here as it would there, so an error in it fails the suite rather than the one
+GPU session. The probe and fleet checks are not run here: recommend's probe and the fleet's
+workers train for real (torch, SB3), which tests/test_gpu_kit.py's CPU smoke covers."""
 
 from __future__ import annotations
 
@@ -38,12 +40,13 @@ def test_the_kits_gpu_checks_run_end_to_end_on_stand_ins(tmp_path: Path, standin
     out, root = tmp_path / "out", tmp_path / "gpu"
     env = {**os.environ, **gpu_standin.install(root), "PYTHONUNBUFFERED": "1"}
     env.pop("OUT", None)
-    argv = [sys.executable, "-m", "benchmarks.gpu.check", "--checks", "host,run,sweep,mps,worker", "--out", str(out),
-            "--run-seconds", "25", "--sweep-jobs", "1,2", "--sweep-window", "2", "--deadline", "400"]  # fmt: skip
+    argv = [sys.executable, "-m", "benchmarks.gpu.check", "--checks", "host,run,sweep,mps,worker,oom",
+            "--out", str(out), "--run-seconds", "25", "--sweep-jobs", "1,2", "--sweep-window", "2",
+            "--deadline", "400"]  # fmt: skip
     done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
     report = (out / "report.md").read_text(encoding="utf-8")
     assert done.returncode == 0, "\n".join(failures(report)) or done.stdout[-4000:] + done.stderr[-2000:]
-    assert "5 passed, 0 failed, 0 skipped of 5" in report
+    assert "6 passed, 0 failed, 0 skipped of 6" in report
     assert "**Mode:** GPU" in report and gpu_standin.GPU_NAME in report
     figures = figures_of(out)
 
@@ -78,6 +81,11 @@ def test_the_kits_gpu_checks_run_end_to_end_on_stand_ins(tmp_path: Path, standin
     assert float(figures[("mps", "2 jobs", "sps_with")]) > 0
     assert ("mps", "1 jobs", "sps_with") not in figures  # a lone job shares the GPU with nobody
     assert any(call["argv"] == ["-d"] for call in standin.calls())
+
+    # oom: a batch twice the free memory fails with cuda_oom, and recommend halves it.
+    assert figures[("oom", "job", "error")].startswith("cuda_oom: OutOfMemoryError: CUDA out of memory")
+    current, suggested = figures[("oom", "advice", "batch_size")].split(" -> ")
+    assert int(suggested) <= int(current) // 2
 
     # worker: each preset on CUDA with TF32, its peak memory by its pid.
     for preset in ("heavy", "beast"):
