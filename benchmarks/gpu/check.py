@@ -5,16 +5,16 @@ wheels `prepare.sh` gathered. Every check runs real cockpit commands and workers
 and reads back what cockpit itself recorded (run.toml, gpu_util.csv, job_samples.csv, events,
 costs.toml); the references it is held against come from `nvidia-smi` (`benchmarks.gpu.nvsmi`).
 
-The checks, in order (docs/gpu.md says what each one measures):
+The checks, in order of what only a GPU can tell (docs/gpu.md says what each one measures):
   host    the GPU, driver, torch's CUDA, the wheels, and cockpit's NVML reader (buffered samples,
           throttle reasons, per-process memory)
-  worker  the worker on cuda with fast, heavy and beast: SPS, peak GPU memory, TF32 on
   run     `cockpit run --jobs 4 --preset heavy --headless` beside `nvidia-smi dmon -s um`:
           cockpit's per-second utilization against dmon's, per-job memory against
           `--query-compute-apps`, utilization by phase, the train share, the sampler's cost
   sweep   1, 2, 4 and 8 heavy jobs: aggregate SPS and GPU utilization
-  mps     the sweep's job counts again with `cockpit run --mps`: aggregate SPS and GPU utilization
-          with MPS beside the sweep's without it, and their ratio
+  mps     the sweep's job counts above one again with `cockpit run --mps`: aggregate SPS and GPU
+          utilization with MPS beside the sweep's without it, and their ratio
+  worker  the worker on cuda with heavy and beast: SPS, peak GPU memory, TF32 on
   oom     a batch too big for the card's free memory: the `cuda_oom` error, then the advice to
           halve the batch
   probe   `cockpit recommend` (the probe's CUDA costs, the pick) and a short `cockpit tune`,
@@ -30,8 +30,10 @@ Contract:
   figure: check, subject, metric, value, unit), util_per_second.csv, gpu_memory.csv, sweep.csv,
   kit.log (these progress lines) and raw.tar.gz (run.toml, the run's CSVs, events and logs, dmon's
   output, recommend's and tune's output).
-- The default plan fits well inside one 10-minute command; `--deadline` (seconds from the start)
-  skips the checks that would not end before it, and the long checks shorten to fit.
+- The default plan, with check.sh's wheel install, ends within 420 s (`check.sh --plan` prints it
+  and starts nothing): `--deadline` (seconds from the start) is the plan's; a check starts only
+  when its planned seconds fit before it, and each command a check starts gets at most what is
+  left.
 - `--cpu-smoke` runs the same checks on the CPU at tiny sizes (the cartpole preset, a few seconds
   each): what needs a GPU or nvidia-smi is skipped with the reason. It proves the kit end to end
   before a GPU session.
