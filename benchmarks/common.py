@@ -140,7 +140,7 @@ def worker_argv(
 
     if device not in DEVICES:
         raise BenchmarkError(f"--device {device}: expected one of {', '.join(DEVICES)}")
-    args = WorkerArgs(Path(job_dir), preset=preset, timesteps=timesteps, seed=seed, device=device,  # type: ignore[arg-type]
+    args = WorkerArgs(Path(job_dir), preset=preset, timesteps=timesteps, seed=seed, device=device,
                       threads=threads, torch_threads=torch_threads)  # fmt: skip
     return list(args.to_argv())
 
@@ -243,8 +243,8 @@ def action_sampler(action_space: Any, num_envs: int, seed: int) -> Any:
 
     rng = np.random.default_rng(seed)
     if isinstance(action_space, spaces.Discrete):
-        low, high = int(action_space.start), int(action_space.start + action_space.n)
-        return lambda: rng.integers(low, high, size=num_envs)
+        first, end = int(action_space.start), int(action_space.start + action_space.n)
+        return lambda: rng.integers(first, end, size=num_envs)
     if isinstance(action_space, spaces.Box):
         low = np.broadcast_to(action_space.low, action_space.shape)
         high = np.broadcast_to(action_space.high, action_space.shape)

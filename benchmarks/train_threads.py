@@ -64,7 +64,8 @@ def probe_speedup(preset: str, env: str, threads: int) -> float:
     limit_native_threads()
     from cockpit_training.probe import _train_speedup
 
-    return _train_speedup(dataclasses.replace(load(preset), env=env), "cpu", threads)
+    speedup: float = _train_speedup(dataclasses.replace(load(preset), env=env), "cpu", threads)
+    return speedup
 
 
 def main(argv: list[str] | None = None) -> int:

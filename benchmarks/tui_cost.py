@@ -45,6 +45,7 @@ Run from the repo root (about 2 minutes on 2 cores; --fleet 500 about 3):
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import re
@@ -65,7 +66,7 @@ import psutil
 from benchmarks.common import fmt_ratio, load_caption, log, print_table, warn_if_busy
 from cockpit.contract.controls import Control
 from cockpit.contract.rundir import RunDir
-from cockpit.contract.states import RunStatus
+from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.feed.control import ControlServer
 from cockpit.core.feed.snapshot import FleetView, JobView, LeaderView, RunState, TierView, stepping_sps
 from cockpit.core.feed.source import WINDOW_S, Transition
@@ -104,6 +105,11 @@ timesteps = 81920
 [score]
 episodes = 5
 """
+
+
+def _old_trend_point(seconds_ago: float) -> tuple[float | None, float | None]:
+    """The pre-filled trend's SPS and best return `seconds_ago` before the start."""
+    return 8000.0 - 4 * seconds_ago, 20.0 - seconds_ago / 30
 
 
 class Terminal:
@@ -272,7 +278,7 @@ class ScriptedFleet:
         # A trend already 10 minutes long, so every frame carries (and the cockpit draws) a full one.
         self._trend = TrendRecorder()
         for second in range(int(TREND_SPAN_S), 0, -1):
-            self._trend.observe(-float(second), self.t0 - second, lambda s=second: (8000.0 - 4 * s, 20.0 - s / 30))
+            self._trend.observe(-float(second), self.t0 - second, functools.partial(_old_trend_point, float(second)))
         self.tick()
 
     def _start(self, k: int) -> float:
@@ -295,7 +301,7 @@ class ScriptedFleet:
         cpu = 48.0 + 4 * math.sin(now * 3 + k) if running else None
         rss = 400 * 1024**2 if running else None
         return JobView(
-            id=self._id(k), seed=k, state="running" if running else "done",
+            id=self._id(k), seed=k, state=JobState.RUNNING if running else JobState.DONE,
             phase=self._phase(k, now) if running else None, phase_since=start, steps=int(fraction * target),
             target=target, sps=sps, mean_sps=2000.0, ep_rew_mean=20.0 + 100 * fraction, restarts=0,
             checkpoints=int(fraction * 5), last_checkpoint_step=None, error=None, exit_reason=None,

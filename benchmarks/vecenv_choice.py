@@ -55,7 +55,7 @@ BACKENDS = ("dummy", "subproc")
 EPISODE_STEPS = 200
 
 
-class SpinEnv(gym.Env[np.ndarray, int]):
+class SpinEnv(gym.Env[np.ndarray, np.int64]):
     """A step that busy-waits `cost_us` microseconds; episodes of `EPISODE_STEPS` steps."""
 
     def __init__(self, cost_us: float = 0.0) -> None:
@@ -69,7 +69,7 @@ class SpinEnv(gym.Env[np.ndarray, int]):
         self._steps = 0
         return np.zeros(4, dtype=np.float32), {}
 
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+    def step(self, action: np.int64) -> tuple[np.ndarray, float, bool, bool, dict]:
         end = time.perf_counter() + self.cost_s
         while time.perf_counter() < end:  # busy, as computing the next state would be
             pass
@@ -77,8 +77,13 @@ class SpinEnv(gym.Env[np.ndarray, int]):
         return np.zeros(4, dtype=np.float32), 0.0, False, self._steps >= EPISODE_STEPS, {}
 
 
+def make_spin(**kwargs: Any) -> SpinEnv:
+    """gymnasium's entry point for Spin-v0 (an env creator takes its keyword arguments only)."""
+    return SpinEnv(**kwargs)
+
+
 if "Spin-v0" not in gym.registry:
-    gym.register(id="Spin-v0", entry_point=SpinEnv)
+    gym.register(id="Spin-v0", entry_point=make_spin)
 
 
 def _case(cost: float | None) -> tuple[str, dict[str, Any]]:

@@ -5,16 +5,16 @@ wheels `prepare.sh` gathered. Every check runs real cockpit commands and workers
 and reads back what cockpit itself recorded (run.toml, gpu_util.csv, job_samples.csv, events,
 costs.toml); the references it is held against come from `nvidia-smi` (`benchmarks.gpu.nvsmi`).
 
-The checks, in order (docs/gpu.md says what each one measures):
+The checks, in order of what only a GPU can tell (docs/gpu.md says what each one measures):
   host    the GPU, driver, torch's CUDA, the wheels, and cockpit's NVML reader (buffered samples,
           throttle reasons, per-process memory)
-  worker  the worker on cuda with fast, heavy and beast: SPS, peak GPU memory, TF32 on
   run     `cockpit run --jobs 4 --preset heavy --headless` beside `nvidia-smi dmon -s um`:
           cockpit's per-second utilization against dmon's, per-job memory against
           `--query-compute-apps`, utilization by phase, the train share, the sampler's cost
   sweep   1, 2, 4 and 8 heavy jobs: aggregate SPS and GPU utilization
-  mps     the sweep's job counts again with `cockpit run --mps`: aggregate SPS and GPU utilization
-          with MPS beside the sweep's without it, and their ratio
+  mps     the sweep's job counts above one again with `cockpit run --mps`: aggregate SPS and GPU
+          utilization with MPS beside the sweep's without it, and their ratio
+  worker  the worker on cuda with heavy and beast: SPS, peak GPU memory, TF32 on
   oom     a batch too big for the card's free memory: the `cuda_oom` error, then the advice to
           halve the batch
   probe   `cockpit recommend` (the probe's CUDA costs, the pick) and a short `cockpit tune`,
@@ -30,8 +30,10 @@ Contract:
   figure: check, subject, metric, value, unit), util_per_second.csv, gpu_memory.csv, sweep.csv,
   kit.log (these progress lines) and raw.tar.gz (run.toml, the run's CSVs, events and logs, dmon's
   output, recommend's and tune's output).
-- The default plan fits well inside one 10-minute command; `--deadline` (seconds from the start)
-  skips the checks that would not end before it, and the long checks shorten to fit.
+- The default plan, with check.sh's wheel install, ends within 420 s (`check.sh --plan` prints it
+  and starts nothing): `--deadline` (seconds from the start) is the plan's; a check starts only
+  when its planned seconds fit before it, and each command a check starts gets at most what is
+  left.
 - `--cpu-smoke` runs the same checks on the CPU at tiny sizes (the cartpole preset, a few seconds
   each): what needs a GPU or nvidia-smi is skipped with the reason. It proves the kit end to end
   before a GPU session.
@@ -57,7 +59,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,11 +80,15 @@ from benchmarks.gpu.kit import (
     fmt,
     job_errors,
     last_started,
+    mps_counts,
     parse_args,
+    plan_lines,
     plan_seconds,
     py,
     running,
     source_digest,
+    start_seconds,
+    sweep_point,
     table,
     tail,
     write_report,
@@ -92,6 +98,7 @@ from cockpit.contract.presets import Preset, load
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, UtilizationRecord
 from cockpit.contract.toml import tomllib
+from cockpit.core.machine.nvml import UTIL_BUFFER
 
 CLAIM = (70.0, 90.0)  # the seeds: "4 x 25 % = 70-90 %" GPU utilization with 4 heavy jobs
 
@@ -127,8 +134,8 @@ def check_host(kit: Kit, sec: Section) -> None:
         rows += [("GPU", facts["name"]), ("driver", facts["driver_version"]),
                  ("memory", f"{facts['memory.total']} MiB, {facts['memory.free']} MiB free")]  # fmt: skip
     log = kit.work / "torch.log"
-    done = subprocess.run([*py(), "-c", TORCH_FACTS], capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
-                          env=kit.env, check=False)  # fmt: skip
+    done = subprocess.run([*py(), "-c", TORCH_FACTS], capture_output=True, text=True, timeout=kit.timeout(120),
+                          cwd=REPO_ROOT, env=kit.env, check=False)  # fmt: skip
     log.write_text(done.stdout + done.stderr, encoding="utf-8")
     if done.returncode != 0:
         raise KitError(f"torch does not import: {tail(log)}")
@@ -189,28 +196,32 @@ def nvml_reading(kit: Kit) -> tuple[list[tuple[str, object]], list[str]]:
         samples: list[tuple[float, float]] = []
         reasons: set[str] = set()
         clocks: list[int] = []
+        modes: list[str] = []
         began = time.monotonic()
         while time.monotonic() - began < 2.0:
             sample, util = reader.read()
             samples += util
+            modes.append(sample.util_mode)
             reasons.update(sample.throttle_reasons)
             if sample.sm_clock_mhz is not None:
                 clocks.append(sample.sm_clock_mhz)
             time.sleep(0.2)
         processes = reader.processes()
-        # The reader falls back to polling (one reading a tick) on a GPU without the sample buffer;
-        # which path it took is the point of this reading.
-        buffered = reader._buffered
+        period = reader.sample_period_s
     finally:
         reader.close()
+    # The reader falls back to polling (one reading a tick) on a GPU without the sample buffer;
+    # which path it took is the point of this reading: the buffer when most reads came from it.
+    buffered = modes.count(UTIL_BUFFER) * 2 > len(modes)
     rate = len(samples) / 2.0
     kit.figure("host", "nvml", "buffered_samples", buffered)
     kit.figure("host", "nvml", "util_samples_per_s", rate, "Hz")
+    kit.figure("host", "nvml", "sample_period", round(period * 1000, 1) if period else None, "ms")
     kit.figure("host", "nvml", "throttle_reasons_idle", " ".join(sorted(reasons)))
     rows: list[tuple[str, object]] = [
         ("cockpit NVML", f"{reader.info.name}, driver {reader.info.driver}"),
         ("utilization samples", f"{'NVML sample buffer' if buffered else 'polled (no sample buffer)'}, "
-                                f"{rate:.1f} per s at idle"),
+                                f"{rate:.1f} per s at idle, spaced {fmt(period * 1000 if period else None, 0, ' ms')}"),
         ("throttle reasons at idle", ", ".join(sorted(reasons)) or "none (gpu_idle is not counted)"),
         ("SM clock at idle", f"{min(clocks)}-{max(clocks)} MHz" if clocks else "-"),
         ("compute processes", f"{len(processes)} listed"),
@@ -274,7 +285,7 @@ def check_worker(kit: Kit, sec: Section) -> None:
         kit.keep_raw(job_dir / "events.jsonl", f"worker/{name}-events.jsonl")
         with nvsmi.ComputeApps(interval=0.5) as apps:
             try:
-                code: int | str = kit.call(argv, log, timeout=max(30.0, min(240.0, kit.left())))
+                code: int | str = kit.call(argv, log, timeout=kit.timeout(240.0))
             except KitError as exc:  # a hung preset is reported; the next one still runs
                 code = str(exc)
         events = read_events(job_dir / "events.jsonl")
@@ -378,6 +389,7 @@ CLOCK_SKEW_S = 5.0  # a utilization sample stamped further than this from time.t
 BUFFER_HOLD_S = 60.0  # the buffered way of reading must hold this long under load
 CONTEXT_OVERHEAD_MIB = 1536.0  # NVML's per-process figure adds the CUDA context to the allocator's
 PMON_SM_POINTS = 15.0  # cockpit's per-job SM % mean against pmon's, in points
+POLL_SHARE_MAX = 0.02  # the share of a run's time its utilization may be polled rather than buffered
 
 
 def clock_problem(samples: Sequence[tuple[float, float]], now: float, stopped: float) -> str | None:
@@ -402,14 +414,31 @@ def median_spacing(samples: Sequence[tuple[float, float]]) -> float | None:
     return statistics.median(gaps) if gaps else None
 
 
-def buffer_problem(util_read: str | None, shares: dict[str, float], seconds: float) -> str | None:
-    """Check 2: run.toml's `[[gpus]]` says utilization was read from NVML's sample buffer for the
-    whole of a run of `seconds` under load (no fallback to polling, no other way's share)."""
-    if util_read != "buffer":
-        return f"utilization was read by {util_read or 'no recorded way'}, not NVML's buffer, after {seconds:.0f} s"
+def poll_share(util_read: str | None, shares: Mapping[str, float]) -> float | None:
+    """The share of a run's sampled time whose utilization was not read from NVML's buffer (polled
+    ticks: a GPU without the buffer, or a one-off error of `nvmlDeviceGetSamples` that costs that
+    tick), from run.toml's `[[gpus]]`: `util_read_shares` when the way changed, else all the time
+    in `util_read`. None when no way was recorded."""
     if shares:
-        kept = ", ".join(f"{m} {v:.0%}" for m, v in shares.items())
-        return f"the way of reading changed during the {seconds:.0f} s run: {kept}"
+        return max(0.0, 1.0 - shares.get(UTIL_BUFFER, 0.0))
+    if util_read is None:
+        return None
+    return 0.0 if util_read == UTIL_BUFFER else 1.0
+
+
+def buffer_problem(util_read: str | None, shares: Mapping[str, float], seconds: float) -> str | None:
+    """Check 2: run.toml's `[[gpus]]` says utilization was read from NVML's sample buffer for the
+    run of `seconds` under load, but for at most `POLL_SHARE_MAX` of its time (one-off sample-buffer
+    errors, each costing one tick, not the check). None when it was; the broken bound otherwise."""
+    share = poll_share(util_read, shares)
+    if share is None:
+        return f"utilization was read by no recorded way after {seconds:.0f} s"
+    if share >= 1.0:
+        return f"utilization was read by {util_read}, not NVML's buffer, after {seconds:.0f} s"
+    if share > POLL_SHARE_MAX:
+        kept = ", ".join(f"{m} {v:.1%}" for m, v in shares.items())
+        return (f"the way of reading changed during the {seconds:.0f} s run: {kept}; not from the buffer "
+                f"{share:.1%} of the time (bound {POLL_SHARE_MAX:.0%})")  # fmt: skip
     return None
 
 
@@ -437,8 +466,54 @@ def cuda_peaks(events: Sequence[Event]) -> tuple[float | None, float | None]:
     return reserved, (last.cuda_peak_bytes or 0) / 2**20
 
 
+@dataclass(frozen=True)
+class SmComparison:
+    """A job's SM % against pmon's over the seconds both have a sample of it: `seconds` compared,
+    and each side's mean over them (None with no second compared). Left out: `no_pmon`, the
+    seconds pmon printed "-" for (no sample of the process), and `no_cockpit`, those where cockpit
+    read none (it counts a second without a sample as 0)."""
+
+    seconds: int
+    cockpit: float | None
+    pmon: float | None
+    no_pmon: int
+    no_cockpit: int = 0
+
+    @property
+    def left_out(self) -> int:
+        """The seconds of pmon's rows not compared."""
+        return self.no_pmon + self.no_cockpit
+
+
+def compare_sm(cockpit: Sequence[tuple[float, float]], pmon: Sequence[nvsmi.PmonRow]) -> SmComparison:
+    """Check 4's pairing: each pmon row of the job's pid stamped T (a second, as dmon's) against
+    cockpit's readings of the job (`(t, SM %)`, job_samples.csv) in [T-1, T), as `compare_util`
+    pairs dmon's. A row without a figure ("-") is left out, and so is a second in which cockpit has
+    no reading above 0: cockpit counts a second without a sample as 0, and its readings are taken
+    once a second and carried by the ticks after, so its zeros may trail pmon's "-" by a second."""
+    bins: dict[int, list[float]] = {}
+    for t, sm in cockpit:
+        if sm > 0:
+            bins.setdefault(int(t // 1), []).append(sm)
+    mine, theirs, no_pmon, no_cockpit = [], [], 0, 0
+    for row in pmon:
+        if row.sm is None:
+            no_pmon += 1
+            continue
+        values = bins.get(int(row.t) - 1)
+        if not values:
+            no_cockpit += 1
+            continue
+        mine.append(statistics.fmean(values))
+        theirs.append(row.sm)
+    if not mine:
+        return SmComparison(0, None, None, no_pmon, no_cockpit)
+    return SmComparison(len(mine), statistics.fmean(mine), statistics.fmean(theirs), no_pmon, no_cockpit)
+
+
 def sm_problem(cockpit_sm: float | None, pmon_sm: float | None) -> str | None:
-    """Check 4: cockpit's mean SM % of a job within `PMON_SM_POINTS` of `nvidia-smi pmon`'s."""
+    """Check 4: cockpit's mean SM % of a job within `PMON_SM_POINTS` of `nvidia-smi pmon`'s, over
+    the seconds both have a sample (`compare_sm`)."""
     if cockpit_sm is None or pmon_sm is None:
         return None
     if abs(cockpit_sm - pmon_sm) > PMON_SM_POINTS:
@@ -469,12 +544,13 @@ def check_run(kit: Kit, sec: Section) -> None:
     4-job point of the sweep."""
     import psutil
 
-    seconds = min(kit.s.run_seconds, max(10.0, kit.left() - 60.0))
+    seconds = min(kit.s.run_seconds, max(10.0, kit.left() - start_seconds(kit.s) - 5.0))
     jobs = kit.s.run_jobs
     run = CockpitRun(kit, f"run-{jobs}", ["--jobs", str(jobs), "--preset", kit.s.preset, "--timesteps",
                                           str(FOREVER), "--max-restarts", "0"])  # fmt: skip
-    dmon = nvsmi.Dmon(kit.work / "dmon.txt", int(seconds) + 10)
-    pmon = nvsmi.Pmon(kit.work / "pmon.txt", int(seconds) + 10)
+    # Rows for the run's length and a little more: they are line-buffered, so stopping them loses none.
+    dmon = nvsmi.Dmon(kit.work / "dmon.txt", int(seconds) + 2)
+    pmon = nvsmi.Pmon(kit.work / "pmon.txt", int(seconds) + 2)
     kit.keep_raw(dmon.path, "run/dmon.txt")
     kit.keep_raw(pmon.path, "run/pmon.txt")
     with nvsmi.ComputeApps(interval=1.0) as apps, ThrottleWatch() as watch, dmon, pmon, running(run):
@@ -486,11 +562,11 @@ def check_run(kit: Kit, sec: Section) -> None:
         run.wait(min(15.0, seconds / 3))  # start-up: imports, CUDA, the first rollouts
         cpu0, t0 = sum(cockpit.cpu_times()[:2]), time.monotonic()
         run.wait(seconds - min(15.0, seconds / 3))
-        settle(kit, run, min(kit.s.sweep_max, max(0.0, kit.left() - 60.0)))  # a short run may not be warm yet
+        settle(kit, run, min(kit.s.sweep_max, max(0.0, kit.left() - 10.0)))  # a short run may not be warm yet
         cpu1, t1 = sum(cockpit.cpu_times()[:2]), time.monotonic()
         code = run.stop()
-        dmon_rows = dmon.finish(timeout=15.0) if has_dmon else []
-        pmon_rows = pmon.rows(timeout=15.0) if has_pmon else []
+        dmon_rows = dmon.finish(timeout=min(5.0, max(1.0, kit.left()))) if has_dmon else []
+        pmon_rows = pmon.rows(timeout=min(5.0, max(1.0, kit.left()))) if has_pmon else []
     ran_s = (run.stopped_at or time.time()) - t_started
     run.keep_events()
     record = run.record()
@@ -638,7 +714,8 @@ def reading_checks(kit: Kit, sec: Section, record: RunRecord, samples: Sequence[
     """Checks 1, 2 and 5 of the run: the samples' clock, the buffered way of reading holding under
     load, and the sample spacing; their lines and figures, and the bounds broken (none in a smoke,
     where they are skipped with the reason)."""
-    lines, problems = sec.lines, []
+    lines = sec.lines
+    problems: list[str] = []
     lines.append("**How utilization was read: the samples' clock, the buffer under load, the sample spacing**")
     lines.append("")
     gpu = record.gpus[0] if record.gpus else None
@@ -646,6 +723,8 @@ def reading_checks(kit: Kit, sec: Section, record: RunRecord, samples: Sequence[
     kit.figure("run", "util", "sample_spacing_median", round(spacing * 1000, 1) if spacing else None, "ms")
     kit.figure("run", "util", "sample_period_recorded", gpu.util_sample_period_ms if gpu else None, "ms")
     kit.figure("run", "util", "util_read", gpu.util_read if gpu else None, "")
+    polled = poll_share(gpu.util_read, gpu.util_read_shares) if gpu else None
+    kit.figure("run", "util", "util_read_poll_share", round(polled, 4) if polled is not None else None, "")
     newest = max((t for t, _ in samples), default=None)
     kit.figure("run", "util", "newest_sample_to_stop", round(stopped - newest, 3) if newest else None, "s")
     if kit.s.smoke:
@@ -658,7 +737,8 @@ def reading_checks(kit: Kit, sec: Section, record: RunRecord, samples: Sequence[
         shortened = f" (shortened from {BUFFER_HOLD_S:.0f} s to the run's length under --deadline)"
     checks = [
         (f"samples within {CLOCK_SKEW_S:.0f} s of time.time()", clock_problem(samples, time.time(), stopped)),
-        (f"buffer held {hold:.0f} s under load{shortened}",
+        (f"buffer held {hold:.0f} s under load{shortened}, polled at most {POLL_SHARE_MAX:.0%} of the time "
+         f"(polled {fmt(polled * 100 if polled is not None else None, 1, ' %')})",
          buffer_problem(gpu.util_read if gpu else None, dict(gpu.util_read_shares) if gpu else {}, ran_s)),
         ("sample spacing measured", None if spacing is not None else "fewer than two samples"),
     ]  # fmt: skip
@@ -687,31 +767,40 @@ def per_process_checks(kit: Kit, sec: Section, record: RunRecord, events: dict[s
         pid = pids.get(job.id)
         reserved, peak = cuda_peaks(events.get(job.id, []))
         nvml_peak = apps.peak_mib(pid) if pid else None
-        sm = [s for _, j, _, s in memory if j == job.id and s is not None]
-        mine = statistics.fmean(sm) if sm else None
-        theirs = [r.sm for r in pmon_rows if r.pid == pid and r.sm is not None]
-        pmon_sm = statistics.fmean(theirs) if theirs else None
+        sm = [(t, s) for t, j, _, s in memory if j == job.id and s is not None]
+        theirs = [r for r in pmon_rows if r.pid == pid]
+        both = compare_sm(sm, theirs)
+        mine, pmon_sm = both.cockpit, both.pmon
         kit.figure("run", job.id, "cuda_reserved_worker", reserved, "MiB")
         kit.figure("run", job.id, "cuda_peak_reserved_worker", peak, "MiB")
         kit.figure("run", job.id, "gpu_mem_peak_nvml_process", nvml_peak, "MiB")
         kit.figure("run", job.id, "sm_percent_mean_pmon", pmon_sm, "%")
+        kit.figure("run", job.id, "sm_seconds_compared", both.seconds, "s")
+        kit.figure("run", job.id, "sm_seconds_without_pmon_sample", both.no_pmon, "s")
+        kit.figure("run", job.id, "sm_seconds_without_cockpit_sample", both.no_cockpit, "s")
         found = [why for why in (cuda_memory_problem(peak, nvml_peak), sm_problem(mine, pmon_sm)) if why]
         if not kit.s.smoke:
             if peak is None:
                 found.append("no cuda_peak_bytes in its progress events")
             if not theirs and pmon_rows:
                 found.append("pmon never saw its pid")
+            elif theirs and not both.seconds:
+                found.append(f"no second with a sample of it in both cockpit and pmon ({both.no_pmon} without pmon's, "
+                             f"{both.no_cockpit} without cockpit's)")  # fmt: skip
         problems += [f"job {job.id}: {why}" for why in found]
         rows.append((job.id, pid, fmt(peak, 0), fmt(nvml_peak, 0), fmt(mine, 1), fmt(pmon_sm, 1),
-                     "; ".join(found) or "ok"))  # fmt: skip
-    lines += table(["job", "pid", "allocator peak MiB", "NVML peak MiB", "cockpit SM %", "pmon SM %", "result"], rows)
+                     both.seconds, both.no_pmon, both.no_cockpit, "; ".join(found) or "ok"))  # fmt: skip
+    lines += table(["job", "pid", "allocator peak MiB", "NVML peak MiB", "cockpit SM %", "pmon SM %",
+                    "seconds compared", "left out: pmon \"-\"", "left out: cockpit 0", "result"], rows)  # fmt: skip
     lines.append("")
     if kit.s.smoke:
         lines.append("skipped in a CPU smoke: no CUDA memory, no NVML processes, no pmon.")
         lines.append("")
         return []
     lines.append(f"Bounds: NVML's peak at least the allocator's and at most {CONTEXT_OVERHEAD_MIB:,.0f} MiB more (the "
-                 f"CUDA context); SM % within {PMON_SM_POINTS:.0f} points of pmon's.")  # fmt: skip
+                 f"CUDA context); SM % within {PMON_SM_POINTS:.0f} points of pmon's, both means over the seconds where "
+                 "both have a sample of the job (pmon prints \"-\" for a second without one, which cockpit counts "
+                 "as 0: those seconds are left out, and counted).")  # fmt: skip
     lines.append("")
     return problems
 
@@ -762,7 +851,7 @@ def measure_point(kit: Kit, run: CockpitRun, jobs: int) -> Point:
     stopped: aggregate SPS over whole cycles once every job has finished its first, and GPU
     utilization meanwhile. KitError when the run exits by itself before it is stopped (its log's
     last lines)."""
-    budget = min(kit.s.sweep_max, kit.left() - 20)
+    budget = min(kit.s.sweep_max, max(0.0, kit.left() - 5.0))  # 5 s: the stop
     with running(run):
         settle(kit, run, budget)
         code = run.stop()
@@ -791,7 +880,7 @@ def check_sweep(kit: Kit, sec: Section) -> None:
     for jobs in kit.s.sweep_jobs:
         if jobs in kit.sweep and any(r["jobs"] == jobs and r["source"] == "run" for r in kit.sweep_rows):
             continue  # measured by the run check, longer than a sweep point
-        if kit.left() < 30:
+        if kit.left() < sweep_point(kit.s):
             not_run.append(jobs)  # the plan ran long: a gap in the figures, not a fault of cockpit's
             continue
         point = measure_point(kit, point_run(kit, f"sweep-{jobs}", jobs), jobs)
@@ -901,8 +990,8 @@ def check_mps(kit: Kit, sec: Section) -> None:
     with_mps: Figures = {}
     problems: list[str] = []
     not_run = []
-    for jobs in dict.fromkeys(kit.s.sweep_jobs):
-        if kit.left() < 30:
+    for jobs in dict.fromkeys(mps_counts(kit.s)):
+        if kit.left() < sweep_point(kit.s):
             not_run.append(jobs)  # the plan ran long: a gap in the figures, not a fault of cockpit's
             continue
         # With MPS first: a machine that refuses it costs no run without it.
@@ -924,13 +1013,13 @@ def check_mps(kit: Kit, sec: Section) -> None:
         with_mps[jobs] = (point.sps, point.util)
         kit.sweep_rows.append(sweep_row(jobs, kit.s.preset, point.agg, point.util, "mps", mps=True))
         kit.log(f"mps {jobs} job(s): {fmt(point.sps, 0)} SPS, GPU {fmt(point.util)} %")
-        if jobs not in kit.sweep and kit.left() >= 30:
+        if jobs not in kit.sweep and kit.left() >= sweep_point(kit.s):
             plain = measure_point(kit, point_run(kit, f"mps-{jobs}-without", jobs), jobs)
             problems += [f"without --mps, {why}" for why in plain.problems]
             kit.sweep[jobs] = (plain.sps, plain.util)
             kit.sweep_rows.append(sweep_row(jobs, kit.s.preset, plain.agg, plain.util, "mps"))
             kit.log(f"mps {jobs} job(s) without it: {fmt(plain.sps, 0)} SPS, GPU {fmt(plain.util)} %")
-    rows, best = mps_summary(kit.s.sweep_jobs, kit.sweep, with_mps)
+    rows, best = mps_summary(mps_counts(kit.s), kit.sweep, with_mps)
     table_rows = []
     for r in rows:
         source = next((x["source"] for x in reversed(kit.sweep_rows) if x["jobs"] == r.jobs and not x["mps"]), None)
@@ -1013,7 +1102,7 @@ def check_oom(kit: Kit, sec: Section) -> None:
     run = CockpitRun(kit, "oom", ["--jobs", "1", "--preset", str(preset_file), "--timesteps",
                                   str(raw["batch_size"]), "--max-restarts", "0"])  # fmt: skip
     with running(run):
-        code = run.wait_exit(max(60.0, min(240.0, kit.left())))
+        code = run.wait_exit(kit.timeout(240.0))
     run.keep_events()
     record = run.record()
     (job,) = record.jobs
@@ -1032,7 +1121,8 @@ def check_oom(kit: Kit, sec: Section) -> None:
                        f"{job.error or 'no error'}")  # fmt: skip
     out = kit.work / "oom-recommend.txt"
     kit.keep_raw(out, "oom/recommend.txt")
-    code = kit.call([*py(), "-m", "cockpit", "recommend", "--from", str(run.run_dir), "--no-probe"], out, timeout=120)
+    code = kit.call([*py(), "-m", "cockpit", "recommend", "--from", str(run.run_dir), "--no-probe"], out,
+                    timeout=kit.timeout(120.0))  # fmt: skip
     advice = halving_advice(run.run_dir)
     sec.lines.append("")
     sec.lines.append(f"`cockpit recommend --from` the run (exit {code}): " + (
@@ -1095,7 +1185,7 @@ def probe_and_tune(kit: Kit, rows: list[tuple[str, object]]) -> None:
     kit.keep_raw(out, "probe/recommend.txt")
     argv = [*py(), "-m", "cockpit", "recommend", "--preset", kit.s.preset, *(["--no-probe"] if kit.s.smoke else [])]
     began = time.monotonic()
-    code = kit.call(argv, out, timeout=max(60.0, min(300.0, kit.left())))
+    code = kit.call(argv, out, timeout=kit.timeout(300.0))
     took = time.monotonic() - began
     if code != 0:
         raise KitError(f"cockpit recommend exited {code}: {tail(out)}")
@@ -1133,10 +1223,10 @@ def probe_and_tune(kit: Kit, rows: list[tuple[str, object]]) -> None:
     tune_log = kit.work / "tune.txt"
     kit.keep_raw(tune_log, "probe/tune.txt")
     kit.keep_raw(tuned, "probe/tuned.toml")
-    budget = min(kit.s.tune_budget, max(36, int(kit.left() - 30)))
+    budget = min(kit.s.tune_budget, max(30, int(kit.left() - 10)))  # 30 s: tune's one trial
     began = time.monotonic()
     code = kit.call([*py(), "-m", "cockpit", "tune", "--preset", kit.s.preset, "--budget", f"{budget}s", "--out",
-                     str(tuned)], tune_log, timeout=budget + 120)  # fmt: skip
+                     str(tuned)], tune_log, timeout=kit.timeout(budget + 60.0))  # fmt: skip
     took = time.monotonic() - began
     rows.append(("tune", f"{budget} s budget, took {took:.0f} s, exit {code}"))
     if code != 0:
@@ -1182,12 +1272,12 @@ def check_fleet(kit: Kit, sec: Section) -> None:
     kit.keep_raw(run_dir / "run.toml", "fleet/run.toml")
     began = time.monotonic()
     code = kit.call([*py(), "-m", "cockpit", "fleet", str(plan), "--headless", "--run-dir", str(run_dir)], log,
-                    timeout=max(60.0, min(300.0, kit.left())))  # fmt: skip
+                    timeout=kit.timeout(300.0))  # fmt: skip
     took = time.monotonic() - began
     report_log = kit.work / "fleet-report.json"
     kit.keep_raw(report_log, "fleet/report.json")
     done = subprocess.run([*py(), "-m", "cockpit", "report", str(run_dir), "--json"], capture_output=True, text=True,
-                          cwd=REPO_ROOT, env=kit.env, timeout=60, check=False)  # fmt: skip
+                          cwd=REPO_ROOT, env=kit.env, timeout=kit.timeout(60.0), check=False)  # fmt: skip
     report_log.write_text(done.stdout + done.stderr, encoding="utf-8")
     try:
         report = json.loads(done.stdout)
@@ -1244,7 +1334,7 @@ def run_check(kit: Kit, name: str) -> Section:
     began = time.monotonic()
     kit.log(f"check {name}: start (planned {need:.0f} s, {kit.left():.0f} s to the deadline)")
     try:
-        if kit.left() < min(need, 30.0):
+        if kit.left() < need:  # its whole plan must fit: the deadline is the command's, not the check's
             raise Skipped(f"not enough time left: planned {need:.0f} s, {max(0.0, kit.left()):.0f} s before "
                           f"--deadline {kit.s.deadline:.0f}")  # fmt: skip
         fn(kit, sec)
@@ -1268,6 +1358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(source_digest())
         return 0
     settings = parse_args(args)
+    if settings.plan:  # nothing is started, nothing written
+        print("\n".join(plan_lines(settings)))
+        return 0
     settings.out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-check-", dir=settings.keep))
     kit = Kit(settings, work)

@@ -4,6 +4,7 @@
 # passed on. On a lent GPU machine, from the repository root:
 #   benchmarks/gpu/check.sh                 # report and CSVs to $OUT
 #   benchmarks/gpu/check.sh --cpu-smoke --out /tmp/smoke   # the same script on a CPU, tiny sizes
+#   benchmarks/gpu/check.sh --plan          # each check's planned seconds; starts nothing
 # Environment: PYTHON (default .venv/bin/python where it exists, else python3) runs everything;
 # WHEELS (default .whl) is the wheel folder.
 # Without wheels there, the installed packages are used as they are (a development venv).

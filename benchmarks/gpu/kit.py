@@ -34,11 +34,24 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, RunRecordError, read
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CHECKS = ("host", "worker", "run", "sweep", "mps", "oom", "probe", "fleet")
-GPU_PRESETS = ("fast", "heavy", "beast")
+# What only a GPU can tell first (NVML at 5 Hz and its timestamps, per-job memory, the N-job sweep,
+# MPS), then what the CPU already showed (the worker, OOM advice, recommend and tune, a fleet): a
+# first run that ends early has lost the least.
+CHECKS = ("host", "run", "sweep", "mps", "worker", "oom", "probe", "fleet")
+GPU_PRESETS = ("heavy", "beast")
 SMOKE_PRESET = "cartpole"
 FOREVER = 1_000_000_000  # --timesteps for runs the kit stops itself
-STOP_GRACE_S = 60.0  # a stopped run checkpoints every job, then exits
+STOP_GRACE_S = 60.0  # a stopped run checkpoints every job, then exits (cut to what is left, see `Kit.grace`)
+STOP_GRACE_MIN_S = 5.0  # a stop's grace even past the deadline: the jobs' checkpoints are a few MB
+# The device tool's budget for one GPU session's kit, first run: check.sh's whole command, the wheel
+# install included, in this many seconds, so that a rerun fits in the 15 minutes of device time.
+COMMAND_BUDGET_S = 420.0
+# check.sh's install of prepare.sh's wheels (pip --no-index --no-deps --target, about 15 wheels,
+# 55 MB), a conservative bound; and what the last stop and the report may add after the deadline.
+INSTALL_S = 30.0
+OVERRUN_S = STOP_GRACE_MIN_S + 10.0  # a stop's last grace, then SIGKILL's wait (`stop_process`)
+GPU_DEADLINE_S = COMMAND_BUDGET_S - INSTALL_S - OVERRUN_S  # --deadline's default on a GPU: 375 s
+MIN_TIMEOUT_S = 5.0  # the shortest timeout a child gets however late it starts (`Kit.timeout`)
 # The source files a cockpit wheel is built from; prepare.sh records their digest in .whl/SOURCE.
 SOURCE_GLOBS = ("pyproject.toml", "cockpit/**/*.py", "cockpit/**/*.tcss", "training/**/*.py", "presets/*.toml",
                 "presets/*.py")  # fmt: skip
@@ -77,6 +90,7 @@ class Settings:
     deadline: float
     keep: Path | None
     preset: str  # the preset of the run, sweep, mps, probe and fleet checks
+    plan: bool = False  # print the plan and start nothing (`--plan`)
 
     @property
     def device(self) -> str:
@@ -86,27 +100,36 @@ class Settings:
 
 def start_seconds(s: Settings) -> float:
     """A worker's imports (and CUDA's start) before it trains, s: part of every check's plan."""
-    return 6.0 if s.smoke else 15.0
+    return 6.0 if s.smoke else 10.0
+
+
+def mps_counts(s: Settings) -> tuple[int, ...]:
+    """The job counts the mps check runs with `--mps`: the sweep's above one (a lone job shares
+    the GPU with nobody), or the sweep's own where it has none above one."""
+    return tuple(n for n in s.sweep_jobs if n > 1) or s.sweep_jobs
 
 
 def estimate(check: str, s: Settings) -> float:
-    """Seconds `check` is planned to take (start-up, measurement, stop): the plan printed first."""
+    """Seconds `check` is planned to take (start-up, measurement, stop): the plan printed first. A
+    check starts only when this much is left before `--deadline` (`enough_time`), and cuts its own
+    waits and its children's timeouts to what is left (`Kit.timeout`)."""
     start = start_seconds(s)
     if check == "host":
         return 4.0 if s.smoke else 10.0
     if check == "worker":
         return len(s.presets) * (start + s.updates * (0.5 if s.smoke else 2.5))
     if check == "run":
-        return s.run_seconds + (4.0 if s.smoke else 15.0)
+        return s.run_seconds + (4.0 if s.smoke else start + 5.0)
     if check == "sweep":
         points = [n for n in s.sweep_jobs if n != s.run_jobs or "run" not in s.checks]
         return len(points) * sweep_point(s)
     if check == "mps":
         if s.smoke:
             return 0.0  # skipped: MPS needs a GPU
-        # Every count under MPS, and without it each count no earlier check measures.
+        # Each of its counts under MPS, and without it each count no earlier check measures.
         without = set(s.sweep_jobs) if "sweep" in s.checks else {s.run_jobs} if "run" in s.checks else set()
-        return (len(s.sweep_jobs) + len([n for n in s.sweep_jobs if n not in without])) * sweep_point(s)
+        counts = mps_counts(s)
+        return (len(counts) + len([n for n in counts if n not in without])) * sweep_point(s)
     if check == "oom":
         return 0.0 if s.smoke else 35.0  # start-up, a rollout of twice the free memory's worth, recommend
     if check == "probe":
@@ -125,6 +148,20 @@ def sweep_point(s: Settings) -> float:
 def plan_seconds(s: Settings) -> float:
     """The whole plan's seconds."""
     return sum(estimate(c, s) for c in s.checks)
+
+
+def plan_lines(s: Settings) -> list[str]:
+    """`check.sh --plan`: each check's planned seconds, in order, then `planned total: N s
+    (deadline D s)`; on a GPU, a line with the whole command's bound (check.sh's install, the plan
+    up to the deadline, the last stop's grace) against `COMMAND_BUDGET_S`."""
+    width = max(len(c) for c in s.checks)
+    lines = [f"{c:<{width}}  {estimate(c, s):4.0f} s" for c in s.checks]
+    if not s.smoke:
+        bound = INSTALL_S + s.deadline + OVERRUN_S
+        lines.append(f"command at most: {bound:.0f} s (wheel install {INSTALL_S:.0f} s, deadline {s.deadline:.0f} s, "
+                     f"last stop {OVERRUN_S:.0f} s; budget {COMMAND_BUDGET_S:.0f} s)")  # fmt: skip
+    lines.append(f"planned total: {plan_seconds(s):.0f} s (deadline {s.deadline:.0f} s)")
+    return lines
 
 
 class _Parser(argparse.ArgumentParser):
@@ -181,25 +218,28 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     """The settings; bad input is one line naming the flag, and exit 2 (SystemExit)."""
     p = _Parser(prog="benchmarks/gpu/check.sh", description=__doc__.split("\n\n")[0])
     p.add_argument("--cpu-smoke", action="store_true", help="the same checks on the CPU at tiny sizes")
+    p.add_argument("--plan", action="store_true", help="print each check's planned seconds and start nothing")
     p.add_argument("--out", type=Path, help="where the report and CSVs go (default: $OUT)")
     p.add_argument("--checks", type=_names(CHECKS), help=f"only these, in this order (default: {','.join(CHECKS)})")
     p.add_argument("--skip", type=_names(CHECKS), default=(), help="leave these out")
-    p.add_argument("--updates", type=_positive(int), help="PPO updates per worker preset (default: 4; smoke 3)")
-    p.add_argument("--run-seconds", type=_positive(float), help="the 4-job run's length (default: 60; smoke 6)")
+    p.add_argument("--updates", type=_positive(int), help="PPO updates per worker preset (default: 3)")
+    p.add_argument("--run-seconds", type=_positive(float), help="the 4-job run's length (default: 30; smoke 6)")
     p.add_argument("--sweep-jobs", type=_counts, help="job counts of the sweep (default: 1,2,4,8; smoke 1,2)")
     p.add_argument("--sweep-window", type=_positive(float),
-                   help="seconds measured per sweep and mps point after warm-up (default: 6; smoke 2)")  # fmt: skip
-    p.add_argument("--tune-budget", type=_positive(int), help="cockpit tune --budget, seconds (default: 36)")
+                   help="seconds measured per sweep and mps point after warm-up (default: 5; smoke 2)")  # fmt: skip
+    p.add_argument("--tune-budget", type=_positive(int), help="cockpit tune --budget, seconds (default: 30)")
     p.add_argument(
         "--deadline",
         type=_positive(float),
-        help="seconds after which no check starts and long ones shorten (default: 510; smoke 240)",
+        help=f"seconds after which no check starts and long ones shorten (default: {GPU_DEADLINE_S:.0f}; smoke 240)",
     )
     p.add_argument("--preset", type=_preset, help="the run's, sweep's, mps's, probe's and fleet's preset "
                    "(default: heavy; smoke cartpole)")  # fmt: skip
     p.add_argument("--keep", type=Path, help="keep the run directories in this folder (default: deleted)")
     a = p.parse_args(argv)
     out: Path | None = a.out or (Path(os.environ["OUT"]) if os.environ.get("OUT") else None)
+    if out is None and a.plan:
+        out = Path(".")  # --plan writes nothing
     if out is None:
         return p.error("--out: no folder given and $OUT is not set")  # type: ignore[no-any-return]
     if out.exists() and not out.is_dir():
@@ -207,14 +247,14 @@ def parse_args(argv: Sequence[str] | None = None) -> Settings:
     smoke = bool(a.cpu_smoke)
     checks = tuple(c for c in (a.checks or CHECKS) if c not in a.skip)
     sweep_jobs = a.sweep_jobs or ((1, 2) if smoke else (1, 2, 4, 8))
-    window = a.sweep_window or (2.0 if smoke else 6.0)
+    window = a.sweep_window or (2.0 if smoke else 5.0)
     return Settings(
         smoke=smoke, out=out, checks=checks, presets=(SMOKE_PRESET,) if smoke else GPU_PRESETS,
-        updates=a.updates or (3 if smoke else 4), run_jobs=2 if smoke else 4,
-        run_seconds=a.run_seconds or (6.0 if smoke else 60.0), sweep_jobs=sweep_jobs, sweep_window=window,
-        sweep_max=window + (15.0 if smoke else 33.0), tune_budget=a.tune_budget or 36,
-        deadline=a.deadline or (240.0 if smoke else 510.0), keep=a.keep,
-        preset=a.preset or (SMOKE_PRESET if smoke else "heavy"),
+        updates=a.updates or 3, run_jobs=2 if smoke else 4,
+        run_seconds=a.run_seconds or (6.0 if smoke else 30.0), sweep_jobs=sweep_jobs, sweep_window=window,
+        sweep_max=window + (15.0 if smoke else 33.0), tune_budget=a.tune_budget or 30,
+        deadline=a.deadline or (240.0 if smoke else GPU_DEADLINE_S), keep=a.keep,
+        preset=a.preset or (SMOKE_PRESET if smoke else "heavy"), plan=bool(a.plan),
     )  # fmt: skip
 
 
@@ -284,6 +324,16 @@ class Kit:
     def left(self) -> float:
         """Seconds until the deadline."""
         return self.s.deadline - self.elapsed()
+
+    def timeout(self, want: float) -> float:
+        """A child's timeout: `want` s, cut to what is left before the deadline (at least
+        `MIN_TIMEOUT_S`, so a check that ran long fails its step with a reason instead of hanging)."""
+        return max(MIN_TIMEOUT_S, min(want, self.left()))
+
+    def grace(self) -> float:
+        """How long a stopped run may take to checkpoint its jobs and exit: `STOP_GRACE_S`, cut to
+        what is left before the deadline, and at least `STOP_GRACE_MIN_S`."""
+        return max(STOP_GRACE_MIN_S, min(STOP_GRACE_S, self.left()))
 
     def figure(self, check: str, subject: str, metric: str, value: object, unit: str = "") -> None:
         """Record one figure for figures.csv; None is written as an empty value."""
@@ -421,10 +471,11 @@ class CockpitRun:
         self.stopped_at = time.time()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
+            grace = self.kit.grace()
             try:
-                self.proc.wait(timeout=STOP_GRACE_S)
+                self.proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
-                self.kit.log(f"{self.name}: still stopping after {STOP_GRACE_S:.0f} s; interrupting again")
+                self.kit.log(f"{self.name}: still stopping after {grace:.0f} s; interrupting again")
                 stop_process(self.proc)
         self.exit_code = self.proc.returncode
         return self.exit_code
