@@ -128,8 +128,10 @@ class StandInNvml(FakeNvml):
         used = int(used_mib() * 2**20)
         return SimpleNamespace(used=used, total=self.gpu.mem_total, free=self.gpu.mem_total - used)
 
-    def _process_list(self, handle: str) -> list[tuple[int, int]]:
-        return [(pid, int(mib * 2**20)) for pid, (mib, _) in registered().items()]
+    def _records(self, handle: str, read: int, garbage: bool = False) -> list[SimpleNamespace]:
+        # The GPU's processes are whichever workers are alive now, packed as the stand-in packs any.
+        self.gpu.processes = tuple((pid, int(mib * 2**20)) for pid, (mib, _) in registered().items())
+        return super()._records(handle, read, garbage)
 
     def _process_util(self, handle: str, last_us: int) -> list[SimpleNamespace]:
         now = time.time()
