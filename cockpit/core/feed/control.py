@@ -38,6 +38,7 @@ from cockpit.core.feed.detail import JobDetails
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.feed.source import WINDOW_S, Frame, FrameWindow, JobDetail, SourceError, Transition
 from cockpit.core.feed.wire import decode_sample, decode_state, encode_sample, encode_state, encode_trend
+from cockpit.core.machine.tempdirs import private_dir
 from cockpit.core.telemetry.sampler import Sample
 from cockpit.core.telemetry.trend import increment
 
@@ -79,20 +80,10 @@ def control_path(run_dir: Path) -> Path:
 def _private_tmp() -> Path:
     """`/tmp/cockpit-<uid>`, created 0700 if missing and refused unless it is ours and 0700
     (another user could otherwise plant a socket where our viewers would connect)."""
-    directory = PRIVATE_TMP / f"cockpit-{os.getuid()}"
     try:
-        os.mkdir(directory, 0o700)
-        os.chmod(directory, 0o700)  # mkdir's mode went through the umask
-    except FileExistsError:
-        pass
-    info = os.lstat(directory)
-    mode = stat.S_IMODE(info.st_mode)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or mode != 0o700:
-        raise ControlError(
-            f"{directory}: not a private directory of uid {os.getuid()} (owner {info.st_uid}, mode {mode:o}); "
-            "remove it or set XDG_RUNTIME_DIR"
-        )
-    return directory
+        return private_dir(PRIVATE_TMP / f"cockpit-{os.getuid()}")
+    except PermissionError as exc:
+        raise ControlError(f"{exc} or set XDG_RUNTIME_DIR") from None
 
 
 def peer_uid(conn: socket.socket) -> int:
