@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from cockpit.commands.recommend import recommend
-from cockpit.commands.tune import Extras, TuneResult, climb, mps_summary, tune_extras
+from cockpit.commands.tune import STARTUP_S, Extras, TuneResult, climb, measure_seconds, mps_summary, tune_extras
 from cockpit.contract.advice import AdviceSetting
 from cockpit.contract.costs import MpsGain
 from cockpit.contract.presets import load
@@ -252,3 +252,19 @@ def test_tune_does_not_compare_mps_with_mps_under_another_users_daemon(
     assert mps_summary(result) == (f"MPS: not measured (the daemon at {standin.system_pipe} (started by uid {other}) "
                                    "already serves every job)")  # fmt: skip
     assert len(standin.calls()) == 1  # tune started no daemon of its own
+
+
+def test_a_budget_with_room_for_one_trial_and_its_confirmations_measures_it_and_then_the_extras(
+    tmp_path: Path, standin: StandIn
+) -> None:
+    # tune's smallest budget, 30 s: 3 trials of 10 s (5 s of start-up, 5 measured). A GPU's extras
+    # (the device mix, MPS) would not fit beside the first trial's confirmations, and the climb
+    # must measure its first trial all the same, then the extras as far as the budget goes.
+    budget = 3 * (measure_seconds(30.0) + STARTUP_S)
+    mix = Config(5, 32, 512)
+    trials = ScriptedTrials(lambda c, cpu, mps: peak_at_four(c))
+    extras = Extras(mix_for=lambda best: (mix, 1), mps_why_not="", open_mps=daemon_in)
+    start = Config(4, 32, 512)
+    result = climb(HEAVY, GPU_MACHINE, budget, workdir=tmp_path, start=start, extras=extras, trial=trials)
+    assert trials.calls == [(start, 0, False), (mix, 1, False), (start, 0, True)]
+    assert result.best == start and result.mps is not None

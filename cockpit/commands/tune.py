@@ -170,7 +170,11 @@ def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path, c
 
     try:
         # Climb while a trial fits and still leaves room to measure the two leaders again, and the extras.
-        while (config := search.next()) is not None and fits(1 + CONFIRM + extras.trials):
+        # The first trial needs room for itself alone: without it there is nothing to confirm or to
+        # measure the extras on, and `tune` already refused a budget without room for it and its
+        # confirmations. Asking room for all of them first failed `--budget 30s`, tune's own minimum,
+        # on every machine with a GPU (its extras) and, by the time spent to get here, on the rest.
+        while (config := search.next()) is not None and fits(1 + (CONFIRM + extras.trials if search.results else 0)):
             measure(config)
         for config in search.leaders(CONFIRM) if len(search.results) > 1 else []:
             if fits(1 + extras.trials):
