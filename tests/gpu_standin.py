@@ -328,14 +328,17 @@ sys.exit(nvidia_smi(sys.argv[1:]))
 """
 
 
-def install(root: Path) -> dict[str, str]:
+def install(root: Path, *, fake_torch: bool = True) -> dict[str, str]:
     """Write the stand-ins under `root`; the environment variables that put them in place (PATH,
-    PYTHONPATH and GPU_STANDIN_DIR over this process's)."""
+    PYTHONPATH and GPU_STANDIN_DIR over this process's). Without `fake_torch` the real torch stays:
+    for what trains for real in the cockpit's own process (the probe), which the stand-in torch,
+    made for the host check's queries, cannot do."""
     site, bin_dir = root / "site", root / "bin"
-    (site / "torch").mkdir(parents=True, exist_ok=True)
     (site / "cockpit_training").mkdir(parents=True, exist_ok=True)
     bin_dir.mkdir(parents=True, exist_ok=True)
-    (site / "torch" / "__init__.py").write_text(TORCH, encoding="utf-8")
+    if fake_torch:
+        (site / "torch").mkdir(parents=True, exist_ok=True)
+        (site / "torch" / "__init__.py").write_text(TORCH, encoding="utf-8")
     (site / "pynvml.py").write_text(PYNVML, encoding="utf-8")
     package = WORKER_PACKAGE.format(training=str(REPO / "training"))
     (site / "cockpit_training" / "__init__.py").write_text(package, encoding="utf-8")

@@ -3,9 +3,10 @@ cockpit and its workers run as the subprocesses they are on a GPU, with NVML, `n
 pmon, the queries), torch's CUDA queries and the CUDA worker scripted by `tests.gpu_standin`, and
 `nvidia-cuda-mps-control` by `tests.mps_standin`. A check that only a GPU reaches (the host check's
 NVML reading, the run's reading and per-process checks, the sweep, MPS, the worker on CUDA, CUDA
-out of memory) runs here as it would there, so an error in it fails the suite rather than the one
-GPU session. The probe and fleet checks are not run here: recommend's probe and the fleet's
-workers train for real (torch, SB3), which tests/test_gpu_kit.py's CPU smoke covers."""
+out of memory, and the probe check's real probe, overlap model and `cockpit tune` with its MPS
+trial) runs here as it would there, so an error in it fails the suite rather than the one GPU
+session. The fleet check has no GPU-only path (a smoke plans fewer agents, nothing else), and
+tests/test_gpu_kit.py's CPU smoke runs it."""
 
 from __future__ import annotations
 
@@ -91,3 +92,28 @@ def test_the_kits_gpu_checks_run_end_to_end_on_stand_ins(tmp_path: Path, standin
     for preset in ("heavy", "beast"):
         assert figures[("worker", preset, "device")] == "cuda:0" and figures[("worker", preset, "tf32")] == "True"
         assert float(figures[("worker", preset, "peak_gpu_mem")]) == gpu_standin.WORKER_PEAK_MIB + 400
+
+
+@pytest.mark.slow
+def test_the_kits_probe_check_probes_tunes_and_models_the_sweep_on_a_gpu_machine(
+    tmp_path: Path, standin: StandIn
+) -> None:
+    # The real torch here: recommend's probe trains for real (on the CPU: the stand-in has no
+    # CUDA for torch), and tune's trials run the stand-in's CUDA worker, its last under MPS.
+    out, root = tmp_path / "out", tmp_path / "gpu"
+    env = {**os.environ, **gpu_standin.install(root, fake_torch=False), "PYTHONUNBUFFERED": "1"}
+    env.pop("OUT", None)
+    argv = [sys.executable, "-m", "benchmarks.gpu.check", "--checks", "sweep,probe", "--preset", "cartpole",
+            "--out", str(out), "--sweep-jobs", "1,2", "--sweep-window", "2", "--deadline", "400"]  # fmt: skip
+    done = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert done.returncode == 0, "\n".join(failures(report)) or done.stdout[-4000:] + done.stderr[-2000:]
+    assert "2 passed, 0 failed, 0 skipped of 2" in report
+    figures = figures_of(out)
+    assert float(figures[("probe", "costs", "step_overhead_us")]) > 0  # the probe ran, not --no-probe
+    for jobs in (1, 2):
+        assert float(figures[("probe", f"{jobs} jobs", "predicted_sps")]) > 0  # the overlap model, per sweep point
+    assert float(figures[("probe", "tune", "sps")]) > 0
+    assert float(figures[("probe", "tune", "vs_sweep_best")]) > 0
+    assert "tune's pick" in report and "best of the sweep" in report
+    assert any(call["argv"] == ["-d"] for call in standin.calls())  # tune's MPS trial: the sweep runs none
