@@ -32,6 +32,7 @@ from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import load, to_toml
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runspec import RunSpec, build_spec, on_cluster
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import JobState
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.launch.ray_launcher import RayLauncher
@@ -190,8 +191,21 @@ def run_through_node_loss(cluster: LocalCluster, storage: Path, preset: Path) ->
     The checkpoint is looked for in the job's directory (this machine sees the storage) as well as
     in the job's events: those come back through the node's actor, seconds late on a busy machine,
     and a job that trains on meanwhile may finish before its node is lost."""
-    spec = build_spec(jobs=1, agents=1, preset=str(preset), env=None, timesteps=None, seed=0, run_dir=None,
-                      max_restarts=2, pin=False, command_line=("cockpit", "run", "--ray"), name="lost")  # fmt: skip
+    spec = build_spec(
+        RunSettings(
+            jobs=1,
+            agents=1,
+            preset=str(preset),
+            env=None,
+            timesteps=None,
+            seed=0,
+            run_dir=None,
+            max_restarts=2,
+            pin=False,
+            name="lost",
+        ),
+        command_line=("cockpit", "run", "--ray"),
+    )
     spec = on_cluster(spec, cluster.address, storage, run_dir_given=False)
     first = {NODE2: 1.0}
     node2 = cluster.node2_processes()

@@ -14,15 +14,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cockpit.contract.arguments import (
-    ArgumentParser,
-    device_mix,
-    gpu_indices,
-    non_negative_int,
-    positive_float,
-    positive_int,
-)
-from cockpit.contract.rundir import RUN_NAME_RULE
+from cockpit.contract.arguments import ArgumentParser, positive_float, positive_int
+from cockpit.contract.settings import add_flags
 
 if TYPE_CHECKING:
     from cockpit.views.terminal import TerminalFrontEnds
@@ -116,29 +109,9 @@ def _add_jobs_flag(parser: ArgumentParser, help_text: str) -> None:
     parser.add_argument("--jobs", type=positive_int, metavar="N", help=help_text)
 
 
-def _add_naming_flags(parser: ArgumentParser, *, run_dir_help: str, name_help: str) -> None:
-    """`--run-dir DIR` and `--name NAME`, where the run goes and what it is called: for `run` and `fleet`.
-
-    `name_help` is completed with the rule a name must follow, so every command states the same rule."""
-    parser.add_argument("--run-dir", type=Path, metavar="DIR", help=run_dir_help)
-    parser.add_argument("--name", metavar="NAME", help=f"{name_help}; {RUN_NAME_RULE}")
-
-
 def _add_resume_flag(parser: ArgumentParser, help_text: str) -> None:
     """`--resume RUN_DIR`, continue an interrupted run: for `run` and `fleet`."""
     parser.add_argument("--resume", type=Path, metavar="RUN_DIR", help=help_text)
-
-
-def _add_on_done_flag(parser: ArgumentParser) -> None:
-    """`--on-done CMD`, a command run once when the run ends: for `run` and `fleet`."""
-    parser.add_argument(
-        "--on-done",
-        metavar="CMD",
-        help="shell command run once when the run ends done, failed or stopped (not when the cockpit is killed): "
-        "it gets COCKPIT_RUN_STATUS (done, failed, stopped), COCKPIT_RUN_DIR, COCKPIT_RUN_NAME and COCKPIT_EXIT_CODE; "
-        "its output goes to RUN_DIR/cockpit.log; a resumed run keeps it. E.g. --on-done 'runpodctl stop pod "
-        "$RUNPOD_POD_ID' stops a rented pod when its work is over",
-    )
 
 
 def _add_headless_flag(parser: ArgumentParser) -> None:
@@ -150,37 +123,13 @@ def _add_headless_flag(parser: ArgumentParser) -> None:
     )
 
 
-def _add_gpus_flag(parser: ArgumentParser) -> None:
-    """`--gpus I,J`, for `run` and `fleet`."""
-    parser.add_argument(
-        "--gpus", type=gpu_indices, metavar="I,J",
-        help="the GPUs to sample and place jobs on, by NVML index as nvidia-smi numbers them, among those "
-        "CUDA_VISIBLE_DEVICES leaves (default: every one it leaves; each job runs on one, the only one its "
-        "worker sees)",
-    )  # fmt: skip
-
-
-def _add_mps_flag(parser: ArgumentParser, plan_key: bool = False) -> None:
-    """`--mps`, the jobs on each GPU as clients of NVIDIA's MPS: for `run` and `fleet`."""
-    parser.add_argument(
-        "--mps", action="store_true",
-        help="run the jobs on each GPU as clients of NVIDIA's Multi-Process Service, whose kernels then run side "
-        "by side rather than in turns: uses an MPS daemon already running (anyone's), else starts one per GPU in "
-        "the run directory and stops them at the end. Needs nvidia-cuda-mps-control and a Volta or newer GPU. One "
-        "client's fatal fault ends every job on that GPU; they restart from their checkpoints (docs/gpu.md)"
-        + (" (a plan's mps = true does the same)" if plan_key else ""),
-    )  # fmt: skip
-
-
-def _add_no_tensorboard_flag(parser: ArgumentParser, help_text: str) -> None:
-    """`--no-tensorboard`, write no TensorBoard logs: for `run` and `fleet`."""
-    parser.add_argument("--no-tensorboard", action="store_true", help=help_text)
-
-
-def _add_max_restarts_flag(parser: ArgumentParser, help_text: str) -> None:
-    """`--max-restarts K`, a crashed job's restarts in a row before it fails: for `run` and `fleet`."""
-    # default: RestartPolicy.max_restarts, spelled out: importing runspec here slows every command
-    parser.add_argument("--max-restarts", type=non_negative_int, default=3, metavar="K", help=help_text)
+def _add_background_flags(parser: ArgumentParser, verb: str) -> None:
+    """`--typed JSON` and `--spec JSON`, hidden: what a terminal's `cockpit VERB` hands the copy of
+    itself it starts in the background (`cockpit.core.session.background.spec_argv`)."""
+    # What the user typed, for run.toml to record rather than the background run's own command line.
+    parser.add_argument("--typed", metavar="JSON", help=argparse.SUPPRESS)
+    # The run it validated, as data (`cockpit.contract.settings.encode`): no flag is spelled again.
+    parser.add_argument("--spec", metavar="JSON", help=argparse.SUPPRESS)
 
 
 def _add_cluster_flags(parser: ArgumentParser, what: str) -> None:
@@ -241,57 +190,18 @@ def _add_run_command(commands: Commands) -> None:
         "  cockpit run --jobs 2 --agents 3 -- python examples/train_gridworld.py --seed {seed} --out {job_dir}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_run_workload_flags(run)
-    _add_naming_flags(
-        run,
-        run_dir_help="where the run goes (default: runs/<UTC time>-<name> with --name, else "
-        "runs/<UTC time>-<preset>-<env>)",
-        name_help="name the run: its directory (runs/<UTC time>-NAME), the cockpit's header, run.toml, and "
-        "`cockpit attach NAME` (the newest run of that name)",
-    )
+    # The run's settings are declared in cockpit.contract.settings; here is only where each is listed.
+    add_flags(run, ("jobs", "agents", "preset", "env", "timesteps", "episodes", "seed", "eval_episodes", "run_dir",
+                    "name"))  # fmt: skip
     _add_headless_flag(run)
-    run.add_argument("--pin", action="store_true", help="pin each parallel slot to its own CPU cores")
-    _add_gpus_flag(run)
-    run.add_argument(
-        "--devices", type=device_mix, metavar="N:DEV,...",
-        help="which device each parallel job trains on, e.g. 2:cuda,1:cpu (the counts add up to --jobs, which they "
-        "set when it is not given; default: cuda where there is a GPU); `cockpit recommend` names the fastest mix "
-        "it measured",
-    )  # fmt: skip
-    _add_mps_flag(run)
-    _add_no_tensorboard_flag(
-        run,
-        "no TensorBoard logs (default, with the tensorboard package: each job's SB3 scalars and the cockpit's "
-        "SPS, CPU %% and GPU utilization by phase in RUN_DIR/jobs/<id>/tb, for tensorboard --logdir RUN_DIR)",
-    )
-    # What the user typed, for run.toml, when `cockpit run` on a terminal runs itself in the background.
-    run.add_argument("--typed", metavar="JSON", help=argparse.SUPPRESS)
+    add_flags(run, ("pin", "gpus", "devices", "mps", "tensorboard"))
+    _add_background_flags(run, "run")
     _add_run_sizing_flags(run)
-    _add_run_restart_flags(run)
+    add_flags(run, ("max_restarts", "healthy_uptime_s", "stall_timeout_s"))
     _add_resume_flag(run, "continue an interrupted run's unfinished jobs")
-    _add_on_done_flag(run)
+    add_flags(run, ("on_done",))
     _add_cluster_flags(run, "jobs")
     run.set_defaults(func=_cmd_run)
-
-
-def _add_run_workload_flags(run: ArgumentParser) -> None:
-    """`run`'s flags for what to train: jobs at once, agents, preset, env, target and seeds."""
-    _add_jobs_flag(run, "workers running at once (default: 2)")
-    run.add_argument(
-        "--agents", type=positive_int, metavar="M", help="agents to train in all, seeds S..S+M-1 (default: N)"
-    )
-    run.add_argument(
-        "--preset", metavar="P", help="preset name or .toml file (default: heavy with a GPU, cartpole without)"
-    )
-    run.add_argument("--env", metavar="ENV", help="environment id (default: the preset's env)")
-    target = run.add_mutually_exclusive_group()  # both at once is one line and exit 2
-    target.add_argument("--timesteps", type=positive_int, metavar="T", help="steps per agent (default: the preset's)")
-    target.add_argument(
-        "--episodes", type=positive_int, metavar="N",
-        help="whole episodes per agent (whole games on Atari) instead of steps: each job stops after training the "
-        "rollout in which its N-th episode ended, across restarts; the preset's timesteps then do not apply",
-    )  # fmt: skip
-    run.add_argument("--seed", type=non_negative_int, default=0, metavar="S", help="first agent's seed (default: 0)")
 
 
 def _add_run_sizing_flags(run: ArgumentParser) -> None:
@@ -311,33 +221,6 @@ def _add_run_sizing_flags(run: ArgumentParser) -> None:
         default=30,
         metavar="S",
         help="seconds of each --auto measurement (default: 30; jobs settle for a third of it first)",
-    )
-
-
-def _add_run_restart_flags(run: ArgumentParser) -> None:
-    """`run`'s restart policy: `--max-restarts`, `--healthy-uptime` and `--stall-timeout`."""
-    _add_max_restarts_flag(
-        run,
-        "restarts in a row of a crashed job before it is marked failed (default: 3; back-off 1 s, 2 s, "
-        "4 s... up to 60 s); see --healthy-uptime",
-    )
-    run.add_argument(
-        "--healthy-uptime",
-        type=positive_float,
-        default=300.0,  # RestartPolicy.healthy_uptime_s, spelled out: importing runspec here slows every command
-        metavar="S",
-        help="seconds after which a crash no longer counts as a crash loop: a crashed job that had run this "
-        "long restarts with a fresh count of --max-restarts (default: 300)",
-    )
-    run.add_argument(
-        "--stall-timeout",
-        type=positive_float,
-        default=None,  # RestartPolicy.stall_timeout_s: None derives it per job
-        metavar="S",
-        help="seconds without an event from a running worker (hung, or stopped by a signal) after which it is "
-        "killed and restarted from its checkpoint, as a crash counted by --max-restarts (default: 3x the "
-        "job's longest silence between events so far, at least 60 s; a worker reports every few seconds, "
-        "in train phases too)",
     )
 
 
@@ -436,7 +319,7 @@ def _add_fleet_command(commands: Commands) -> None:
     )
     # Optional: --resume RUN_DIR reads the plan from the fleet's own record (commands.fleet checks one of the two).
     fleet.add_argument("plan", type=Path, nargs="?", metavar="PLAN.toml", help="the fleet plan")
-    _add_jobs_flag(fleet, "parallel slots (default: the plan's jobs)")
+    add_flags(fleet, ("jobs",), "fleet")
     fleet.add_argument(
         "--rate",
         type=positive_float,
@@ -449,27 +332,13 @@ def _add_fleet_command(commands: Commands) -> None:
         "with --dry-run: cost the plan at the speeds a finished run measured (on this or another machine: "
         "its run.toml's SPS per job and jobs at once) instead of this machine's probe",
     )
-    _add_naming_flags(
-        fleet,
-        run_dir_help="where the fleet goes (default: runs/<UTC time>-NAME with --name, else "
-        "runs/<UTC time>-fleet-<plan name>)",
-        name_help="the fleet's run name instead of the plan's name: its directory (runs/<UTC time>-NAME), header, "
-        "run.toml and `cockpit attach NAME`",
-    )
+    add_flags(fleet, ("run_dir", "name"), "fleet")
     _add_resume_flag(fleet, "continue the fleet in RUN_DIR")
-    _add_on_done_flag(fleet)
+    add_flags(fleet, ("on_done",), "fleet")
     _add_headless_flag(fleet)
-    _add_gpus_flag(fleet)
-    _add_mps_flag(fleet, plan_key=True)
-    _add_max_restarts_flag(fleet, "restarts in a row before an agent fails (default: 3)")
-    _add_no_tensorboard_flag(
-        fleet,
-        "no TensorBoard logs (default, with the tensorboard package: each agent's SB3 scalars and the "
-        "cockpit's in RUN_DIR/jobs/<id>/tb)",
-    )
+    add_flags(fleet, ("gpus", "mps", "max_restarts", "tensorboard"), "fleet")
     _add_cluster_flags(fleet, "fleet's agents")
-    # What the user typed, for run.toml, when `cockpit fleet` on a terminal runs itself in the background.
-    fleet.add_argument("--typed", metavar="JSON", help=argparse.SUPPRESS)
+    _add_background_flags(fleet, "fleet")
     fleet.set_defaults(func=_cmd_fleet)
 
 

@@ -22,6 +22,7 @@ import pytest
 from cockpit.contract.controls import Control, StopAll, StopJob
 from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.contract.runspec import build_spec
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import RunStatus
 from cockpit.core.feed import control
 from cockpit.core.feed.control import AttachSource, ControlError, ControlServer, control_path, peer_uid
@@ -526,9 +527,19 @@ def scripted_session(run_dir: Path, *, jobs: int = 2, **session: Any) -> RunSess
     """An unserved session of `jobs` cartpole agents on `FakeWorkers`, its run dir made;
     `session` sets RunSession's other fields (clock, host, costs...)."""
     spec = build_spec(
-        jobs=jobs, agents=jobs, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=run_dir,
-        max_restarts=0, pin=False, command_line=("cockpit", "run"),
-    )  # fmt: skip
+        RunSettings(
+            jobs=jobs,
+            agents=jobs,
+            preset="cartpole",
+            env=None,
+            timesteps=None,
+            seed=0,
+            run_dir=run_dir,
+            max_restarts=0,
+            pin=False,
+        ),
+        command_line=("cockpit", "run"),
+    )
     run_dir.mkdir(parents=True)
     return RunSession(spec, Sampler(gpu=None, gpu_status="test", hz=5), launcher=FakeWorkers(), serve=False, **session)
 
@@ -544,9 +555,19 @@ class QuietView:
 def test_a_running_session_serves_frames_and_takes_commands(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     spec = build_spec(
-        jobs=2, agents=2, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=run_dir,
-        max_restarts=0, pin=False, command_line=("cockpit", "run"),
-    )  # fmt: skip
+        RunSettings(
+            jobs=2,
+            agents=2,
+            preset="cartpole",
+            env=None,
+            timesteps=None,
+            seed=0,
+            run_dir=run_dir,
+            max_restarts=0,
+            pin=False,
+        ),
+        command_line=("cockpit", "run"),
+    )
     session = RunSession(spec, Sampler(gpu=None, gpu_status="no GPU telemetry: test", hz=20), launcher=FakeWorkers())
     seen: list[Frame] = []
     failures: list[BaseException] = []

@@ -26,7 +26,7 @@ from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import ConfigError, checked_devices
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.placement import GpuRef, GpuRoom
-from cockpit.core.session.loop import resume_spec_args
+from cockpit.core.session.loop import resume_settings
 from cockpit.core.sizing.advisor import Machine, advise, mix_jobs
 from cockpit.core.sizing.cost_probe import cache_key, cache_path, measured_costs
 from cockpit.core.sizing.devices import Mix, best_mix, mix_sps, mixes
@@ -174,7 +174,7 @@ def test_a_cpu_only_run_of_the_mix_trains_records_it_and_resumes_with_it(tmp_pat
     for job in ("000", "001"):
         (started,) = [e for e in read_events(run_dir / "jobs" / job / "events.jsonl") if e.kind == "started"]
         assert started.device == "cpu"
-    assert resume_spec_args(run_dir, recorded)["devices"] == ("cpu", "cpu")
+    assert resume_settings(run_dir, recorded).devices == ("cpu", "cpu")
     refused = subprocess.run([COCKPIT, "run", "--devices", "1:cuda", "--headless", "--run-dir", str(tmp_path / "x")],
                              capture_output=True, text=True, timeout=60, cwd=tmp_path)  # fmt: skip
     assert refused.returncode == 2 and not (tmp_path / "x").exists()

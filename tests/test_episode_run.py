@@ -18,10 +18,11 @@ from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import ConfigRecord, HostRecord, JobRecord, RunRecord, write
 from cockpit.contract.runspec import ConfigError, RestartPolicy, RunSpec, build_spec
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.session.background import headless_argv
-from cockpit.core.session.loop import resume_spec_args
+from cockpit.core.session.loop import resume_settings
 from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
 from tests.fakeclock import FakeClock
 from tests.test_supervisor import FakeLauncher, make, run_log
@@ -39,8 +40,21 @@ def test_cockpit_run_refuses_timesteps_and_episodes_together_in_one_line(
     assert err.count("\n") == 1 and "argument --episodes: not allowed with argument --timesteps" in err
     assert not (tmp_path / "run").exists()  # nothing was started
     with pytest.raises(ConfigError, match=r"^--episodes 50: a run's target is --timesteps or --episodes, not both$"):
-        build_spec(jobs=1, agents=1, preset="cartpole", env=None, timesteps=1000, episodes=50, seed=0,
-                   run_dir=tmp_path / "run", max_restarts=0, pin=False, command_line=("cockpit",))  # fmt: skip
+        build_spec(
+            RunSettings(
+                jobs=1,
+                agents=1,
+                preset="cartpole",
+                env=None,
+                timesteps=1000,
+                episodes=50,
+                seed=0,
+                run_dir=tmp_path / "run",
+                max_restarts=0,
+                pin=False,
+            ),
+            command_line=("cockpit",),
+        )
 
 
 def test_an_episode_target_reaches_the_spec_the_background_run_run_toml_and_a_resume(tmp_path: Path) -> None:
@@ -55,15 +69,15 @@ def test_an_episode_target_reaches_the_spec_the_background_run_run_toml_and_a_re
         and spec_of(["--run-dir", str(run_dir)]).episodes is None
     )
     argv = headless_argv(spec)  # a run the TUI starts in the background gets the same target
-    assert "--episodes" in argv and "--timesteps" not in argv
+    assert (spec_of(argv).episodes, spec_of(argv).timesteps) == (50, 0)
     assert spec_of(argv) == dataclasses.replace(spec, command_line=("cockpit", "run"))
     # The run writes it in run.toml's [config]; --resume reads it back from there.
     sup, _, _ = make(tmp_path, agents=1, slots=1)
     recorded = run_log(sup, spec)
     assert "\nepisodes = 50\n" in RunDir(tmp_path).run_toml.read_text()
     assert recorded.config.episodes == 50 and recorded.config.timesteps == 0
-    args = resume_spec_args(run_dir, recorded)
-    assert args["episodes"] == 50 and args["timesteps"] is None
+    args = resume_settings(run_dir, recorded)
+    assert args.episodes == 50 and args.timesteps is None
 
 
 def test_the_supervisor_gives_each_worker_the_episode_target_and_follows_its_count(tmp_path: Path) -> None:

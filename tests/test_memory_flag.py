@@ -23,6 +23,7 @@ from cockpit.contract.advice import AdviceSetting
 from cockpit.contract.controls import ApplyAdvice
 from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import build_spec
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import RunStatus
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.machine.host import HostInfo
@@ -143,8 +144,21 @@ def test_a_resumed_run_shows_the_recorded_verdict_until_it_judges_anew(
     watched_run: tuple[Path, RunState],
 ) -> None:
     run_dir, _ = watched_run
-    spec = build_spec(jobs=2, agents=2, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=run_dir,
-                      max_restarts=0, pin=False, command_line=("cockpit", "run"), resuming=True)  # fmt: skip
+    spec = build_spec(
+        RunSettings(
+            jobs=2,
+            agents=2,
+            preset="cartpole",
+            env=None,
+            timesteps=None,
+            seed=0,
+            run_dir=run_dir,
+            max_restarts=0,
+            pin=False,
+        ),
+        command_line=("cockpit", "run"),
+        resuming=True,
+    )
     resumed = RunSession(spec, Sampler(gpu=None, gpu_status="test"), launcher=FakeWorkers(), serve=False, resume=True)
     jobs = {j.id: j for j in resumed.snapshot().jobs}
     assert jobs["000"].memory == "no growth" and jobs["001"].memory_growing

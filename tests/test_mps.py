@@ -21,6 +21,7 @@ from cockpit.contract.fleetplan import PlanError, load_plan
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import RunSpec, build_spec
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.workerargs import MpsDaemonDirs, MpsServers, WorkerArgs, mps_memory_limit_mib
 from cockpit.core.launch.local import LocalLauncher
 from cockpit.core.launch.pooled import PooledLauncher
@@ -407,8 +408,21 @@ def _readers(monkeypatch: pytest.MonkeyPatch) -> list[nvml_module.GpuReader]:
 
 
 def _spec(run_dir: Path, *, mps: bool = False) -> RunSpec:
-    return build_spec(jobs=2, agents=None, preset="cartpole", env=None, timesteps=1000, seed=0, run_dir=run_dir,
-                      max_restarts=3, pin=False, command_line=("run", "--auto"), mps=mps)  # fmt: skip
+    return build_spec(
+        RunSettings(
+            jobs=2,
+            agents=None,
+            preset="cartpole",
+            env=None,
+            timesteps=1000,
+            seed=0,
+            run_dir=run_dir,
+            max_restarts=3,
+            pin=False,
+            mps=mps,
+        ),
+        command_line=("run", "--auto"),
+    )
 
 
 def test_auto_has_a_daemon_stand_ready_only_where_mps_can_be_measured(
@@ -664,9 +678,21 @@ def test_each_mig_slice_gets_a_daemon_of_its_own_seeing_that_slice_alone_by_its_
     readers, _ = open_gpus()
     try:
         seen: list[MpsServers | None] = []
-        spec = build_spec(jobs=2, agents=None, preset="cartpole", env=None, timesteps=1000, seed=0,
-                          run_dir=standin.root / "run", max_restarts=3, pin=False, command_line=("run", "--mps"),
-                          mps=True)  # fmt: skip
+        spec = build_spec(
+            RunSettings(
+                jobs=2,
+                agents=None,
+                preset="cartpole",
+                env=None,
+                timesteps=1000,
+                seed=0,
+                run_dir=standin.root / "run",
+                max_restarts=3,
+                pin=False,
+                mps=True,
+            ),
+            command_line=("run", "--mps"),
+        )
         assert with_mps(spec, readers, "cockpit run", lambda notes, mps: seen.append(mps) or 0) == 0
     finally:
         close_gpus(readers)

@@ -10,15 +10,17 @@ from pathlib import Path
 from cockpit.commands.report import state_json
 from cockpit.contract.controls import RestartJob, SetMps
 from cockpit.contract.runspec import RestartPolicy, build_spec
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import JobState
 from cockpit.contract.workerargs import MpsDaemonDirs, MpsServers
 from cockpit.core.feed.source import Frame
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.placement import GpuRoom
 from cockpit.core.session.background import headless_argv
-from cockpit.core.session.loop import resume_spec_args
+from cockpit.core.session.loop import resume_settings
 from cockpit.core.supervise.supervisor import INPUT_ERROR_EXIT, MPS_FAULT_WINDOW_S, JobTemplate, Supervisor
 from cockpit.views.tui.cockpit_screen import header_line
+from tests.background_child import child_spec
 from tests.fakeclock import FakeClock
 from tests.test_supervisor import FakeLauncher, crash, run_log
 
@@ -113,11 +115,25 @@ def test_mps_shows_in_the_header_run_toml_report_json_and_a_resumed_runs_spec(tm
     assert state.mps
     assert " on CartPole-v1  MPS  running" in header_line(Frame(state=state), replay=False)
     assert state_json(state, live=True, command="")["mps"] is True
-    spec = build_spec(jobs=1, agents=None, preset="cartpole", env=None, timesteps=1000, seed=0, run_dir=tmp_path,
-                      max_restarts=3, pin=False, command_line=("run", "--mps"), mps=True, resuming=True)  # fmt: skip
+    spec = build_spec(
+        RunSettings(
+            jobs=1,
+            agents=None,
+            preset="cartpole",
+            env=None,
+            timesteps=1000,
+            seed=0,
+            run_dir=tmp_path,
+            max_restarts=3,
+            pin=False,
+            mps=True,
+        ),
+        command_line=("run", "--mps"),
+        resuming=True,
+    )
     recorded = run_log(sup, spec)
     assert recorded.config.mps is True
-    assert resume_spec_args(tmp_path, recorded)["mps"] is True
+    assert resume_settings(tmp_path, recorded).mps is True
 
     plain, _, _ = make(tmp_path / "plain", mps=False, agents=1)
     state = plain.snapshot()
@@ -126,11 +142,24 @@ def test_mps_shows_in_the_header_run_toml_report_json_and_a_resumed_runs_spec(tm
 
 
 def test_a_run_started_in_the_background_passes_mps_on_new_and_resumed(tmp_path: Path) -> None:
-    spec = build_spec(jobs=1, agents=None, preset="cartpole", env=None, timesteps=1000, seed=0, run_dir=tmp_path,
-                      max_restarts=3, pin=False, command_line=("run", "--mps"), mps=True)  # fmt: skip
-    assert "--mps" in headless_argv(spec)
-    assert "--mps" in headless_argv(spec, resume=True)
-    assert "--mps" not in headless_argv(dataclasses.replace(spec, mps=False))
+    spec = build_spec(
+        RunSettings(
+            jobs=1,
+            agents=None,
+            preset="cartpole",
+            env=None,
+            timesteps=1000,
+            seed=0,
+            run_dir=tmp_path,
+            max_restarts=3,
+            pin=False,
+            mps=True,
+        ),
+        command_line=("run", "--mps"),
+    )
+    assert child_spec(headless_argv(spec)).mps
+    assert child_spec(headless_argv(spec, resume=True)).mps
+    assert not child_spec(headless_argv(dataclasses.replace(spec, mps=False))).mps
 
 
 def test_a_daemon_standing_ready_makes_clients_of_the_jobs_launched_after_set_mps(tmp_path: Path) -> None:
@@ -297,11 +326,23 @@ def test_without_mps_a_daemon_found_running_is_named_in_the_header_run_toml_and_
     state = sup.snapshot()
     assert not state.mps and state.mps_external == "/tmp/nvidia-mps"
     assert "MPS (not --mps: the daemon at /tmp/nvidia-mps)" in header_line(Frame(state=state), replay=False)
-    spec = build_spec(jobs=2, agents=None, preset="cartpole", env=None, timesteps=1000, seed=0, run_dir=tmp_path,
-                      max_restarts=3, pin=False, command_line=("run",))  # fmt: skip
+    spec = build_spec(
+        RunSettings(
+            jobs=2,
+            agents=None,
+            preset="cartpole",
+            env=None,
+            timesteps=1000,
+            seed=0,
+            run_dir=tmp_path,
+            max_restarts=3,
+            pin=False,
+        ),
+        command_line=("run",),
+    )
     recorded = run_log(sup, spec)
     assert recorded.config.mps is False and recorded.config.mps_external == "/tmp/nvidia-mps"
-    assert "mps" not in resume_spec_args(tmp_path, recorded)  # a resume does not turn --mps on
+    assert resume_settings(tmp_path, recorded).mps is False  # a resume does not turn --mps on
 
     two = make_two(tmp_path / "fault", agents=4, mps=found, clients=False)
     sup, launcher, _ = two

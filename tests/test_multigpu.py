@@ -19,6 +19,7 @@ from cockpit.contract.presets import load
 from cockpit.contract.runrecord import read, write
 from cockpit.contract.runspec import ConfigError, build_spec
 from cockpit.contract.scriptargs import ScriptArgs
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.workerargs import CUDA_VISIBLE_DEVICES_ENV
 from cockpit.core.launch.local import LocalLauncher
 from cockpit.core.launch.protocol import LaunchRequest
@@ -196,12 +197,18 @@ def test_gpus_flag_must_be_distinct_non_negative_integers(capsys: pytest.Capture
 
 def test_gpus_must_be_on_this_machine(tmp_path: Path) -> None:
     common = dict(jobs=1, agents=1, preset="cartpole", env=None, timesteps=None, seed=0, max_restarts=0,
-                  pin=False, command_line=("cockpit",))  # fmt: skip
+                  pin=False)  # fmt: skip
     with pytest.raises(ConfigError) as exc:
-        build_spec(**common, run_dir=tmp_path / "a", gpus=(0, 5), gpus_here=(0, 1, 2, 3))  # type: ignore[arg-type]
+        build_spec(
+            RunSettings(**common, run_dir=tmp_path / "a", gpus=(0, 5)),
+            command_line=("cockpit",),
+            gpus_here=(0, 1, 2, 3),
+        )  # type: ignore[arg-type]
     assert str(exc.value) == "--gpus 0,5: no GPU 5 here; NVML sees 4 GPU(s), indices 0-3"
     assert not (tmp_path / "a").exists()  # nothing started
-    spec = build_spec(**common, run_dir=tmp_path / "b", gpus=(2, 0), gpus_here=(0, 1, 2, 3))  # type: ignore[arg-type]
+    spec = build_spec(
+        RunSettings(**common, run_dir=tmp_path / "b", gpus=(2, 0)), command_line=("cockpit",), gpus_here=(0, 1, 2, 3)
+    )  # type: ignore[arg-type]
     assert spec.gpus == (0, 2)
     # Without NVML there is nothing to check against: the run goes on, CPU-only, and says so.
     args = build_parser().parse_args(["run", "--gpus", "0,2", "--run-dir", str(tmp_path / "c")])
@@ -256,9 +263,22 @@ def test_each_jobs_phases_meet_its_own_gpus_utilization_and_run_toml_has_each_gp
     sup, _ = _supervisor(tmp_path, sampler.gpu_rooms(), agents=2)
     state = sup.snapshot(gpu=sampler.gpu_info, gpus=sampler.gpu_infos)
     state = replace(state, jobs=tuple(replace(j, gpu=placement[j.id]) for j in state.jobs))
-    spec = build_spec(jobs=2, agents=2, preset="cartpole", env=None, timesteps=None, seed=0, max_restarts=0,
-                      pin=False, command_line=("cockpit",), run_dir=tmp_path, gpus=(0, 1, 2, 3),
-                      gpus_here=(0, 1, 2, 3))  # fmt: skip
+    spec = build_spec(
+        RunSettings(
+            jobs=2,
+            agents=2,
+            preset="cartpole",
+            env=None,
+            timesteps=None,
+            seed=0,
+            max_restarts=0,
+            pin=False,
+            run_dir=tmp_path,
+            gpus=(0, 1, 2, 3),
+        ),
+        command_line=("cockpit",),
+        gpus_here=(0, 1, 2, 3),
+    )
     host = HostInfo("h", "cpu", 2, 2, 2**34, "Linux")
     write(tmp_path, record(spec, state, host, accounting, recorder))
     recorded = read(tmp_path)

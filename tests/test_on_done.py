@@ -18,10 +18,12 @@ from cockpit.commands.fleet import _recorded
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import ConfigError, build_spec
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import RunStatus
 from cockpit.core.session.background import headless_argv
-from cockpit.core.session.loop import resume_spec_args
+from cockpit.core.session.loop import resume_settings
 from cockpit.core.session.on_done import run_on_done
+from tests.background_child import child_spec
 
 # Each call of the command appends one line: the four variables it was given.
 RECORD = 'echo "$COCKPIT_RUN_STATUS $COCKPIT_EXIT_CODE $COCKPIT_RUN_NAME $COCKPIT_RUN_DIR" >> "$0.calls"'
@@ -79,8 +81,21 @@ def test_a_failing_command_is_one_line_and_a_hanging_one_is_killed(tmp_path: Pat
 
 def test_a_blank_command_is_refused_before_anything_starts(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="--on-done: give a shell command"):
-        build_spec(jobs=1, agents=None, preset="cartpole", env=None, timesteps=1000, seed=0, run_dir=tmp_path / "r",
-                   max_restarts=0, pin=False, command_line=("run",), on_done="  ")  # fmt: skip
+        build_spec(
+            RunSettings(
+                jobs=1,
+                agents=None,
+                preset="cartpole",
+                env=None,
+                timesteps=1000,
+                seed=0,
+                run_dir=tmp_path / "r",
+                max_restarts=0,
+                pin=False,
+                on_done="  ",
+            ),
+            command_line=("run",),
+        )
     assert not (tmp_path / "r").exists()
 
 
@@ -102,7 +117,7 @@ def test_a_run_that_ends_runs_it_once_with_its_status_and_keeps_it_for_resume(
     assert _run("--jobs", "2", "--run-dir", str(done), "--on-done", command, "--", *QUICK) == 0
     assert calls(recorded) == [["done", "0", "done", str(done.resolve())]]
     assert read(done).config.on_done == command
-    assert resume_spec_args(done, read(done))["on_done"] == command
+    assert resume_settings(done, read(done)).on_done == command
     assert _recorded(done) == (None, command)  # what `fleet --resume` keeps, unless given another
     failed = tmp_path / "failed"
     assert _run("--run-dir", str(failed), "--name", "nightly", "--on-done", command, "--", *FAILING) == 1
@@ -118,12 +133,23 @@ def test_a_run_that_ends_runs_it_once_with_its_status_and_keeps_it_for_resume(
 
 
 def test_a_run_in_the_background_passes_it_on() -> None:
-    spec = build_spec(jobs=1, agents=None, preset="cartpole", env=None, timesteps=1000, seed=0, run_dir=Path("/r"),
-                      max_restarts=0, pin=False, command_line=("run",), on_done="shutdown -h now")  # fmt: skip
-    argv = headless_argv(spec)
-    assert argv[argv.index("--on-done") + 1] == "shutdown -h now"
-    resumed = headless_argv(spec, resume=True)
-    assert resumed[resumed.index("--on-done") + 1] == "shutdown -h now"
+    spec = build_spec(
+        RunSettings(
+            jobs=1,
+            agents=None,
+            preset="cartpole",
+            env=None,
+            timesteps=1000,
+            seed=0,
+            run_dir=Path("/r"),
+            max_restarts=0,
+            pin=False,
+            on_done="shutdown -h now",
+        ),
+        command_line=("run",),
+    )
+    assert child_spec(headless_argv(spec)) == spec
+    assert child_spec(headless_argv(spec, resume=True)).on_done == "shutdown -h now"
 
 
 @pytest.mark.slow

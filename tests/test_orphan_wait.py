@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from cockpit.contract.runspec import build_spec
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.workerargs import SERVE_FLAG, WORKER_MODULE
 from cockpit.core.launch.local import LocalLauncher, wait_for_previous_workers
 from cockpit.core.session import loop
@@ -103,8 +104,21 @@ def previous_run(run_dir: Path) -> None:
 
 def resume_locally(run_dir: Path) -> RunSession:
     """`cockpit run --resume run_dir` on local workers, up to where it would start them."""
-    spec = build_spec(jobs=2, agents=2, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=run_dir,
-                      max_restarts=0, pin=False, command_line=("cockpit", "run"), resuming=True)  # fmt: skip
+    spec = build_spec(
+        RunSettings(
+            jobs=2,
+            agents=2,
+            preset="cartpole",
+            env=None,
+            timesteps=None,
+            seed=0,
+            run_dir=run_dir,
+            max_restarts=0,
+            pin=False,
+        ),
+        command_line=("cockpit", "run"),
+        resuming=True,
+    )
     session = RunSession(spec, Sampler(gpu=None, gpu_status="test"), launcher=LocalLauncher(), serve=False,
                          resume=True)  # fmt: skip
     session.recorder.close()

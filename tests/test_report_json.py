@@ -20,6 +20,7 @@ from cockpit.commands.report import json_report, print_report
 from cockpit.contract.controls import StopAll
 from cockpit.contract.runrecord import read, write
 from cockpit.contract.runspec import build_spec
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import JobState
 from cockpit.core.fleet.report import STATUSES
 from cockpit.core.record.series import read_series
@@ -68,9 +69,19 @@ def test_a_directory_without_a_run_is_one_line_exit_2(tmp_path: Path, capsys: py
 def test_a_live_run_reports_through_its_socket(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     spec = build_spec(
-        jobs=2, agents=3, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=run_dir,
-        max_restarts=0, pin=False, command_line=("cockpit", "run", "--agents", "3"),
-    )  # fmt: skip
+        RunSettings(
+            jobs=2,
+            agents=3,
+            preset="cartpole",
+            env=None,
+            timesteps=None,
+            seed=0,
+            run_dir=run_dir,
+            max_restarts=0,
+            pin=False,
+        ),
+        command_line=("cockpit", "run", "--agents", "3"),
+    )
     session = RunSession(spec, Sampler(gpu=None, gpu_status="no GPU telemetry: test", hz=20), launcher=FakeWorkers())
     reports: list[dict[str, Any]] = []
     failures: list[BaseException] = []

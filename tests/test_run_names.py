@@ -21,6 +21,7 @@ from cockpit.commands.report import print_report, state_json
 from cockpit.contract.rundir import RunDir, RunNameError, check_run_name, stamp_time
 from cockpit.contract.runrecord import parse, read, render, write
 from cockpit.contract.runspec import ConfigError, build_spec
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import RunStatus
 from cockpit.core.feed.source import RunSource, SourceError
 from cockpit.core.machine.host import HostInfo
@@ -28,11 +29,12 @@ from cockpit.core.record.find_runs import named_run, recent_runs
 from cockpit.core.record.replay import open_replay
 from cockpit.core.record.runlog import Recorder, phase_accounting, record
 from cockpit.core.session.background import headless_argv
-from cockpit.core.session.loop import resume_spec_args
+from cockpit.core.session.loop import resume_settings
 from cockpit.views.headless import HeadlessView
 from cockpit.views.tui.app import make_app
 from cockpit.views.tui.cockpit_screen import RunHeader, header_line
 from cockpit.views.tui.start_screen import StartScreen
+from tests.background_child import child_spec
 from tests.test_fleetplan import plan_file
 from tests.test_headless import T0
 from tests.test_headless import state as headless_state
@@ -109,23 +111,35 @@ def test_the_name_makes_the_run_directory_and_reaches_the_background_run(
     spec = run._spec(_run_args("--name", "production"), None, ("cockpit", "run", "--name", "production"))
     assert spec.name == "production" and STAMPED.fullmatch(str(spec.run_dir))
     assert stamp_time(spec.run_dir) is not None
-    argv = headless_argv(spec)
-    assert argv[argv.index("--name") + 1] == "production"
-    assert argv[argv.index("--run-dir") + 1] == str(spec.run_dir)
+    child = child_spec(headless_argv(spec))
+    assert child.name == "production" and child.run_dir == spec.run_dir
     # --run-dir still decides where; the name is recorded all the same.
     chosen = run._spec(_run_args("--name", "production", "--run-dir", "here"), None, ("cockpit",))
     assert chosen.run_dir == Path("here") and chosen.name == "production"
     # A script run takes a name the same way.
     (tmp_path / "t.py").write_text("")
-    script = build_spec(jobs=1, agents=None, preset="", env=None, timesteps=None, seed=0, run_dir=None,
-                        max_restarts=0, pin=False, command_line=("cockpit",), script=("python", "t.py"),
-                        name="production")  # fmt: skip
+    script = build_spec(
+        RunSettings(
+            jobs=1,
+            agents=None,
+            preset="",
+            env=None,
+            timesteps=None,
+            seed=0,
+            run_dir=None,
+            max_restarts=0,
+            pin=False,
+            script=("python", "t.py"),
+            name="production",
+        ),
+        command_line=("cockpit",),
+    )
     assert STAMPED.fullmatch(str(script.run_dir)) and script.name == "production"
 
 
 def test_a_resumed_run_keeps_its_recorded_name_and_refuses_another(tmp_path: Path) -> None:
     run_dir = _named_run(tmp_path / "run", "production")
-    assert resume_spec_args(run_dir, read(run_dir))["name"] == "production"
+    assert resume_settings(run_dir, read(run_dir)).name == "production"
     with pytest.raises(ConfigError, match="drop --name"):
         run._spec(_run_args("--resume", str(run_dir), "--name", "other"), None, ("cockpit",))
 
@@ -157,9 +171,21 @@ def test_run_toml_records_the_name_and_old_files_without_one_still_load(tmp_path
 
 
 def test_the_record_writer_takes_the_name_from_the_spec(tmp_path: Path) -> None:
-    spec = build_spec(jobs=1, agents=1, preset="cartpole", env=None, timesteps=None, seed=0,
-                      run_dir=tmp_path / "r", max_restarts=0, pin=False, command_line=("cockpit",),
-                      name="production")  # fmt: skip
+    spec = build_spec(
+        RunSettings(
+            jobs=1,
+            agents=1,
+            preset="cartpole",
+            env=None,
+            timesteps=None,
+            seed=0,
+            run_dir=tmp_path / "r",
+            max_restarts=0,
+            pin=False,
+            name="production",
+        ),
+        command_line=("cockpit",),
+    )
     recorder = Recorder(tmp_path)
     now = headless_state(T0, RunStatus.RUNNING)
     written = record(spec, now, HostInfo("h", "cpu", 2, 2, 2**30, "Linux"), phase_accounting({}, recorder, T0),

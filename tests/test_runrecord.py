@@ -32,13 +32,14 @@ from cockpit.contract.runrecord import (
     write,
 )
 from cockpit.contract.runspec import RestartPolicy, RunSpec
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.feed.source import SourceError
 from cockpit.core.machine.host import HostInfo
 from cockpit.core.record.replay import open_replay
 from cockpit.core.record.runlog import Recorder, phase_accounting, record
-from cockpit.core.session.loop import resume_spec_args
+from cockpit.core.session.loop import resume_settings
 from tests.test_replay import T0, _build_run, _view
 
 GOLDEN = Path(__file__).parent / "data" / "run-v1"
@@ -129,11 +130,11 @@ def test_the_v1_run_opens_in_replay() -> None:
 
 
 def test_resuming_the_v1_run_takes_its_recorded_settings_and_the_default_healthy_uptime() -> None:
-    args = resume_spec_args(GOLDEN, read(GOLDEN))
-    assert args == {"jobs": 2, "agents": 3, "preset": "cartpole", "env": "CartPole-v1", "timesteps": 3000, "seed": 0,
-                    "max_restarts": 3, "pin": False, "run_dir": GOLDEN}  # fmt: skip
+    args = resume_settings(GOLDEN, read(GOLDEN))
+    assert args == RunSettings(jobs=2, agents=3, preset="cartpole", env="CartPole-v1", timesteps=3000, seed=0,
+                               max_restarts=3, pin=False, run_dir=GOLDEN)  # fmt: skip
     recorded = dataclasses.replace(read(GOLDEN), config=dataclasses.replace(read(GOLDEN).config, healthy_uptime_s=60.0))
-    assert resume_spec_args(GOLDEN, recorded)["healthy_uptime_s"] == 60.0
+    assert resume_settings(GOLDEN, recorded).healthy_uptime_s == 60.0
 
 
 # ----- versions -----

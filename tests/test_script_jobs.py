@@ -29,12 +29,14 @@ from cockpit.contract.scriptargs import (
     ScriptError,
     check_template,
 )
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import JobState
 from cockpit.contract.workerargs import PARENT_PID_ENV, THREAD_ENV_VARS
 from cockpit.core.launch.local import worker_env
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.session.background import headless_argv
 from cockpit.core.supervise.supervisor import NO_EVENTS_NOTE, JobTemplate, Supervisor
+from tests.background_child import child_spec
 from tests.fakeclock import FakeClock
 from tests.test_supervisor import FakeLauncher, events
 
@@ -107,12 +109,24 @@ def test_cockpit_run_refuses_bad_script_input_in_one_line_and_starts_nothing(
 def test_a_background_script_run_carries_its_command(project: Path) -> None:
     from cockpit.contract.runspec import build_spec
 
-    spec = build_spec(jobs=2, agents=3, preset="", env=None, timesteps=None, seed=5, run_dir=None, max_restarts=1,
-                      pin=False, command_line=("cockpit", "run"), script=SCRIPT)  # fmt: skip
+    spec = build_spec(
+        RunSettings(
+            jobs=2,
+            agents=3,
+            preset="",
+            env=None,
+            timesteps=None,
+            seed=5,
+            run_dir=None,
+            max_restarts=1,
+            pin=False,
+            script=SCRIPT,
+        ),
+        command_line=("cockpit", "run"),
+    )
     assert spec.preset is None and spec.run_dir.name.endswith("-script-train")
-    argv = headless_argv(spec)
-    assert argv[argv.index("--") + 1 :] == list(SCRIPT) and "--preset" not in argv
-    assert argv[argv.index("--seed") + 1] == "5" and argv[argv.index("--agents") + 1] == "3"
+    child = child_spec(headless_argv(spec))
+    assert child == spec and (child.script, child.seed, child.agents, child.preset) == (SCRIPT, 5, 3, None)
 
 
 # ----- the supervisor -----

@@ -16,6 +16,7 @@ from cockpit.contract.controls import StopJob
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import STALL_MIN_S, RestartPolicy
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import JobState
 from cockpit.core.supervise.jobs import Job
 from cockpit.core.supervise.supervisor import STALL_GRACE_S, Supervisor
@@ -246,7 +247,7 @@ def test_stall_timeout_reaches_the_spec_the_background_run_the_record_and_a_resu
     from cockpit.commands.run import _spec
     from cockpit.contract.runrecord import render
     from cockpit.core.session.background import headless_argv
-    from cockpit.core.session.loop import resume_spec_args
+    from cockpit.core.session.loop import resume_settings
 
     def spec_of(argv: list[str]) -> RestartPolicy:
         return _spec(build_parser().parse_args(["run", *argv]), None, ("cockpit", "run")).restart
@@ -256,16 +257,19 @@ def test_stall_timeout_reaches_the_spec_the_background_run_the_record_and_a_resu
     spec = _spec(build_parser().parse_args(["run", *run_dir, "--stall-timeout", "240"]), None, ("cockpit",))
     assert spec.restart == RestartPolicy(stall_timeout_s=240.0)
     assert spec_of(headless_argv(spec)) == spec.restart  # a background run gets the same policy
-    assert "--stall-timeout" not in headless_argv(_spec(build_parser().parse_args(["run", *run_dir]), None, ("c",)))
+    assert (
+        spec_of(headless_argv(_spec(build_parser().parse_args(["run", *run_dir]), None, ("c",)))).stall_timeout_s
+        is None
+    )
 
     golden = read(GOLDEN)
     assert golden.config.stall_timeout_s is None  # the v1 file has none and still reads
-    assert "stall_timeout_s" not in resume_spec_args(GOLDEN, golden)
+    assert resume_settings(GOLDEN, golden).stall_timeout_s is None
     sup, _, _ = make(tmp_path, agents=1, slots=1, restart=spec.restart)
     recorded = run_log(sup, spec)  # the run writes it in run.toml's [config]
     assert "\nstall_timeout_s = 240.0\n" in RunDir(tmp_path).run_toml.read_text()
     assert render(recorded) == RunDir(tmp_path).run_toml.read_text()
-    assert resume_spec_args(tmp_path, recorded)["stall_timeout_s"] == 240.0
+    assert resume_settings(tmp_path, recorded).stall_timeout_s == 240.0
 
 
 @pytest.mark.parametrize("value", ["0", "-5", "nan", "soon"])
@@ -285,8 +289,21 @@ def test_a_bad_stall_timeout_is_one_line_naming_the_flag_and_exit_2(
 def test_a_stalled_job_is_recorded_as_such_in_run_toml(tmp_path: Path) -> None:
     from cockpit.contract.runspec import build_spec
 
-    spec = build_spec(jobs=1, agents=1, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=tmp_path,
-                      max_restarts=1, pin=False, command_line=("cockpit",), stall_timeout_s=60)  # fmt: skip
+    spec = build_spec(
+        RunSettings(
+            jobs=1,
+            agents=1,
+            preset="cartpole",
+            env=None,
+            timesteps=None,
+            seed=0,
+            run_dir=tmp_path,
+            max_restarts=1,
+            pin=False,
+            stall_timeout_s=60,
+        ),
+        command_line=("cockpit",),
+    )
     sup, _, clock = make(tmp_path, agents=1, slots=1, restart=spec.restart)
     running(sup, clock)
     wait(sup, clock, 60)

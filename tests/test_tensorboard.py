@@ -17,6 +17,7 @@ from cockpit.cli import build_parser
 from cockpit.contract.events import read_events
 from cockpit.contract.rundir import TB_COCKPIT_RUN, TB_SB3_RUN, JobDir, RunDir
 from cockpit.contract.runspec import build_spec
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.workerargs import WorkerArgs
 from cockpit.core.export.tensorboard import CPU_TAG, GPU_TAG, SPS_TAG, install_hint
 from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
@@ -26,6 +27,7 @@ from cockpit.core.telemetry.sampler import Sampler
 from cockpit.views.headless import HeadlessView
 from cockpit_training import worker
 from cockpit_training.stopping import StopFlag
+from tests.background_child import child_spec
 from tests.cockpitproc import PLAIN_RUN, Cockpit
 from tests.test_control import FakeWorkers
 from tests.test_tbscalars import hide_tensorboard
@@ -137,8 +139,21 @@ class RecordingWorkers(FakeWorkers):
 
 def session_of(run_dir: Path, *, tensorboard: bool = True) -> RunSession:
     """An unserved session of two cartpole agents on recording fake workers."""
-    spec = build_spec(jobs=2, agents=2, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=run_dir,
-                      max_restarts=0, pin=False, command_line=("cockpit", "run"), tensorboard=tensorboard)  # fmt: skip
+    spec = build_spec(
+        RunSettings(
+            jobs=2,
+            agents=2,
+            preset="cartpole",
+            env=None,
+            timesteps=None,
+            seed=0,
+            run_dir=run_dir,
+            max_restarts=0,
+            pin=False,
+            tensorboard=tensorboard,
+        ),
+        command_line=("cockpit", "run"),
+    )
     run_dir.mkdir(parents=True)
     return RunSession(spec, Sampler(gpu=None, gpu_status="test"), launcher=RecordingWorkers(), serve=False)
 
@@ -151,8 +166,8 @@ def test_no_tensorboard_reaches_the_worker_the_background_run_and_the_session(tm
         assert build_parser().parse_args([*verb, "--no-tensorboard"]).no_tensorboard
         assert not build_parser().parse_args(verb).no_tensorboard
     off, on = session_of(tmp_path / "off", tensorboard=False), session_of(tmp_path / "on")
-    assert "--no-tensorboard" in headless_argv(off.spec) and "--no-tensorboard" in headless_argv(off.spec, resume=True)
-    assert "--no-tensorboard" not in headless_argv(on.spec)
+    assert not child_spec(headless_argv(off.spec, resume=True)).tensorboard
+    assert child_spec(headless_argv(on.spec, resume=True)).tensorboard
     for session in (off, on):
         session.supervisor.tick()
         session.recorder.close()

@@ -74,10 +74,23 @@ def test_the_supervisor_leaves_torch_the_budget_unless_the_preset_gains_nothing(
 
 def test_a_run_with_measured_costs_keeps_one_thread_where_more_do_not_pay() -> None:
     from cockpit.contract.runspec import build_spec
+    from cockpit.contract.settings import RunSettings
     from cockpit.core.session.loop import _template
 
-    spec = build_spec(jobs=1, agents=None, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=Path("r"),
-                      max_restarts=3, pin=False, command_line=())  # fmt: skip
+    spec = build_spec(
+        RunSettings(
+            jobs=1,
+            agents=None,
+            preset="cartpole",
+            env=None,
+            timesteps=None,
+            seed=0,
+            run_dir=Path("r"),
+            max_restarts=3,
+            pin=False,
+        ),
+        command_line=(),
+    )
     assert _template(spec, replace(MEASURED, train_speedup=0.94)).one_torch_thread
     assert not _template(spec, MEASURED).one_torch_thread
     assert not _template(spec, None).one_torch_thread  # nothing measured: the budget

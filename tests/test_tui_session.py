@@ -14,6 +14,7 @@ from cockpit.contract.controls import ApplyAdvice, RestartJob, SetPreset, StopAl
 from cockpit.contract.presets import load
 from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import build_spec
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import RunStatus
 from cockpit.core.feed.control import AttachSource
 from cockpit.core.feed.snapshot import RunState
@@ -52,9 +53,19 @@ async def _until(pilot, condition, timeout: float = 10.0) -> None:  # type: igno
 async def test_keys_drive_a_real_supervisor_and_stop_all_ends_the_run(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     spec = build_spec(
-        jobs=2, agents=3, preset="cartpole", env=None, timesteps=None, seed=0, run_dir=run_dir,
-        max_restarts=0, pin=False, command_line=("cockpit", "run"),
-    )  # fmt: skip
+        RunSettings(
+            jobs=2,
+            agents=3,
+            preset="cartpole",
+            env=None,
+            timesteps=None,
+            seed=0,
+            run_dir=run_dir,
+            max_restarts=0,
+            pin=False,
+        ),
+        command_line=("cockpit", "run"),
+    )
     gpu, status = open_gpu(nvml=FakeNvml(FakeGpu(util_at=lambda t: 90.0 if int(t * 2) % 2 else 5.0, clock=time.time)))
     assert gpu is not None, status
     workers = FakeWorkers()

@@ -26,7 +26,8 @@ from cockpit.contract.fleetplan import FleetPlan, PlanError, load_plan, parse_pl
 from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import stamped
 from cockpit.contract.runrecord import RunRecord
-from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, checked_name, on_cluster
+from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, checked_name, handed, on_cluster
+from cockpit.contract.settings import RunSettings
 from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.projection import Projection, Stage, episode_steps_from_record, project, speed_from_record
 from cockpit.core.machine.visibility import device_indices
@@ -120,20 +121,25 @@ def _spec(
     command_line = typed_command_line(args.typed, sys.argv[1:] if args.argv is None else args.argv)
     if command_line is None:
         raise ConfigError("--typed: give the command line as a JSON list of strings")
+    resuming = args.resume is not None
+    if args.spec is not None:  # a background fleet: the settings the cockpit that started it validated
+        spec = build_spec(handed(args.spec), command_line=command_line, resuming=resuming, gpus_here=gpus_here,
+                          visible_by=visible_by)  # fmt: skip
+        return on_cluster(spec, args.ray, args.storage, run_dir_given=True)
     first = plan.agents[0]
     name, on_done = checked_name(args.name) or plan.name, args.on_done
-    if args.resume is not None:
+    if resuming:
         recorded_name, recorded_on_done = _recorded(args.resume)
         name, on_done = recorded_name or plan.name, on_done if on_done is not None else recorded_on_done
     run_dir = args.resume or args.run_dir or stamped(args.name if args.name is not None else f"fleet-{plan.name}")
-    spec = build_spec(
-        jobs=args.jobs or plan.jobs, agents=len(plan.agents), preset=first.preset_name, env=first.env,
-        timesteps=plan.tiers[-1].timesteps, episodes=plan.tiers[-1].episodes, seed=0, run_dir=run_dir,
-        max_restarts=args.max_restarts, pin=False,
-        command_line=command_line,
-        resuming=args.resume is not None, name=name, tensorboard=not args.no_tensorboard,
-        gpus=args.gpus, gpus_here=gpus_here, visible_by=visible_by, mps=args.mps or plan.mps, on_done=on_done,
+    # The plan decides what `cockpit run` takes as flags: the agents, their preset, env and target.
+    settings = RunSettings.from_args(
+        args, jobs=args.jobs or plan.jobs, agents=len(plan.agents), preset=first.preset_name, env=first.env,
+        timesteps=plan.tiers[-1].timesteps, episodes=plan.tiers[-1].episodes, run_dir=run_dir, name=name,
+        mps=args.mps or plan.mps, on_done=on_done,
     )  # fmt: skip
+    spec = build_spec(settings, command_line=command_line, resuming=resuming, gpus_here=gpus_here,
+                      visible_by=visible_by)  # fmt: skip
     return on_cluster(spec, args.ray, args.storage, run_dir_given=args.resume is not None or args.run_dir is not None)
 
 
@@ -207,24 +213,12 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
 
 def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds) -> int:
     """Start the fleet as `cockpit fleet --headless` in its own session and open the cockpit on it."""
-    from cockpit.core.session.background import cluster_argv, spawn, typed_argv, watch_to_exit
+    from cockpit.core.session.background import spawn, spec_argv, watch_to_exit
 
-    flags = ["--jobs", str(spec.jobs), "--max-restarts", str(spec.restart.max_restarts)]
-    if not spec.tensorboard:
-        flags.append("--no-tensorboard")
-    if spec.gpus is not None:
-        flags += ["--gpus", ",".join(map(str, spec.gpus))]
-    if args.mps:  # a plan's mps = true the headless fleet reads from the plan itself
-        flags.append("--mps")
-    if args.rate is not None:
-        flags += ["--rate", repr(args.rate)]
-    if spec.on_done is not None:
-        flags += ["--on-done", spec.on_done]
-    where = [str(args.plan), "--run-dir", str(spec.run_dir)] if args.resume is None else ["--resume", str(spec.run_dir)]
-    flags += cluster_argv(spec)
-    if args.resume is None and args.name is not None:
-        where += ["--name", args.name]
-    run = spawn([*where, *flags, *typed_argv(spec)], spec.run_dir, verb="fleet")
+    # The plan (or the fleet's own record) and the machine's rate are the fleet's; the rest is the spec, as data.
+    where = [str(args.plan)] if args.resume is None else ["--resume", str(spec.run_dir)]
+    rate = ["--rate", repr(args.rate)] if args.rate is not None else []
+    run = spawn([*where, *rate, *spec_argv(spec)], spec.run_dir, verb="fleet")
     print(f"cockpit fleet: starting in {spec.run_dir} (log: {run.log})", file=sys.stderr)
     return watch_to_exit(run, lambda source: front.watch(source, who="cockpit fleet"), "cockpit fleet")
 

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from cockpit.commands.console import interactive
 from cockpit.commands.frontends import FrontEnds
-from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, on_cluster
+from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, handed, on_cluster
+from cockpit.contract.settings import RunSettings, declared
 from cockpit.core.machine.nvml import GpuReader
 from cockpit.core.machine.visibility import device_indices
 from cockpit.core.session.compute_modes import default_jobs, mode_bounds
@@ -53,7 +54,8 @@ def _spec(
         raise ConfigError("--auto: sizes the run to this machine's cores and GPU; with --ray the jobs run on the "
                           "cluster's: give --jobs instead")  # fmt: skip
     spec = _local_spec(args, gpus, command_line, visible_by)
-    spec = on_cluster(spec, args.ray, args.storage, run_dir_given=args.run_dir is not None or args.resume is not None)
+    given = args.run_dir is not None or args.resume is not None or args.spec is not None
+    spec = on_cluster(spec, args.ray, args.storage, run_dir_given=given)
     if spec.preset is not None and args.typed is None:  # with --typed, the cockpit that started this run checked
         from cockpit.core.launch.trainable import check_trainable
 
@@ -69,62 +71,44 @@ def _local_spec(
 ) -> RunSpec:
     """The validated run on this machine (`--gpus` checked against `gpus`, the GPUs it may use,
     which `visible_by` chose when set; None and no `visible_by`: no GPU); ConfigError (one line)
-    on bad input."""
+    on bad input. With `--spec` (a background run), the settings the cockpit that started it
+    validated, checked again here."""
     from cockpit.contract.runrecord import RunRecordError, read
-    from cockpit.core.session.loop import resume_spec_args
+    from cockpit.core.session.loop import resume_settings
 
-    script = getattr(args, "script", None)
-    if script is not None:
-        if args.resume is not None:
-            raise ConfigError(f"--resume {args.resume}: continues the run's own command; drop the one after --")
-        given = (("--preset", args.preset), ("--env", args.env), ("--timesteps", args.timesteps),
-                 ("--episodes", args.episodes), ("--auto", args.auto or None),
-                 ("--devices", args.devices))  # fmt: skip
-        worker_only = [flag for flag, value in given if value is not None]
-        if worker_only:
-            raise ConfigError(f"{', '.join(worker_only)}: cockpit's own worker's settings; a command after -- "
-                              "trains its own way (give it its own flags)")  # fmt: skip
     # No GPU, unless CUDA_VISIBLE_DEVICES left none: --gpus has nothing to be checked against, and a warning says so.
     here = device_indices([r.info for r in gpus or ()]) if gpus or visible_by else None
+    if args.spec is not None:
+        return build_spec(handed(args.spec), command_line=command_line, resuming=args.resume is not None,
+                          gpus_here=here, visible_by=visible_by)  # fmt: skip
+    if getattr(args, "script", None) is not None:
+        if args.resume is not None:
+            raise ConfigError(f"--resume {args.resume}: continues the run's own command; drop the one after --")
+        worker_only = [each.flag for _, each in declared() if each.worker and getattr(args, each.dest) is not None]
+        worker_only += ["--auto"] if args.auto else []
+        if worker_only:
+            raise ConfigError(f"{', '.join(map(str, worker_only))}: cockpit's own worker's settings; a command after "
+                              "-- trains its own way (give it its own flags)")  # fmt: skip
     if args.resume is None:
         preset = args.preset or ("heavy" if gpus else "cartpole")
         jobs = args.jobs or (
             len(args.devices) if args.devices else 1 if args.auto else default_jobs(gpus or (), args.gpus, args.mps)
         )
-        return build_spec(
-            jobs=jobs, agents=args.agents, preset=preset, env=args.env,
-            timesteps=args.timesteps, episodes=args.episodes, seed=args.seed, run_dir=args.run_dir,
-            max_restarts=args.max_restarts,
-            healthy_uptime_s=args.healthy_uptime, stall_timeout_s=args.stall_timeout, pin=args.pin,
-            command_line=command_line, script=script, name=args.name, tensorboard=not args.no_tensorboard,
-            gpus=args.gpus, gpus_here=here, visible_by=visible_by, devices=args.devices, mps=args.mps,
-            on_done=args.on_done,
-        )  # fmt: skip
-    fixed = [flag for flag, value in (("--agents", args.agents), ("--preset", args.preset), ("--env", args.env),
-             ("--timesteps", args.timesteps), ("--episodes", args.episodes), ("--run-dir", args.run_dir),
-             ("--name", args.name))
-             if value is not None]  # fmt: skip
+        return build_spec(RunSettings.from_args(args, jobs=jobs, preset=preset), command_line=command_line,
+                          gpus_here=here, visible_by=visible_by)  # fmt: skip
+    fixed = [str(each.flag) for _, each, _ in RunSettings.given_again(args, "fixed")]
     if fixed:
         raise ConfigError(f"--resume continues a run with its recorded settings; drop {', '.join(fixed)}")
     try:
-        spec_args = resume_spec_args(args.resume, read(args.resume))
+        recorded = resume_settings(args.resume, read(args.resume))
     except RunRecordError as exc:
         raise ConfigError(f"--resume {args.resume}: no usable run.toml there ({exc})") from exc
-    if args.jobs is not None:
-        spec_args["jobs"] = args.jobs
-    if args.stall_timeout is not None:  # a resumed run may be given another stall timeout
-        spec_args["stall_timeout_s"] = args.stall_timeout
-    spec_args["tensorboard"] = not args.no_tensorboard  # not recorded: each session takes the flag afresh
-    if args.gpus is not None:  # a resumed run may be given other GPUs; its jobs keep theirs where they can
-        spec_args["gpus"] = args.gpus
-    if args.devices is not None:  # or another mix of devices
-        spec_args["devices"] = args.devices
-    if args.mps:  # a run recorded without MPS may go on under it (and one recorded with it, does)
-        spec_args["mps"] = True
-    if args.on_done is not None:
-        spec_args["on_done"] = args.on_done
-    return build_spec(**spec_args, command_line=command_line, resuming=True, gpus_here=here,
-                      visible_by=visible_by)  # fmt: skip
+    # A kept setting given again replaces the recorded one; a fresh one is taken as given, each session.
+    given = RunSettings.from_args(args)
+    again = {name: value for name, _, value in RunSettings.given_again(args, "kept")}
+    fresh = {name: getattr(given, name) for name, each in declared() if each.resume == "fresh"}
+    return build_spec(dataclasses.replace(recorded, **again, **fresh), command_line=command_line, resuming=True,
+                      gpus_here=here, visible_by=visible_by)  # fmt: skip
 
 
 def main(args: argparse.Namespace, front: FrontEnds) -> int:

@@ -100,6 +100,10 @@ class ConfigRecord:
     `mps_external` is the pipe directory of an MPS daemon the run found running, whoever started it,
     whose clients its jobs were with or without `--mps` (absent: none).
     `on_done` is the `--on-done` command (absent: none); a resumed run keeps it.
+    `eval_episodes` is `--eval-episodes`, the episodes each job's model is scored over at its target
+    (absent: no score); a resumed run keeps it.
+    The keys are the names of the settings (`cockpit.contract.settings.RunSettings`) that declare
+    themselves recorded, and the run writes them from there (`settings.recorded_values`).
     `script` is a script run's command template (`cockpit run -- COMMAND`); such a run trains no
     preset of cockpit's, so its `preset` and `env` are empty, its `timesteps` 0, and the record
     has no `[preset]` table.
@@ -125,6 +129,7 @@ class ConfigRecord:
     # that daemon's clients with or without `--mps`. Written only when there was one.
     mps_external: str | None = field(default=None, metadata={"omit_if_default": True})
     on_done: str | None = field(default=None, metadata={"omit_if_default": True})
+    eval_episodes: int | None = field(default=None, metadata={"omit_if_default": True})
 
     def shown(self) -> tuple[str, str]:
         """The preset and env as views show them; a script run's are "script" and its command's

@@ -13,6 +13,7 @@ from cockpit.contract.envids import EnvError, check_env
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.rundir import RunDir, RunNameError, check_run_name, stamped
 from cockpit.contract.scriptargs import ScriptError, check_template
+from cockpit.contract.settings import RunSettings, decode
 
 MAX_SEED = 2**31 - 1
 # The default stall timeout (no --stall-timeout): this many times the job's longest silence so far,
@@ -43,8 +44,8 @@ class RestartPolicy:
     phases are slow is never called stalled for being slow.
     """
 
-    max_restarts: int = 3
-    healthy_uptime_s: float = 300.0
+    max_restarts: int = RunSettings.max_restarts
+    healthy_uptime_s: float = RunSettings.healthy_uptime_s
     backoff_s: float = 1.0
     backoff_max_s: float = 60.0
     stall_timeout_s: float | None = None
@@ -97,6 +98,9 @@ class RunSpec:
     Multi-Process Service (`cockpit.core.machine.mps`), which runs their kernels side by side.
     `on_done` (`--on-done CMD`) is a shell command run once when the run ends done, failed or
     stopped (`cockpit.core.session.on_done`); None for none.
+    `eval_episodes` (`--eval-episodes N`) scores each job's model over N episodes once it reaches its
+    target; None for no score.
+    Each setting's flag, default and help are declared once, in `cockpit.contract.settings`.
     """
 
     jobs: int
@@ -119,6 +123,7 @@ class RunSpec:
     devices: tuple[str, ...] | None = None
     mps: bool = False
     on_done: str | None = None
+    eval_episodes: int | None = None
 
     @property
     def slots(self) -> int:
@@ -226,32 +231,16 @@ def checked_devices(devices: tuple[str, ...] | None, jobs: int, here: Sequence[i
 
 
 def build_spec(
+    settings: RunSettings,
     *,
-    jobs: int,
-    agents: int | None,
-    preset: str,
-    env: str | None,
-    timesteps: int | None,
-    seed: int,
-    run_dir: Path | None,
-    max_restarts: int,
-    pin: bool,
     command_line: tuple[str, ...],
-    healthy_uptime_s: float = RestartPolicy.healthy_uptime_s,
-    stall_timeout_s: float | None = None,
     resuming: bool = False,
-    script: tuple[str, ...] | None = None,
-    name: str | None = None,
-    episodes: int | None = None,
-    tensorboard: bool = True,
-    gpus: tuple[int, ...] | None = None,
     gpus_here: Sequence[int] | None = None,
     visible_by: str = "",
-    devices: tuple[str, ...] | None = None,
-    mps: bool = False,
-    on_done: str | None = None,
 ) -> RunSpec:
-    """Validate the inputs of a run into a RunSpec; raises ConfigError (one line).
+    """Validate a run's `settings` into a RunSpec; raises ConfigError (one line). `settings.jobs` and
+    `settings.preset` are the command's to decide when the user gave none (a script run's preset
+    may be empty).
 
     `timesteps` and `episodes` are the two kinds of target, never both; with neither the preset's
     `timesteps` applies (every preset has one). An episode target replaces it.
@@ -261,78 +250,93 @@ def build_spec(
     refuses them with a script, and the jobs run the command instead. A `name` (`--name`) must be
     a safe path component; without `run_dir` the run goes to `runs/<UTC time>-<name>`. `gpus`
     (`--gpus`) is checked against `gpus_here`, the GPUs the run may use (`checked_gpus`), and so
-    are `devices` (`--devices`, `checked_devices`), one per slot. `mps` (`--mps`) is recorded as
+    are `devices` (`--devices`, `checked_devices`), one per slot, which `visible_by` (the
+    cockpit's `CUDA_VISIBLE_DEVICES`, "" when unset) chose. `mps` (`--mps`) is recorded as
     given: whether this machine can run it is the command's to check
     (`cockpit.core.machine.mps.refusal`), since that takes the GPUs and the daemon's pipes.
     `on_done` (`--on-done`) must hold a command, not blanks.
     """
-    if on_done is not None and not on_done.strip():
+    s = settings
+    if s.jobs is None or s.preset is None:
+        raise ValueError("build_spec: the command decides --jobs and --preset when the user gives none")
+    if s.on_done is not None and not s.on_done.strip():
         raise ConfigError("--on-done: give a shell command to run when the run ends, e.g. --on-done 'echo done'")
-    name = checked_name(name)
-    gpus = checked_gpus(gpus, gpus_here, visible_by)
-    devices = checked_devices(devices, jobs, gpus_here)
-    if timesteps is not None and episodes is not None:
-        raise ConfigError(f"--episodes {episodes}: a run's target is --timesteps or --episodes, not both")
-    if run_dir is None and name is not None:
-        run_dir = stamped(name)
-    if script is not None:
-        return _script_spec(script, jobs=jobs, agents=agents or jobs, seed=seed, run_dir=run_dir,
-                            restart=RestartPolicy(max_restarts, healthy_uptime_s, stall_timeout_s=stall_timeout_s),
-                            pin=pin, command_line=command_line, resuming=resuming, name=name,
-                            tensorboard=tensorboard, gpus=gpus, mps=mps, on_done=on_done)  # fmt: skip
+    name = checked_name(s.name)
+    gpus = checked_gpus(s.gpus, gpus_here, visible_by)
+    devices = checked_devices(s.devices, s.jobs, gpus_here)
+    if s.timesteps is not None and s.episodes is not None:
+        raise ConfigError(f"--episodes {s.episodes}: a run's target is --timesteps or --episodes, not both")
+    run_dir = s.run_dir if s.run_dir is not None or name is None else stamped(name)
+    restart = RestartPolicy(s.max_restarts, s.healthy_uptime_s, stall_timeout_s=s.stall_timeout_s)
+    if s.script is not None:
+        return _script_spec(s, name=name, gpus=gpus, run_dir=run_dir, restart=restart, command_line=command_line,
+                            resuming=resuming)  # fmt: skip
     try:
-        resolved = load(preset)
+        resolved = load(s.preset)
     except PresetError as exc:
         raise ConfigError(str(exc)) from exc
-    preset_arg = str(Path(preset).resolve()) if resolved.source.endswith(".toml") and Path(preset).is_file() else preset
-    env_id = checked_env(resolved, env)
-    n_agents = agents or jobs
-    if seed + n_agents - 1 + resolved.n_envs > MAX_SEED:
+    preset_arg = (str(Path(s.preset).resolve()) if resolved.source.endswith(".toml") and Path(s.preset).is_file()
+                  else s.preset)  # fmt: skip
+    env_id = checked_env(resolved, s.env)
+    n_agents = s.agents or s.jobs
+    if s.seed + n_agents - 1 + resolved.n_envs > MAX_SEED:
         raise ConfigError(
-            f"--seed {seed}: with {n_agents} agents of {resolved.n_envs} envs it must be at most "
+            f"--seed {s.seed}: with {n_agents} agents of {resolved.n_envs} envs it must be at most "
             f"{MAX_SEED - resolved.n_envs - n_agents + 1} (env seeds are 32-bit)"
         )
     directory = run_dir or default_run_dir(resolved, env_id)
     _check_run_dir(directory, resuming)
     return RunSpec(
-        jobs=jobs,
+        jobs=s.jobs,
         agents=n_agents,
         preset=resolved,
         preset_arg=preset_arg,
         env=env_id,
-        timesteps=0 if episodes is not None else timesteps or resolved.timesteps,
-        seed=seed,
+        timesteps=0 if s.episodes is not None else s.timesteps or resolved.timesteps,
+        seed=s.seed,
         run_dir=directory,
-        restart=RestartPolicy(max_restarts, healthy_uptime_s, stall_timeout_s=stall_timeout_s),
-        pin=pin,
+        restart=restart,
+        pin=s.pin,
         command_line=command_line,
         name=name,
-        episodes=episodes,
-        tensorboard=tensorboard,
+        episodes=s.episodes,
+        tensorboard=s.tensorboard,
         gpus=gpus,
         devices=devices,
-        mps=mps,
-        on_done=on_done,
+        mps=s.mps,
+        on_done=s.on_done,
+        eval_episodes=s.eval_episodes,
     )
 
 
-def _script_spec(
-    script: tuple[str, ...], *, jobs: int, agents: int, seed: int, run_dir: Path | None, restart: RestartPolicy,
-    pin: bool, command_line: tuple[str, ...], resuming: bool, name: str | None, tensorboard: bool,
-    gpus: tuple[int, ...] | None, mps: bool = False, on_done: str | None = None,
-) -> RunSpec:  # fmt: skip
-    """The RunSpec of a script run (`build_spec` with `script`)."""
+def handed(text: str) -> RunSettings:
+    """The settings `--spec JSON` hands a background `run` or `fleet` (`settings.encode` of the spec
+    the cockpit that started it validated); ConfigError (one line) when `text` is not their JSON."""
     try:
-        check_template(script)
+        return decode(text)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"--spec: expected the JSON object of run settings a cockpit hands its background run "
+                          f"({exc})") from None  # fmt: skip
+
+
+def _script_spec(
+    s: RunSettings, *, name: str | None, gpus: tuple[int, ...] | None, run_dir: Path | None, restart: RestartPolicy,
+    command_line: tuple[str, ...], resuming: bool,
+) -> RunSpec:  # fmt: skip
+    """The RunSpec of a script run (`build_spec` with `script`), its name, GPUs and run dir checked."""
+    assert s.script is not None and s.jobs is not None
+    try:
+        check_template(s.script)
     except ScriptError as exc:
         raise ConfigError(str(exc)) from exc
-    if seed + agents - 1 > MAX_SEED:
-        raise ConfigError(f"--seed {seed}: with {agents} agents it must be at most {MAX_SEED - agents + 1}")
-    directory = run_dir or script_run_dir(script)
+    agents = s.agents or s.jobs
+    if s.seed + agents - 1 > MAX_SEED:
+        raise ConfigError(f"--seed {s.seed}: with {agents} agents it must be at most {MAX_SEED - agents + 1}")
+    directory = run_dir or script_run_dir(s.script)
     _check_run_dir(directory, resuming)
-    return RunSpec(jobs=jobs, agents=agents, preset=None, preset_arg="", env="", timesteps=0, seed=seed,
-                   run_dir=directory, restart=restart, pin=pin, command_line=command_line, script=script,
-                   name=name, tensorboard=tensorboard, gpus=gpus, mps=mps, on_done=on_done)  # fmt: skip
+    return RunSpec(jobs=s.jobs, agents=agents, preset=None, preset_arg="", env="", timesteps=0, seed=s.seed,
+                   run_dir=directory, restart=restart, pin=s.pin, command_line=command_line, script=s.script,
+                   name=name, tensorboard=s.tensorboard, gpus=gpus, mps=s.mps, on_done=s.on_done)  # fmt: skip
 
 
 def _check_run_dir(directory: Path, resuming: bool) -> None:

@@ -35,6 +35,7 @@ from cockpit.contract.runrecord import (
     iso,
 )
 from cockpit.contract.runspec import RunSpec
+from cockpit.contract.settings import recorded_values
 from cockpit.core.feed.snapshot import JobView, MemoryFigures, RunState
 from cockpit.core.machine.host import HostInfo
 from cockpit.core.machine.nvml import GpuInfo, GpuSample
@@ -248,15 +249,9 @@ def record(
         updated_at=iso(state.now) or "",
         duration_s=round(state.now - state.started_at, 3),
         eta_s=_round(state.eta_s, 1) if state.status.live else None,
+        # The settings as declared (`settings.recorded_values`); the jobs there are and MPS as the run used it.
         config=ConfigRecord(
-            jobs=spec.jobs, agents=len(state.jobs), preset=spec.preset_arg, env=spec.env, timesteps=spec.timesteps,
-            seed=spec.seed, max_restarts=spec.restart.max_restarts, healthy_uptime_s=spec.restart.healthy_uptime_s,
-            stall_timeout_s=spec.restart.stall_timeout_s, pin=spec.pin, script=spec.script, episodes=spec.episodes,
-            gpus=spec.gpus,
-            devices=spec.devices,
-            mps=state.mps,
-            mps_external=state.mps_external,
-            on_done=spec.on_done,
+            **{**recorded_values(spec), "agents": len(state.jobs), "mps": state.mps, "mps_external": state.mps_external}
         ),
         host=HostRecord(
             hostname=host.hostname, cpu_model=host.cpu_model, physical_cores=host.physical_cores,

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runspec import LOCAL_RAY, RunSpec
+from cockpit.contract.settings import encode
 from cockpit.core.feed.control import AttachSource
 from cockpit.core.feed.source import SourceError
 from cockpit.core.launch.local import log_tail
@@ -42,36 +43,18 @@ class BackgroundRun:
 
 def headless_argv(spec: RunSpec, *, resume: bool = False, auto_window_s: int | None = None) -> list[str]:
     """`cockpit run --headless` arguments that carry out the validated `spec` (`resume`: continue
-    the run in `spec.run_dir`; `auto_window_s`: with --auto). run.toml records what the user typed
-    (`spec.command_line`), not these."""
+    the run in `spec.run_dir`; `auto_window_s`: with --auto): the spec as data (`spec_argv`), not
+    its flags spelled again. run.toml records what the user typed (`spec.command_line`), not these."""
     auto = ["--auto", "--auto-window", str(auto_window_s)] if auto_window_s is not None else []
-    typed = typed_argv(spec)
-    # A resumed run takes these again as given: they are not all in its run.toml.
-    session = [*([] if spec.tensorboard else ["--no-tensorboard"]),
-               *(["--gpus", ",".join(map(str, spec.gpus))] if spec.gpus is not None else []),
-               *(["--mps"] if spec.mps else []), *(["--on-done", spec.on_done] if spec.on_done else []),
-               *cluster_argv(spec)]  # fmt: skip
-    if resume:
-        return ["--resume", str(spec.run_dir), "--jobs", str(spec.jobs), *auto, *session, *typed]
-    # fmt: off
-    flags = [
-        "--jobs", str(spec.jobs), "--agents", str(spec.agents), "--seed", str(spec.seed),
-        "--run-dir", str(spec.run_dir), "--max-restarts", str(spec.restart.max_restarts),
-        "--healthy-uptime", repr(spec.restart.healthy_uptime_s),
-    ]
-    # fmt: on
-    if spec.script is None:  # a script run has no preset, env or timesteps: its command follows `--`
-        flags += ["--preset", spec.preset_arg, "--env", spec.env]
-        if spec.episodes is not None:
-            flags += ["--episodes", str(spec.episodes)]
-        else:
-            flags += ["--timesteps", str(spec.timesteps)]
-    if spec.restart.stall_timeout_s is not None:  # none: the derived default, which the flag's absence means
-        flags += ["--stall-timeout", repr(spec.restart.stall_timeout_s)]
-    if spec.name is not None:
-        flags += ["--name", spec.name]
-    script = ["--", *spec.script] if spec.script is not None else []
-    return [*flags, *auto, *(["--pin"] if spec.pin else []), *session, *typed, *script]
+    return [*(["--resume", str(spec.run_dir)] if resume else []), *auto, *spec_argv(spec)]
+
+
+def spec_argv(spec: RunSpec) -> list[str]:
+    """What a background `cockpit run` or `cockpit fleet` needs to carry out the validated `spec`:
+    its settings as data (`--spec JSON`, `settings.encode`; the child reads them back with
+    `settings.decode` and validates them again), where it runs (`cluster_argv`) and what the user
+    typed (`typed_argv`)."""
+    return ["--spec", encode(spec), *cluster_argv(spec), *typed_argv(spec)]
 
 
 def typed_argv(spec: RunSpec) -> list[str]:

@@ -40,6 +40,7 @@ from cockpit.contract.runrecord import read as read_record
 from cockpit.contract.runrecord import write as write_record
 from cockpit.contract.runspec import ConfigError, RunSpec
 from cockpit.contract.scriptargs import script_label
+from cockpit.contract.settings import RunSettings, resumed
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.contract.workerargs import MpsServers
 from cockpit.core.export.tensorboard import TensorBoardScalars, install_hint, tensorboard_api
@@ -646,41 +647,11 @@ def _template(spec: RunSpec, costs: Costs | None = None) -> JobTemplate:
         return JobTemplate("", script_label(spec.script), spec.timesteps, script=spec.script)
     return JobTemplate(spec.preset_arg, spec.env, spec.timesteps, episodes=spec.episodes, tensorboard=spec.tensorboard,
                        one_torch_thread=costs is not None and costs.one_torch_thread,
-                       devices=spec.devices or ())  # fmt: skip
+                       devices=spec.devices or (), eval_episodes=spec.eval_episodes)  # fmt: skip
 
 
-def resume_spec_args(run_dir: Path, recorded: RunRecord) -> dict[str, Any]:
-    """The `build_spec` arguments an earlier run recorded in its run.toml `[config]` (and its
-    name); `healthy_uptime_s`, `stall_timeout_s` and `name` only when they were recorded (older
-    files, no `--stall-timeout` or no `--name`: `build_spec`'s defaults)."""
-    config = recorded.config
-    args: dict[str, Any] = {
-        "jobs": config.jobs,
-        "agents": config.agents,
-        "preset": config.preset,
-        "env": config.env,
-        "timesteps": config.timesteps,
-        "seed": config.seed,
-        "max_restarts": config.max_restarts,
-        "pin": config.pin,
-        "run_dir": run_dir,
-    }
-    if config.mps:  # a run under --mps resumes under it
-        args["mps"] = True
-    if config.on_done is not None:  # and its --on-done command, unless given another
-        args["on_done"] = config.on_done
-    if config.healthy_uptime_s is not None:
-        args["healthy_uptime_s"] = config.healthy_uptime_s
-    if config.stall_timeout_s is not None:
-        args["stall_timeout_s"] = config.stall_timeout_s
-    if config.script is not None:
-        args["script"] = config.script
-    if config.episodes is not None:  # an episode target: the recorded timesteps (0) is no target
-        args["episodes"], args["timesteps"] = config.episodes, None
-    if recorded.name is not None:  # a resumed run keeps its name (its directory already has it)
-        args["name"] = recorded.name
-    if config.gpus is not None:
-        args["gpus"] = config.gpus
-    if config.devices is not None:
-        args["devices"] = config.devices
-    return args
+def resume_settings(run_dir: Path, recorded: RunRecord) -> RunSettings:
+    """The settings an earlier run in `run_dir` recorded in its run.toml (`[config]` and its name),
+    as each setting's declaration says `--resume` takes it (`settings.resumed`); what the file
+    does not hold (older files, no `--stall-timeout` or no `--name`) stays the default."""
+    return resumed(recorded.config, recorded.name, run_dir)

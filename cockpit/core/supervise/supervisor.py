@@ -162,6 +162,7 @@ class JobTemplate:
     one_torch_thread: bool = False
     # The device each parallel slot's worker trains on (`--devices`), by slot; empty: the worker's choice.
     devices: tuple[str, ...] = ()
+    eval_episodes: int | None = None  # score each job's model over this many episodes at its target (`--eval-episodes`)
 
 
 # A job's exit reason when it failed the same way, before a single step, on two starts in a row.
@@ -286,7 +287,8 @@ class Supervisor:
     # ----- the loop (supervisor thread only) -----
 
     def _add(self, seed: int) -> Job:
-        return self.add_job(f"{len(self.jobs):03d}", seed, self.template.timesteps)
+        return self.add_job(f"{len(self.jobs):03d}", seed, self.template.timesteps,
+                            eval_episodes=self.template.eval_episodes)  # fmt: skip
 
     def add_job(
         self, job_id: str, seed: int, target: int, *, preset_arg: str | None = None, env: str | None = None,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from cockpit.contract.rundir import RUNS
 from cockpit.contract.runspec import ConfigError, build_spec
+from cockpit.contract.settings import RunSettings
 from cockpit.core.feed.source import RunSource, SourceError
 from cockpit.core.machine.host import host_info
 from cockpit.core.record.find_runs import RecentRun, open_run, recent_runs
@@ -28,9 +29,8 @@ class LocalOpener:
         typed += ["--env", choice.env] if choice.env else []
         typed += ["--timesteps", str(choice.timesteps)] if choice.timesteps else []
         try:
-            spec = build_spec(jobs=choice.jobs, agents=None, preset=choice.preset, env=choice.env,
-                              timesteps=choice.timesteps, seed=0, run_dir=None, max_restarts=3, pin=False,
-                              command_line=tuple(typed))  # fmt: skip
+            settings = RunSettings(jobs=choice.jobs, preset=choice.preset, env=choice.env, timesteps=choice.timesteps)
+            spec = build_spec(settings, command_line=tuple(typed))
         except ConfigError as exc:
             raise LaunchError(str(exc)) from None
         try:
