@@ -1,6 +1,6 @@
 """What runs on a Ray node for the cockpit: `JobKeeper`, one per job attempt, which starts the job's
 worker and reports on it, and `NodeSampler`, one per node, which reads the node's CPU, memory and
-GPU. `raylauncher.RayLauncher` makes them Ray actors; they are plain classes here, so that this
+GPU. `ray_launcher.RayLauncher` makes them Ray actors; they are plain classes here, so that this
 module imports neither ray nor anything the cockpit's side does not already load.
 
 The keeper starts the worker (`WorkerArgs`, or a user's command under the guard: `ScriptArgs`)

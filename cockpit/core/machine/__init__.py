@@ -6,6 +6,7 @@
 - `utilread`: what the utilization figure is ("busy") and how it was read, in words;
 - `placement`: pure: which GPU a job's worker runs on, and how many jobs of a size fit;
 - `mps`: NVIDIA's Multi-Process Service: whether `--mps` may run here, and its control daemon's life;
+- `tempdirs`: temporary directories named by their owner, so a killed owner's can be removed;
 - `clock`: the injectable clock that tests move by hand.
 
 Imports nothing else of `cockpit.core`.

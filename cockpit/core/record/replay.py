@@ -63,7 +63,7 @@ TERMINAL_STATES = frozenset({"done", "stopped", "failed", "paused"})
 
 def csv_rows(path: Path) -> Iterator[dict[str, str]]:
     """The rows of a telemetry CSV by column name; a torn last line is dropped, no file is no rows.
-    The one reader of the CSVs: replay and the report's plots (`runseries`) both read through it."""
+    The one reader of the CSVs: replay and the report's plots (`record.series`) both read through it."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
