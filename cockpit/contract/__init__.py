@@ -11,11 +11,11 @@ so the worker (`cockpit_training`) can import it without the cockpit.
 - `arguments`: the command-line parsing `cockpit` and the worker share (one line, exit 2);
 - `presets`: PPO hyperparameters as validated TOML; `envids`: which library runs an env id;
 - `fleetplan`, `searchspace`: a fleet's plan and its `[agents.search]`;
-- `models`: a fleet's collected models and their manifest;
-- `remote`: what a Ray node's job keeper and sampler report to the cockpit;
+- `model_manifest`: a fleet's collected models and their manifest;
+- `ray_reports`: what a Ray node's job keeper and sampler report to the cockpit;
 - `controls`: what a viewer sends a run; `advice`: what the advisor suggests;
 - `costs`: what one job of a preset costs here, as the probe measured it;
 - `progress`: long work's steps, told to a `ProgressFn`;
-- `trainable`: whether PPO can train an env, the verdict `cockpit_training.trainable` prints;
+- `trainability`: whether PPO can train an env, the verdict `cockpit_training.trainable` prints;
 - `files`: files written atomically; `toml`: `tomllib` on every supported Python.
 """

@@ -27,8 +27,8 @@ from rich.text import Text
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
 from cockpit.core.feed.snapshot import FleetView, JobView, RunState, preset_label
-from cockpit.core.machine.nvml import GpuSample
-from cockpit.core.machine.utilread import BUSY, util_read
+from cockpit.core.machine.gpu_types import GpuSample
+from cockpit.core.machine.util_reading import BUSY, util_read
 from cockpit.core.telemetry.memwatch import NO_GROWTH
 from cockpit.core.telemetry.sampler import STATUS_SEP
 from cockpit.views.formatting import (

@@ -48,7 +48,7 @@ from cockpit.contract.events import (
     read_events,
 )
 from cockpit.contract.files import sha256_of
-from cockpit.contract.models import MODELS_DIR, ModelEntry, verify
+from cockpit.contract.model_manifest import MODELS_DIR, ModelEntry, verify
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import JobRecord, RunRecord, RunRecordError, read, render, unix
 from cockpit.contract.states import JobState

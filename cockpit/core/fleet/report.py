@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cockpit.contract.fleetplan import PlanError, Tier, Unit, parse_plan
-from cockpit.contract.models import ModelEntry, read_manifest, verify
+from cockpit.contract.model_manifest import ModelEntry, read_manifest, verify
 from cockpit.contract.presets import PRESET_KEYS
 from cockpit.contract.searchspace import parse_search
 from cockpit.contract.toml import tomllib

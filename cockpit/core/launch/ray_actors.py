@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from cockpit.contract.envids import WORKDIR_ENV
-from cockpit.contract.remote import MAX_EVENT_BYTES, JobReport, NodeSample, Placement
+from cockpit.contract.ray_reports import MAX_EVENT_BYTES, JobReport, NodeSample, Placement
 from cockpit.contract.rundir import JobDir
 from cockpit.contract.scriptargs import ScriptArgs
 from cockpit.contract.workerargs import WorkerArgs

@@ -5,7 +5,7 @@ Ray actor (`ray_actors.JobKeeper`) holding the job's thread budget as `num_cpus`
 GPU as `num_gpus` (Ray admits on fractions only; what a job may put in GPU memory stays cockpit's
 sizing), placed with Ray's SPREAD strategy. The actor starts the worker in its own session, tied
 to the actor's life, and answers the cockpit's calls: the events the worker appended since an
-offset and its state come back in increments (`contract.remote.JobReport`), one call in flight
+offset and its state come back in increments (`contract.ray_reports.JobReport`), one call in flight
 per job, so no method here waits on the network. `terminate` is SIGTERM to the worker; `kill` is
 SIGKILL to its process group, then the actor.
 
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.contract.events import Event, EventReader
-from cockpit.contract.remote import JobReport, NodeSample, Placement
+from cockpit.contract.ray_reports import JobReport, NodeSample, Placement
 from cockpit.contract.rundir import JobDir
 from cockpit.contract.runspec import LOCAL_RAY, RAY_INSTALL_HINT, ConfigError
 from cockpit.core.launch.local import WORKER_NICE

@@ -106,12 +106,12 @@ from cockpit.contract.workerargs import (
     WorkerArgs,
     mps_memory_limit_mib,
 )
-from cockpit.core.feed.snapshot import Overrides, RunState, job_view, stepping_sps
+from cockpit.core.feed.snapshot import NO_EVENTS_NOTE, Overrides, RunState, job_view, stepping_sps
 from cockpit.core.launch.protocol import EventSource, Launcher, LaunchRequest, WorkerHandle
 from cockpit.core.machine.clock import Clock, SystemClock
+from cockpit.core.machine.gpu_types import GpuInfo
 from cockpit.core.machine.host import ThreadBudget, pin_sets, thread_budget
-from cockpit.core.machine.mps import mps_error
-from cockpit.core.machine.nvml import GpuInfo
+from cockpit.core.machine.mps_daemon import mps_error
 from cockpit.core.machine.placement import GpuRef, GpuRoom, place
 from cockpit.core.supervise.jobs import Job
 from cockpit.core.telemetry.memwatch import MemoryVerdict
@@ -123,7 +123,6 @@ STOP_GRACE_S = 12.0
 # A stalled job is shown as such at least this long before it is killed: a viewer sees why, and a
 # worker that was only slow gets one more chance to report.
 STALL_GRACE_S = 10.0
-NO_EVENTS_NOTE = "no training events: add CockpitCallback for phases and progress"
 DEFAULT_RESTART = RestartPolicy()  # frozen, so one instance can be every supervisor's default
 # Under MPS, crashes of jobs of one GPU this close together are one client fault that ended them
 # all: the driver ends every client within moments, and their workers exit as their next CUDA call

@@ -20,8 +20,8 @@ from textual.widget import Widget
 from cockpit.core.feed.snapshot import FleetView, SearchView, TierView
 from cockpit.core.feed.source import Frame, RunSource
 from cockpit.views.formatting import eta, money, num, si, tier_target
-from cockpit.views.tui.kept_screen import ShownAgain
 from cockpit.views.tui.lines_widget import LinesWidget
+from cockpit.views.tui.reused_screen import ShownAgain
 
 POLL_S = 0.2
 NOTICES_SHOWN = 8

@@ -2,7 +2,7 @@
 anything starts where MPS cannot be used, open the daemons (one per GPU the run may place jobs on)
 before the first job, and stop them (only those this run started) once the session has ended.
 Without `--mps`, a daemon found serving makes the jobs its clients all the same: the run says so.
-The daemons' rules are `cockpit.core.machine.mps`'s."""
+The daemons' rules are `cockpit.core.machine.mps_daemon`'s."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 
 from cockpit.contract.runspec import RunSpec
 from cockpit.contract.workerargs import MpsServers
-from cockpit.core.machine.mps import (
+from cockpit.core.machine.gpu_types import GpuInfo
+from cockpit.core.machine.mps_daemon import (
     Daemon,
     MpsError,
     close_daemons,
@@ -23,7 +24,7 @@ from cockpit.core.machine.mps import (
     started_by,
     why_unmeasurable,
 )
-from cockpit.core.machine.nvml import GpuInfo, GpuReader, close_gpus
+from cockpit.core.machine.nvml import GpuReader, close_gpus
 
 
 def mps_refusal(spec: RunSpec, gpus: Sequence[GpuReader], gpu_status: str) -> str | None:
