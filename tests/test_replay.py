@@ -300,7 +300,7 @@ def test_replay_shows_the_live_throughput_the_supervisor_showed(tmp_path: Path) 
         shown = _at(replay, t)["000"]
         # What the supervisor's tracker said at `t`, having read the events written by then.
         live = Throughput()
-        live.feed_all(run.until(t))
+        live.observe_all(run.until(t))
         expected = live.rate(t)
         assert shown.state == "running"
         assert shown.sps == (None if expected is None else pytest.approx(expected)), second

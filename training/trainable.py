@@ -1,7 +1,7 @@
 """Can SB3's PPO train these envs? `python -m cockpit_training.trainable`, presets on stdin.
 
 Reads a JSON list of preset files' texts (`presets.to_toml`, each with its env) on stdin and
-prints one JSON line (`trainable.dump_verdicts`): per preset, null where PPO trains its env, else
+prints one JSON line (`trainability.dump_verdicts`): per preset, null where PPO trains its env, else
 the `Unfit` that says why. Exits 0 whatever it found; non-zero only when it could not ask.
 
 Each env is built as the worker builds it, and judged by SB3's own code (see

@@ -204,7 +204,7 @@ def series(events: Iterable[Event]) -> list[Point]:
     rollout: PhaseEvent | None = None  # the rollout under way, if its start was seen
     train: PhaseEvent | None = None  # the train phase under way
     for event in events:
-        throughput.feed(event)
+        throughput.observe(event)
         if isinstance(event, (StartedEvent, ErrorEvent)):
             rollout = train = None  # a phase cut by a crash or a restart has no duration
         elif isinstance(event, PhaseEvent) and event.phase == "rollout":

@@ -246,7 +246,7 @@ class FleetRun:
         for job in list(self.supervisor.jobs.values()):
             self._harvest(job)
         self._decide()
-        self._feed()
+        self._fill_slots()
         self._tell()
 
     def _ended(self, job: Job) -> str | None:
@@ -409,7 +409,7 @@ class FleetRun:
                 self.store.applied(exploit.agent, exploit.tier)
                 exploits[exploits.index(exploit)] = dataclasses.replace(exploit, applied=True)
 
-    def _feed(self) -> None:
+    def _fill_slots(self) -> None:
         sup = self.supervisor
         free = sup.slots - sum(1 for j in sup.jobs.values() if j.state.holds_slot) - len(sup.queue)
         if free <= 0 or sup.interrupted:

@@ -119,7 +119,7 @@ class _RemoteEvents(EventReader):
             return super().read_new()
         self._launcher.refresh(self.attempt)
         before = self.offset
-        events = self.feed(self._unread)
+        events = self.consume(self._unread)
         self._unread = self._unread[self.offset - before :]
         if self.attempt.code is not None:
             # The attempt is over (its actor is gone): what no report carried, such as events a

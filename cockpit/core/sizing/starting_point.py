@@ -71,7 +71,7 @@ def cpu_costs_for(say: Callable[[str], None], machine: Machine, preset: Preset,
 
 def mps_outlook(machine: Machine, preset: Preset) -> tuple[MpsGain | None, str | None]:
     """What MPS was measured to do for `preset` on this machine's GPU (None: nobody measured it,
-    `mps_gains`), and why `--mps` cannot be used here (None: it can; `mps.refusal`)."""
+    `mps_gains`), and why `--mps` cannot be used here (None: it can; `mps_daemon.refusal`)."""
     return cached_mps_gain(preset, machine.gpu_name), refusal(machine_gpus(machine))
 
 

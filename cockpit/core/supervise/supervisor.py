@@ -49,7 +49,7 @@ that GPU still has a worker: a crash under MPS waits for the others of its GPU w
 be the first of a fault (`MPS_FAULT_WINDOW_S`), and a fault's jobs wait until they are all gone.
 Jobs of other GPUs are never held: each GPU has its own daemon. The same holds without `--mps`
 where a daemon found running serves every CUDA process (`MpsServers.external`). An error of MPS
-itself (`mps.mps_error`: the server not ready, the client unable to connect) is never taken for
+itself (`mps_daemon.mps_error`: the server not ready, the client unable to connect) is never taken for
 the job's input: it restarts with back-off as any GPU fault does.
 
 Commands and interrupts may come from any thread (a signal handler, the TUI); they are only
@@ -544,7 +544,7 @@ class Supervisor:
         if job.last_event_t is not None and not isinstance(event, StartedEvent):
             job.longest_silence_s = max(job.longest_silence_s, event.t - job.last_event_t)
         job.last_event_t = event.t
-        job.throughput.feed(event)  # a `started` event begins the new attempt's measure
+        job.throughput.observe(event)  # a `started` event begins the new attempt's measure
         if job.exit_reason == NO_EVENTS_NOTE:
             job.exit_reason = None
         if isinstance(event, StartedEvent):
