@@ -47,7 +47,7 @@ from cockpit.contract.states import JobState, RunStatus
 from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.promotion import sync_promotions
 from cockpit.core.fleet.store import FleetStore
-from cockpit.core.machine.nvml import GpuSample
+from cockpit.core.machine.gpu_types import GpuSample
 from cockpit.core.record.runlog import MIB, Recorder
 from cockpit.core.telemetry.sampler import JobUsage, Sample
 

@@ -20,8 +20,9 @@ from cockpit.contract.runrecord import read
 from cockpit.contract.workerargs import MpsDaemonDirs, MpsServers
 from cockpit.core.feed.source import Frame
 from cockpit.core.machine import nvml as nvml_module
+from cockpit.core.machine.gpu_types import GpuInfo
 from cockpit.core.machine.host import thread_budget
-from cockpit.core.machine.nvml import GpuInfo, close_gpus, open_gpus
+from cockpit.core.machine.nvml import close_gpus, open_gpus
 from cockpit.core.machine.placement import GpuRoom, capacity_refusal, fit_jobs, place
 from cockpit.core.sizing.advisor import GIB, Machine, advise
 from cockpit.core.sizing.autotune import AutoTuner

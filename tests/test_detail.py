@@ -9,7 +9,7 @@ import pytest
 from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.core.feed.detail import MAX_EVENTS, MAX_POINTS, job_detail
 from cockpit.core.feed.source import SourceError
-from cockpit.core.telemetry.thinned import Thinned
+from cockpit.core.telemetry.bounded_series import Thinned
 
 T0 = 1_800_000_000.0
 

@@ -16,7 +16,7 @@ import pytest
 from cockpit.cli import main
 from cockpit.contract.events import EventWriter
 from cockpit.contract.fleetplan import parse_plan
-from cockpit.contract.models import MODELS_DIR, ModelEntry, copy_atomic, write_manifest
+from cockpit.contract.model_manifest import MODELS_DIR, ModelEntry, copy_atomic, write_manifest
 from cockpit.contract.presets import load
 from cockpit.contract.rundir import JobDir, RunDir
 from cockpit.contract.runrecord import (

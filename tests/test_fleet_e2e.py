@@ -28,7 +28,7 @@ from cockpit.contract.events import (
     of_kind,
     read_events,
 )
-from cockpit.contract.models import read_manifest, verify
+from cockpit.contract.model_manifest import read_manifest, verify
 from cockpit.core.fleet.promotion import ranked
 from cockpit.core.fleet.report import fleet_summary
 from cockpit.core.fleet.store import FleetStore

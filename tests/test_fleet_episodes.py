@@ -17,8 +17,8 @@ from cockpit.contract.states import JobState, RunStatus
 from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.projection import episode_steps_from_record, project
 from cockpit.core.sizing.overlap import speed_of
+from tests.test_fleet_run import ScriptedFleet, by_index, outcome
 from tests.test_fleetplan import cache_costs, forbid_processes
-from tests.test_fleetrun import ScriptedFleet, by_index, outcome
 from tests.test_supervisor import FakeProcess
 
 EPISODES = (20, 40)
@@ -141,7 +141,7 @@ class EpisodeFleet(ScriptedFleet):
         return [t.episodes for t in self.plan.tiers].index(proc.request.args.episodes)
 
     def check_no_idle_slot(self) -> None:
-        pass  # async's idling is `test_fleetrun`'s; these plans are sync
+        pass  # async's idling is `test_fleet_run`'s; these plans are sync
 
     def finish(self, events: EventWriter, proc: FakeProcess, agent: str, tier: int) -> None:
         done = EPISODES[tier] + 1

@@ -23,7 +23,7 @@ from cockpit.core.fleet.search import STUDY_DB, FleetSearch, from_optuna, to_opt
 from cockpit.core.fleet.store import FleetStore
 from cockpit.views.headless import fleet_line
 from cockpit.views.tui.fleet_screen import search_lines
-from tests.test_fleetrun import ScriptedFleet, by_index, first_best, plan_text
+from tests.test_fleet_run import ScriptedFleet, by_index, first_best, plan_text
 
 KEYS = ("learning_rate", "gamma", "n_epochs", "net_arch", "activation")
 

@@ -14,8 +14,9 @@ from cockpit.cli import build_parser
 from cockpit.commands import run as run_command
 from cockpit.contract.presets import load
 from cockpit.contract.runspec import ConfigError
+from cockpit.core.machine.gpu_types import GpuInfo
 from cockpit.core.machine.host import thread_budget
-from cockpit.core.machine.nvml import GpuInfo, GpuReader, close_gpus, open_gpus
+from cockpit.core.machine.nvml import GpuReader, close_gpus, open_gpus
 from cockpit.core.machine.placement import GpuRef, GpuRoom, fit_jobs, place, rooms_of
 from cockpit.core.machine.visibility import open_first_gpu, visible, visible_gpus
 from cockpit.core.session.loop import RunSession, sampled_gpus

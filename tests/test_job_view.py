@@ -16,9 +16,10 @@ from cockpit.core.telemetry.sampler import JobUsage
 from cockpit.core.telemetry.throughput import job_eta
 
 MIB = 1024 * 1024
-# What `job_view` works out itself, from `usage`, `memory` and the figures behind the ETA.
+# What `job_view` works out itself, from `usage`, `memory`, the figures behind the ETA and the
+# exit reason (`no_events`).
 DERIVED = {"cpu_percent", "rss_bytes", "gpu_mem_bytes", "gpu_sm_percent", "eta_s", "memory", "memory_growth_mib_h",
-           "gpu_memory_growth_mib_h"}  # fmt: skip
+           "gpu_memory_growth_mib_h", "no_events"}  # fmt: skip
 
 
 def known(**changes: Any) -> dict[str, Any]:

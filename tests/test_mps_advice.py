@@ -19,8 +19,8 @@ from cockpit.contract.costs import MpsGain
 from cockpit.contract.presets import load
 from cockpit.contract.workerargs import MPS_PIPE_DIRECTORY_ENV
 from cockpit.core.launch.protocol import device_env
-from cockpit.core.machine.mps import daemon_in
-from cockpit.core.machine.nvml import GpuInfo
+from cockpit.core.machine.gpu_types import GpuInfo
+from cockpit.core.machine.mps_daemon import daemon_in
 from cockpit.core.machine.placement import GpuRef
 from cockpit.core.sizing.advisor import Machine, advise
 from cockpit.core.sizing.hill_climb import Config

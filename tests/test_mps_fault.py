@@ -204,7 +204,7 @@ TWO_GPUS = (GpuRoom(0, "GPU-fake-0", 24 * GIB, 20 * GIB), GpuRoom(1, "GPU-fake-1
 
 
 def per_gpu(root: Path) -> MpsServers:
-    """A daemon per GPU, as `mps.open_daemons` starts them for a run on the two GPUs."""
+    """A daemon per GPU, as `mps_daemon.open_daemons` starts them for a run on the two GPUs."""
     return MpsServers(by_gpu=tuple((i, MpsDaemonDirs(str(root / f"gpu{i}" / "pipe"), str(root / f"gpu{i}" / "log")))
                                    for i in (0, 1)))  # fmt: skip
 

@@ -23,8 +23,9 @@ from cockpit.contract.settings import RunSettings
 from cockpit.contract.workerargs import CUDA_VISIBLE_DEVICES_ENV
 from cockpit.core.launch.local import LocalLauncher
 from cockpit.core.launch.protocol import LaunchRequest
+from cockpit.core.machine.gpu_types import GpuInfo
 from cockpit.core.machine.host import HostInfo, thread_budget
-from cockpit.core.machine.nvml import ERROR_GPU_IS_LOST, GpuInfo, GpuReader, keep_gpus, open_gpus
+from cockpit.core.machine.nvml import ERROR_GPU_IS_LOST, GpuReader, keep_gpus, open_gpus
 from cockpit.core.machine.placement import GpuRef, GpuRoom, fit_jobs, place
 from cockpit.core.record.runlog import Recorder, record
 from cockpit.core.session.loop import RunSession

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from cockpit.contract.remote import NodeSample
+from cockpit.contract.ray_reports import NodeSample
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.feed.source import Frame
 from cockpit.core.telemetry.sampler import JobUsage, Sample, Sampler

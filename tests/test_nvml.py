@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from cockpit.core.machine.gpu_types import UTIL_BUFFER, UTIL_NONE_MIG, UTIL_POLL
 from cockpit.core.machine.nvml import (
     ERROR_INVALID_ARGUMENT,
     ERROR_UNKNOWN,
-    UTIL_BUFFER,
-    UTIL_NONE_MIG,
-    UTIL_POLL,
     GpuReader,
     close_gpus,
     gpu_lost,

@@ -22,8 +22,8 @@ from cockpit.contract.runspec import RestartPolicy, RunSpec
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.feed.snapshot import JobView, RunState
 from cockpit.core.feed.source import WINDOW_S, Replay, SourceError
+from cockpit.core.machine.gpu_types import GpuInfo, GpuSample
 from cockpit.core.machine.host import HostInfo, thread_budget
-from cockpit.core.machine.nvml import GpuInfo, GpuSample
 from cockpit.core.record.replay import NO_GPU_RECORDED, ReplaySource, open_replay
 from cockpit.core.record.runlog import MIB, Recorder, phase_accounting, record
 from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
@@ -300,7 +300,7 @@ def test_replay_shows_the_live_throughput_the_supervisor_showed(tmp_path: Path) 
         shown = _at(replay, t)["000"]
         # What the supervisor's tracker said at `t`, having read the events written by then.
         live = Throughput()
-        live.feed_all(run.until(t))
+        live.observe_all(run.until(t))
         expected = live.rate(t)
         assert shown.state == "running"
         assert shown.sps == (None if expected is None else pytest.approx(expected)), second

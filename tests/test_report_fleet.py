@@ -15,7 +15,7 @@ from rich.console import Console
 from cockpit.cli import main
 from cockpit.commands.report import print_report
 from cockpit.contract.fleetplan import parse_plan
-from cockpit.contract.models import MODELS_DIR, ModelEntry, copy_atomic, write_manifest
+from cockpit.contract.model_manifest import MODELS_DIR, ModelEntry, copy_atomic, write_manifest
 from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.promotion import async_promotions, sync_promotions
 from cockpit.core.fleet.report import fleet_summary

@@ -32,10 +32,11 @@ from cockpit.contract.scriptargs import (
 from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import JobState
 from cockpit.contract.workerargs import PARENT_PID_ENV, THREAD_ENV_VARS
+from cockpit.core.feed.snapshot import NO_EVENTS_NOTE
 from cockpit.core.launch.local import worker_env
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.session.background import headless_argv
-from cockpit.core.supervise.supervisor import NO_EVENTS_NOTE, JobTemplate, Supervisor
+from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
 from tests.background_child import child_spec
 from tests.fakeclock import FakeClock
 from tests.test_supervisor import FakeLauncher, events
@@ -152,6 +153,17 @@ def test_a_script_job_runs_once_launched_and_is_done_on_exit_0(tmp_path: Path) -
     assert job.state is JobState.DONE and sup.finished
 
 
+def test_a_script_jobs_view_says_it_has_no_events_until_its_first_one(tmp_path: Path) -> None:
+    sup, _, _ = make(tmp_path)
+    sup.tick()
+    (silent,) = sup.snapshot().jobs
+    assert silent.no_events and silent.exit_reason == NO_EVENTS_NOTE
+    events(sup, "000").started(pid=1, device="cpu", target_steps=4096)
+    sup.tick()
+    (reporting,) = sup.snapshot().jobs
+    assert not reporting.no_events and reporting.exit_reason is None
+
+
 def test_a_script_that_exits_non_zero_crashed_even_after_reporting_done(tmp_path: Path) -> None:
     sup, launcher, clock = make(tmp_path, restart=RestartPolicy(max_restarts=1))
     sup.tick()
@@ -252,7 +264,9 @@ def test_the_views_show_a_silent_script_and_a_target_not_known_yet() -> None:
     from cockpit.views.tui.jobs_table import cells
     from tests.tui_fakes import frame, job_view
 
-    silent = job_view(0, gpu=False, phase=None, steps=0, target=0, sps=None, eta_s=None, exit_reason=NO_EVENTS_NOTE)
+    silent = job_view(
+        0, gpu=False, phase=None, steps=0, target=0, sps=None, eta_s=None, exit_reason=NO_EVENTS_NOTE, no_events=True
+    )
     state = frame(gpu=False).state
     row = cells(silent, state, wide=True)
     assert row["phase"] == "no events" and row["steps"] == "0"

@@ -23,7 +23,7 @@ import pytest
 
 from cockpit.contract.events import CheckpointEvent, StartedEvent, of_kind, read_events
 from cockpit.contract.runrecord import read
-from cockpit.core.supervise.supervisor import NO_EVENTS_NOTE
+from cockpit.core.feed.snapshot import NO_EVENTS_NOTE
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "train_gridworld.py"

@@ -30,7 +30,7 @@ from cockpit_training.stopping import StopFlag
 from tests.background_child import child_spec
 from tests.cockpitproc import PLAIN_RUN, Cockpit
 from tests.test_control import FakeWorkers
-from tests.test_tbscalars import hide_tensorboard
+from tests.test_export_tensorboard import hide_tensorboard
 from tests.test_worker_seams import ROLLOUT, StopAtRollout, config, tiny_preset
 
 SB3_TAGS = {"rollout/ep_rew_mean", "train/loss", "train/entropy_loss", "time/fps"}

@@ -28,7 +28,7 @@ def test_sampled_every_second_the_live_sps_and_eta_tell_the_truth() -> None:
         now = T0 + second
         while pending and pending[0].t <= now:
             event = pending.pop(0)
-            tracker.feed(event)
+            tracker.observe(event)
             if isinstance(event, (PhaseEvent, ProgressEvent)):
                 steps = event.num_timesteps
         sps = tracker.rate(now)
@@ -50,7 +50,7 @@ def test_a_long_train_phase_lowers_the_figure_and_never_shows_the_rollout_rate()
     run = script(T0, cycles=6, rollout_s=10, train_s=(50, 50, 50, 50, 50, 600), steps_per_cycle=2048)
     tracker = Throughput()
     long_rollout = run.cycle_starts[5]
-    tracker.feed_all(run.until(long_rollout + 10))
+    tracker.observe_all(run.until(long_rollout + 10))
     whole = 2048 / 60
     assert tracker.rate(long_rollout + 10) == pytest.approx(whole)
     before = whole
@@ -70,15 +70,15 @@ def test_a_long_train_phase_lowers_the_figure_and_never_shows_the_rollout_rate()
 def test_no_figure_before_the_first_whole_cycle_and_a_restart_starts_again() -> None:
     run = script(T0, cycles=3, rollout_s=10, train_s=50, steps_per_cycle=2048)
     tracker = Throughput()
-    tracker.feed_all(run.until(T0 + 59))
+    tracker.observe_all(run.until(T0 + 59))
     assert tracker.rate(T0 + 59) is None  # one rollout start: no whole cycle yet
-    tracker.feed_all([e for e in run.events if T0 + 59 < e.t <= T0 + 61])
+    tracker.observe_all([e for e in run.events if T0 + 59 < e.t <= T0 + 61])
     assert tracker.rate(T0 + 61) == pytest.approx(2048 / 60)
     # The worker crashes; a new one starts from a checkpoint: its start-up is not throughput.
-    tracker.feed(StartedEvent(T0 + 100, pid=2, resumed_from_step=2048))
+    tracker.observe(StartedEvent(T0 + 100, pid=2, resumed_from_step=2048))
     assert tracker.rate(T0 + 100) is None and tracker.latest is None
     restarted = script(T0 + 130, cycles=2, rollout_s=10, train_s=50, steps_per_cycle=2048, start_steps=2048)
-    tracker.feed_all(restarted.events[1:])  # its `started` came above
+    tracker.observe_all(restarted.events[1:])  # its `started` came above
     assert tracker.rate(T0 + 250) == pytest.approx(2048 / 60)
 
 
@@ -86,13 +86,13 @@ def test_the_window_spans_30_s_of_short_cycles_and_its_memory_is_bounded() -> No
     # Cycles of 0.5 s: the window takes the newest rollout start at least 30 s back.
     run = script(T0, cycles=200, rollout_s=0.25, train_s=0.25, steps_per_cycle=100, finish=False)
     tracker = Throughput()
-    tracker.feed_all(run.events)
+    tracker.observe_all(run.events)
     window = tracker.window()
     assert window is not None and window[1][0] - window[0][0] == pytest.approx(30.0)
     # A week of 0.1 s cycles keeps a bounded list of rollout starts.
     tracker = Throughput()
     for k in range(200_000):
-        tracker.feed(PhaseEvent(T0 + k * 0.1, "rollout", k, k * 10))
+        tracker.observe(PhaseEvent(T0 + k * 0.1, "rollout", k, k * 10))
     assert len(tracker.rollout_starts) <= 2 * MAX_CYCLES + 64
     assert tracker.rate(T0 + 200_000 * 0.1 - 0.1) == pytest.approx(100.0)
 

@@ -32,7 +32,7 @@ def test_the_rate_spans_whole_cycles_so_a_cut_in_a_train_phase_does_not_flatter_
     progress = Progress()
     # Cycles of 2 s rollout + 6 s train, 2048 steps each: the true rate is 256 steps/s. The
     # window ends 2.5 s into a train phase, right after the rollout that preceded it.
-    progress.feed(e for e in worker(4) if e.t <= 1000 + 3 * 8 + 2.5)
+    progress.observe(e for e in worker(4) if e.t <= 1000 + 3 * 8 + 2.5)
     start = (1000.0, 0)
     assert progress.rate(1000.0, start) == pytest.approx(256.0)
     # The naive figure, from the first event to the newest, counts the last rollout without its
@@ -45,17 +45,17 @@ def test_the_rate_spans_whole_cycles_so_a_cut_in_a_train_phase_does_not_flatter_
 def test_cycles_that_began_before_the_clock_started_are_not_counted() -> None:
     progress = Progress()
     # A slow first cycle (start-up) then fast ones: only the cycles after t0 count.
-    progress.feed(cycle_events(1000.0, 0, rollout_s=10, train_s=10, samples=2048))
+    progress.observe(cycle_events(1000.0, 0, rollout_s=10, train_s=10, samples=2048))
     fast = [replace(e, t=e.t + 20, num_timesteps=e.num_timesteps + 2048) for e in worker(4, train_s=2.0)]
-    progress.feed(fast)
+    progress.observe(fast)
     assert progress.rate(1020.0, (1015.0, 2048)) == pytest.approx(2048 / 4)
 
 
 def test_a_cycle_longer_than_the_wait_is_taken_whole_even_if_it_began_before_the_clock() -> None:
     progress = Progress()
-    progress.feed(worker(2, rollout_s=5.0, train_s=25.0, samples=3000))  # 30 s cycles
-    progress.feed([PhaseEvent(1060.0, "rollout", 2, 6000)])
-    progress.feed([ProgressEvent(1062.0, 6600)])
+    progress.observe(worker(2, rollout_s=5.0, train_s=25.0, samples=3000))  # 30 s cycles
+    progress.observe([PhaseEvent(1060.0, "rollout", 2, 6000)])
+    progress.observe([ProgressEvent(1062.0, 6600)])
     # the clock started at 1040: only one rollout start (1060) since; the newest whole cycle is 1030-1060
     assert len(progress.cycles_since(1040.0)) == 1
     assert progress.rate(1040.0, (1035.0, 3000)) == pytest.approx(3000 / 30)
@@ -63,7 +63,7 @@ def test_a_cycle_longer_than_the_wait_is_taken_whole_even_if_it_began_before_the
 
 def test_without_two_rollout_starts_it_falls_back_to_the_event_span() -> None:
     progress = Progress()
-    progress.feed(cycle_events(1000.0, 0, rollout_s=10, train_s=10, samples=1000))
+    progress.observe(cycle_events(1000.0, 0, rollout_s=10, train_s=10, samples=1000))
     assert progress.cycles_since(1000.5) == []
     assert progress.rate(1000.5, (1000.0, 0)) == pytest.approx(1000 / 10)
     assert Progress().rate(0.0, None) == 0.0
@@ -71,5 +71,5 @@ def test_without_two_rollout_starts_it_falls_back_to_the_event_span() -> None:
 
 def test_an_error_event_marks_the_worker_failed() -> None:
     progress = Progress()
-    progress.feed([ErrorEvent(1.0, "cuda_oom", "boom")])
+    progress.observe([ErrorEvent(1.0, "cuda_oom", "boom")])
     assert progress.failed

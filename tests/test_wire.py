@@ -23,11 +23,11 @@ from cockpit.contract.controls import (
 )
 from cockpit.contract.controls import decode as decode_command
 from cockpit.contract.controls import encode as encode_command
-from cockpit.contract.remote import NodeSample
+from cockpit.contract.ray_reports import NodeSample
 from cockpit.contract.states import RunStatus
 from cockpit.core.feed.snapshot import JobView, RunState
 from cockpit.core.feed.wire import decode_sample, decode_state, encode_sample, encode_state
-from cockpit.core.machine.nvml import GpuInfo, GpuSample
+from cockpit.core.machine.gpu_types import GpuInfo, GpuSample
 from cockpit.core.telemetry.sampler import JobUsage, Sample
 
 

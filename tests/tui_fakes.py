@@ -15,7 +15,7 @@ from cockpit.contract.events import CheckpointEvent, StartedEvent
 from cockpit.contract.states import RunStatus
 from cockpit.core.feed.snapshot import FleetView, JobView, LeaderView, RunState, TierView
 from cockpit.core.feed.source import WINDOW_S, Checkpoint, Frame, JobDetail, SourceError
-from cockpit.core.machine.nvml import GpuInfo, GpuSample
+from cockpit.core.machine.gpu_types import GpuInfo, GpuSample
 from cockpit.core.telemetry.sampler import JobUsage, Sample
 from cockpit.core.telemetry.trend import Trend
 

@@ -1,11 +1,11 @@
 """Can SB3's PPO train these envs? `python -m cockpit_training.trainable`, presets on stdin.
 
 Reads a JSON list of preset files' texts (`presets.to_toml`, each with its env) on stdin and
-prints one JSON line (`trainable.dump_verdicts`): per preset, null where PPO trains its env, else
+prints one JSON line (`trainability.dump_verdicts`): per preset, null where PPO trains its env, else
 the `Unfit` that says why. Exits 0 whatever it found; non-zero only when it could not ask.
 
 Each env is built as the worker builds it, and judged by SB3's own code (see
-`cockpit.contract.trainable`): SB3's preprocessing on each observation space, and on each key of a
+`cockpit.contract.trainability`): SB3's preprocessing on each observation space, and on each key of a
 Dict, before any VecEnv is made (SB3's DummyVecEnv fails on a space it cannot size with a bare
 `TypeError`); then the model the worker would make, on one env in DummyVecEnv, on the CPU, and one
 reset and one step of its own action. Warnings, SB3's advice among them, are not verdicts.
@@ -26,7 +26,7 @@ from stable_baselines3.common.preprocessing import check_for_nested_spaces, get_
 from cockpit.contract.envids import ensure_importable, is_custom
 from cockpit.contract.presets import Preset, resolve
 from cockpit.contract.toml import tomllib
-from cockpit.contract.trainable import Unfit, dump_verdicts
+from cockpit.contract.trainability import Unfit, dump_verdicts
 from cockpit_training.envs import make_vec_env, policy_for
 from cockpit_training.stopping import die_with_parent
 

@@ -98,7 +98,7 @@ from cockpit.contract.presets import Preset, load
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, UtilizationRecord
 from cockpit.contract.toml import tomllib
-from cockpit.core.machine.nvml import UTIL_BUFFER
+from cockpit.core.machine.gpu_types import UTIL_BUFFER
 
 CLAIM = (70.0, 90.0)  # the seeds: "4 x 25 % = 70-90 %" GPU utilization with 4 heavy jobs
 
@@ -960,7 +960,7 @@ def mps_summary(counts: Sequence[int], without: Figures, with_mps: Figures) -> t
     return rows, best
 
 
-# Every refusal of `--mps` (`cockpit.core.machine.mps.refusal`) ends so; a daemon that would not
+# Every refusal of `--mps` (`cockpit.core.machine.mps_daemon.refusal`) ends so; a daemon that would not
 # start ends otherwise, and is a failure rather than a machine that cannot use MPS.
 MPS_REFUSED = "run without --mps"
 

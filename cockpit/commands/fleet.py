@@ -97,7 +97,7 @@ def _plan(args: argparse.Namespace) -> tuple[FleetPlan, str]:
 def _check_trainable(plan: FleetPlan) -> None:
     """PlanError naming the plan and `agents.env` for an env of it stable-baselines3's PPO cannot
     train (`unfit_envs`: one check for all the plan's envs, each with its env_kwargs)."""
-    from cockpit.core.launch.trainable import unfit_envs
+    from cockpit.core.launch.preflight import unfit_envs
 
     presets = list({(a.env, repr(sorted(a.preset.env_kwargs.items()))): a.preset for a in plan.agents}.values())
     for preset, unfit in zip(presets, unfit_envs(presets), strict=True):
@@ -162,7 +162,7 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
     from cockpit.core.machine.visibility import visible_gpus
     from cockpit.core.session.compute_modes import mode_bounds
     from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus
-    from cockpit.core.session.mps import mps_refusal, with_mps
+    from cockpit.core.session.mps_session import mps_refusal, with_mps
     from cockpit.core.supervise.supervisor import Supervisor
     from cockpit.core.telemetry.sampler import Sampler
 

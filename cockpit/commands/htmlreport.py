@@ -17,7 +17,7 @@ from cockpit.commands.plots import Plot
 from cockpit.contract.runrecord import RunRecord
 from cockpit.core.feed.snapshot import preset_label
 from cockpit.core.fleet.report import STATUSES, FleetSummary
-from cockpit.core.machine.utilread import BUSY_LEGEND, gpu_read_lines
+from cockpit.core.machine.util_reading import BUSY_LEGEND, gpu_read_lines
 from cockpit.core.record.series import RunSeries
 from cockpit.core.telemetry.memwatch import NO_GROWTH
 

@@ -27,7 +27,7 @@ from rich.table import Table
 from cockpit.commands.console import output_console
 from cockpit.contract.events import FinishedEvent, PhaseEvent, ProgressEvent, read_events
 from cockpit.contract.files import write_atomic
-from cockpit.contract.models import MODELS_DIR
+from cockpit.contract.model_manifest import MODELS_DIR
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, RunRecordError, iso, read
 from cockpit.contract.runspec import ConfigError
@@ -35,7 +35,7 @@ from cockpit.core.feed.snapshot import RunState, preset_label
 from cockpit.core.feed.source import Replay, SourceError
 from cockpit.core.fleet.report import STATUSES, FleetReportError, FleetSummary, fleet_summary
 from cockpit.core.fleet.store import Exploit
-from cockpit.core.machine.utilread import BUSY_LEGEND, gpu_read_lines
+from cockpit.core.machine.util_reading import BUSY_LEGEND, gpu_read_lines
 from cockpit.core.record.find_runs import open_run
 from cockpit.core.record.series import read_series
 from cockpit.core.telemetry.memwatch import NO_GROWTH

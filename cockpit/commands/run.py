@@ -26,7 +26,7 @@ from cockpit.contract.settings import RunSettings, declared
 from cockpit.core.machine.nvml import GpuReader
 from cockpit.core.machine.visibility import device_indices
 from cockpit.core.session.compute_modes import default_jobs, mode_bounds
-from cockpit.core.session.mps import auto_mps, mps_refusal, with_mps
+from cockpit.core.session.mps_session import auto_mps, mps_refusal, with_mps
 
 if TYPE_CHECKING:
     from cockpit.contract.costs import Costs
@@ -57,7 +57,7 @@ def _spec(
     given = args.run_dir is not None or args.resume is not None or args.spec is not None
     spec = on_cluster(spec, args.ray, args.storage, run_dir_given=given)
     if spec.preset is not None and args.typed is None:  # with --typed, the cockpit that started this run checked
-        from cockpit.core.launch.trainable import check_trainable
+        from cockpit.core.launch.preflight import check_trainable
 
         source = f"preset {spec.preset.source}: env"
         if args.env or args.resume:

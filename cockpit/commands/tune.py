@@ -31,8 +31,8 @@ from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.progress import ProgressFn, Step
 from cockpit.contract.runspec import ConfigError
-from cockpit.core.machine.mps import Daemon, MpsError, daemon_in, why_unmeasurable
-from cockpit.core.machine.nvml import GpuInfo
+from cockpit.core.machine.gpu_types import GpuInfo
+from cockpit.core.machine.mps_daemon import Daemon, MpsError, daemon_in, why_unmeasurable
 from cockpit.core.machine.placement import mode_lines
 from cockpit.core.machine.tempdirs import owned_tempdir
 from cockpit.core.machine.visibility import open_first_gpu

@@ -475,9 +475,9 @@ class EventReader:
                 data = fh.read()
         except FileNotFoundError:
             return []
-        return self.feed(data)
+        return self.consume(data)
 
-    def feed(self, data: bytes) -> list[Event]:
+    def consume(self, data: bytes) -> list[Event]:
         """The complete events in `data`, the file's bytes from `offset` on (read here, or brought
         from another machine); `offset` moves past them, a torn last line waits for its end."""
         end = data.rfind(b"\n") + 1

@@ -11,7 +11,7 @@
   .cockpit.lock     held (flock) by the process that supervises the run
   cockpit.log       the run's own output, when `cockpit run` started it in the background
   mps.json          the MPS control daemons this run started (`--mps`), while they run
-  mps/gpu<i>/pipe, mps/gpu<i>/log  GPU i's daemon's pipes and logs (`cockpit.core.machine.mps`)
+  mps/gpu<i>/pipe, mps/gpu<i>/log  GPU i's daemon's pipes and logs (`cockpit.core.machine.mps_daemon`)
   jobs/<id>/        one job directory per job (`JobDir`)
 ```
 

@@ -95,7 +95,7 @@ class RunSpec:
     `devices` (`--devices 2:cuda,1:cpu`) is the device each parallel slot's jobs train on, one per
     slot; None: the worker's choice (cuda where there is a GPU).
     `mps` (`--mps`, a fleet plan's `mps = true`) makes the jobs on each GPU clients of NVIDIA's
-    Multi-Process Service (`cockpit.core.machine.mps`), which runs their kernels side by side.
+    Multi-Process Service (`cockpit.core.machine.mps_daemon`), which runs their kernels side by side.
     `on_done` (`--on-done CMD`) is a shell command run once when the run ends done, failed or
     stopped (`cockpit.core.session.on_done`); None for none.
     `eval_episodes` (`--eval-episodes N`) scores each job's model over N episodes once it reaches its
@@ -253,7 +253,7 @@ def build_spec(
     are `devices` (`--devices`, `checked_devices`), one per slot, which `visible_by` (the
     cockpit's `CUDA_VISIBLE_DEVICES`, "" when unset) chose. `mps` (`--mps`) is recorded as
     given: whether this machine can run it is the command's to check
-    (`cockpit.core.machine.mps.refusal`), since that takes the GPUs and the daemon's pipes.
+    (`cockpit.core.machine.mps_daemon.refusal`), since that takes the GPUs and the daemon's pipes.
     `on_done` (`--on-done`) must hold a command, not blanks.
     """
     s = settings

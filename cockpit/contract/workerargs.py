@@ -194,7 +194,7 @@ class WorkerArgs:
         return [python, "-m", WORKER_MODULE, *self.to_argv()]
 
     def environment(self) -> dict[str, str]:
-        """What this worker's environment adds to every worker's (`launcher.worker_env`): nothing;
+        """What this worker's environment adds to every worker's (`launch.local.worker_env`): nothing;
         a script job's (`ScriptArgs`) adds its job's directory, seed and threads."""
         return {}
 

@@ -78,6 +78,11 @@ def target_of(steps: int, target: int, target_episodes: int | None, episodes: in
     return steps_of(steps, target, wide=wide)
 
 
+def money(usd: float | None) -> str:
+    """Dollars with cents, or "-" when unknown."""
+    return "-" if usd is None else f"${usd:,.2f}"
+
+
 def eta(seconds: float | None) -> str:
     """A time to go (an ETA) in at most 6 characters: 45s, 3m20s, 2h05m, 3d04h; "-" when unknown."""
     if seconds is None or not math.isfinite(seconds):

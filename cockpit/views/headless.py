@@ -27,8 +27,8 @@ from rich.text import Text
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
 from cockpit.core.feed.snapshot import FleetView, JobView, RunState, preset_label
-from cockpit.core.machine.nvml import GpuSample
-from cockpit.core.machine.utilread import BUSY, util_read
+from cockpit.core.machine.gpu_types import GpuSample
+from cockpit.core.machine.util_reading import BUSY, util_read
 from cockpit.core.telemetry.memwatch import NO_GROWTH
 from cockpit.core.telemetry.sampler import STATUS_SEP
 from cockpit.views.formatting import (
@@ -36,6 +36,7 @@ from cockpit.views.formatting import (
     episodes_of,
     eta,
     mib,
+    money,
     num,
     scoring_of,
     si,
@@ -223,11 +224,6 @@ def run_line(state: RunState) -> str | None:
     rates = [j.episodes_per_h for j in state.jobs if j.episodes_per_h is not None and j.state.stepping]
     episodes = f"  {sum(rates):,.0f} ep/h" if rates else ""
     return f"{num(sps)} sps{episodes}  eta {eta(eta_s)}"
-
-
-def money(usd: float | None) -> str:
-    """Dollars with cents, or "-" when unknown."""
-    return "-" if usd is None else f"${usd:,.2f}"
 
 
 def fleet_line(fleet: FleetView) -> str:

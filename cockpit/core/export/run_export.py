@@ -48,7 +48,7 @@ from cockpit.contract.events import (
     read_events,
 )
 from cockpit.contract.files import sha256_of
-from cockpit.contract.models import MODELS_DIR, ModelEntry, verify
+from cockpit.contract.model_manifest import MODELS_DIR, ModelEntry, verify
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import JobRecord, RunRecord, RunRecordError, read, render, unix
 from cockpit.contract.states import JobState
@@ -204,7 +204,7 @@ def series(events: Iterable[Event]) -> list[Point]:
     rollout: PhaseEvent | None = None  # the rollout under way, if its start was seen
     train: PhaseEvent | None = None  # the train phase under way
     for event in events:
-        throughput.feed(event)
+        throughput.observe(event)
         if isinstance(event, (StartedEvent, ErrorEvent)):
             rollout = train = None  # a phase cut by a crash or a restart has no duration
         elif isinstance(event, PhaseEvent) and event.phase == "rollout":

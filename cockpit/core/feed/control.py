@@ -34,7 +34,7 @@ from cockpit.contract.controls import Control
 from cockpit.contract.controls import decode as decode_command
 from cockpit.contract.controls import encode as encode_command
 from cockpit.contract.rundir import RunDir
-from cockpit.core.feed.detail import JobDetails
+from cockpit.core.feed.detail import JobDetailReaders
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.feed.source import WINDOW_S, Frame, FrameWindow, JobDetail, SourceError, Transition
 from cockpit.core.feed.wire import decode_sample, decode_state, encode_sample, encode_state, encode_trend
@@ -373,7 +373,7 @@ class AttachSource:
     def __init__(self, run_dir: Path, path: Path, link: _Link, *, hz: float = POLL_HZ) -> None:
         """Use `connect()`."""
         self.run_dir = run_dir
-        self._details = JobDetails(run_dir)
+        self._details = JobDetailReaders(run_dir)
         self.path = path
         self._link = link
         self._period = 1.0 / hz

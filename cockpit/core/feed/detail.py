@@ -23,7 +23,7 @@ from cockpit.contract.events import (
 from cockpit.contract.rundir import JobDir, RunDir
 from cockpit.core.feed.source import Checkpoint, JobDetail, SourceError
 from cockpit.core.launch.local import log_tail
-from cockpit.core.telemetry.thinned import Thinned
+from cockpit.core.telemetry.bounded_series import Thinned
 
 NOTABLE = (StartedEvent, CheckpointEvent, FinishedEvent, ErrorEvent)
 MAX_EVENTS = 50
@@ -108,7 +108,7 @@ class JobDetailReader:
         )
 
 
-class JobDetails:
+class JobDetailReaders:
     """One reader per job, kept for as long as the source that owns this lives."""
 
     def __init__(self, run_dir: Path) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 
 from cockpit.contract.advice import Advice
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.core.machine.nvml import GpuInfo
+from cockpit.core.machine.gpu_types import GpuInfo
 from cockpit.core.telemetry.memwatch import MemoryVerdict
 from cockpit.core.telemetry.sampler import JobUsage, Sample
 from cockpit.core.telemetry.throughput import job_eta, run_sps
@@ -43,6 +43,11 @@ def preset_label(preset: str, overrides: Iterable[tuple[str, str]] = ()) -> str:
 def stepping_sps(jobs: Iterable[JobView]) -> float | None:
     """The run's live throughput: its training jobs' `sps` together (None when none has one)."""
     return run_sps(job.sps for job in jobs if job.state.stepping)
+
+
+# What a script job that has not reported yet shows as its `exit_reason` (the supervisor sets it
+# at launch and clears it at the first event); `JobView.no_events` says so to the views.
+NO_EVENTS_NOTE = "no training events: add CockpitCallback for phases and progress"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +115,9 @@ class JobView:
     # scored so far and how many it plays; None otherwise.
     scored: int | None = None
     to_score: int | None = None
+    # A script job that has written no event yet (its `exit_reason` is `NO_EVENTS_NOTE`): running,
+    # with no phase or progress to show until its script reports through `CockpitCallback`.
+    no_events: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "state", JobState(self.state))  # a plain string is accepted
@@ -206,7 +214,7 @@ def job_view(
         rollout_sps=rollout_sps, env=env, preset=preset, overrides=overrides, memory=figures.memory,
         memory_growth_mib_h=figures.memory_growth_mib_h, gpu_memory_growth_mib_h=figures.gpu_memory_growth_mib_h,
         target_episodes=target_episodes, episodes=episodes, ep_len_mean=ep_len_mean, episodes_per_h=episodes_per_h,
-        gpu=gpu, node=node, scored=scored, to_score=to_score,
+        gpu=gpu, node=node, scored=scored, to_score=to_score, no_events=exit_reason == NO_EVENTS_NOTE,
     )  # fmt: skip
 
 

@@ -14,10 +14,10 @@ from dataclasses import MISSING, fields, is_dataclass
 from typing import Any, TypeVar
 
 from cockpit.contract.advice import Advice
-from cockpit.contract.remote import NodeSample
+from cockpit.contract.ray_reports import NodeSample
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.feed.snapshot import FleetView, JobView, LeaderView, RunState, SearchView, TierView
-from cockpit.core.machine.nvml import GpuInfo, GpuSample
+from cockpit.core.machine.gpu_types import GpuInfo, GpuSample
 from cockpit.core.telemetry.sampler import JobUsage, Sample
 from cockpit.core.telemetry.trend import Trend
 

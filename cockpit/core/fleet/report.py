@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cockpit.contract.fleetplan import PlanError, Tier, Unit, parse_plan
-from cockpit.contract.models import ModelEntry, read_manifest, verify
+from cockpit.contract.model_manifest import ModelEntry, read_manifest, verify
 from cockpit.contract.presets import PRESET_KEYS
 from cockpit.contract.searchspace import parse_search
 from cockpit.contract.toml import tomllib
@@ -49,7 +49,7 @@ from cockpit.core.fleet.store import FLEET_DB, AgentRow, Exploit, FleetStore, Fl
 
 Status = Literal["waiting", "training", "scored", "culled", "failed", "done"]
 STATUSES: tuple[Status, ...] = ("waiting", "training", "scored", "culled", "failed", "done")
-_GENERATED_PRESET = re.compile(r"(.+)-[0-9a-f]{10}")  # fleetrun's presets/<name>-<hash>.toml
+_GENERATED_PRESET = re.compile(r"(.+)-[0-9a-f]{10}")  # FleetRun's presets/<name>-<hash>.toml
 
 
 class FleetReportError(ValueError):
@@ -306,7 +306,7 @@ def _tiers(plan: _Plan, rows: list[AgentRow], by_tier: dict[int, list[Result]], 
 
 def _preset_name(row: AgentRow, plan: _Plan) -> str:
     """The plan's preset name for the agent; from its preset argument when the plan did not resolve
-    (a built-in name, or a file's stem without the hash fleetrun adds to the files it writes)."""
+    (a built-in name, or a file's stem without the hash `FleetRun` adds to the files it writes)."""
     if row.index in plan.presets:
         return plan.presets[row.index]
     if not row.preset.endswith(".toml"):

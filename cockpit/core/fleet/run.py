@@ -17,7 +17,7 @@ and before free slots are filled (`Supervisor.before_launch`), `update`:
    first, the best first), then agents that have not started, in matrix order. The supervisor's
    queue never holds more than its free slots, so a promotion never waits behind 500 new agents.
 
-Agents that finish the last tier have their final model copied to `models/` (`cockpit.contract.models`).
+Agents that finish the last tier have their final model copied to `models/` (`cockpit.contract.model_manifest`).
 
 Durability: each of those steps is a transaction in `fleet.db`, written before the supervisor
 acts on it. `FleetRun.resume` rebuilds the run from it: agents with a score stay done; agents in
@@ -38,7 +38,7 @@ from typing import Any
 
 from cockpit.contract.events import EvaluatedEvent
 from cockpit.contract.fleetplan import Agent, FleetPlan, PlanError, Tier, parse_plan, with_values
-from cockpit.contract.models import MODELS_DIR, ModelEntry, copy_atomic, read_manifest, write_manifest
+from cockpit.contract.model_manifest import MODELS_DIR, ModelEntry, copy_atomic, read_manifest, write_manifest
 from cockpit.contract.presets import Preset, PresetError, builtin_names, to_toml
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.searchspace import SearchSpace
@@ -246,7 +246,7 @@ class FleetRun:
         for job in list(self.supervisor.jobs.values()):
             self._harvest(job)
         self._decide()
-        self._feed()
+        self._fill_slots()
         self._tell()
 
     def _ended(self, job: Job) -> str | None:
@@ -409,7 +409,7 @@ class FleetRun:
                 self.store.applied(exploit.agent, exploit.tier)
                 exploits[exploits.index(exploit)] = dataclasses.replace(exploit, applied=True)
 
-    def _feed(self) -> None:
+    def _fill_slots(self) -> None:
         sup = self.supervisor
         free = sup.slots - sum(1 for j in sup.jobs.values() if j.state.holds_slot) - len(sup.queue)
         if free <= 0 or sup.interrupted:

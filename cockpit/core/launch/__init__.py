@@ -8,7 +8,7 @@
 - `pooled`: `PooledLauncher`, served workers that run job after job (what `cockpit fleet` uses);
 - `ray_launcher`, `ray_actors`: `RayLauncher` (`--ray`), one Ray actor per job attempt and a
   sampler actor per node; `ray` is imported only when one is made.
-- `trainable`: the pre-flight that asks `cockpit_training.trainable`, in a process of its own,
+- `preflight`: the pre-flight that asks `cockpit_training.trainable`, in a process of its own,
   whether stable-baselines3's PPO can train the run's gymnasium envs.
 
 Imports `cockpit.core.telemetry` and `cockpit.core.machine` below it.

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from cockpit.contract.events import Event
-from cockpit.contract.remote import NodeSample
+from cockpit.contract.ray_reports import NodeSample
 from cockpit.contract.scriptargs import ScriptArgs
 from cockpit.contract.workerargs import WorkerArgs, gpu_environment, mps_environment
 from cockpit.core.machine.placement import GpuRef

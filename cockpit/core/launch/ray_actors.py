@@ -1,6 +1,6 @@
 """What runs on a Ray node for the cockpit: `JobKeeper`, one per job attempt, which starts the job's
 worker and reports on it, and `NodeSampler`, one per node, which reads the node's CPU, memory and
-GPU. `raylauncher.RayLauncher` makes them Ray actors; they are plain classes here, so that this
+GPU. `ray_launcher.RayLauncher` makes them Ray actors; they are plain classes here, so that this
 module imports neither ray nor anything the cockpit's side does not already load.
 
 The keeper starts the worker (`WorkerArgs`, or a user's command under the guard: `ScriptArgs`)
@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 
 from cockpit.contract.envids import WORKDIR_ENV
-from cockpit.contract.remote import MAX_EVENT_BYTES, JobReport, NodeSample, Placement
+from cockpit.contract.ray_reports import MAX_EVENT_BYTES, JobReport, NodeSample, Placement
 from cockpit.contract.rundir import JobDir
 from cockpit.contract.scriptargs import ScriptArgs
 from cockpit.contract.workerargs import WorkerArgs

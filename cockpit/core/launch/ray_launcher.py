@@ -1,11 +1,11 @@
 """`RayLauncher`: the supervisor's jobs on a Ray cluster (`cockpit run|fleet --ray [ADDRESS]`).
 
 cockpit grows no cluster of its own: past one machine its jobs run on Ray. Each job attempt is one
-Ray actor (`rayactor.JobKeeper`) holding the job's thread budget as `num_cpus` and a fraction of a
+Ray actor (`ray_actors.JobKeeper`) holding the job's thread budget as `num_cpus` and a fraction of a
 GPU as `num_gpus` (Ray admits on fractions only; what a job may put in GPU memory stays cockpit's
 sizing), placed with Ray's SPREAD strategy. The actor starts the worker in its own session, tied
 to the actor's life, and answers the cockpit's calls: the events the worker appended since an
-offset and its state come back in increments (`contract.remote.JobReport`), one call in flight
+offset and its state come back in increments (`contract.ray_reports.JobReport`), one call in flight
 per job, so no method here waits on the network. `terminate` is SIGTERM to the worker; `kill` is
 SIGKILL to its process group, then the actor.
 
@@ -16,7 +16,7 @@ checkpoint in its job dir, on the storage every node shares (`--storage`, see do
 more than one node and no storage, or a storage a node does not see, the launcher refuses to start
 (`ClusterError`, one line).
 
-Telemetry: the job reports carry each worker tree's CPU and memory, and a `rayactor.NodeSampler`
+Telemetry: the job reports carry each worker tree's CPU and memory, and a `ray_actors.NodeSampler`
 on every node reads its cores, memory and GPU (`usage()`, which the session's sampler thread
 calls once a second). Ray's workers log to files on their nodes, never to the cockpit's terminal
 (`log_to_driver=False`). ray is imported here only, when a launcher is made: `import cockpit`
@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.contract.events import Event, EventReader
-from cockpit.contract.remote import JobReport, NodeSample, Placement
+from cockpit.contract.ray_reports import JobReport, NodeSample, Placement
 from cockpit.contract.rundir import JobDir
 from cockpit.contract.runspec import LOCAL_RAY, RAY_INSTALL_HINT, ConfigError
 from cockpit.core.launch.local import WORKER_NICE
@@ -119,7 +119,7 @@ class _RemoteEvents(EventReader):
             return super().read_new()
         self._launcher.refresh(self.attempt)
         before = self.offset
-        events = self.feed(self._unread)
+        events = self.consume(self._unread)
         self._unread = self._unread[self.offset - before :]
         if self.attempt.code is not None:
             # The attempt is over (its actor is gone): what no report carried, such as events a

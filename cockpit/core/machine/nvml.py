@@ -2,7 +2,8 @@
 
 Tests pass a scripted stand-in module as `nvml`; the product always uses the real one. Every read
 that a GPU or driver may not support (power, clocks, per-process data, the UUID) degrades to None
-(or "") instead of failing the tick.
+(or "") instead of failing the tick. What it reads is handed on as the types of
+`cockpit.core.machine.gpu_types`, which the rest of the cockpit imports without this module.
 
 A GPU is known by its NVML index, and by its UUID, which says whether the GPU at an index is still
 the one a job was placed on. `open_gpus` gives a reader for every GPU NVML sees; each reader holds
@@ -16,10 +17,21 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
+
+from cockpit.core.machine.gpu_types import (
+    COMPUTE_DEFAULT,
+    COMPUTE_EXCLUSIVE_PROCESS,
+    COMPUTE_EXCLUSIVE_THREAD,
+    COMPUTE_PROHIBITED,
+    UTIL_BUFFER,
+    UTIL_NONE_MIG,
+    UTIL_POLL,
+    GpuInfo,
+    GpuSample,
+)
 
 T = TypeVar("T")
 
@@ -38,22 +50,7 @@ ERROR_RESET_REQUIRED = 16
 ERROR_LIB_RM_VERSION_MISMATCH = 18
 ERROR_UNKNOWN = 999
 
-# How a GPU's utilization is read (`GpuSample.util_mode`): NVML's sample buffer
-# (`nvmlDeviceGetSamples`, every sample the driver took), a poll of `nvmlDeviceGetUtilizationRates`
-# once a tick (the driver's mean over its last period), or not at all: a MIG slice, which NVML does
-# not give a utilization of.
-UTIL_BUFFER = "buffer"
-UTIL_POLL = "poll"
-UTIL_NONE_MIG = "not per MIG slice"
-
-# A GPU's compute mode (`GpuInfo.compute_mode`), by `nvmlDeviceGetComputeMode`'s answer (nvml.h,
-# `nvmlComputeMode_t`): DEFAULT lets any number of CUDA processes share the GPU; EXCLUSIVE_PROCESS
-# lets one process hold a context on it (a second one fails at start), EXCLUSIVE_THREAD is the
-# older exclusive mode (support removed in current drivers), PROHIBITED lets none. None: unknown.
-COMPUTE_DEFAULT = "default"
-COMPUTE_EXCLUSIVE_THREAD = "exclusive_thread"
-COMPUTE_PROHIBITED = "prohibited"
-COMPUTE_EXCLUSIVE_PROCESS = "exclusive_process"
+# `nvmlDeviceGetComputeMode`'s answer (nvml.h, `nvmlComputeMode_t`) as `GpuInfo.compute_mode` names it.
 COMPUTE_MODES = {0: COMPUTE_DEFAULT, 1: COMPUTE_EXCLUSIVE_THREAD, 2: COMPUTE_PROHIBITED, 3: COMPUTE_EXCLUSIVE_PROCESS}
 
 
@@ -99,58 +96,6 @@ THROTTLE_REASONS: dict[int, str] = {
     0x80: "hw_power_brake",
     0x100: "display_clocks",
 }
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    """A sampled GPU, for the run log: its index, name, memory and driver, and its UUID ("" when
-    the driver does not say).
-
-    A whole GPU's `index` is its NVML index. A MIG slice (`parent_index` is the NVML index of the
-    GPU it is cut from; its UUID starts "MIG-") is numbered after every whole GPU, in the order of
-    its parent and then its place there, and its memory is the slice's; `parent_uuid` is that
-    GPU's UUID ("" when unknown), which names the slice too where `CUDA_VISIBLE_DEVICES` names its
-    GPU."""
-
-    index: int
-    name: str
-    memory_total_bytes: int | None
-    driver: str
-    uuid: str = ""
-    parent_index: int | None = None
-    parent_uuid: str = ""
-    # (major, minor), as CUDA numbers the architecture (7.0: Volta); None when the driver does not say.
-    compute_capability: tuple[int, int] | None = None
-    # COMPUTE_DEFAULT, COMPUTE_EXCLUSIVE_PROCESS, ... as read at open; None when the driver does not
-    # say (NOT_SUPPORTED, a call it lacks), which placement treats as the default.
-    compute_mode: str | None = None
-
-    @property
-    def is_mig(self) -> bool:
-        """True for a MIG slice."""
-        return self.parent_index is not None
-
-
-@dataclass(frozen=True)
-class GpuSample:
-    """One GPU's device counters at one tick. `util_percent` is the mean of the NVML samples since
-    the last tick (`util_samples`, as (Unix time, %)) and `util_peak_percent` their maximum (the
-    burst a 1 s poll would miss). `index` is the GPU's index (`GpuInfo.index`). `util_mode` says
-    how utilization was read (UTIL_BUFFER, UTIL_POLL, UTIL_NONE_MIG) and `sample_period_s` is the
-    spacing of the driver's samples as measured (None until it is known)."""
-
-    util_percent: float | None
-    util_peak_percent: float | None
-    mem_used_bytes: int | None
-    mem_total_bytes: int | None
-    power_w: float | None
-    temperature_c: float | None
-    sm_clock_mhz: int | None
-    throttle_reasons: tuple[str, ...]
-    index: int = 0
-    util_samples: tuple[tuple[float, float], ...] = ()
-    util_mode: str = ""
-    sample_period_s: float | None = None
 
 
 def _text(value: Any) -> str:

@@ -36,7 +36,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from cockpit.core.machine.nvml import (
+from cockpit.core.machine.gpu_types import (
     COMPUTE_EXCLUSIVE_PROCESS,
     COMPUTE_EXCLUSIVE_THREAD,
     COMPUTE_PROHIBITED,

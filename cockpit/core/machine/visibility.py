@@ -32,7 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cockpit.contract.workerargs import CUDA_DEVICE_ORDER_ENV, CUDA_VISIBLE_DEVICES_ENV
-from cockpit.core.machine.nvml import GpuInfo, GpuReader, close_gpus, keep_gpus, open_gpus
+from cockpit.core.machine.gpu_types import GpuInfo
+from cockpit.core.machine.nvml import GpuReader, close_gpus, keep_gpus, open_gpus
 
 
 @dataclass(frozen=True)

@@ -44,10 +44,10 @@ from cockpit.contract.events import (
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import JobRecord, RunRecord, RunRecordError, read, unix
 from cockpit.contract.states import JobState, RunStatus
-from cockpit.core.feed.detail import JobDetails
+from cockpit.core.feed.detail import JobDetailReaders
 from cockpit.core.feed.snapshot import JobView, MemoryFigures, RunState, job_view
 from cockpit.core.feed.source import WINDOW_S, Frame, JobDetail, SourceError, Transition
-from cockpit.core.machine.nvml import GpuInfo, GpuSample
+from cockpit.core.machine.gpu_types import GpuInfo, GpuSample
 from cockpit.core.record.runlog import MIB
 from cockpit.core.telemetry.memwatch import MemoryVerdict, MemWatch
 from cockpit.core.telemetry.sampler import JobUsage, Sample
@@ -63,7 +63,7 @@ TERMINAL_STATES = frozenset({"done", "stopped", "failed", "paused"})
 
 def csv_rows(path: Path) -> Iterator[dict[str, str]]:
     """The rows of a telemetry CSV by column name; a torn last line is dropped, no file is no rows.
-    The one reader of the CSVs: replay and the report's plots (`runseries`) both read through it."""
+    The one reader of the CSVs: replay and the report's plots (`record.series`) both read through it."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError:
@@ -471,7 +471,7 @@ class ReplaySource:
 
     def __init__(self, run_dir: Path) -> None:
         self.run_dir = run_dir
-        self._details = JobDetails(run_dir)
+        self._details = JobDetailReaders(run_dir)
         self.read_only = True
         self._files = RunDir(run_dir)
         recorded = _load_run_log(run_dir)

@@ -37,8 +37,8 @@ from cockpit.contract.runrecord import (
 from cockpit.contract.runspec import RunSpec
 from cockpit.contract.settings import recorded_values
 from cockpit.core.feed.snapshot import JobView, MemoryFigures, RunState
+from cockpit.core.machine.gpu_types import GpuInfo, GpuSample
 from cockpit.core.machine.host import HostInfo
-from cockpit.core.machine.nvml import GpuInfo, GpuSample
 from cockpit.core.telemetry.memwatch import MemWatch
 from cockpit.core.telemetry.phases import Accounting, GpuFigures, PhaseAccountant, PhaseStats
 from cockpit.core.telemetry.sampler import Sample

@@ -154,7 +154,7 @@ def _job(job_id: str, seed: int, events: Path, end: float) -> JobSeries:
 
     for event in iter_events(events):
         t = last_t = max(last_t, event.t)  # clocks may step back; the series must not
-        throughput.feed(event)
+        throughput.observe(event)
         if isinstance(event, PhaseEvent):
             transition(t, event.phase)
             if event.phase == "rollout":

@@ -1,9 +1,11 @@
 """A run's life: the 5 Hz loop that ties the rest together, and runs in the background.
 
-- `loop`: `run_session` and friends: opens the launcher and sampler, ticks the supervisor, the
-  recorder, TensorBoard, `--auto` and the control socket, and ends the run cleanly;
+- `loop`: `RunSession` and `run_on_launcher`: opens the launcher and sampler, ticks the
+  supervisor, the recorder, TensorBoard, `--auto` and the control socket, and ends the run cleanly;
 - `background`: `cockpit run --headless` detached from the terminal, and the wait for its socket;
-- `mps`: `--mps` around a run's or a fleet's session: the refusal, the daemon opened and stopped.
+- `mps_session`: `--mps` around a run's or a fleet's session: the refusal, the daemon opened and stopped;
+- `compute_modes`: how the GPUs' compute modes bound a run's jobs, before it starts;
+- `on_done`: `--on-done CMD`, run once when the run ends.
 
 The top of `cockpit.core`: it may import every package below it, and none imports it.
 """

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cockpit.contract.runspec import RunSpec
-from cockpit.core.machine.nvml import GpuInfo, GpuReader
+from cockpit.core.machine.gpu_types import GpuInfo
+from cockpit.core.machine.nvml import GpuReader
 from cockpit.core.machine.placement import capacity_refusal, job_capacity, mode_lines, rooms_of
 from cockpit.core.machine.visibility import with_slices
 

@@ -120,7 +120,7 @@ class RunSession:
     fleet_factory: FleetFactory | None = None
     # Lines the run's warnings begin with: what the cockpit's CUDA_VISIBLE_DEVICES left it (`visibility.visible_gpus`).
     notes: tuple[str, ...] = ()
-    # Under --mps: where the jobs of each GPU meet their MPS daemon (`cockpit.core.machine.mps`); a
+    # Under --mps: where the jobs of each GPU meet their MPS daemon (`cockpit.core.machine.mps_daemon`); a
     # daemon found running, with or without --mps (`MpsServers.external`).
     mps: MpsServers | None = None
     # False: the daemons stand ready for --auto, which makes the jobs their clients to measure MPS.

@@ -28,8 +28,8 @@ from typing import Protocol
 from cockpit.contract.advice import Advice, AdviceSetting
 from cockpit.contract.costs import MIN_MPS_GAIN, Costs, MpsGain
 from cockpit.contract.presets import Preset, largest_divisor_at_most
+from cockpit.core.machine.gpu_types import GpuInfo
 from cockpit.core.machine.host import HostInfo
-from cockpit.core.machine.nvml import GpuInfo
 from cockpit.core.machine.placement import GpuRoom, fit_jobs, job_capacity, mode_lines, place, rooms_of
 from cockpit.core.sizing.devices import Mix, mix_sps, mixes
 from cockpit.core.sizing.overlap import Station, overlap_sps, speed_of

@@ -11,10 +11,10 @@ from cockpit.contract.costs import Costs, MpsGain
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.progress import ProgressFn
 from cockpit.contract.runspec import ConfigError, checked_env
-from cockpit.core.launch.trainable import check_trainable
+from cockpit.core.launch.preflight import check_trainable
+from cockpit.core.machine.gpu_types import GpuInfo
 from cockpit.core.machine.host import host_info
-from cockpit.core.machine.mps import refusal
-from cockpit.core.machine.nvml import GpuInfo
+from cockpit.core.machine.mps_daemon import refusal
 from cockpit.core.machine.visibility import open_first_gpu
 from cockpit.core.sizing.advisor import Machine, advise, machine_of
 from cockpit.core.sizing.cost_probe import measured_costs
@@ -71,7 +71,7 @@ def cpu_costs_for(say: Callable[[str], None], machine: Machine, preset: Preset,
 
 def mps_outlook(machine: Machine, preset: Preset) -> tuple[MpsGain | None, str | None]:
     """What MPS was measured to do for `preset` on this machine's GPU (None: nobody measured it,
-    `mps_gains`), and why `--mps` cannot be used here (None: it can; `mps.refusal`)."""
+    `mps_gains`), and why `--mps` cannot be used here (None: it can; `mps_daemon.refusal`)."""
     return cached_mps_gain(preset, machine.gpu_name), refusal(machine_gpus(machine))
 
 

@@ -92,10 +92,10 @@ class Progress:
         """The rollout starts, oldest first, as (t, num_timesteps)."""
         return self.marks.rollout_starts
 
-    def feed(self, events: Iterable[Event]) -> None:
+    def observe(self, events: Iterable[Event]) -> None:
         """Take in a worker's new events."""
         for event in events:
-            self.marks.feed(event)
+            self.marks.observe(event)
             self.failed |= isinstance(event, ErrorEvent)
 
     def cycles_since(self, t0: float) -> list[tuple[float, int]]:
@@ -164,7 +164,7 @@ def run_trial(preset: Preset, config: Config, *, workdir: Path, measure_s: float
 
         def poll() -> None:
             for i, (reader, handle) in enumerate(zip(readers, handles, strict=True)):
-                progress[i].feed(reader.read_new())
+                progress[i].observe(reader.read_new())
                 if progress[i].failed or launcher.poll(handle) is not None:
                     said = launcher.stderr_tail(handle, 1)
                     raise TrialError(f"{config.label()}: worker {i} failed" + (f": {said}" if said else "")

@@ -49,7 +49,7 @@ that GPU still has a worker: a crash under MPS waits for the others of its GPU w
 be the first of a fault (`MPS_FAULT_WINDOW_S`), and a fault's jobs wait until they are all gone.
 Jobs of other GPUs are never held: each GPU has its own daemon. The same holds without `--mps`
 where a daemon found running serves every CUDA process (`MpsServers.external`). An error of MPS
-itself (`mps.mps_error`: the server not ready, the client unable to connect) is never taken for
+itself (`mps_daemon.mps_error`: the server not ready, the client unable to connect) is never taken for
 the job's input: it restarts with back-off as any GPU fault does.
 
 Commands and interrupts may come from any thread (a signal handler, the TUI); they are only
@@ -106,12 +106,12 @@ from cockpit.contract.workerargs import (
     WorkerArgs,
     mps_memory_limit_mib,
 )
-from cockpit.core.feed.snapshot import Overrides, RunState, job_view, stepping_sps
+from cockpit.core.feed.snapshot import NO_EVENTS_NOTE, Overrides, RunState, job_view, stepping_sps
 from cockpit.core.launch.protocol import EventSource, Launcher, LaunchRequest, WorkerHandle
 from cockpit.core.machine.clock import Clock, SystemClock
+from cockpit.core.machine.gpu_types import GpuInfo
 from cockpit.core.machine.host import ThreadBudget, pin_sets, thread_budget
-from cockpit.core.machine.mps import mps_error
-from cockpit.core.machine.nvml import GpuInfo
+from cockpit.core.machine.mps_daemon import mps_error
 from cockpit.core.machine.placement import GpuRef, GpuRoom, place
 from cockpit.core.supervise.jobs import Job
 from cockpit.core.telemetry.memwatch import MemoryVerdict
@@ -123,7 +123,6 @@ STOP_GRACE_S = 12.0
 # A stalled job is shown as such at least this long before it is killed: a viewer sees why, and a
 # worker that was only slow gets one more chance to report.
 STALL_GRACE_S = 10.0
-NO_EVENTS_NOTE = "no training events: add CockpitCallback for phases and progress"
 DEFAULT_RESTART = RestartPolicy()  # frozen, so one instance can be every supervisor's default
 # Under MPS, crashes of jobs of one GPU this close together are one client fault that ended them
 # all: the driver ends every client within moments, and their workers exit as their next CUDA call
@@ -547,7 +546,7 @@ class Supervisor:
         if job.last_event_t is not None and not isinstance(event, StartedEvent):
             job.longest_silence_s = max(job.longest_silence_s, event.t - job.last_event_t)
         job.last_event_t = event.t
-        job.throughput.feed(event)  # a `started` event begins the new attempt's measure
+        job.throughput.observe(event)  # a `started` event begins the new attempt's measure
         if job.exit_reason == NO_EVENTS_NOTE:
             job.exit_reason = None
         if isinstance(event, StartedEvent):

@@ -6,7 +6,7 @@
 - `throughput`: steps per second, episodes per hour and ETAs, one definition for all;
 - `trend`: the run's aggregate SPS and best return over the last minutes;
 - `memwatch`: the verdict on a job's memory series (steady, or growing: a leak);
-- `thinned`: a bounded series that keeps its shape as it thins.
+- `bounded_series`: `Thinned`, a bounded series that keeps its shape as it thins.
 
 Imports only `cockpit.core.machine` below it.
 """

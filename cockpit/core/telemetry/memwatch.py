@@ -38,7 +38,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from cockpit.core.telemetry.thinned import Thinned
+from cockpit.core.telemetry.bounded_series import Thinned
 
 MIB = 1024 * 1024
 WARMUP_S = 180.0  # the first minutes of a worker: its memory rises as it starts, which is normal

@@ -40,9 +40,10 @@ from pathlib import Path
 
 import psutil
 
-from cockpit.contract.remote import NodeSample
+from cockpit.contract.ray_reports import NodeSample
 from cockpit.core.machine.clock import Clock, SystemClock
-from cockpit.core.machine.nvml import GpuInfo, GpuReader, GpuSample, close_gpus, gpu_lost
+from cockpit.core.machine.gpu_types import GpuInfo, GpuSample
+from cockpit.core.machine.nvml import GpuReader, close_gpus, gpu_lost
 from cockpit.core.machine.placement import GpuRoom, rooms_of
 
 SAMPLE_HZ = 5.0

@@ -20,7 +20,7 @@ its train phase. So the live figure here is measured between rollout starts, ove
 
 Each worker attempt is measured on its own: a `started` event starts the measure again, so a
 restarted job's start-up time (imports, env creation, checkpoint load) is not counted as
-throughput. `Throughput` is fed with events in order (the supervisor, tune's trials);
+throughput. `Throughput` observes events in order (the supervisor, tune's trials);
 `window_start` and `live_rate` are the definition, and replay applies them to its indexed lists
 of rollout starts, so every view shows the same figure for the same events.
 
@@ -92,7 +92,7 @@ def live_rate(start: Mark, end: Mark, latest: Mark, now: float) -> float | None:
 
 @dataclass
 class Throughput:
-    """One job's live throughput, fed with its events in order (see the module docstring).
+    """One job's live throughput, observing its events in order (see the module docstring).
 
     Keeps the rollout starts of the current attempt that the window can still need: at most about
     `2 * max_cycles + 64` marks whatever the run's length. With `window_s` infinite every rollout
@@ -108,7 +108,7 @@ class Throughput:
     _steps: list[int] = field(default_factory=list)
     _episodes: list[int | None] = field(default_factory=list)  # the episode count at each rollout start
 
-    def feed(self, event: Event) -> None:
+    def observe(self, event: Event) -> None:
         """Take in the job's next event."""
         if isinstance(event, StartedEvent):
             self.restart()
@@ -123,10 +123,10 @@ class Throughput:
                 self._episodes.append(self.latest_episodes)
                 self._prune()
 
-    def feed_all(self, events: Iterable[Event]) -> None:
+    def observe_all(self, events: Iterable[Event]) -> None:
         """Take in the job's next events, in order."""
         for event in events:
-            self.feed(event)
+            self.observe(event)
 
     def restart(self) -> None:
         """A new attempt began: what the previous worker did is not this one's throughput."""

@@ -19,7 +19,7 @@ from cockpit.core.feed.snapshot import preset_label
 from cockpit.core.feed.source import JobDetail, RunSource, SourceError
 from cockpit.views.formatting import eta, num, steps_of
 from cockpit.views.tui.footer import Keys
-from cockpit.views.tui.kept_screen import ShownAgain
+from cockpit.views.tui.reused_screen import ShownAgain
 
 REFRESH_S = 2.0
 

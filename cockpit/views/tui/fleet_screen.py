@@ -19,9 +19,9 @@ from textual.widget import Widget
 
 from cockpit.core.feed.snapshot import FleetView, SearchView, TierView
 from cockpit.core.feed.source import Frame, RunSource
-from cockpit.views.formatting import eta, num, si, tier_target
-from cockpit.views.tui.kept_screen import ShownAgain
+from cockpit.views.formatting import eta, money, num, si, tier_target
 from cockpit.views.tui.lines_widget import LinesWidget
+from cockpit.views.tui.reused_screen import ShownAgain
 
 POLL_S = 0.2
 NOTICES_SHOWN = 8
@@ -32,11 +32,6 @@ TIER_COLUMNS = ("tier", "target", "ETA", "planned", "entered", "queued", "runnin
 # Seed before the overrides: an override list can be long, and the screen's edge crops the last column.
 LEADER_COLUMNS = ("#", "agent", "score", "tier", "steps", "env", "preset", "seed", "overrides")
 LEFT = frozenset({"agent", "env", "preset", "overrides"})  # the rest are figures, right-aligned
-
-
-def money(usd: float | None) -> str:
-    """Dollars with cents, or "-" when unknown."""
-    return "-" if usd is None else f"${usd:,.2f}"
 
 
 def preset_name(preset: str) -> str:
@@ -58,7 +53,7 @@ def fleet_summary(fleet: FleetView) -> str:
 
 def fleet_title(fleet: FleetView) -> str:
     """The fleet screen's first line: name, promotion, size, ETA, rate and cost."""
-    rate = f"${fleet.rate_usd_per_h:,.2f}/h" if fleet.rate_usd_per_h else "no rate set (--rate)"
+    rate = f"{money(fleet.rate_usd_per_h)}/h" if fleet.rate_usd_per_h else "no rate set (--rate)"
     line = f"fleet {fleet.name}  {fleet.agents} agents  {fleet.promotion} promotion"
     line += f"  ETA {eta(fleet.eta_s)}  rate {rate}"
     if fleet.rate_usd_per_h:

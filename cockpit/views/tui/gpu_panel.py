@@ -1,5 +1,5 @@
 """The GPU panel: utilization ("busy": the share of time any kernel ran, see
-`cockpit.core.machine.utilread.BUSY_LEGEND`) and memory over the last minute, and one phase lane per job below
+`cockpit.core.machine.util_reading.BUSY_LEGEND`) and memory over the last minute, and one phase lane per job below
 them on the same time axis, so a training burst lines up with the job that caused it.
 
 On a machine of several GPUs it has a section per GPU: its name, utilization and memory now, one
@@ -19,8 +19,8 @@ from rich.text import Text
 
 from cockpit.core.feed.snapshot import JobView
 from cockpit.core.feed.source import WINDOW_S, Frame
-from cockpit.core.machine.nvml import GpuInfo, GpuSample
-from cockpit.core.machine.utilread import BUSY, util_read
+from cockpit.core.machine.gpu_types import GpuInfo, GpuSample
+from cockpit.core.machine.util_reading import BUSY, util_read
 from cockpit.views.formatting import GIB, compute_mode, num, used_of
 from cockpit.views.tui.lines_widget import FramePanel
 from cockpit.views.tui.timeaxis import LaneCells, bar_rows, bucket_max

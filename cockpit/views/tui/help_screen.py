@@ -12,7 +12,7 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from cockpit.views.tui.kept_screen import ShownAgain
+from cockpit.views.tui.reused_screen import ShownAgain
 
 PANELS = """\
 GPU panel: "busy", NVML's utilization: the share of time in which any kernel ran on the GPU, not

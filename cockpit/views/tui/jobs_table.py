@@ -16,7 +16,6 @@ from textual.binding import Binding
 from textual.message import Message
 
 from cockpit.core.feed.snapshot import JobView, RunState, preset_label
-from cockpit.core.supervise.supervisor import NO_EVENTS_NOTE
 from cockpit.views.formatting import eta, mib, num, scoring_of, si, target_of
 from cockpit.views.tui.lines_widget import LinesWidget
 
@@ -56,7 +55,7 @@ def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
         "preset": preset_label(job.preset or state.preset, job.overrides),
         "status": job.state,
         # A running script without CockpitCallback has no phases: say so where they would be.
-        "phase": job.phase or ("no events" if job.state.stepping and job.exit_reason == NO_EVENTS_NOTE else ""),
+        "phase": job.phase or ("no events" if job.state.stepping and job.no_events else ""),
         # An episode target's cell is its unit and fraction already; narrow, it leaves room for ep/h.
         "steps": f"{steps} {job.fraction:4.0%}"
         if not scoring and (job.target or (job.target_episodes and wide))

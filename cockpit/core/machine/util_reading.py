@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from cockpit.contract.runrecord import GpuUseRecord
-from cockpit.core.machine.nvml import UTIL_BUFFER, UTIL_POLL
+from cockpit.core.machine.gpu_types import UTIL_BUFFER, UTIL_POLL
 
 BUSY = "busy"
 BUSY_LONG = "busy (any kernel)"

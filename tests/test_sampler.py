@@ -11,7 +11,8 @@ from typing import Any
 import psutil
 import pytest
 
-from cockpit.core.machine.nvml import UTIL_BUFFER, UTIL_NONE_MIG, UTIL_POLL, close_gpus, open_gpu, open_gpus
+from cockpit.core.machine.gpu_types import UTIL_BUFFER, UTIL_NONE_MIG, UTIL_POLL
+from cockpit.core.machine.nvml import close_gpus, open_gpu, open_gpus
 from cockpit.core.telemetry.sampler import TREE_SCAN_MAX_S, TREE_SCAN_S, Sample, Sampler
 from tests.fake_pynvml import GIB, FakeGpu, FakeNvml, NVMLError_GpuIsLost, NVMLError_LibraryNotFound
 from tests.fakeclock import FakeClock

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from cockpit.commands.htmlreport import _jobs, _summary
 from cockpit.contract.runrecord import GpuUseRecord, parse, read, render, write
-from cockpit.core.machine.nvml import UTIL_BUFFER, UTIL_NONE_MIG, UTIL_POLL, GpuSample
-from cockpit.core.machine.utilread import gpu_read_lines, util_read
+from cockpit.core.machine.gpu_types import UTIL_BUFFER, UTIL_NONE_MIG, UTIL_POLL, GpuSample
+from cockpit.core.machine.util_reading import gpu_read_lines, util_read
 from cockpit.core.record.replay import open_replay
 from cockpit.core.record.runlog import MIB, Recorder
 from cockpit.core.telemetry.sampler import JobUsage, Sample

@@ -25,8 +25,8 @@ from gymnasium import spaces
 
 from cockpit.contract.envids import WORKDIR_ENV
 from cockpit.contract.presets import Preset, load
-from cockpit.contract.trainable import Unfit, dump_verdicts, load_verdicts
-from cockpit.core.launch.trainable import unfit_envs
+from cockpit.contract.trainability import Unfit, dump_verdicts, load_verdicts
+from cockpit.core.launch.preflight import unfit_envs
 from cockpit_training.envs import policy_for
 from cockpit_training.trainable import observation_unfit, verdict
 

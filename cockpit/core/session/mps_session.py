@@ -2,7 +2,7 @@
 anything starts where MPS cannot be used, open the daemons (one per GPU the run may place jobs on)
 before the first job, and stop them (only those this run started) once the session has ended.
 Without `--mps`, a daemon found serving makes the jobs its clients all the same: the run says so.
-The daemons' rules are `cockpit.core.machine.mps`'s."""
+The daemons' rules are `cockpit.core.machine.mps_daemon`'s."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from collections.abc import Callable, Sequence
 
 from cockpit.contract.runspec import RunSpec
 from cockpit.contract.workerargs import MpsServers
-from cockpit.core.machine.mps import (
+from cockpit.core.machine.gpu_types import GpuInfo
+from cockpit.core.machine.mps_daemon import (
     Daemon,
     MpsError,
     close_daemons,
@@ -23,11 +24,11 @@ from cockpit.core.machine.mps import (
     started_by,
     why_unmeasurable,
 )
-from cockpit.core.machine.nvml import GpuInfo, GpuReader, close_gpus
+from cockpit.core.machine.nvml import GpuReader, close_gpus
 
 
 def mps_refusal(spec: RunSpec, gpus: Sequence[GpuReader], gpu_status: str) -> str | None:
-    """Why `spec`'s `--mps` cannot run here (`mps.refusal` on the GPUs the run may use: `--gpus`'
+    """Why `spec`'s `--mps` cannot run here (`mps_daemon.refusal` on the GPUs the run may use: `--gpus`'
     among `gpus`), in one line; None without `--mps` or when it can."""
     if not spec.mps:
         return None
@@ -43,7 +44,7 @@ def auto_mps(spec: RunSpec, gpus: Sequence[GpuReader], gpu_status: str) -> tuple
     """Whether `run --auto` should have MPS daemons stand ready, to measure the jobs as their
     clients once they are sized, and, where it would not on a machine with a GPU, one line why.
     Not under `--mps` (the jobs are clients from the start), nor where MPS cannot be used here
-    (`mps.refusal`), nor where a daemon already serves, whoever started it: every CUDA job is its
+    (`mps_daemon.refusal`), nor where a daemon already serves, whoever started it: every CUDA job is its
     client, and MPS would be compared with MPS."""
     if spec.mps:
         return False, None
@@ -56,7 +57,7 @@ def auto_mps(spec: RunSpec, gpus: Sequence[GpuReader], gpu_status: str) -> tuple
 
 def open_mps(spec: RunSpec, gpus: Sequence[GpuInfo], standby: bool = False) -> tuple[list[Daemon], list[str]]:
     """The daemons `spec`'s jobs on `gpus` are clients of, and the lines the run should show about
-    them: under `--mps`, or `standby` (for `--auto` to measure), those `mps.open_daemons` opens;
+    them: under `--mps`, or `standby` (for `--auto` to measure), those `mps_daemon.open_daemons` opens;
     without either, a daemon found serving (the jobs are its clients anyway), else none. Either way
     daemons a killed cockpit left in the run directory are quit first. MpsError (one line) when a
     daemon cannot be started."""
@@ -72,7 +73,7 @@ def open_mps(spec: RunSpec, gpus: Sequence[GpuInfo], standby: bool = False) -> t
 
 
 def close_mps(daemons: Sequence[Daemon], spec: RunSpec, who: str) -> None:
-    """Stop the run's daemons that it started (`mps.close_daemons`); one that would not stop is
+    """Stop the run's daemons that it started (`mps_daemon.close_daemons`); one that would not stop is
     one line on stderr, prefixed with `who`."""
     problem = close_daemons(daemons, spec.run_dir)
     if problem:

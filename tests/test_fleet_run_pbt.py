@@ -1,4 +1,4 @@
-"""A pbt fleet on a scripted supervisor (`tests/test_fleetrun.py`'s `ScriptedFleet`): at a tier
+"""A pbt fleet on a scripted supervisor (`tests/test_fleet_run.py`'s `ScriptedFleet`): at a tier
 boundary nobody is culled, the bottom agent copies the top agent's checkpoint and takes its perturbed
 searched values, fleet.db records the lineage, and a kill between the decision and the copy is
 repaired on resume. The scripted workers write a checkpoint directory as a real one does."""
@@ -13,7 +13,7 @@ from cockpit.contract.presets import load
 from cockpit.core.fleet import pbt
 from cockpit.core.fleet.report import fleet_summary
 from cockpit.core.fleet.store import FleetStore
-from tests.test_fleetrun import ScriptedFleet
+from tests.test_fleet_run import ScriptedFleet
 from tests.test_supervisor import FakeProcess
 
 PLAN = """

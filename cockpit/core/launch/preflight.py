@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from cockpit.contract.envids import EnvError, backend_for
 from cockpit.contract.presets import Preset, to_toml
 from cockpit.contract.runspec import ConfigError
-from cockpit.contract.trainable import TRAINABLE_MODULE, Unfit, load_verdicts
+from cockpit.contract.trainability import TRAINABLE_MODULE, Unfit, load_verdicts
 from cockpit.contract.workerargs import PARENT_PID_ENV
 
 # Importing torch and SB3 takes a few seconds, building and stepping an env a moment; an env whose

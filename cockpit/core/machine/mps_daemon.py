@@ -56,7 +56,7 @@ from cockpit.contract.workerargs import (
     MpsServers,
     gpu_environment,
 )
-from cockpit.core.machine.nvml import GpuInfo
+from cockpit.core.machine.gpu_types import GpuInfo
 from cockpit.core.machine.tempdirs import private_dir
 
 CONTROL_PROGRAM = "nvidia-cuda-mps-control"

@@ -26,12 +26,13 @@ from cockpit.contract.workerargs import MpsDaemonDirs, MpsServers, WorkerArgs, m
 from cockpit.core.launch.local import LocalLauncher
 from cockpit.core.launch.pooled import PooledLauncher
 from cockpit.core.launch.protocol import LaunchRequest
-from cockpit.core.machine import mps
+from cockpit.core.machine import mps_daemon
 from cockpit.core.machine import nvml as nvml_module
-from cockpit.core.machine.mps import MpsError, close_daemons, open_daemons, quit_left_behind, refusal
-from cockpit.core.machine.nvml import GpuInfo, close_gpus, open_gpus
+from cockpit.core.machine.gpu_types import GpuInfo
+from cockpit.core.machine.mps_daemon import MpsError, close_daemons, open_daemons, quit_left_behind, refusal
+from cockpit.core.machine.nvml import close_gpus, open_gpus
 from cockpit.core.machine.placement import GpuRef
-from cockpit.core.session.mps import auto_mps, with_mps
+from cockpit.core.session.mps_session import auto_mps, with_mps
 from tests import mps_standin
 from tests.fake_pynvml import FakeGpu, FakeNvml
 from tests.fakeclock import FakeClock
@@ -84,7 +85,7 @@ def test_a_long_run_dir_gets_its_pipes_in_a_short_private_directory(
     run_dir = standin.root / ("r" * 80)
     [daemon], _ = open_daemons(run_dir, [VOLTA_GPU])
     try:
-        assert len(str(daemon.pipe_dir)) <= mps.MAX_PIPE_DIR
+        assert len(str(daemon.pipe_dir)) <= mps_daemon.MAX_PIPE_DIR
         assert daemon.pipe_dir.name.startswith(f"cockpit-mps-{os.getuid()}-")
         assert daemon.log_dir == RunDir(run_dir).mps_gpu_log(0)  # logs have no such limit: they stay with the run
     finally:
@@ -108,7 +109,7 @@ def test_a_daemon_already_serving_the_user_is_used_and_never_stopped(standin: St
     ]
     assert len(standin.calls()) == 1  # the user's own -d: cockpit started nothing
     assert not RunDir(run_dir).mps_record.exists()
-    served = mps.servers(daemons)
+    served = mps_daemon.servers(daemons)
     assert served.external and served.for_gpu(0) == served.for_gpu(1) == MpsDaemonDirs(str(standin.system_pipe))
 
     assert close_daemons(daemons, run_dir) is None
@@ -132,8 +133,8 @@ def test_a_control_pipe_whose_daemon_died_is_no_daemon(standin: StandIn) -> None
 _COCKPIT = """
 import sys, time
 from pathlib import Path
-from cockpit.core.machine.mps import open_daemons
-from cockpit.core.machine.nvml import GpuInfo
+from cockpit.core.machine.mps_daemon import open_daemons
+from cockpit.core.machine.gpu_types import GpuInfo
 gpus = [GpuInfo(i, "fake", 0, "", f"GPU-fake-{i}") for i in range(int(sys.argv[2]))]
 daemons, _ = open_daemons(Path(sys.argv[1]), gpus)
 print(" ".join(str(d.pid) for d in daemons), flush=True)
@@ -527,7 +528,7 @@ def test_a_run_on_two_gpus_starts_a_daemon_per_gpu_each_seeing_that_gpu_alone(st
         assert [d.gpu for d in daemons] == [0, 1] and len({d.pid for d in daemons}) == 2 and len(notes) == 2
         record = json.loads(files.mps_record.read_text())
         assert [(e["gpu"], e["daemon_pid"]) for e in record["daemons"]] == [(0, daemons[0].pid), (1, daemons[1].pid)]
-        served = mps.servers(daemons)
+        served = mps_daemon.servers(daemons)
         assert not served.external and served.for_gpu(1) == MpsDaemonDirs(str(daemons[1].pipe_dir),
                                                                           str(daemons[1].log_dir))  # fmt: skip
     finally:
@@ -542,14 +543,14 @@ def test_a_daemon_that_fails_on_the_second_gpu_stops_the_first_and_is_one_line(
     standin: StandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_dir = standin.root / "run"
-    real = mps._start
+    real = mps_daemon._start
 
-    def second_fails(run_dir: Path, gpu: GpuInfo, env: dict[str, str]) -> mps.Daemon:
+    def second_fails(run_dir: Path, gpu: GpuInfo, env: dict[str, str]) -> mps_daemon.Daemon:
         if gpu.index == 1:
             raise MpsError("--mps: nvidia-cuda-mps-control -d failed with code 1 (GPU 1)")
         return real(run_dir, gpu, env)
 
-    monkeypatch.setattr(mps, "_start", second_fails)
+    monkeypatch.setattr(mps_daemon, "_start", second_fails)
     with pytest.raises(MpsError, match=r"\(GPU 1\)$"):
         open_daemons(run_dir, [VOLTA_GPU, SECOND_GPU])
     [first] = [c for c in standin.calls() if c["argv"] == ["-d"]]
@@ -566,7 +567,7 @@ def test_another_users_daemon_is_no_refusal_and_is_used_for_every_gpu(
     pid = standin.start_daemon_by_hand()
     other = mps_standin.as_another_user(standin.system_pipe, monkeypatch)
     assert refusal([VOLTA_GPU]) is None  # a root daemon starts a server for each user that asks
-    found = mps.serving()
+    found = mps_daemon.serving()
     assert found is not None and found.pid == pid and not found.owned
     daemons, notes = open_daemons(standin.root / "run", [VOLTA_GPU, SECOND_GPU])
     assert daemons == [found] and len(standin.calls()) == 1
@@ -633,7 +634,7 @@ def test_a_pid_file_naming_a_live_process_that_is_no_daemon_is_stale(standin: St
     squatter = subprocess.Popen(["sleep", "600"])  # the pid file's number, since reused by another program
     try:
         (standin.system_pipe / "nvidia-cuda-mps-control.pid").write_text(f"{squatter.pid}\n")
-        assert mps.serving() is None
+        assert mps_daemon.serving() is None
         daemons, _ = open_daemons(standin.root / "run", [VOLTA_GPU])
         try:
             assert daemons[0].owned and daemons[0].pipe_dir != standin.system_pipe
