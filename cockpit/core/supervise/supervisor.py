@@ -83,14 +83,8 @@ from cockpit.contract.controls import (
     StopJob,
 )
 from cockpit.contract.events import (
-    CheckpointEvent,
-    ErrorEvent,
-    EvaluatedEvent,
     Event,
     FinishedEvent,
-    HeartbeatEvent,
-    PhaseEvent,
-    ProgressEvent,
     StartedEvent,
 )
 from cockpit.contract.files import free_space
@@ -327,8 +321,8 @@ class Supervisor:
         for event in events:
             self._apply(job, event)
         job.attempt_finished = job.attempt_error = None
-        if job.phase is not None:  # the earlier session's last phase ended with that session
-            job.phases.append((events[-1].t, None))
+        if events:  # the earlier session's last phase ended with that session
+            job.end_attempt(events[-1].t)
         job.phase = job.phase_since = job.scoring = None
         # Mean SPS covers what this session trains, over this session's running time.
         job.steps_at_first_start, job.first_started_at = job.steps, None
@@ -541,60 +535,23 @@ class Supervisor:
         return bool(new)
 
     def _apply(self, job: Job, event: Event) -> None:
-        # The longest silence between two events of one attempt (a `started` opens an attempt),
-        # on the worker's timestamps: what the default stall timeout grows with.
-        if job.last_event_t is not None and not isinstance(event, StartedEvent):
-            job.longest_silence_s = max(job.longest_silence_s, event.t - job.last_event_t)
-        job.last_event_t = event.t
-        job.throughput.observe(event)  # a `started` event begins the new attempt's measure
+        """Take in one of the job's events: what it says of the job (`JobEvents.apply`, replay's
+        reading too), and what the supervisor makes of it (a script's target, running at start)."""
+        job.apply(event)
         if job.exit_reason == NO_EVENTS_NOTE:
             job.exit_reason = None
         if isinstance(event, StartedEvent):
-            job.attempt_started_seen = True
             if self.template.script is not None and event.target_steps:
                 job.target = event.target_steps  # the script's own total: its progress and ETA
-            job.device = event.device
-            job.cuda_reserved_bytes = None  # a new worker: its allocator starts empty
-            job.steps = job.attempt_from_step = event.resumed_from_step or 0
-            job.episodes = event.resumed_episodes or 0
-            if job.steps_at_first_start is None:
-                job.steps_at_first_start, job.first_started_at = job.steps, event.t
             if job.state is JobState.STARTING:
                 job.change_state(JobState.RUNNING, self.clock.time())
-        elif isinstance(event, PhaseEvent):
-            job.phase, job.phase_since, job.scoring = event.phase, event.t, None
-            job.phases.append((event.t, event.phase))
-            job.steps = event.num_timesteps
-        elif isinstance(event, ProgressEvent):
-            job.steps = event.num_timesteps
-            job.rollout_sps, job.ep_rew_mean = event.sps, event.ep_rew_mean
-            job.ep_len_mean, job.episodes = event.ep_len_mean, event.episodes or 0
-            if event.cuda_reserved_bytes is not None:
-                job.cuda_reserved_bytes = event.cuda_reserved_bytes
-            if event.cuda_peak_bytes is not None:
-                job.cuda_peak_bytes = max(job.cuda_peak_bytes or 0, event.cuda_peak_bytes)
-        elif isinstance(event, CheckpointEvent):
-            job.checkpoints += 1
-            job.last_checkpoint_step = event.step
-        elif isinstance(event, FinishedEvent) and job.attempt_started_seen:
-            # A `finished` before this attempt's `started` is a previous worker's late word.
-            job.attempt_finished = event
-            job.steps = event.steps
-        elif isinstance(event, ErrorEvent):
-            job.attempt_error = event
-        elif isinstance(event, EvaluatedEvent):
-            job.evaluation = event
-        elif isinstance(event, HeartbeatEvent) and event.scored is not None and event.to_score is not None:
-            job.scoring = (event.scored, event.to_score)
 
     def _exited(self, job: Job, code: int) -> None:
         now = self.clock.time()
         handle, job.handle = job.handle, None
         if job.attempt_started_at is not None:
             job.active_seconds += now - job.attempt_started_at
-        if job.phase is not None:
-            job.phases.append((now, None))
-            job.phase = job.phase_since = job.scoring = None
+        job.end_attempt(now)
         finished = job.attempt_finished
         if self.template.script is not None:  # a script is done when it exits 0, whatever it reported
             finished = FinishedEvent(now, "done", job.steps) if code == 0 and not job.stop_requested else None

@@ -104,6 +104,7 @@ class Throughput:
     # The newest whole-episode count (a progress event's, or the started event's resumed count);
     # None while the worker reports none (a script's own events may not).
     latest_episodes: int | None = None
+    rollouts: int = 0  # rollout starts seen, over every attempt (those kept are pruned)
     _times: list[float] = field(default_factory=list)  # rollout starts of this attempt, oldest first
     _steps: list[int] = field(default_factory=list)
     _episodes: list[int | None] = field(default_factory=list)  # the episode count at each rollout start
@@ -121,6 +122,7 @@ class Throughput:
                 self._times.append(event.t)
                 self._steps.append(event.num_timesteps)
                 self._episodes.append(self.latest_episodes)
+                self.rollouts += 1
                 self._prune()
 
     def observe_all(self, events: Iterable[Event]) -> None:
@@ -140,6 +142,13 @@ class Throughput:
     def rollout_starts(self) -> list[Mark]:
         """The rollout starts kept, oldest first, as (t, num_timesteps)."""
         return list(zip(self._times, self._steps, strict=True))
+
+    @property
+    def newest_rollout(self) -> tuple[float, int, int | None] | None:
+        """The newest rollout start of this attempt: (t, num_timesteps, episode count then)."""
+        if not self._times:
+            return None
+        return self._times[-1], self._steps[-1], self._episodes[-1]
 
     def cycles_since(self, t0: float) -> list[Mark]:
         """The rollout starts kept at or after `t0`."""
