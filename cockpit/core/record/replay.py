@@ -1,9 +1,11 @@
 """Replay: a finished run, read back from its files, shown as it was at any moment.
 
 Everything is read once when the replay opens: `run.toml`, the telemetry CSVs and every job's
-`events.jsonl`. Each job's history becomes a few time-sorted lists (starts, outcomes, steps,
-progress, checkpoints, phase transitions), so the state at any `t` is a handful of bisections
-and `seek` + `frame` cost the same at any position. What the event files cannot say (why the
+`events.jsonl`. Each job's events are folded through `telemetry.job_events.JobEvents`, the reading
+the supervisor applies live, and what it says after each event is kept in a few time-sorted lists
+(starts, outcomes, steps, progress, checkpoints, phase transitions), so the state at any `t` is a
+handful of bisections, `seek` + `frame` cost the same at any position, and a job shows what the
+live view showed of it. What the event files cannot say (why the
 supervisor ended a job, its final restart count) comes from `run.toml`'s job records, which
 describe the end of the run and are used there.
 
@@ -159,7 +161,8 @@ class _Outcome:
 
 @dataclass
 class _JobHistory:
-    """One job's events as time-sorted lists (times are made non-decreasing as they are read)."""
+    """What one job's events said (`JobEvents`), as time-sorted lists (times are made
+    non-decreasing as they are read), with its attempts and outcomes."""
 
     id: str
     seed: int

@@ -5,7 +5,8 @@ A job's worker writes `started`, `phase`, `progress`, `checkpoint`, `heartbeat`,
 mean for the job: its steps and episodes, its newest progress figures, its phase and since when,
 its scoring progress, its checkpoints, its live throughput (`Throughput`), its device, the worker's
 own CUDA memory reports, this attempt's outcome, and the longest silence between two of its
-events. `end_attempt` closes an attempt's phase when its worker is gone.
+events. `end_attempt` closes an attempt's phase when its worker is gone, `end_session` what an earlier
+session of a resumed run read.
 
 Both readers of the stream use it: the supervisor (`supervise.jobs.Job` is a `JobEvents`, and
 `Supervisor` applies each event as it reads it) and replay (`record.replay` folds a finished
@@ -121,3 +122,13 @@ class JobEvents:
         if self.phase is not None:
             self.phases.append((t, None))
             self.phase = self.phase_since = self.scoring = None
+
+    def end_session(self, t: float | None) -> None:
+        """An earlier session's events were read (a resumed run), the last at `t` (None: there
+        were none): its attempt's outcome is no later attempt's, its last phase ended with it, and
+        the mean SPS counts from the next session's first start."""
+        self.attempt_finished = self.attempt_error = None
+        if t is not None:
+            self.end_attempt(t)
+        self.phase = self.phase_since = self.scoring = None
+        self.steps_at_first_start, self.first_started_at = self.steps, None

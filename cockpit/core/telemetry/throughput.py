@@ -22,7 +22,8 @@ Each worker attempt is measured on its own: a `started` event starts the measure
 restarted job's start-up time (imports, env creation, checkpoint load) is not counted as
 throughput. `Throughput` observes events in order (the supervisor, tune's trials);
 `window_start` and `live_rate` are the definition, and replay applies them to its indexed lists
-of rollout starts, so every view shows the same figure for the same events.
+of rollout starts (each taken from a `Throughput` as it observed them: `rollouts`,
+`newest_rollout`), so every view shows the same figure for the same events.
 
 `run_sps` is the run's throughput: its training jobs' live rates together. `job_eta` is a job's
 steps left over its live rate; `run_eta` simulates the run's slots to say
