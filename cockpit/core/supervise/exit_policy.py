@@ -104,15 +104,23 @@ class ExitPolicy:
     worker's exit, `held` says whether a job due to restart waits for its MPS server, `watch` is
     the stall watch. It changes the jobs in `jobs` and adds to `warnings` (the supervisor's)."""
 
-    def __init__(self, restart: RestartPolicy, clock: Clock, launcher: Launcher, placer: Placer, *,
-                 jobs: Mapping[str, Job], warnings: list[str], script: bool) -> None:  # fmt: skip
+    def __init__(
+        self,
+        restart: RestartPolicy,
+        clock: Clock,
+        launcher: Launcher,
+        placer: Placer,
+        jobs: Mapping[str, Job],
+        warnings: list[str],
+        script: tuple[str, ...] | None,
+    ) -> None:
         self.restart = restart
         self.clock = clock
         self.launcher = launcher
         self.placer = placer
         self.jobs = jobs
         self.warnings = warnings
-        self.script = script  # the jobs run the user's command (`JobTemplate.script`)
+        self.script = script is not None  # the jobs run the user's command (`JobTemplate.script`)
         self.mps_faults: list[MpsFault] = []
 
     def exited(self, job: Job, code: int, *, interrupted: bool) -> bool:

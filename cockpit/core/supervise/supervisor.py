@@ -101,8 +101,7 @@ class Supervisor:
         # Show front ends the live jobs and only this many ended ones, the latest (None: every job).
         self.view_limit: int | None = None
         self.warnings: list[str] = [w for w in [budget.warning()] if w]
-        self.exits = ExitPolicy(restart, self.clock, launcher, self.placer, jobs=self.jobs, warnings=self.warnings,
-                                script=template.script is not None)  # fmt: skip
+        self.exits = ExitPolicy(restart, self.clock, launcher, self.placer, self.jobs, self.warnings, template.script)
         self.trend = TrendRecorder()  # the run's SPS and best return, sampled by `snapshot`
         for seed in seeds:
             self._add(seed)

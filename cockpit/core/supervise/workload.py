@@ -56,11 +56,19 @@ class JobTemplate:
         if self.script is not None:
             return ScriptArgs(job.job_dir, job.id, job.seed, self.script, threads=threads)
         episodes = job.target_episodes
-        return WorkerArgs(job.job_dir, preset=job.preset_arg or self.preset_arg, env=job.env or self.env,
-                          device=self.device(job), timesteps=job.target if episodes is None else None,
-                          episodes=episodes, seed=job.seed, threads=threads, eval_episodes=job.eval_episodes,
-                          tensorboard=self.tensorboard,
-                          torch_threads=1 if self.one_torch_thread else None)  # fmt: skip
+        return WorkerArgs(
+            job.job_dir,
+            preset=job.preset_arg or self.preset_arg,
+            env=job.env or self.env,
+            device=self.device(job),
+            timesteps=job.target if episodes is None else None,
+            episodes=episodes,
+            seed=job.seed,
+            threads=threads,
+            eval_episodes=job.eval_episodes,
+            tensorboard=self.tensorboard,
+            torch_threads=1 if self.one_torch_thread else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -127,5 +135,12 @@ class Placer:
         served = self.mps is not None and self.mps_clients and job.gpu is not None
         dirs = self.mps.for_gpu(job.gpu.index) if served and self.mps is not None and job.gpu is not None else None
         cap = mps_memory_limit_mib(self.known_peak(job)) if dirs is not None else None
-        return LaunchRequest(job.id, args, cpus, job.gpu, dirs.pipe_dir if dirs is not None else None, cap,
-                             dirs.log_dir if dirs is not None else None)  # fmt: skip
+        return LaunchRequest(
+            job.id,
+            args,
+            cpus,
+            job.gpu,
+            dirs.pipe_dir if dirs is not None else None,
+            cap,
+            dirs.log_dir if dirs is not None else None,
+        )
