@@ -26,7 +26,7 @@ from cockpit.core.machine.nvml import close_gpus, open_gpus
 from cockpit.core.machine.placement import GpuRoom, capacity_refusal, fit_jobs, place
 from cockpit.core.sizing.advisor import GIB, Machine, advise
 from cockpit.core.sizing.autotune import AutoTuner
-from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
+from cockpit.core.supervise.supervisor import JobTemplate, Placement, Supervisor
 from cockpit.views.headless import system_line
 from cockpit.views.tui.app import make_app
 from cockpit.views.tui.gpu_panel import GpuPanel
@@ -103,7 +103,7 @@ def test_the_supervisor_puts_one_job_on_an_exclusive_gpu_and_several_under_mps(t
         servers = MpsServers(shared=MpsDaemonDirs(str(tmp_path / "pipe"), str(tmp_path / "log")))
         sup = Supervisor(run_dir=run_dir, template=JobTemplate("cartpole", "CartPole-v1", 1000), seeds=range(3),
                          slots=3, launcher=launcher, budget=thread_budget(3, 2), clock=FakeClock(),
-                         gpus=lambda: rooms, mps=servers if mps else None)  # fmt: skip
+                         placement=Placement(gpus=lambda: rooms, mps=servers if mps else None))  # fmt: skip
         sup.tick()
         return sorted(p.request.gpu.index for p in launcher.processes if p.request.gpu is not None)
 

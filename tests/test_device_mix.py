@@ -31,7 +31,7 @@ from cockpit.core.sizing.advisor import Machine, advise, mix_jobs
 from cockpit.core.sizing.cost_probe import cache_key, cache_path, measured_costs
 from cockpit.core.sizing.devices import Mix, best_mix, mix_sps, mixes
 from cockpit.core.sizing.overlap import gpu_stations, overlap_sps
-from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
+from cockpit.core.supervise.supervisor import JobTemplate, Placement, Supervisor
 from tests.fakeclock import FakeClock
 from tests.test_supervisor import FakeLauncher
 
@@ -157,7 +157,8 @@ def test_each_slot_trains_on_its_device_and_a_cpu_slot_takes_no_gpu(tmp_path: Pa
     launcher = FakeLauncher()
     sup = Supervisor(run_dir=tmp_path, template=JobTemplate("cartpole", "CartPole-v1", 1000,
                      devices=("cuda", "cuda", "cpu")), seeds=range(3), slots=3, launcher=launcher,
-                     budget=thread_budget(3, 4), clock=FakeClock(), gpus=lambda: rooms)  # fmt: skip
+                     budget=thread_budget(3, 4), clock=FakeClock(),
+                     placement=Placement(gpus=lambda: rooms))  # fmt: skip
     sup.tick()
     launched = {p.request.job_id: (p.request.args.device, p.request.gpu) for p in launcher.processes}
     assert launched == {"000": ("cuda", GpuRef(0, "GPU-fake-0")), "001": ("cuda", GpuRef(0, "GPU-fake-0")),

@@ -21,7 +21,7 @@ from cockpit.core.machine.placement import GpuRef, GpuRoom, fit_jobs, place, roo
 from cockpit.core.machine.visibility import open_first_gpu, visible, visible_gpus
 from cockpit.core.session.loop import RunSession, sampled_gpus
 from cockpit.core.sizing.advisor import GIB, JobMeasure, Machine, Measurements, advise
-from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
+from cockpit.core.supervise.supervisor import JobTemplate, Placement, Supervisor
 from cockpit.core.telemetry.sampler import Sampler
 from tests.fake_pynvml import FakeNvml, FakeSlice, four_gpus
 from tests.fakeclock import FakeClock
@@ -138,7 +138,7 @@ def test_a_sticky_job_goes_elsewhere_when_its_gpu_is_crowded_or_full(tmp_path: P
         launcher = FakeLauncher()
         sup = Supervisor(run_dir=run_dir, template=JobTemplate("cartpole", "CartPole-v1", 1000), seeds=range(jobs),
                          slots=jobs, launcher=launcher, budget=thread_budget(jobs, 2), clock=FakeClock(),
-                         gpus=lambda: rooms, peak_gpu_mem=lambda: peaks)  # fmt: skip
+                         placement=Placement(gpus=lambda: rooms, peak_gpu_mem=lambda: peaks))  # fmt: skip
         for job in sup.jobs.values():
             job.gpu = before
         sup.tick()
@@ -171,7 +171,7 @@ def test_jobs_are_placed_on_mig_slices_by_uuid_with_the_slices_memory(tmp_path: 
                     10 * GIB, 0.9) == 6  # fmt: skip
     sup = Supervisor(run_dir=tmp_path, template=JobTemplate("cartpole", "CartPole-v1", 1000), seeds=range(2),
                      slots=2, launcher=(launcher := FakeLauncher()), budget=thread_budget(2, 2), clock=FakeClock(),
-                     gpus=lambda: rooms)  # fmt: skip
+                     placement=Placement(gpus=lambda: rooms))  # fmt: skip
     sup.tick()
     assert sorted(p.request.gpu.uuid for p in launcher.processes if p.request.gpu) == ["MIG-aaaa", "MIG-bbbb"]
     # Naming the GPU makes its slices visible; naming a slice, that slice alone.

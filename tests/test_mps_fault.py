@@ -18,7 +18,8 @@ from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.placement import GpuRoom
 from cockpit.core.session.background import headless_argv
 from cockpit.core.session.loop import resume_settings
-from cockpit.core.supervise.supervisor import INPUT_ERROR_EXIT, MPS_FAULT_WINDOW_S, JobTemplate, Supervisor
+from cockpit.core.supervise.exit_policy import INPUT_ERROR_EXIT, MPS_FAULT_WINDOW_S
+from cockpit.core.supervise.supervisor import JobTemplate, Placement, Supervisor
 from cockpit.views.tui.cockpit_screen import header_line
 from tests.background_child import child_spec
 from tests.fakeclock import FakeClock
@@ -33,9 +34,9 @@ def make(tmp_path: Path, *, mps: bool, agents: int = 3, peaks: dict[str, int] | 
     sup = Supervisor(
         run_dir=tmp_path, template=JobTemplate("cartpole", "CartPole-v1", 1000), seeds=range(agents), slots=agents,
         launcher=launcher, budget=thread_budget(agents, 2), restart=RestartPolicy(max_restarts=3), clock=clock,
-        gpus=lambda: ONE_GPU, peak_gpu_mem=lambda: peaks or {},
-        mps=MpsServers(by_gpu=((0, MpsDaemonDirs(str(tmp_path / "mps" / "pipe"), str(tmp_path / "mps" / "log"))),))
-        if mps else None, mps_clients=clients,
+        placement=Placement(gpus=lambda: ONE_GPU, peak_gpu_mem=lambda: peaks or {},
+            mps=MpsServers(by_gpu=((0, MpsDaemonDirs(str(tmp_path / "mps" / "pipe"), str(tmp_path / "mps" / "log"))),))
+            if mps else None, mps_clients=clients),
     )  # fmt: skip
     sup.tick()
     return sup, launcher, clock
@@ -214,7 +215,8 @@ def make_two(tmp_path: Path, *, agents: int = 4, mps: MpsServers | None = None, 
     sup = Supervisor(
         run_dir=tmp_path, template=JobTemplate("cartpole", "CartPole-v1", 1000), seeds=range(agents), slots=agents,
         launcher=launcher, budget=thread_budget(agents, 2), restart=RestartPolicy(max_restarts=3), clock=clock,
-        gpus=lambda: TWO_GPUS, mps=mps if mps is not None else per_gpu(tmp_path / "mps"), mps_clients=clients,
+        placement=Placement(gpus=lambda: TWO_GPUS, mps=mps if mps is not None else per_gpu(tmp_path / "mps"),
+                            mps_clients=clients),
     )  # fmt: skip
     sup.tick()
     return sup, launcher, clock

@@ -30,7 +30,7 @@ from cockpit.core.machine.placement import GpuRef, GpuRoom, fit_jobs, place
 from cockpit.core.record.runlog import Recorder, record
 from cockpit.core.session.loop import RunSession
 from cockpit.core.sizing.advisor import GIB, JobMeasure, Machine, Measurements, advise
-from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
+from cockpit.core.supervise.supervisor import JobTemplate, Placement, Supervisor
 from cockpit.core.telemetry.phases import PhaseAccountant
 from cockpit.core.telemetry.sampler import Sampler
 from cockpit.views.headless import system_line
@@ -145,7 +145,7 @@ def _supervisor(tmp_path: Path, rooms: list[GpuRoom], agents: int) -> tuple[Supe
     launcher = FakeLauncher()
     sup = Supervisor(run_dir=tmp_path, template=JobTemplate("cartpole", "CartPole-v1", 1000), seeds=range(agents),
                      slots=agents, launcher=launcher, budget=thread_budget(agents, 2), clock=FakeClock(),
-                     gpus=lambda: rooms)  # fmt: skip
+                     placement=Placement(gpus=lambda: rooms))  # fmt: skip
     return sup, launcher
 
 

@@ -364,8 +364,7 @@ def test_a_replayed_job_shows_what_the_live_one_did(tmp_path: Path) -> None:
     # live and queued in the files (they hold no launch); the mean SPS runs on the supervisor's
     # clock from the launch, and on the events' from the `started`; the leak watch re-forms its
     # verdicts in a replay from job_samples.csv at its own pace (at the end, run.toml's last word
-    # is shown: compared below); and a job with no episode count in its files (queued, or its
-    # worker reports none) has None for it in a replay, where the supervisor counts 0.
+    # is shown: compared below).
     apart = {"mean_sps", "memory", "memory_growth_mib_h", "gpu_memory_growth_mib_h"}
     rates = {"sps", "eta_s", "episodes_per_h"}  # the same measure, in a different order of sums
     compared = 0

@@ -18,8 +18,9 @@ from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import STALL_MIN_S, RestartPolicy
 from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import JobState
+from cockpit.core.supervise.exit_policy import STALL_GRACE_S
 from cockpit.core.supervise.jobs import Job
-from cockpit.core.supervise.supervisor import STALL_GRACE_S, Supervisor
+from cockpit.core.supervise.supervisor import Supervisor
 from tests.fakeclock import FakeClock
 from tests.test_supervisor import events, make, run_log
 

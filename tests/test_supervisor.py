@@ -18,7 +18,7 @@ from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
 from cockpit.core.machine.host import HostInfo, thread_budget
 from cockpit.core.record.runlog import Recorder, phase_accounting, record
 from cockpit.core.supervise.jobs import InvalidTransition, Job
-from cockpit.core.supervise.supervisor import STOP_GRACE_S, JobTemplate, Supervisor
+from cockpit.core.supervise.supervisor import STOP_GRACE_S, JobTemplate, Placement, Supervisor
 from tests.cycles import script
 from tests.fakeclock import FakeClock
 
@@ -265,7 +265,7 @@ def test_pinned_slots_pass_their_cpus_to_the_launcher(tmp_path: Path) -> None:
     launcher = FakeLauncher()
     sup = Supervisor(
         run_dir=tmp_path, template=JobTemplate("cartpole", "CartPole-v1", 1000), seeds=range(3), slots=2,
-        launcher=launcher, budget=thread_budget(2, 2), pin=True, clock=FakeClock(),
+        launcher=launcher, budget=thread_budget(2, 2), placement=Placement(pin=True), clock=FakeClock(),
     )  # fmt: skip
     sup.tick()
     cpus = [p.request.cpus for p in launcher.processes]

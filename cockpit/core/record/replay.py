@@ -1,9 +1,11 @@
 """Replay: a finished run, read back from its files, shown as it was at any moment.
 
 Everything is read once when the replay opens: `run.toml`, the telemetry CSVs and every job's
-`events.jsonl`. Each job's history becomes a few time-sorted lists (starts, outcomes, steps,
-progress, checkpoints, phase transitions), so the state at any `t` is a handful of bisections
-and `seek` + `frame` cost the same at any position. What the event files cannot say (why the
+`events.jsonl`. Each job's events are folded through `telemetry.job_events.JobEvents`, the reading
+the supervisor applies live, and what it says after each event is kept in a few time-sorted lists
+(starts, outcomes, steps, progress, checkpoints, phase transitions), so the state at any `t` is a
+handful of bisections, `seek` + `frame` cost the same at any position, and a job shows what the
+live view showed of it. What the event files cannot say (why the
 supervisor ended a job, its final restart count) comes from `run.toml`'s job records, which
 describe the end of the run and are used there.
 
@@ -26,7 +28,7 @@ import csv
 import io
 import math
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
@@ -49,6 +51,7 @@ from cockpit.core.feed.snapshot import JobView, MemoryFigures, RunState, job_vie
 from cockpit.core.feed.source import WINDOW_S, Frame, JobDetail, SourceError, Transition
 from cockpit.core.machine.gpu_types import GpuInfo, GpuSample
 from cockpit.core.record.runlog import MIB
+from cockpit.core.telemetry.job_events import JobEvents
 from cockpit.core.telemetry.memwatch import MemoryVerdict, MemWatch
 from cockpit.core.telemetry.sampler import JobUsage, Sample
 from cockpit.core.telemetry.throughput import S_PER_H, live_rate, run_eta, run_sps, window_start
@@ -158,7 +161,8 @@ class _Outcome:
 
 @dataclass
 class _JobHistory:
-    """One job's events as time-sorted lists (times are made non-decreasing as they are read)."""
+    """What one job's events said (`JobEvents`), as time-sorted lists (times are made
+    non-decreasing as they are read), with its attempts and outcomes."""
 
     id: str
     seed: int
@@ -173,10 +177,11 @@ class _JobHistory:
     progress_ts: list[float] = field(default_factory=list)
     # (sps, ep_rew_mean, ep_len_mean) of each progress event
     progress: list[tuple[float | None, float | None, float | None]] = field(default_factory=list)
-    # The whole-episode count as the supervisor's `Throughput` keeps it: set by each progress event
-    # and by a start (its resumed count), and kept at each rollout start for the episode rate.
+    # The whole-episode count the job shows (`JobEvents.episodes`) beside the one its episode rate
+    # counts (`Throughput.latest_episodes`: None while the worker reports none), set by each
+    # progress event and by a start (its resumed count).
     episode_ts: list[float] = field(default_factory=list)
-    episodes: list[int | None] = field(default_factory=list)
+    episodes: list[tuple[int, int | None]] = field(default_factory=list)
     rollout_ts: list[float] = field(default_factory=list)  # rollout starts, for the live throughput
     rollout_steps: list[int] = field(default_factory=list)
     rollout_episodes: list[int | None] = field(default_factory=list)
@@ -205,33 +210,26 @@ class _JobHistory:
             self.steps.append(_int(steps))
 
     def read(self, path: Path) -> None:
-        """Index the job's event file, streamed (it may hold millions of lines)."""
+        """Index the job's event file, streamed (it may hold millions of lines). Each event is
+        folded through `JobEvents`, the reading the supervisor applies live, and what that then
+        says of the job is kept at the event's time; only the attempts, their outcomes and their
+        restarts (the supervisor's doing, which no event derives) are reckoned here."""
+        seen = JobEvents()
+        self.phases = seen.phases  # its transitions, as the live job keeps them
         last_t = -math.inf
         for seq, event in enumerate(iter_events(path)):
             t = last_t = max(last_t, event.t)
+            if event.t != t:
+                event = replace(event, t=t)
             current = self.attempts[-1] if self.attempts else None
-            if isinstance(event, PhaseEvent):
-                self._phase(t, event.phase)
-                self._steps(t, event.num_timesteps)
-                self.scoring_ts.append(t)
-                self.scoring.append(None)
-                if event.phase == "rollout":
-                    self.rollout_ts.append(t)
-                    self.rollout_steps.append(event.num_timesteps)
-                    self.rollout_episodes.append(self.episodes[-1] if self.episodes else None)
-            elif isinstance(event, ProgressEvent):
-                self.progress_ts.append(t)
-                self.progress.append((event.sps, event.ep_rew_mean, event.ep_len_mean))
-                self.episode_ts.append(t)
-                self.episodes.append(event.episodes)
-                self._steps(t, event.num_timesteps)
-            elif isinstance(event, HeartbeatEvent) and event.scored is not None and event.to_score is not None:
-                self.scoring_ts.append(t)
-                self.scoring.append((event.scored, event.to_score))
-            elif isinstance(event, CheckpointEvent):
-                self.checkpoint_ts.append(t)
-                self.checkpoint_steps.append(event.step)
-            elif isinstance(event, StartedEvent):
+            outcome = isinstance(event, (FinishedEvent, ErrorEvent))
+            if outcome and (current is None or current.end != math.inf):
+                continue  # an outcome with no open attempt is a previous worker's late word: ignored
+            rollouts = seen.throughput.rollouts
+            if isinstance(event, StartedEvent):
+                seen.end_attempt(t)  # a previous worker still open was killed without a word
+            seen.apply(event)
+            if isinstance(event, StartedEvent):
                 # A start after an attempt that never finished cleanly is the supervisor's restart.
                 crashed = current is not None and not current.finished
                 if current is not None and current.end == math.inf:
@@ -239,28 +237,43 @@ class _JobHistory:
                 restarts = (current.restarts if current else 0) + crashed
                 if self.threads is None:
                     self.threads = event.threads
-                attempt = _Attempt(seq, t, event.device, event.pid, restarts, len(self.rollout_ts))
+                attempt = _Attempt(seq, t, seen.device, event.pid, restarts, len(self.rollout_ts))
                 self.attempts.append(attempt)
                 self.attempt_ts.append(t)
-                self._phase(t, None)
-                self._steps(t, event.resumed_from_step or 0)
-                self.episode_ts.append(t)
-                self.episodes.append(event.resumed_episodes or 0)
                 if event.target_episodes is not None:
                     self.target_episodes = event.target_episodes
-            elif isinstance(event, (FinishedEvent, ErrorEvent)) and current is not None and current.end == math.inf:
-                # An outcome with no open attempt is a previous worker's late word: ignored.
+            elif isinstance(event, ProgressEvent):
+                self.progress_ts.append(t)
+                self.progress.append((seen.rollout_sps, seen.ep_rew_mean, seen.ep_len_mean))
+            elif isinstance(event, CheckpointEvent):
+                self.checkpoint_ts.append(t)
+                self.checkpoint_steps.append(event.step)
+            elif isinstance(event, (FinishedEvent, ErrorEvent)) and current is not None:
                 status: str
                 if isinstance(event, FinishedEvent):
                     status, error = event.status, None
                     current.finished = True
-                    self._steps(t, event.steps)
                 else:
                     status, error = "failed", event.reason
                 current.end = t
                 self.outcomes.append(_Outcome(seq, t, status, error))
                 self.outcome_ts.append(t)
-                self._phase(t, None)
+                seen.end_attempt(t)
+            if isinstance(event, (StartedEvent, ProgressEvent)):
+                self.episode_ts.append(t)
+                self.episodes.append((seen.episodes, seen.throughput.latest_episodes))
+            if isinstance(event, (PhaseEvent, HeartbeatEvent)):
+                self.scoring_ts.append(t)
+                self.scoring.append(seen.scoring)
+            if isinstance(event, (StartedEvent, PhaseEvent, ProgressEvent, FinishedEvent)):
+                self._steps(t, seen.steps)
+            newest = seen.throughput.newest_rollout
+            if seen.throughput.rollouts > rollouts and newest is not None:
+                self.rollout_ts.append(newest[0])
+                self.rollout_steps.append(newest[1])
+                self.rollout_episodes.append(newest[2])
+            if len(self.phase_ts) < len(self.phases):
+                self.phase_ts.extend(p[0] for p in self.phases[len(self.phase_ts) :])
 
     def close(self, end: float) -> None:
         """The run ended at `end`: an attempt still open ends there, and so does its phase."""
@@ -302,8 +315,9 @@ class _JobHistory:
         rollout_sps, reward, ep_len = _latest(self.progress_ts, self.progress, cut, (None, None, None))
         measured_at = t if state == "running" else min(t, run_end)
         sps = self._throughput(attempt, cut, steps, measured_at)
-        episodes = _latest(self.episode_ts, self.episodes, cut)
-        episodes_per_h = self._episode_rate(attempt, cut, episodes, measured_at)
+        # Before any event the job's counts are those of `JobEvents()`, as the live job's are.
+        episodes, counted = _latest(self.episode_ts, self.episodes, cut, (0, None))
+        episodes_per_h = self._episode_rate(attempt, cut, counted, measured_at)
         n_checkpoints = _upto(self.checkpoint_ts, cut)
         last_checkpoint = _latest(self.checkpoint_ts, self.checkpoint_steps, cut)
         phase = phase_since = None

@@ -62,7 +62,7 @@ from cockpit.core.sizing.advisor import MAX_ENVS_SCALE, Measurements, advise, jo
 from cockpit.core.sizing.autotune import AutoTuner
 from cockpit.core.sizing.mps_gains import record_mps_gain
 from cockpit.core.supervise.rundirwatch import RunDirWatch
-from cockpit.core.supervise.supervisor import STOP_GRACE_S, JobTemplate, Supervisor
+from cockpit.core.supervise.supervisor import STOP_GRACE_S, JobTemplate, Placement, Supervisor
 from cockpit.core.telemetry.memwatch import MIB, MemoryVerdict
 from cockpit.core.telemetry.phases import Accounting, phases_since, prune
 from cockpit.core.telemetry.sampler import Sample, Sampler
@@ -136,14 +136,16 @@ class RunSession:
             launcher=self.launcher,
             budget=budget,
             restart=self.spec.restart,
-            pin=self.spec.pin,
+            placement=Placement(
+                # On Ray the cluster places each actor on a GPU of its node; this machine's are not theirs.
+                gpus=tuple if isinstance(self.launcher, RemoteJobs) else self.sampler.gpu_rooms,
+                peak_gpu_mem=lambda: self.sampler.peak_gpu_mem,
+                mps=self.mps,
+                mps_clients=self.mps_clients,
+                pin=self.spec.pin,
+            ),
             clock=self.clock,
             preset_name=self.spec.preset.name if self.spec.preset is not None else "script",
-            # On Ray the cluster places each actor on a GPU of its node; this machine's are not theirs.
-            gpus=tuple if isinstance(self.launcher, RemoteJobs) else self.sampler.gpu_rooms,
-            peak_gpu_mem=lambda: self.sampler.peak_gpu_mem,
-            mps=self.mps,
-            mps_clients=self.mps_clients,
         )
         self.supervisor.warnings.extend(self.notes)
         if self.spec.gpus is not None and not self.sampler.gpus:

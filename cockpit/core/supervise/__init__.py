@@ -1,8 +1,11 @@
 """The queue of jobs and the slots they run in.
 
-- `supervisor`: launches jobs into free slots, follows their events, reaps and restarts them by
-  the restart policy, watches for stalls, and builds the `RunState` snapshot;
-- `jobs`: one job's record and the transition table of its states;
+- `supervisor`: takes commands, launches jobs into free slots, follows their events and reaps them;
+- `exit_policy`: what a worker's exit means (done, stopped, paused, back-off, failed: the restart
+  policy, the same error at each start, MPS faults) and the stall watch;
+- `workload`: what the jobs train (`JobTemplate`) and where each launch goes (`Placement`, `Placer`);
+- `run_state`: the supervisor's `RunState` snapshot for the front ends;
+- `jobs`: one job's record (its events' reading, `telemetry.job_events`) and its state table;
 - `rundirwatch`: a run directory deleted, replaced or unwritable for 5 s stops the run.
 
 Imports `feed`, `launch`, `telemetry` and `machine` below it.

@@ -7,15 +7,14 @@ state by accident (supervisord's discipline).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cockpit.contract.events import ErrorEvent, EvaluatedEvent, FinishedEvent
 from cockpit.contract.states import JobState
 from cockpit.core.feed.snapshot import Overrides
 from cockpit.core.machine.placement import GpuRef
-from cockpit.core.telemetry.throughput import Throughput
+from cockpit.core.telemetry.job_events import JobEvents
 
 # How a worker that exists can end up: asked to stop, crashed (back-off or failed), done, stopped,
 # or paused by a full disk.
@@ -43,8 +42,10 @@ class InvalidTransition(RuntimeError):
 
 
 @dataclass
-class Job:
-    """One agent of a run, as the supervisor tracks it. Only the supervisor mutates it."""
+class Job(JobEvents):
+    """One agent of a run, as the supervisor tracks it. Only the supervisor mutates it. What its
+    events say (steps, progress, phases, throughput, this attempt's outcome...) is the
+    `JobEvents` it is, which replay reads the same way; the rest is the supervisor's own."""
 
     id: str
     seed: int
@@ -74,51 +75,16 @@ class Job:
     stop_requested: bool = False
     error: str | None = None
     exit_reason: str | None = None
-    # Progress, from the job's events.
-    steps: int = 0
-    rollout_sps: float | None = None  # the worker's `sps` of its newest progress event: its rollout rate
-    # The live throughput over whole cycles, of the current attempt (a `started` event restarts it).
-    throughput: Throughput = field(default_factory=Throughput)
-    ep_rew_mean: float | None = None
-    ep_len_mean: float | None = None
-    episodes: int = 0  # whole episodes finished, across restarts (as of the newest report)
     target_episodes: int | None = None  # an episode target in place of the step `target`
-    device: str | None = None
-    # The worker's own CUDA memory, from its progress events (`ProgressEvent.cuda_reserved_bytes`):
-    # what its current worker's allocator holds (None before its first report, or on the CPU) and
-    # the most any of this run's workers held. Shown only where NVML cannot attribute the job's.
-    cuda_reserved_bytes: int | None = None
-    cuda_peak_bytes: int | None = None
-    phase: str | None = None
-    phase_since: float | None = None
-    scoring: tuple[int, int] | None = None  # in a score phase: (episodes scored, of how many), from its heartbeats
-    evaluation: EvaluatedEvent | None = None  # the newest score, of this or an earlier attempt
-    checkpoints: int = 0
-    last_checkpoint_step: int | None = None
-    first_started_at: float | None = None
     ended_at: float | None = None
     active_seconds: float = 0.0
-    steps_at_first_start: int | None = None
-    # (time, phase) transitions, with phase None when the worker stopped; for phase accounting.
-    # The session prunes those summed up already and older than a viewer's window.
-    phases: list[tuple[float, str | None]] = field(default_factory=list)
-    # This launch's outcome events.
-    attempt_started_at: float | None = None
-    attempt_started_seen: bool = False
-    attempt_finished: FinishedEvent | None = None
-    attempt_error: ErrorEvent | None = None
-    # The step this attempt's `started` event resumed from: an attempt whose events never pass it
-    # trained not a single step.
-    attempt_from_step: int = 0
+    attempt_started_at: float | None = None  # this launch's time on the supervisor's clock
     # The error of the previous attempt, when it ended the same way this one may: by its own error
     # (not a signal, a stall or a full disk) before a single step and before `healthy_uptime_s`.
     prestep_error: str | None = None
     # The stall watch: when (supervisor's monotonic clock) this attempt was launched or its last
-    # event was read, its longest silence between two events of one attempt (event times, over
-    # every attempt, resumed sessions' included), when it was seen stalled, and why it was killed.
+    # event was read, when it was seen stalled, and why it was killed.
     last_event_at: float = 0.0
-    longest_silence_s: float = 0.0
-    last_event_t: float | None = None
     stalled_at: float | None = None
     reason_before_stall: str | None = None
     stall_reason: str | None = None

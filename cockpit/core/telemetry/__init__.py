@@ -4,6 +4,7 @@
   `Sample` and `JobUsage`, what it hands on;
 - `phases`: each job's rollout and train phases set against its GPU's samples;
 - `throughput`: steps per second, episodes per hour and ETAs, one definition for all;
+- `job_events`: the one reading of a job's event stream, the supervisor's live and replay's after;
 - `trend`: the run's aggregate SPS and best return over the last minutes;
 - `memwatch`: the verdict on a job's memory series (steady, or growing: a leak);
 - `bounded_series`: `Thinned`, a bounded series that keeps its shape as it thins.

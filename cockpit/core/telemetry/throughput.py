@@ -22,7 +22,8 @@ Each worker attempt is measured on its own: a `started` event starts the measure
 restarted job's start-up time (imports, env creation, checkpoint load) is not counted as
 throughput. `Throughput` observes events in order (the supervisor, tune's trials);
 `window_start` and `live_rate` are the definition, and replay applies them to its indexed lists
-of rollout starts, so every view shows the same figure for the same events.
+of rollout starts (each taken from a `Throughput` as it observed them: `rollouts`,
+`newest_rollout`), so every view shows the same figure for the same events.
 
 `run_sps` is the run's throughput: its training jobs' live rates together. `job_eta` is a job's
 steps left over its live rate; `run_eta` simulates the run's slots to say
@@ -104,6 +105,7 @@ class Throughput:
     # The newest whole-episode count (a progress event's, or the started event's resumed count);
     # None while the worker reports none (a script's own events may not).
     latest_episodes: int | None = None
+    rollouts: int = 0  # rollout starts seen, over every attempt (those kept are pruned)
     _times: list[float] = field(default_factory=list)  # rollout starts of this attempt, oldest first
     _steps: list[int] = field(default_factory=list)
     _episodes: list[int | None] = field(default_factory=list)  # the episode count at each rollout start
@@ -121,6 +123,7 @@ class Throughput:
                 self._times.append(event.t)
                 self._steps.append(event.num_timesteps)
                 self._episodes.append(self.latest_episodes)
+                self.rollouts += 1
                 self._prune()
 
     def observe_all(self, events: Iterable[Event]) -> None:
@@ -140,6 +143,13 @@ class Throughput:
     def rollout_starts(self) -> list[Mark]:
         """The rollout starts kept, oldest first, as (t, num_timesteps)."""
         return list(zip(self._times, self._steps, strict=True))
+
+    @property
+    def newest_rollout(self) -> tuple[float, int, int | None] | None:
+        """The newest rollout start of this attempt: (t, num_timesteps, episode count then)."""
+        if not self._times:
+            return None
+        return self._times[-1], self._steps[-1], self._episodes[-1]
 
     def cycles_since(self, t0: float) -> list[Mark]:
         """The rollout starts kept at or after `t0`."""
