@@ -30,8 +30,9 @@ class FleetViewBuilder:
     """Views of `plan`'s fleet, tracked in `roster`, whose agents are `supervisor`'s jobs and whose
     draws are `draws`; `rate` is its price in dollars an hour (None: no cost shown)."""
 
-    def __init__(self, plan: FleetPlan, roster: Roster, supervisor: Supervisor, draws: SearchDraws,
-                 rate: float | None) -> None:  # fmt: skip
+    def __init__(
+        self, plan: FleetPlan, roster: Roster, supervisor: Supervisor, draws: SearchDraws, rate: float | None
+    ) -> None:
         self.plan = plan
         self.roster = roster
         self.supervisor = supervisor

@@ -30,8 +30,9 @@ class PbtBoundary:
     """The pbt boundaries of `plan`'s fleet in `run_dir`, recorded in `store`, applied to `roster`.
     `stir` is told the agents that moved to a new tier (their draws have a tier to tell again)."""
 
-    def __init__(self, plan: FleetPlan, store: FleetStore, roster: Roster, run_dir: Path,
-                 stir: Callable[[Iterable[str]], None]) -> None:  # fmt: skip
+    def __init__(
+        self, plan: FleetPlan, store: FleetStore, roster: Roster, run_dir: Path, stir: Callable[[Iterable[str]], None]
+    ) -> None:
         self.plan = plan
         self.store = store
         self.roster = roster

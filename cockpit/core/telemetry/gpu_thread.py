@@ -70,8 +70,9 @@ class GpuThread:
     to `deadline_s` (module docstring). `status` is why there is no GPU telemetry or which GPU was
     lost ("" when neither); `notes` what the readers found wrong (`GpuReader.take_notes`), each once."""
 
-    def __init__(self, readers: Sequence[GpuReader], *, clock: Clock, deadline_s: float = GPU_DEADLINE_S,
-                 status: str = "") -> None:  # fmt: skip
+    def __init__(
+        self, readers: Sequence[GpuReader], *, clock: Clock, deadline_s: float = GPU_DEADLINE_S, status: str = ""
+    ) -> None:
         self.readers: list[GpuReader] = sorted(readers, key=lambda r: r.info.index)
         # Every GPU read at the start, kept when one is lost: a job placed on it must move.
         self.infos: tuple[GpuInfo, ...] = tuple(reader.info for reader in self.readers)

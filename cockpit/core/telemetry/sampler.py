@@ -193,8 +193,8 @@ class Sampler:
     ) -> None:
         self.period = 1.0 / hz
         self.clock = clock or SystemClock()
-        self._gpu = GpuThread([gpu] if gpu is not None else gpus, clock=self.clock, deadline_s=gpu_deadline_s,
-                              status=gpu_status)  # fmt: skip
+        readers = [gpu] if gpu is not None else gpus
+        self._gpu = GpuThread(readers, clock=self.clock, deadline_s=gpu_deadline_s, status=gpu_status)
         self.on_sample = on_sample
         self.remote = remote
         self._lock = threading.Lock()
