@@ -187,6 +187,19 @@ def test_the_fleet_view_counts_the_funnel_and_costs_the_time(tmp_path: Path) -> 
     assert [r.tier for r in view.leaders[2:4]] == [1, 1]
 
 
+def test_an_async_fleets_view_counts_its_unpromoted_agents_culled_once_the_fleet_is_done(tmp_path: Path) -> None:
+    # Async decides no tier complete: only the fleet's end says the agents not promoted never will be.
+    fleet = ScriptedFleet(tmp_path, plan_text(8, "async"), lambda a, t: 10.0, by_index)
+    while not fleet.fleet.store.results(0):
+        fleet.step()
+    assert [t.culled for t in fleet.fleet.view(None, 1.0).tiers] == [0, 0, 0]  # anyone may yet be promoted
+    fleet.run()
+    view = fleet.fleet.view(None, 1.0)
+    assert fleet.fleet.done
+    assert [t.culled for t in view.tiers] == [t.finished - t.promoted for t in view.tiers[:-1]] + [0]
+    assert view.tiers[0].culled > 0
+
+
 @pytest.mark.parametrize("stop_after_s", [5.0, 12.0, 31.0, 47.0])
 def test_a_fleet_rebuilt_from_fleet_db_ends_like_one_never_stopped(tmp_path: Path, stop_after_s: float) -> None:
     """The cockpit vanishes (its in-memory state is dropped mid-run: what kill -9 leaves) and a new

@@ -110,7 +110,7 @@ def test_a_pbt_boundary_moves_everyone_on_and_the_worst_copies_the_best(tmp_path
 def test_a_kill_between_the_decision_and_the_copy_is_repaired_on_resume(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     fleet = CheckpointingFleet(run_dir, PLAN, lambda a, t: 1.0, score)
-    fleet.fleet._apply_exploits = lambda: None  # type: ignore[method-assign]  # "killed" before any copy
+    fleet.fleet.boundary.apply_exploits = lambda: None  # type: ignore[method-assign]  # "killed" before any copy
     while not fleet.fleet.store.lineage():
         fleet.step()
     fleet.fleet.close()

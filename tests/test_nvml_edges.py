@@ -22,7 +22,8 @@ from cockpit.core.machine.nvml import (
     open_gpu,
     open_gpus,
 )
-from cockpit.core.telemetry.sampler import GPU_FAILS_TO_DROP, Sampler
+from cockpit.core.telemetry.gpu_thread import GPU_FAILS_TO_DROP
+from cockpit.core.telemetry.sampler import Sampler
 from tests import fake_pynvml
 from tests.fake_pynvml import (
     GIB,

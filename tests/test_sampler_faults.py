@@ -13,7 +13,8 @@ import psutil
 import pytest
 
 from cockpit.core.machine.nvml import ERROR_TIMEOUT, GpuReader, open_gpus
-from cockpit.core.telemetry.sampler import GPU_FAILS_TO_DROP, Sample, Sampler
+from cockpit.core.telemetry.gpu_thread import GPU_FAILS_TO_DROP
+from cockpit.core.telemetry.sampler import Sample, Sampler
 from tests.fake_pynvml import FakeNvml, NVMLError, four_gpus
 from tests.fakeclock import FakeClock
 

@@ -5,6 +5,8 @@ supervisor's one command interface.
 
 A job's `JobView` is built by `job_view`, whoever builds it (the live supervisor, a replay): the
 one place that turns its usage, its leak-watch verdict and its figures into what the views show.
+A source hands it four parts: what the job is (`JobSetup`), where it is in its life (`JobLife`),
+how far and fast it has come (`JobProgress`), and what is measured of its worker (`JobTelemetry`).
 """
 
 from __future__ import annotations
@@ -153,68 +155,102 @@ class MemoryFigures:
         return cls(verdict.line(), verdict.rss_growth_mib_h, verdict.gpu_growth_mib_h)
 
 
-def job_view(
-    *,
-    id: str,
-    seed: int,
-    state: JobState,
-    phase: str | None,
-    phase_since: float | None,
-    steps: int,
-    target: int,
-    sps: float | None,
-    mean_sps: float | None,
-    ep_rew_mean: float | None,
-    restarts: int,
-    checkpoints: int,
-    last_checkpoint_step: int | None,
-    error: str | None,
-    exit_reason: str | None,
-    pid: int | None,
-    device: str | None,
-    usage: JobUsage | None,
-    peak_gpu_mem_bytes: int | None,
-    started_at: float | None,
-    ended_at: float | None,
-    rollout_sps: float | None,
-    env: str | None,
-    preset: str | None,
-    overrides: Overrides,
-    scored: int | None,
-    to_score: int | None,
-    memory: MemoryVerdict | MemoryFigures | None,
-    target_episodes: int | None,
-    episodes: int | None,
-    ep_len_mean: float | None,
-    episodes_per_h: float | None,
-    gpu: int | None,
-    node: str | None,
-) -> JobView:
+@dataclass(frozen=True, kw_only=True)
+class JobSetup:
+    """What a job is: its id and seed, its own env, preset and overrides (None and (): the run's),
+    and its target in steps, or in whole episodes (`target` 0 then)."""
+
+    id: str
+    seed: int
+    env: str | None
+    preset: str | None
+    overrides: Overrides
+    target: int
+    target_episodes: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobLife:
+    """Where a job is in its life: its state and phase (since when), its restarts and checkpoints,
+    why it failed or ended, and when it first started and ended."""
+
+    state: JobState
+    phase: str | None
+    phase_since: float | None
+    restarts: int
+    checkpoints: int
+    last_checkpoint_step: int | None
+    error: str | None
+    exit_reason: str | None
+    started_at: float | None
+    ended_at: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobProgress:
+    """How far a job has come and how fast: its steps and episodes, its throughput (live, over the
+    run, the rollout's), its newest return and episode length, and in a score phase the evaluation
+    episodes scored of how many."""
+
+    steps: int
+    episodes: int | None
+    sps: float | None
+    mean_sps: float | None
+    rollout_sps: float | None
+    ep_rew_mean: float | None
+    ep_len_mean: float | None
+    episodes_per_h: float | None
+    scored: int | None
+    to_score: int | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobTelemetry:
+    """What is measured of a job's worker and where it runs: its pid, device, GPU index and node,
+    its process tree's `usage` in the sample shown (None: no reading of it), its peak GPU memory,
+    and the leak watch's `memory` (a verdict, or the figures a run.toml recorded; None before its
+    first judgment)."""
+
+    pid: int | None
+    device: str | None
+    gpu: int | None
+    node: str | None
+    usage: JobUsage | None
+    peak_gpu_mem_bytes: int | None
+    memory: MemoryVerdict | MemoryFigures | None
+
+
+def job_view(*, job: JobSetup, life: JobLife, progress: JobProgress, telemetry: JobTelemetry) -> JobView:
     """One job as the views show it, from what its source knows of it: the one builder of a
     `JobView`, so that a replayed job shows what the live one did.
 
-    Every argument is required: a source that cannot know a figure (a replay, the node a job ran
-    on) says None for it where it calls this. The rest of `JobView` is derived here, the same for
-    every source: the CPU %, RSS, GPU memory and SM % of `usage` (the job's process tree in the
-    sample shown; None when there is no reading of it: all four None), the leak watch's `memory` (a
-    verdict, or the figures a run.toml recorded; None before its first judgment) as its line and
-    flagged rates, and the ETA at `sps` (`throughput.job_eta`)."""
+    Every figure of the four parts is required: a source that cannot know one (a replay, the node a
+    job ran on) says None for it where it builds them. The rest of `JobView` is derived here, the
+    same for every source: the CPU %, RSS, GPU memory and SM % of `telemetry.usage` (all four None
+    without a reading), the leak watch's `telemetry.memory` as its line and flagged rates, the ETA
+    at `progress.sps` (`throughput.job_eta`), and `no_events` from the exit reason."""
+    memory, usage = telemetry.memory, telemetry.usage
     figures = memory if isinstance(memory, MemoryFigures) else MemoryFigures.of(memory)
-    eta_s = job_eta(state, steps, target, sps, target_episodes=target_episodes, episodes=episodes,
-                    ep_len_mean=ep_len_mean)  # fmt: skip
+    eta_s = job_eta(life.state, progress.steps, job.target, progress.sps, target_episodes=job.target_episodes,
+                    episodes=progress.episodes, ep_len_mean=progress.ep_len_mean)  # fmt: skip
     return JobView(
-        id=id, seed=seed, state=state, phase=phase, phase_since=phase_since, steps=steps, target=target, sps=sps,
-        mean_sps=mean_sps, ep_rew_mean=ep_rew_mean, restarts=restarts, checkpoints=checkpoints,
-        last_checkpoint_step=last_checkpoint_step, error=error, exit_reason=exit_reason, pid=pid, device=device,
+        id=job.id, seed=job.seed, env=job.env, preset=job.preset, overrides=job.overrides, target=job.target,
+        target_episodes=job.target_episodes,
+        state=life.state, phase=life.phase, phase_since=life.phase_since, restarts=life.restarts,
+        checkpoints=life.checkpoints, last_checkpoint_step=life.last_checkpoint_step, error=life.error,
+        exit_reason=life.exit_reason, started_at=life.started_at, ended_at=life.ended_at,
+        steps=progress.steps, episodes=progress.episodes, sps=progress.sps, mean_sps=progress.mean_sps,
+        rollout_sps=progress.rollout_sps, ep_rew_mean=progress.ep_rew_mean, ep_len_mean=progress.ep_len_mean,
+        episodes_per_h=progress.episodes_per_h, scored=progress.scored, to_score=progress.to_score,
+        pid=telemetry.pid, device=telemetry.device, gpu=telemetry.gpu, node=telemetry.node,
+        peak_gpu_mem_bytes=telemetry.peak_gpu_mem_bytes,
         cpu_percent=usage.cpu_percent if usage is not None else None,
         rss_bytes=usage.rss_bytes if usage is not None else None,
         gpu_mem_bytes=usage.gpu_mem_bytes if usage is not None else None,
         gpu_sm_percent=usage.gpu_sm_percent if usage is not None else None,
-        peak_gpu_mem_bytes=peak_gpu_mem_bytes, started_at=started_at, ended_at=ended_at, eta_s=eta_s,
-        rollout_sps=rollout_sps, env=env, preset=preset, overrides=overrides, memory=figures.memory,
-        memory_growth_mib_h=figures.memory_growth_mib_h, gpu_memory_growth_mib_h=figures.gpu_memory_growth_mib_h,
-        target_episodes=target_episodes, episodes=episodes, ep_len_mean=ep_len_mean, episodes_per_h=episodes_per_h,
-        gpu=gpu, node=node, scored=scored, to_score=to_score, no_events=exit_reason == NO_EVENTS_NOTE,
+        memory=figures.memory, memory_growth_mib_h=figures.memory_growth_mib_h,
+        gpu_memory_growth_mib_h=figures.gpu_memory_growth_mib_h, eta_s=eta_s,
+        no_events=life.exit_reason == NO_EVENTS_NOTE,
     )  # fmt: skip
 
 

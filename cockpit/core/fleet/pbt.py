@@ -16,7 +16,7 @@ At each tier boundary of a pbt fleet (Jaderberg et al., 2017, "truncation select
 Everything is drawn from one `random.Random` per tier boundary (`rng_for`), seeded by `[pbt] seed`
 and the tier, in a fixed order (the pairs, then each exploiter's keys in key order), so a plan makes
 the same decisions every time. The decisions are recorded in fleet.db before any file is touched;
-the file work is idempotent and redone on resume (`cockpit.core.fleet.run`).
+the file work is idempotent and redone on resume (`cockpit.core.fleet.pbt_boundary`).
 """
 
 from __future__ import annotations

@@ -6,8 +6,9 @@ resumed fleet loads the same study and its trial numbers go on. Optuna is asked 
 ask-and-tell interface only: the fleet, not Optuna, decides what trains and who is promoted; the
 study observes.
 
-- **asked lazily**: `FleetRun` asks a draw when it starts the draw's first agent (agents start in
-  matrix order, draw-major), so a learning sampler (TPE) has every score told so far;
+- **asked lazily**: a running fleet (`cockpit.core.fleet.draws`) asks a draw when it starts the
+  draw's first agent (agents start in matrix order, draw-major), so a learning sampler (TPE) has
+  every score told so far;
 - **recorded twice, in order**: right after `ask`, the trial carries the user attr `draw`; then
   fleet.db records the draw with its agents' values (`FleetStore.record_draw`, one transaction).
   On opening the study (`FleetSearch.__init__`), a RUNNING trial without the attr (a kill between

@@ -47,7 +47,16 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import JobRecord, RunRecord, RunRecordError, read, unix
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.feed.detail import JobDetailReaders
-from cockpit.core.feed.snapshot import JobView, MemoryFigures, RunState, job_view
+from cockpit.core.feed.snapshot import (
+    JobLife,
+    JobProgress,
+    JobSetup,
+    JobTelemetry,
+    JobView,
+    MemoryFigures,
+    RunState,
+    job_view,
+)
 from cockpit.core.feed.source import WINDOW_S, Frame, JobDetail, SourceError, Transition
 from cockpit.core.machine.gpu_types import GpuInfo, GpuSample
 from cockpit.core.record.runlog import MIB
@@ -347,43 +356,51 @@ class _JobHistory:
         live = state == "running"
         scoring = _latest(self.scoring_ts, self.scoring, cut) if phase == "score" else None
         return job_view(
-            id=self.id,
-            seed=self.seed,
-            state=JobState(state),
-            phase=phase,
-            phase_since=phase_since,
-            steps=steps,
-            target=self.target,
-            sps=sps,
-            mean_sps=mean_sps,
-            ep_rew_mean=reward,
-            restarts=restarts,
-            checkpoints=n_checkpoints,
-            last_checkpoint_step=last_checkpoint,
-            error=error,
-            exit_reason=exit_reason,
-            pid=attempt.pid if live and attempt else None,
-            device=attempt.device if attempt else None,
-            # As recorded: a job's reading in a sample taken just before its worker ended still
-            # shows after the end, until the next sample (live, an ended worker has none).
-            usage=usage,
-            peak_gpu_mem_bytes=peak,
-            started_at=first.t if first is not None and first.t <= cut else None,
-            ended_at=_ended_at(attempt, outcome, run_end) if state in TERMINAL_STATES else None,
-            rollout_sps=rollout_sps,
-            env=None,  # run.toml records no job's own env (a fleet's agents'): the run's
-            # Its own preset and overrides as run.toml last recorded them (a fleet agent's; none: the run's).
-            preset=self.final.preset if self.final is not None else None,
-            overrides=tuple(self.final.overrides.items()) if self.final is not None else (),
-            scored=scoring[0] if scoring else None,
-            to_score=scoring[1] if scoring else None,
-            memory=memory,
-            target_episodes=self.target_episodes,
-            episodes=episodes,
-            ep_len_mean=ep_len,
-            episodes_per_h=episodes_per_h,
-            gpu=self.final.gpu if self.final is not None else None,  # where it last ran: run.toml's word
-            node=None,  # not recorded
+            job=JobSetup(
+                id=self.id,
+                seed=self.seed,
+                env=None,  # run.toml records no job's own env (a fleet's agents'): the run's
+                # Its own preset and overrides as run.toml last recorded them (a fleet agent's; none: the run's).
+                preset=self.final.preset if self.final is not None else None,
+                overrides=tuple(self.final.overrides.items()) if self.final is not None else (),
+                target=self.target,
+                target_episodes=self.target_episodes,
+            ),
+            life=JobLife(
+                state=JobState(state),
+                phase=phase,
+                phase_since=phase_since,
+                restarts=restarts,
+                checkpoints=n_checkpoints,
+                last_checkpoint_step=last_checkpoint,
+                error=error,
+                exit_reason=exit_reason,
+                started_at=first.t if first is not None and first.t <= cut else None,
+                ended_at=_ended_at(attempt, outcome, run_end) if state in TERMINAL_STATES else None,
+            ),
+            progress=JobProgress(
+                steps=steps,
+                episodes=episodes,
+                sps=sps,
+                mean_sps=mean_sps,
+                rollout_sps=rollout_sps,
+                ep_rew_mean=reward,
+                ep_len_mean=ep_len,
+                episodes_per_h=episodes_per_h,
+                scored=scoring[0] if scoring else None,
+                to_score=scoring[1] if scoring else None,
+            ),
+            telemetry=JobTelemetry(
+                pid=attempt.pid if live and attempt else None,
+                device=attempt.device if attempt else None,
+                gpu=self.final.gpu if self.final is not None else None,  # where it last ran: run.toml's word
+                node=None,  # not recorded
+                # As recorded: a job's reading in a sample taken just before its worker ended still
+                # shows after the end, until the next sample (live, an ended worker has none).
+                usage=usage,
+                peak_gpu_mem_bytes=peak,
+                memory=memory,
+            ),
         )
 
     def sps_at(self, t: float) -> float | None:

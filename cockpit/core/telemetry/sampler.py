@@ -16,12 +16,12 @@ takes its next job keeps its tree). Every sample is timestamped and records the 
 itself cost. With no NVML library or no driver, the GPU part is one clear "no GPU telemetry"
 status and the CPU part keeps working.
 
-NVML is read on a thread of its own and waited for up to a deadline (`GPU_DEADLINE_S`): a driver
-call that hangs leaves that tick without GPU figures, and the status says they are stale, while
-the CPU and memory figures go on. A GPU is dropped (with a status that says so) only when NVML says
-it is gone (`gpu_lost`: off the bus, or needing a reset) or after `GPU_FAILS_TO_DROP` failed reads
-in a row; one failed read only costs that GPU its figures at that tick. A failure outside NVML (the
-CPU reading, `on_sample`) never touches the GPUs: it is counted and shown in the status.
+NVML is read on a thread of its own and waited for up to a deadline (`GpuThread`, in
+`cockpit.core.telemetry.gpu_thread`): a driver call that hangs leaves that tick without GPU
+figures, and the status says they are stale, while the CPU and memory figures go on; a GPU is
+dropped, with a status that says so, only when NVML says it is gone or after a few failed reads in
+a row. A failure outside NVML (the CPU reading, `on_sample`) never touches the GPUs: it is counted
+and shown in the status.
 
 In a container without `--pid=host`, NVML lists the GPU's processes by their pids on the host, none
 of which is a process here: no job's GPU memory or SM % can be read from it. The sampler notices
@@ -43,8 +43,9 @@ import psutil
 from cockpit.contract.ray_reports import NodeSample
 from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.machine.gpu_types import GpuInfo, GpuSample
-from cockpit.core.machine.nvml import GpuReader, close_gpus, gpu_lost
+from cockpit.core.machine.nvml import GpuReader
 from cockpit.core.machine.placement import GpuRoom, rooms_of
+from cockpit.core.telemetry.gpu_thread import GPU_DEADLINE_S, GpuThread, Processes
 
 SAMPLE_HZ = 5.0
 # CPU % per core and per job, RAM, RSS and per-process GPU memory: read this often, not at every tick.
@@ -53,11 +54,6 @@ USAGE_EVERY_S = 1.0
 # tree, then twice as long after each walk that found every tree unchanged, up to TREE_SCAN_MAX_S.
 TREE_SCAN_S = 2.0
 TREE_SCAN_MAX_S = 30.0
-# How long a tick waits for NVML before it goes on without GPU figures (a hung driver call).
-GPU_DEADLINE_S = 1.0
-# Failed reads of one GPU in a row before it is dropped: one second at 5 Hz, so a transient error
-# (a timeout, a busy driver) costs a few ticks' figures, not the GPU for the rest of the run.
-GPU_FAILS_TO_DROP = 5
 # Usage readings in a row in which NVML lists processes and none of them is one of ours before the
 # sampler says the container hides them: one reading could be a worker still creating its context.
 HIDDEN_PID_READINGS = 3
@@ -157,44 +153,6 @@ class _Usage:
     nodes: tuple[NodeSample, ...] = ()
 
 
-Processes = dict[int, tuple[int | None, float | None]]
-
-
-@dataclass
-class _GpuRead:
-    """One round of NVML reads, run on a thread of its own so that a driver call that hangs holds
-    up only this round: each reader's sample or the exception its read raised, and (with
-    `processes`) its compute processes. `done` is set when every reader has answered; `cost_s` is
-    the CPU time the round took."""
-
-    readers: list[GpuReader]
-    processes: bool
-    started: float  # the sampler clock's monotonic time
-    done: threading.Event = field(default_factory=threading.Event)
-    results: list[tuple[GpuReader, GpuSample | Exception, Processes | None]] = field(default_factory=list)
-    cost_s: float = 0.0
-
-    def run(self) -> None:
-        started = time.thread_time()
-        try:
-            for reader in self.readers:
-                try:
-                    sample = reader.read()[0]
-                except Exception as exc:  # judged by the sampler: a lost GPU or one failed read
-                    self.results.append((reader, exc, None))
-                    continue
-                processes = None
-                if self.processes:
-                    try:
-                        processes = reader.processes()
-                    except Exception:  # its processes unknown this reading, its counters still good
-                        processes = None
-                self.results.append((reader, sample, processes))
-        finally:
-            self.cost_s = time.thread_time() - started
-            self.done.set()
-
-
 def _maps_gpu(pid: int) -> bool | None:
     """Whether process `pid` of this machine has NVIDIA's driver mapped (a GPU process does: its
     CUDA or NVML library and /dev/nvidia*); None when that cannot be read (another user's process,
@@ -233,12 +191,10 @@ class Sampler:
         remote: RemoteUsage | None = None,
         gpu_deadline_s: float = GPU_DEADLINE_S,
     ) -> None:
-        self.gpus: list[GpuReader] = sorted([gpu] if gpu is not None else gpus, key=lambda r: r.info.index)
-        # Every GPU sampled at the start, kept when one is lost: a job placed on it must move.
-        self._infos = tuple(reader.info for reader in self.gpus)
-        self.gpu_status = gpu_status
         self.period = 1.0 / hz
         self.clock = clock or SystemClock()
+        readers = [gpu] if gpu is not None else gpus
+        self._gpu = GpuThread(readers, clock=self.clock, deadline_s=gpu_deadline_s, status=gpu_status)
         self.on_sample = on_sample
         self.remote = remote
         self._lock = threading.Lock()
@@ -255,11 +211,6 @@ class Sampler:
         self._tree_scan_every = TREE_SCAN_S
         self._walked: set[int] = set()  # roots the latest walk covered, in the jobs ever since
         self.peak_gpu_mem: dict[str, int] = {}
-        self.gpu_deadline_s = gpu_deadline_s
-        self._pending: _GpuRead | None = None  # the latest round of NVML reads, until it answered
-        self._stale_since: float | None = None  # when the round NVML has not answered yet began
-        self._fails: dict[int, int] = {}  # failed reads in a row, by GPU index
-        self._notes: list[str] = []  # the readers' notes (`GpuReader.take_notes`), each kept once
         self._hidden_readings = 0
         self.pids_hidden = False  # NVML's pids are not this PID namespace's (`HIDDEN_PIDS_NOTE`)
         self._gpu_processes: dict[tuple[int, float], bool] = {}  # (pid, start time) -> maps the driver
@@ -273,20 +224,29 @@ class Sampler:
 
     @gpu_status.setter
     def gpu_status(self, status: str) -> None:
-        self._status = status
+        self._gpu.status = status
+
+    @property
+    def gpus(self) -> list[GpuReader]:
+        """The readers of the GPUs sampled now, in index order (one lost is gone from them)."""
+        return self._gpu.readers
+
+    @gpus.setter
+    def gpus(self, readers: list[GpuReader]) -> None:
+        self._gpu.readers = readers
 
     def status_lines(self) -> list[str]:
         """One line per condition that holds now, most severe first: why there is no GPU telemetry
         or which GPU was lost; GPU figures stale (NVML not answering); NVML's processes hidden from
         this container; what the readers found wrong; failures outside NVML, counted."""
-        lines = [self._status] if self._status else []
-        stale_since = self._stale_since
+        lines = [self._gpu.status] if self._gpu.status else []
+        stale_since = self._gpu.stale_since
         if stale_since is not None:
             waited = self.clock.monotonic() - stale_since
             lines.append(f"GPU figures stale: NVML has not answered for {waited:.0f} s")
         if self.pids_hidden:
             lines.append(HIDDEN_PIDS_NOTE)
-        lines.extend(self._notes)
+        lines.extend(self._gpu.notes)
         for what, (count, latest) in list(self._errors.items()):
             times = "once" if count == 1 else f"{count} times"
             lines.append(f"{what} failed {times}, sampling goes on (latest: {latest})")
@@ -310,7 +270,7 @@ class Sampler:
     def gpu_infos(self) -> tuple[GpuInfo, ...]:
         """Every GPU this sampler started with, in index order; one lost since stays (the jobs that
         ran on it name it), but it gets no samples and no more jobs (`gpu_rooms`)."""
-        return self._infos
+        return self._gpu.infos
 
     def gpu_rooms(self) -> list[GpuRoom]:
         """Each device sampled now that a job may be placed on (`placement.rooms_of`: a MIG slice,
@@ -338,11 +298,7 @@ class Sampler:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
-        pending = self._pending
-        # A driver call that still hangs holds NVML: shutting it down under that call could hang
-        # this thread too; the process's exit releases it.
-        if pending is None or pending.done.is_set():
-            close_gpus(self.gpus)
+        self._gpu.close()
 
     def latest(self) -> Sample | None:
         """The newest sample, if any."""
@@ -369,71 +325,10 @@ class Sampler:
                 continue
             self._stop.wait(delay)
 
-    def _lose_gpus(self, exc: Exception, readers: Sequence[GpuReader] | None = None) -> None:
-        """Carry on without `readers` (default: every GPU) after a read of them failed (a driver
-        reset, a GPU that fell off the bus); CPU-only once none is left."""
-        lost = list(self.gpus if readers is None else readers)
-        if not lost:
-            return
-        self.gpus = [reader for reader in self.gpus if reader not in lost]
-        fails = max(self._fails.pop(r.info.index, 0) for r in lost)
-        repeated = f" after {fails} failed reads in a row" if fails > 1 else ""
-        why = f"lost ({type(exc).__name__}: {exc}){repeated}"
-        if self.gpus:
-            self.gpu_status = f"GPU {', '.join(str(r.info.index) for r in lost)} {why}"
-        else:
-            self.gpu_status = f"no GPU telemetry: {why}"
-        close_gpus(lost)
-
-    def _read_gpus(self, processes: bool) -> tuple[list[GpuSample], Processes | None, float]:
-        """Every sampled GPU's counters now, with (`processes`) the compute processes on them by pid,
-        and the CPU time the reads took; processes None when they were not read or NVML did not
-        answer.
-
-        The reads run on their own thread (`_GpuRead`), waited for up to `gpu_deadline_s`: a round
-        that does not answer makes the GPU figures stale (none at this tick, and none until it
-        answers) rather than holding up the CPU figures. A GPU whose read fails is skipped at this
-        tick, and dropped (`_lose_gpus`) when NVML says it is gone or after `GPU_FAILS_TO_DROP`
-        failures in a row."""
-        pending = self._pending
-        if pending is not None and not pending.done.is_set():
-            return [], None, 0.0  # NVML still has not answered the last round: ask nothing more
-        if not self.gpus:
-            self._pending = self._stale_since = None
-            return [], ({} if processes else None), 0.0
-        read = self._pending = _GpuRead(list(self.gpus), processes, self.clock.monotonic())
-        threading.Thread(target=read.run, name="cockpit-nvml", daemon=True).start()
-        if not read.done.wait(self.gpu_deadline_s):
-            if self._stale_since is None:
-                self._stale_since = read.started
-            return [], None, 0.0
-        self._pending = self._stale_since = None
-        samples: list[GpuSample] = []
-        found: Processes | None = {} if processes else None
-        for reader, result, reader_processes in read.results:
-            index = reader.info.index
-            if isinstance(result, Exception):
-                self._fails[index] = self._fails.get(index, 0) + 1
-                if gpu_lost(result) or self._fails[index] >= GPU_FAILS_TO_DROP:
-                    self._lose_gpus(result, [reader])
-                continue
-            self._fails.pop(index, None)
-            samples.append(result)
-            for note in reader.take_notes():
-                if note not in self._notes:
-                    self._notes = [*self._notes, note]
-            if found is not None:
-                for pid, (mem, sm) in (reader_processes or {}).items():
-                    # A process on several GPUs holds memory on each: its total is theirs together.
-                    known_mem, known_sm = found.get(pid, (None, None))
-                    found[pid] = (mem if known_mem is None else known_mem + (mem or 0),
-                                  sm if known_sm is None else known_sm + (sm or 0.0))  # fmt: skip
-        return samples, found, read.cost_s
-
     def tick(self) -> Sample:
         """Take one sample now (the thread calls this; tests may call it directly).
 
-        NVML is read every time (`_read_gpus`); the CPU and memory figures when a reading is due
+        NVML is read every time (`GpuThread.read`); the CPU and memory figures when a reading is due
         (`USAGE_EVERY_S` after the previous one, within half a tick), when the set of jobs changed,
         and at the first tick; otherwise the sample carries the latest reading. A CPU reading that
         fails is counted in the status and the latest one carried on (raised only when there is
@@ -446,7 +341,7 @@ class Sampler:
         usage = self._usage
         # Half a tick of slack: a beat that lands a hair early must not push the read a whole tick late.
         due = usage is None or pids != self._usage_pids or now >= self._next_usage - self.period / 2
-        gpus, processes, gpu_cost = self._read_gpus(processes=due)
+        gpus, processes, gpu_cost = self._gpu.read(processes=due)
         if due:
             try:
                 usage = self._read_usage(pids, t, now, processes)
