@@ -36,7 +36,7 @@ from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import JobState
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.launch.ray_launcher import RayLauncher
-from cockpit.core.session.loop import RunSession
+from cockpit.core.session.startup import start_session
 from cockpit.core.telemetry.sampler import Sampler
 
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -222,7 +222,7 @@ def run_through_node_loss(cluster: LocalCluster, storage: Path, preset: Path) ->
             failed.append(time.time())
 
     with RayLauncher(cluster.address, storage=storage, resources_for=lambda _job, n: first if n == 1 else {}) as ray:
-        session = RunSession(spec, Sampler(gpu=None, gpu_status="none"), launcher=ray, serve=False)
+        session = start_session(spec, Sampler(gpu=None, gpu_status="none"), launcher=ray, serve=False)
         state = session.run(Quiet(), on_tick=on_tick, handle_signals=False)
     return NodeLoss(spec, state, lost[0] if lost else None, failed[0] if failed else None, node2)
 

@@ -31,6 +31,7 @@ from cockpit.core.feed.source import Frame, SourceError, Transition
 from cockpit.core.launch.local import LocalJobFiles
 from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
 from cockpit.core.session.loop import TICK_S, UNWATCHED_STATE_S, RunSession
+from cockpit.core.session.startup import start_session
 from cockpit.core.telemetry.phases import phases_since
 from cockpit.core.telemetry.sampler import Sample, Sampler
 from tests.fakeclock import FakeClock
@@ -525,7 +526,7 @@ class FakeWorkers(LocalJobFiles):
 
 def scripted_session(run_dir: Path, *, jobs: int = 2, **session: Any) -> RunSession:
     """An unserved session of `jobs` cartpole agents on `FakeWorkers`, its run dir made;
-    `session` sets RunSession's other fields (clock, host, costs...)."""
+    `session` sets the rest of `start_session`'s (clock, host, costs...)."""
     spec = build_spec(
         RunSettings(
             jobs=jobs,
@@ -541,7 +542,9 @@ def scripted_session(run_dir: Path, *, jobs: int = 2, **session: Any) -> RunSess
         command_line=("cockpit", "run"),
     )
     run_dir.mkdir(parents=True)
-    return RunSession(spec, Sampler(gpu=None, gpu_status="test", hz=5), launcher=FakeWorkers(), serve=False, **session)
+    return start_session(
+        spec, Sampler(gpu=None, gpu_status="test", hz=5), launcher=FakeWorkers(), serve=False, **session
+    )
 
 
 class QuietView:
@@ -568,7 +571,7 @@ def test_a_running_session_serves_frames_and_takes_commands(tmp_path: Path) -> N
         ),
         command_line=("cockpit", "run"),
     )
-    session = RunSession(spec, Sampler(gpu=None, gpu_status="no GPU telemetry: test", hz=20), launcher=FakeWorkers())
+    session = start_session(spec, Sampler(gpu=None, gpu_status="no GPU telemetry: test", hz=20), launcher=FakeWorkers())
     seen: list[Frame] = []
     failures: list[BaseException] = []
 

@@ -14,7 +14,7 @@ from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import ConfigError, RunSpec
 from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
 from cockpit.core.session.background import headless_argv
-from cockpit.core.session.loop import RunSession
+from cockpit.core.session.startup import start_session
 from cockpit.core.telemetry.sampler import Sampler
 from tests.background_child import child_spec
 from tests.test_control import FakeWorkers
@@ -50,7 +50,7 @@ def test_eval_episodes_reaches_the_spec_the_background_run_run_toml_a_resume_and
 
     run_dir.mkdir()
     workers = RecordingWorkers()
-    session = RunSession(spec, Sampler(gpu=None, gpu_status="test"), launcher=workers, serve=False)
+    session = start_session(spec, Sampler(gpu=None, gpu_status="test"), launcher=workers, serve=False)
     session.supervisor.tick()
     session.write_run_log(session.snapshot(), final=True)
     session.recorder.close()

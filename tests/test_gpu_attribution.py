@@ -20,6 +20,7 @@ from cockpit.contract.runrecord import read
 from cockpit.core.machine.host import HostInfo
 from cockpit.core.machine.nvml import kernel_pid_max, open_gpus
 from cockpit.core.session.loop import RunSession
+from cockpit.core.session.startup import start_session
 from cockpit.core.telemetry import sampler as sampler_module
 from cockpit.core.telemetry.sampler import HIDDEN_PIDS_NOTE, Sampler
 from cockpit.views.headless import HeadlessView
@@ -52,7 +53,7 @@ def _session(tmp_path: Path, clock: FakeClock, processes: tuple[tuple[int, int],
     args = build_parser().parse_args(["run", "--jobs", "2", "--run-dir", str(tmp_path / "run")])
     spec = run_command._spec(args, readers, ("cockpit",))
     host = HostInfo("h", "cpu", 64, 128, 2**38, "Linux")  # cores to spare: the GPU's memory is the limit
-    return RunSession(spec, Sampler(gpus=readers, clock=clock), launcher=FakeLauncher(), serve=False, clock=clock,
+    return start_session(spec, Sampler(gpus=readers, clock=clock), launcher=FakeLauncher(), serve=False, clock=clock,
                       host=host)  # fmt: skip
 
 

@@ -19,7 +19,8 @@ from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.nvml import GpuReader, close_gpus, open_gpus
 from cockpit.core.machine.placement import GpuRef, GpuRoom, fit_jobs, place, rooms_of
 from cockpit.core.machine.visibility import open_first_gpu, visible, visible_gpus
-from cockpit.core.session.loop import RunSession, sampled_gpus
+from cockpit.core.session.loop import sampled_gpus
+from cockpit.core.session.startup import start_session
 from cockpit.core.sizing.advisor import GIB, JobMeasure, Machine, Measurements, advise
 from cockpit.core.supervise.supervisor import JobTemplate, Placement, Supervisor
 from cockpit.core.telemetry.sampler import Sampler
@@ -74,7 +75,7 @@ def test_a_run_uses_only_the_gpus_its_cuda_visible_devices_leaves_it(tmp_path: P
     args = build_parser().parse_args(["run", "--jobs", "3", "--run-dir", str(tmp_path / "run")])
     spec = run_command._spec(args, gpus, ("cockpit",), seen.described)
     launcher = FakeLauncher()
-    session = RunSession(spec, Sampler(gpus=gpus, clock=FakeClock(T0)), launcher=launcher, serve=False)
+    session = start_session(spec, Sampler(gpus=gpus, clock=FakeClock(T0)), launcher=launcher, serve=False)
     session.supervisor.tick()
     placed = sorted((p.request.gpu.index, p.request.gpu.uuid) for p in launcher.processes if p.request.gpu)
     assert placed == [(1, "GPU-fake-1"), (3, "GPU-fake-3"), (3, "GPU-fake-3")]  # never GPU 0, the first
@@ -95,7 +96,7 @@ def test_an_empty_cuda_visible_devices_trains_on_the_cpu_and_says_why(tmp_path: 
     spec = run_command._spec(args, gpus, ("cockpit",), seen.described)
     assert spec.preset is not None and spec.preset.name == "cartpole"  # the CPU's default, not the GPU's
     launcher = FakeLauncher()
-    session = RunSession(spec, Sampler(gpus=gpus, gpu_status=status), launcher=launcher, serve=False,
+    session = start_session(spec, Sampler(gpus=gpus, gpu_status=status), launcher=launcher, serve=False,
                          notes=seen.warnings)  # fmt: skip
     session.supervisor.tick()
     assert [p.request.gpu for p in launcher.processes] == [None, None]  # the worker keeps the "" it inherits

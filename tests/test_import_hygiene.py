@@ -63,3 +63,13 @@ def test_no_import_cycle_among_cockpits_modules() -> None:
         graphlib.TopologicalSorter(imports).prepare()
     except graphlib.CycleError as cycle:
         raise AssertionError(f"import cycle: {' -> '.join(cycle.args[1])}") from None
+
+
+def test_run_fleet_and_attach_reach_core_through_the_front_door_and_at_most_five_modules() -> None:
+    # The commands that start or show a run parse, call core.session.start with a front end and
+    # present: one that imports more of core than that is wiring the session by hand again.
+    graph = grimp.build_graph("cockpit")
+    for command in ("cockpit.commands.run", "cockpit.commands.fleet", "cockpit.commands.attach"):
+        core = {d for d in graph.find_modules_directly_imported_by(command) if d.startswith("cockpit.core.")}
+        assert "cockpit.core.session.start" in core, command
+        assert len(core) <= 5, f"{command} imports {len(core)} modules of cockpit.core: {sorted(core)}"

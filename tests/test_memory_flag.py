@@ -29,6 +29,7 @@ from cockpit.core.feed.snapshot import RunState
 from cockpit.core.machine.host import HostInfo
 from cockpit.core.record.replay import open_replay
 from cockpit.core.session.loop import RunSession
+from cockpit.core.session.startup import start_session
 from cockpit.core.sizing.advisor import JobMeasure, Measurements, advise, job_measure, machine_of, memory_advice
 from cockpit.core.telemetry.memwatch import MIB, MemoryVerdict
 from cockpit.core.telemetry.sampler import JobUsage, Sample, Sampler
@@ -159,7 +160,9 @@ def test_a_resumed_run_shows_the_recorded_verdict_until_it_judges_anew(
         command_line=("cockpit", "run"),
         resuming=True,
     )
-    resumed = RunSession(spec, Sampler(gpu=None, gpu_status="test"), launcher=FakeWorkers(), serve=False, resume=True)
+    resumed = start_session(
+        spec, Sampler(gpu=None, gpu_status="test"), launcher=FakeWorkers(), serve=False, resume=True
+    )
     jobs = {j.id: j for j in resumed.snapshot().jobs}
     assert jobs["000"].memory == "no growth" and jobs["001"].memory_growing
     resumed.recorder.close()

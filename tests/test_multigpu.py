@@ -28,7 +28,7 @@ from cockpit.core.machine.host import HostInfo, thread_budget
 from cockpit.core.machine.nvml import ERROR_GPU_IS_LOST, GpuReader, keep_gpus, open_gpus
 from cockpit.core.machine.placement import GpuRef, GpuRoom, fit_jobs, place
 from cockpit.core.record.runlog import Recorder, record
-from cockpit.core.session.loop import RunSession
+from cockpit.core.session.startup import start_session
 from cockpit.core.sizing.advisor import GIB, JobMeasure, Machine, Measurements, advise
 from cockpit.core.supervise.supervisor import JobTemplate, Placement, Supervisor
 from cockpit.core.telemetry.phases import PhaseAccountant
@@ -214,7 +214,7 @@ def test_gpus_must_be_on_this_machine(tmp_path: Path) -> None:
     # Without NVML there is nothing to check against: the run goes on, CPU-only, and says so.
     args = build_parser().parse_args(["run", "--gpus", "0,2", "--run-dir", str(tmp_path / "c")])
     spec = run_command._spec(args, None, ("cockpit", "run", "--gpus", "0,2"))
-    session = RunSession(spec, Sampler(gpu_status="no GPU telemetry: test"), launcher=FakeLauncher(), serve=False)
+    session = start_session(spec, Sampler(gpu_status="no GPU telemetry: test"), launcher=FakeLauncher(), serve=False)
     assert "--gpus 0,2: no GPU telemetry: test; training on the CPU" in session.supervisor.warnings
 
 
@@ -224,7 +224,7 @@ def test_a_run_on_four_gpus_samples_and_places_only_those_gpus_gives(tmp_path: P
     readers = _four(clock)
     spec = run_command._spec(args, readers, ("cockpit",))
     launcher = FakeLauncher()
-    session = RunSession(spec, Sampler(gpus=keep_gpus(readers, spec.gpus), clock=clock), launcher=launcher,
+    session = start_session(spec, Sampler(gpus=keep_gpus(readers, spec.gpus), clock=clock), launcher=launcher,
                          serve=False)  # fmt: skip
     session.supervisor.tick()
     assert sorted(p.request.gpu.index for p in launcher.processes if p.request.gpu is not None) == [1, 3, 3]

@@ -22,8 +22,9 @@ from cockpit.contract.runspec import build_spec
 from cockpit.contract.settings import RunSettings
 from cockpit.contract.workerargs import SERVE_FLAG, WORKER_MODULE
 from cockpit.core.launch.local import LocalLauncher, wait_for_previous_workers
-from cockpit.core.session import loop
+from cockpit.core.session import startup
 from cockpit.core.session.loop import RunSession
+from cockpit.core.session.startup import start_session
 from cockpit.core.telemetry.sampler import Sampler
 from tests.test_control import scripted_session
 
@@ -119,7 +120,7 @@ def resume_locally(run_dir: Path) -> RunSession:
         command_line=("cockpit", "run"),
         resuming=True,
     )
-    session = RunSession(spec, Sampler(gpu=None, gpu_status="test"), launcher=LocalLauncher(), serve=False,
+    session = start_session(spec, Sampler(gpu=None, gpu_status="test"), launcher=LocalLauncher(), serve=False,
                          resume=True)  # fmt: skip
     session.recorder.close()
     return session
@@ -140,7 +141,7 @@ def test_a_resumed_session_waits_for_the_previous_workers_and_says_so(
 def test_a_resumed_session_gives_up_on_a_stuck_worker_after_its_timeout(
     tmp_path: Path, orphans: list[subprocess.Popen[bytes]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(loop, "ORPHAN_WAIT_S", 1.0)
+    monkeypatch.setattr(startup, "ORPHAN_WAIT_S", 1.0)
     run_dir = tmp_path / "run"
     previous_run(run_dir)
     start_orphan(orphans, run_dir / "jobs" / "000", served=True, stuck=True)

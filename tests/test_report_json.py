@@ -24,7 +24,7 @@ from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import JobState
 from cockpit.core.fleet.report import STATUSES
 from cockpit.core.record.series import read_series
-from cockpit.core.session.loop import RunSession
+from cockpit.core.session.startup import start_session
 from cockpit.core.telemetry.sampler import Sampler
 from tests.test_control import FakeWorkers, QuietView, _try_connect, wait_for
 
@@ -82,7 +82,7 @@ def test_a_live_run_reports_through_its_socket(tmp_path: Path) -> None:
         ),
         command_line=("cockpit", "run", "--agents", "3"),
     )
-    session = RunSession(spec, Sampler(gpu=None, gpu_status="no GPU telemetry: test", hz=20), launcher=FakeWorkers())
+    session = start_session(spec, Sampler(gpu=None, gpu_status="no GPU telemetry: test", hz=20), launcher=FakeWorkers())
     reports: list[dict[str, Any]] = []
     failures: list[BaseException] = []
 

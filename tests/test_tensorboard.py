@@ -23,6 +23,7 @@ from cockpit.core.export.tensorboard import CPU_TAG, GPU_TAG, SPS_TAG, install_h
 from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
 from cockpit.core.session.background import headless_argv
 from cockpit.core.session.loop import RunSession
+from cockpit.core.session.startup import start_session
 from cockpit.core.telemetry.sampler import Sampler
 from cockpit.views.headless import HeadlessView
 from cockpit_training import worker
@@ -155,7 +156,7 @@ def session_of(run_dir: Path, *, tensorboard: bool = True) -> RunSession:
         command_line=("cockpit", "run"),
     )
     run_dir.mkdir(parents=True)
-    return RunSession(spec, Sampler(gpu=None, gpu_status="test"), launcher=RecordingWorkers(), serve=False)
+    return start_session(spec, Sampler(gpu=None, gpu_status="test"), launcher=RecordingWorkers(), serve=False)
 
 
 def test_no_tensorboard_reaches_the_worker_the_background_run_and_the_session(tmp_path: Path) -> None:

@@ -75,7 +75,7 @@ def test_the_supervisor_leaves_torch_the_budget_unless_the_preset_gains_nothing(
 def test_a_run_with_measured_costs_keeps_one_thread_where_more_do_not_pay() -> None:
     from cockpit.contract.runspec import build_spec
     from cockpit.contract.settings import RunSettings
-    from cockpit.core.session.loop import _template
+    from cockpit.core.session.startup import _template
 
     spec = build_spec(
         RunSettings(

@@ -20,7 +20,7 @@ from cockpit.core.feed.control import AttachSource
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.feed.source import SourceError
 from cockpit.core.machine.nvml import open_gpu
-from cockpit.core.session.loop import RunSession
+from cockpit.core.session.startup import start_session
 from cockpit.core.telemetry.sampler import Sampler
 from cockpit.views.tui.advice_panel import AdvicePanel
 from cockpit.views.tui.app import make_app
@@ -69,7 +69,7 @@ async def test_keys_drive_a_real_supervisor_and_stop_all_ends_the_run(tmp_path: 
     gpu, status = open_gpu(nvml=FakeNvml(FakeGpu(util_at=lambda t: 90.0 if int(t * 2) % 2 else 5.0, clock=time.time)))
     assert gpu is not None, status
     workers = FakeWorkers()
-    session = RunSession(spec, Sampler(gpu=gpu, gpu_status=status, hz=20), launcher=workers)
+    session = start_session(spec, Sampler(gpu=gpu, gpu_status=status, hz=20), launcher=workers)
     final: list[RunState] = []
     runner = threading.Thread(target=lambda: final.append(session.run(QuietView(), handle_signals=False)))
     runner.start()

@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 from cockpit.commands.console import interactive
-from cockpit.commands.frontends import FrontEnds
 from cockpit.contract.rundir import RUN_NAME_PATTERN, RUNS
 from cockpit.core.feed.source import SourceError
-from cockpit.core.record.find_runs import named_run, open_run
+from cockpit.core.record.find_runs import named_run
+from cockpit.core.session.start import FrontEnds, watch_run
 
 
 def find(run_dir: Path, root: Path = RUNS) -> Path:
@@ -36,13 +36,7 @@ def main(run_dir: Path, front: FrontEnds) -> int:
     one line when it is no run or there is no terminal."""
     try:
         run_dir = find(run_dir)
-        source = open_run(run_dir)
     except SourceError as exc:
         print(f"cockpit attach: error: {exc}", file=sys.stderr)
         return 2
-    if not interactive():
-        source.close()
-        print(f"cockpit attach: error: the cockpit needs a terminal; without one, read: cockpit report {run_dir}",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    return front.watch(source, who="cockpit attach")
+    return watch_run(run_dir, front, terminal=interactive())

@@ -21,16 +21,24 @@ from rich import box
 from rich.table import Table
 
 from cockpit.commands.console import interactive, output_console, say, step_display
-from cockpit.commands.frontends import FrontEnds
-from cockpit.contract.fleetplan import FleetPlan, PlanError, load_plan, parse_plan
+from cockpit.contract.fleetplan import FleetPlan, PlanError, load_plan
 from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import stamped
 from cockpit.contract.runrecord import RunRecord
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, checked_name, handed, on_cluster
 from cockpit.contract.settings import RunSettings
-from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.projection import Projection, Stage, episode_steps_from_record, project, speed_from_record
-from cockpit.core.machine.visibility import device_indices
+from cockpit.core.session.background import spec_argv, typed_command_line
+from cockpit.core.session.start import (
+    Asked,
+    FrontEnds,
+    check_plan,
+    fleet_of,
+    recorded_plan,
+    run_in_background,
+    search_missing,
+    start_fleet,
+)
 from cockpit.core.sizing.overlap import Speed, speed_of
 from cockpit.core.sizing.starting_point import costs_for, this_machine
 
@@ -40,7 +48,7 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     try:
         plan, plan_text = _plan(args)
         if args.typed is None:  # with --typed, the cockpit that started this fleet checked
-            _check_trainable(plan)
+            check_plan(plan)
     except (PlanError, ConfigError) as exc:
         print(f"cockpit fleet: error: {exc}", file=sys.stderr)
         return 2
@@ -48,9 +56,7 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
         print("cockpit fleet: error: --from costs a --dry-run with a finished run's speeds; add --dry-run",
               file=sys.stderr)  # fmt: skip
         return 2
-    from cockpit.core.fleet.search import missing
-
-    no_optuna = missing(plan.source, plan.search.sampler) if plan.search is not None else None
+    no_optuna = search_missing(plan)
     if no_optuna is not None and not args.dry_run:  # before anything starts: no run directory, no study
         print(f"cockpit fleet: error: {no_optuna}", file=sys.stderr)
         return 2
@@ -81,28 +87,7 @@ def _plan(args: argparse.Namespace) -> tuple[FleetPlan, str]:
                                       ("--name", args.name)) if value is not None]  # fmt: skip
     if given:
         raise ConfigError(f"--resume continues a fleet with its recorded plan and name; drop {', '.join(given)}")
-    from cockpit.core.fleet.store import FleetStore, FleetStoreError
-
-    try:
-        store = FleetStore.in_run_dir(args.resume, read_only=True)
-        text, source = store.meta("plan"), store.meta("plan_source")
-        store.close()
-    except FleetStoreError as exc:
-        raise ConfigError(f"--resume {args.resume}: no fleet there ({exc})") from None
-    if text is None or source is None:
-        raise ConfigError(f"--resume {args.resume}: its fleet.db records no plan")
-    return parse_plan(tomllib.loads(text), source), text
-
-
-def _check_trainable(plan: FleetPlan) -> None:
-    """PlanError naming the plan and `agents.env` for an env of it stable-baselines3's PPO cannot
-    train (`unfit_envs`: one check for all the plan's envs, each with its env_kwargs)."""
-    from cockpit.core.launch.preflight import unfit_envs
-
-    presets = list({(a.env, repr(sorted(a.preset.env_kwargs.items()))): a.preset for a in plan.agents}.values())
-    for preset, unfit in zip(presets, unfit_envs(presets), strict=True):
-        if unfit is not None:
-            raise PlanError(f"{plan.source}: {unfit.message(preset.env, repr('agents.env'))}")
+    return recorded_plan(args.resume)
 
 
 def _spec(
@@ -116,8 +101,6 @@ def _spec(
     The fleet's run name is `--name`, else the plan's `name` (both follow `rundir.check_run_name`);
     a resumed fleet keeps the name its run.toml recorded. Its directory is `--run-dir`, else
     `runs/<UTC time>-NAME` with `--name`, else `runs/<UTC time>-fleet-<plan name>` as before names."""
-    from cockpit.core.session.background import typed_command_line
-
     command_line = typed_command_line(args.typed, sys.argv[1:] if args.argv is None else args.argv)
     if command_line is None:
         raise ConfigError("--typed: give the command line as a JSON list of strings")
@@ -156,71 +139,22 @@ def _recorded(run_dir: Path) -> tuple[str | None, str | None]:
 
 
 def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: FrontEnds) -> int:
-    from cockpit.core.fleet.run import FleetRun
-    from cockpit.core.launch.pooled import PooledLauncher
-    from cockpit.core.machine.nvml import close_gpus, open_gpus
-    from cockpit.core.machine.visibility import visible_gpus
-    from cockpit.core.session.compute_modes import mode_bounds
-    from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus
-    from cockpit.core.session.mps_session import mps_refusal, with_mps
-    from cockpit.core.supervise.supervisor import Supervisor
-    from cockpit.core.telemetry.sampler import Sampler
-
-    gpus, gpu_status = open_gpus()
-    gpus, gpu_status, visibility = visible_gpus(gpus, gpu_status)
-    visible_by = visibility.described if visibility.listed else ""
-    try:
-        # No GPU, unless CUDA_VISIBLE_DEVICES left none: --gpus has nothing to check against; a warning says so.
-        spec = _spec(args, plan, device_indices([r.info for r in gpus]) if gpus or visible_by else None, visible_by)
-        problem = mps_refusal(spec, gpus, gpu_status)
-        bounds = mode_bounds(spec, gpus, f"--jobs {spec.jobs}" if args.jobs else f"jobs = {spec.jobs} ({plan.source})")
-    except ConfigError as exc:
-        close_gpus(gpus)
-        print(f"cockpit fleet: error: {exc}", file=sys.stderr)
-        return 2
-    if problem is not None:  # before anything starts: no run directory, no daemon
-        close_gpus(gpus)
-        print(f"cockpit fleet: error: {problem}" + ("" if args.mps else f" (the plan {plan.source} says mps = true)"),
-              file=sys.stderr)  # fmt: skip
-        return 2
-    if bounds.refusal is not None:
-        close_gpus(gpus)
-        print(f"cockpit fleet: error: {bounds.refusal}", file=sys.stderr)
-        return 2
-    if not (args.headless or not interactive()):
-        close_gpus(gpus)
-        return _run_in_background(args, spec, front)
-    rate = args.rate
-
-    def fleet(supervisor: Supervisor) -> FleetRun:
-        if args.resume is not None:
-            return FleetRun.resume(supervisor, rate_usd_per_h=rate)
-        return FleetRun.new(plan, plan_text, supervisor, rate_usd_per_h=rate)
-
-    gpus, gpu_status = sampled_gpus(spec, gpus, gpu_status)
-    # Served workers run agent after agent: a fleet's many short tiers pay the worker's start-up
-    # (torch, SB3, envpool imports) once per process instead of once per agent and tier. On Ray
-    # (--ray) each agent's attempt is an actor of its own.
-    return with_mps(spec, gpus, "cockpit fleet", lambda notes, mps: run_on_launcher(
-        spec, PooledLauncher,
-        lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
-                                    resume=args.resume is not None, fleet_factory=fleet,
-                                    notes=(*visibility.warnings, *bounds.notes, *notes), mps=mps,
-                                    mps_clients=spec.mps),
-        front.headless(), "cockpit fleet",
-    ))  # fmt: skip
+    """Run the fleet: in the background under the cockpit on a terminal, else here."""
+    source = str(plan.source)  # where the jobs and mps come from when no flag gave them
+    asked = Asked("cockpit fleet", args.typed, sys.argv[1:] if args.argv is None else args.argv,
+                  headless=args.headless or not interactive(), resume=args.resume is not None,
+                  jobs_from=None if args.jobs else source, mps_from=None if args.mps else source)  # fmt: skip
+    return start_fleet(lambda here: _spec(args, plan, here.indices, here.visible_by), front, asked,
+                       fleet=fleet_of(plan, plan_text, resume=args.resume is not None, rate=args.rate),
+                       in_background=lambda spec: _run_in_background(args, spec, front))  # fmt: skip
 
 
 def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds) -> int:
     """Start the fleet as `cockpit fleet --headless` in its own session and open the cockpit on it."""
-    from cockpit.core.session.background import spawn, spec_argv, watch_to_exit
-
     # The plan (or the fleet's own record) and the machine's rate are the fleet's; the rest is the spec, as data.
     where = [str(args.plan)] if args.resume is None else ["--resume", str(spec.run_dir)]
     rate = ["--rate", repr(args.rate)] if args.rate is not None else []
-    run = spawn([*where, *rate, *spec_argv(spec)], spec.run_dir, verb="fleet")
-    print(f"cockpit fleet: starting in {spec.run_dir} (log: {run.log})", file=sys.stderr)
-    return watch_to_exit(run, lambda source: front.watch(source, who="cockpit fleet"), "cockpit fleet")
+    return run_in_background([*where, *rate, *spec_argv(spec)], spec, front, "cockpit fleet", verb="fleet")
 
 
 def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None, record: RunRecord | None = None,

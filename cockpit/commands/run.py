@@ -17,28 +17,13 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from cockpit.commands.console import interactive
-from cockpit.commands.frontends import FrontEnds
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, handed, on_cluster
-from cockpit.contract.settings import RunSettings, declared
+from cockpit.contract.settings import RunSettings, declared, resumed
 from cockpit.core.machine.nvml import GpuReader
-from cockpit.core.machine.visibility import device_indices
-from cockpit.core.session.compute_modes import default_jobs, mode_bounds
-from cockpit.core.session.mps_session import auto_mps, mps_refusal, with_mps
-
-if TYPE_CHECKING:
-    from cockpit.contract.costs import Costs
-    from cockpit.core.sizing.autotune import AutoTuner
-
-
-def _typed(args: argparse.Namespace) -> tuple[str, ...] | None:
-    """What the user typed: `--typed` when a terminal `cockpit run` started this one, else argv;
-    None when `--typed` is not a JSON list of strings."""
-    from cockpit.core.session.background import typed_command_line
-
-    return typed_command_line(args.typed, sys.argv[1:] if args.argv is None else args.argv)
+from cockpit.core.session.compute_modes import default_jobs
+from cockpit.core.session.start import Asked, FrontEnds, Here, start_run
 
 
 def _spec(
@@ -74,10 +59,8 @@ def _local_spec(
     on bad input. With `--spec` (a background run), the settings the cockpit that started it
     validated, checked again here."""
     from cockpit.contract.runrecord import RunRecordError, read
-    from cockpit.core.session.loop import resume_settings
 
-    # No GPU, unless CUDA_VISIBLE_DEVICES left none: --gpus has nothing to be checked against, and a warning says so.
-    here = device_indices([r.info for r in gpus or ()]) if gpus or visible_by else None
+    here = Here(list(gpus or ()), visible_by, command_line).indices
     if args.spec is not None:
         return build_spec(handed(args.spec), command_line=command_line, resuming=args.resume is not None,
                           gpus_here=here, visible_by=visible_by)  # fmt: skip
@@ -100,9 +83,10 @@ def _local_spec(
     if fixed:
         raise ConfigError(f"--resume continues a run with its recorded settings; drop {', '.join(fixed)}")
     try:
-        recorded = resume_settings(args.resume, read(args.resume))
+        record = read(args.resume)
     except RunRecordError as exc:
         raise ConfigError(f"--resume {args.resume}: no usable run.toml there ({exc})") from exc
+    recorded = resumed(record.config, record.name, args.resume)  # as each setting's declaration says
     # A kept setting given again replaces the recorded one; a fresh one is taken as given, each session.
     given = RunSettings.from_args(args)
     again = {name: value for name, _, value in RunSettings.given_again(args, "kept")}
@@ -114,93 +98,7 @@ def _local_spec(
 def main(args: argparse.Namespace, front: FrontEnds) -> int:
     """Carry out `cockpit run` as parsed; returns the exit code (0 done, 1 failed, 2 bad input,
     3 run directory lost, 128 + the signal when interrupted)."""
-    from cockpit.core.launch.local import LocalLauncher
-    from cockpit.core.machine.nvml import close_gpus, open_gpus
-    from cockpit.core.machine.placement import placeable
-    from cockpit.core.machine.visibility import visible_gpus
-    from cockpit.core.session.loop import RunSession, run_on_launcher, sampled_gpus
-    from cockpit.core.telemetry.sampler import Sampler
-
-    command_line = _typed(args)
-    if command_line is None:
-        print("cockpit run: error: --typed: give the command line as a JSON list of strings", file=sys.stderr)
-        return 2
-    headless = args.headless or not interactive()
-    gpus, gpu_status = open_gpus()
-    gpus, gpu_status, visibility = visible_gpus(gpus, gpu_status)
-    try:
-        spec = _spec(args, gpus, command_line, visibility.described if visibility.listed else "")
-        problem = mps_refusal(spec, gpus, gpu_status)
-        bounds = mode_bounds(spec, gpus, f"--jobs {spec.jobs}")
-        problem = problem or bounds.refusal
-    except ConfigError as exc:
-        close_gpus(gpus)
-        print(f"cockpit run: error: {exc}", file=sys.stderr)
-        return 2
-    if problem is not None:  # before anything starts: no run directory, no daemon
-        close_gpus(gpus)
-        print(f"cockpit run: error: {problem}", file=sys.stderr)
-        return 2
-    if not headless:
-        close_gpus(gpus)
-        return _run_in_background(spec, args, front)
-    gpus, gpu_status = sampled_gpus(spec, gpus, gpu_status)
-    # The first GPU a job can run on: a MIG slice rather than the GPU it is cut from.
-    gpu = next((r for r in gpus if r.info in placeable([g.info for g in gpus])), None)
-    costs = _cached_costs(spec, gpu)
-    # --auto measures MPS where a daemon can be started: one stands ready, the jobs not its clients.
-    standby, why_not = auto_mps(spec, gpus, gpu_status) if args.auto else (False, None)
-    if standby and bounds.capacity is not None:  # one job per exclusive GPU: no two share one to measure MPS on
-        standby, why_not = False, f"--auto: MPS not measured: {bounds.notes[0]}"
-    return with_mps(spec, gpus, "cockpit run", lambda notes, mps: run_on_launcher(
-        spec, LocalLauncher,
-        lambda launcher: RunSession(spec, Sampler(gpus=gpus, gpu_status=gpu_status), launcher=launcher,
-                                    resume=args.resume is not None, costs=costs,
-                                    auto=_auto_tuner(spec, gpu, args.auto_window, standby and mps is not None,
-                                                     bounds.capacity, "; ".join(bounds.notes))
-                                    if args.auto else None,
-                                    notes=(*visibility.warnings, *bounds.notes, *notes,
-                                           *([why_not] if why_not else [])),
-                                    mps=mps, mps_clients=spec.mps),
-        front.headless(), "cockpit run",
-    ), standby=standby)  # fmt: skip
-
-
-def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:
-    """The costs `recommend` or `tune` measured for this run's preset on this machine, if any:
-    a run never waits for a probe."""
-    from cockpit.core.sizing.cost_probe import cached_costs
-
-    if spec.preset is None:
-        return None
-    return cached_costs(dataclasses.replace(spec.preset, env=spec.env), gpu.info.name if gpu is not None else None)
-
-
-def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float, mps: bool = False,
-                gpu_job_cap: int | None = None, gpu_job_cap_why: str = "") -> AutoTuner:  # fmt: skip
-    """The --auto loop for this machine: capped by the cores the preset's envs need and by the
-    jobs the GPUs' compute modes take (`gpu_job_cap`, which `gpu_job_cap_why` explains); with
-    `mps` (a daemon stands ready) it measures MPS last."""
-    from cockpit.core.machine.clock import SystemClock
-    from cockpit.core.machine.host import host_info
-    from cockpit.core.sizing.advisor import envs_per_core, max_jobs_for_cores
-    from cockpit.core.sizing.autotune import AutoTuner
-
-    assert spec.preset is not None  # --auto with a script is refused up front
-    preset = dataclasses.replace(spec.preset, env=spec.env)
-    cores = host_info().physical_cores
-    return AutoTuner(SystemClock(), max_slots=max_jobs_for_cores(preset, cores), n_envs=preset.n_envs,
-                     env_capacity=envs_per_core(spec.env) * cores,
-                     gpu_memory_bytes=gpu.info.memory_total_bytes if gpu is not None else None,
-                     window_s=window_s, settle_s=window_s / 3, mps=mps, gpu_job_cap=gpu_job_cap,
-                     gpu_job_cap_why=gpu_job_cap_why)  # fmt: skip
-
-
-def _run_in_background(spec: RunSpec, args: argparse.Namespace, front: FrontEnds) -> int:
-    """Start the validated run in the background and open the cockpit on it."""
-    from cockpit.core.session.background import headless_argv, spawn, watch_to_exit
-
-    argv = headless_argv(spec, resume=args.resume is not None, auto_window_s=args.auto_window if args.auto else None)
-    run = spawn(argv, spec.run_dir)
-    print(f"cockpit run: starting {spec.agents} job(s) in {spec.run_dir} (log: {run.log})", file=sys.stderr)
-    return watch_to_exit(run, lambda source: front.watch(source, who="cockpit run"), "cockpit run")
+    asked = Asked("cockpit run", args.typed, sys.argv[1:] if args.argv is None else args.argv,
+                  headless=args.headless or not interactive(), resume=args.resume is not None)  # fmt: skip
+    return start_run(lambda here: _spec(args, here.readers, here.command_line, here.visible_by), front, asked,
+                     auto_window_s=args.auto_window if args.auto else None)  # fmt: skip

@@ -1,5 +1,9 @@
-"""A run's life: the 5 Hz loop that ties the rest together, and runs in the background.
+"""A run's life: its front door, its start-up, the 5 Hz loop that ties the rest together, and runs
+in the background.
 
+- `start`: the front door `run`, `fleet` and `attach` call with what they parsed and a front end:
+  the GPUs, the spec, the refusals before anything starts, then the background or the session here;
+- `startup`: `start_session`, everything a `RunSession` runs with, built in one order;
 - `loop`: `RunSession` and `run_on_launcher`: opens the launcher and sampler, ticks the
   supervisor, the recorder, TensorBoard, `--auto` and the control socket, and ends the run cleanly;
 - `background`: `cockpit run --headless` detached from the terminal, and the wait for its socket;

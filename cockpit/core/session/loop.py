@@ -24,37 +24,31 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from cockpit.contract.advice import Advice, AdviceSetting
 from cockpit.contract.controls import AddJob, ApplyAdvice, Control, RestartJob, SetMps, SetPreset, SetSlots
 from cockpit.contract.costs import Costs, MpsGain
-from cockpit.contract.events import FinishedEvent, of_kind
 from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import largest_divisor_at_most, to_toml
 from cockpit.contract.rundir import RunDir
-from cockpit.contract.runrecord import AdviceRecord, RunRecord, RunRecordError, iso
-from cockpit.contract.runrecord import read as read_record
+from cockpit.contract.runrecord import AdviceRecord, RunRecord, iso
 from cockpit.contract.runrecord import write as write_record
 from cockpit.contract.runspec import ConfigError, RunSpec
-from cockpit.contract.scriptargs import script_label
 from cockpit.contract.settings import RunSettings, resumed
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.contract.workerargs import MpsServers
-from cockpit.core.export.tensorboard import TensorBoardScalars, install_hint, tensorboard_api
+from cockpit.core.export.tensorboard import TensorBoardScalars
 from cockpit.core.feed.control import ControlError, ControlServer
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.feed.source import WINDOW_S, Transition
-from cockpit.core.fleet.run import FleetFactory, FleetRun
-from cockpit.core.launch.local import LocalLauncher, wait_for_previous_workers
-from cockpit.core.launch.pooled import PooledLauncher
+from cockpit.core.fleet.run import FleetRun
 from cockpit.core.launch.protocol import Launcher, RemoteJobs
-from cockpit.core.machine.clock import Clock, SystemClock
-from cockpit.core.machine.host import HostInfo, host_info, thread_budget
+from cockpit.core.machine.clock import Clock
+from cockpit.core.machine.host import HostInfo
 from cockpit.core.machine.nvml import GpuReader, close_gpus, keep_gpus
-from cockpit.core.machine.placement import GpuRef
 from cockpit.core.machine.visibility import with_slices
 from cockpit.core.record.runlog import Recorder, phase_accounting, record
 from cockpit.core.session.on_done import run_on_done
@@ -62,8 +56,7 @@ from cockpit.core.sizing.advisor import MAX_ENVS_SCALE, Measurements, advise, jo
 from cockpit.core.sizing.autotune import AutoTuner
 from cockpit.core.sizing.mps_gains import record_mps_gain
 from cockpit.core.supervise.rundirwatch import RunDirWatch
-from cockpit.core.supervise.supervisor import STOP_GRACE_S, JobTemplate, Placement, Supervisor
-from cockpit.core.telemetry.memwatch import MIB, MemoryVerdict
+from cockpit.core.supervise.supervisor import STOP_GRACE_S, Supervisor
 from cockpit.core.telemetry.phases import Accounting, phases_since, prune
 from cockpit.core.telemetry.sampler import Sample, Sampler
 
@@ -78,9 +71,6 @@ WATCHED_FOR_S = 2.0
 RUN_LOG_EVERY_S = 10.0  # also how often the advisor looks at the run again
 ADVICE_CPU_SAMPLES = 300  # the last minute at 5 Hz
 CONTROL_LINGER_S = 1.0  # how long the final state stays served for viewers still polling
-# How long a resumed run waits for a killed cockpit's workers to checkpoint and exit: a stop's grace,
-# plus the imports of a worker that was still starting on a loaded machine.
-ORPHAN_WAIT_S = 30.0
 
 
 class View(Protocol):
@@ -101,7 +91,8 @@ RUN_DIR_LOST_EXIT = 3  # the run directory was deleted or became unwritable; the
 
 @dataclass
 class RunSession:
-    """One `cockpit run` (or `--resume`).
+    """One `cockpit run` (or `--resume`, or a `cockpit fleet`), as `startup.start_session` builds
+    it: its supervisor, the sampler and the recorder that keeps its samples, ready to `run()`.
 
     With `serve` (the default), `run()` serves the run on its control socket; if the socket cannot
     be set up, the run goes on unserved and says why in its warnings.
@@ -109,69 +100,28 @@ class RunSession:
 
     spec: RunSpec
     sampler: Sampler
-    launcher: Launcher = field(default_factory=LocalLauncher)
-    clock: Clock = field(default_factory=SystemClock)
-    host: HostInfo = field(default_factory=host_info)
-    resume: bool = False
+    supervisor: Supervisor
+    recorder: Recorder
+    clock: Clock
+    host: HostInfo
     serve: bool = True
     auto: AutoTuner | None = None  # `--auto`: the loop that sizes the parallel jobs
     costs: Costs | None = None  # what a job of the preset costs here, if measured (`cockpit.core.sizing.cost_probe`)
-    # A fleet (`cockpit fleet`): it gets the supervisor and feeds its queue; the spec's seeds are unused.
-    fleet_factory: FleetFactory | None = None
-    # Lines the run's warnings begin with: what the cockpit's CUDA_VISIBLE_DEVICES left it (`visibility.visible_gpus`).
-    notes: tuple[str, ...] = ()
+    tensorboard: TensorBoardScalars | None = None  # each job's cockpit scalars, unless --no-tensorboard
+    # A fleet (`cockpit fleet`): it got the supervisor and feeds its queue.
+    fleet: FleetRun | None = None
     # Under --mps: where the jobs of each GPU meet their MPS daemon (`cockpit.core.machine.mps_daemon`); a
     # daemon found running, with or without --mps (`MpsServers.external`).
     mps: MpsServers | None = None
-    # False: the daemons stand ready for --auto, which makes the jobs their clients to measure MPS.
-    mps_clients: bool = True
 
     def __post_init__(self) -> None:
-        budget = thread_budget(self.spec.slots, self.host.physical_cores)
-        self.supervisor = Supervisor(
-            run_dir=self.spec.run_dir,
-            template=_template(self.spec, self.costs),
-            seeds=self.spec.seeds if self.fleet_factory is None else (),
-            slots=self.spec.slots,
-            launcher=self.launcher,
-            budget=budget,
-            restart=self.spec.restart,
-            placement=Placement(
-                # On Ray the cluster places each actor on a GPU of its node; this machine's are not theirs.
-                gpus=tuple if isinstance(self.launcher, RemoteJobs) else self.sampler.gpu_rooms,
-                peak_gpu_mem=lambda: self.sampler.peak_gpu_mem,
-                mps=self.mps,
-                mps_clients=self.mps_clients,
-                pin=self.spec.pin,
-            ),
-            clock=self.clock,
-            preset_name=self.spec.preset.name if self.spec.preset is not None else "script",
-        )
-        self.supervisor.warnings.extend(self.notes)
-        if self.spec.gpus is not None and not self.sampler.gpus:
-            asked = ",".join(map(str, self.spec.gpus))
-            why = self.sampler.gpu_status or "no GPU"
-            self.supervisor.warnings.append(f"--gpus {asked}: {why}; training on the CPU")
-        self.recorder = Recorder(self.spec.run_dir)
-        # Each job's cockpit scalars for TensorBoard (<job dir>/tb/cockpit), unless --no-tensorboard;
-        # without the package the run says once how to get them.
-        self.tensorboard: TensorBoardScalars | None = None
-        if self.spec.tensorboard:
-            api = tensorboard_api()
-            if api is None:
-                self.supervisor.warnings.append(install_hint(self.spec.run_dir))
-            else:
-                self.tensorboard = TensorBoardScalars(self.spec.run_dir, api)
         # The preset the jobs train now (applied advice changes it); None for a script run.
         self._preset = dataclasses.replace(self.spec.preset, env=self.spec.env) if self.spec.preset else None
         self._suggestions: tuple[Advice, ...] = ()
         self._mps_kept = False  # --auto's MPS measurement is in mps.toml
         self._applied: list[AdviceRecord] = []
-        self.sampler.on_sample = self.recorder
         # Jobs on other machines have no local pid to follow: their launcher reports them, and their nodes.
         self._remote = isinstance(self.launcher, RemoteJobs)
-        if isinstance(self.launcher, RemoteJobs):
-            self.sampler.remote = self.launcher.usage
         self.log_failure: str | None = None
         self._latest: RunState | None = None  # written by the loop, read by control threads
         self._watch: RunDirWatch | None = None  # from the start of `run()`
@@ -179,51 +129,12 @@ class RunSession:
         self.lost: str | None = None
         self._view_failure: str | None = None
         self._watched_at: float | None = None  # time.monotonic() of a viewer's latest fetch
-        self.fleet: FleetRun | None = None
         self._fleet_view: tuple[float, Any] | None = None  # (when, FleetView): refreshed once a second
-        if self.resume and isinstance(self.launcher, (LocalLauncher, PooledLauncher)):
-            # Before reading what the jobs wrote: a killed cockpit's workers may still be writing.
-            waited = wait_for_previous_workers(self.spec.run_dir, ORPHAN_WAIT_S)
-            if waited:
-                self.supervisor.warnings.append(waited)
-        if self.fleet_factory is not None:
-            self.fleet = self.fleet_factory(self.supervisor)
-        elif self.resume:
-            self._restore_jobs()
 
-    def _restore_jobs(self) -> None:
-        sup = self.supervisor
-        recorded = self._record()
-        # A script is done when it exited 0, which only the earlier session saw: its run.toml says.
-        script_done = set()
-        if recorded is not None and self.spec.script is not None:
-            script_done = {job.id for job in recorded.jobs if job.status is JobState.DONE}
-        for job_record in recorded.jobs if recorded is not None else ():
-            job = sup.jobs.get(job_record.id)
-            if job is not None and job_record.gpu is not None:  # back on its GPU, if that is still there
-                job.gpu = GpuRef(job_record.gpu, job_record.gpu_uuid or "")
-            if job is not None and job_record.peak_gpu_mem_mib:  # the room that GPU must still have
-                job.recorded_peak_gpu_mem = job_record.peak_gpu_mem_mib * MIB
-            # What the leak watch said of it then, until a worker of this session is judged.
-            verdict = MemoryVerdict.recorded(job_record.memory, job_record.memory_growth_mib_h,
-                                             job_record.gpu_memory_growth_mib_h)  # fmt: skip
-            if verdict is not None:
-                self.recorder.memory.restore(job_record.id, verdict)
-        for job in sup.jobs.values():
-            events = sup.restore(job)
-            done = [e for e in of_kind(events, FinishedEvent) if e.status == "done"]
-            # A worker reports `done` for an episode target only once it is reached (`target` is 0 then).
-            if job.id in script_done or (self.spec.script is None and done and done[-1].steps >= job.target):
-                sup.queue.remove(job.id)
-                job.change_state(JobState.DONE, self.clock.time())
-                job.exit_reason = "done in an earlier session"
-
-    def _record(self) -> RunRecord | None:
-        """The run's run.toml as the earlier session left it (None when it cannot be read)."""
-        try:
-            return read_record(self.spec.run_dir)
-        except RunRecordError:
-            return None
+    @property
+    def launcher(self) -> Launcher:
+        """What starts the run's jobs: the supervisor's."""
+        return self.supervisor.launcher
 
     def submit(self, command: Control) -> None:
         """Send a command to the supervisor (thread-safe); the TUI uses this too. An
@@ -638,18 +549,6 @@ def run_to_exit(session: RunSession, view: View, who: str) -> int:
         if problem is not None:
             print(f"{who}: {problem}", file=sys.stderr)
     return code
-
-
-def _template(spec: RunSpec, costs: Costs | None = None) -> JobTemplate:
-    """What each of the run's jobs runs: cockpit's worker on the preset, or the user's command,
-    shown by its short name where a worker run shows its env (as `ConfigRecord.shown` does). A
-    worker trains on its core budget's torch threads, or on one where the preset's measured
-    `costs` say more do not pay."""
-    if spec.script is not None:
-        return JobTemplate("", script_label(spec.script), spec.timesteps, script=spec.script)
-    return JobTemplate(spec.preset_arg, spec.env, spec.timesteps, episodes=spec.episodes, tensorboard=spec.tensorboard,
-                       one_torch_thread=costs is not None and costs.one_torch_thread,
-                       devices=spec.devices or (), eval_episodes=spec.eval_episodes)  # fmt: skip
 
 
 def resume_settings(run_dir: Path, recorded: RunRecord) -> RunSettings:
