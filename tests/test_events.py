@@ -81,7 +81,7 @@ def test_started_carries_the_tf32_flag_and_rejects_a_non_boolean(tmp_path: Path)
     from cockpit.contract.events import StartedEvent, parse
 
     path = tmp_path / "events.jsonl"
-    written = EventWriter(path).started(pid=1, device="cuda:0", tf32=True, t=1.0)
+    written = EventWriter(path).emit(StartedEvent(1.0, pid=1, device="cuda:0", tf32=True))
     assert read_events(path) == [written] and written.tf32 is True
     # An older worker's line has no flag: unknown, not off.
     assert parse('{"t": 1.0, "kind": "started"}') == StartedEvent(1.0)

@@ -46,6 +46,7 @@ from cockpit.contract.events import (
     FinishedEvent,
     FinishStatus,
     ProgressEvent,
+    StartedEvent,
     to_json,
 )
 from cockpit.contract.files import free_space
@@ -375,20 +376,24 @@ def _report_started(config: JobConfig, job: _Job, target: int, events: EventWrit
     from cockpit_training.callback import package_versions
 
     checkpoint = job.resumed.checkpoint
-    events.started(
-        config=config.as_dict(),
-        pid=os.getpid(),
-        device=str(job.model.device),
-        versions=package_versions(),
-        resumed_from_step=checkpoint.step if checkpoint else None,
-        target_steps=target if config.episodes is None else None,
-        target_episodes=config.episodes,
-        resumed_episodes=checkpoint.episodes if checkpoint else None,
-        corrupt_checkpoints=tuple(CorruptCheckpoint(str(c.path), c.reason) for c in job.resumed.corrupt),
-        policy=type(job.model.policy).__name__,
-        torch_threads=torch.get_num_threads(),
-        startup_s=round(time.time() - (psutil.Process().create_time() if received_at is None else received_at), 3),
-        tf32=bool(torch.backends.cuda.matmul.allow_tf32),
+    now = time.time()
+    events.emit(
+        StartedEvent(
+            now,
+            config=config.as_dict(),
+            pid=os.getpid(),
+            device=str(job.model.device),
+            versions=package_versions(),
+            resumed_from_step=checkpoint.step if checkpoint else None,
+            target_steps=target if config.episodes is None else None,
+            target_episodes=config.episodes,
+            resumed_episodes=checkpoint.episodes if checkpoint else None,
+            corrupt_checkpoints=tuple(CorruptCheckpoint(str(c.path), c.reason) for c in job.resumed.corrupt),
+            policy=type(job.model.policy).__name__,
+            torch_threads=torch.get_num_threads(),
+            startup_s=round(now - (psutil.Process().create_time() if received_at is None else received_at), 3),
+            tf32=bool(torch.backends.cuda.matmul.allow_tf32),
+        )
     )
 
 

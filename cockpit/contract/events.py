@@ -373,20 +373,28 @@ class EventWriter:
         config: Mapping[str, Any] | None = None,
         versions: Mapping[str, str] | None = None,
         target_steps: int | None = None,
-        policy: str | None = None,
-        torch_threads: int | None = None,
         resumed_from_step: int | None = None,
         corrupt_checkpoints: tuple[CorruptCheckpoint, ...] = (),
-        startup_s: float | None = None,
-        tf32: bool | None = None,
         target_episodes: int | None = None,
         resumed_episodes: int | None = None,
         t: float | None = None,
     ) -> StartedEvent:
-        """The job began (or resumed): its resolved config, pid, torch device and package versions."""
-        event = StartedEvent(_now(t), pid, device, dict(config or {}), dict(versions or {}), target_steps, policy,
-                             torch_threads, resumed_from_step, tuple(corrupt_checkpoints), startup_s, tf32,
-                             target_episodes, resumed_episodes)  # fmt: skip
+        """The job began (or resumed): its resolved config, pid, torch device and package versions,
+        its target and what it resumed from: what a training script's callback knows. The worker,
+        which also reports its torch runtime (policy, threads, start-up time, TF32), builds its
+        `StartedEvent` whole and hands it to `emit`."""
+        event = StartedEvent(
+            _now(t),
+            pid,
+            device,
+            dict(config or {}),
+            dict(versions or {}),
+            target_steps,
+            resumed_from_step=resumed_from_step,
+            corrupt_checkpoints=tuple(corrupt_checkpoints),
+            target_episodes=target_episodes,
+            resumed_episodes=resumed_episodes,
+        )
         return self.emit(event)
 
     def phase(self, phase: Phase, *, iteration: int, num_timesteps: int, t: float | None = None) -> PhaseEvent:
