@@ -72,9 +72,25 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
     table = Table(title="jobs" + (" (live: steps from the event files)" if live else ""), title_justify="left")
     # A preset column only where jobs have their own (a fleet's agents): a plain run's is in the header.
     presets = any(job.preset is not None for job in log.jobs)
-    for col in ("job", "seed", *(("preset",) if presets else ()), "status", "steps", "mean SPS", "ep_rew_mean",
-                "restarts", "ckpts", "CPU %", "peak RSS MiB", "GPU busy % rollout", "GPU busy % train", "peak GPU MiB",
-                "SM % mean", "memory", "reason"):  # fmt: skip
+    for col in (
+        "job",
+        "seed",
+        *(("preset",) if presets else ()),
+        "status",
+        "steps",
+        "mean SPS",
+        "ep_rew_mean",
+        "restarts",
+        "ckpts",
+        "CPU %",
+        "peak RSS MiB",
+        "GPU busy % rollout",
+        "GPU busy % train",
+        "peak GPU MiB",
+        "SM % mean",
+        "memory",
+        "reason",
+    ):
         table.add_column(col, justify="left" if col in ("job", "preset", "status", "memory", "reason") else "right")
     for job in log.jobs:
         preset = (escape(preset_label(job.preset or cfg.preset, tuple(job.overrides.items()))),) if presets else ()
@@ -84,14 +100,24 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
         if job.target_episodes is not None:  # an episode target: its episodes of target, and the steps they took
             progress = f"{_fmt(job.episodes, '{:,}')}/{job.target_episodes:,} ep, {_fmt(steps, '{:,}')}"
         table.add_row(
-            job.id, str(job.seed), *preset, str(job.status), progress, _fmt(job.mean_sps, "{:,.0f}"),
-            _fmt(job.final_ep_rew_mean), str(job.restarts), str(job.checkpoints),
-            _fmt(job.cpu_percent_mean, "{:.0f}"), _fmt(job.peak_rss_mib, "{:,.0f}"),
+            job.id,
+            str(job.seed),
+            *preset,
+            str(job.status),
+            progress,
+            _fmt(job.mean_sps, "{:,.0f}"),
+            _fmt(job.final_ep_rew_mean),
+            str(job.restarts),
+            str(job.checkpoints),
+            _fmt(job.cpu_percent_mean, "{:.0f}"),
+            _fmt(job.peak_rss_mib, "{:,.0f}"),
             _fmt(rollout.gpu_util_mean if rollout else None, "{:.0f}"),
             _fmt(train.gpu_util_mean if train else None, "{:.0f}"),
-            _fmt(job.peak_gpu_mem_mib, "{:,}"), _fmt(job.gpu_sm_percent_mean, "{:.0f}"), job.memory or "-",
+            _fmt(job.peak_gpu_mem_mib, "{:,}"),
+            _fmt(job.gpu_sm_percent_mean, "{:.0f}"),
+            job.memory or "-",
             job.error or job.exit_reason or "",
-        )  # fmt: skip
+        )
     console.print(table)
     # The leak watch's word on the run: the seeds' "Memory leaks: none detected", or who grows.
     growing = [
@@ -135,8 +161,11 @@ def print_fleet(fleet: FleetSummary, console: Console) -> None:
     """The fleet's section of the text report: its plan, agents by status, tiers, top leaderboard,
     failed agents and the models line (each checksum problem on its own line)."""
     rate = f", ${fleet.rate_usd_per_h:g}/h" if fleet.rate_usd_per_h is not None else ""
-    console.print(f"[bold]fleet {escape(fleet.name)}[/] ({escape(fleet.source)}): {len(fleet.agents):,} agents, "
-                  f"{fleet.promotion} promotion, {len(fleet.tiers)} tier(s){rate}", highlight=False)  # fmt: skip
+    console.print(
+        f"[bold]fleet {escape(fleet.name)}[/] ({escape(fleet.source)}): {len(fleet.agents):,} agents, "
+        f"{fleet.promotion} promotion, {len(fleet.tiers)} tier(s){rate}",
+        highlight=False,
+    )
     by_status = ", ".join(f"{n:,} {status}" for status in STATUSES if (n := fleet.count(status)))
     console.print(f"agents: {by_status or 'none'}", highlight=False)
     tiers = Table(title="tiers", title_justify="left")
@@ -144,31 +173,70 @@ def print_fleet(fleet: FleetSummary, console: Console) -> None:
     for col in ("tier", unit, "planned", "entered", "training", "finished", "promoted", "culled", "failed"):
         tiers.add_column(col, justify="right")
     for t in fleet.tiers:
-        tiers.add_row(*(f"{n:,}" for n in (t.tier, t.episodes or t.timesteps or 0, t.planned, t.entered, t.training,
-                                           t.finished, t.promoted, t.culled, t.failed)))  # fmt: skip
+        tiers.add_row(
+            *(
+                f"{n:,}"
+                for n in (
+                    t.tier,
+                    t.episodes or t.timesteps or 0,
+                    t.planned,
+                    t.entered,
+                    t.training,
+                    t.finished,
+                    t.promoted,
+                    t.culled,
+                    t.failed,
+                )
+            )
+        )
     console.print(tiers)
     if fleet.leaderboard:
         shown = fleet.leaderboard[:LEADERS]
-        board = Table(title=f"leaderboard (top {len(shown)} of {len(fleet.leaderboard):,} scored; the highest tier "
-                      "first)", title_justify="left")  # fmt: skip
+        board = Table(
+            title=f"leaderboard (top {len(shown)} of {len(fleet.leaderboard):,} scored; the highest tier first)",
+            title_justify="left",
+        )
         pbt = fleet.promotion == "pbt"
-        for col in ("#", "agent", *(("from",) if pbt else ()), "tier", "steps", "score", "± std", "train return",
-                    "env", "preset", "overrides", "seed"):  # fmt: skip
+        for col in (
+            "#",
+            "agent",
+            *(("from",) if pbt else ()),
+            "tier",
+            "steps",
+            "score",
+            "± std",
+            "train return",
+            "env",
+            "preset",
+            "overrides",
+            "seed",
+        ):
             board.add_column(col, justify="left" if col in ("agent", "from", "env", "preset", "overrides") else "right")
         for leader in shown:
             # pbt: whose checkpoint the agent copied last, at the end of which tier.
             last = leader.lineage[-1] if leader.lineage else None
             origin = (f"{last.source}@t{last.tier}" if last else "-",) if pbt else ()
             board.add_row(
-                str(leader.rank), leader.agent, *origin, str(leader.tier), f"{leader.steps:,}", f"{leader.score:,.1f}",
-                _fmt(leader.score_std), _fmt(leader.train_return), escape(leader.env), escape(leader.preset),
-                escape(_overrides_text(leader.overrides)), str(leader.seed),
-            )  # fmt: skip
+                str(leader.rank),
+                leader.agent,
+                *origin,
+                str(leader.tier),
+                f"{leader.steps:,}",
+                f"{leader.score:,.1f}",
+                _fmt(leader.score_std),
+                _fmt(leader.train_return),
+                escape(leader.env),
+                escape(leader.preset),
+                escape(_overrides_text(leader.overrides)),
+                str(leader.seed),
+            )
         console.print(board)
     failed = [agent for agent in fleet.agents if agent.status == "failed"]
     for agent in failed[:FAILED_LISTED]:
-        console.print(f"[red]failed:[/] {agent.id} in tier {agent.tier}: {escape(agent.error or 'no error recorded')}",
-                      highlight=False)  # fmt: skip
+        console.print(
+            f"[red]failed:[/] {agent.id} in tier {agent.tier}: {escape(agent.error or 'no error recorded')}",
+            highlight=False,
+        )
     if len(failed) > FAILED_LISTED:
         console.print(f"[red]failed:[/] {len(failed) - FAILED_LISTED:,} more (report --json lists them)")
     models = fleet.models
@@ -177,8 +245,9 @@ def print_fleet(fleet: FleetSummary, console: Console) -> None:
     elif models.verified:
         console.print(f"models: {len(models.entries):,} collected, checksums verified", highlight=False)
     else:
-        console.print(f"[red]models: {len(models.entries):,} collected, {len(models.problems):,} problem(s):[/]",
-                      highlight=False)  # fmt: skip
+        console.print(
+            f"[red]models: {len(models.entries):,} collected, {len(models.problems):,} problem(s):[/]", highlight=False
+        )
         for problem in models.problems:
             console.print(f"  {problem}", style="red", highlight=False, markup=False)
 

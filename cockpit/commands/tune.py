@@ -42,14 +42,30 @@ def parse_budget(text: str) -> float:
 def trials_table(result: TuneResult) -> Table:
     """Every trial, the winner marked."""
     table = Table(title="cockpit tune", title_justify="left", box=box.SIMPLE_HEAD)
-    for name, justify in (("jobs", "right"), ("n_envs", "right"), ("batch", "right"), ("devices, MPS", "left"),
-                          ("SPS", "right"), ("CPU %", "right"), ("GPU busy %", "right"), ("", "left")):  # fmt: skip
+    for name, justify in (
+        ("jobs", "right"),
+        ("n_envs", "right"),
+        ("batch", "right"),
+        ("devices, MPS", "left"),
+        ("SPS", "right"),
+        ("CPU %", "right"),
+        ("GPU busy %", "right"),
+        ("", "left"),
+    ):
         table.add_column(name, justify=justify)  # type: ignore[arg-type]
     for t in result.trials:
         gpu = f"{t.gpu_util:.0f}" if t.gpu_util is not None else "-"
         mark = "<- best (mean of its trials)" if result.won(t) else ""
-        table.add_row(str(t.config.jobs), str(t.config.n_envs), str(t.config.batch_size), t.setting() or "-",
-                      f"{t.sps:,.0f}", f"{t.cpu_percent:.0f}", gpu, mark)  # fmt: skip
+        table.add_row(
+            str(t.config.jobs),
+            str(t.config.n_envs),
+            str(t.config.batch_size),
+            t.setting() or "-",
+            f"{t.sps:,.0f}",
+            f"{t.cpu_percent:.0f}",
+            gpu,
+            mark,
+        )
     return table
 
 
@@ -61,15 +77,18 @@ def mps_summary(result: TuneResult) -> str:
     return f"MPS: {result.mps.describe()}: {verdict}"
 
 
-def tune(console: Console, *, preset: str | None, env: str | None, budget: str, out: Path | None,
-         machine: Machine) -> Path:  # fmt: skip
+def tune(
+    console: Console, *, preset: str | None, env: str | None, budget: str, out: Path | None, machine: Machine
+) -> Path:
     """`cockpit tune`: search, print, write the winner; returns the preset file written."""
     budget_s = parse_budget(budget)
     # Known before any probe: a first trial, and the leaders measured again, must fit.
     first_s = measure_seconds(budget_s) + STARTUP_S
     if (1 + CONFIRM) * first_s > budget_s:
-        raise ConfigError(f"--budget {budget}: {budget_s:.0f} s is too short for one trial (about {first_s:.0f} s, "
-                          f"measured {1 + CONFIRM} times); give at least {(1 + CONFIRM) * first_s:.0f}s")  # fmt: skip
+        raise ConfigError(
+            f"--budget {budget}: {budget_s:.0f} s is too short for one trial (about {first_s:.0f} s, "
+            f"measured {1 + CONFIRM} times); give at least {(1 + CONFIRM) * first_s:.0f}s"
+        )
     resolved = resolve_preset(preset, env, machine)
     bounded = "; ".join(mode_lines(machine.gpus))
     if machine.gpu_job_cap() == 0:
@@ -77,19 +96,30 @@ def tune(console: Console, *, preset: str | None, env: str | None, budget: str, 
     out = out or Path(f"tuned-{resolved.name}-{resolved.env.replace('/', '-')}.toml")
     if out.exists() and not out.is_file():
         raise ConfigError(f"--out {out}: not a file")
-    console.print(f"tuning {resolved.name} on {resolved.env} for {budget_s:.0f} s "
-                  f"({measure_seconds(budget_s):.0f} s per trial after start-up)", highlight=False)  # fmt: skip
+    console.print(
+        f"tuning {resolved.name} on {resolved.env} for {budget_s:.0f} s "
+        f"({measure_seconds(budget_s):.0f} s per trial after start-up)",
+        highlight=False,
+    )
     if bounded:  # the trials run as many jobs as the GPU takes: say why the climb stops there
         console.print(f"{bounded}: trials of at most {machine.gpu_job_cap()} job(s)", highlight=False)
     with step_display(console) as progress:
-        result = search(resolved, machine, budget_s, say=say(console), progress=progress,
-                        report=lambda line: console.print(line, highlight=False))  # fmt: skip
+        result = search(
+            resolved,
+            machine,
+            budget_s,
+            say=say(console),
+            progress=progress,
+            report=lambda line: console.print(line, highlight=False),
+        )
     console.print(trials_table(result))
     if machine.gpu_name is not None:
         console.print(mps_summary(result), highlight=False)
     won = [t.sps for t in result.trials if result.won(t)]
-    note = (f"tuned by cockpit tune for {resolved.env}: {statistics.fmean(won):,.0f} SPS with {result.best.jobs} "
-            f"parallel job(s); run it with: cockpit run --preset {out} {result.run_flags()}")  # fmt: skip
+    note = (
+        f"tuned by cockpit tune for {resolved.env}: {statistics.fmean(won):,.0f} SPS with {result.best.jobs} "
+        f"parallel job(s); run it with: cockpit run --preset {out} {result.run_flags()}"
+    )
     try:
         write_atomic(out, preset_toml(resolved, result.best, note))
         load(str(out))  # what was written must load as a preset

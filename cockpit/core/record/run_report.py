@@ -165,10 +165,18 @@ def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
 
 def lineage_json(lineage: tuple[Exploit, ...]) -> list[dict[str, Any]]:
     """A pbt agent's exploits as report --json lists them, oldest first ([] for none)."""
-    return [{"tier": e.tier, "source": e.source, "source_steps": e.source_steps, "checkpoint": e.checkpoint,
-             "score": e.score, "source_score": e.source_score,
-             "changes": {key: [old, new] for key, (old, new) in sorted(e.changes.items())}}
-            for e in lineage]  # fmt: skip
+    return [
+        {
+            "tier": e.tier,
+            "source": e.source,
+            "source_steps": e.source_steps,
+            "checkpoint": e.checkpoint,
+            "score": e.score,
+            "source_score": e.source_score,
+            "changes": {key: [old, new] for key, (old, new) in sorted(e.changes.items())},
+        }
+        for e in lineage
+    ]
 
 
 def fleet_json(fleet: FleetSummary | None, run_dir: Path) -> dict[str, Any] | None:
@@ -184,17 +192,38 @@ def fleet_json(fleet: FleetSummary | None, run_dir: Path) -> dict[str, Any] | No
         "counts": counts,
         "tiers": [dataclasses.asdict(tier) for tier in fleet.tiers],
         "leaderboard": [
-            {"rank": leader.rank, "id": leader.agent, "tier": leader.tier, "steps": leader.steps,
-             "score": leader.score, "score_std": leader.score_std, "train_return": leader.train_return,
-             "env": leader.env, "preset": leader.preset, "overrides": leader.overrides, "seed": leader.seed,
-             "lineage": lineage_json(leader.lineage)}
+            {
+                "rank": leader.rank,
+                "id": leader.agent,
+                "tier": leader.tier,
+                "steps": leader.steps,
+                "score": leader.score,
+                "score_std": leader.score_std,
+                "train_return": leader.train_return,
+                "env": leader.env,
+                "preset": leader.preset,
+                "overrides": leader.overrides,
+                "seed": leader.seed,
+                "lineage": lineage_json(leader.lineage),
+            }
             for leader in fleet.leaderboard
         ],
         "agents": [
-            {"id": agent.id, "tier": agent.tier, "status": agent.status, "steps": agent.steps, "score": agent.score,
-             "score_std": agent.score_std, "score_tier": agent.score_tier, "env": agent.env, "preset": agent.preset,
-             "overrides": agent.overrides, "seed": agent.seed, "error": agent.error,
-             "lineage": lineage_json(agent.lineage)}
+            {
+                "id": agent.id,
+                "tier": agent.tier,
+                "status": agent.status,
+                "steps": agent.steps,
+                "score": agent.score,
+                "score_std": agent.score_std,
+                "score_tier": agent.score_tier,
+                "env": agent.env,
+                "preset": agent.preset,
+                "overrides": agent.overrides,
+                "seed": agent.seed,
+                "error": agent.error,
+                "lineage": lineage_json(agent.lineage),
+            }
             for agent in fleet.agents
         ],
         "models": {
@@ -202,17 +231,28 @@ def fleet_json(fleet: FleetSummary | None, run_dir: Path) -> dict[str, Any] | No
             "verified": fleet.models.verified,
             "problems": list(fleet.models.problems),
             "collected": [
-                {"agent": m.agent, "file": m.file, "sha256": m.sha256, "vecnormalize": m.vecnormalize,
-                 "vecnormalize_sha256": m.vecnormalize_sha256, "score": m.score, "steps": m.steps}
+                {
+                    "agent": m.agent,
+                    "file": m.file,
+                    "sha256": m.sha256,
+                    "vecnormalize": m.vecnormalize,
+                    "vecnormalize_sha256": m.vecnormalize_sha256,
+                    "score": m.score,
+                    "steps": m.steps,
+                }
                 for m in fleet.models.entries
             ],
         },
-        "search": None if fleet.search is None else {
-            "sampler": fleet.search.sampler, "samples": fleet.search.samples, "seed": fleet.search.seed,
+        "search": None
+        if fleet.search is None
+        else {
+            "sampler": fleet.search.sampler,
+            "samples": fleet.search.samples,
+            "seed": fleet.search.seed,
             "keys": list(fleet.search.keys),
             "draws": [{"draw": draw, "trial": trial, "values": values} for draw, trial, values in fleet.search.draws],
         },
-    }  # fmt: skip
+    }
 
 
 def _round(value: float | None) -> float | None:

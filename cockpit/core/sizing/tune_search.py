@@ -41,8 +41,13 @@ def search_space(preset: Preset, physical_cores: int, gpu_job_cap: int | None = 
     """Up to twice as many jobs as cores, and no more than the GPU's compute mode takes
     (`gpu_job_cap`, `Machine.gpu_job_cap`; None: no bound), a quarter to four times the preset's envs."""
     jobs = max(2, 2 * physical_cores)
-    return Space(max_jobs=jobs if gpu_job_cap is None else max(1, min(jobs, gpu_job_cap)), max_envs=preset.n_envs * 4,
-                 n_steps=preset.n_steps, batch_cap=preset.batch_size, min_envs=max(1, preset.n_envs // 4))  # fmt: skip
+    return Space(
+        max_jobs=jobs if gpu_job_cap is None else max(1, min(jobs, gpu_job_cap)),
+        max_envs=preset.n_envs * 4,
+        n_steps=preset.n_steps,
+        batch_cap=preset.batch_size,
+        min_envs=max(1, preset.n_envs // 4),
+    )
 
 
 def measure_seconds(budget_s: float) -> float:
@@ -109,10 +114,19 @@ def start_config(preset: Preset, machine: Machine, costs: Costs | None = None) -
     return config
 
 
-def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path,
-          report: Callable[[str], None] | None = None, start: Config | None = None, costs: Costs | None = None,
-          extras: Extras | None = None, trial: Callable[..., Trial] = run_trial,
-          progress: ProgressFn | None = None) -> TuneResult:  # fmt: skip
+def climb(
+    preset: Preset,
+    machine: Machine,
+    budget_s: float,
+    *,
+    workdir: Path,
+    report: Callable[[str], None] | None = None,
+    start: Config | None = None,
+    costs: Costs | None = None,
+    extras: Extras | None = None,
+    trial: Callable[..., Trial] = run_trial,
+    progress: ProgressFn | None = None,
+) -> TuneResult:
     """Run the hill climb within `budget_s` seconds (trials in `workdir`, each by `trial`), from
     `start` or else from recommend's static pick (with the probe's `costs` when given); then, with a
     GPU, the `extras` on its winner: the advised device mix, then MPS (`measure_extras`).
@@ -135,19 +149,31 @@ def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path,
         if progress is not None:
             spent = time.monotonic() - began
             room = max(1, int((budget_s - spent) // max(durations)))  # this trial and those the budget leaves room for
-            what = f"trial of {config.label()}" + (" with a device mix" if setting.get("cpu_jobs") else "") + (
-                " under MPS" if setting.get("mps_pipe_dir") else "")  # fmt: skip
+            what = (
+                f"trial of {config.label()}"
+                + (" with a device mix" if setting.get("cpu_jobs") else "")
+                + (" under MPS" if setting.get("mps_pipe_dir") else "")
+            )
             progress(Step(f"tuning {preset.env}", what, len(trials) + 1, len(trials) + room, spent, budget_s))
-        done = trial(preset, config, workdir=workdir / f"trial-{len(trials)}", measure_s=measure_s,
-                     physical_cores=machine.physical_cores, gpu=gpu, **setting)  # fmt: skip
+        done = trial(
+            preset,
+            config,
+            workdir=workdir / f"trial-{len(trials)}",
+            measure_s=measure_s,
+            physical_cores=machine.physical_cores,
+            gpu=gpu,
+            **setting,
+        )
         trials.append(done)
         durations.append(done.seconds)
         if not setting:
             search.measured(config, done.sps)
         if report is not None:
             where = f" ({done.setting()})" if done.setting() else ""
-            report(f"[{time.monotonic() - began:5.0f} s] {config.label() + where:<28} {done.sps:>9,.0f} SPS  "
-                   f"CPU {done.cpu_percent:3.0f} %")  # fmt: skip
+            report(
+                f"[{time.monotonic() - began:5.0f} s] {config.label() + where:<28} {done.sps:>9,.0f} SPS  "
+                f"CPU {done.cpu_percent:3.0f} %"
+            )
         return done
 
     try:
@@ -162,10 +188,13 @@ def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path,
             if fits(1 + extras.trials):
                 measure(config)
         if search.best is None:
-            raise ConfigError(f"--budget: {max(0.0, budget_s):.0f} s left for trials is too short for one "
-                              f"(about {durations[0]:.0f} s here)")  # fmt: skip
-        best, cpu_jobs, mps, why = measure_extras(search, extras, measure, fits, workdir,
-                                                  gpu.info if gpu is not None else None)  # fmt: skip
+            raise ConfigError(
+                f"--budget: {max(0.0, budget_s):.0f} s left for trials is too short for one "
+                f"(about {durations[0]:.0f} s here)"
+            )
+        best, cpu_jobs, mps, why = measure_extras(
+            search, extras, measure, fits, workdir, gpu.info if gpu is not None else None
+        )
     finally:
         if gpu is not None:
             gpu.close()
@@ -175,8 +204,14 @@ def climb(preset: Preset, machine: Machine, budget_s: float, *, workdir: Path,
     return TuneResult(tuple(trials), best, spent, cpu_jobs, mps, why)
 
 
-def measure_extras(search: HillClimb, extras: Extras, measure: Callable[..., Trial], fits: Callable[[int], bool],
-                   workdir: Path, gpu: GpuInfo | None = None) -> tuple[Config, int, MpsGain | None, str]:  # fmt: skip
+def measure_extras(
+    search: HillClimb,
+    extras: Extras,
+    measure: Callable[..., Trial],
+    fits: Callable[[int], bool],
+    workdir: Path,
+    gpu: GpuInfo | None = None,
+) -> tuple[Config, int, MpsGain | None, str]:
     """After the climb: the advised device mix, which wins when it beats the climb's best mean by
     `hill_climb.MIN_GAIN`; then MPS on the winner where two or more of its jobs share the GPU, side
     by side with the winner's mean without it. Returns the winner, its jobs on the CPU, what MPS
@@ -206,8 +241,13 @@ def measure_extras(search: HillClimb, extras: Extras, measure: Callable[..., Tri
     return best, cpu_jobs, gain, ""
 
 
-def tune_extras(say: Callable[[str], None], machine: Machine, preset: Preset, costs: Costs | None,
-                progress: ProgressFn | None = None) -> Extras:  # fmt: skip
+def tune_extras(
+    say: Callable[[str], None],
+    machine: Machine,
+    preset: Preset,
+    costs: Costs | None,
+    progress: ProgressFn | None = None,
+) -> Extras:
     """With a GPU here: the device mix to try on the winner (the preset measured on the CPU too,
     `cpu_costs_for`, announced by `say`, and the advisor's `devices` item for the winner's shape), and
     MPS where a daemon can be started and none already serves this user (the trials would all be its
@@ -229,8 +269,15 @@ def tune_extras(say: Callable[[str], None], machine: Machine, preset: Preset, co
     return Extras(mix_for if cpu_costs is not None else None, why, daemon_in)
 
 
-def search(preset: Preset, machine: Machine, budget_s: float, *, say: Callable[[str], None],
-           report: Callable[[str], None] | None = None, progress: ProgressFn | None = None) -> TuneResult:  # fmt: skip
+def search(
+    preset: Preset,
+    machine: Machine,
+    budget_s: float,
+    *,
+    say: Callable[[str], None],
+    report: Callable[[str], None] | None = None,
+    progress: ProgressFn | None = None,
+) -> TuneResult:
     """`cockpit tune`'s whole search of `preset` on `machine` within `budget_s` seconds, counted from
     this call: this machine's costs (a first-time probe, announced by `say`, is paid from the
     budget), the extras a GPU here allows, the climb in a temporary directory of its own (each trial
@@ -240,8 +287,16 @@ def search(preset: Preset, machine: Machine, budget_s: float, *, say: Callable[[
     costs = costs_for(say, machine, preset, progress)
     extras = tune_extras(say, machine, preset, costs, progress)
     with owned_tempdir("tune") as tmp:
-        result = climb(preset, machine, budget_s - (time.monotonic() - began), workdir=tmp, report=report,
-                       costs=costs, extras=extras, progress=progress)  # fmt: skip
+        result = climb(
+            preset,
+            machine,
+            budget_s - (time.monotonic() - began),
+            workdir=tmp,
+            report=report,
+            costs=costs,
+            extras=extras,
+            progress=progress,
+        )
     if machine.gpu_name is not None and result.mps is not None:
         record_mps_gain(preset, machine.gpu_name, result.mps)
     return result
