@@ -5,7 +5,7 @@ What it measures, per env, all in one run:
    following) measured with the same real trials `tune` runs (`cockpit.core.sizing.trials`), each for
    `--measure` seconds after start-up. Its best aggregate SPS is the reference.
 2. `tune` itself: the probe of this machine's costs (`cockpit.core.sizing.cost_probe`, run fresh into a
-   temporary cache, as a first-time user would) and the climb (`cockpit.commands.tune.climb`, the code
+   temporary cache, as a first-time user would) and the climb (`cockpit.core.sizing.tune_search.climb`, the code
    behind the command) with a budget of `--tune-share` (default 0.30) of the grid's wall time
    less the probe's. Tune's time is the probe's plus the climb's.
 3. The figures, as ratios:
@@ -32,12 +32,12 @@ import time
 from pathlib import Path
 
 from benchmarks.common import fmt_ratio, load_caption, log, print_table, warn_if_busy
-from cockpit.commands.tune import climb, search_space, start_config
 from cockpit.contract.presets import load
 from cockpit.core.sizing.cost_probe import measured_costs
 from cockpit.core.sizing.hill_climb import Config
 from cockpit.core.sizing.starting_point import this_machine
 from cockpit.core.sizing.trials import run_trial
+from cockpit.core.sizing.tune_search import climb, search_space, start_config
 
 PONG_CPU = """
 description = "Pong on a CPU: small rollouts and few epochs so a trial sees whole updates"

@@ -220,7 +220,7 @@ def activation_bytes(batch_size: int, net_arch: tuple[int, ...]) -> int:
 def fake_worker() -> int:
     """`python -m cockpit_training.worker` on the scripted GPU: its events as a worker on CUDA
     writes them (module docstring), one update every `CYCLE_S`."""
-    from cockpit.contract.events import EventWriter
+    from cockpit.contract.events import EventWriter, StartedEvent
     from cockpit.contract.presets import load
     from cockpit.contract.workerargs import WorkerArgs
 
@@ -235,9 +235,25 @@ def fake_worker() -> int:
     events = EventWriter(args.job_dir / "events.jsonl")
     mine = register(os.getpid(), WORKER_PEAK_MIB + CONTEXT_MIB, WORKER_SM) if device != "cpu" else None
     try:
-        events.started(pid=os.getpid(), device=device, config={"preset": preset.name, "job_dir": str(args.job_dir),
-                       "seed": args.seed, "device": device, "timesteps": target}, target_steps=target,
-                       torch_threads=1, startup_s=time.time() - began, tf32=device != "cpu")  # fmt: skip
+        now = time.time()
+        events.emit(
+            StartedEvent(
+                now,
+                pid=os.getpid(),
+                device=device,
+                config={
+                    "preset": preset.name,
+                    "job_dir": str(args.job_dir),
+                    "seed": args.seed,
+                    "device": device,
+                    "timesteps": target,
+                },
+                target_steps=target,
+                torch_threads=1,
+                startup_s=now - began,
+                tf32=device != "cpu",
+            )
+        )
         steps, update = 0, 0
         while not stop:
             events.phase("rollout", iteration=update, num_timesteps=steps)

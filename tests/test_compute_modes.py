@@ -199,7 +199,7 @@ def test_the_advisor_caps_the_jobs_at_what_the_gpus_compute_modes_take_and_says_
 
 
 def test_tune_and_auto_grow_no_further_than_an_exclusive_gpu_takes() -> None:
-    from cockpit.commands.tune import search_space, start_config
+    from cockpit.core.sizing.tune_search import search_space, start_config
 
     machine = _machine("exclusive_process")
     assert search_space(load("heavy"), 16, machine.gpu_job_cap()).max_jobs == 1

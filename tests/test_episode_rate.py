@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from cockpit.commands.report import state_json
 from cockpit.contract.events import EVENTS_FILE, EventWriter
 from cockpit.contract.runspec import RestartPolicy
 from cockpit.contract.states import JobState
 from cockpit.core.feed.snapshot import JobView, RunState
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.record.replay import _JobHistory  # the replay's per-job index, fed the same file
+from cockpit.core.record.run_report import state_json
 from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
 from cockpit.core.telemetry.throughput import job_eta, run_eta, steps_left
 from cockpit.views.headless import job_line, jobs_table, run_line

@@ -51,10 +51,10 @@ def test_a_new_writer_ends_a_torn_line_so_its_events_survive(tmp_path: Path) -> 
 
 
 def test_a_heartbeat_round_trips_and_readers_that_do_not_care_pass_over_it(tmp_path: Path) -> None:
-    from cockpit.commands.report import _live_steps
     from cockpit.contract.events import HeartbeatEvent, parse
     from cockpit.core.feed.detail import job_detail
     from cockpit.core.record.replay import _JobHistory
+    from cockpit.core.record.run_report import live_steps
 
     job_dir = tmp_path / "jobs" / "000"
     writer = EventWriter(job_dir / "events.jsonl")
@@ -69,7 +69,7 @@ def test_a_heartbeat_round_trips_and_readers_that_do_not_care_pass_over_it(tmp_p
     assert parse(b'{"t": 8.0, "kind": "heartbeat", "phase": "nap", "num_timesteps": 64}') is None
     assert [e.kind for e in read_events(job_dir / "events.jsonl")].count("heartbeat") == 2
 
-    assert _live_steps(tmp_path, "000") == 64
+    assert live_steps(tmp_path, "000") == 64
     history = _JobHistory(id="000", seed=0, target=128, final=None)
     history.read(job_dir / "events.jsonl")
     assert history.phases == [(2.0, "rollout"), (3.0, "train")]  # the train phase goes on through its heartbeats
@@ -81,7 +81,7 @@ def test_started_carries_the_tf32_flag_and_rejects_a_non_boolean(tmp_path: Path)
     from cockpit.contract.events import StartedEvent, parse
 
     path = tmp_path / "events.jsonl"
-    written = EventWriter(path).started(pid=1, device="cuda:0", tf32=True, t=1.0)
+    written = EventWriter(path).emit(StartedEvent(1.0, pid=1, device="cuda:0", tf32=True))
     assert read_events(path) == [written] and written.tf32 is True
     # An older worker's line has no flag: unknown, not off.
     assert parse('{"t": 1.0, "kind": "started"}') == StartedEvent(1.0)

@@ -215,9 +215,10 @@ def test_the_halving_advice_is_found_in_an_oom_runs_record(tmp_path: Path) -> No
 
 
 def test_tunes_preset_file_gives_the_kit_its_pick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import cockpit.commands.tune
-    from cockpit.commands.tune import TuneResult, tune
+    import cockpit.core.sizing.tune_search
+    from cockpit.commands.tune import tune
     from cockpit.core.sizing.trials import Trial
+    from cockpit.core.sizing.tune_search import TuneResult
 
     best = Config(3, 16, 512)
 
@@ -225,8 +226,8 @@ def test_tunes_preset_file_gives_the_kit_its_pick(tmp_path: Path, monkeypatch: p
         return TuneResult((Trial(Config(1, 8, 256), 900.0, 90.0, 40.0, 10.0),
                            Trial(best, 12_345.0, 90.0, 80.0, 10.0)), best, 20.0)  # fmt: skip
 
-    monkeypatch.setattr(cockpit.commands.tune, "costs_for", lambda *a: None)
-    monkeypatch.setattr(cockpit.commands.tune, "climb", climb)
+    monkeypatch.setattr(cockpit.core.sizing.tune_search, "costs_for", lambda *a: None)
+    monkeypatch.setattr(cockpit.core.sizing.tune_search, "climb", climb)
     out = tmp_path / "tuned.toml"
     tune(Console(file=io.StringIO()), preset="cartpole", env=None, budget="60s", out=out,
          machine=Machine(2, 2, 24 * 1024**3))  # fmt: skip

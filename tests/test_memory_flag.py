@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 from textual.widgets import Label, Static
 
-from cockpit.commands.report import json_report, print_report
+from cockpit.commands.report import print_report
 from cockpit.contract.advice import AdviceSetting
 from cockpit.contract.controls import ApplyAdvice
 from cockpit.contract.runrecord import read
@@ -28,6 +28,7 @@ from cockpit.contract.states import RunStatus
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.machine.host import HostInfo
 from cockpit.core.record.replay import open_replay
+from cockpit.core.record.run_report import json_report
 from cockpit.core.session.loop import RunSession
 from cockpit.core.session.startup import start_session
 from cockpit.core.sizing.advisor import JobMeasure, Measurements, advise, job_measure, machine_of, memory_advice

@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from cockpit.commands.console import say
 from cockpit.commands.recommend import recommend
-from cockpit.commands.tune import STARTUP_S, Extras, TuneResult, climb, measure_seconds, mps_summary, tune_extras
+from cockpit.commands.tune import mps_summary
 from cockpit.contract.advice import AdviceSetting
 from cockpit.contract.costs import MpsGain
 from cockpit.contract.presets import load
@@ -26,6 +27,7 @@ from cockpit.core.sizing.advisor import Machine, advise
 from cockpit.core.sizing.hill_climb import Config
 from cockpit.core.sizing.mps_gains import cached_mps_gain, mps_cache_path, record_mps_gain
 from cockpit.core.sizing.trials import Trial, trial_requests
+from cockpit.core.sizing.tune_search import STARTUP_S, Extras, TuneResult, climb, measure_seconds, tune_extras
 from tests import mps_standin
 from tests.mps_standin import StandIn
 
@@ -241,7 +243,7 @@ def test_a_mix_that_measures_slower_leaves_the_climbs_winner(tmp_path: Path) -> 
 def test_tune_does_not_compare_mps_with_mps_under_another_users_daemon(
     tmp_path: Path, standin: StandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    console = Console(file=io.StringIO())
+    console = say(Console(file=io.StringIO()))
     assert tune_extras(console, GPU_MACHINE, HEAVY, None).mps_why_not == ""  # measurable: no daemon yet
     standin.start_daemon_by_hand()
     other = mps_standin.as_another_user(standin.system_pipe, monkeypatch)

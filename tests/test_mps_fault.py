@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from cockpit.commands.report import state_json
 from cockpit.contract.controls import RestartJob, SetMps
 from cockpit.contract.runspec import RestartPolicy, build_spec
 from cockpit.contract.settings import RunSettings
@@ -16,6 +15,7 @@ from cockpit.contract.workerargs import MpsDaemonDirs, MpsServers
 from cockpit.core.feed.source import Frame
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.placement import GpuRoom
+from cockpit.core.record.run_report import state_json
 from cockpit.core.session.background import headless_argv
 from cockpit.core.session.loop import resume_settings
 from cockpit.core.supervise.exit_policy import INPUT_ERROR_EXIT, MPS_FAULT_WINDOW_S

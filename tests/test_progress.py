@@ -62,7 +62,7 @@ def test_the_plain_renderer_says_each_step_and_a_line_per_interval_within_one() 
 
 
 def test_tune_tells_each_trial_its_number_and_the_time_against_the_budget(tmp_path: Path) -> None:
-    from cockpit.commands.tune import climb
+    from cockpit.core.sizing.tune_search import climb
 
     told: list[Step] = []
 

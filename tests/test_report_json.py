@@ -16,13 +16,14 @@ from rich.console import Console
 
 from cockpit.cli import main
 from cockpit.commands.htmlreport import page
-from cockpit.commands.report import json_report, print_report
+from cockpit.commands.report import print_report
 from cockpit.contract.controls import StopAll
 from cockpit.contract.runrecord import read, write
 from cockpit.contract.runspec import build_spec
 from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import JobState
 from cockpit.core.fleet.report import STATUSES
+from cockpit.core.record.run_report import json_report
 from cockpit.core.record.series import read_series
 from cockpit.core.session.startup import start_session
 from cockpit.core.telemetry.sampler import Sampler

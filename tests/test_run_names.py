@@ -17,7 +17,7 @@ from rich.console import Console
 from cockpit.cli import build_parser
 from cockpit.cli import main as cli_main
 from cockpit.commands import attach, fleet, run
-from cockpit.commands.report import print_report, state_json
+from cockpit.commands.report import print_report
 from cockpit.contract.rundir import RunDir, RunNameError, check_run_name, stamp_time
 from cockpit.contract.runrecord import parse, read, render, write
 from cockpit.contract.runspec import ConfigError, build_spec
@@ -27,6 +27,7 @@ from cockpit.core.feed.source import RunSource, SourceError
 from cockpit.core.machine.host import HostInfo
 from cockpit.core.record.find_runs import named_run, recent_runs
 from cockpit.core.record.replay import open_replay
+from cockpit.core.record.run_report import state_json
 from cockpit.core.record.runlog import Recorder, phase_accounting, record
 from cockpit.core.session.background import headless_argv
 from cockpit.core.session.loop import resume_settings

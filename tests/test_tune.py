@@ -91,9 +91,10 @@ def test_a_bad_budget_is_one_line_exit_2() -> None:
 
 
 def test_a_first_time_probe_is_paid_from_the_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import cockpit.commands.tune
-    from cockpit.commands.tune import TuneResult, tune
+    import cockpit.core.sizing.tune_search
+    from cockpit.commands.tune import tune
     from cockpit.contract.costs import Costs
+    from cockpit.core.sizing.tune_search import TuneResult
 
     budgets: list[float] = []
 
@@ -113,8 +114,8 @@ def test_a_first_time_probe_is_paid_from_the_budget(tmp_path: Path, monkeypatch:
                   Trial(last, 900.0, 100.0, None, 10.0))  # fmt: skip
         return TuneResult(trials, best, 30.0)
 
-    monkeypatch.setattr(cockpit.commands.tune, "costs_for", slow_probe)
-    monkeypatch.setattr(cockpit.commands.tune, "climb", recording_climb)
+    monkeypatch.setattr(cockpit.core.sizing.tune_search, "costs_for", slow_probe)
+    monkeypatch.setattr(cockpit.core.sizing.tune_search, "climb", recording_climb)
     console, machine = Console(file=io.StringIO()), Machine(2, 2, 24 * 1024**3)
     tune(console, preset="cartpole", env=None, budget="60s", out=tmp_path / "t.toml", machine=machine)
     (budget,) = budgets
@@ -167,8 +168,8 @@ def test_the_leaders_measured_again_decide_by_their_means() -> None:
 
 
 def test_the_climb_starts_at_recommends_pick_inside_the_space() -> None:
-    from cockpit.commands.tune import start_config
     from cockpit.contract.costs import Costs
+    from cockpit.core.sizing.tune_search import start_config
 
     two_cores = Machine(2, 2, 24 * 1024**3)
     measured = Costs("cpu", 372.0, 5.0, 7.8, 5.0)

@@ -174,8 +174,13 @@ class CockpitCallback(BaseCallback):
             self._next_checkpoint = (steps // self.checkpoint_every + 1) * self.checkpoint_every
         self._hook = self.model.policy.optimizer.register_step_post_hook(self._after_optimizer_step)
         if self.emit_started:
-            extra = {"config": {}, "versions": package_versions(), "target_steps": self.target_timesteps,
-                     "resumed_from_step": steps or None, **self.started_extra}  # fmt: skip
+            extra = {
+                "config": {},
+                "versions": package_versions(),
+                "target_steps": self.target_timesteps,
+                "resumed_from_step": steps or None,
+                **self.started_extra,
+            }
             self.events.started(pid=os.getpid(), device=str(self.model.device), **extra)
 
     def _after_optimizer_step(self, *_: Any) -> None:

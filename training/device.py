@@ -80,8 +80,10 @@ def cuda_memory(device: Any, cuda: Any = None) -> dict[str, int]:
         import torch
 
         cuda = torch.cuda
-    return {"cuda_reserved_bytes": int(cuda.memory_reserved(device)),
-            "cuda_peak_bytes": int(cuda.max_memory_reserved(device))}  # fmt: skip
+    return {
+        "cuda_reserved_bytes": int(cuda.memory_reserved(device)),
+        "cuda_peak_bytes": int(cuda.max_memory_reserved(device)),
+    }
 
 
 def is_cuda_oom(exc: BaseException) -> bool:

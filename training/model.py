@@ -175,9 +175,12 @@ def resume(
             vecnorm = VecNormalize.load(str(checkpoint.vecnormalize_path), venv)
         # The saved `tensorboard_log` is the one of the run that saved it: this run's replaces it.
         model = PPO.load(
-            checkpoint.model_path, env=vecnorm or venv, device=device, custom_objects=ppo_hyperparameters(preset),
+            checkpoint.model_path,
+            env=vecnorm or venv,
+            device=device,
+            custom_objects=ppo_hyperparameters(preset),
             tensorboard_log=_logdir(tensorboard_log),
-        )  # fmt: skip
+        )
         result.model, result.vecnormalize, result.checkpoint = _logger_for(model), vecnorm, checkpoint
         return result
     return result

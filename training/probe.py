@@ -332,8 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", required=True, metavar="NAME|FILE", help="a preset name or a .toml path")
     parser.add_argument("--env", metavar="ENV", help="environment id (default: the preset's)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto", help="torch device")
-    parser.add_argument("--partner", action="store_true",
-                        help="train the preset until killed, a JSON line per iteration (for cockpit)")  # fmt: skip
+    parser.add_argument(
+        "--partner", action="store_true", help="train the preset until killed, a JSON line per iteration (for cockpit)"
+    )
     args = parser.parse_args(argv)
     die_with_parent()  # a probe of a killed `cockpit tune` or `recommend` measures for no one
     limit_native_threads()

@@ -46,6 +46,7 @@ from cockpit.contract.events import (
     FinishedEvent,
     FinishStatus,
     ProgressEvent,
+    StartedEvent,
     to_json,
 )
 from cockpit.contract.files import free_space
@@ -137,15 +138,31 @@ def resolve_config(args: WorkerArgs) -> JobConfig:
     env = args.env or preset.env
     # A custom env, or one with env_kwargs, is built once here: a bad one is bad input (exit 2), not
     # a training failure to restart.
-    backend = check_env(env, preset.env_kwargs, source="--env" if args.env else f"preset {preset.source}: env",
-                        kwargs_source=f"preset {preset.source}: env_kwargs")  # fmt: skip
+    backend = check_env(
+        env,
+        preset.env_kwargs,
+        source="--env" if args.env else f"preset {preset.source}: env",
+        kwargs_source=f"preset {preset.source}: env_kwargs",
+    )
     device = resolve_device(args.device)
     # An episode target replaces the preset's default step target: no step total applies then.
     timesteps = 0 if args.episodes is not None else args.timesteps or preset.timesteps
     threads = args.threads or max(1, min(preset.n_envs, len(os.sched_getaffinity(0))))
     torch_threads = args.torch_threads or torch_threads_for(device, args.threads)
-    return JobConfig(preset, env, backend, timesteps, args.job_dir, args.seed, device, threads, torch_threads,
-                     args.eval_episodes, args.episodes, args.tensorboard)  # fmt: skip
+    return JobConfig(
+        preset,
+        env,
+        backend,
+        timesteps,
+        args.job_dir,
+        args.seed,
+        device,
+        threads,
+        torch_threads,
+        args.eval_episodes,
+        args.episodes,
+        args.tensorboard,
+    )
 
 
 class _ConsoleEvents(EventWriter):
@@ -251,9 +268,15 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
     if stop.requested:  # asked to stop while importing (its cockpit died): nothing trained, nothing to save
         events.finished(status="stopped", steps=offset, duration=round(time.time() - started, 3))
         return 0
-    venv = make_vec_env(config.env, preset.n_envs, seed=config.seed + offset, threads=config.threads,
-                        env_kwargs=preset.env_kwargs, vec_env=preset.vec_env,
-                        report=lambda line: print(f"[worker] {line}", file=sys.stderr, flush=True))  # fmt: skip
+    venv = make_vec_env(
+        config.env,
+        preset.n_envs,
+        seed=config.seed + offset,
+        threads=config.threads,
+        env_kwargs=preset.env_kwargs,
+        vec_env=preset.vec_env,
+        report=lambda line: print(f"[worker] {line}", file=sys.stderr, flush=True),
+    )
     try:
         job = _build_or_resume(config, store, venv)
         target = _learn_target(config, job)
@@ -293,8 +316,9 @@ class _Checkpoints:
     whole episodes finished by it, `saved_episodes` (0 before the first), where the job's episode
     count starts. Each save records the count of `counter` (the callback, once attached)."""
 
-    def __init__(self, store: CheckpointStore, vecnorm: VecNormalize | None, *, last_saved: int | None,
-                 saved_episodes: int) -> None:  # fmt: skip
+    def __init__(
+        self, store: CheckpointStore, vecnorm: VecNormalize | None, *, last_saved: int | None, saved_episodes: int
+    ) -> None:
         self.store = store
         self.vecnorm = vecnorm
         self.last_saved = last_saved
@@ -342,15 +366,20 @@ def _build_or_resume(config: JobConfig, store: CheckpointStore, venv: VecEnv) ->
     if model is None:
         if preset.normalize:
             vecnorm = VecNormalize(venv, gamma=preset.gamma)
-        model = new_model(preset, vecnorm or venv, seed=config.seed, device=config.device,
-                          tensorboard_log=tensorboard_log)  # fmt: skip
+        model = new_model(
+            preset, vecnorm or venv, seed=config.seed, device=config.device, tensorboard_log=tensorboard_log
+        )
     else:
         model.set_random_seed(config.seed + model.num_timesteps)
     checkpoint = resumed.checkpoint
     # Whole episodes finished by the checkpoint: an episode target counts on from there (the
     # episodes under way at a kill are lost with the steps after the checkpoint).
-    checkpoints = _Checkpoints(store, vecnorm, last_saved=checkpoint.step if checkpoint else None,
-                               saved_episodes=(checkpoint.episodes if checkpoint else None) or 0)  # fmt: skip
+    checkpoints = _Checkpoints(
+        store,
+        vecnorm,
+        last_saved=checkpoint.step if checkpoint else None,
+        saved_episodes=(checkpoint.episodes if checkpoint else None) or 0,
+    )
     return _Job(model, resumed, checkpoints)
 
 
@@ -375,20 +404,24 @@ def _report_started(config: JobConfig, job: _Job, target: int, events: EventWrit
     from cockpit_training.callback import package_versions
 
     checkpoint = job.resumed.checkpoint
-    events.started(
-        config=config.as_dict(),
-        pid=os.getpid(),
-        device=str(job.model.device),
-        versions=package_versions(),
-        resumed_from_step=checkpoint.step if checkpoint else None,
-        target_steps=target if config.episodes is None else None,
-        target_episodes=config.episodes,
-        resumed_episodes=checkpoint.episodes if checkpoint else None,
-        corrupt_checkpoints=tuple(CorruptCheckpoint(str(c.path), c.reason) for c in job.resumed.corrupt),
-        policy=type(job.model.policy).__name__,
-        torch_threads=torch.get_num_threads(),
-        startup_s=round(time.time() - (psutil.Process().create_time() if received_at is None else received_at), 3),
-        tf32=bool(torch.backends.cuda.matmul.allow_tf32),
+    now = time.time()
+    events.emit(
+        StartedEvent(
+            now,
+            config=config.as_dict(),
+            pid=os.getpid(),
+            device=str(job.model.device),
+            versions=package_versions(),
+            resumed_from_step=checkpoint.step if checkpoint else None,
+            target_steps=target if config.episodes is None else None,
+            target_episodes=config.episodes,
+            resumed_episodes=checkpoint.episodes if checkpoint else None,
+            corrupt_checkpoints=tuple(CorruptCheckpoint(str(c.path), c.reason) for c in job.resumed.corrupt),
+            policy=type(job.model.policy).__name__,
+            torch_threads=torch.get_num_threads(),
+            startup_s=round(now - (psutil.Process().create_time() if received_at is None else received_at), 3),
+            tf32=bool(torch.backends.cuda.matmul.allow_tf32),
+        )
     )
 
 
@@ -398,9 +431,15 @@ def _make_callback(config: JobConfig, job: _Job, stop: StopFlag, events: EventWr
     the episode target. It leaves `started` and `finished` to the worker."""
     from cockpit_training.callback import CockpitCallback
 
-    callback = CockpitCallback(events, stop=stop, checkpoint=job.checkpoints.save,
-                               checkpoint_every=config.preset.checkpoint_every, emit_started=False,
-                               target_episodes=config.episodes, episodes=job.checkpoints.saved_episodes)  # fmt: skip
+    callback = CockpitCallback(
+        events,
+        stop=stop,
+        checkpoint=job.checkpoints.save,
+        checkpoint_every=config.preset.checkpoint_every,
+        emit_started=False,
+        target_episodes=config.episodes,
+        episodes=job.checkpoints.saved_episodes,
+    )
     job.checkpoints.counter = callback
     return callback
 
@@ -416,8 +455,13 @@ def _learn(model: PPO, target: int, callback: CockpitCallback) -> None:
     reached = False
     try:
         # The same run directory at every start (`TB_SB3_RUN`): reset_num_timesteps=False.
-        model.learn(target - model.num_timesteps, callback=callback, reset_num_timesteps=False, log_interval=1,
-                    tb_log_name=TB_LOG_NAME)  # fmt: skip
+        model.learn(
+            target - model.num_timesteps,
+            callback=callback,
+            reset_num_timesteps=False,
+            log_interval=1,
+            tb_log_name=TB_LOG_NAME,
+        )
     except EpisodeTargetReached:
         reached = True  # at a rollout start, which already reported the final progress
     except StopRequested:
@@ -429,8 +473,9 @@ def _learn(model: PPO, target: int, callback: CockpitCallback) -> None:
         callback.emit_progress(with_losses=True)
 
 
-def _finish(config: JobConfig, job: _Job, episodes: int, stop: StopFlag, events: EventWriter, started: float, *,
-            iteration: int) -> None:  # fmt: skip
+def _finish(
+    config: JobConfig, job: _Job, episodes: int, stop: StopFlag, events: EventWriter, started: float, *, iteration: int
+) -> None:
     """End the job: checkpoint the model unless its step is saved already, evaluate it when it
     reached its target (`episodes` whole episodes, or the step total) and `config.eval_episodes`
     asks for it, and emit `finished`: `done`, or `stopped` short of the target or when a stop
@@ -463,8 +508,12 @@ def _tensorboard_log(config: JobConfig) -> Path | None:
     if not config.tensorboard:
         return None
     if not sb3_logs_tensorboard():
-        print("[worker] no TensorBoard logs: stable-baselines3 cannot import torch.utils.tensorboard "
-              "(pip install 'cockpit[tensorboard]')", file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            "[worker] no TensorBoard logs: stable-baselines3 cannot import torch.utils.tensorboard "
+            "(pip install 'cockpit[tensorboard]')",
+            file=sys.stderr,
+            flush=True,
+        )
         return None
     return JobDir(config.job_dir).tensorboard
 
@@ -479,8 +528,16 @@ EVAL_SEED = 1_000_003  # every agent is scored on the same games, unlike any tra
 SCORE_HEARTBEAT_S = 5.0
 
 
-def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, events: EventWriter, *,
-              trained_episodes: int, iteration: int) -> None:  # fmt: skip
+def _evaluate(
+    config: JobConfig,
+    model: Any,
+    vecnorm: Any,
+    stop: StopFlag,
+    events: EventWriter,
+    *,
+    trained_episodes: int,
+    iteration: int,
+) -> None:
     """Score `model` over `config.eval_episodes` deterministic episodes on a new VecEnv (`eval_envs`
     envs) seeded `EVAL_SEED`, normalized with the training statistics frozen, and
     emit `evaluated` (with the `trained_episodes` the model had trained on). A `score` phase
@@ -504,8 +561,14 @@ def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, event
     # Several envs at once: one forward pass serves them all (evaluate_policy splits the episodes
     # among them), which made a CartPole fleet's scoring several times cheaper than one env.
     n_envs = eval_envs(config.eval_episodes, config.preset.n_envs)
-    venv = make_vec_env(config.env, n_envs, seed=EVAL_SEED, threads=min(n_envs, config.threads),
-                        env_kwargs=config.preset.env_kwargs, vec_env=config.preset.vec_env)  # fmt: skip
+    venv = make_vec_env(
+        config.env,
+        n_envs,
+        seed=EVAL_SEED,
+        threads=min(n_envs, config.threads),
+        env_kwargs=config.preset.env_kwargs,
+        vec_env=config.preset.vec_env,
+    )
     try:
         env: Any = venv
         if vecnorm is not None:
@@ -523,13 +586,20 @@ def _evaluate(config: JobConfig, model: Any, vecnorm: Any, stop: StopFlag, event
                 last["scored"], last["at"] = scored, time.monotonic()
                 events.heartbeat("score", num_timesteps=steps, scored=min(scored, to_score), to_score=to_score)
 
-        mean, std = evaluate_policy(model, env, n_eval_episodes=config.eval_episodes, deterministic=True,
-                                    callback=check_stop, warn=False)  # fmt: skip
+        mean, std = evaluate_policy(
+            model, env, n_eval_episodes=config.eval_episodes, deterministic=True, callback=check_stop, warn=False
+        )
     finally:
         venv.close()
-    events.evaluated(step=model.num_timesteps, mean_reward=float(mean), std_reward=float(std),
-                     episodes=config.eval_episodes, seed=EVAL_SEED, seconds=round(time.monotonic() - started, 3),
-                     trained_episodes=trained_episodes)  # fmt: skip
+    events.evaluated(
+        step=model.num_timesteps,
+        mean_reward=float(mean),
+        std_reward=float(std),
+        episodes=config.eval_episodes,
+        seed=EVAL_SEED,
+        seconds=round(time.monotonic() - started, 3),
+        trained_episodes=trained_episodes,
+    )
 
 
 def _input_error(message: str) -> int:
@@ -737,8 +807,10 @@ def _redirect_output(job_dir: Path | None, fallback: int | None = None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     _flush_c_stdio()
-    for fd, path in ((1, JobDir(job_dir).stdout_log if job_dir else None),
-                     (2, JobDir(job_dir).stderr_log if job_dir else None)):  # fmt: skip
+    for fd, path in (
+        (1, JobDir(job_dir).stdout_log if job_dir else None),
+        (2, JobDir(job_dir).stderr_log if job_dir else None),
+    ):
         if path is None:
             if fallback is not None:
                 os.dup2(fallback, fd)

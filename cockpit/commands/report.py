@@ -6,6 +6,9 @@ A fleet's run dir (`cockpit fleet`) also has its fleet reported from `fleet.db` 
 collected models, whose checksums are verified. When one fails, the whole report is still printed,
 and the command exits 1 with one line on stderr naming the files.
 
+What is read and assembled, the JSON object included, is `cockpit.core.record.run_report`'s; this
+command prints it.
+
 `--html OUT.html` writes the report with plots instead, as one self-contained page
 (`cockpit.commands.htmlreport`), and `--png DIR` writes each figure as `DIR/<name>.png`
 (`cockpit.commands.plots`, matplotlib; both imported only then, so the text report does not pay
@@ -13,10 +16,8 @@ for matplotlib)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -25,53 +26,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from cockpit.commands.console import output_console
-from cockpit.contract.events import FinishedEvent, PhaseEvent, ProgressEvent, read_events
 from cockpit.contract.files import write_atomic
-from cockpit.contract.model_manifest import MODELS_DIR
-from cockpit.contract.rundir import RunDir
-from cockpit.contract.runrecord import RunRecord, RunRecordError, iso, read
 from cockpit.contract.runspec import ConfigError
-from cockpit.core.feed.snapshot import RunState, preset_label
-from cockpit.core.feed.source import Replay, SourceError
-from cockpit.core.fleet.report import STATUSES, FleetReportError, FleetSummary, fleet_summary
-from cockpit.core.fleet.store import Exploit
+from cockpit.core.feed.snapshot import preset_label
+from cockpit.core.fleet.report import STATUSES, FleetSummary
 from cockpit.core.machine.util_reading import BUSY_LEGEND, gpu_read_lines
-from cockpit.core.record.find_runs import open_run
-from cockpit.core.record.series import read_series
+from cockpit.core.record.run_report import json_report, live_steps, plot_series, read_fleet, read_record
 from cockpit.core.telemetry.memwatch import NO_GROWTH
-
-
-def load(run_dir: Path) -> RunRecord:
-    """The run record of `run_dir`; ConfigError (one line) if it is missing, unreadable or from
-    a newer cockpit."""
-    try:
-        return read(run_dir)
-    except RunRecordError as exc:
-        raise ConfigError(str(exc)) from exc
-
-
-def _live_steps(run_dir: Path, job_id: str) -> int | None:
-    """The newest step count in a job's events (fresher than run.toml while the run is live)."""
-    steps = None
-    for event in read_events(RunDir(run_dir).job(job_id).events):
-        if isinstance(event, (PhaseEvent, ProgressEvent)):
-            steps = event.num_timesteps
-        elif isinstance(event, FinishedEvent):
-            steps = event.steps
-    return steps
 
 
 def _fmt(value: Any, spec: str = "{:,.1f}") -> str:
     return "-" if value is None else spec.format(value)
-
-
-def _fleet(run_dir: Path) -> FleetSummary | None:
-    """The fleet in `run_dir` (None for an ordinary run); ConfigError (one line) when its fleet.db
-    or recorded plan cannot be read."""
-    try:
-        return fleet_summary(run_dir)
-    except FleetReportError as exc:
-        raise ConfigError(str(exc)) from exc
 
 
 def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary | None:
@@ -80,8 +45,8 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
     ConfigError (one line), before anything is printed, when `run_dir` holds no readable run.toml
     or an unreadable fleet.db."""
     console = console or output_console()
-    log = load(run_dir)
-    fleet = _fleet(run_dir)
+    log = read_record(run_dir)
+    fleet = read_fleet(run_dir)
     cfg, host, gpu, util = log.config, log.host, log.gpu, log.utilization
     live = log.status.live
     named = f"  name [bold]{escape(log.name)}[/]" if log.name is not None else ""
@@ -107,26 +72,52 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
     table = Table(title="jobs" + (" (live: steps from the event files)" if live else ""), title_justify="left")
     # A preset column only where jobs have their own (a fleet's agents): a plain run's is in the header.
     presets = any(job.preset is not None for job in log.jobs)
-    for col in ("job", "seed", *(("preset",) if presets else ()), "status", "steps", "mean SPS", "ep_rew_mean",
-                "restarts", "ckpts", "CPU %", "peak RSS MiB", "GPU busy % rollout", "GPU busy % train", "peak GPU MiB",
-                "SM % mean", "memory", "reason"):  # fmt: skip
+    for col in (
+        "job",
+        "seed",
+        *(("preset",) if presets else ()),
+        "status",
+        "steps",
+        "mean SPS",
+        "ep_rew_mean",
+        "restarts",
+        "ckpts",
+        "CPU %",
+        "peak RSS MiB",
+        "GPU busy % rollout",
+        "GPU busy % train",
+        "peak GPU MiB",
+        "SM % mean",
+        "memory",
+        "reason",
+    ):
         table.add_column(col, justify="left" if col in ("job", "preset", "status", "memory", "reason") else "right")
     for job in log.jobs:
         preset = (escape(preset_label(job.preset or cfg.preset, tuple(job.overrides.items()))),) if presets else ()
-        steps = _live_steps(run_dir, job.id) if live else job.steps
+        steps = live_steps(run_dir, job.id) if live else job.steps
         rollout, train = job.phases.get("rollout"), job.phases.get("train")
         progress = f"{_fmt(steps, '{:,}')}/{_fmt(job.target or None, '{:,}')}"
         if job.target_episodes is not None:  # an episode target: its episodes of target, and the steps they took
             progress = f"{_fmt(job.episodes, '{:,}')}/{job.target_episodes:,} ep, {_fmt(steps, '{:,}')}"
         table.add_row(
-            job.id, str(job.seed), *preset, str(job.status), progress, _fmt(job.mean_sps, "{:,.0f}"),
-            _fmt(job.final_ep_rew_mean), str(job.restarts), str(job.checkpoints),
-            _fmt(job.cpu_percent_mean, "{:.0f}"), _fmt(job.peak_rss_mib, "{:,.0f}"),
+            job.id,
+            str(job.seed),
+            *preset,
+            str(job.status),
+            progress,
+            _fmt(job.mean_sps, "{:,.0f}"),
+            _fmt(job.final_ep_rew_mean),
+            str(job.restarts),
+            str(job.checkpoints),
+            _fmt(job.cpu_percent_mean, "{:.0f}"),
+            _fmt(job.peak_rss_mib, "{:,.0f}"),
             _fmt(rollout.gpu_util_mean if rollout else None, "{:.0f}"),
             _fmt(train.gpu_util_mean if train else None, "{:.0f}"),
-            _fmt(job.peak_gpu_mem_mib, "{:,}"), _fmt(job.gpu_sm_percent_mean, "{:.0f}"), job.memory or "-",
+            _fmt(job.peak_gpu_mem_mib, "{:,}"),
+            _fmt(job.gpu_sm_percent_mean, "{:.0f}"),
+            job.memory or "-",
             job.error or job.exit_reason or "",
-        )  # fmt: skip
+        )
     console.print(table)
     # The leak watch's word on the run: the seeds' "Memory leaks: none detected", or who grows.
     growing = [
@@ -170,8 +161,11 @@ def print_fleet(fleet: FleetSummary, console: Console) -> None:
     """The fleet's section of the text report: its plan, agents by status, tiers, top leaderboard,
     failed agents and the models line (each checksum problem on its own line)."""
     rate = f", ${fleet.rate_usd_per_h:g}/h" if fleet.rate_usd_per_h is not None else ""
-    console.print(f"[bold]fleet {escape(fleet.name)}[/] ({escape(fleet.source)}): {len(fleet.agents):,} agents, "
-                  f"{fleet.promotion} promotion, {len(fleet.tiers)} tier(s){rate}", highlight=False)  # fmt: skip
+    console.print(
+        f"[bold]fleet {escape(fleet.name)}[/] ({escape(fleet.source)}): {len(fleet.agents):,} agents, "
+        f"{fleet.promotion} promotion, {len(fleet.tiers)} tier(s){rate}",
+        highlight=False,
+    )
     by_status = ", ".join(f"{n:,} {status}" for status in STATUSES if (n := fleet.count(status)))
     console.print(f"agents: {by_status or 'none'}", highlight=False)
     tiers = Table(title="tiers", title_justify="left")
@@ -179,31 +173,70 @@ def print_fleet(fleet: FleetSummary, console: Console) -> None:
     for col in ("tier", unit, "planned", "entered", "training", "finished", "promoted", "culled", "failed"):
         tiers.add_column(col, justify="right")
     for t in fleet.tiers:
-        tiers.add_row(*(f"{n:,}" for n in (t.tier, t.episodes or t.timesteps or 0, t.planned, t.entered, t.training,
-                                           t.finished, t.promoted, t.culled, t.failed)))  # fmt: skip
+        tiers.add_row(
+            *(
+                f"{n:,}"
+                for n in (
+                    t.tier,
+                    t.episodes or t.timesteps or 0,
+                    t.planned,
+                    t.entered,
+                    t.training,
+                    t.finished,
+                    t.promoted,
+                    t.culled,
+                    t.failed,
+                )
+            )
+        )
     console.print(tiers)
     if fleet.leaderboard:
         shown = fleet.leaderboard[:LEADERS]
-        board = Table(title=f"leaderboard (top {len(shown)} of {len(fleet.leaderboard):,} scored; the highest tier "
-                      "first)", title_justify="left")  # fmt: skip
+        board = Table(
+            title=f"leaderboard (top {len(shown)} of {len(fleet.leaderboard):,} scored; the highest tier first)",
+            title_justify="left",
+        )
         pbt = fleet.promotion == "pbt"
-        for col in ("#", "agent", *(("from",) if pbt else ()), "tier", "steps", "score", "± std", "train return",
-                    "env", "preset", "overrides", "seed"):  # fmt: skip
+        for col in (
+            "#",
+            "agent",
+            *(("from",) if pbt else ()),
+            "tier",
+            "steps",
+            "score",
+            "± std",
+            "train return",
+            "env",
+            "preset",
+            "overrides",
+            "seed",
+        ):
             board.add_column(col, justify="left" if col in ("agent", "from", "env", "preset", "overrides") else "right")
         for leader in shown:
             # pbt: whose checkpoint the agent copied last, at the end of which tier.
             last = leader.lineage[-1] if leader.lineage else None
             origin = (f"{last.source}@t{last.tier}" if last else "-",) if pbt else ()
             board.add_row(
-                str(leader.rank), leader.agent, *origin, str(leader.tier), f"{leader.steps:,}", f"{leader.score:,.1f}",
-                _fmt(leader.score_std), _fmt(leader.train_return), escape(leader.env), escape(leader.preset),
-                escape(_overrides_text(leader.overrides)), str(leader.seed),
-            )  # fmt: skip
+                str(leader.rank),
+                leader.agent,
+                *origin,
+                str(leader.tier),
+                f"{leader.steps:,}",
+                f"{leader.score:,.1f}",
+                _fmt(leader.score_std),
+                _fmt(leader.train_return),
+                escape(leader.env),
+                escape(leader.preset),
+                escape(_overrides_text(leader.overrides)),
+                str(leader.seed),
+            )
         console.print(board)
     failed = [agent for agent in fleet.agents if agent.status == "failed"]
     for agent in failed[:FAILED_LISTED]:
-        console.print(f"[red]failed:[/] {agent.id} in tier {agent.tier}: {escape(agent.error or 'no error recorded')}",
-                      highlight=False)  # fmt: skip
+        console.print(
+            f"[red]failed:[/] {agent.id} in tier {agent.tier}: {escape(agent.error or 'no error recorded')}",
+            highlight=False,
+        )
     if len(failed) > FAILED_LISTED:
         console.print(f"[red]failed:[/] {len(failed) - FAILED_LISTED:,} more (report --json lists them)")
     models = fleet.models
@@ -212,8 +245,9 @@ def print_fleet(fleet: FleetSummary, console: Console) -> None:
     elif models.verified:
         console.print(f"models: {len(models.entries):,} collected, checksums verified", highlight=False)
     else:
-        console.print(f"[red]models: {len(models.entries):,} collected, {len(models.problems):,} problem(s):[/]",
-                      highlight=False)  # fmt: skip
+        console.print(
+            f"[red]models: {len(models.entries):,} collected, {len(models.problems):,} problem(s):[/]", highlight=False
+        )
         for problem in models.problems:
             console.print(f"  {problem}", style="red", highlight=False, markup=False)
 
@@ -245,10 +279,7 @@ def write_plots(run_dir: Path, *, html: Path | None, png_dir: Path | None) -> li
     from cockpit.commands.htmlreport import page
     from cockpit.commands.plots import plots
 
-    try:
-        series = read_series(run_dir)
-    except (RunRecordError, FleetReportError) as exc:
-        raise ConfigError(str(exc)) from exc
+    series = plot_series(run_dir)
     figures = plots(series)
     flag = f"--html {html}"
     try:
@@ -289,149 +320,3 @@ def main(run_dir: Path, *, as_json: bool = False, html: Path | None = None, png_
         print(f"cockpit report: error: models failed verification: {'; '.join(problems)}", file=sys.stderr)
         return 1
     return 0
-
-
-# ----- report --json -----
-
-JSON_SCHEMA_VERSION = 1
-FIRST_FRAME_WAIT_S = 5.0
-
-
-def json_report(run_dir: Path) -> dict[str, Any]:
-    """The run as `report --json` prints it (schema: docs/report.schema.json, documented in
-    docs/report-json.md): from the run's control socket while it is live, else from its files; a
-    fleet's `fleet` object always from its files (fleet.db is readable while the fleet runs), null
-    for an ordinary run. ConfigError (one line) when `run_dir` is no run or its fleet.db is unreadable."""
-    fleet = _fleet(run_dir)
-    try:
-        source = open_run(run_dir)
-    except SourceError as exc:
-        raise ConfigError(str(exc)) from exc
-    try:
-        frame = source.frame()
-        deadline = time.monotonic() + FIRST_FRAME_WAIT_S
-        while frame is None and time.monotonic() < deadline:  # attached before the run's first tick
-            time.sleep(0.05)
-            frame = source.frame()
-        if frame is None:
-            raise ConfigError(f"{run_dir}: the run answered but sent no state within {FIRST_FRAME_WAIT_S:.0f} s")
-        live = not isinstance(source, Replay)
-    finally:
-        source.close()
-    try:
-        command = read(run_dir).command
-    except RunRecordError:
-        command = ""  # a live run that has not written its first run.toml yet
-    return {**state_json(frame.state, live=live, command=command), "fleet": fleet_json(fleet, run_dir)}
-
-
-def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
-    """`state` in report --json's schema (see `json_report`)."""
-    counts: dict[str, int] = {}
-    for job in state.jobs:
-        counts[job.state.value] = counts.get(job.state.value, 0) + 1
-    rates = [job.sps for job in state.jobs if job.sps is not None and job.state.stepping]
-    episode_rates = [j.episodes_per_h for j in state.jobs if j.episodes_per_h is not None and j.state.stepping]
-    return {
-        "schema_version": JSON_SCHEMA_VERSION,
-        "run_dir": state.run_dir,
-        "name": state.name,
-        "live": live,
-        "status": state.status.value,
-        "command": command,
-        "preset": state.preset,
-        "env": state.env,
-        "slots": state.slots,
-        "mps": state.mps,
-        "agents": len(state.jobs),
-        "started_at": iso(state.started_at),
-        "now": iso(state.now),
-        "sps": _round(sum(rates)) if rates else None,
-        "eta_s": _round(state.eta_s),
-        "episodes_per_h": _round(sum(episode_rates)) if episode_rates else None,
-        "counts": counts,
-        "jobs": [
-            {
-                "id": job.id,
-                "seed": job.seed,
-                # The preset the user named (a fleet agent's own, else the run's) and its overrides.
-                "preset": job.preset or state.preset,
-                "overrides": dict(job.overrides),
-                "state": job.state.value,
-                "steps": job.steps,
-                "target": job.target,
-                "target_episodes": job.target_episodes,
-                "episodes": job.episodes,
-                "sps": _round(job.sps) if job.state.stepping else None,
-                "episodes_per_h": _round(job.episodes_per_h) if job.state.stepping else None,
-                "mean_sps": _round(job.mean_sps),
-                "eta_s": _round(job.eta_s),
-                "ep_rew_mean": job.ep_rew_mean,
-                "restarts": job.restarts,
-                "error": job.error,
-                "reason": job.exit_reason,
-                "memory": job.memory,
-                "memory_growth_mib_h": job.memory_growth_mib_h,
-                "gpu_memory_growth_mib_h": job.gpu_memory_growth_mib_h,
-                "gpu": job.gpu,
-            }
-            for job in state.jobs
-        ],
-        "warnings": list(state.warnings),
-    }
-
-
-def lineage_json(lineage: tuple[Exploit, ...]) -> list[dict[str, Any]]:
-    """A pbt agent's exploits as report --json lists them, oldest first ([] for none)."""
-    return [{"tier": e.tier, "source": e.source, "source_steps": e.source_steps, "checkpoint": e.checkpoint,
-             "score": e.score, "source_score": e.source_score,
-             "changes": {key: [old, new] for key, (old, new) in sorted(e.changes.items())}}
-            for e in lineage]  # fmt: skip
-
-
-def fleet_json(fleet: FleetSummary | None, run_dir: Path) -> dict[str, Any] | None:
-    """`fleet` as report --json's `fleet` object (None for an ordinary run)."""
-    if fleet is None:
-        return None
-    counts = {status: n for status in STATUSES if (n := fleet.count(status))}
-    return {
-        "name": fleet.name,
-        "plan": fleet.source,
-        "promotion": fleet.promotion,
-        "rate_usd_per_h": fleet.rate_usd_per_h,
-        "counts": counts,
-        "tiers": [dataclasses.asdict(tier) for tier in fleet.tiers],
-        "leaderboard": [
-            {"rank": leader.rank, "id": leader.agent, "tier": leader.tier, "steps": leader.steps,
-             "score": leader.score, "score_std": leader.score_std, "train_return": leader.train_return,
-             "env": leader.env, "preset": leader.preset, "overrides": leader.overrides, "seed": leader.seed,
-             "lineage": lineage_json(leader.lineage)}
-            for leader in fleet.leaderboard
-        ],
-        "agents": [
-            {"id": agent.id, "tier": agent.tier, "status": agent.status, "steps": agent.steps, "score": agent.score,
-             "score_std": agent.score_std, "score_tier": agent.score_tier, "env": agent.env, "preset": agent.preset,
-             "overrides": agent.overrides, "seed": agent.seed, "error": agent.error,
-             "lineage": lineage_json(agent.lineage)}
-            for agent in fleet.agents
-        ],
-        "models": {
-            "dir": str(run_dir / MODELS_DIR),
-            "verified": fleet.models.verified,
-            "problems": list(fleet.models.problems),
-            "collected": [
-                {"agent": m.agent, "file": m.file, "sha256": m.sha256, "vecnormalize": m.vecnormalize,
-                 "vecnormalize_sha256": m.vecnormalize_sha256, "score": m.score, "steps": m.steps}
-                for m in fleet.models.entries
-            ],
-        },
-        "search": None if fleet.search is None else {
-            "sampler": fleet.search.sampler, "samples": fleet.search.samples, "seed": fleet.search.seed,
-            "keys": list(fleet.search.keys),
-            "draws": [{"draw": draw, "trial": trial, "values": values} for draw, trial, values in fleet.search.draws],
-        },
-    }  # fmt: skip
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 1)

@@ -180,13 +180,26 @@ class EvaluatedEvent:
 
 
 Event = (
-    StartedEvent | PhaseEvent | ProgressEvent | CheckpointEvent | FinishedEvent | ErrorEvent | HeartbeatEvent
+    StartedEvent
+    | PhaseEvent
+    | ProgressEvent
+    | CheckpointEvent
+    | FinishedEvent
+    | ErrorEvent
+    | HeartbeatEvent
     | EvaluatedEvent
-)  # fmt: skip
+)
 OutcomeEvent = FinishedEvent | ErrorEvent
 _KINDS: tuple[type[Event], ...] = (
-    StartedEvent, PhaseEvent, ProgressEvent, CheckpointEvent, FinishedEvent, ErrorEvent, HeartbeatEvent, EvaluatedEvent,
-)  # fmt: skip
+    StartedEvent,
+    PhaseEvent,
+    ProgressEvent,
+    CheckpointEvent,
+    FinishedEvent,
+    ErrorEvent,
+    HeartbeatEvent,
+    EvaluatedEvent,
+)
 EVENT_TYPES: dict[str, type[Event]] = {cls.kind: cls for cls in _KINDS}
 
 E = TypeVar("E", bound=Event)
@@ -286,29 +299,51 @@ def _losses(value: Any, name: str) -> Mapping[str, float | None]:
 
 _CHECKS: dict[str, dict[str, Callable[[Any, str], Any]]] = {
     "started": {
-        "pid": _optional(_integer), "device": _optional(_string), "config": _mapping, "versions": _mapping,
-        "target_steps": _optional(_integer), "policy": _optional(_string), "torch_threads": _optional(_integer),
-        "resumed_from_step": _optional(_integer), "corrupt_checkpoints": _corrupt, "startup_s": _optional(_number),
-        "tf32": _optional(_boolean), "target_episodes": _optional(_integer),
+        "pid": _optional(_integer),
+        "device": _optional(_string),
+        "config": _mapping,
+        "versions": _mapping,
+        "target_steps": _optional(_integer),
+        "policy": _optional(_string),
+        "torch_threads": _optional(_integer),
+        "resumed_from_step": _optional(_integer),
+        "corrupt_checkpoints": _corrupt,
+        "startup_s": _optional(_number),
+        "tf32": _optional(_boolean),
+        "target_episodes": _optional(_integer),
         "resumed_episodes": _optional(_integer),
     },
     "phase": {"phase": _choice(get_args(Phase)), "iteration": _integer, "num_timesteps": _integer},
     "progress": {
-        "num_timesteps": _integer, "iteration": _optional(_integer), "sps": _optional(_number),
-        "ep_rew_mean": _optional(_number), "ep_len_mean": _optional(_number), "episodes": _optional(_integer),
-        "losses": _optional(_losses), "cuda_reserved_bytes": _optional(_integer),
+        "num_timesteps": _integer,
+        "iteration": _optional(_integer),
+        "sps": _optional(_number),
+        "ep_rew_mean": _optional(_number),
+        "ep_len_mean": _optional(_number),
+        "episodes": _optional(_integer),
+        "losses": _optional(_losses),
+        "cuda_reserved_bytes": _optional(_integer),
         "cuda_peak_bytes": _optional(_integer),
     },
     "checkpoint": {"path": _string, "step": _integer},
     "finished": {"status": _choice(get_args(FinishStatus)), "steps": _integer, "duration": _optional(_number)},
     "error": {"type": _string, "message": _string},
-    "heartbeat": {"phase": _choice(get_args(Phase)), "num_timesteps": _integer, "scored": _optional(_integer),
-                  "to_score": _optional(_integer)},
-    "evaluated": {
-        "step": _integer, "mean_reward": _number, "std_reward": _number, "episodes": _integer, "seed": _integer,
-        "seconds": _optional(_number), "trained_episodes": _optional(_integer),
+    "heartbeat": {
+        "phase": _choice(get_args(Phase)),
+        "num_timesteps": _integer,
+        "scored": _optional(_integer),
+        "to_score": _optional(_integer),
     },
-}  # fmt: skip
+    "evaluated": {
+        "step": _integer,
+        "mean_reward": _number,
+        "std_reward": _number,
+        "episodes": _integer,
+        "seed": _integer,
+        "seconds": _optional(_number),
+        "trained_episodes": _optional(_integer),
+    },
+}
 
 
 def from_json(data: Any) -> Event:
@@ -373,20 +408,28 @@ class EventWriter:
         config: Mapping[str, Any] | None = None,
         versions: Mapping[str, str] | None = None,
         target_steps: int | None = None,
-        policy: str | None = None,
-        torch_threads: int | None = None,
         resumed_from_step: int | None = None,
         corrupt_checkpoints: tuple[CorruptCheckpoint, ...] = (),
-        startup_s: float | None = None,
-        tf32: bool | None = None,
         target_episodes: int | None = None,
         resumed_episodes: int | None = None,
         t: float | None = None,
     ) -> StartedEvent:
-        """The job began (or resumed): its resolved config, pid, torch device and package versions."""
-        event = StartedEvent(_now(t), pid, device, dict(config or {}), dict(versions or {}), target_steps, policy,
-                             torch_threads, resumed_from_step, tuple(corrupt_checkpoints), startup_s, tf32,
-                             target_episodes, resumed_episodes)  # fmt: skip
+        """The job began (or resumed): its resolved config, pid, torch device and package versions,
+        its target and what it resumed from: what a training script's callback knows. The worker,
+        which also reports its torch runtime (policy, threads, start-up time, TF32), builds its
+        `StartedEvent` whole and hands it to `emit`."""
+        event = StartedEvent(
+            _now(t),
+            pid,
+            device,
+            dict(config or {}),
+            dict(versions or {}),
+            target_steps,
+            resumed_from_step=resumed_from_step,
+            corrupt_checkpoints=tuple(corrupt_checkpoints),
+            target_episodes=target_episodes,
+            resumed_episodes=resumed_episodes,
+        )
         return self.emit(event)
 
     def phase(self, phase: Phase, *, iteration: int, num_timesteps: int, t: float | None = None) -> PhaseEvent:
@@ -409,9 +452,20 @@ class EventWriter:
     ) -> ProgressEvent:
         """Training progress: num_timesteps, sps, ep_rew_mean, ep_len_mean, episodes, losses, and on
         CUDA the worker's own allocator memory (`ProgressEvent`)."""
-        return self.emit(ProgressEvent(_now(t), num_timesteps, iteration, sps, ep_rew_mean, ep_len_mean, episodes,
-                                       dict(losses) if losses is not None else None, cuda_reserved_bytes,
-                                       cuda_peak_bytes))  # fmt: skip
+        return self.emit(
+            ProgressEvent(
+                _now(t),
+                num_timesteps,
+                iteration,
+                sps,
+                ep_rew_mean,
+                ep_len_mean,
+                episodes,
+                dict(losses) if losses is not None else None,
+                cuda_reserved_bytes,
+                cuda_peak_bytes,
+            )
+        )
 
     def checkpoint(self, *, path: str, step: int, t: float | None = None) -> CheckpointEvent:
         """A checkpoint was written completely (it is already renamed into place)."""
@@ -427,19 +481,35 @@ class EventWriter:
         """The job failed; `type` is `cuda_oom`, `invalid_config` or the exception's class name."""
         return self.emit(ErrorEvent(_now(t), type, message))
 
-    def heartbeat(self, phase: Phase, *, num_timesteps: int, scored: int | None = None, to_score: int | None = None,
-                  t: float | None = None) -> HeartbeatEvent:  # fmt: skip
+    def heartbeat(
+        self,
+        phase: Phase,
+        *,
+        num_timesteps: int,
+        scored: int | None = None,
+        to_score: int | None = None,
+        t: float | None = None,
+    ) -> HeartbeatEvent:
         """The worker is alive in `phase` (a long train phase, or a score phase with `scored`
         evaluation episodes of `to_score` done); nothing else has changed."""
         return self.emit(HeartbeatEvent(_now(t), phase, num_timesteps, scored, to_score))
 
     def evaluated(
-        self, *, step: int, mean_reward: float, std_reward: float, episodes: int, seed: int,
-        seconds: float | None = None, trained_episodes: int | None = None, t: float | None = None,
-    ) -> EvaluatedEvent:  # fmt: skip
+        self,
+        *,
+        step: int,
+        mean_reward: float,
+        std_reward: float,
+        episodes: int,
+        seed: int,
+        seconds: float | None = None,
+        trained_episodes: int | None = None,
+        t: float | None = None,
+    ) -> EvaluatedEvent:
         """The trained model's evaluation score (see `EvaluatedEvent`)."""
-        return self.emit(EvaluatedEvent(_now(t), step, mean_reward, std_reward, episodes, seed, seconds,
-                                        trained_episodes))  # fmt: skip
+        return self.emit(
+            EvaluatedEvent(_now(t), step, mean_reward, std_reward, episodes, seed, seconds, trained_episodes)
+        )
 
     def close(self) -> None:
         """Release the file descriptor; further emits fail."""

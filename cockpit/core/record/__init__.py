@@ -4,7 +4,8 @@
   written atomically;
 - `replay`: a finished or killed run played back as the same `RunSource` a live one is;
 - `series`: a recorded run as the series `report --html` plots;
-- `find_runs`: the runs under a directory, newest first, and a run by its name.
+- `find_runs`: the runs under a directory, newest first, and a run by its name;
+- `run_report`: a run read back for `cockpit report`, and the object `report --json` prints.
 
 Imports `fleet` and everything below it.
 """

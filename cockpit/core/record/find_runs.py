@@ -40,8 +40,11 @@ def recent_runs(root: Path, limit: int = 10) -> list[RecentRun]:
         except RunRecordError:
             continue
         config = recorded.config
-        runs.append(RecentRun(log.parent, *config.shown(), recorded.status.value, config.agents,
-                              recorded.started_at, recorded.name))  # fmt: skip
+        runs.append(
+            RecentRun(
+                log.parent, *config.shown(), recorded.status.value, config.agents, recorded.started_at, recorded.name
+            )
+        )
         if len(runs) >= limit:
             break
     return runs

@@ -447,8 +447,9 @@ class _JobHistory:
         if first_count is None or last_count is None:
             return None
         latest = (self._latest_step_t(cut), episodes)
-        rate = live_rate((self.rollout_ts[start], first_count), (self.rollout_ts[hi - 1], last_count), latest,
-                         min(now, attempt.end))  # fmt: skip
+        rate = live_rate(
+            (self.rollout_ts[start], first_count), (self.rollout_ts[hi - 1], last_count), latest, min(now, attempt.end)
+        )
         return None if rate is None else rate * S_PER_H
 
     def _latest_step_t(self, cut: float) -> float:
@@ -525,11 +526,20 @@ class ReplaySource:
                 uuid=first.uuid or "" if first is not None else "",
             )
         # Every GPU the run sampled (its samples over time are the first one's only).
-        self._gpus = tuple(
-            GpuInfo(index=g.index, name=g.name, memory_total_bytes=_bytes(g.memory_total_mib),
-                    driver=gpu_table.driver or "" if gpu_table is not None else "", uuid=g.uuid or "")
-            for g in recorded.gpus
-        ) if self._gpu is not None and len(recorded.gpus) > 1 else ()  # fmt: skip
+        self._gpus = (
+            tuple(
+                GpuInfo(
+                    index=g.index,
+                    name=g.name,
+                    memory_total_bytes=_bytes(g.memory_total_mib),
+                    driver=gpu_table.driver or "" if gpu_table is not None else "",
+                    uuid=g.uuid or "",
+                )
+                for g in recorded.gpus
+            )
+            if self._gpu is not None and len(recorded.gpus) > 1
+            else ()
+        )
         telemetry = gpu_table.telemetry if gpu_table is not None else None
         # run.toml writes "ok" for a healthy GPU, where a live RunState has "".
         self._gpu_status = "" if self._gpu is not None and telemetry == "ok" else telemetry or NO_GPU_RECORDED
@@ -605,8 +615,16 @@ class ReplaySource:
                 lo = _upto(util_ts, ts[i - 1]) if i else 0
                 hi = _upto(util_ts, s.t)
                 if hi > lo:
-                    samples[i] = Sample(s.t, s.cpu_percent, s.ram_used_bytes, s.ram_total_bytes, s.gpu, s.jobs,
-                                        s.cost_s, tuple(util[lo:hi]))  # fmt: skip
+                    samples[i] = Sample(
+                        s.t,
+                        s.cpu_percent,
+                        s.ram_used_bytes,
+                        s.ram_total_bytes,
+                        s.gpu,
+                        s.jobs,
+                        s.cost_s,
+                        tuple(util[lo:hi]),
+                    )
         return samples, ts
 
     def _sample(self, row: Mapping[str, str | None], usage: Mapping[float, Mapping[str, JobUsage]]) -> Sample:
@@ -738,12 +756,17 @@ class ReplaySource:
             if point is None:
                 at = k * TREND_EVERY_S
                 # A job not started or not running at `at` has no sps there; every job's last return counts.
-                point = (run_sps(job.sps_at(at) for job in self._jobs),
-                         best_return(job.return_at(at) for job in self._jobs))  # fmt: skip
+                point = (
+                    run_sps(job.sps_at(at) for job in self._jobs),
+                    best_return(job.return_at(at) for job in self._jobs),
+                )
             points[k] = point
         self._trend_points = points
-        return Trend(tuple(k * TREND_EVERY_S for k in points), tuple(p[0] for p in points.values()),
-                     tuple(p[1] for p in points.values()))  # fmt: skip
+        return Trend(
+            tuple(k * TREND_EVERY_S for k in points),
+            tuple(p[0] for p in points.values()),
+            tuple(p[1] for p in points.values()),
+        )
 
     def submit(self, command: Control) -> None:
         """Always raises SourceError: a finished run takes no commands."""

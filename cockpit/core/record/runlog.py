@@ -75,11 +75,22 @@ class Recorder:
     closed: bool = False
 
     _HEADERS: ClassVar[dict[str, list[str]]] = {
-        SAMPLES_CSV: ["t", "gpu_util", "gpu_util_peak", "gpu_mem_used_mib", "gpu_power_w", "gpu_temp_c",
-                      "gpu_sm_mhz", "cpu_percent", "ram_used_mib", "cost_ms", "cpu_cores"],
+        SAMPLES_CSV: [
+            "t",
+            "gpu_util",
+            "gpu_util_peak",
+            "gpu_mem_used_mib",
+            "gpu_power_w",
+            "gpu_temp_c",
+            "gpu_sm_mhz",
+            "cpu_percent",
+            "ram_used_mib",
+            "cost_ms",
+            "cpu_cores",
+        ],
         JOB_SAMPLES_CSV: ["t", "job", "cpu_percent", "rss_mib", "gpu_mem_mib", "gpu_sm_percent"],
         GPU_UTIL_CSV: ["t", "util", "gpu"],
-    }  # fmt: skip
+    }
 
     def _writer(self, name: str) -> Any:
         fh = self._files.get(name)
@@ -129,19 +140,34 @@ class Recorder:
 
     def _write(self, sample: Sample) -> None:
         g = sample.gpu
-        self._writer(SAMPLES_CSV).writerow([
-            f"{sample.t:.3f}",
-            _fmt(g.util_percent if g else None), _fmt(g.util_peak_percent if g else None),
-            _fmt(_mib_of(g.mem_used_bytes) if g else None), _fmt(g.power_w if g else None),
-            _fmt(g.temperature_c if g else None), g.sm_clock_mhz if g and g.sm_clock_mhz is not None else "",
-            _fmt(sample.cpu_total_percent), _fmt(sample.ram_used_bytes / MIB), _fmt(sample.cost_s * 1000, 3),
-            " ".join(f"{c:.1f}" for c in sample.cpu_percent),  # per core, space-separated, for replay
-        ])  # fmt: skip
+        self._writer(SAMPLES_CSV).writerow(
+            [
+                f"{sample.t:.3f}",
+                _fmt(g.util_percent if g else None),
+                _fmt(g.util_peak_percent if g else None),
+                _fmt(_mib_of(g.mem_used_bytes) if g else None),
+                _fmt(g.power_w if g else None),
+                _fmt(g.temperature_c if g else None),
+                g.sm_clock_mhz if g and g.sm_clock_mhz is not None else "",
+                _fmt(sample.cpu_total_percent),
+                _fmt(sample.ram_used_bytes / MIB),
+                _fmt(sample.cost_s * 1000, 3),
+                " ".join(f"{c:.1f}" for c in sample.cpu_percent),  # per core, space-separated, for replay
+            ]
+        )
         jobs = self._writer(JOB_SAMPLES_CSV)
         for job, u in sample.jobs.items():
             gpu_mem = u.gpu_mem_bytes / MIB if u.gpu_mem_bytes is not None else None
-            jobs.writerow([f"{sample.t:.3f}", job, _fmt(u.cpu_percent), _fmt(u.rss_bytes / MIB),
-                           _fmt(gpu_mem), _fmt(u.gpu_sm_percent)])  # fmt: skip
+            jobs.writerow(
+                [
+                    f"{sample.t:.3f}",
+                    job,
+                    _fmt(u.cpu_percent),
+                    _fmt(u.rss_bytes / MIB),
+                    _fmt(gpu_mem),
+                    _fmt(u.gpu_sm_percent),
+                ]
+            )
         util = self._writer(GPU_UTIL_CSV)
         for gpu, samples in sample.gpu_util().items():
             for t, value in samples:
@@ -217,10 +243,13 @@ def _fmt(value: float | None, digits: int = 1) -> str:
 
 def _phases(stats: Mapping[str, PhaseStats]) -> dict[str, PhaseRecord]:
     return {
-        phase: PhaseRecord(seconds=round(s.seconds, 3), gpu_util_mean=_round(s.gpu_util_mean, 3),
-                           cpu_percent_mean=_round(s.cpu_percent_mean, 3))
+        phase: PhaseRecord(
+            seconds=round(s.seconds, 3),
+            gpu_util_mean=_round(s.gpu_util_mean, 3),
+            cpu_percent_mean=_round(s.cpu_percent_mean, 3),
+        )
         for phase, s in stats.items()
-    }  # fmt: skip
+    }
 
 
 def record(
@@ -236,8 +265,13 @@ def record(
     ended = state.now if not state.status.live else None
     gpu = GpuRecord(present=state.gpu is not None, telemetry=state.gpu_status or "ok")
     if state.gpu is not None:
-        gpu = GpuRecord(present=True, telemetry=gpu.telemetry, name=state.gpu.name,
-                        memory_total_mib=_mib(state.gpu.memory_total_bytes), driver=state.gpu.driver)  # fmt: skip
+        gpu = GpuRecord(
+            present=True,
+            telemetry=gpu.telemetry,
+            name=state.gpu.name,
+            memory_total_mib=_mib(state.gpu.memory_total_bytes),
+            driver=state.gpu.driver,
+        )
     cost_s, ticks = recorder.sampler_cost()
     uuids = {info.index: info.uuid for info in state.gpus}
     return RunRecord(
@@ -254,71 +288,98 @@ def record(
             **{**recorded_values(spec), "agents": len(state.jobs), "mps": state.mps, "mps_external": state.mps_external}
         ),
         host=HostRecord(
-            hostname=host.hostname, cpu_model=host.cpu_model, physical_cores=host.physical_cores,
-            logical_cores=host.logical_cores, ram_gib=round(host.ram_bytes / 1024**3, 1), os=host.os,
+            hostname=host.hostname,
+            cpu_model=host.cpu_model,
+            physical_cores=host.physical_cores,
+            logical_cores=host.logical_cores,
+            ram_gib=round(host.ram_bytes / 1024**3, 1),
+            os=host.os,
         ),
         gpu=gpu,
         preset=spec.preset,
         jobs=tuple(_job_record(j, state.now, recorder, accounting, uuids) for j in state.jobs),
         utilization=UtilizationRecord(
             **_figures(accounting),
-            sampler_ticks=ticks, sampler_cost_ms_mean=round(cost_s / ticks * 1000, 3) if ticks else None,
+            sampler_ticks=ticks,
+            sampler_cost_ms_mean=round(cost_s / ticks * 1000, 3) if ticks else None,
         ),
         gpus=tuple(_gpu_record(info, state, recorder, accounting) for info in state.gpus),
         warnings=(*state.warnings, *[w for w in [recorder.failed] if w and w not in state.warnings]),
         advice=tuple(advice),
-    )  # fmt: skip
+    )
 
 
 def _gpu_record(info: GpuInfo, state: RunState, recorder: Recorder, accounting: Accounting) -> GpuUseRecord:
     """`[[gpus]]`'s record of one GPU now: its jobs, how its utilization was read, and its figures."""
     mode, period_s, shares = recorder.util_read(info.index)
     return GpuUseRecord(
-        index=info.index, uuid=info.uuid or None, name=info.name, memory_total_mib=_mib(info.memory_total_bytes),
+        index=info.index,
+        uuid=info.uuid or None,
+        name=info.name,
+        memory_total_mib=_mib(info.memory_total_bytes),
         jobs=tuple(j.id for j in state.jobs if j.gpu == info.index),
-        util_read=mode, util_sample_period_ms=_round(period_s * 1000, 1) if period_s is not None else None,
+        util_read=mode,
+        util_sample_period_ms=_round(period_s * 1000, 1) if period_s is not None else None,
         util_read_shares={m: round(share, 4) for m, share in shares.items()},
-        utilization=UtilizationFigures(**_figures(accounting.gpus[info.index])) if info.index in accounting.gpus
+        utilization=UtilizationFigures(**_figures(accounting.gpus[info.index]))
+        if info.index in accounting.gpus
         else None,
         compute_mode=info.compute_mode,
-    )  # fmt: skip
+    )
 
 
-def _job_record(j: JobView, now: float, recorder: Recorder, accounting: Accounting,
-                uuids: Mapping[int, str]) -> JobRecord:  # fmt: skip
+def _job_record(
+    j: JobView, now: float, recorder: Recorder, accounting: Accounting, uuids: Mapping[int, str]
+) -> JobRecord:
     """`[[jobs]]`'s record of a job now. Its memory is the leak watch's verdict as the recorder has
     it at this writing (`MemoryFigures`, as `JobView` shows it), which the view may not carry: a
     state built without the watch's verdicts still records them."""
     memory = MemoryFigures.of(recorder.memory.verdict(j.id))
     return JobRecord(
-        id=j.id, seed=j.seed, status=j.state, exit_reason=j.exit_reason, error=j.error,
-        steps=j.steps, target=j.target,
+        id=j.id,
+        seed=j.seed,
+        status=j.state,
+        exit_reason=j.exit_reason,
+        error=j.error,
+        steps=j.steps,
+        target=j.target,
         duration_s=round((j.ended_at or now) - j.started_at, 3) if j.started_at else None,
         mean_sps=round(j.mean_sps, 1) if j.mean_sps is not None else None,
         # The live figures as they are now, for a job still training.
         sps_window=_round(j.sps, 1) if j.state.stepping else None,
         eta_s=_round(j.eta_s, 1) if j.state.stepping else None,
-        final_ep_rew_mean=j.ep_rew_mean, restarts=j.restarts, checkpoints=j.checkpoints,
+        final_ep_rew_mean=j.ep_rew_mean,
+        restarts=j.restarts,
+        checkpoints=j.checkpoints,
         last_checkpoint_step=j.last_checkpoint_step,
         peak_gpu_mem_mib=j.peak_gpu_mem_bytes // MIB if j.peak_gpu_mem_bytes is not None else None,
         gpu_sm_percent_mean=_round(recorder.sm_mean(j.id), 1),
-        cpu_percent_mean=_round(recorder.cpu_mean(j.id)), peak_rss_mib=recorder.rss_peak_mib(j.id),
-        memory=memory.memory, memory_growth_mib_h=memory.memory_growth_mib_h,
+        cpu_percent_mean=_round(recorder.cpu_mean(j.id)),
+        peak_rss_mib=recorder.rss_peak_mib(j.id),
+        memory=memory.memory,
+        memory_growth_mib_h=memory.memory_growth_mib_h,
         gpu_memory_growth_mib_h=memory.gpu_memory_growth_mib_h,
-        target_episodes=j.target_episodes, episodes=j.episodes,
+        target_episodes=j.target_episodes,
+        episodes=j.episodes,
         episodes_per_h=_round(j.episodes_per_h, 1) if j.state.stepping else None,
         phases=_phases(accounting.jobs.get(j.id, {})),
-        gpu=j.gpu, gpu_uuid=uuids.get(j.gpu) or None if j.gpu is not None else None,
-        preset=j.preset, overrides=dict(j.overrides),
-    )  # fmt: skip
+        gpu=j.gpu,
+        gpu_uuid=uuids.get(j.gpu) or None if j.gpu is not None else None,
+        preset=j.preset,
+        overrides=dict(j.overrides),
+    )
 
 
 def _figures(figures: GpuFigures) -> dict[str, float | None]:
     """Utilization figures as run.toml rounds them (`[utilization]` and each of `[[gpus]]`)."""
-    return {"gpu_util_mean": _round(figures.gpu_util_mean), "gpu_util_p50": _round(figures.gpu_util_p50),
-            "gpu_util_p95": _round(figures.gpu_util_p95), "train_share": _round(figures.train_share, 4),
-            "gpu_util_while_training": _round(figures.gpu_util_while_training),
-            "gpu_util_while_not_training": _round(figures.gpu_util_while_not_training)}  # fmt: skip
+    return {
+        "gpu_util_mean": _round(figures.gpu_util_mean),
+        "gpu_util_p50": _round(figures.gpu_util_p50),
+        "gpu_util_p95": _round(figures.gpu_util_p95),
+        "train_share": _round(figures.train_share, 4),
+        "gpu_util_while_training": _round(figures.gpu_util_while_training),
+        "gpu_util_while_not_training": _round(figures.gpu_util_while_not_training),
+    }
 
 
 def _round(value: float | None, digits: int = 2) -> float | None:
@@ -326,11 +387,16 @@ def _round(value: float | None, digits: int = 2) -> float | None:
 
 
 def phase_accounting(
-    phases: Mapping[str, list[tuple[float, str | None]]], recorder: Recorder, end: float, *, final: bool = False,
+    phases: Mapping[str, list[tuple[float, str | None]]],
+    recorder: Recorder,
+    end: float,
+    *,
+    final: bool = False,
     placement: Mapping[str, int] | None = None,
-) -> Accounting:  # fmt: skip
+) -> Accounting:
     """Phase accounting so far, each job's phases against its GPU's samples (`placement`: job ->
     NVML index). Until the run is over (`final`), samples of the last `PHASE_EVENT_LAG_S` wait: the
     phase events that say where they belong may not be read yet."""
-    return recorder.accountant.result(phases, end, settle_until=end if final else end - PHASE_EVENT_LAG_S,
-                                      placement=placement)  # fmt: skip
+    return recorder.accountant.result(
+        phases, end, settle_until=end if final else end - PHASE_EVENT_LAG_S, placement=placement
+    )

@@ -7,7 +7,8 @@
 - `contention`: two jobs side by side, to measure what sharing cores costs;
 - `starting_point`: this machine, the preset asked for and recommend's static pick;
 - `autotune`: `run --auto`, adjusting a live run from its snapshots;
-- `hill_climb`, `trials`: `cockpit tune`'s search and the short trial runs it scores;
+- `tune_search`: `cockpit tune`'s time-boxed search, the command's one entry (`search`);
+- `hill_climb`, `trials`: the climb it makes and the short trial runs it scores;
 - `mps_gains`: what MPS gained on this machine, measured by tune and `--auto`, remembered;
 - `progress`: long work's steps and the time each is expected to take.
 

@@ -155,9 +155,18 @@ class PhaseFigures(Protocol):
         ...
 
 
-def job_measure(job_id: str, *, sps: float | None, phases: Mapping[str, PhaseFigures], gpu_mem_peak_bytes: int | None,
-                cpu_percent: float | None, error: str | None, memory_growth_mib_h: float | None = None,
-                gpu_memory_growth_mib_h: float | None = None, gpu: int | None = None) -> JobMeasure:  # fmt: skip
+def job_measure(
+    job_id: str,
+    *,
+    sps: float | None,
+    phases: Mapping[str, PhaseFigures],
+    gpu_mem_peak_bytes: int | None,
+    cpu_percent: float | None,
+    error: str | None,
+    memory_growth_mib_h: float | None = None,
+    gpu_memory_growth_mib_h: float | None = None,
+    gpu: int | None = None,
+) -> JobMeasure:
     """What one job measured, for a live run and a recorded one alike: its SPS, CPU % and GPU
     memory peak as given, its train share of rollout + train time and the GPU % in each (from
     `phases`, by phase name), whether its error was a CUDA out-of-memory, the growth rates the
@@ -166,17 +175,30 @@ def job_measure(job_id: str, *, sps: float | None, phases: Mapping[str, PhaseFig
     train_s = train.seconds if train is not None else 0.0
     total = train_s + (rollout.seconds if rollout is not None else 0.0)
     return JobMeasure(
-        job_id, sps, train_s / total if total else None,
-        rollout.gpu_util_mean if rollout is not None else None, train.gpu_util_mean if train is not None else None,
-        gpu_mem_peak_bytes, cpu_percent, "cuda_oom" in (error or ""), memory_growth_mib_h, gpu_memory_growth_mib_h,
+        job_id,
+        sps,
+        train_s / total if total else None,
+        rollout.gpu_util_mean if rollout is not None else None,
+        train.gpu_util_mean if train is not None else None,
+        gpu_mem_peak_bytes,
+        cpu_percent,
+        "cuda_oom" in (error or ""),
+        memory_growth_mib_h,
+        gpu_memory_growth_mib_h,
         gpu,
-    )  # fmt: skip
+    )
 
 
 def machine_of(host: HostInfo, gpu: GpuInfo | None, gpus: Sequence[GpuInfo] = ()) -> Machine:
     """The advisor's view of a host, its (first) GPU (None: no GPU) and every GPU the run uses."""
-    return Machine(host.physical_cores, host.logical_cores, host.ram_bytes,
-                   gpu.name if gpu else None, gpu.memory_total_bytes if gpu else None, tuple(gpus))  # fmt: skip
+    return Machine(
+        host.physical_cores,
+        host.logical_cores,
+        host.ram_bytes,
+        gpu.name if gpu else None,
+        gpu.memory_total_bytes if gpu else None,
+        tuple(gpus),
+    )
 
 
 def gpu_model(name: str | None) -> GpuModel | None:
@@ -221,14 +243,30 @@ def _compute_modes(host: Machine, preset: Preset, jobs: int, costs: Costs | None
         return []
     why = "; ".join(mode_lines(host.gpus, mps))
     if cap == 0:
-        return [Advice(AdviceSetting.DEVICES, f"{jobs}:cuda", f"{jobs}:cpu", "the jobs start: no GPU here takes one",
-                       why, {"jobs": jobs, "gpu_jobs_fit": 0})]  # fmt: skip
+        return [
+            Advice(
+                AdviceSetting.DEVICES,
+                f"{jobs}:cuda",
+                f"{jobs}:cpu",
+                "the jobs start: no GPU here takes one",
+                why,
+                {"jobs": jobs, "gpu_jobs_fit": 0},
+            )
+        ]
     cores = max_jobs_for_cores(preset, host.physical_cores, costs)
     fit = min(cap, cores)
     if fit < cap:
         why += f"; {host.physical_cores} physical cores fit {fit}"
-    return [Advice(AdviceSetting.JOBS, str(jobs), str(fit), "every job starts: a second CUDA process on an "
-                   "exclusive GPU fails at start", why, {"jobs": jobs, "gpu_jobs_fit": cap})]  # fmt: skip
+    return [
+        Advice(
+            AdviceSetting.JOBS,
+            str(jobs),
+            str(fit),
+            "every job starts: a second CUDA process on an exclusive GPU fails at start",
+            why,
+            {"jobs": jobs, "gpu_jobs_fit": cap},
+        )
+    ]
 
 
 def _cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> list[Advice]:
@@ -243,14 +281,18 @@ def _cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -> lis
         "physical_cores": host.physical_cores,
     }
     if costs is not None:  # measured: fewer envs would not make a job's loop any lighter
-        reason = (f"{jobs} job(s) keep ~{need:.1f} cores busy, measured here: {costs.describe()}; "
-                  f"this machine has {host.physical_cores} physical")  # fmt: skip
+        reason = (
+            f"{jobs} job(s) keep ~{need:.1f} cores busy, measured here: {costs.describe()}; "
+            f"this machine has {host.physical_cores} physical"
+        )
         return [Advice(AdviceSetting.JOBS, str(jobs), str(fit_jobs), "jobs stop contending for cores", reason, numbers)]
     per_core = envs_per_core(preset.env)
     per_job_envs = max(1, host.physical_cores * per_core // jobs)
     out = []
-    reason = (f"{jobs} job(s) x {preset.n_envs} {preset.env} envs need ~{need:.0f} cores at {per_core} per core; "
-              f"this machine has {host.physical_cores} physical")  # fmt: skip
+    reason = (
+        f"{jobs} job(s) x {preset.n_envs} {preset.env} envs need ~{need:.0f} cores at {per_core} per core; "
+        f"this machine has {host.physical_cores} physical"
+    )
     if fit_jobs < jobs:
         effect = "envs stop contending for cores" + (
             " (or lower n_envs, below)" if per_job_envs < preset.n_envs else ""
@@ -275,13 +317,21 @@ def _idle_cores(host: Machine, preset: Preset, jobs: int, costs: Costs | None) -
     if fit < now * MIN_IDLE_GAIN:
         return []
     threads = max(1, host.physical_cores // max(1, jobs))
-    reason = (f"no GPU: each job's Python loop runs on one core, and {jobs} job(s) on {host.physical_cores} "
-              f"physical cores leave the loops {host.physical_cores - jobs} idle core(s), which {threads} env "
-              "and torch thread(s) a job fill only in part")  # fmt: skip
-    return [Advice(AdviceSetting.JOBS, str(jobs), str(host.physical_cores),
-                   f"~{fit / now:.1f}x the SPS ({now:,.0f} -> {fit:,.0f} together, by the fleet's overlap model)",
-                   reason, {"jobs": jobs, "physical_cores": host.physical_cores, "sps": now,
-                            "suggested_sps": fit})]  # fmt: skip
+    reason = (
+        f"no GPU: each job's Python loop runs on one core, and {jobs} job(s) on {host.physical_cores} "
+        f"physical cores leave the loops {host.physical_cores - jobs} idle core(s), which {threads} env "
+        "and torch thread(s) a job fill only in part"
+    )
+    return [
+        Advice(
+            AdviceSetting.JOBS,
+            str(jobs),
+            str(host.physical_cores),
+            f"~{fit / now:.1f}x the SPS ({now:,.0f} -> {fit:,.0f} together, by the fleet's overlap model)",
+            reason,
+            {"jobs": jobs, "physical_cores": host.physical_cores, "sps": now, "suggested_sps": fit},
+        )
+    ]
 
 
 def _amortize(host: Machine, preset: Preset, jobs: int, costs: Costs | None, max_envs: int | None) -> list[Advice]:
@@ -302,8 +352,10 @@ def _amortize(host: Machine, preset: Preset, jobs: int, costs: Costs | None, max
     if n == preset.n_envs:
         return []
     gain = costs.sample_us(preset, preset.n_envs) / costs.sample_us(preset, n) - 1
-    effect = (f"~{gain:+.0%} SPS per job: the step overhead falls from {overhead_share(preset.n_envs):.0%} to "
-              f"{overhead_share(n):.0%} of a sample's cost; batch_size {_batch_for(preset, n)}")  # fmt: skip
+    effect = (
+        f"~{gain:+.0%} SPS per job: the step overhead falls from {overhead_share(preset.n_envs):.0%} to "
+        f"{overhead_share(n):.0%} of a sample's cost; batch_size {_batch_for(preset, n)}"
+    )
     reason = f"measured here: {costs.describe()}; {preset.n_epochs} epoch(s)"
     numbers: dict[str, float | int | str] = {
         "step_overhead_us": costs.step_overhead_us,
@@ -326,8 +378,16 @@ def _divisor(preset: Preset) -> list[Advice]:
     if total % preset.batch_size == 0:
         return []
     fixed = largest_divisor_at_most(total, preset.batch_size)
-    return [Advice(AdviceSetting.BATCH_SIZE, str(preset.batch_size), str(fixed), "every minibatch the same size",
-                   f"batch_size must divide n_envs x n_steps = {total}", {"total_batch": total})]  # fmt: skip
+    return [
+        Advice(
+            AdviceSetting.BATCH_SIZE,
+            str(preset.batch_size),
+            str(fixed),
+            "every minibatch the same size",
+            f"batch_size must divide n_envs x n_steps = {total}",
+            {"total_batch": total},
+        )
+    ]
 
 
 def _oom(preset: Preset, measured: Measurements) -> list[Advice]:
@@ -335,10 +395,16 @@ def _oom(preset: Preset, measured: Measurements) -> list[Advice]:
     if not hit:
         return []
     half = largest_divisor_at_most(preset.total_batch, max(1, preset.batch_size // 2))
-    return [Advice(AdviceSetting.BATCH_SIZE, str(preset.batch_size), str(half),
-                   "half the activation memory per minibatch",
-                   f"CUDA out of memory in job(s) {', '.join(hit)}; {half} still divides {preset.total_batch}",
-                   {"batch_size": preset.batch_size})]  # fmt: skip
+    return [
+        Advice(
+            AdviceSetting.BATCH_SIZE,
+            str(preset.batch_size),
+            str(half),
+            "half the activation memory per minibatch",
+            f"CUDA out of memory in job(s) {', '.join(hit)}; {half} still divides {preset.total_batch}",
+            {"batch_size": preset.batch_size},
+        )
+    ]
 
 
 def _gpu_memory(host: Machine, jobs: int, measured: Measurements) -> list[Advice]:
@@ -352,10 +418,20 @@ def _gpu_memory(host: Machine, jobs: int, measured: Measurements) -> list[Advice
     if peak is None or not total or jobs * peak <= GPU_MEM_BUDGET * total:
         return []
     fit = max_jobs_for_gpu_memory(peak, total)
-    reason = (f"{jobs} jobs x {peak / GIB:.1f} GiB peak = {jobs * peak / GIB:.1f} GiB, over "
-              f"{GPU_MEM_BUDGET:.0%} of {total / GIB:.0f} GiB")  # fmt: skip
-    return [Advice(AdviceSetting.JOBS, str(jobs), str(fit), "no job runs out of GPU memory", reason,
-                   {"peak_gib": peak / GIB, "total_gib": total / GIB})]  # fmt: skip
+    reason = (
+        f"{jobs} jobs x {peak / GIB:.1f} GiB peak = {jobs * peak / GIB:.1f} GiB, over "
+        f"{GPU_MEM_BUDGET:.0%} of {total / GIB:.0f} GiB"
+    )
+    return [
+        Advice(
+            AdviceSetting.JOBS,
+            str(jobs),
+            str(fit),
+            "no job runs out of GPU memory",
+            reason,
+            {"peak_gib": peak / GIB, "total_gib": total / GIB},
+        )
+    ]
 
 
 def _gpus_memory(rooms: Sequence[GpuRoom], jobs: int, measured: Measurements) -> list[Advice]:
@@ -373,15 +449,26 @@ def _gpus_memory(rooms: Sequence[GpuRoom], jobs: int, measured: Measurements) ->
     if not over or fit >= jobs:
         return []
     room, on_it, worst = over[0]
-    reason = (f"GPU {room.index}: {on_it} jobs x {worst / GIB:.1f} GiB peak = {on_it * worst / GIB:.1f} GiB, over "
-              f"{GPU_MEM_BUDGET:.0%} of its {room.total_bytes / GIB:.0f} GiB; spread evenly over GPUs "
-              f"{', '.join(str(r.index) for r in rooms)}, {fit} jobs of {peak / GIB:.1f} GiB fit")  # fmt: skip
-    return [Advice(AdviceSetting.JOBS, str(jobs), str(fit), "no job runs out of GPU memory", reason,
-                   {"peak_gib": peak / GIB, "total_gib": room.total_bytes / GIB, "gpu": room.index})]  # fmt: skip
+    reason = (
+        f"GPU {room.index}: {on_it} jobs x {worst / GIB:.1f} GiB peak = {on_it * worst / GIB:.1f} GiB, over "
+        f"{GPU_MEM_BUDGET:.0%} of its {room.total_bytes / GIB:.0f} GiB; spread evenly over GPUs "
+        f"{', '.join(str(r.index) for r in rooms)}, {fit} jobs of {peak / GIB:.1f} GiB fit"
+    )
+    return [
+        Advice(
+            AdviceSetting.JOBS,
+            str(jobs),
+            str(fit),
+            "no job runs out of GPU memory",
+            reason,
+            {"peak_gib": peak / GIB, "total_gib": room.total_bytes / GIB, "gpu": room.index},
+        )
+    ]
 
 
-def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements, costs: Costs | None,
-             mps: bool = False) -> list[Advice]:  # fmt: skip
+def _overlap(
+    host: Machine, preset: Preset, jobs: int, measured: Measurements, costs: Costs | None, mps: bool = False
+) -> list[Advice]:
     """Low mean GPU use but busy train bursts, with room to spare: more jobs fill the gaps, as many
     as the cores, the GPU memory and the GPUs' compute modes allow."""
     mean, burst, cpu = measured.gpu_util_mean, measured.gpu_util_while_training, measured.cpu_percent_mean
@@ -403,18 +490,26 @@ def _overlap(host: Machine, preset: Preset, jobs: int, measured: Measurements, c
         return []
     limit = min(caps, key=lambda k: caps[k])
     capped = f"; {limit} cap it at {caps[limit]}" if caps[limit] < wanted else ""
-    reason = (f"GPU busy {_pct(mean)} on average but {_pct(burst)} while a job trains, CPU {_pct(cpu)}: "
-              f"{jobs} job(s) leave the GPU idle between train bursts{capped}{_next_gpu(rooms, measured)}")  # fmt: skip
+    reason = (
+        f"GPU busy {_pct(mean)} on average but {_pct(burst)} while a job trains, CPU {_pct(cpu)}: "
+        f"{jobs} job(s) leave the GPU idle between train bursts{capped}{_next_gpu(rooms, measured)}"
+    )
     # The fleet's overlap model: each job keeps a GPU busy for its share of the time, and the
     # train bursts of `suggested` jobs queue for the GPUs rather than add up (4 x 25 % -> 79 % on one).
     gpus = max(1, len(rooms))
     share = min(1.0, mean / 100 * gpus / jobs)
     network = (Station("cores", 1.0 - share, host.physical_cores), Station("gpu", share, gpus))
     expected = overlap_sps(network, suggested) / 1e6 * share * 100 / gpus
-    return [Advice(AdviceSetting.JOBS, str(jobs), str(suggested),
-                   f"train phases overlap: ~{expected:.0f} % GPU busy expected (the fleet's overlap model)", reason,
-                   {"gpu_util_mean": mean, "gpu_util_train": burst, "cpu_percent": cpu,
-                    "gpu_util_expected": expected})]  # fmt: skip
+    return [
+        Advice(
+            AdviceSetting.JOBS,
+            str(jobs),
+            str(suggested),
+            f"train phases overlap: ~{expected:.0f} % GPU busy expected (the fleet's overlap model)",
+            reason,
+            {"gpu_util_mean": mean, "gpu_util_train": burst, "cpu_percent": cpu, "gpu_util_expected": expected},
+        )
+    ]
 
 
 def _next_gpu(rooms: Sequence[GpuRoom], measured: Measurements) -> str:
@@ -462,8 +557,10 @@ def memory_advice(measured: Measurements) -> list[Advice]:
             reasons.append(causes)
             numbers[f"{'rss' if what == 'RSS' else 'gpu'}_growth_mib_h"] = worst
     worst = max([*rss.values(), *gpu.values()])
-    effect = (f"at +{worst:,.0f} MiB/h a job holds {worst * 24 / 1024:,.1f} GiB more a day: find what grows "
-              "before the machine runs out of memory")  # fmt: skip
+    effect = (
+        f"at +{worst:,.0f} MiB/h a job holds {worst * 24 / 1024:,.1f} GiB more a day: find what grows "
+        "before the machine runs out of memory"
+    )
     return [Advice(AdviceSetting.MEMORY, "; ".join(current), "no growth", effect, "; ".join(reasons), numbers)]
 
 
@@ -472,11 +569,20 @@ def _cpu_bound(host: Machine, preset: Preset, jobs: int, measured: Measurements)
     # Without a GPU the cores are the only thing to keep busy: saturating them is the goal.
     if host.gpu_name is None or gpu is None or cpu is None or cpu < CPU_SATURATED or gpu >= IDLE_GPU_UTIL:
         return []
-    reason = (f"CPU {_pct(cpu)} across {host.logical_cores} logical cores, GPU busy {_pct(gpu)}: "
-              "the envs are the bottleneck")  # fmt: skip
+    reason = (
+        f"CPU {_pct(cpu)} across {host.logical_cores} logical cores, GPU busy {_pct(gpu)}: the envs are the bottleneck"
+    )
     if jobs > 1:
-        return [Advice(AdviceSetting.JOBS, str(jobs), str(jobs - 1), "less contention; each job steps faster", reason,
-                       {"cpu_percent": cpu})]  # fmt: skip
+        return [
+            Advice(
+                AdviceSetting.JOBS,
+                str(jobs),
+                str(jobs - 1),
+                "less contention; each job steps faster",
+                reason,
+                {"cpu_percent": cpu},
+            )
+        ]
     if preset.n_envs > 1:
         envs = max(1, preset.n_envs // 2)
         effect = f"less contention; batch_size {_batch_for(preset, envs)}"
@@ -491,11 +597,20 @@ def _no_gpu(host: Machine, preset: Preset) -> list[Advice]:
     if widest <= CPU_NET_MAX_UNITS:
         return []
     net = ",".join(str(min(units, CPU_NET_MAX_UNITS // 4)) for units in preset.net_arch[:2])
-    reason = (f"no GPU: the policy trains on {host.physical_cores} CPU cores, and a "
-              f"{','.join(map(str, preset.net_arch))} MLP makes every train phase long")  # fmt: skip
-    return [Advice(AdviceSetting.NET_ARCH, ",".join(map(str, preset.net_arch)), net,
-                   "MLP policy on the CPU: shorter train phases, more steps per second (try --preset cartpole)",
-                   reason, {"widest_layer": widest})]  # fmt: skip
+    reason = (
+        f"no GPU: the policy trains on {host.physical_cores} CPU cores, and a "
+        f"{','.join(map(str, preset.net_arch))} MLP makes every train phase long"
+    )
+    return [
+        Advice(
+            AdviceSetting.NET_ARCH,
+            ",".join(map(str, preset.net_arch)),
+            net,
+            "MLP policy on the CPU: shorter train phases, more steps per second (try --preset cartpole)",
+            reason,
+            {"widest_layer": widest},
+        )
+    ]
 
 
 def _gpu_defaults(host: Machine, preset: Preset, jobs: int, costs: Costs | None, mps: bool = False) -> list[Advice]:
@@ -506,9 +621,16 @@ def _gpu_defaults(host: Machine, preset: Preset, jobs: int, costs: Costs | None,
     memory = f", {host.gpu_memory_bytes / GIB:.0f} GB" if host.gpu_memory_bytes else ""
     note = f"{host.gpu_name}{memory} detected; {model.note}"
     if model.preset != preset.name and preset.name in ("fast", "heavy", "beast"):
-        out.append(Advice(AdviceSetting.PRESET, preset.name, model.preset,
-                          f"the usual work per rollout for a {model.match}", note,
-                          {"gpu": host.gpu_name or ""}))  # fmt: skip
+        out.append(
+            Advice(
+                AdviceSetting.PRESET,
+                preset.name,
+                model.preset,
+                f"the usual work per rollout for a {model.match}",
+                note,
+                {"gpu": host.gpu_name or ""},
+            )
+        )
     # Each GPU takes its own row's jobs (one the table lacks, the first GPU's): jobs are counted per GPU.
     rows = [gpu_model(g.name) or model for g in host.gpus] or [model]
     table_jobs = sum(row.jobs for row in rows)
@@ -520,8 +642,16 @@ def _gpu_defaults(host: Machine, preset: Preset, jobs: int, costs: Costs | None,
     if mode_cap is not None and mode_cap < fit:
         fit, capped = mode_cap, f"; {'; '.join(mode_lines(host.gpus, mps))}: {mode_cap} of {table_jobs} fit"
     if fit != jobs and fit > 0:
-        out.append(Advice(AdviceSetting.JOBS, str(jobs), str(fit), "enough parallel jobs to keep the GPU busy",
-                          note + capped, {"gpu": host.gpu_name or ""}))  # fmt: skip
+        out.append(
+            Advice(
+                AdviceSetting.JOBS,
+                str(jobs),
+                str(fit),
+                "enough parallel jobs to keep the GPU busy",
+                note + capped,
+                {"gpu": host.gpu_name or ""},
+            )
+        )
     return out
 
 
@@ -531,8 +661,9 @@ def mix_jobs(host: Machine, jobs: int) -> int:
     return max(jobs, min(MAX_MIX_JOBS, 2 * host.physical_cores))
 
 
-def _devices(host: Machine, preset: Preset, jobs: int, costs: Costs | None, cpu_costs: Costs | None,
-             mps: bool = False) -> list[Advice]:  # fmt: skip
+def _devices(
+    host: Machine, preset: Preset, jobs: int, costs: Costs | None, cpu_costs: Costs | None, mps: bool = False
+) -> list[Advice]:
     """With a GPU and the preset's costs measured on both devices: the mix of CUDA and CPU jobs the
     overlap model finds fastest (`devices.mixes`, up to `mix_jobs` jobs, no more on CUDA than the
     GPUs' compute modes take), where some of it is on the CPU and it beats the best all-CUDA count
@@ -544,23 +675,43 @@ def _devices(host: Machine, preset: Preset, jobs: int, costs: Costs | None, cpu_
     cap = host.gpu_job_cap(mps)
     if cap == 0:
         return []
-    every = [m for m in mixes(preset, costs, cpu_costs, host.physical_cores, mix_jobs(host, jobs))
-             if cap is None or m.cuda <= cap]  # fmt: skip
+    every = [
+        m
+        for m in mixes(preset, costs, cpu_costs, host.physical_cores, mix_jobs(host, jobs))
+        if cap is None or m.cuda <= cap
+    ]
     best = every[0]
     all_cuda = next(m for m in every if m.cpu == 0)
     all_cpu = next((m for m in every if m.cuda == 0), None)
     current = Mix(jobs, 0, mix_sps(preset, costs, cpu_costs, jobs, 0, host.physical_cores))
     if best.cpu == 0 or best.sps < all_cuda.sps * MIN_IDLE_GAIN:
         return []
-    fastest = f"the fastest all on cuda: {all_cuda.describe()}" + (f", all on the CPU: {all_cpu.describe()}"
-                                                                     if all_cpu else "")  # fmt: skip
-    reason = (f"costs measured on both devices here, each of N jobs on {host.physical_cores} // N of the "
-              f"{host.physical_cores} cores; {fastest}; predicted by the overlap model (docs/fleets.md)")  # fmt: skip
-    effect = (f"~x{best.sps / current.sps:.2f} the SPS ({current.sps:,.0f} -> {best.sps:,.0f} together): "
-              f"{best.describe()}; run it with --jobs {best.jobs} --devices {best.devices}")  # fmt: skip
-    return [Advice(AdviceSetting.DEVICES, f"{jobs}:cuda", best.devices, effect, reason,
-                   {"sps": current.sps, "suggested_sps": best.sps, "all_cuda_sps": all_cuda.sps,
-                    "all_cpu_sps": all_cpu.sps if all_cpu else 0.0})]  # fmt: skip
+    fastest = f"the fastest all on cuda: {all_cuda.describe()}" + (
+        f", all on the CPU: {all_cpu.describe()}" if all_cpu else ""
+    )
+    reason = (
+        f"costs measured on both devices here, each of N jobs on {host.physical_cores} // N of the "
+        f"{host.physical_cores} cores; {fastest}; predicted by the overlap model (docs/fleets.md)"
+    )
+    effect = (
+        f"~x{best.sps / current.sps:.2f} the SPS ({current.sps:,.0f} -> {best.sps:,.0f} together): "
+        f"{best.describe()}; run it with --jobs {best.jobs} --devices {best.devices}"
+    )
+    return [
+        Advice(
+            AdviceSetting.DEVICES,
+            f"{jobs}:cuda",
+            best.devices,
+            effect,
+            reason,
+            {
+                "sps": current.sps,
+                "suggested_sps": best.sps,
+                "all_cuda_sps": all_cuda.sps,
+                "all_cpu_sps": all_cpu.sps if all_cpu else 0.0,
+            },
+        )
+    ]
 
 
 def _mps(host: Machine, preset: Preset, jobs: int, mps_gain: MpsGain | None, mps_usable: bool) -> list[Advice]:
@@ -573,27 +724,52 @@ def _mps(host: Machine, preset: Preset, jobs: int, mps_gain: MpsGain | None, mps
     if mps_gain is not None:
         if not mps_gain.helps:
             return []
-        return [Advice(AdviceSetting.MPS, "off", "on",
-                       f"~x{mps_gain.gain:.2f} the SPS: {mps_gain.describe()}; run with --mps",
-                       f"under MPS the kernels of the jobs on a GPU run at once instead of taking turns; "
-                       f"a gain of at least x{MIN_MPS_GAIN:.2f} was measured here. One job's fatal GPU fault "
-                       f"ends every job on that GPU (they restart from their checkpoints)",
-                       {"gain": round(mps_gain.gain, 3), "jobs": mps_gain.jobs, "sps_off": mps_gain.sps_off,
-                        "sps_on": mps_gain.sps_on})]  # fmt: skip
+        return [
+            Advice(
+                AdviceSetting.MPS,
+                "off",
+                "on",
+                f"~x{mps_gain.gain:.2f} the SPS: {mps_gain.describe()}; run with --mps",
+                f"under MPS the kernels of the jobs on a GPU run at once instead of taking turns; "
+                f"a gain of at least x{MIN_MPS_GAIN:.2f} was measured here. One job's fatal GPU fault "
+                f"ends every job on that GPU (they restart from their checkpoints)",
+                {
+                    "gain": round(mps_gain.gain, 3),
+                    "jobs": mps_gain.jobs,
+                    "sps_off": mps_gain.sps_off,
+                    "sps_on": mps_gain.sps_on,
+                },
+            )
+        ]
     if not mps_usable:
         return []
-    return [Advice(AdviceSetting.MPS, "off", "measure it",
-                   "unknown: nobody has measured MPS for this preset on this GPU (NVIDIA reports up to x1.8 for "
-                   "several small processes on one GPU; memory contention can cost 30 %)",
-                   f"measure it with: cockpit tune --preset {preset.name} (it measures its pick with MPS too), "
-                   f"or cockpit run --auto --jobs {jobs} (it tries MPS once the jobs are sized), or the GPU "
-                   f"kit's mps check; recommend then advises from what was measured")]  # fmt: skip
+    return [
+        Advice(
+            AdviceSetting.MPS,
+            "off",
+            "measure it",
+            "unknown: nobody has measured MPS for this preset on this GPU (NVIDIA reports up to x1.8 for "
+            "several small processes on one GPU; memory contention can cost 30 %)",
+            f"measure it with: cockpit tune --preset {preset.name} (it measures its pick with MPS too), "
+            f"or cockpit run --auto --jobs {jobs} (it tries MPS once the jobs are sized), or the GPU "
+            f"kit's mps check; recommend then advises from what was measured",
+        )
+    ]
 
 
-def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | None = None,
-           costs: Costs | None = None, *, max_envs: int | None = None,
-           cpu_costs: Costs | None = None, mps_gain: MpsGain | None = None,
-           mps_usable: bool = False, mps: bool = False) -> list[Advice]:  # fmt: skip
+def advise(
+    host: Machine,
+    preset: Preset,
+    jobs: int,
+    measured: Measurements | None = None,
+    costs: Costs | None = None,
+    *,
+    max_envs: int | None = None,
+    cpu_costs: Costs | None = None,
+    mps_gain: MpsGain | None = None,
+    mps_usable: bool = False,
+    mps: bool = False,
+) -> list[Advice]:
     """What to change for `jobs` parallel jobs of `preset` on `host`, most pressing first.
 
     Without measurements the advice comes from the hardware alone (core budget, GPU table, no
@@ -610,8 +786,12 @@ def advise(host: Machine, preset: Preset, jobs: int, measured: Measurements | No
     one item per setting is returned: the first rule that fires wins (a hard limit before a
     nicety).
     """
-    items = [*_divisor(preset), *_compute_modes(host, preset, jobs, costs, mps), *_cores(host, preset, jobs, costs),
-             *_idle_cores(host, preset, jobs, costs)]  # fmt: skip
+    items = [
+        *_divisor(preset),
+        *_compute_modes(host, preset, jobs, costs, mps),
+        *_cores(host, preset, jobs, costs),
+        *_idle_cores(host, preset, jobs, costs),
+    ]
     if measured is not None:
         items += _oom(preset, measured) + _gpu_memory(host, jobs, measured) + memory_advice(measured)
         items += _cpu_bound(host, preset, jobs, measured) + _overlap(host, preset, jobs, measured, costs, mps)

@@ -55,9 +55,15 @@ class Change:
     def record(self) -> AdviceRecord:
         """The decision as an entry of run.toml's advice log."""
         before, after = self.sps_before, self.sps_after
-        return AdviceRecord(at=iso(self.t) or "", action=self.action, jobs_before=self.slots_before,
-                            jobs_after=self.slots_after, sps_before=round(before, 1) if before is not None else None,
-                            sps_after=round(after, 1) if after is not None else None, reason=self.reason)  # fmt: skip
+        return AdviceRecord(
+            at=iso(self.t) or "",
+            action=self.action,
+            jobs_before=self.slots_before,
+            jobs_after=self.slots_after,
+            sps_before=round(before, 1) if before is not None else None,
+            sps_after=round(after, 1) if after is not None else None,
+            reason=self.reason,
+        )
 
 
 @dataclass
@@ -165,18 +171,29 @@ class AutoTuner:
                 self._finish(Change(now, "envs back", state.slots, state.slots, before, sps, worse))
                 return ApplyAdvice(AdviceSetting.N_ENVS, str(back))
             if gain < self.min_gain:
-                self._finish(Change(now, "envs keep", state.slots, state.slots, before, sps,
-                                    f"n_envs {n}: {gain:+.1%}, under {self.min_gain:.0%}: the knee"))  # fmt: skip
+                self._finish(
+                    Change(
+                        now,
+                        "envs keep",
+                        state.slots,
+                        state.slots,
+                        before,
+                        sps,
+                        f"n_envs {n}: {gain:+.1%}, under {self.min_gain:.0%}: the knee",
+                    )
+                )
                 return None
-            self.log.append(Change(now, "envs keep", state.slots, state.slots, before, sps,
-                                   f"n_envs {n} gained {gain:+.0%}"))  # fmt: skip
+            self.log.append(
+                Change(now, "envs keep", state.slots, state.slots, before, sps, f"n_envs {n} gained {gain:+.0%}")
+            )
         if 2 * n > cap:
             full = f"n_envs {n}: the cores step at most {cap} envs per job with {state.slots} job(s)"
             self._finish(Change(now, "stop", state.slots, state.slots, None, sps, full))
             return None
         self._stage, self._previous_sps, self.n_envs = "envs", sps, 2 * n
-        self.log.append(Change(now, "envs try", state.slots, state.slots, sps, None,
-                               f"n_envs {n} -> {2 * n} at {sps:,.0f} SPS"))  # fmt: skip
+        self.log.append(
+            Change(now, "envs try", state.slots, state.slots, sps, None, f"n_envs {n} -> {2 * n} at {sps:,.0f} SPS")
+        )
         return ApplyAdvice(AdviceSetting.N_ENVS, str(2 * n))
 
     def _decide(self, state: RunState, sps: float, now: float) -> SetSlots | None:
@@ -188,8 +205,17 @@ class AutoTuner:
                 self._finish(Change(now, "remove", slots, slots - 1, before, sps, worse))
                 return SetSlots(slots - 1)
             if gain < self.min_gain:
-                self._finish(Change(now, "keep", slots, slots, before, sps,
-                                    f"the knee: {gain:+.1%} from the last job, under {self.min_gain:.0%}"))  # fmt: skip
+                self._finish(
+                    Change(
+                        now,
+                        "keep",
+                        slots,
+                        slots,
+                        before,
+                        sps,
+                        f"the knee: {gain:+.1%} from the last job, under {self.min_gain:.0%}",
+                    )
+                )
                 return None
             self.log.append(Change(now, "keep", slots, slots, before, sps, f"the last job gained {gain:+.0%}"))
         blocked = self._why_not_add(state)
@@ -205,20 +231,32 @@ class AutoTuner:
         slots = state.slots
         if self._stage == "mps-base":
             self._stage, self._previous_sps = "mps", sps
-            self.log.append(Change(now, "mps try", slots, slots, sps, None,
-                                   f"MPS on for {slots} jobs at {sps:,.0f} SPS without it"))  # fmt: skip
+            self.log.append(
+                Change(now, "mps try", slots, slots, sps, None, f"MPS on for {slots} jobs at {sps:,.0f} SPS without it")
+            )
             return ApplyAdvice(AdviceSetting.MPS, "on")
         before = self._previous_sps or 0.0
         self.mps_measured = (slots, before, sps)
         gain = sps / before - 1 if before > 0 else math.inf
         self.done = True
         if gain < self.min_gain:
-            self.log.append(Change(now, "mps off", slots, slots, before, sps,
-                                   f"MPS: {sps:,.0f} SPS vs {before:,.0f} without ({gain:+.1%}, under "
-                                   f"{self.min_gain:.0%}); off again"))  # fmt: skip
+            self.log.append(
+                Change(
+                    now,
+                    "mps off",
+                    slots,
+                    slots,
+                    before,
+                    sps,
+                    f"MPS: {sps:,.0f} SPS vs {before:,.0f} without ({gain:+.1%}, under {self.min_gain:.0%}); off again",
+                )
+            )
             return ApplyAdvice(AdviceSetting.MPS, "off")
-        self.log.append(Change(now, "mps keep", slots, slots, before, sps,
-                               f"MPS gained {gain:+.0%} ({before:,.0f} -> {sps:,.0f} SPS)"))  # fmt: skip
+        self.log.append(
+            Change(
+                now, "mps keep", slots, slots, before, sps, f"MPS gained {gain:+.0%} ({before:,.0f} -> {sps:,.0f} SPS)"
+            )
+        )
         return None
 
     def _finish(self, change: Change) -> None:
@@ -229,6 +267,15 @@ class AutoTuner:
             self._stage = "mps-base"  # the next window measures the settled jobs without MPS
         else:
             if self.mps and not self._stage.startswith("mps"):
-                self.log.append(Change(change.t, "mps skip", change.slots_after, change.slots_after, None, None,
-                                       "one job shares the GPU with nobody: MPS not tried"))  # fmt: skip
+                self.log.append(
+                    Change(
+                        change.t,
+                        "mps skip",
+                        change.slots_after,
+                        change.slots_after,
+                        None,
+                        None,
+                        "one job shares the GPU with nobody: MPS not tried",
+                    )
+                )
             self.done = True

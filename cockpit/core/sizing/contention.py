@@ -108,10 +108,24 @@ class _Partner:
     """A partner process and the iterations it has reported so far."""
 
     def __init__(self, preset_file: Path, stderr: IO[str], device: str = "auto") -> None:
-        argv = [sys.executable, "-m", "cockpit_training.probe", "--preset", str(preset_file), "--partner",
-                "--device", device]  # fmt: skip
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True,
-                                     env={**os.environ, PARENT_PID_ENV: str(os.getpid())})  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "cockpit_training.probe",
+            "--preset",
+            str(preset_file),
+            "--partner",
+            "--device",
+            device,
+        ]
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env={**os.environ, PARENT_PID_ENV: str(os.getpid())},
+        )
         self.iterations: list[Iteration] = []
         threading.Thread(target=self._read, daemon=True, name="partner-reader").start()
 
@@ -134,8 +148,13 @@ class _Partner:
             os.kill(self.proc.pid, signum)
 
 
-def measure(preset: Preset, iteration_s: float, workdir: Path, device: str = "auto",
-            on_step: Callable[[int], None] | None = None) -> Contention:  # fmt: skip
+def measure(
+    preset: Preset,
+    iteration_s: float,
+    workdir: Path,
+    device: str = "auto",
+    on_step: Callable[[int], None] | None = None,
+) -> Contention:
     """Run the three phases (module docstring) `ROUNDS` times with two partners training `preset`
     (whose own iteration the probe timed at `iteration_s`) on `device` (auto: the one a worker
     would pick); ConfigError if a partner fails or stalls. `on_step` is told 0 as the partners
@@ -174,8 +193,9 @@ def measure(preset: Preset, iteration_s: float, workdir: Path, device: str = "au
                 each.signal(signal.SIGCONT)
                 each.proc.kill()
                 each.proc.wait()
-    return factors([rate(its) for its in alone if its], [rate(its) for its in busy if its],
-                   [rate(its) for its in shared])  # fmt: skip
+    return factors(
+        [rate(its) for its in alone if its], [rate(its) for its in busy if its], [rate(its) for its in shared]
+    )
 
 
 def _phase(partners: list[_Partner], stderr: IO[str], name: str) -> list[list[Iteration]]:

@@ -60,24 +60,43 @@ def cache_key(preset: Preset, gpu_name: str | None) -> str:
     net = "x".join(map(str, preset.net_arch))
     gpu = gpu_name or "no GPU"
     kwargs = f" {json.dumps(preset.env_kwargs, sort_keys=True)}" if preset.env_kwargs else ""
-    return (f"{cpu_model()} | {gpu} | torch {_torch_version()} | {preset.env}{kwargs} | net {net} "
-            f"{preset.activation} | batch {preset.batch_size}")  # fmt: skip
+    return (
+        f"{cpu_model()} | {gpu} | torch {_torch_version()} | {preset.env}{kwargs} | net {net} "
+        f"{preset.activation} | batch {preset.batch_size}"
+    )
 
 
 def _costs(record: dict[str, Any]) -> Costs:
     """The advisor's `Costs` from a probe's record; ValueError for one that is incomplete or
     not a measurement (a negative or non-finite time, no per-sample cost)."""
     try:
-        costs = Costs(str(record["device"]), float(record["step_overhead_us"]), float(record["env_policy_us"]),
-                      float(record["env_step_us"]), float(record["train_sample_us"]),
-                      float(record["train_epoch_us"]), float(record["setup_s"]), float(record["import_s"]),
-                      int(record["episode_steps_max"]), float(record["busy_factor"]),
-                      float(record["shared_factor"]), int(record["train_threads"]),
-                      float(record["train_speedup"]))  # fmt: skip
+        costs = Costs(
+            str(record["device"]),
+            float(record["step_overhead_us"]),
+            float(record["env_policy_us"]),
+            float(record["env_step_us"]),
+            float(record["train_sample_us"]),
+            float(record["train_epoch_us"]),
+            float(record["setup_s"]),
+            float(record["import_s"]),
+            int(record["episode_steps_max"]),
+            float(record["busy_factor"]),
+            float(record["shared_factor"]),
+            int(record["train_threads"]),
+            float(record["train_speedup"]),
+        )
     except (KeyError, TypeError) as exc:
         raise ValueError(f"incomplete record: {exc}") from exc
-    times = (costs.step_overhead_us, costs.env_policy_us, costs.env_step_us, costs.train_sample_us,
-             costs.train_epoch_us, costs.setup_s, costs.import_s, costs.episode_steps_max)  # fmt: skip
+    times = (
+        costs.step_overhead_us,
+        costs.env_policy_us,
+        costs.env_step_us,
+        costs.train_sample_us,
+        costs.train_epoch_us,
+        costs.setup_s,
+        costs.import_s,
+        costs.episode_steps_max,
+    )
     if not all(math.isfinite(t) and t >= 0 for t in times) or costs.env_policy_us + costs.train_sample_us <= 0:
         raise ValueError(f"not a measurement: {record}")
     if costs.train_threads < 1 or not all(
@@ -97,14 +116,20 @@ PARTNERS_START_S, ROUND_S = 7.0, 4.0  # `contention.measure`'s partners starting
 def probe_steps() -> list[tuple[str, float]]:
     """A probe's steps, in order, with their guessed seconds: the probe process starting, its
     own `PROBE_STEPS`, then `contention.measure`'s."""
-    return [("starting the probe", PROBE_START_S), *zip(PROBE_STEPS, PROBE_STEP_S, strict=True),
-            ("starting two jobs side by side", PARTNERS_START_S),
-            *((f"two jobs side by side, round {r} of {contention.ROUNDS}", ROUND_S)
-              for r in range(1, contention.ROUNDS + 1))]  # fmt: skip
+    return [
+        ("starting the probe", PROBE_START_S),
+        *zip(PROBE_STEPS, PROBE_STEP_S, strict=True),
+        ("starting two jobs side by side", PARTNERS_START_S),
+        *(
+            (f"two jobs side by side, round {r} of {contention.ROUNDS}", ROUND_S)
+            for r in range(1, contention.ROUNDS + 1)
+        ),
+    ]
 
 
-def run_probe(preset: Preset, workdir: Path, device: str = "auto",
-              progress: ProgressFn | None = None) -> dict[str, Any]:  # fmt: skip
+def run_probe(
+    preset: Preset, workdir: Path, device: str = "auto", progress: ProgressFn | None = None
+) -> dict[str, Any]:
     """Run `python -m cockpit_training.probe` on `preset`, on `device` (auto: the one a worker would
     pick), then two of its jobs side by side (`contention.measure`), and return the probe's JSON
     with the contention factors; ConfigError if either fails. `progress` is told each of
@@ -131,19 +156,29 @@ def run_probe(preset: Preset, workdir: Path, device: str = "auto",
     except (KeyError, TypeError, ValueError) as exc:
         raise ConfigError(f"measuring {preset.env}: the probe's record has no iteration time ({exc})") from exc
     after_probe = 1 + len(PROBE_STEPS)
-    side_by_side = contention.measure(preset, iteration_s, workdir, device,
-                                      on_step=lambda index: timer.begin(after_probe + index))  # fmt: skip
+    side_by_side = contention.measure(
+        preset, iteration_s, workdir, device, on_step=lambda index: timer.begin(after_probe + index)
+    )
     timer.finish()
-    record = {**record, "busy_factor": round(side_by_side.busy_factor, 4),
-              "shared_factor": round(side_by_side.shared_factor, 4)}  # fmt: skip
+    record = {
+        **record,
+        "busy_factor": round(side_by_side.busy_factor, 4),
+        "shared_factor": round(side_by_side.shared_factor, 4),
+    }
     return _three_processes(preset, record, iteration_s, side_by_side.alone_sps)
 
 
 def _follow_probe(argv: list[str], on_step: Callable[[int], None]) -> tuple[str, str, int | None]:
     """Run the probe's `argv`, telling `on_step` each step it announces on stderr while it runs;
     its stdout, its other stderr lines and its exit code (None: killed after `PROBE_TIMEOUT_S`)."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env={**os.environ, PARENT_PID_ENV: str(os.getpid())})  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, PARENT_PID_ENV: str(os.getpid())},
+    )
     assert proc.stdout is not None and proc.stderr is not None
     out: list[str] = []
     # stdout is read apart: a probe blocked on a full stdout pipe would never reach EOF on stderr.
@@ -191,8 +226,7 @@ def _three_processes(preset: Preset, record: dict[str, Any], iteration_s: float,
         return record
     probe_sps = preset.total_batch / iteration_s
     scale = probe_sps / ((probe_sps + 2 * partners_sps) / 3)
-    return {**record, **{key: round(float(record[key]) * scale, 2) for key in SPEED_FIGURES},
-            "processes_timed": 3}  # fmt: skip
+    return {**record, **{key: round(float(record[key]) * scale, 2) for key in SPEED_FIGURES}, "processes_timed": 3}
 
 
 def cached_costs(preset: Preset, gpu_name: str | None) -> Costs | None:
@@ -204,9 +238,15 @@ def cached_costs(preset: Preset, gpu_name: str | None) -> Costs | None:
         return None  # a record from another version, or a broken one: measure again
 
 
-def measured_costs(preset: Preset, gpu_name: str | None, *, on_probe: Callable[[str], None] | None = None,
-                   probe: Callable[[Preset, Path], dict[str, Any]] | None = None,
-                   cpu: bool = False, progress: ProgressFn | None = None) -> Costs:  # fmt: skip
+def measured_costs(
+    preset: Preset,
+    gpu_name: str | None,
+    *,
+    on_probe: Callable[[str], None] | None = None,
+    probe: Callable[[Preset, Path], dict[str, Any]] | None = None,
+    cpu: bool = False,
+    progress: ProgressFn | None = None,
+) -> Costs:
     """The costs of one job of `preset` on this machine (whose GPU is `gpu_name`, None for none),
     from the cache or, the first time, from a probe (`on_probe` is told before it starts, since it
     takes seconds, and `progress` each of its steps, where `probe` is the real one). With `cpu`, on

@@ -63,9 +63,14 @@ class Space:
         """Both at once first (one job more and twice the envs), then one job more, twice the
         envs, and the same downwards. The diagonal first: on a machine with room to spare, more
         jobs and more envs usually pay together, and a short budget affords only a few steps."""
-        candidates = [self.config(c.jobs + 1, c.n_envs * 2), self.config(c.jobs + 1, c.n_envs),
-                      self.config(c.jobs, c.n_envs * 2), self.config(c.jobs - 1, c.n_envs // 2),
-                      self.config(c.jobs - 1, c.n_envs), self.config(c.jobs, c.n_envs // 2)]  # fmt: skip
+        candidates = [
+            self.config(c.jobs + 1, c.n_envs * 2),
+            self.config(c.jobs + 1, c.n_envs),
+            self.config(c.jobs, c.n_envs * 2),
+            self.config(c.jobs - 1, c.n_envs // 2),
+            self.config(c.jobs - 1, c.n_envs),
+            self.config(c.jobs, c.n_envs // 2),
+        ]
         return [n for n in candidates if n is not None]
 
 

@@ -36,8 +36,13 @@ def cached_mps_gain(preset: Preset, gpu_name: str | None) -> MpsGain | None:
     if not isinstance(record, dict):
         return None
     try:
-        gain = MpsGain(int(record["jobs"]), float(record["sps_off"]), float(record["sps_on"]), str(record["by"]),
-                       str(record["measured_at"]))  # fmt: skip
+        gain = MpsGain(
+            int(record["jobs"]),
+            float(record["sps_off"]),
+            float(record["sps_on"]),
+            str(record["by"]),
+            str(record["measured_at"]),
+        )
     except (KeyError, TypeError, ValueError):
         return None
     sane = gain.jobs >= 2 and all(math.isfinite(v) and v > 0 for v in (gain.sps_off, gain.sps_on))
@@ -48,8 +53,13 @@ def record_mps_gain(preset: Preset, gpu_name: str, gain: MpsGain) -> None:
     """Keep what MPS did for `preset` on `gpu_name`, replacing an older measurement. An unwritable
     cache loses the measurement, nothing more."""
     path = mps_cache_path()
-    record = {"jobs": gain.jobs, "sps_off": round(gain.sps_off, 1), "sps_on": round(gain.sps_on, 1), "by": gain.by,
-              "measured_at": gain.measured_at}  # fmt: skip
+    record = {
+        "jobs": gain.jobs,
+        "sps_off": round(gain.sps_off, 1),
+        "sps_on": round(gain.sps_on, 1),
+        "by": gain.by,
+        "measured_at": gain.measured_at,
+    }
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(path, tomli_w.dumps({**read_cache_table(path), cache_key(preset, gpu_name): record}))

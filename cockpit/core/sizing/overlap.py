@@ -105,8 +105,14 @@ def speed_of(preset: Preset, costs: Costs, slots: int, physical_cores: int, *, s
     else:
         fleet = overlap_sps(gpu_stations(preset, costs, physical_cores), slots)
     one_job = 1e6 / sample_us
-    return Speed(preset, one_job, fleet / one_job, setup_s=costs.setup_s,
-                 score_s=scoring_s(preset, costs, score_episodes), start_s=costs.import_s)  # fmt: skip
+    return Speed(
+        preset,
+        one_job,
+        fleet / one_job,
+        setup_s=costs.setup_s,
+        score_s=scoring_s(preset, costs, score_episodes),
+        start_s=costs.import_s,
+    )
 
 
 def cpu_fleet_sps(sample_us: float, costs: Costs, slots: int, physical_cores: int) -> float:

@@ -19,8 +19,13 @@ class StepTimer:
     """The steps of one piece of work, `task`: `steps` are (what, guessed seconds) in order;
     `report` (None: nobody listens) is told at each `begin`; `clock` is monotonic seconds."""
 
-    def __init__(self, task: str, steps: Sequence[tuple[str, float]], report: ProgressFn | None,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        task: str,
+        steps: Sequence[tuple[str, float]],
+        report: ProgressFn | None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.task = task
         self.steps = list(steps)
         self.report = report

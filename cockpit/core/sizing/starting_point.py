@@ -43,8 +43,9 @@ def resolve_preset(preset: str | None, env: str | None, machine: Machine) -> Pre
     return checked
 
 
-def costs_for(say: Callable[[str], None], machine: Machine, preset: Preset,
-              progress: ProgressFn | None = None) -> Costs | None:  # fmt: skip
+def costs_for(
+    say: Callable[[str], None], machine: Machine, preset: Preset, progress: ProgressFn | None = None
+) -> Costs | None:
     """This machine's measured costs for `preset` (a probe the first time, which `say` announces
     and `progress` follows step by step); None, after saying why, when the probe fails: the advice
     then comes from the tables."""
@@ -55,8 +56,9 @@ def costs_for(say: Callable[[str], None], machine: Machine, preset: Preset,
         return None
 
 
-def cpu_costs_for(say: Callable[[str], None], machine: Machine, preset: Preset,
-                  progress: ProgressFn | None = None) -> Costs | None:  # fmt: skip
+def cpu_costs_for(
+    say: Callable[[str], None], machine: Machine, preset: Preset, progress: ProgressFn | None = None
+) -> Costs | None:
     """With a GPU here, what a job of `preset` costs on the CPU too (the probe on `--device cpu`,
     followed by `progress`), for the advisor's mix of CUDA and CPU jobs; None without a GPU (the
     costs are the CPU's already), or, after saying why, when the probe fails."""

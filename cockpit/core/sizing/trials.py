@@ -114,9 +114,18 @@ class Progress:
         return 0.0 if rate is None else rate
 
 
-def trial_requests(preset: Preset, preset_file: Path, config: Config, workdir: Path, physical_cores: int, *,
-                   cpu_jobs: int = 0, gpu: GpuRef | None = None, mps_pipe_dir: Path | None = None,
-                   mps_log_dir: Path | None = None) -> list[LaunchRequest]:  # fmt: skip
+def trial_requests(
+    preset: Preset,
+    preset_file: Path,
+    config: Config,
+    workdir: Path,
+    physical_cores: int,
+    *,
+    cpu_jobs: int = 0,
+    gpu: GpuRef | None = None,
+    mps_pipe_dir: Path | None = None,
+    mps_log_dir: Path | None = None,
+) -> list[LaunchRequest]:
     """The workers of a trial of `config`, as `cockpit run` would start them: each with the thread
     budget of `config.jobs` jobs on `physical_cores`; the last `cpu_jobs` of them on the CPU
     (`--devices`), the others on the device a worker picks, placed on `gpu` when given and then,
@@ -126,8 +135,15 @@ def trial_requests(preset: Preset, preset_file: Path, config: Config, workdir: P
     requests = []
     for i in range(config.jobs):
         on_cpu = i >= config.jobs - cpu_jobs
-        args = WorkerArgs(workdir / f"job-{i}", preset=str(preset_file), env=preset.env, timesteps=FOREVER, seed=i,
-                          threads=threads, device="cpu" if on_cpu else "auto")  # fmt: skip
+        args = WorkerArgs(
+            workdir / f"job-{i}",
+            preset=str(preset_file),
+            env=preset.env,
+            timesteps=FOREVER,
+            seed=i,
+            threads=threads,
+            device="cpu" if on_cpu else "auto",
+        )
         place = None if on_cpu else gpu
         mps = str(mps_pipe_dir) if mps_pipe_dir is not None and place is not None else None
         logs = str(mps_log_dir) if mps is not None and mps_log_dir is not None else None
@@ -135,9 +151,19 @@ def trial_requests(preset: Preset, preset_file: Path, config: Config, workdir: P
     return requests
 
 
-def run_trial(preset: Preset, config: Config, *, workdir: Path, measure_s: float, physical_cores: int,
-              gpu: GpuReader | None = None, launcher: Launcher | None = None, cpu_jobs: int = 0,
-              mps_pipe_dir: Path | None = None, mps_log_dir: Path | None = None) -> Trial:  # fmt: skip
+def run_trial(
+    preset: Preset,
+    config: Config,
+    *,
+    workdir: Path,
+    measure_s: float,
+    physical_cores: int,
+    gpu: GpuReader | None = None,
+    launcher: Launcher | None = None,
+    cpu_jobs: int = 0,
+    mps_pipe_dir: Path | None = None,
+    mps_log_dir: Path | None = None,
+) -> Trial:
     """Measure `config` (see the module docstring); TrialError if a worker fails to run. With
     `cpu_jobs`, that many of its jobs train on the CPU; with `mps_pipe_dir` (and `gpu`, which the
     GPU's jobs are placed on), they are clients of that MPS daemon, whose logs are in
@@ -156,8 +182,17 @@ def run_trial(preset: Preset, config: Config, *, workdir: Path, measure_s: float
     handles: list[WorkerHandle] = []
     readers: list[EventReader] = []
     try:
-        for request in trial_requests(preset, preset_file, config, workdir, physical_cores, cpu_jobs=cpu_jobs,
-                                      gpu=place, mps_pipe_dir=mps_pipe_dir, mps_log_dir=mps_log_dir):  # fmt: skip
+        for request in trial_requests(
+            preset,
+            preset_file,
+            config,
+            workdir,
+            physical_cores,
+            cpu_jobs=cpu_jobs,
+            gpu=place,
+            mps_pipe_dir=mps_pipe_dir,
+            mps_log_dir=mps_log_dir,
+        ):
             handles.append(launcher.launch(request))
             readers.append(EventReader(request.job_dir / EVENTS_FILE))
         progress = [Progress() for _ in readers]
@@ -167,8 +202,11 @@ def run_trial(preset: Preset, config: Config, *, workdir: Path, measure_s: float
                 progress[i].observe(reader.read_new())
                 if progress[i].failed or launcher.poll(handle) is not None:
                     said = launcher.stderr_tail(handle, 1)
-                    raise TrialError(f"{config.label()}: worker {i} failed" + (f": {said}" if said else "")
-                                     + f"; see {handle.job_dir}")  # fmt: skip
+                    raise TrialError(
+                        f"{config.label()}: worker {i} failed"
+                        + (f": {said}" if said else "")
+                        + f"; see {handle.job_dir}"
+                    )
 
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:  # every worker must have stepped before the clock starts
