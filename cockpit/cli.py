@@ -135,15 +135,20 @@ def _add_background_flags(parser: ArgumentParser, verb: str) -> None:
 def _add_cluster_flags(parser: ArgumentParser, what: str) -> None:
     """`--ray [ADDRESS]` and `--storage DIR`, for `run` and `fleet` (docs/ray.md)."""
     parser.add_argument(
-        "--ray", nargs="?", const="local", metavar="ADDRESS",
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
         help=f"run the {what} on Ray: the cluster at ADDRESS (host:port of its head), or without one a "
         "local Ray instance started for it (needs pip install 'cockpit[ray]'; see docs/ray.md)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--storage", type=Path, metavar="DIR",
+        "--storage",
+        type=Path,
+        metavar="DIR",
         help="with --ray: the directory every node mounts at the same path; the run directory goes there "
         "(job dirs, checkpoints). Required on a cluster of more than one node",
-    )  # fmt: skip
+    )
 
 
 def _add_from_flag(parser: ArgumentParser, help_text: str) -> None:
@@ -191,8 +196,9 @@ def _add_run_command(commands: Commands) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     # The run's settings are declared in cockpit.contract.settings; here is only where each is listed.
-    add_flags(run, ("jobs", "agents", "preset", "env", "timesteps", "episodes", "seed", "eval_episodes", "run_dir",
-                    "name"))  # fmt: skip
+    add_flags(
+        run, ("jobs", "agents", "preset", "env", "timesteps", "episodes", "seed", "eval_episodes", "run_dir", "name")
+    )
     _add_headless_flag(run)
     add_flags(run, ("pin", "gpus", "devices", "mps", "tensorboard"))
     _add_background_flags(run, "run")
@@ -292,9 +298,11 @@ def _add_attach_command(commands: Commands) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     attach.add_argument(
-        "run_dir", type=Path, metavar="RUN_DIR|NAME",
+        "run_dir",
+        type=Path,
+        metavar="RUN_DIR|NAME",
         help="the run's directory, or a run name (--name, a fleet's plan name): the newest run of that name in runs/",
-    )  # fmt: skip
+    )
     attach.set_defaults(func=_cmd_attach)
 
 
@@ -362,11 +370,13 @@ def _add_report_command(commands: Commands) -> None:
         "windowed SPS, ETA, restarts and reasons per job; schema in docs/report.schema.json",
     )
     report.add_argument(
-        "--html", type=Path, metavar="OUT.html",
+        "--html",
+        type=Path,
+        metavar="OUT.html",
         help="write the report with plots as one self-contained page that opens offline: GPU utilization with "
         "each job's phases, utilization by phase, SPS and return over steps, CPU per core, a fleet's funnel, "
         "leaderboard and scores, settings, warnings and advice",
-    )  # fmt: skip
+    )
     report.add_argument(
         "--png", type=Path, metavar="DIR", help="write each of those figures as DIR/<figure>.png (alone or with --html)"
     )
@@ -415,18 +425,21 @@ def _add_export_mlflow_command(targets: Commands) -> None:
     )
     to_mlflow.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's directory")
     to_mlflow.add_argument(
-        "--tracking-uri", metavar="URI",
+        "--tracking-uri",
+        metavar="URI",
         help="the MLflow store: sqlite:///FILE, a server's http(s)://HOST:PORT, ... (default: "
         "sqlite:///<RUN_DIR's parent>/mlflow.db)",
-    )  # fmt: skip
+    )
     to_mlflow.add_argument(
         "--experiment", metavar="NAME", help="the MLflow experiment (default: RUN_DIR's name; created if missing)"
     )
     to_mlflow.add_argument(
-        "--register", action="append", metavar="NAME",
+        "--register",
+        action="append",
+        metavar="NAME",
         help="a fleet: register its best collected model in MLflow's model registry as NAME; give it again for "
         "the next best (--register best --register second). Registering the same model again adds no version",
-    )  # fmt: skip
+    )
     to_mlflow.set_defaults(func=_cmd_export)
 
 

@@ -26,8 +26,10 @@ def find(run_dir: Path, root: Path = RUNS) -> Path:
         return run_dir
     found = named_run(text, root)
     if found is None:
-        raise SourceError(f"no run directory {text} here, and no run named {text!r} in {root}/ "
-                          f"(runs get a name with: cockpit run --name {text})")  # fmt: skip
+        raise SourceError(
+            f"no run directory {text} here, and no run named {text!r} in {root}/ "
+            f"(runs get a name with: cockpit run --name {text})"
+        )
     return found
 
 

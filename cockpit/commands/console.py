@@ -61,8 +61,12 @@ class PlainSteps(_Shown):
     """Steps as plain lines through `say` (a log, a pipe): one as each step begins, then one every
     `interval_s` while it lasts (`tick`), each with the step, the time spent and the time expected."""
 
-    def __init__(self, say: Callable[[str], None], clock: Callable[[], float] = time.monotonic,
-                 interval_s: float = PLAIN_INTERVAL_S) -> None:  # fmt: skip
+    def __init__(
+        self,
+        say: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+        interval_s: float = PLAIN_INTERVAL_S,
+    ) -> None:
         super().__init__(clock)
         self.say = say
         self.interval_s = interval_s
@@ -91,8 +95,9 @@ class PlainSteps(_Shown):
     def _say(self, now: float) -> None:
         assert self.step is not None
         step, self.said_at = self.step, now
-        self.say(f"{step.task}: step {step.index}/{step.count} {step.what}, "
-                 f"{_times(self.elapsed(now), step.expected_s)}")  # fmt: skip
+        self.say(
+            f"{step.task}: step {step.index}/{step.count} {step.what}, {_times(self.elapsed(now), step.expected_s)}"
+        )
 
 
 class RichSteps(_Shown):
@@ -101,8 +106,9 @@ class RichSteps(_Shown):
 
     def __init__(self, console: Console, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__(clock)
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                 TextColumn("{task.fields[times]}"), console=console)  # fmt: skip
+        self.progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[times]}"), console=console
+        )
         self.tasks: dict[str, TaskID] = {}
 
     def __call__(self, step: Step) -> None:
@@ -135,16 +141,25 @@ class RichSteps(_Shown):
     def _show(self, now: float) -> None:
         assert self.step is not None
         step, elapsed = self.step, self.elapsed(now)
-        self.progress.update(self.tasks[step.task], description=f"{step.task}: step {step.index}/{step.count} "
-                             f"{step.what}", completed=elapsed, total=max(step.expected_s, elapsed),
-                             times=_times(elapsed, step.expected_s))  # fmt: skip
+        self.progress.update(
+            self.tasks[step.task],
+            description=f"{step.task}: step {step.index}/{step.count} {step.what}",
+            completed=elapsed,
+            total=max(step.expected_s, elapsed),
+            times=_times(elapsed, step.expected_s),
+        )
 
     def _finish(self) -> None:
         """The current task's work is over: its bar full at the time it took."""
         if self.step is not None and self.step.task in self.tasks:
             elapsed = self.step.elapsed_s if self.step.done else self.elapsed(self.clock())
-            self.progress.update(self.tasks[self.step.task], description=f"{self.step.task}: done",
-                                 completed=elapsed, total=elapsed, times=f"{elapsed:.0f} s")  # fmt: skip
+            self.progress.update(
+                self.tasks[self.step.task],
+                description=f"{self.step.task}: done",
+                completed=elapsed,
+                total=elapsed,
+                times=f"{elapsed:.0f} s",
+            )
             self.step = None
 
 

@@ -22,8 +22,9 @@ from cockpit.commands.console import output_console
 def main(args: argparse.Namespace) -> int:
     """Run `cockpit export <target>`; returns the exit code."""
     if args.target == "mlflow":
-        return mlflow(args.run_dir, tracking_uri=args.tracking_uri, experiment=args.experiment,
-                      register=args.register or ())  # fmt: skip
+        return mlflow(
+            args.run_dir, tracking_uri=args.tracking_uri, experiment=args.experiment, register=args.register or ()
+        )
     raise AssertionError(f"no exporter for {args.target!r}")  # argparse allows only the targets it knows
 
 

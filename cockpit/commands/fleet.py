@@ -53,8 +53,10 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
         print(f"cockpit fleet: error: {exc}", file=sys.stderr)
         return 2
     if args.run_from is not None and not args.dry_run:
-        print("cockpit fleet: error: --from costs a --dry-run with a finished run's speeds; add --dry-run",
-              file=sys.stderr)  # fmt: skip
+        print(
+            "cockpit fleet: error: --from costs a --dry-run with a finished run's speeds; add --dry-run",
+            file=sys.stderr,
+        )
         return 2
     no_optuna = search_missing(plan)
     if no_optuna is not None and not args.dry_run:  # before anything starts: no run directory, no study
@@ -83,8 +85,11 @@ def _plan(args: argparse.Namespace) -> tuple[FleetPlan, str]:
     if args.resume is None:
         plan = load_plan(args.plan)
         return plan, args.plan.read_text(encoding="utf-8")
-    given = [flag for flag, value in (("--dry-run", args.dry_run or None), ("--run-dir", args.run_dir),
-                                      ("--name", args.name)) if value is not None]  # fmt: skip
+    given = [
+        flag
+        for flag, value in (("--dry-run", args.dry_run or None), ("--run-dir", args.run_dir), ("--name", args.name))
+        if value is not None
+    ]
     if given:
         raise ConfigError(f"--resume continues a fleet with its recorded plan and name; drop {', '.join(given)}")
     return recorded_plan(args.resume)
@@ -106,8 +111,9 @@ def _spec(
         raise ConfigError("--typed: give the command line as a JSON list of strings")
     resuming = args.resume is not None
     if args.spec is not None:  # a background fleet: the settings the cockpit that started it validated
-        spec = build_spec(handed(args.spec), command_line=command_line, resuming=resuming, gpus_here=gpus_here,
-                          visible_by=visible_by)  # fmt: skip
+        spec = build_spec(
+            handed(args.spec), command_line=command_line, resuming=resuming, gpus_here=gpus_here, visible_by=visible_by
+        )
         return on_cluster(spec, args.ray, args.storage, run_dir_given=True)
     first = plan.agents[0]
     name, on_done = checked_name(args.name) or plan.name, args.on_done
@@ -117,12 +123,21 @@ def _spec(
     run_dir = args.resume or args.run_dir or stamped(args.name if args.name is not None else f"fleet-{plan.name}")
     # The plan decides what `cockpit run` takes as flags: the agents, their preset, env and target.
     settings = RunSettings.from_args(
-        args, jobs=args.jobs or plan.jobs, agents=len(plan.agents), preset=first.preset_name, env=first.env,
-        timesteps=plan.tiers[-1].timesteps, episodes=plan.tiers[-1].episodes, run_dir=run_dir, name=name,
-        mps=args.mps or plan.mps, on_done=on_done,
-    )  # fmt: skip
-    spec = build_spec(settings, command_line=command_line, resuming=resuming, gpus_here=gpus_here,
-                      visible_by=visible_by)  # fmt: skip
+        args,
+        jobs=args.jobs or plan.jobs,
+        agents=len(plan.agents),
+        preset=first.preset_name,
+        env=first.env,
+        timesteps=plan.tiers[-1].timesteps,
+        episodes=plan.tiers[-1].episodes,
+        run_dir=run_dir,
+        name=name,
+        mps=args.mps or plan.mps,
+        on_done=on_done,
+    )
+    spec = build_spec(
+        settings, command_line=command_line, resuming=resuming, gpus_here=gpus_here, visible_by=visible_by
+    )
     return on_cluster(spec, args.ray, args.storage, run_dir_given=args.resume is not None or args.run_dir is not None)
 
 
@@ -141,12 +156,22 @@ def _recorded(run_dir: Path) -> tuple[str | None, str | None]:
 def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: FrontEnds) -> int:
     """Run the fleet: in the background under the cockpit on a terminal, else here."""
     source = str(plan.source)  # where the jobs and mps come from when no flag gave them
-    asked = Asked("cockpit fleet", args.typed, sys.argv[1:] if args.argv is None else args.argv,
-                  headless=args.headless or not interactive(), resume=args.resume is not None,
-                  jobs_from=None if args.jobs else source, mps_from=None if args.mps else source)  # fmt: skip
-    return start_fleet(lambda here: _spec(args, plan, here.indices, here.visible_by), front, asked,
-                       fleet=fleet_of(plan, plan_text, resume=args.resume is not None, rate=args.rate),
-                       in_background=lambda spec: _run_in_background(args, spec, front))  # fmt: skip
+    asked = Asked(
+        "cockpit fleet",
+        args.typed,
+        sys.argv[1:] if args.argv is None else args.argv,
+        headless=args.headless or not interactive(),
+        resume=args.resume is not None,
+        jobs_from=None if args.jobs else source,
+        mps_from=None if args.mps else source,
+    )
+    return start_fleet(
+        lambda here: _spec(args, plan, here.indices, here.visible_by),
+        front,
+        asked,
+        fleet=fleet_of(plan, plan_text, resume=args.resume is not None, rate=args.rate),
+        in_background=lambda spec: _run_in_background(args, spec, front),
+    )
 
 
 def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds) -> int:
@@ -157,8 +182,14 @@ def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds
     return run_in_background([*where, *rate, *spec_argv(spec)], spec, front, "cockpit fleet", verb="fleet")
 
 
-def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None, record: RunRecord | None = None,
-            record_dir: Path | None = None) -> int:  # fmt: skip
+def dry_run(
+    plan: FleetPlan,
+    *,
+    jobs: int | None,
+    rate: float | None,
+    record: RunRecord | None = None,
+    record_dir: Path | None = None,
+) -> int:
     """Print the plan's projection: per tier, in total, and all agents to the last tier; from this
     machine's measured costs, or with `record` from that finished run's measured speeds."""
     console = output_console()
@@ -174,29 +205,43 @@ def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None, record: Ru
             else:
                 with step_display(console) as progress:
                     costs = costs_for(say(console), machine, preset, progress)
-                speeds[preset] = (speed_of(preset, costs, slots, machine.physical_cores,
-                                           score_episodes=plan.score_episodes) if costs else None)  # fmt: skip
+                speeds[preset] = (
+                    speed_of(preset, costs, slots, machine.physical_cores, score_episodes=plan.score_episodes)
+                    if costs
+                    else None
+                )
         return speeds[preset]
 
     def episode_steps(env: str) -> float | None:
         return episode_steps_from_record(env, record) if record is not None else None
 
     projection = project(dataclasses.replace(plan, jobs=slots, rate_usd_per_h=rate), speed, episode_steps)
-    console.print(f"[bold]{plan.name}[/] ({plan.source}): {len(plan.agents)} agents, {slots} slot(s), "
-                  f"{plan.promotion} promotion, {len(plan.tiers)} tier(s)")  # fmt: skip
+    console.print(
+        f"[bold]{plan.name}[/] ({plan.source}): {len(plan.agents)} agents, {slots} slot(s), "
+        f"{plan.promotion} promotion, {len(plan.tiers)} tier(s)"
+    )
     if plan.search is not None:
         per_draw = len(plan.agents) // plan.search.samples
-        console.print(f"searching {', '.join(plan.search.keys)}: {plan.search.samples} draws by {plan.search.sampler} "
-                      f"(seed {plan.search.seed}), each crossed with {per_draw} agent(s); projected at each key's "
-                      "midpoint", highlight=False)  # fmt: skip
+        console.print(
+            f"searching {', '.join(plan.search.keys)}: {plan.search.samples} draws by {plan.search.sampler} "
+            f"(seed {plan.search.seed}), each crossed with {per_draw} agent(s); projected at each key's "
+            "midpoint",
+            highlight=False,
+        )
     console.print(projection_table(projection, rate))
     unit = "episodes" if projection.unit == "episodes" else "steps"
     if plan.promotion == "pbt":  # nobody is culled: the tiers are where the bottom share copies the top
-        console.print(f"pbt trains every agent through every tier: {projection.total.amount:,} {unit}, the bottom "
-                      "share copying the top share's checkpoints at each tier's end", highlight=False)  # fmt: skip
+        console.print(
+            f"pbt trains every agent through every tier: {projection.total.amount:,} {unit}, the bottom "
+            "share copying the top share's checkpoints at each tier's end",
+            highlight=False,
+        )
     else:
-        console.print(f"the tiers train {projection.total.amount:,} {unit} instead of "
-                      f"{projection.all_to_last.amount:,}: {projection.saving:.0%} saved", highlight=False)  # fmt: skip
+        console.print(
+            f"the tiers train {projection.total.amount:,} {unit} instead of "
+            f"{projection.all_to_last.amount:,}: {projection.saving:.0%} saved",
+            highlight=False,
+        )
     if plan.unit == "episodes":
         for env in dict.fromkeys(agent.env for agent in plan.agents):
             length = episode_steps(env)
@@ -205,8 +250,10 @@ def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None, record: Ru
             elif record is not None:
                 line = f"{env}: {record_dir} measured no episodes of it, so no steps, time or cost"
             else:
-                line = (f"{env}: no measured episode length, so no steps, time or cost (give --from RUN_DIR, a run "
-                        "that trained it: its steps per episode)")  # fmt: skip
+                line = (
+                    f"{env}: no measured episode length, so no steps, time or cost (give --from RUN_DIR, a run "
+                    "that trained it: its steps per episode)"
+                )
             console.print(line, highlight=False)
     said = set()
     for preset, measured in speeds.items():
@@ -215,15 +262,19 @@ def dry_run(plan: FleetPlan, *, jobs: int | None, rate: float | None, record: Ru
         elif measured is None:
             line = f"{preset.name} on {preset.env}: no measured speed, so no time or cost"
         elif record is not None:
-            line = (f"{preset.name} on {preset.env}: {measured.sps:,.0f} SPS per job, {measured.parallel:g} at once, "
-                    f"as {record_dir} measured them (its run.toml); start-ups and scoring not costed: "
-                    "a run record does not measure them")  # fmt: skip
+            line = (
+                f"{preset.name} on {preset.env}: {measured.sps:,.0f} SPS per job, {measured.parallel:g} at once, "
+                f"as {record_dir} measured them (its run.toml); start-ups and scoring not costed: "
+                "a run record does not measure them"
+            )
         else:
-            line = (f"{preset.name} on {preset.env}: {measured.sps:,.0f} SPS for one job (this machine's probe), "
-                    f"{measured.parallel:.1f} jobs' worth at once on {machine.physical_cores} cores; each agent "
-                    f"and tier also {measured.setup_s:.1f} s to build its env and model and at most "
-                    f"{measured.score_s:.1f} s to score {plan.score_episodes} episode(s), each worker "
-                    f"{measured.start_s:.1f} s to start")  # fmt: skip
+            line = (
+                f"{preset.name} on {preset.env}: {measured.sps:,.0f} SPS for one job (this machine's probe), "
+                f"{measured.parallel:.1f} jobs' worth at once on {machine.physical_cores} cores; each agent "
+                f"and tier also {measured.setup_s:.1f} s to build its env and model and at most "
+                f"{measured.score_s:.1f} s to score {plan.score_episodes} episode(s), each worker "
+                f"{measured.start_s:.1f} s to start"
+            )
         if line not in said:  # presets that differ only in what the probe does not measure read the same
             said.add(line)
             console.print(line, highlight=False)
@@ -244,8 +295,13 @@ def projection_table(projection: Projection, rate: float | None) -> Table:
         amounts = [f"{stage.each:,}" if stage.each else "", f"{stage.amount:,}"]
         if in_episodes:  # the steps those episodes take at the measured length: "unknown" without one
             amounts.append("unknown" if stage.steps is None else f"{stage.steps:,.0f}")
-        table.add_row(stage.label, f"{stage.agents:,}", *amounts, _duration(stage.seconds),
-                      "-" if stage.cost_usd is None else f"${stage.cost_usd:,.2f}")  # fmt: skip
+        table.add_row(
+            stage.label,
+            f"{stage.agents:,}",
+            *amounts,
+            _duration(stage.seconds),
+            "-" if stage.cost_usd is None else f"${stage.cost_usd:,.2f}",
+        )
     return table
 
 

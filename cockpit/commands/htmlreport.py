@@ -76,30 +76,36 @@ def _figure(plot: Plot) -> str:
 def _summary(record: RunRecord) -> str:
     """The run's header: where, what, when, and its utilization and memory in a sentence each."""
     cfg = record.config
-    lines = [f"status <b>{escape(str(record.status))}</b>, started {escape(record.started_at)}, ended "
-             f"{escape(record.ended_at or '-')}, duration {record.duration_s:,.0f} s"]  # fmt: skip
+    lines = [
+        f"status <b>{escape(str(record.status))}</b>, started {escape(record.started_at)}, ended "
+        f"{escape(record.ended_at or '-')}, duration {record.duration_s:,.0f} s"
+    ]
     if cfg.script is not None:
         lines.append(
             f"{cfg.agents} agents, {cfg.jobs} at a time, each running <code>{escape(' '.join(cfg.script))}</code>"
         )
     else:
         each = f"{cfg.episodes:,} episodes" if cfg.episodes is not None else f"{cfg.timesteps:,} steps"
-        lines.append(f"{cfg.agents} agents, {cfg.jobs} at a time, preset {escape(cfg.preset)} on "
-                     f"{escape(cfg.env)}, {each} each")  # fmt: skip
+        lines.append(
+            f"{cfg.agents} agents, {cfg.jobs} at a time, preset {escape(cfg.preset)} on {escape(cfg.env)}, {each} each"
+        )
     lines.append(f"<code>{escape(record.command)}</code>")
     util = record.utilization
     if util is not None and util.gpu_util_mean is not None:
-        lines.append(f"GPU busy (any kernel): mean {_cell(util.gpu_util_mean)}%, p50 {_cell(util.gpu_util_p50)}%, p95 "
-                     f"{_cell(util.gpu_util_p95)}%; while any job trains {_cell(util.gpu_util_while_training)}%, "
-                     f"otherwise {_cell(util.gpu_util_while_not_training)}%")  # fmt: skip
+        lines.append(
+            f"GPU busy (any kernel): mean {_cell(util.gpu_util_mean)}%, p50 {_cell(util.gpu_util_p50)}%, p95 "
+            f"{_cell(util.gpu_util_p95)}%; while any job trains {_cell(util.gpu_util_while_training)}%, "
+            f"otherwise {_cell(util.gpu_util_while_not_training)}%"
+        )
     if util is not None and util.train_share is not None:
         lines.append(f"time with at least one job training: {util.train_share:.0%}")
     read = gpu_read_lines(record.gpus)
     if read or (util is not None and util.gpu_util_mean is not None):
         lines.append(escape(BUSY_LEGEND))
     lines += [escape(line) for line in read]
-    growing = [job for job in record.jobs if job.memory_growth_mib_h is not None
-               or job.gpu_memory_growth_mib_h is not None]  # fmt: skip
+    growing = [
+        job for job in record.jobs if job.memory_growth_mib_h is not None or job.gpu_memory_growth_mib_h is not None
+    ]
     judged = sum(1 for job in record.jobs if job.memory == NO_GROWTH)
     lines += [f'<span class="bad">memory: job {escape(job.id)}: {escape(job.memory or "")}</span>' for job in growing]
     if judged and not growing:
@@ -110,21 +116,51 @@ def _summary(record: RunRecord) -> str:
 def _jobs(record: RunRecord) -> str:
     # A preset column only where jobs have their own (a fleet's agents): a plain run's is in the header.
     presets = any(job.preset is not None for job in record.jobs)
-    headers = ("job", "seed", *(("preset",) if presets else ()), "status", "steps", "target", "mean SPS",
-               "ep_rew_mean", "restarts", "CPU %", "peak RSS MiB", "GPU busy % rollout", "GPU busy % train",
-               "peak GPU MiB", "SM % mean", "memory", "reason")  # fmt: skip
+    headers = (
+        "job",
+        "seed",
+        *(("preset",) if presets else ()),
+        "status",
+        "steps",
+        "target",
+        "mean SPS",
+        "ep_rew_mean",
+        "restarts",
+        "CPU %",
+        "peak RSS MiB",
+        "GPU busy % rollout",
+        "GPU busy % train",
+        "peak GPU MiB",
+        "SM % mean",
+        "memory",
+        "reason",
+    )
     rows = []
     for job in record.jobs:
         rollout, train = job.phases.get("rollout"), job.phases.get("train")
         target = f"{job.target_episodes:,} episodes" if job.target_episodes is not None else _cell(job.target, "{:,}")
         preset = (preset_label(job.preset or record.config.preset, job.overrides.items()),) if presets else ()
-        rows.append((job.id, str(job.seed), *preset, str(job.status), _cell(job.steps, "{:,}"), target,
-                     _cell(job.mean_sps, "{:,.0f}"), _cell(job.final_ep_rew_mean), str(job.restarts),
-                     _cell(job.cpu_percent_mean, "{:.0f}"), _cell(job.peak_rss_mib, "{:,.0f}"),
-                     _cell(rollout.gpu_util_mean if rollout else None, "{:.0f}"),
-                     _cell(train.gpu_util_mean if train else None, "{:.0f}"), _cell(job.peak_gpu_mem_mib, "{:,}"),
-                     _cell(job.gpu_sm_percent_mean, "{:.0f}"),
-                     job.memory or "-", job.error or job.exit_reason or ""))  # fmt: skip
+        rows.append(
+            (
+                job.id,
+                str(job.seed),
+                *preset,
+                str(job.status),
+                _cell(job.steps, "{:,}"),
+                target,
+                _cell(job.mean_sps, "{:,.0f}"),
+                _cell(job.final_ep_rew_mean),
+                str(job.restarts),
+                _cell(job.cpu_percent_mean, "{:.0f}"),
+                _cell(job.peak_rss_mib, "{:,.0f}"),
+                _cell(rollout.gpu_util_mean if rollout else None, "{:.0f}"),
+                _cell(train.gpu_util_mean if train else None, "{:.0f}"),
+                _cell(job.peak_gpu_mem_mib, "{:,}"),
+                _cell(job.gpu_sm_percent_mean, "{:.0f}"),
+                job.memory or "-",
+                job.error or job.exit_reason or "",
+            )
+        )
     return "<h2>Jobs</h2>" + _table(headers, rows, left=("job", "preset", "status", "memory", "reason"))
 
 
@@ -139,10 +175,19 @@ def _fleet(fleet: FleetSummary, plots: Sequence[Plot]) -> str:
     unit = "episodes" if any(t.episodes is not None for t in fleet.tiers) else "timesteps"
     columns = ("tier", unit, "planned", "entered", "training", "finished", "promoted", "culled", "failed")
     tiers = [
-        (t.tier, t.episodes or t.timesteps or 0, t.planned, t.entered, t.training, t.finished, t.promoted, t.culled,
-         t.failed)
+        (
+            t.tier,
+            t.episodes or t.timesteps or 0,
+            t.planned,
+            t.entered,
+            t.training,
+            t.finished,
+            t.promoted,
+            t.culled,
+            t.failed,
+        )
         for t in fleet.tiers
-    ]  # fmt: skip
+    ]
     parts.append(_table(columns, ([f"{n:,}" for n in tier] for tier in tiers)))
     parts += [_figure(plot) for plot in plots]
     leaders = fleet.leaderboard[:LEADERS_LISTED]
@@ -150,24 +195,56 @@ def _fleet(fleet: FleetSummary, plots: Sequence[Plot]) -> str:
         parts.append(f"<h2>Leaderboard (top {len(leaders)} of {len(fleet.leaderboard):,} scored)</h2>")
         # pbt: every checkpoint the agent copied, oldest first ("a0006@t0, a0008@t4": whose, at which tier's end).
         pbt = fleet.promotion == "pbt"
-        parts.append(_table(
-            ("#", "agent", *(("copied",) if pbt else ()), "tier", "steps", "score", "± std", "train return", "env",
-             "preset", "overrides", "seed"),
-            ((str(a.rank), a.agent,
-              *((", ".join(f"{e.source}@t{e.tier}" for e in a.lineage) or "-",) if pbt else ()), str(a.tier),
-              f"{a.steps:,}", f"{a.score:,.1f}", _cell(a.score_std), _cell(a.train_return), a.env, a.preset,
-              ", ".join(f"{k}={v!r}" for k, v in sorted(a.overrides.items())), str(a.seed)) for a in leaders),
-            left=("agent", "copied", "env", "preset", "overrides"),
-        ))  # fmt: skip
+        parts.append(
+            _table(
+                (
+                    "#",
+                    "agent",
+                    *(("copied",) if pbt else ()),
+                    "tier",
+                    "steps",
+                    "score",
+                    "± std",
+                    "train return",
+                    "env",
+                    "preset",
+                    "overrides",
+                    "seed",
+                ),
+                (
+                    (
+                        str(a.rank),
+                        a.agent,
+                        *((", ".join(f"{e.source}@t{e.tier}" for e in a.lineage) or "-",) if pbt else ()),
+                        str(a.tier),
+                        f"{a.steps:,}",
+                        f"{a.score:,.1f}",
+                        _cell(a.score_std),
+                        _cell(a.train_return),
+                        a.env,
+                        a.preset,
+                        ", ".join(f"{k}={v!r}" for k, v in sorted(a.overrides.items())),
+                        str(a.seed),
+                    )
+                    for a in leaders
+                ),
+                left=("agent", "copied", "env", "preset", "overrides"),
+            )
+        )
     failed = [agent for agent in fleet.agents if agent.status == "failed"]
-    parts += [f'<p class="bad">failed: {escape(a.id)} in tier {a.tier}: {escape(a.error or "no error recorded")}</p>'
-              for a in failed[:FAILED_LISTED]]  # fmt: skip
+    parts += [
+        f'<p class="bad">failed: {escape(a.id)} in tier {a.tier}: {escape(a.error or "no error recorded")}</p>'
+        for a in failed[:FAILED_LISTED]
+    ]
     if len(failed) > FAILED_LISTED:
         parts.append(f'<p class="bad">failed: {len(failed) - FAILED_LISTED:,} more (report --json lists them)</p>')
     models = fleet.models
     if models.verified:
-        line = f"models: {len(models.entries):,} collected, checksums verified" if models.entries else \
-            "models: none collected yet (the agents that finish the last tier are)"  # fmt: skip
+        line = (
+            f"models: {len(models.entries):,} collected, checksums verified"
+            if models.entries
+            else "models: none collected yet (the agents that finish the last tier are)"
+        )
         parts.append(f'<p class="meta">{line}</p>')
     else:
         parts.append(
@@ -183,15 +260,25 @@ def _settings(record: RunRecord) -> str:
     if record.preset is not None:
         preset = record.preset
         parts.append(f"<h3>preset {escape(preset.name)}</h3>")
-        parts.append(_pairs((f.name, getattr(preset, f.name)) for f in dataclasses.fields(preset)
-                            if f.name not in ("name",)))  # fmt: skip
+        parts.append(
+            _pairs((f.name, getattr(preset, f.name)) for f in dataclasses.fields(preset) if f.name not in ("name",))
+        )
     gpu_text = "none recorded"
     if gpu is not None:
         gpu_text = f"{gpu.name}, {gpu.memory_total_mib:,} MiB, driver {gpu.driver}" if gpu.present else gpu.telemetry
     parts.append("<h3>machine</h3>")
-    parts.append(_pairs([("host", host.hostname), ("CPU", host.cpu_model),
-                         ("cores", f"{host.physical_cores} physical, {host.logical_cores} logical"),
-                         ("RAM", f"{host.ram_gib} GiB"), ("OS", host.os), ("GPU", gpu_text)]))  # fmt: skip
+    parts.append(
+        _pairs(
+            [
+                ("host", host.hostname),
+                ("CPU", host.cpu_model),
+                ("cores", f"{host.physical_cores} physical, {host.logical_cores} logical"),
+                ("RAM", f"{host.ram_gib} GiB"),
+                ("OS", host.os),
+                ("GPU", gpu_text),
+            ]
+        )
+    )
     return "".join(parts)
 
 
@@ -206,8 +293,9 @@ def _advice(record: RunRecord) -> str:
             change = f"jobs {_cell(item.jobs_before, '{}')} -> {_cell(item.jobs_after, '{}')}"
         sps = f"{_cell(item.sps_before, '{:,.0f}')} -> {_cell(item.sps_after, '{:,.0f}')}"
         rows.append((item.at, item.action, change, sps, item.reason or ""))
-    return "<h2>Advice</h2>" + _table(("at", "action", "change", "SPS", "why"), rows, left=("at", "action", "change",
-                                                                                            "why"))  # fmt: skip
+    return "<h2>Advice</h2>" + _table(
+        ("at", "action", "change", "SPS", "why"), rows, left=("at", "action", "change", "why")
+    )
 
 
 def page(series: RunSeries, plots: Sequence[Plot]) -> str:

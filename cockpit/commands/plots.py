@@ -136,8 +136,16 @@ def _say(ax: Axes, text: str, *, narrow: bool = False) -> None:
     """An axis that holds a sentence instead of a plot (no GPU, nothing recorded); a `narrow` one
     (a third of the figure's width) gets it on short lines."""
     shown = textwrap.fill(text, 28) if narrow else text
-    ax.text(0.5, 0.5, shown, ha="center", va="center", fontsize=11 if narrow else 13, color="#555555",
-            transform=ax.transAxes)  # fmt: skip
+    ax.text(
+        0.5,
+        0.5,
+        shown,
+        ha="center",
+        va="center",
+        fontsize=11 if narrow else 13,
+        color="#555555",
+        transform=ax.transAxes,
+    )
     # Hidden, not removed: an axis that shares its x with the lanes must leave their ticks alone.
     ax.tick_params(bottom=False, left=False, labelbottom=False, labelleft=False)
 
@@ -174,8 +182,9 @@ def gpu_and_phases(series: RunSeries) -> Figure:
         mean, low, high = binned(tel.gpu_t, tel.gpu_util, gpu_edges)
         at = ((gpu_edges[:-1] + gpu_edges[1:]) / 2 - series.start) / scale
         (line,) = ax.plot(at, mean, color=GPU_COLOR, linewidth=0.9, label="GPU: mean")
-        spread = ax.fill_between(at, low, high, color="#bbbbbb", step="mid", linewidth=0,
-                                 label="GPU: range within a pixel")  # fmt: skip
+        spread = ax.fill_between(
+            at, low, high, color="#bbbbbb", step="mid", linewidth=0, label="GPU: range within a pixel"
+        )
         handles += [line, spread]
         ax.set_ylim(0, 105)
         ax.set_ylabel("GPU busy % (any kernel)")
@@ -333,11 +342,21 @@ def tier_funnel(fleet: FleetSeries) -> Figure:
     x = np.arange(len(tiers))
     for k, (kind, color) in enumerate(zip(kinds, colors, strict=True)):
         counts = [getattr(tier, kind) for tier in tiers]
-        bars = ax.bar(x + (k - (len(kinds) - 1) / 2) * width, counts, width, color=color, label=kind,
-                      edgecolor="#888888" if kind == "planned" else None)  # fmt: skip
+        bars = ax.bar(
+            x + (k - (len(kinds) - 1) / 2) * width,
+            counts,
+            width,
+            color=color,
+            label=kind,
+            edgecolor="#888888" if kind == "planned" else None,
+        )
         ax.bar_label(bars, fontsize=7, padding=1)
-    labels = [f"tier {t.tier}\n{t.episodes:,} episodes" if t.episodes is not None else
-              f"tier {t.tier}\n{t.timesteps or 0:,} steps" for t in tiers]  # fmt: skip
+    labels = [
+        f"tier {t.tier}\n{t.episodes:,} episodes"
+        if t.episodes is not None
+        else f"tier {t.tier}\n{t.timesteps or 0:,} steps"
+        for t in tiers
+    ]
     ax.set_xticks(x, labels)
     ax.set_ylabel("agents")
     ax.legend(fontsize=8, ncols=len(kinds), loc="upper right")
@@ -361,8 +380,14 @@ def leaderboard(fleet: FleetSeries) -> Figure:
     colors = [TRAIN_COLOR if leader.tier == leaders[0].tier else ROLLOUT_COLOR for leader in leaders]
     ax.barh(y, [leader.score for leader in leaders], xerr=errors, color=colors, capsize=2)
     overrides = [", ".join(f"{k}={v}" for k, v in sorted(leader.overrides.items())) for leader in leaders]
-    ax.set_yticks(y, [f"#{leader.rank} {leader.agent} (tier {leader.tier}) {text}".rstrip()
-                      for leader, text in zip(leaders, overrides, strict=True)], fontsize=8)  # fmt: skip
+    ax.set_yticks(
+        y,
+        [
+            f"#{leader.rank} {leader.agent} (tier {leader.tier}) {text}".rstrip()
+            for leader, text in zip(leaders, overrides, strict=True)
+        ],
+        fontsize=8,
+    )
     ax.invert_yaxis()
     ax.set_xlabel("evaluation score (mean return, ± std)")
     return fig
@@ -384,8 +409,15 @@ def scores_by_steps(fleet: FleetSeries) -> Figure:
     for agent, points in by_agent.items():
         if agent not in top:
             points.sort()
-            ax.plot([p[1] for p in points], [p[2] for p in points], color="#999999", alpha=0.45, linewidth=0.8,
-                    marker="o", markersize=2.5)  # fmt: skip
+            ax.plot(
+                [p[1] for p in points],
+                [p[2] for p in points],
+                color="#999999",
+                alpha=0.45,
+                linewidth=0.8,
+                marker="o",
+                markersize=2.5,
+            )
     for agent in top:
         points = sorted(by_agent.get(agent, []))
         ax.plot([p[1] for p in points], [p[2] for p in points], linewidth=1.8, marker="o", markersize=4, label=agent)
@@ -471,40 +503,74 @@ def png(fig: Figure) -> bytes:
 def plots(series: RunSeries) -> list[Plot]:
     """Every figure of the run's report, rendered, in the page's order; a fleet's three last."""
     if series.has_gpu:
-        gpu_caption = ("GPU busy: the share of time any kernel ran, as NVML measures it, not SM occupancy (each "
-                       "pixel's mean, and the range of the readings within it) over the run, "
-                       "and under it one lane per job: light for rollout, dark for train. A train burst lines up with "
-                       "the GPU's.")  # fmt: skip
+        gpu_caption = (
+            "GPU busy: the share of time any kernel ran, as NVML measures it, not SM occupancy (each "
+            "pixel's mean, and the range of the readings within it) over the run, "
+            "and under it one lane per job: light for rollout, dark for train. A train burst lines up with "
+            "the GPU's."
+        )
     else:
         why = series.record.gpu.telemetry if series.record.gpu is not None else "no [gpu] in run.toml"
         gpu_caption = f"{NO_GPU} ({why}). The lanes show each job's rollout (light) and train (dark) phases."
     made = [
         ("gpu_phases", "GPU busy (any kernel) and phases", gpu_caption, gpu_and_phases),
-        ("utilization_by_phase", "Utilization by phase",
-         "Per job, from run.toml's phase accounting: GPU busy % and the job's CPU % in rollout and in train, and its "
-         "time in each.", utilization_by_phase),
-        ("sps_return", "Throughput and return",
-         "Per job against its steps: steps per second over whole rollout + train cycles (the cockpit's SPS, at "
-         "each rollout start) and the mean return of its last 100 episodes.", throughput_and_return),
+        (
+            "utilization_by_phase",
+            "Utilization by phase",
+            "Per job, from run.toml's phase accounting: GPU busy % and the job's CPU % in rollout and in train, "
+            "and its time in each.",
+            utilization_by_phase,
+        ),
+        (
+            "sps_return",
+            "Throughput and return",
+            "Per job against its steps: steps per second over whole rollout + train cycles (the cockpit's SPS, at "
+            "each rollout start) and the mean return of its last 100 episodes.",
+            throughput_and_return,
+        ),
         ("cpu_cores", "CPU per core", "Each core's CPU % over the run (each pixel's mean).", cpu_per_core),
-    ]  # fmt: skip
+    ]
     out = [Plot(name, title, caption, png(draw(series))) for name, title, caption, draw in made]
     if series.fleet is not None:
         fleet = series.fleet
         drawn = [
-            ("fleet_funnel", "Tier funnel", "Agents per tier: planned, entered, finished (scored), promoted, "
-             "culled and failed.", tier_funnel),
-            ("fleet_leaderboard", "Leaderboard", "The best agents, the highest tier first, then by evaluation "
-             "score; the bars of the highest tier reached are dark.", leaderboard),
-            ("fleet_scores", "Score against steps", "Each agent's evaluation score at the end of each tier it "
-             "finished; the leaderboard's top agents in colour.", scores_by_steps),
-            ("fleet_best", "Best so far", "The fleet's best score as its results came in, against the steps its "
-             "scored tiers had trained by then: what the search (or the grid) bought for its steps.", best_so_far),
-        ]  # fmt: skip
+            (
+                "fleet_funnel",
+                "Tier funnel",
+                "Agents per tier: planned, entered, finished (scored), promoted, culled and failed.",
+                tier_funnel,
+            ),
+            (
+                "fleet_leaderboard",
+                "Leaderboard",
+                "The best agents, the highest tier first, then by evaluation "
+                "score; the bars of the highest tier reached are dark.",
+                leaderboard,
+            ),
+            (
+                "fleet_scores",
+                "Score against steps",
+                "Each agent's evaluation score at the end of each tier it "
+                "finished; the leaderboard's top agents in colour.",
+                scores_by_steps,
+            ),
+            (
+                "fleet_best",
+                "Best so far",
+                "The fleet's best score as its results came in, against the steps its "
+                "scored tiers had trained by then: what the search (or the grid) bought for its steps.",
+                best_so_far,
+            ),
+        ]
         if searched_keys(fleet):
-            drawn.append(("fleet_values", "Score against each value",
-                          "Each scored agent's latest score against each value the agents differ in (a grid's "
-                          "lists, a search's draws); dark dots scored in the highest tier reached.",
-                          score_by_value))  # fmt: skip
+            drawn.append(
+                (
+                    "fleet_values",
+                    "Score against each value",
+                    "Each scored agent's latest score against each value the agents differ in (a grid's "
+                    "lists, a search's draws); dark dots scored in the highest tier reached.",
+                    score_by_value,
+                )
+            )
         out += [Plot(name, title, caption, png(draw(fleet)), fleet=True) for name, title, caption, draw in drawn]
     return out

@@ -40,10 +40,18 @@ DEFAULT_RUNS = Path("/runs")
 USAGE = "cockpit-pod run [RUN FLAGS] [-- SCRIPT] | cockpit-pod fleet PLAN.toml [FLEET FLAGS]"
 # The flags a resume of each command refuses (run.toml or fleet.db has them), and whether each takes a value.
 RECORDED = {
-    "run": {"--agents": True, "--preset": True, "--env": True, "--timesteps": True, "--episodes": True,
-            "--seed": True, "--run-dir": True, "--name": True},
+    "run": {
+        "--agents": True,
+        "--preset": True,
+        "--env": True,
+        "--timesteps": True,
+        "--episodes": True,
+        "--seed": True,
+        "--run-dir": True,
+        "--name": True,
+    },
     "fleet": {"--run-dir": True, "--name": True},
-}  # fmt: skip
+}
 REFUSED = ("--resume", "--dry-run", "--from")  # the pod decides whether to resume; a dry run trains nothing
 
 
@@ -126,8 +134,10 @@ def pod_step(argv: Sequence[str], runs: Path) -> PodStep:
     except RunRecordError as exc:
         raise ConfigError(f"{run_dir}: holds a run.toml cockpit cannot read ({exc}); give another --run-dir") from exc
     if recorded.command != " ".join(typed):
-        raise ConfigError(f"{run_dir} holds another run ({recorded.command}); give another --run-dir or "
-                          "--name, or move that directory away")  # fmt: skip
+        raise ConfigError(
+            f"{run_dir} holds another run ({recorded.command}); give another --run-dir or "
+            "--name, or move that directory away"
+        )
     if recorded.status in (RunStatus.DONE, RunStatus.FAILED):
         code = 0 if recorded.status is RunStatus.DONE else 1
         return PodStep(
@@ -136,8 +146,10 @@ def pod_step(argv: Sequence[str], runs: Path) -> PodStep:
     kept = _without(words[1:] if verb == "fleet" else words, RECORDED[verb])
     if "--headless" not in kept:
         kept.append("--headless")
-    return PodStep([verb, "--resume", str(run_dir), *kept, "--typed", json.dumps(typed)],
-                   f"cockpit-pod: resuming the run in {run_dir} ({recorded.status} when it stopped)")  # fmt: skip
+    return PodStep(
+        [verb, "--resume", str(run_dir), *kept, "--typed", json.dumps(typed)],
+        f"cockpit-pod: resuming the run in {run_dir} ({recorded.status} when it stopped)",
+    )
 
 
 def _check_writable(run_dir: Path) -> None:
@@ -149,9 +161,11 @@ def _check_writable(run_dir: Path) -> None:
         existing = existing.parent
     if not os.access(existing, os.W_OK | os.X_OK):
         owner = existing.stat().st_uid
-        raise ConfigError(f"{existing} is not writable by uid {os.getuid()} (it belongs to uid {owner}), so the "
-                          f"run cannot go in {run_dir}: on the host, chown {os.getuid()} that directory, or mount a "
-                          "volume the image's user owns")  # fmt: skip
+        raise ConfigError(
+            f"{existing} is not writable by uid {os.getuid()} (it belongs to uid {owner}), so the "
+            f"run cannot go in {run_dir}: on the host, chown {os.getuid()} that directory, or mount a "
+            "volume the image's user owns"
+        )
 
 
 def _split(words: Sequence[str]) -> int:

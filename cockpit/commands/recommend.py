@@ -57,15 +57,22 @@ def measurements_from_run(run_dir: Path) -> tuple[RunRecord, Measurements]:
     except RunRecordError as exc:
         raise ConfigError(f"--from {exc}") from exc
     jobs = tuple(
-        job_measure(job.id, sps=job.mean_sps, phases=job.phases, cpu_percent=job.cpu_percent_mean, error=job.error,
-                    gpu_mem_peak_bytes=job.peak_gpu_mem_mib * MIB if job.peak_gpu_mem_mib is not None else None,
-                    memory_growth_mib_h=job.memory_growth_mib_h,
-                    gpu_memory_growth_mib_h=job.gpu_memory_growth_mib_h)
+        job_measure(
+            job.id,
+            sps=job.mean_sps,
+            phases=job.phases,
+            cpu_percent=job.cpu_percent_mean,
+            error=job.error,
+            gpu_mem_peak_bytes=job.peak_gpu_mem_mib * MIB if job.peak_gpu_mem_mib is not None else None,
+            memory_growth_mib_h=job.memory_growth_mib_h,
+            gpu_memory_growth_mib_h=job.gpu_memory_growth_mib_h,
+        )
         for job in recorded.jobs
-    )  # fmt: skip
+    )
     util = recorded.utilization
-    measured = Measurements(jobs, util.gpu_util_mean if util else None, util.gpu_util_while_training if util else None,
-                            _cpu_mean(run_dir))  # fmt: skip
+    measured = Measurements(
+        jobs, util.gpu_util_mean if util else None, util.gpu_util_while_training if util else None, _cpu_mean(run_dir)
+    )
     return recorded, measured
 
 
@@ -110,14 +117,22 @@ def vec_env_line(machine: Machine, preset: Preset, jobs: int, costs: Costs | Non
         kind = "DummyVecEnv" if preset.vec_env == "dummy" else "SubprocVecEnv"
         return f"{kind}: the preset's vec_env says so (gymnasium fallback)"
     if costs is None and preset.n_envs >= 2 and cores >= 2:
-        return (f"chosen by each worker from a step it measures at start (no probe here): SubprocVecEnv when a "
-                f"step costs {SUBPROC_MIN_STEP_US:,.0f} us or more, else DummyVecEnv (gymnasium fallback)")  # fmt: skip
+        return (
+            f"chosen by each worker from a step it measures at start (no probe here): SubprocVecEnv when a "
+            f"step costs {SUBPROC_MIN_STEP_US:,.0f} us or more, else DummyVecEnv (gymnasium fallback)"
+        )
     _kind, why = pick_vec_env(costs.env_step_us if costs else None, preset.n_envs, cores)
     return f"{why} ({preset.n_envs} envs per job, {cores} core(s) each; gymnasium fallback)"
 
 
-def _numbers(machine: Machine, preset: Preset, jobs: int, measured: Measurements | None, costs: Costs | None,
-             suggested_jobs: int | None = None) -> Table:  # fmt: skip
+def _numbers(
+    machine: Machine,
+    preset: Preset,
+    jobs: int,
+    measured: Measurements | None,
+    costs: Costs | None,
+    suggested_jobs: int | None = None,
+) -> Table:
     table = Table(title="numbers used", title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
     table.add_column("what", style="bold")
     table.add_column("value")
@@ -125,8 +140,11 @@ def _numbers(machine: Machine, preset: Preset, jobs: int, measured: Measurements
     table.add_row("cores", f"{machine.physical_cores} physical, {machine.logical_cores} logical")
     table.add_row("RAM", f"{machine.ram_bytes / 1024**3:.0f} GiB")
     table.add_row("GPU", gpu)
-    table.add_row("preset", f"{preset.name}: {preset.env}, n_envs {preset.n_envs}, n_steps {preset.n_steps}, "
-                  f"batch {preset.batch_size}, net {','.join(map(str, preset.net_arch))}")  # fmt: skip
+    table.add_row(
+        "preset",
+        f"{preset.name}: {preset.env}, n_envs {preset.n_envs}, n_steps {preset.n_steps}, "
+        f"batch {preset.batch_size}, net {','.join(map(str, preset.net_arch))}",
+    )
     vec_env = vec_env_line(machine, preset, suggested_jobs or jobs, costs)
     if vec_env is not None:
         table.add_row("vec env", vec_env)
@@ -140,12 +158,17 @@ def _numbers(machine: Machine, preset: Preset, jobs: int, measured: Measurements
         table.add_row("jobs", f"{jobs} (their envs need ~{need:.1f} cores at {per_core} per core)")
     if measured is not None:
         fmt = lambda v, unit="": "-" if v is None else f"{v:,.1f}{unit}"  # noqa: E731
-        table.add_row("measured GPU", f"{fmt(measured.gpu_util_mean, ' %')} mean, "
-                      f"{fmt(measured.gpu_util_while_training, ' %')} while training")  # fmt: skip
+        table.add_row(
+            "measured GPU",
+            f"{fmt(measured.gpu_util_mean, ' %')} mean, {fmt(measured.gpu_util_while_training, ' %')} while training",
+        )
         table.add_row("measured CPU", f"{fmt(measured.cpu_percent_mean, ' %')} mean over cores")
         peak = measured.peak_gpu_mem_bytes
-        table.add_row("measured jobs", f"{len(measured.jobs)}, {fmt(measured.aggregate_sps)} SPS together, "
-                      f"peak GPU memory {fmt(peak / MIB if peak else None, ' MiB')}")  # fmt: skip
+        table.add_row(
+            "measured jobs",
+            f"{len(measured.jobs)}, {fmt(measured.aggregate_sps)} SPS together, "
+            f"peak GPU memory {fmt(peak / MIB if peak else None, ' MiB')}",
+        )
     return table
 
 
@@ -159,8 +182,16 @@ def advice_table(items: list[Advice]) -> Table:
     return table
 
 
-def recommend(console: Console, *, preset: str | None, env: str | None, jobs: int | None, run_dir: Path | None,
-              machine: Machine | None = None, probe: bool = True) -> list[Advice]:  # fmt: skip
+def recommend(
+    console: Console,
+    *,
+    preset: str | None,
+    env: str | None,
+    jobs: int | None,
+    run_dir: Path | None,
+    machine: Machine | None = None,
+    probe: bool = True,
+) -> list[Advice]:
     """Print the numbers and the advice; returns the advice. ConfigError on bad input. With
     `probe`, the core budget and n_envs come from measured costs (`cockpit.core.sizing.cost_probe`)."""
     machine = machine or this_machine()
@@ -176,8 +207,9 @@ def recommend(console: Console, *, preset: str | None, env: str | None, jobs: in
         costs = costs_for(say(console), machine, resolved, progress) if probe else None
         cpu_costs = cpu_costs_for(say(console), machine, resolved, progress) if probe and costs is not None else None
     mps_gain, mps_refused = mps_outlook(machine, resolved)
-    items = advise(machine, resolved, jobs, measured, costs, cpu_costs=cpu_costs, mps_gain=mps_gain,
-                   mps_usable=mps_refused is None)  # fmt: skip
+    items = advise(
+        machine, resolved, jobs, measured, costs, cpu_costs=cpu_costs, mps_gain=mps_gain, mps_usable=mps_refused is None
+    )
     suggested = next((int(a.suggested) for a in items if a.setting == AdviceSetting.JOBS), None)
     table = _numbers(machine, resolved, jobs, measured, costs, suggested)
     if costs is not None and cpu_costs is not None:

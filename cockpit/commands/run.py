@@ -36,8 +36,10 @@ def _spec(
         flag = "--auto" if args.auto else "--ray"
         raise ConfigError(f"--devices: {flag} chooses where jobs run; give one or the other")
     if args.ray is not None and args.auto:
-        raise ConfigError("--auto: sizes the run to this machine's cores and GPU; with --ray the jobs run on the "
-                          "cluster's: give --jobs instead")  # fmt: skip
+        raise ConfigError(
+            "--auto: sizes the run to this machine's cores and GPU; with --ray the jobs run on the "
+            "cluster's: give --jobs instead"
+        )
     spec = _local_spec(args, gpus, command_line, visible_by)
     given = args.run_dir is not None or args.resume is not None or args.spec is not None
     spec = on_cluster(spec, args.ray, args.storage, run_dir_given=given)
@@ -62,23 +64,34 @@ def _local_spec(
 
     here = Here(list(gpus or ()), visible_by, command_line).indices
     if args.spec is not None:
-        return build_spec(handed(args.spec), command_line=command_line, resuming=args.resume is not None,
-                          gpus_here=here, visible_by=visible_by)  # fmt: skip
+        return build_spec(
+            handed(args.spec),
+            command_line=command_line,
+            resuming=args.resume is not None,
+            gpus_here=here,
+            visible_by=visible_by,
+        )
     if getattr(args, "script", None) is not None:
         if args.resume is not None:
             raise ConfigError(f"--resume {args.resume}: continues the run's own command; drop the one after --")
         worker_only = [each.flag for _, each in declared() if each.worker and getattr(args, each.dest) is not None]
         worker_only += ["--auto"] if args.auto else []
         if worker_only:
-            raise ConfigError(f"{', '.join(map(str, worker_only))}: cockpit's own worker's settings; a command after "
-                              "-- trains its own way (give it its own flags)")  # fmt: skip
+            raise ConfigError(
+                f"{', '.join(map(str, worker_only))}: cockpit's own worker's settings; a command after "
+                "-- trains its own way (give it its own flags)"
+            )
     if args.resume is None:
         preset = args.preset or ("heavy" if gpus else "cartpole")
         jobs = args.jobs or (
             len(args.devices) if args.devices else 1 if args.auto else default_jobs(gpus or (), args.gpus, args.mps)
         )
-        return build_spec(RunSettings.from_args(args, jobs=jobs, preset=preset), command_line=command_line,
-                          gpus_here=here, visible_by=visible_by)  # fmt: skip
+        return build_spec(
+            RunSettings.from_args(args, jobs=jobs, preset=preset),
+            command_line=command_line,
+            gpus_here=here,
+            visible_by=visible_by,
+        )
     fixed = [str(each.flag) for _, each, _ in RunSettings.given_again(args, "fixed")]
     if fixed:
         raise ConfigError(f"--resume continues a run with its recorded settings; drop {', '.join(fixed)}")
@@ -91,14 +104,28 @@ def _local_spec(
     given = RunSettings.from_args(args)
     again = {name: value for name, _, value in RunSettings.given_again(args, "kept")}
     fresh = {name: getattr(given, name) for name, each in declared() if each.resume == "fresh"}
-    return build_spec(dataclasses.replace(recorded, **again, **fresh), command_line=command_line, resuming=True,
-                      gpus_here=here, visible_by=visible_by)  # fmt: skip
+    return build_spec(
+        dataclasses.replace(recorded, **again, **fresh),
+        command_line=command_line,
+        resuming=True,
+        gpus_here=here,
+        visible_by=visible_by,
+    )
 
 
 def main(args: argparse.Namespace, front: FrontEnds) -> int:
     """Carry out `cockpit run` as parsed; returns the exit code (0 done, 1 failed, 2 bad input,
     3 run directory lost, 128 + the signal when interrupted)."""
-    asked = Asked("cockpit run", args.typed, sys.argv[1:] if args.argv is None else args.argv,
-                  headless=args.headless or not interactive(), resume=args.resume is not None)  # fmt: skip
-    return start_run(lambda here: _spec(args, here.readers, here.command_line, here.visible_by), front, asked,
-                     auto_window_s=args.auto_window if args.auto else None)  # fmt: skip
+    asked = Asked(
+        "cockpit run",
+        args.typed,
+        sys.argv[1:] if args.argv is None else args.argv,
+        headless=args.headless or not interactive(),
+        resume=args.resume is not None,
+    )
+    return start_run(
+        lambda here: _spec(args, here.readers, here.command_line, here.visible_by),
+        front,
+        asked,
+        auto_window_s=args.auto_window if args.auto else None,
+    )

@@ -64,8 +64,9 @@ def device_mix(text: str) -> tuple[str, ...]:
     for part in text.split(","):
         count, _, device = part.strip().partition(":")
         if device not in ("cuda", "cpu") or not count.isdigit() or int(count) < 1:
-            raise argparse.ArgumentTypeError(f"expected COUNT:DEVICE pairs such as 2:cuda,1:cpu (DEVICE cuda or "
-                                             f"cpu, COUNT >= 1), got {text!r}")  # fmt: skip
+            raise argparse.ArgumentTypeError(
+                f"expected COUNT:DEVICE pairs such as 2:cuda,1:cpu (DEVICE cuda or cpu, COUNT >= 1), got {text!r}"
+            )
         slots += [device] * int(count)
     return tuple(slots)
 

@@ -55,8 +55,9 @@ class Costs:
         if threads <= 1:
             return self
         saved = self.env_step_us * (1 - 1 / threads)
-        return dataclasses.replace(self, env_policy_us=max(0.0, self.env_policy_us - saved),
-                                   env_step_us=self.env_step_us / threads)  # fmt: skip
+        return dataclasses.replace(
+            self, env_policy_us=max(0.0, self.env_policy_us - saved), env_step_us=self.env_step_us / threads
+        )
 
     @property
     def one_torch_thread(self) -> bool:
@@ -85,8 +86,9 @@ class Costs:
         factor = self.train_factor(threads)
         if factor == 1.0:
             return self
-        return dataclasses.replace(self, train_sample_us=self.train_sample_us * factor,
-                                   train_epoch_us=self.train_epoch_us * factor)  # fmt: skip
+        return dataclasses.replace(
+            self, train_sample_us=self.train_sample_us * factor, train_epoch_us=self.train_epoch_us * factor
+        )
 
     def step_us(self, n_envs: int) -> float:
         """One vector step of `n_envs` envs with the policy's forward pass (a rollout's or a
@@ -119,12 +121,14 @@ class Costs:
 
     def describe(self) -> str:
         """The measured numbers in one line."""
-        return (f"a rollout step costs {self.step_overhead_us:,.0f} us + {self.env_policy_us:,.1f} us per env "
-                f"(of which its env step {self.env_step_us:,.1f} us), training {self.train_sample_us:,.1f} us "
-                f"per sample per epoch + {self.train_epoch_us:,.0f} us per epoch, on the {self.device}"
-                f"{self._threads()}; "
-                f"side by side a sample costs x{self.busy_factor:.2f} with a core per job, "
-                f"x{self.shared_factor:.2f} on a core two jobs share")  # fmt: skip
+        return (
+            f"a rollout step costs {self.step_overhead_us:,.0f} us + {self.env_policy_us:,.1f} us per env "
+            f"(of which its env step {self.env_step_us:,.1f} us), training {self.train_sample_us:,.1f} us "
+            f"per sample per epoch + {self.train_epoch_us:,.0f} us per epoch, on the {self.device}"
+            f"{self._threads()}; "
+            f"side by side a sample costs x{self.busy_factor:.2f} with a core per job, "
+            f"x{self.shared_factor:.2f} on a core two jobs share"
+        )
 
     def _threads(self) -> str:
         """What more torch threads did to a train epoch, where the probe measured it (the CPU)."""
@@ -163,5 +167,7 @@ class MpsGain:
 
     def describe(self) -> str:
         """The measurement in one line."""
-        return (f"x{self.gain:.2f} with MPS for {self.jobs} jobs ({self.sps_off:,.0f} -> {self.sps_on:,.0f} SPS "
-                f"together), measured by {self.by} on {self.measured_at[:10]}")  # fmt: skip
+        return (
+            f"x{self.gain:.2f} with MPS for {self.jobs} jobs ({self.sps_off:,.0f} -> {self.sps_on:,.0f} SPS "
+            f"together), measured by {self.by} on {self.measured_at[:10]}"
+        )

@@ -65,8 +65,18 @@ _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 # envpool config keys the worker sets (n_envs, seed, thread budget) or its adapter relies on (one
 # player, reset infos): a preset's env_kwargs may not set them.
-ENVPOOL_RESERVED = ("num_envs", "batch_size", "num_threads", "seed", "env_seed", "env_type", "thread_affinity_offset",
-                    "max_num_players", "gym_reset_return_info", "base_path")  # fmt: skip
+ENVPOOL_RESERVED = (
+    "num_envs",
+    "batch_size",
+    "num_threads",
+    "seed",
+    "env_seed",
+    "env_type",
+    "thread_affinity_offset",
+    "max_num_players",
+    "gym_reset_return_info",
+    "base_path",
+)
 
 # SubprocVecEnv pays a pipe round trip per env and step (pickling the action and the result, two
 # context switches); it is worth it only when stepping the envs in parallel saves more than that.
@@ -271,8 +281,9 @@ def backend_for(env_id: str, *, source: str = "--env") -> Backend:
     raise UnknownEnvError(f"{source} {env_id!r}: neither envpool nor gymnasium has this environment{hint}")
 
 
-def check_env(env_id: str, env_kwargs: Mapping[str, Any], *, source: str = "--env",
-              kwargs_source: str = "env_kwargs") -> Backend:  # fmt: skip
+def check_env(
+    env_id: str, env_kwargs: Mapping[str, Any], *, source: str = "--env", kwargs_source: str = "env_kwargs"
+) -> Backend:
     """`backend_for(env_id)`, and then, for a `module:EnvId` id or when `env_kwargs` is not empty,
     build the env once with `env_kwargs` and close it: a constructor that fails, or a keyword it
     does not take, is an `EnvKwargsError` naming `kwargs_source` and the env's own message.
@@ -311,12 +322,15 @@ def _check_envpool_kwargs(env_id: str, kwargs: dict[str, Any], where: str) -> No
     reserved = [k for k in kwargs if k in ENVPOOL_RESERVED]
     unknown = [k for k in kwargs if k not in fields]
     if reserved:
-        raise EnvKwargsError(f"{where}: {', '.join(reserved)} cannot be set for envpool's {env_id}: cockpit "
-                             "sets it (n_envs, seed and threads come from the preset and the run) or relies on "
-                             "it")  # fmt: skip
+        raise EnvKwargsError(
+            f"{where}: {', '.join(reserved)} cannot be set for envpool's {env_id}: cockpit "
+            "sets it (n_envs, seed and threads come from the preset and the run) or relies on "
+            "it"
+        )
     if unknown:
-        raise EnvKwargsError(f"{where}: envpool's {env_id} takes no {', '.join(unknown)}; "
-                             f"its config keys are {', '.join(takes)}")  # fmt: skip
+        raise EnvKwargsError(
+            f"{where}: envpool's {env_id} takes no {', '.join(unknown)}; its config keys are {', '.join(takes)}"
+        )
     try:
         pool = envpool.make(env_id, env_type="gymnasium", num_envs=1, batch_size=1, num_threads=1, **kwargs)
     except Exception as exc:  # envpool's pybind errors name no key; ours does
@@ -338,8 +352,12 @@ def pick_vec_env(step_us: float | None, n_envs: int, cores: int) -> tuple[VecEnv
     if step_us is None:
         return "dummy", "DummyVecEnv: the step cost is unmeasured"
     if step_us >= SUBPROC_MIN_STEP_US:
-        return "subproc", (f"SubprocVecEnv: a step costs {step_us:,.0f} us, at least the {SUBPROC_MIN_STEP_US:,.0f} "
-                           f"us that makes stepping {n_envs} envs in parallel processes on {cores} cores pay "
-                           "for their pipes")  # fmt: skip
-    return "dummy", (f"DummyVecEnv: a step costs {step_us:,.0f} us, under the {SUBPROC_MIN_STEP_US:,.0f} us at "
-                     "which parallel env processes pay for their pipes; stepping in the worker is faster")  # fmt: skip
+        return "subproc", (
+            f"SubprocVecEnv: a step costs {step_us:,.0f} us, at least the {SUBPROC_MIN_STEP_US:,.0f} "
+            f"us that makes stepping {n_envs} envs in parallel processes on {cores} cores pay "
+            "for their pipes"
+        )
+    return "dummy", (
+        f"DummyVecEnv: a step costs {step_us:,.0f} us, under the {SUBPROC_MIN_STEP_US:,.0f} us at "
+        "which parallel env processes pay for their pipes; stepping in the worker is faster"
+    )

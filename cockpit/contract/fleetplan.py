@@ -234,8 +234,10 @@ def _tiers(value: Any, *, pbt: bool = False) -> tuple[list[Tier], list[str]]:
         promote = table.get("promote")
         last = i == len(value) - 1
         if pbt and promote is not None:
-            problems.append(f"'{where}.promote': promotion = \"pbt\" trains every agent through every tier (the "
-                            "bottom share copies the top share instead of being culled); remove it")  # fmt: skip
+            problems.append(
+                f"'{where}.promote': promotion = \"pbt\" trains every agent through every tier (the "
+                "bottom share copies the top share instead of being culled); remove it"
+            )
             promote = None
         elif pbt:
             pass
@@ -266,8 +268,9 @@ def _pbt(value: Any, wanted: bool) -> tuple[PbtSettings | None, list[str]]:
     default = PbtSettings()
     quantile = value.get("quantile", default.quantile)
     if not (_positive_number(quantile) and quantile <= 0.5):
-        problems.append(f"'pbt.quantile' must be a fraction in (0, 0.5] (the bottom and the top share), "
-                        f"got {quantile!r}")  # fmt: skip
+        problems.append(
+            f"'pbt.quantile' must be a fraction in (0, 0.5] (the bottom and the top share), got {quantile!r}"
+        )
         quantile = default.quantile
     resample = value.get("resample_probability", default.resample_probability)
     number = isinstance(resample, (int, float)) and not isinstance(resample, bool)
@@ -315,8 +318,9 @@ def with_values(preset: Preset, values: Mapping[str, Any]) -> Preset:
     return resolve({key: data[key] for key in PRESET_KEYS if key in data}, name=preset.name, source=preset.source)
 
 
-def _search_problems(search: SearchSpace, bases: Mapping[tuple[str, str, tuple[tuple[str, Any], ...]], Preset]) -> (
-        list[str]):  # fmt: skip
+def _search_problems(
+    search: SearchSpace, bases: Mapping[tuple[str, str, tuple[tuple[str, Any], ...]], Preset]
+) -> list[str]:
     """Each distribution at each of its extremes (the other keys as the base preset has them) on
     every base preset: a phrase naming the key and the value for each one a preset refuses."""
     problems: list[str] = []
@@ -326,8 +330,10 @@ def _search_problems(search: SearchSpace, bases: Mapping[tuple[str, str, tuple[t
                 try:
                     with_values(base, {distribution.key: value})
                 except PresetError as exc:
-                    problems.append(f"'agents.search.{distribution.key}' {distribution.describe()} draws {value!r}, "
-                                    f"which {spec}/{env} refuses: {exc}")  # fmt: skip
+                    problems.append(
+                        f"'agents.search.{distribution.key}' {distribution.describe()} draws {value!r}, "
+                        f"which {spec}/{env} refuses: {exc}"
+                    )
                     break
     return problems
 
@@ -398,8 +404,9 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
         problems += more
         grid = agents_raw.get("overrides")
         # Said after the presets resolve, so the extremes of the distributions that parsed are checked too.
-        search, search_problems = parse_search(agents_raw.get("search"), preset_keys=PRESET_KEYS,
-                                               grid_keys=tuple(grid) if isinstance(grid, dict) else ())  # fmt: skip
+        search, search_problems = parse_search(
+            agents_raw.get("search"), preset_keys=PRESET_KEYS, grid_keys=tuple(grid) if isinstance(grid, dict) else ()
+        )
 
     for env in envs:
         try:
@@ -429,8 +436,10 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
     if not problems and search is not None:
         problems += _search_problems(search, resolved)
     if promotion == "pbt" and search is None and not search_problems and isinstance(agents_raw, dict):
-        problems.append("'promotion' = \"pbt\" perturbs the searched keys: add an [agents.search] table, such as "
-                        "learning_rate = { loguniform = [1e-5, 1e-3] } with samples = the population size")  # fmt: skip
+        problems.append(
+            "'promotion' = \"pbt\" perturbs the searched keys: add an [agents.search] table, such as "
+            "learning_rate = { loguniform = [1e-5, 1e-3] } with samples = the population size"
+        )
     problems = search_problems + problems
     if not problems:  # a custom env, or env_kwargs, is built once per distinct pair (envids.check_env)
         checked: set[tuple[str, str]] = set()
@@ -439,8 +448,12 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
             if pair not in checked:
                 checked.add(pair)
                 try:
-                    check_env(env, preset.env_kwargs, source="'agents.env'",
-                              kwargs_source=f"'agents.preset' {preset.source}: env_kwargs")  # fmt: skip
+                    check_env(
+                        env,
+                        preset.env_kwargs,
+                        source="'agents.env'",
+                        kwargs_source=f"'agents.preset' {preset.source}: env_kwargs",
+                    )
                 except EnvError as exc:
                     problems.append(str(exc))
     if problems:
@@ -455,20 +468,36 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
             middle = {key: with_values(p, search.midpoints()) for key, p in resolved.items()}
         except PresetError as exc:  # each extreme suits the presets alone, the midpoints together do not
             points = ", ".join(f"{k}={v!r}" for k, v in search.midpoints().items())
-            raise PlanError(f"{source}: 'agents.search' at each key's midpoint ({points}), what the projection "
-                            f"measures, is refused: {exc}") from None  # fmt: skip
+            raise PlanError(
+                f"{source}: 'agents.search' at each key's midpoint ({points}), what the projection "
+                f"measures, is refused: {exc}"
+            ) from None
         agents = tuple(
             Agent(i, env, spec, combo, seed, middle[env, spec, combo], draw, resolved[env, spec, combo])
             for i, (draw, env, spec, combo, seed) in enumerate(
-                itertools.product(range(search.samples), envs, presets, combos, seeds))
-        )  # fmt: skip
-    plan = FleetPlan(source, name, jobs, float(rate) if rate is not None else None, promotion, agents, tuple(tiers),
-                     episodes, mps=mps, search=search, pbt=pbt)  # fmt: skip
+                itertools.product(range(search.samples), envs, presets, combos, seeds)
+            )
+        )
+    plan = FleetPlan(
+        source,
+        name,
+        jobs,
+        float(rate) if rate is not None else None,
+        promotion,
+        agents,
+        tuple(tiers),
+        episodes,
+        mps=mps,
+        search=search,
+        pbt=pbt,
+    )
     zero = [i for i, count in enumerate(plan.funnel()) if count == 0]
     if zero:
         tier = zero[0] - 1
-        raise PlanError(f"{source}: 'tiers[{tier}].promote' promotes no one of the {plan.funnel()[tier]} agents that "
-                        f"reach tier {tier}: raise it or drop the tiers after it")  # fmt: skip
+        raise PlanError(
+            f"{source}: 'tiers[{tier}].promote' promotes no one of the {plan.funnel()[tier]} agents that "
+            f"reach tier {tier}: raise it or drop the tiers after it"
+        )
     return plan
 
 

@@ -444,8 +444,9 @@ def _value(hint: Any, value: Any, key: str) -> Any:
 def _version(doc: Mapping[str, Any], source: str) -> int:
     version = doc.get("schema_version", 1)  # files from before the key existed are version 1
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
-        raise RunRecordError(f"{source}: invalid {RUN_TOML}: schema_version: expected a positive integer, "
-                             f"got {version!r}")  # fmt: skip
+        raise RunRecordError(
+            f"{source}: invalid {RUN_TOML}: schema_version: expected a positive integer, got {version!r}"
+        )
     if version > SCHEMA_VERSION:
         raise RunRecordError(
             f"{source}: {RUN_TOML} written by a newer cockpit (schema_version {version}; this cockpit reads "

@@ -186,8 +186,12 @@ def checked_env(preset: Preset, env: str | None) -> str:
     once here, in this process, before anything starts)."""
     env_id = env or preset.env
     try:
-        check_env(env_id, preset.env_kwargs, source="--env" if env else f"preset {preset.source}: env",
-                  kwargs_source=f"preset {preset.source}: env_kwargs")  # fmt: skip
+        check_env(
+            env_id,
+            preset.env_kwargs,
+            source="--env" if env else f"preset {preset.source}: env",
+            kwargs_source=f"preset {preset.source}: env_kwargs",
+        )
     except EnvError as exc:
         raise ConfigError(str(exc)) from exc
     return env_id
@@ -207,8 +211,9 @@ def checked_gpus(
     if missing and here is not None:
         if visible_by:
             left = f"GPU(s) {','.join(map(str, sorted(here)))}" if here else "no GPU"
-            raise ConfigError(f"--gpus {text}: GPU {missing[0]} is not visible to this run; {visible_by} "
-                              f"leaves it {left}")  # fmt: skip
+            raise ConfigError(
+                f"--gpus {text}: GPU {missing[0]} is not visible to this run; {visible_by} leaves it {left}"
+            )
         span = f"0-{len(here) - 1}" if list(here) == list(range(len(here))) else ",".join(map(str, sorted(here)))
         raise ConfigError(f"--gpus {text}: no GPU {missing[0]} here; NVML sees {len(here)} GPU(s), indices {span}")
     if len(set(gpus)) != len(gpus):
@@ -223,8 +228,10 @@ def checked_devices(devices: tuple[str, ...] | None, jobs: int, here: Sequence[i
         return None
     text = ",".join(f"{devices.count(d)}:{d}" for d in dict.fromkeys(devices))
     if len(devices) != jobs:
-        raise ConfigError(f"--devices {text}: names {len(devices)} parallel job(s) and --jobs is {jobs}; make the "
-                          "counts add up to --jobs, or leave --jobs out")  # fmt: skip
+        raise ConfigError(
+            f"--devices {text}: names {len(devices)} parallel job(s) and --jobs is {jobs}; make the "
+            "counts add up to --jobs, or leave --jobs out"
+        )
     if "cuda" in devices and not here:
         raise ConfigError(f"--devices {text}: no GPU for the cuda jobs here; use {jobs}:cpu, or leave --devices out")
     return devices
@@ -269,14 +276,16 @@ def build_spec(
     run_dir = s.run_dir if s.run_dir is not None or name is None else stamped(name)
     restart = RestartPolicy(s.max_restarts, s.healthy_uptime_s, stall_timeout_s=s.stall_timeout_s)
     if s.script is not None:
-        return _script_spec(s, name=name, gpus=gpus, run_dir=run_dir, restart=restart, command_line=command_line,
-                            resuming=resuming)  # fmt: skip
+        return _script_spec(
+            s, name=name, gpus=gpus, run_dir=run_dir, restart=restart, command_line=command_line, resuming=resuming
+        )
     try:
         resolved = load(s.preset)
     except PresetError as exc:
         raise ConfigError(str(exc)) from exc
-    preset_arg = (str(Path(s.preset).resolve()) if resolved.source.endswith(".toml") and Path(s.preset).is_file()
-                  else s.preset)  # fmt: skip
+    preset_arg = (
+        str(Path(s.preset).resolve()) if resolved.source.endswith(".toml") and Path(s.preset).is_file() else s.preset
+    )
     env_id = checked_env(resolved, s.env)
     n_agents = s.agents or s.jobs
     if s.seed + n_agents - 1 + resolved.n_envs > MAX_SEED:
@@ -315,14 +324,21 @@ def handed(text: str) -> RunSettings:
     try:
         return decode(text)
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"--spec: expected the JSON object of run settings a cockpit hands its background run "
-                          f"({exc})") from None  # fmt: skip
+        raise ConfigError(
+            f"--spec: expected the JSON object of run settings a cockpit hands its background run ({exc})"
+        ) from None
 
 
 def _script_spec(
-    s: RunSettings, *, name: str | None, gpus: tuple[int, ...] | None, run_dir: Path | None, restart: RestartPolicy,
-    command_line: tuple[str, ...], resuming: bool,
-) -> RunSpec:  # fmt: skip
+    s: RunSettings,
+    *,
+    name: str | None,
+    gpus: tuple[int, ...] | None,
+    run_dir: Path | None,
+    restart: RestartPolicy,
+    command_line: tuple[str, ...],
+    resuming: bool,
+) -> RunSpec:
     """The RunSpec of a script run (`build_spec` with `script`), its name, GPUs and run dir checked."""
     assert s.script is not None and s.jobs is not None
     try:
@@ -334,9 +350,25 @@ def _script_spec(
         raise ConfigError(f"--seed {s.seed}: with {agents} agents it must be at most {MAX_SEED - agents + 1}")
     directory = run_dir or script_run_dir(s.script)
     _check_run_dir(directory, resuming)
-    return RunSpec(jobs=s.jobs, agents=agents, preset=None, preset_arg="", env="", timesteps=0, seed=s.seed,
-                   run_dir=directory, restart=restart, pin=s.pin, command_line=command_line, script=s.script,
-                   name=name, tensorboard=s.tensorboard, gpus=gpus, mps=s.mps, on_done=s.on_done)  # fmt: skip
+    return RunSpec(
+        jobs=s.jobs,
+        agents=agents,
+        preset=None,
+        preset_arg="",
+        env="",
+        timesteps=0,
+        seed=s.seed,
+        run_dir=directory,
+        restart=restart,
+        pin=s.pin,
+        command_line=command_line,
+        script=s.script,
+        name=name,
+        tensorboard=s.tensorboard,
+        gpus=gpus,
+        mps=s.mps,
+        on_done=s.on_done,
+    )
 
 
 def _check_run_dir(directory: Path, resuming: bool) -> None:
@@ -356,14 +388,19 @@ def on_cluster(spec: RunSpec, ray: str | None, storage: Path | None, *, run_dir_
             raise ConfigError(f"--storage {storage}: only with --ray, where it is the directory the nodes share")
         return spec
     if ray != LOCAL_RAY and ray != "auto" and ":" not in ray:
-        raise ConfigError(f"--ray {ray}: expected a Ray head's HOST:PORT, ray://HOST:PORT or auto (or nothing: "
-                          "a local instance; then put --ray after any positional argument)")  # fmt: skip
+        raise ConfigError(
+            f"--ray {ray}: expected a Ray head's HOST:PORT, ray://HOST:PORT or auto (or nothing: "
+            "a local instance; then put --ray after any positional argument)"
+        )
     # This machine's GPUs and cores are not where the jobs run: the cluster places each actor.
-    local_only = [flag for flag, given in (("--gpus", spec.gpus is not None), ("--pin", spec.pin), ("--mps", spec.mps))
-                  if given]  # fmt: skip
+    local_only = [
+        flag for flag, given in (("--gpus", spec.gpus is not None), ("--pin", spec.pin), ("--mps", spec.mps)) if given
+    ]
     if local_only:
-        raise ConfigError(f"{', '.join(local_only)}: places jobs on this machine's GPUs or cores; with --ray the "
-                          "cluster places them: drop it")  # fmt: skip
+        raise ConfigError(
+            f"{', '.join(local_only)}: places jobs on this machine's GPUs or cores; with --ray the "
+            "cluster places them: drop it"
+        )
     if importlib.util.find_spec("ray") is None:
         raise ConfigError(f"--ray: Ray is not installed: {RAY_INSTALL_HINT}")
     run_dir = spec.run_dir

@@ -135,8 +135,9 @@ def _distribution(key: str, spec: Any) -> tuple[Distribution | None, list[str]]:
     return Distribution(key, kind, float(low), float(high)), []
 
 
-def parse_search(value: Any, *, preset_keys: tuple[str, ...], grid_keys: tuple[str, ...] = ()) -> tuple[
-        SearchSpace | None, list[str]]:  # fmt: skip
+def parse_search(
+    value: Any, *, preset_keys: tuple[str, ...], grid_keys: tuple[str, ...] = ()
+) -> tuple[SearchSpace | None, list[str]]:
     """(`[agents.search]` validated, problems): None and no problems when the plan has no search;
     with problems, the distributions that parsed (None if none did), so the plan checks them too.
     `preset_keys`: the keys a distribution may name; `grid_keys`: those `[agents.overrides]` lists
@@ -161,8 +162,9 @@ def parse_search(value: Any, *, preset_keys: tuple[str, ...], grid_keys: tuple[s
     params: list[Distribution] = []
     for key in sorted(k for k in value if k not in SETTINGS):
         if key not in preset_keys or key in ("env", "env_kwargs"):
-            problems.append(f"unknown key '{WHERE}.{key}' (valid: {', '.join(SETTINGS)}, or any preset key but env and "
-                            "env_kwargs)")  # fmt: skip
+            problems.append(
+                f"unknown key '{WHERE}.{key}' (valid: {', '.join(SETTINGS)}, or any preset key but env and env_kwargs)"
+            )
             continue
         if key in grid_keys:
             problems.append(f"'{WHERE}.{key}' is also listed in 'agents.overrides': search it or list it, not both")
@@ -172,11 +174,16 @@ def parse_search(value: Any, *, preset_keys: tuple[str, ...], grid_keys: tuple[s
         if distribution is not None:
             params.append(distribution)
     if not params and not problems:
-        problems.append(f"'{WHERE}' names no preset key to search: add one, such as "
-                        "learning_rate = { loguniform = [1e-5, 1e-3] }")  # fmt: skip
+        problems.append(
+            f"'{WHERE}' names no preset key to search: add one, such as learning_rate = {{ loguniform = [1e-5, 1e-3] }}"
+        )
     if not params:
         return None, problems
     # Beside problems too: the plan checks the extremes of every distribution that parsed.
     count = samples if isinstance(samples, int) and _is_int(samples) and samples >= 1 else 1
-    return SearchSpace(count, sampler if sampler in SAMPLERS else "random",
-                       seed if _is_int(seed) and 0 <= seed < 2**32 else 0, tuple(params)), problems  # fmt: skip
+    return SearchSpace(
+        count,
+        sampler if sampler in SAMPLERS else "random",
+        seed if _is_int(seed) and 0 <= seed < 2**32 else 0,
+        tuple(params),
+    ), problems

@@ -69,8 +69,14 @@ class Unfit:
         if not isinstance(keep, list) or not all(isinstance(k, str) for k in keep):
             raise ValueError(f"not a verdict: {data!r}")
         key = data.get("key")
-        return cls(data["part"], data["error"], str(data.get("space") or ""), None if key is None else str(key),
-                   tuple(keep), str(data.get("policy") or ""))  # fmt: skip
+        return cls(
+            data["part"],
+            data["error"],
+            str(data.get("space") or ""),
+            None if key is None else str(key),
+            tuple(keep),
+            str(data.get("policy") or ""),
+        )
 
     def message(self, env_id: str, source: str) -> str:
         """The one line that refuses `env_id`, named as `source` gave it (`--env`, a plan's key)."""
@@ -81,13 +87,17 @@ class Unfit:
         if self.part == "observation" and self.key is not None:
             keep = f"gymnasium.wrappers.FilterObservation(env, {list(self.keep)!r})" if self.keep else "a wrapper"
             fix = "minigrid.wrappers.ImgObsWrapper(env)" if self.space.startswith("minigrid.") else keep
-            return (f"{head}: its observation is a Dict whose key {self.key!r} is a {short} ({self.space}), a space "
-                    f"SB3 does not take ({self.error}); wrap the env so it observes only what SB3 takes, "
-                    f"e.g. {fix}; {REGISTER_HINT}")  # fmt: skip
+            return (
+                f"{head}: its observation is a Dict whose key {self.key!r} is a {short} ({self.space}), a space "
+                f"SB3 does not take ({self.error}); wrap the env so it observes only what SB3 takes, "
+                f"e.g. {fix}; {REGISTER_HINT}"
+            )
         if self.part == "observation":
-            return (f"{head}: its observation space is a {short} ({self.space}), which SB3 does not take "
-                    f"({self.error}); wrap the env so it observes a Box, Discrete, MultiDiscrete, MultiBinary or a "
-                    f"flat Dict of them; {REGISTER_HINT}")  # fmt: skip
+            return (
+                f"{head}: its observation space is a {short} ({self.space}), which SB3 does not take "
+                f"({self.error}); wrap the env so it observes a Box, Discrete, MultiDiscrete, MultiBinary or a "
+                f"flat Dict of them; {REGISTER_HINT}"
+            )
         what = "building SB3's PPO" if self.part == "model" else "a first reset and step under SB3's PPO"
         policy = self.policy or "its policy"
         return f"{head}: {what} with {policy} failed: {self.error}; wrap the env to fit, then {REGISTER_HINT}"

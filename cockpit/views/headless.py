@@ -106,8 +106,9 @@ def system_line(state: RunState) -> str:
     cores = " ".join(f"{c:.0f}" for c in s.cpu_percent)
     ram = f"{s.ram_used_bytes / 1024**3:.1f}/{s.ram_total_bytes / 1024**3:.1f} GiB"
     # On a cluster, each node's CPU after this machine's (the cockpit's own, where no job runs).
-    nodes = "".join(f"  |  {n.node} CPU {n.cpu_total_percent:.0f}% [{' '.join(f'{c:.0f}' for c in n.cpu_percent)}]"
-                    for n in s.nodes)  # fmt: skip
+    nodes = "".join(
+        f"  |  {n.node} CPU {n.cpu_total_percent:.0f}% [{' '.join(f'{c:.0f}' for c in n.cpu_percent)}]" for n in s.nodes
+    )
     return f"{gpu}  |  CPU {s.cpu_total_percent:.0f}% [{cores}]  RAM {ram}{nodes}"
 
 
@@ -155,9 +156,22 @@ def jobs_table(state: RunState, width: int = WIDE) -> Table:
     compacts the step counts so an 80-column terminal shows every figure whole; GPU memory (and,
     wide, each job's SM %, "-" when unknown) only with a GPU."""
     wide = width >= WIDE
-    columns = [("job", "left"), ("seed", "right"), ("status", "left"), ("phase", "left"), ("progress", "left"),
-               ("steps", "right"), ("SPS", "right"), ("ep/h", "right"), ("ETA", "right"), ("ep_rew", "right"),
-               ("rst", "right"), ("CPU%", "right"), ("GPU mem", "right"), ("SM%", "right")]  # fmt: skip
+    columns = [
+        ("job", "left"),
+        ("seed", "right"),
+        ("status", "left"),
+        ("phase", "left"),
+        ("progress", "left"),
+        ("steps", "right"),
+        ("SPS", "right"),
+        ("ep/h", "right"),
+        ("ETA", "right"),
+        ("ep_rew", "right"),
+        ("rst", "right"),
+        ("CPU%", "right"),
+        ("GPU mem", "right"),
+        ("SM%", "right"),
+    ]
     keep = {name for name, _ in columns}
     if not wide:
         keep.discard("seed")
@@ -172,8 +186,9 @@ def jobs_table(state: RunState, width: int = WIDE) -> Table:
         # says how far in episodes, so the bar goes), else the bar.
         keep.discard("progress" if any(job.target_episodes is not None for job in state.jobs) else "ep/h")
     # Narrow, adjacent cells share their padding: one space between columns leaves room for the ETA.
-    table = Table(expand=False, pad_edge=False, box=box.SIMPLE_HEAD if not wide else box.HEAVY_HEAD,
-                  collapse_padding=not wide)  # fmt: skip
+    table = Table(
+        expand=False, pad_edge=False, box=box.SIMPLE_HEAD if not wide else box.HEAVY_HEAD, collapse_padding=not wide
+    )
     for name, justify in columns:
         if name in keep:
             table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
@@ -234,8 +249,16 @@ def fleet_line(fleet: FleetView) -> str:
         parts = [
             f"tier {t.tier} ({tier_target(t.timesteps, t.episodes)}): {t.finished}/{max(t.planned, t.entered)} done"
         ]
-        parts += [f"{n} {what}" for n, what in ((t.running, "running"), (t.promoted, "promoted"),
-                                                 (t.culled, "culled"), (t.failed, "failed")) if n]  # fmt: skip
+        parts += [
+            f"{n} {what}"
+            for n, what in (
+                (t.running, "running"),
+                (t.promoted, "promoted"),
+                (t.culled, "culled"),
+                (t.failed, "failed"),
+            )
+            if n
+        ]
         tiers.append(", ".join(parts))
     cost = f"  {money(fleet.spent_usd)} spent, {money(fleet.projected_usd)} projected" if fleet.rate_usd_per_h else ""
     search = fleet.search
@@ -249,9 +272,12 @@ def fleet_line(fleet: FleetView) -> str:
 
 def leaderboard_lines(fleet: FleetView, top: int = 5) -> list[str]:
     """The best agents, one line each."""
-    return [f"  {i}. {r.agent} score {r.score:.1f} (tier {r.tier}, {r.steps:,} steps) {r.env} {r.preset} seed {r.seed}"
-            + (f" {r.overrides}" if r.overrides else "") + (f" (copied {r.lineage})" if r.lineage else "")
-            for i, r in enumerate(fleet.leaders[:top], 1)]  # fmt: skip
+    return [
+        f"  {i}. {r.agent} score {r.score:.1f} (tier {r.tier}, {r.steps:,} steps) {r.env} {r.preset} seed {r.seed}"
+        + (f" {r.overrides}" if r.overrides else "")
+        + (f" (copied {r.lineage})" if r.lineage else "")
+        for i, r in enumerate(fleet.leaders[:top], 1)
+    ]
 
 
 def memory_lines(state: RunState) -> list[str]:
@@ -322,8 +348,10 @@ class HeadlessView:
     def _renderable(self, state: RunState) -> Group:
         figures = f"  {line}" if state.status.live and (line := run_line(state)) else ""
         named = f"{state.name}: " if state.name is not None else ""
-        header = Text(f"cockpit  {named}{state.preset} on {state.env}  {state.status.value}{figures}  {state.run_dir}",
-                      style="bold")  # fmt: skip
+        header = Text(
+            f"cockpit  {named}{state.preset} on {state.env}  {state.status.value}{figures}  {state.run_dir}",
+            style="bold",
+        )
         fleet = [Text(fleet_line(state.fleet))] if state.fleet is not None else []
         # With a GPU, the sampler's conditions under the system line (without one, it is the line).
         status = [Text(state.gpu_status)] if state.gpu is not None and state.gpu_status else []

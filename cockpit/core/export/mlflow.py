@@ -179,8 +179,9 @@ def export(
                 progress(done, len(run.jobs))
         # check_register made sure there are models enough for the names.
         for name, entry in zip(register, run.ranked_models[: len(register)], strict=True):
-            summary.registered.append(_register(client, name, run_ids[entry.agent], entry.agent, entry.score,
-                                                entry.sha256))  # fmt: skip
+            summary.registered.append(
+                _register(client, name, run_ids[entry.agent], entry.agent, entry.score, entry.sha256)
+            )
     except MlflowException as exc:
         raise ExportFailed(f"MLflow refused the export: {_line(exc)}") from None
     except OSError as exc:
@@ -242,15 +243,17 @@ def _latest_steps(mlflow_run: Run | None) -> dict[str, int]:
     return {metric.key: metric.step for metric in mlflow_run.data.to_proto().metrics}
 
 
-def _export_job(client: MlflowClient, experiment_id: str, run_dir: str, job: JobExport, held: Run | None,
-                summary: ExportSummary) -> str:  # fmt: skip
+def _export_job(
+    client: MlflowClient, experiment_id: str, run_dir: str, job: JobExport, held: Run | None, summary: ExportSummary
+) -> str:
     """Bring the MLflow run of `job` up to date (creating it when `held` is None); its run id."""
     from mlflow.entities import Metric, Param, RunTag
 
     if held is None:
         start = round(job.started_at * 1000) if job.started_at is not None else None
-        created = client.create_run(experiment_id, start_time=start, tags={TAG_RUN_DIR: run_dir, TAG_JOB: job.job_id},
-                                    run_name=job.job_id)  # fmt: skip
+        created = client.create_run(
+            experiment_id, start_time=start, tags={TAG_RUN_DIR: run_dir, TAG_JOB: job.job_id}, run_name=job.job_id
+        )
         run_id, params, tags, status = created.info.run_id, {}, dict(created.data.tags), created.info.status
         summary.runs_created += 1
     else:
@@ -259,8 +262,7 @@ def _export_job(client: MlflowClient, experiment_id: str, run_dir: str, job: Job
     wanted = dict(job.tags)
     wanted.update(_artifacts(client, run_id, job, tags, summary))
     reached = _latest_steps(held)
-    metrics = [Metric(p.key, p.value, round(p.t * 1000), p.step) for p in job.points
-               if p.step > reached.get(p.key, -1)]  # fmt: skip
+    metrics = [Metric(p.key, p.value, round(p.t * 1000), p.step) for p in job.points if p.step > reached.get(p.key, -1)]
     new_params = [Param(key, value) for key, value in job.params.items() if key not in params]
     new_tags = [RunTag(key, value) for key, value in wanted.items() if tags.get(key) != value]
     if metrics or new_params or new_tags:
@@ -271,8 +273,9 @@ def _export_job(client: MlflowClient, experiment_id: str, run_dir: str, job: Job
     return str(run_id)
 
 
-def _artifacts(client: MlflowClient, run_id: str, job: JobExport, tags: Mapping[str, str],
-               summary: ExportSummary) -> dict[str, str]:  # fmt: skip
+def _artifacts(
+    client: MlflowClient, run_id: str, job: JobExport, tags: Mapping[str, str], summary: ExportSummary
+) -> dict[str, str]:
     """Log the job's run.toml and final model where the MLflow run lacks them or holds an older
     one; the tags that record what is now logged."""
     out: dict[str, str] = {}
@@ -321,6 +324,7 @@ def _register(client: MlflowClient, name: str, run_id: str, agent: str, score: f
     # The artifact's own URI, as `runs:/<run_id>/model` resolves on this store.
     source = f"{client.get_run(run_id).info.artifact_uri}/{MODEL_ARTIFACTS}"
     tags: dict[str, Any] = {TAG_AGENT: agent, TAG_SCORE: f"{score:g}", TAG_SHA256: sha256}
-    version = client.create_model_version(name, source, run_id=run_id, tags=tags,
-                                          description=f"agent {agent}, score {score:g} (SB3 PPO zip)")  # fmt: skip
+    version = client.create_model_version(
+        name, source, run_id=run_id, tags=tags, description=f"agent {agent}, score {score:g} (SB3 PPO zip)"
+    )
     return Registered(name, str(version.version), agent, score, created=True)

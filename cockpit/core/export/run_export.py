@@ -135,11 +135,17 @@ def read_run(run_dir: Path) -> RunExport:
             model = _final_checkpoint(run_dir, job, events, notices) if job.status is JobState.DONE else None
         jobs.append(
             JobExport(
-                job_id=job.id, status=job.status, params=_params(record, job, events, agent), tags=_tags(job, agent),
-                points=(*forward(series(events)), *totals(record, job)), run_toml=_job_record(record, job),
-                model=model, started_at=_first_start(events), ended_at=_ended(job, events, record),
+                job_id=job.id,
+                status=job.status,
+                params=_params(record, job, events, agent),
+                tags=_tags(job, agent),
+                points=(*forward(series(events)), *totals(record, job)),
+                run_toml=_job_record(record, job),
+                model=model,
+                started_at=_first_start(events),
+                ended_at=_ended(job, events, record),
             )
-        )  # fmt: skip
+        )
     logged = {job.job_id for job in jobs if job.model is not None}
     ranked = tuple(entry for entry in fleet.models.entries if entry.agent in logged) if fleet is not None else ()
     return RunExport(run_dir, record, tuple(jobs), fleet, ranked, tuple(notices))

@@ -275,8 +275,11 @@ class TensorBoardScalars:
             interval.add_cpu(t, job_id, percent)
         # Only the transitions since the previous update, and the one in effect then: a job keeps
         # minutes of them, and attributing 5 s of samples must not go over all of them each time.
-        recent = {job_id: tr if start is None else phases_since(tr, start)
-                  for job_id, tr in phases.items() if job_id in self._jobs}  # fmt: skip
+        recent = {
+            job_id: tr if start is None else phases_since(tr, start)
+            for job_id, tr in phases.items()
+            if job_id in self._jobs
+        }
         accounting = interval.result(recent, until, placement=placement)
         for job_id, by_phase in accounting.jobs.items():
             steps = self._jobs[job_id].steps_at(until)
@@ -296,8 +299,9 @@ class TensorBoardScalars:
         log = self._jobs[job_id]
         if log.file is None:
             log.file = self.api.writer(str(self.run_dir.job(job_id).tensorboard_cockpit))
-        summary = self.api.summary(value=[self.api.summary.Value(tag=tag, simple_value=value)
-                                          for tag, value in values.items()])  # fmt: skip
+        summary = self.api.summary(
+            value=[self.api.summary.Value(tag=tag, simple_value=value) for tag, value in values.items()]
+        )
         log.file.add_event(self.api.event(wall_time=wall_time, step=steps, summary=summary))
 
     def _flush(self, *, final: bool) -> None:

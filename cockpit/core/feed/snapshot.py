@@ -31,8 +31,9 @@ def override_pairs(overrides: Mapping[str, Any]) -> Overrides:
     its value's repr (`0.001`, `'tanh'`), a float to 4 significant digits (a drawn learning rate
     reads `0.001252`, not `0.0012520653814999472`; run.toml, fleet.db and `report --json` keep it
     whole), in key order; () for none."""
-    return tuple((key, f"{value:.4g}" if isinstance(value, float) else repr(value))
-                 for key, value in sorted(overrides.items()))  # fmt: skip
+    return tuple(
+        (key, f"{value:.4g}" if isinstance(value, float) else repr(value)) for key, value in sorted(overrides.items())
+    )
 
 
 def preset_label(preset: str, overrides: Iterable[tuple[str, str]] = ()) -> str:
@@ -231,27 +232,58 @@ def job_view(*, job: JobSetup, life: JobLife, progress: JobProgress, telemetry: 
     at `progress.sps` (`throughput.job_eta`), and `no_events` from the exit reason."""
     memory, usage = telemetry.memory, telemetry.usage
     figures = memory if isinstance(memory, MemoryFigures) else MemoryFigures.of(memory)
-    eta_s = job_eta(life.state, progress.steps, job.target, progress.sps, target_episodes=job.target_episodes,
-                    episodes=progress.episodes, ep_len_mean=progress.ep_len_mean)  # fmt: skip
-    return JobView(
-        id=job.id, seed=job.seed, env=job.env, preset=job.preset, overrides=job.overrides, target=job.target,
+    eta_s = job_eta(
+        life.state,
+        progress.steps,
+        job.target,
+        progress.sps,
         target_episodes=job.target_episodes,
-        state=life.state, phase=life.phase, phase_since=life.phase_since, restarts=life.restarts,
-        checkpoints=life.checkpoints, last_checkpoint_step=life.last_checkpoint_step, error=life.error,
-        exit_reason=life.exit_reason, started_at=life.started_at, ended_at=life.ended_at,
-        steps=progress.steps, episodes=progress.episodes, sps=progress.sps, mean_sps=progress.mean_sps,
-        rollout_sps=progress.rollout_sps, ep_rew_mean=progress.ep_rew_mean, ep_len_mean=progress.ep_len_mean,
-        episodes_per_h=progress.episodes_per_h, scored=progress.scored, to_score=progress.to_score,
-        pid=telemetry.pid, device=telemetry.device, gpu=telemetry.gpu, node=telemetry.node,
+        episodes=progress.episodes,
+        ep_len_mean=progress.ep_len_mean,
+    )
+    return JobView(
+        id=job.id,
+        seed=job.seed,
+        env=job.env,
+        preset=job.preset,
+        overrides=job.overrides,
+        target=job.target,
+        target_episodes=job.target_episodes,
+        state=life.state,
+        phase=life.phase,
+        phase_since=life.phase_since,
+        restarts=life.restarts,
+        checkpoints=life.checkpoints,
+        last_checkpoint_step=life.last_checkpoint_step,
+        error=life.error,
+        exit_reason=life.exit_reason,
+        started_at=life.started_at,
+        ended_at=life.ended_at,
+        steps=progress.steps,
+        episodes=progress.episodes,
+        sps=progress.sps,
+        mean_sps=progress.mean_sps,
+        rollout_sps=progress.rollout_sps,
+        ep_rew_mean=progress.ep_rew_mean,
+        ep_len_mean=progress.ep_len_mean,
+        episodes_per_h=progress.episodes_per_h,
+        scored=progress.scored,
+        to_score=progress.to_score,
+        pid=telemetry.pid,
+        device=telemetry.device,
+        gpu=telemetry.gpu,
+        node=telemetry.node,
         peak_gpu_mem_bytes=telemetry.peak_gpu_mem_bytes,
         cpu_percent=usage.cpu_percent if usage is not None else None,
         rss_bytes=usage.rss_bytes if usage is not None else None,
         gpu_mem_bytes=usage.gpu_mem_bytes if usage is not None else None,
         gpu_sm_percent=usage.gpu_sm_percent if usage is not None else None,
-        memory=figures.memory, memory_growth_mib_h=figures.memory_growth_mib_h,
-        gpu_memory_growth_mib_h=figures.gpu_memory_growth_mib_h, eta_s=eta_s,
+        memory=figures.memory,
+        memory_growth_mib_h=figures.memory_growth_mib_h,
+        gpu_memory_growth_mib_h=figures.gpu_memory_growth_mib_h,
+        eta_s=eta_s,
         no_events=life.exit_reason == NO_EVENTS_NOTE,
-    )  # fmt: skip
+    )
 
 
 @dataclass(frozen=True)

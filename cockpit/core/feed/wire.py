@@ -163,11 +163,15 @@ def decode_trend(data: Any) -> Trend:
 
 
 def _decode_fleet(data: Any) -> FleetView:
-    return _build(FleetView, data, "fleet",
-                  tiers=lambda tiers: tuple(_build(TierView, t, "tier") for t in _tuple(tiers)),
-                  leaders=lambda rows: tuple(_build(LeaderView, r, "leader") for r in _tuple(rows)),
-                  notices=_tuple,
-                  search=_optional(lambda s: _build(SearchView, s, "search", ranges=_tuple)))  # fmt: skip
+    return _build(
+        FleetView,
+        data,
+        "fleet",
+        tiers=lambda tiers: tuple(_build(TierView, t, "tier") for t in _tuple(tiers)),
+        leaders=lambda rows: tuple(_build(LeaderView, r, "leader") for r in _tuple(rows)),
+        notices=_tuple,
+        search=_optional(lambda s: _build(SearchView, s, "search", ranges=_tuple)),
+    )
 
 
 def _pairs(value: Any) -> tuple[tuple[str, str], ...]:

@@ -46,16 +46,22 @@ class FleetViewBuilder:
         """The fleet's measured speed: the steps its agents trained in this session per second of
         it, start-ups and tier boundaries included (what the rest of the fleet will pay too); the
         live throughput until a minute has passed."""
-        trained = sum(j.steps - j.steps_at_first_start for j in self.supervisor.jobs.values()
-                      if j.steps_at_first_start is not None)  # fmt: skip
+        trained = sum(
+            j.steps - j.steps_at_first_start
+            for j in self.supervisor.jobs.values()
+            if j.steps_at_first_start is not None
+        )
         if elapsed_s >= 60 and trained > 0:
             return trained / elapsed_s
         return live_sps
 
     def _episode_lengths(self) -> list[tuple[int, float]]:
         """(tier, measured episode length) of every agent whose worker has reported one."""
-        return [(a.tier, j.ep_len_mean) for a in self.roster.agents.values()
-                if (j := self.supervisor.jobs.get(a.row.id)) is not None and j.ep_len_mean]  # fmt: skip
+        return [
+            (a.tier, j.ep_len_mean)
+            for a in self.roster.agents.values()
+            if (j := self.supervisor.jobs.get(a.row.id)) is not None and j.ep_len_mean
+        ]
 
     def view(self, live_sps: float | None, elapsed_s: float, *, done: bool) -> FleetView:
         """The fleet now (`done`: every agent is resolved); ETAs at its measured rate (`rate_sps`),
@@ -90,10 +96,28 @@ class FleetViewBuilder:
                     per = (j.ep_len_mean or mean_length) if in_episodes else 1.0
                     steps_left = _add(steps_left, max(0, tier.target - max(steps_done, before)), per)
             steps_left = _add(steps_left, max(0, todo) * (tier.target - before), mean_length)
-            eta = None if steps_left is None else \
-                steps_left / live_sps if eta_known and live_sps else (0.0 if steps_left == 0 else None)  # fmt: skip
-            tiers.append(TierView(i, tier.timesteps, planned[i], len(entered), running, finished, promoted, culled,
-                                  failed, eta, tier.episodes))  # fmt: skip
+            eta = (
+                None
+                if steps_left is None
+                else steps_left / live_sps
+                if eta_known and live_sps
+                else (0.0 if steps_left == 0 else None)
+            )
+            tiers.append(
+                TierView(
+                    i,
+                    tier.timesteps,
+                    planned[i],
+                    len(entered),
+                    running,
+                    finished,
+                    promoted,
+                    culled,
+                    failed,
+                    eta,
+                    tier.episodes,
+                )
+            )
         best: dict[str, Result] = {}
         for results in roster.results.values():
             for r in results:
@@ -102,16 +126,36 @@ class FleetViewBuilder:
         top = sorted(best.values(), key=lambda r: (-r.tier, *rank_key(r)))[:LEADERS]
         rows = [roster.agents[r.agent].row for r in top]
         leaders = tuple(
-            LeaderView(r.agent, row.env, self.plan.agents[row.index].preset.name, overrides_text(row.overrides), r.seed,
-                       r.tier, r.steps, r.score, lineage_text(roster.lineage.get(r.agent, [])))
+            LeaderView(
+                r.agent,
+                row.env,
+                self.plan.agents[row.index].preset.name,
+                overrides_text(row.overrides),
+                r.seed,
+                r.tier,
+                r.steps,
+                r.score,
+                lineage_text(roster.lineage.get(r.agent, [])),
+            )
             for r, row in zip(top, rows, strict=True)
-        )  # fmt: skip
+        )
         eta_s = tiers[-1].eta_s
         spent = elapsed_s / 3600 * self.rate if self.rate is not None else None
         projected = spent + eta_s / 3600 * self.rate if spent is not None and eta_s is not None and self.rate else None
-        return FleetView(self.plan.name, self.plan.promotion, len(roster.agents), tuple(tiers), leaders, eta_s,
-                         self.rate, spent, projected, tuple(roster.notices), roster.notice_count,
-                         search=self._search_view())  # fmt: skip
+        return FleetView(
+            self.plan.name,
+            self.plan.promotion,
+            len(roster.agents),
+            tuple(tiers),
+            leaders,
+            eta_s,
+            self.rate,
+            spent,
+            projected,
+            tuple(roster.notices),
+            roster.notice_count,
+            search=self._search_view(),
+        )
 
     def _search_view(self) -> SearchView | None:
         """The search so far (`SearchView`), None without `[agents.search]`. The best agents whose
@@ -138,13 +182,21 @@ class FleetViewBuilder:
                 latest[r.agent] = r
         top = [agents[r.agent].row.overrides for r in sorted(latest.values(), key=rank_key)[:SEARCH_TOP]]
         drawn = [a.row.overrides for a in agents.values() if self.plan.agents[a.row.index].draw in self.draws.made]
-        ranges = tuple(_range_line(key, [o[key] for o in drawn if key in o], [o[key] for o in top if key in o])
-                       for key in space.keys)  # fmt: skip
+        ranges = tuple(
+            _range_line(key, [o[key] for o in drawn if key in o], [o[key] for o in top if key in o])
+            for key in space.keys
+        )
         values = agents[best.agent].row.overrides if best else {}
-        return SearchView(space.sampler, space.samples, len(self.draws.made), best.score if best else None,
-                          best.agent if best else None,
-                          overrides_text({k: v for k, v in values.items() if k in space.keys}),
-                          first.steps_so_far if first else None, ranges)  # fmt: skip
+        return SearchView(
+            space.sampler,
+            space.samples,
+            len(self.draws.made),
+            best.score if best else None,
+            best.agent if best else None,
+            overrides_text({k: v for k, v in values.items() if k in space.keys}),
+            first.steps_so_far if first else None,
+            ranges,
+        )
 
 
 def _range_line(key: str, drawn: list[Any], top: list[Any]) -> str:

@@ -72,8 +72,9 @@ def _resample(distribution: Distribution, rng: random.Random) -> Any:
     return rng.uniform(distribution.low, distribution.high)
 
 
-def explore(values: Mapping[str, Any], search: SearchSpace, rng: random.Random, resample_probability: float) -> (
-        dict[str, Any]):  # fmt: skip
+def explore(
+    values: Mapping[str, Any], search: SearchSpace, rng: random.Random, resample_probability: float
+) -> dict[str, Any]:
     """`values` (the source's searched values) perturbed: each key, in key order, resampled from its
     distribution with `resample_probability` (always for a choice), else ×0.8 or ×1.2 and clipped
     into its range (an int rounded). A value that is not a number is resampled too."""

@@ -69,9 +69,20 @@ class PbtBoundary:
             overrides = {**dict(self.plan.agents[row.index].overrides), **row.overrides, **new}
             changes = {key: (mine[key], new[key]) for key in search.keys}
             steps = roster.result_of(source_id, tier).steps
-            exploits.append(Exploit(agent_id, tier, source_id, steps, newest.name, changes, scores[agent_id],
-                                    scores[source_id], preset=preset_file(preset, self.run_dir),
-                                    overrides=overrides))  # fmt: skip
+            exploits.append(
+                Exploit(
+                    agent_id,
+                    tier,
+                    source_id,
+                    steps,
+                    newest.name,
+                    changes,
+                    scores[agent_id],
+                    scores[source_id],
+                    preset=preset_file(preset, self.run_dir),
+                    overrides=overrides,
+                )
+            )
         everyone = [r.agent for r in order]
         self.store.pbt_boundary(tier, everyone, exploits)
         roster.decided.add(tier)
@@ -82,8 +93,10 @@ class PbtBoundary:
             agent.preset_arg = exploit.preset
             roster.lineage.setdefault(exploit.agent, []).append(exploit)
             ahead = ">" if (exploit.source_score or 0.0) > (exploit.score or 0.0) else "="  # "=": a tie ranked ahead
-            roster.notice(f"{exploit.agent} exploits {exploit.source} (score {exploit.source_score:.1f} {ahead} "
-                          f"{exploit.score:.1f}): {pbt.changes_text(exploit.changes)}")  # fmt: skip
+            roster.notice(
+                f"{exploit.agent} exploits {exploit.source} (score {exploit.source_score:.1f} {ahead} "
+                f"{exploit.score:.1f}): {pbt.changes_text(exploit.changes)}"
+            )
         for agent_id in everyone:
             agent = roster.agents[agent_id]
             agent.tier, agent.status, agent.handed = tier + 1, "training", False

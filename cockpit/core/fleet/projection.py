@@ -58,8 +58,11 @@ class Projection:
         return 1.0 - self.total.amount / self.all_to_last.amount if self.all_to_last.amount else 0.0
 
 
-def project(plan: FleetPlan, speed: Callable[[Preset], Speed | None],
-            episode_steps: Callable[[str], float | None] = lambda env: None) -> Projection:  # fmt: skip
+def project(
+    plan: FleetPlan,
+    speed: Callable[[Preset], Speed | None],
+    episode_steps: Callable[[str], float | None] = lambda env: None,
+) -> Projection:
     """Project `plan` on this machine; `speed` gives each agent preset's measured speed for the
     fleet's slots (None when it could not be measured), and, for a plan in episodes,
     `episode_steps` each env's measured steps per episode (None when nothing measured it: the
@@ -83,11 +86,14 @@ def project(plan: FleetPlan, speed: Callable[[Preset], Speed | None],
     def stage(label: str, agents: int, each: int, *, first: bool) -> Stage:
         steps = None if per is None else each * per
         seconds = costs.wall_s(agents, steps, plan, first=first) if costs and steps is not None else None
-        return Stage(label, agents, each, agents * each, None if steps is None else agents * steps, seconds,
-                     _cost(seconds, rate))  # fmt: skip
+        return Stage(
+            label, agents, each, agents * each, None if steps is None else agents * steps, seconds, _cost(seconds, rate)
+        )
 
-    stages = [stage(f"tier {i}", agents, tier.target - (plan.tiers[i - 1].target if i else 0), first=i == 0)
-              for i, (tier, agents) in enumerate(zip(plan.tiers, funnel, strict=True))]  # fmt: skip
+    stages = [
+        stage(f"tier {i}", agents, tier.target - (plan.tiers[i - 1].target if i else 0), first=i == 0)
+        for i, (tier, agents) in enumerate(zip(plan.tiers, funnel, strict=True))
+    ]
     times = [s.seconds for s in stages]
     seconds = sum(t for t in times if t is not None) if None not in times else None
     steps = [s.steps for s in stages]
@@ -101,7 +107,7 @@ def project(plan: FleetPlan, speed: Callable[[Preset], Speed | None],
         _cost(seconds, rate),
     )
     everyone = stage("all to the last tier", funnel[0], plan.tiers[-1].target, first=True)
-    return Projection(tuple(stages), total, everyone, plan.unit)  # fmt: skip
+    return Projection(tuple(stages), total, everyone, plan.unit)
 
 
 @dataclass(frozen=True)
@@ -115,9 +121,11 @@ class _AgentCosts:
     @classmethod
     def mean(cls, speeds: Sequence[Speed], slots: int) -> _AgentCosts:
         start = statistics.fmean(s.start_s for s in speeds)
-        return cls(step_s=statistics.fmean(slots / s.fleet_sps for s in speeds),
-                   job_s=statistics.fmean(s.setup_s + s.score_s for s in speeds) + start / SERVE_MAX_JOBS,
-                   start_s=start)  # fmt: skip
+        return cls(
+            step_s=statistics.fmean(slots / s.fleet_sps for s in speeds),
+            job_s=statistics.fmean(s.setup_s + s.score_s for s in speeds) + start / SERVE_MAX_JOBS,
+            start_s=start,
+        )
 
     def wall_s(self, agents: int, steps_each: float, plan: FleetPlan, *, first: bool) -> float:
         """Wall seconds for `agents` agents each training `steps_each` steps on the plan's slots."""

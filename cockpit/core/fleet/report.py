@@ -219,13 +219,19 @@ def fleet_summary(run_dir: Path) -> FleetSummary | None:
     exploits: dict[str, list[Exploit]] = {}
     for exploit in lineage:
         exploits.setdefault(exploit.agent, []).append(exploit)
-    agents = tuple(_agent(row, latest.get(row.id), plan, last, closed, tuple(exploits.get(row.id, ())))
-                   for row in rows)  # fmt: skip
+    agents = tuple(_agent(row, latest.get(row.id), plan, last, closed, tuple(exploits.get(row.id, ()))) for row in rows)
     return FleetSummary(
-        name=plan.name, source=source, promotion=plan.promotion, rate_usd_per_h=plan.rate,
-        tiers=_tiers(plan, rows, by_tier, promotions, closed), leaderboard=_leaderboard(latest, agents),
-        agents=agents, models=_models(run_dir), results=tuple(results), search=search,
-    )  # fmt: skip
+        name=plan.name,
+        source=source,
+        promotion=plan.promotion,
+        rate_usd_per_h=plan.rate,
+        tiers=_tiers(plan, rows, by_tier, promotions, closed),
+        leaderboard=_leaderboard(latest, agents),
+        agents=agents,
+        models=_models(run_dir),
+        results=tuple(results),
+        search=search,
+    )
 
 
 def _search(text: str, draws: dict[int, tuple[int, dict[str, Any]]]) -> SearchSummary | None:
@@ -269,8 +275,13 @@ def _read_plan(text: str, source: str, store: FleetStore) -> _Plan:
         raise FleetReportError(f"{store.path}: its recorded plan has no readable tiers") from None
 
 
-def _closed(plan: _Plan, rows: list[AgentRow], by_tier: dict[int, list[Result]], promotions: dict[int, set[str]],
-            decided: set[int]) -> list[bool]:  # fmt: skip
+def _closed(
+    plan: _Plan,
+    rows: list[AgentRow],
+    by_tier: dict[int, list[Result]],
+    promotions: dict[int, set[str]],
+    decided: set[int],
+) -> list[bool]:
     """Per tier, whether it can promote no more (see the module docstring); the last tier is closed
     to promotion from the start."""
     last = len(plan.tiers) - 1
@@ -288,8 +299,13 @@ def _closed(plan: _Plan, rows: list[AgentRow], by_tier: dict[int, list[Result]],
     return [*out, True]
 
 
-def _tiers(plan: _Plan, rows: list[AgentRow], by_tier: dict[int, list[Result]], promotions: dict[int, set[str]],
-           closed: list[bool]) -> tuple[TierSummary, ...]:  # fmt: skip
+def _tiers(
+    plan: _Plan,
+    rows: list[AgentRow],
+    by_tier: dict[int, list[Result]],
+    promotions: dict[int, set[str]],
+    closed: list[bool],
+) -> tuple[TierSummary, ...]:
     last = len(plan.tiers) - 1
     out = []
     for i, tier in enumerate(plan.tiers):
@@ -299,8 +315,11 @@ def _tiers(plan: _Plan, rows: list[AgentRow], by_tier: dict[int, list[Result]], 
         finished = len(by_tier.get(i, []))
         promoted = len(promotions.get(i, ()))
         culled = finished - promoted if i < last and closed[i] else 0
-        out.append(TierSummary(i, tier.timesteps, plan.funnel[i], entered, training, finished, promoted, culled,
-                               failed, tier.episodes))  # fmt: skip
+        out.append(
+            TierSummary(
+                i, tier.timesteps, plan.funnel[i], entered, training, finished, promoted, culled, failed, tier.episodes
+            )
+        )
     return tuple(out)
 
 
@@ -324,26 +343,48 @@ def _status(row: AgentRow, last: int, closed: list[bool]) -> Status:
     return "culled" if closed[row.tier] else "scored"
 
 
-def _agent(row: AgentRow, result: Result | None, plan: _Plan, last: int, closed: list[bool],
-           lineage: tuple[Exploit, ...] = ()) -> AgentSummary:  # fmt: skip
+def _agent(
+    row: AgentRow, result: Result | None, plan: _Plan, last: int, closed: list[bool], lineage: tuple[Exploit, ...] = ()
+) -> AgentSummary:
     return AgentSummary(
-        id=row.id, index=row.index, env=row.env, preset=_preset_name(row, plan), overrides=row.overrides,
-        seed=row.seed, tier=row.tier if row.tier >= 0 else None, status=_status(row, last, closed),
-        steps=result.steps if result else 0, score=result.score if result else None,
-        score_std=result.score_std if result else None, train_return=result.train_return if result else None,
-        score_tier=result.tier if result else None, error=row.error if row.status == "failed" else None,
+        id=row.id,
+        index=row.index,
+        env=row.env,
+        preset=_preset_name(row, plan),
+        overrides=row.overrides,
+        seed=row.seed,
+        tier=row.tier if row.tier >= 0 else None,
+        status=_status(row, last, closed),
+        steps=result.steps if result else 0,
+        score=result.score if result else None,
+        score_std=result.score_std if result else None,
+        train_return=result.train_return if result else None,
+        score_tier=result.tier if result else None,
+        error=row.error if row.status == "failed" else None,
         lineage=lineage,
-    )  # fmt: skip
+    )
 
 
 def _leaderboard(latest: dict[str, Result], agents: tuple[AgentSummary, ...]) -> tuple[Leader, ...]:
     by_id = {agent.id: agent for agent in agents}  # every result's agent is one (results reference agents)
     ordered = sorted(latest.values(), key=lambda r: (-r.tier, *rank_key(r)))
     return tuple(
-        Leader(rank, r.agent, (a := by_id[r.agent]).env, a.preset, a.overrides, a.seed, r.tier, r.steps, r.score,
-               r.score_std, r.train_return, a.lineage)
+        Leader(
+            rank,
+            r.agent,
+            (a := by_id[r.agent]).env,
+            a.preset,
+            a.overrides,
+            a.seed,
+            r.tier,
+            r.steps,
+            r.score,
+            r.score_std,
+            r.train_return,
+            a.lineage,
+        )
         for rank, r in enumerate(ordered, start=1)
-    )  # fmt: skip
+    )
 
 
 def _models(run_dir: Path) -> ModelsSummary:

@@ -56,8 +56,15 @@ from cockpit.core.supervise.supervisor import Supervisor
 class FleetRun:
     """Drives one fleet on `supervisor` (see the module docstring). Build it with `new` or `resume`."""
 
-    def __init__(self, plan: FleetPlan, store: FleetStore, supervisor: Supervisor, *, clock: Clock | None = None,
-                 rate_usd_per_h: float | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        plan: FleetPlan,
+        store: FleetStore,
+        supervisor: Supervisor,
+        *,
+        clock: Clock | None = None,
+        rate_usd_per_h: float | None = None,
+    ) -> None:
         self.plan = plan
         self.store = store
         self.supervisor = supervisor
@@ -97,9 +104,11 @@ class FleetRun:
         run_dir = supervisor.run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         store = FleetStore.in_run_dir(run_dir)
-        store.create(plan_text, str(Path(plan.source).resolve()), [
-            (a.id, a.index, a.env, preset_arg(a, run_dir), dict(a.overrides), a.seed) for a in plan.agents
-        ])  # fmt: skip
+        store.create(
+            plan_text,
+            str(Path(plan.source).resolve()),
+            [(a.id, a.index, a.env, preset_arg(a, run_dir), dict(a.overrides), a.seed) for a in plan.agents],
+        )
         fleet = cls(plan, store, supervisor, **kwargs)
         if fleet.rate is not None:
             store.set_meta("rate_usd_per_h", repr(fleet.rate))
@@ -205,11 +214,25 @@ class FleetRun:
             agent.status = "failed"
             self.roster.notice(f"{job.id} failed in tier {tier}: {error}")
             return
-        self.store.record(job.id, tier, steps=evaluation.step, score=evaluation.mean_reward,
-                          score_std=evaluation.std_reward, train_return=job.ep_rew_mean)  # fmt: skip
+        self.store.record(
+            job.id,
+            tier,
+            steps=evaluation.step,
+            score=evaluation.mean_reward,
+            score_std=evaluation.std_reward,
+            train_return=job.ep_rew_mean,
+        )
         agent.status = "scored"
-        result = Result(job.id, tier, evaluation.step, evaluation.mean_reward, evaluation.std_reward, job.ep_rew_mean,
-                        agent.row.seed, self.clock.time())  # fmt: skip
+        result = Result(
+            job.id,
+            tier,
+            evaluation.step,
+            evaluation.mean_reward,
+            evaluation.std_reward,
+            job.ep_rew_mean,
+            agent.row.seed,
+            self.clock.time(),
+        )
         self.roster.results[tier].append(result)
         if tier == len(self.plan.tiers) - 1:
             self._collect(agent, result)
@@ -252,16 +275,20 @@ class FleetRun:
         if self.plan.promotion == "sync":
             results = roster.results[tier]
             best = f", best {ranked(results)[0].agent} {ranked(results)[0].score:.1f}" if results else ""
-            roster.notice(f"tier {tier} done: {len(results)} scored, {len(chosen)} promoted, "
-                          f"{len(results) - len(chosen)} culled{best}")  # fmt: skip
+            roster.notice(
+                f"tier {tier} done: {len(results)} scored, {len(chosen)} promoted, "
+                f"{len(results) - len(chosen)} culled{best}"
+            )
 
     def _fill_slots(self) -> None:
         sup, roster = self.supervisor, self.roster
         free = sup.slots - sum(1 for j in sup.jobs.values() if j.state.holds_slot) - len(sup.queue)
         if free <= 0 or sup.interrupted:
             return
-        promoted = sorted((a for a in roster.agents.values() if a.status == "training" and not a.handed),
-                          key=lambda a: (-a.tier, a.row.index))  # fmt: skip
+        promoted = sorted(
+            (a for a in roster.agents.values() if a.status == "training" and not a.handed),
+            key=lambda a: (-a.tier, a.row.index),
+        )
         for agent in promoted[:free]:
             self._hand(agent)
             free -= 1
@@ -295,16 +322,26 @@ class FleetRun:
         # A tier in episodes: the worker stops at the rollout boundary after its agent's whole
         # episodes reach the target, counted across tiers (a checkpoint keeps the count).
         # The views show the preset the plan named and the agent's overrides, not the file written for them.
-        return self.supervisor.add_job(row.id, row.seed, tier.timesteps or 0, preset_arg=agent.preset_arg, env=row.env,
-                                       eval_episodes=self.plan.score_episodes, queued=queued,
-                                       episodes=tier.episodes, preset_name=self.plan.agents[row.index].preset.name,
-                                       overrides=override_pairs(row.overrides))  # fmt: skip
+        return self.supervisor.add_job(
+            row.id,
+            row.seed,
+            tier.timesteps or 0,
+            preset_arg=agent.preset_arg,
+            env=row.env,
+            eval_episodes=self.plan.score_episodes,
+            queued=queued,
+            episodes=tier.episodes,
+            preset_name=self.plan.agents[row.index].preset.name,
+            overrides=override_pairs(row.overrides),
+        )
 
     def _collect(self, agent: Tracked, result: Result) -> None:
         """Copy the agent's final model into models/ and rewrite models.toml."""
         checkpoints = RunDir(self.run_dir).job(agent.row.id).checkpoints
-        found = sorted((p for p in checkpoints.glob("step-*-*") if p.is_dir()),
-                       key=lambda p: tuple(int(x) for x in p.name.split("-")[1:]))  # fmt: skip
+        found = sorted(
+            (p for p in checkpoints.glob("step-*-*") if p.is_dir()),
+            key=lambda p: tuple(int(x) for x in p.name.split("-")[1:]),
+        )
         if not found:
             self.roster.notice(f"{agent.row.id}: no checkpoint to collect its model from")
             return
@@ -319,8 +356,19 @@ class FleetRun:
             vn_digest = copy_atomic(vecnorm, directory / vn_name)
         row = agent.row
         preset = self.plan.agents[row.index].preset.name
-        self._models[row.id] = ModelEntry(row.id, f"{row.id}.zip", digest, row.env, preset, row.seed, result.score,
-                                          result.steps, row.overrides, vn_name, vn_digest)  # fmt: skip
+        self._models[row.id] = ModelEntry(
+            row.id,
+            f"{row.id}.zip",
+            digest,
+            row.env,
+            preset,
+            row.seed,
+            result.score,
+            result.steps,
+            row.overrides,
+            vn_name,
+            vn_digest,
+        )
         order = {r.agent: i for i, r in enumerate(ranked(self.roster.results[result.tier]))}
         entries = sorted(self._models.values(), key=lambda e: order.get(e.agent, math.inf))
         write_manifest(self.run_dir, self.plan.name, entries)

@@ -141,8 +141,9 @@ class FleetSearch:
         self.space = space
         self.path = run_dir / STUDY_DB
         self.storage = optuna.storages.RDBStorage(f"sqlite:///{self.path}")
-        self.study = optuna.create_study(study_name=name, storage=self.storage, direction="maximize",
-                                         load_if_exists=True, sampler=self._sampler(0))  # fmt: skip
+        self.study = optuna.create_study(
+            study_name=name, storage=self.storage, direction="maximize", load_if_exists=True, sampler=self._sampler(0)
+        )
         self._study_id = self.storage.get_study_id_from_name(name)
         for trial in self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
             if DRAW_ATTR not in trial.user_attrs:  # killed between ask and its attr: it has no draw
@@ -164,8 +165,9 @@ class FleetSearch:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             if self.space.sampler == "tpe":  # constant liar: Optuna 5.0's default, not 4.x's
-                return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup_trials(self.space.samples),
-                                                  constant_liar=True)  # fmt: skip
+                return optuna.samplers.TPESampler(
+                    seed=seed, n_startup_trials=startup_trials(self.space.samples), constant_liar=True
+                )
             if self.space.sampler == "qmc":
                 return optuna.samplers.QMCSampler(seed=self.space.seed)
         return optuna.samplers.RandomSampler(seed=seed)
@@ -215,8 +217,12 @@ class FleetSearch:
             asked = self.storage.get_trial(self._id(trial))
             # A pruned trial's value is its last intermediate value, as `study.tell` sets it.
             observation = optuna.trial.create_trial(
-                params=asked.params, distributions=asked.distributions, value=result.means[result.tier],
-                state=state.COMPLETE if result.last else state.PRUNED, intermediate_values=result.means,
-                user_attrs={OBSERVES_ATTR: draw, TIER_ATTR: result.tier})  # fmt: skip
+                params=asked.params,
+                distributions=asked.distributions,
+                value=result.means[result.tier],
+                state=state.COMPLETE if result.last else state.PRUNED,
+                intermediate_values=result.means,
+                user_attrs={OBSERVES_ATTR: draw, TIER_ATTR: result.tier},
+            )
             self.study.add_trial(observation)
         self._observed.add((draw, result.tier))

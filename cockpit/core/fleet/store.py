@@ -162,9 +162,11 @@ class FleetStore:
             db.executemany("INSERT INTO meta VALUES (?, ?)", meta)
             db.executemany(
                 "INSERT INTO agents (id, idx, env, preset, overrides, seed) VALUES (?, ?, ?, ?, ?, ?)",
-                [(a, i, env, preset, json.dumps(overrides, sort_keys=True), seed)
-                 for a, i, env, preset, overrides, seed in agents],
-            )  # fmt: skip
+                [
+                    (a, i, env, preset, json.dumps(overrides, sort_keys=True), seed)
+                    for a, i, env, preset, overrides, seed in agents
+                ],
+            )
 
     def set_meta(self, key: str, value: str) -> None:
         """Record a `meta` value, replacing any."""
@@ -176,12 +178,15 @@ class FleetStore:
         with self._transaction() as db:
             db.execute("UPDATE agents SET tier = ?, status = 'training' WHERE id = ?", (tier, agent))
 
-    def record(self, agent: str, tier: int, *, steps: int, score: float, score_std: float | None,
-               train_return: float | None) -> None:  # fmt: skip
+    def record(
+        self, agent: str, tier: int, *, steps: int, score: float, score_std: float | None, train_return: float | None
+    ) -> None:
         """`agent` ended `tier` with this score; once recorded, a result is never replaced."""
         with self._transaction() as db:
-            db.execute("INSERT OR IGNORE INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       (agent, tier, steps, score, score_std, train_return, time.time()))  # fmt: skip
+            db.execute(
+                "INSERT OR IGNORE INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (agent, tier, steps, score, score_std, train_return, time.time()),
+            )
             db.execute("UPDATE agents SET status = 'scored' WHERE id = ? AND tier = ?", (agent, tier))
 
     def fail(self, agent: str, tier: int, error: str) -> None:
@@ -197,45 +202,73 @@ class FleetStore:
             if decided:
                 db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"decided:{from_tier}", str(len(agents))))
             db.executemany("INSERT INTO promotions VALUES (?, ?, ?)", [(a, from_tier, now) for a in agents])
-            db.executemany("UPDATE agents SET tier = ?, status = 'training' WHERE id = ? AND tier = ?",
-                           [(from_tier + 1, a, from_tier) for a in agents])  # fmt: skip
+            db.executemany(
+                "UPDATE agents SET tier = ?, status = 'training' WHERE id = ? AND tier = ?",
+                [(from_tier + 1, a, from_tier) for a in agents],
+            )
 
     def pbt_boundary(self, tier: int, everyone: list[str], exploits: list[Exploit]) -> None:
         """A PBT tier boundary in one transaction: each exploit's lineage row with its agent's new
         preset argument and overrides, and every agent in `everyone` on to the next tier (decided)."""
         now = time.time()
         with self._transaction() as db:
-            db.executemany("INSERT OR REPLACE INTO lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)", [
-                (e.agent, e.tier, e.source, e.source_steps, e.checkpoint,
-                 json.dumps({k: list(v) for k, v in e.changes.items()}, sort_keys=True), e.score, e.source_score, now)
-                for e in exploits])  # fmt: skip
-            db.executemany("UPDATE agents SET preset = ?, overrides = ? WHERE id = ?",
-                           [(e.preset, json.dumps(e.overrides or {}, sort_keys=True), e.agent)
-                            for e in exploits])  # fmt: skip
+            db.executemany(
+                "INSERT OR REPLACE INTO lineage VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?)",
+                [
+                    (
+                        e.agent,
+                        e.tier,
+                        e.source,
+                        e.source_steps,
+                        e.checkpoint,
+                        json.dumps({k: list(v) for k, v in e.changes.items()}, sort_keys=True),
+                        e.score,
+                        e.source_score,
+                        now,
+                    )
+                    for e in exploits
+                ],
+            )
+            db.executemany(
+                "UPDATE agents SET preset = ?, overrides = ? WHERE id = ?",
+                [(e.preset, json.dumps(e.overrides or {}, sort_keys=True), e.agent) for e in exploits],
+            )
             db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"decided:{tier}", str(len(everyone))))
             db.executemany("INSERT OR IGNORE INTO promotions VALUES (?, ?, ?)", [(a, tier, now) for a in everyone])
-            db.executemany("UPDATE agents SET tier = ?, status = 'training' WHERE id = ? AND tier = ?",
-                           [(tier + 1, a, tier) for a in everyone])  # fmt: skip
+            db.executemany(
+                "UPDATE agents SET tier = ?, status = 'training' WHERE id = ? AND tier = ?",
+                [(tier + 1, a, tier) for a in everyone],
+            )
 
     def applied(self, agent: str, tier: int) -> None:
         """The copy of `agent`'s exploit at the end of `tier` is in place."""
         with self._transaction() as db:
             db.execute("UPDATE lineage SET applied = 1 WHERE agent = ? AND tier = ?", (agent, tier))
 
-    def record_draw(self, draw: int, trial: int, params: dict[str, Any],
-                    agents: list[tuple[str, str, dict[str, Any]]], *, refused: str | None = None) -> None:  # fmt: skip
+    def record_draw(
+        self,
+        draw: int,
+        trial: int,
+        params: dict[str, Any],
+        agents: list[tuple[str, str, dict[str, Any]]],
+        *,
+        refused: str | None = None,
+    ) -> None:
         """Draw `draw` is Optuna trial `trial` with values `params`; each of its `agents` (id,
         preset argument, overrides with the values) takes them, in the same transaction: a resumed
         fleet finds a draw with its agents' values, or neither. `refused`: a preset refused the
         values, and the agents fail in tier 0 with it, in that transaction too."""
         with self._transaction() as db:
             db.execute("INSERT INTO draws VALUES (?, ?, ?)", (draw, trial, json.dumps(params, sort_keys=True)))
-            db.executemany("UPDATE agents SET preset = ?, overrides = ? WHERE id = ?",
-                           [(preset, json.dumps(overrides, sort_keys=True), agent)
-                            for agent, preset, overrides in agents])  # fmt: skip
+            db.executemany(
+                "UPDATE agents SET preset = ?, overrides = ? WHERE id = ?",
+                [(preset, json.dumps(overrides, sort_keys=True), agent) for agent, preset, overrides in agents],
+            )
             if refused is not None:
-                db.executemany("UPDATE agents SET tier = 0, status = 'failed', error = ? WHERE id = ?",
-                               [(refused, agent) for agent, _preset, _overrides in agents])  # fmt: skip
+                db.executemany(
+                    "UPDATE agents SET tier = 0, status = 'failed', error = ? WHERE id = ?",
+                    [(refused, agent) for agent, _preset, _overrides in agents],
+                )
 
     # ----- reading -----
 
@@ -259,8 +292,20 @@ class FleetStore:
     def agents(self) -> list[AgentRow]:
         """Every agent, in matrix order."""
         rows = self._db.execute("SELECT * FROM agents ORDER BY idx").fetchall()
-        return [AgentRow(r["id"], r["idx"], r["env"], r["preset"], json.loads(r["overrides"]), r["seed"], r["tier"],
-                         r["status"], r["error"]) for r in rows]  # fmt: skip
+        return [
+            AgentRow(
+                r["id"],
+                r["idx"],
+                r["env"],
+                r["preset"],
+                json.loads(r["overrides"]),
+                r["seed"],
+                r["tier"],
+                r["status"],
+                r["error"],
+            )
+            for r in rows
+        ]
 
     def results(self, tier: int | None = None) -> list[Result]:
         """Scores, of one tier or all, in the order they were recorded."""
@@ -269,8 +314,10 @@ class FleetStore:
         if tier is not None:
             query, args = query + " WHERE r.tier = ?", (tier,)
         rows = self._db.execute(query + " ORDER BY r.t, r.rowid", args).fetchall()
-        return [Result(r["agent"], r["tier"], r["steps"], r["score"], r["score_std"], r["train_return"], r["seed"],
-                       r["t"]) for r in rows]  # fmt: skip
+        return [
+            Result(r["agent"], r["tier"], r["steps"], r["score"], r["score_std"], r["train_return"], r["seed"], r["t"])
+            for r in rows
+        ]
 
     def promotions(self) -> dict[int, set[str]]:
         """The agents promoted out of each tier."""
@@ -286,6 +333,17 @@ class FleetStore:
             rows = self._db.execute("SELECT * FROM lineage ORDER BY tier, agent").fetchall()
         except sqlite3.OperationalError:  # a read-only open of a fleet.db made before the table
             return []
-        return [Exploit(r["agent"], r["tier"], r["source"], r["source_steps"], r["checkpoint"],
-                        {k: (v[0], v[1]) for k, v in json.loads(r["changes"]).items()}, r["score"], r["source_score"],
-                        bool(r["applied"])) for r in rows]  # fmt: skip
+        return [
+            Exploit(
+                r["agent"],
+                r["tier"],
+                r["source"],
+                r["source_steps"],
+                r["checkpoint"],
+                {k: (v[0], v[1]) for k, v in json.loads(r["changes"]).items()},
+                r["score"],
+                r["source_score"],
+                bool(r["applied"]),
+            )
+            for r in rows
+        ]

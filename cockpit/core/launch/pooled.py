@@ -134,8 +134,9 @@ class PooledLauncher(LocalJobFiles):
                 self._idle.insert(0, spare)  # after any process already warm
         return WorkerHandle(request.job_id, served.proc.pid, request.job_dir, job)
 
-    def _start(self, logs: JobDir | None, gpu: GpuRef | None, mps_pipe_dir: str | None = None,
-               mps_log_dir: str | None = None) -> _Served:  # fmt: skip
+    def _start(
+        self, logs: JobDir | None, gpu: GpuRef | None, mps_pipe_dir: str | None = None, mps_log_dir: str | None = None
+    ) -> _Served:
         """A new served process for GPU `gpu` with its output in `logs`' stdout and stderr logs (a first job's),
         or discarded (a spare's: its jobs' output goes to their own logs; one that fails to
         start is found dead when handed a job, and a fresh process takes the job instead).

@@ -45,8 +45,14 @@ def unfit_envs(presets: Sequence[Preset], *, timeout_s: float = CHECK_TIMEOUT_S)
     argv = [sys.executable, "-m", TRAINABLE_MODULE]
     envs = ", ".join(dict.fromkeys(p.env for p in asked))
     try:
-        done = subprocess.run(argv, input=json.dumps([to_toml(p) for p in asked]), capture_output=True, text=True,
-                              timeout=timeout_s, env={**os.environ, PARENT_PID_ENV: str(os.getpid())})  # fmt: skip
+        done = subprocess.run(
+            argv,
+            input=json.dumps([to_toml(p) for p in asked]),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env={**os.environ, PARENT_PID_ENV: str(os.getpid())},
+        )
     except subprocess.TimeoutExpired:
         raise ConfigError(f"checking {envs} with stable-baselines3 took over {timeout_s:.0f} s") from None
     last = (done.stdout.strip().splitlines() or [""])[-1]

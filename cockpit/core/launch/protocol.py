@@ -50,8 +50,11 @@ def device_env(request: LaunchRequest) -> dict[str, str]:
     """Everything a worker's environment gets for its devices: its GPU (`gpu_env`) and, under MPS,
     the daemon it is a client of and its memory cap (`workerargs.mps_environment`). A job on no
     GPU gets no MPS variables: it would be no client of anything."""
-    mps = (mps_environment(request.mps_pipe_dir, request.mps_mem_limit_mib, request.mps_log_dir)
-           if request.gpu is not None else {})  # fmt: skip
+    mps = (
+        mps_environment(request.mps_pipe_dir, request.mps_mem_limit_mib, request.mps_log_dir)
+        if request.gpu is not None
+        else {}
+    )
     return {**gpu_env(request.gpu), **mps}
 
 

@@ -136,8 +136,10 @@ def refusal(
     call predates none of them). A daemon another user started is no reason: a root daemon starts a
     server for each user that asks."""
     if which(CONTROL_PROGRAM) is None:
-        return (f"--mps: {CONTROL_PROGRAM} is not on PATH (it comes with the NVIDIA driver's compute "
-                "utilities); install them, or run without --mps")  # fmt: skip
+        return (
+            f"--mps: {CONTROL_PROGRAM} is not on PATH (it comes with the NVIDIA driver's compute "
+            "utilities); install them, or run without --mps"
+        )
     if not gpus:
         why = gpu_status.removeprefix("no GPU telemetry: ") or "no NVIDIA GPU found"
         return f"--mps: shares a GPU between jobs, and this run has none ({why}); run without --mps"
@@ -147,8 +149,10 @@ def refusal(
         major, minor = gpu.compute_capability or VOLTA
         fit = [str(g.index) for g in gpus if g not in old]
         instead = f"--gpus {','.join(fit)} (Volta or newer), or " if fit else ""
-        return (f"--mps: GPU {gpu.index} ({gpu.name}) has compute capability {major}.{minor}; MPS needs "
-                f"{VOLTA[0]}.{VOLTA[1]} (Volta) or newer: give {instead}run without --mps")  # fmt: skip
+        return (
+            f"--mps: GPU {gpu.index} ({gpu.name}) has compute capability {major}.{minor}; MPS needs "
+            f"{VOLTA[0]}.{VOLTA[1]} (Volta) or newer: give {instead}run without --mps"
+        )
     return None
 
 
@@ -181,8 +185,9 @@ def serving(environ: Mapping[str, str] | None = None) -> Daemon | None:
     return Daemon(pipe_dir, None, pid, owned=False)
 
 
-def open_daemons(run_dir: Path, gpus: Sequence[GpuInfo], environ: Mapping[str, str] | None = None
-                 ) -> tuple[list[Daemon], list[str]]:  # fmt: skip
+def open_daemons(
+    run_dir: Path, gpus: Sequence[GpuInfo], environ: Mapping[str, str] | None = None
+) -> tuple[list[Daemon], list[str]]:
     """The daemons the run in `run_dir` uses for its jobs on `gpus`, and what the run should say
     about them (one line each): first the daemons a killed cockpit left in `run_dir` are quit
     (`quit_left_behind`), then a daemon already serving is used as it is, for every GPU, else one
@@ -191,12 +196,16 @@ def open_daemons(run_dir: Path, gpus: Sequence[GpuInfo], environ: Mapping[str, s
     env = dict(os.environ if environ is None else environ)
     notes = quit_left_behind(run_dir, env)
     if RunDir(run_dir).mps_record.exists():  # kept: the cockpit that started those daemons is alive
-        raise MpsError(f"--mps: the run in {run_dir} is live: another cockpit runs it, with its MPS daemons; "
-                       f"attach to it (cockpit attach {run_dir})")  # fmt: skip
+        raise MpsError(
+            f"--mps: the run in {run_dir} is live: another cockpit runs it, with its MPS daemons; "
+            f"attach to it (cockpit attach {run_dir})"
+        )
     found = serving(env)
     if found is not None:
-        notes.append(f"MPS: using the daemon already running at {found.pipe_dir}{started_by(found.pipe_dir)} for every "
-                     "GPU; it is left running")  # fmt: skip
+        notes.append(
+            f"MPS: using the daemon already running at {found.pipe_dir}{started_by(found.pipe_dir)} for every "
+            "GPU; it is left running"
+        )
         return [found], notes
     started: list[Daemon] = []
     try:
@@ -207,8 +216,10 @@ def open_daemons(run_dir: Path, gpus: Sequence[GpuInfo], environ: Mapping[str, s
         close_daemons(started, run_dir, env)
         raise
     for daemon in started:
-        notes.append(f"MPS: started a control daemon (pid {daemon.pid}) for GPU {daemon.gpu} at {daemon.pipe_dir}; "
-                     "it stops when the run ends")  # fmt: skip
+        notes.append(
+            f"MPS: started a control daemon (pid {daemon.pid}) for GPU {daemon.gpu} at {daemon.pipe_dir}; "
+            "it stops when the run ends"
+        )
     return started, notes
 
 
@@ -234,31 +245,49 @@ def _spawn(gpu: GpuInfo, pipe_dir: Path, log_dir: Path, env: Mapping[str, str]) 
     """`nvidia-cuda-mps-control -d` for GPU `gpu` alone, with `pipe_dir` and `log_dir`; the daemon
     once its control pipe is there. MpsError (one line) when it does not start."""
     program = shutil.which(CONTROL_PROGRAM, path=env.get("PATH")) or CONTROL_PROGRAM
-    daemon_env = {**env, **gpu_environment(gpu.index, gpu.uuid), MPS_PIPE_DIRECTORY_ENV: str(pipe_dir),
-                  MPS_LOG_DIRECTORY_ENV: str(log_dir)}  # fmt: skip
+    daemon_env = {
+        **env,
+        **gpu_environment(gpu.index, gpu.uuid),
+        MPS_PIPE_DIRECTORY_ENV: str(pipe_dir),
+        MPS_LOG_DIRECTORY_ENV: str(log_dir),
+    }
     try:
-        done = subprocess.run([program, "-d"], env=daemon_env, stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=COMMAND_TIMEOUT_S, check=False)  # fmt: skip
+        done = subprocess.run(
+            [program, "-d"],
+            env=daemon_env,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=COMMAND_TIMEOUT_S,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise MpsError(f"--mps: {CONTROL_PROGRAM} -d did not start the daemon of GPU {gpu.index} ({exc})") from exc
     if done.returncode != 0:
         said = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()
-        raise MpsError(f"--mps: {CONTROL_PROGRAM} -d failed with code {done.returncode}"
-                       + (f": {said[-1]}" if said else "") + f" (GPU {gpu.index}; its log: {log_dir})")  # fmt: skip
+        raise MpsError(
+            f"--mps: {CONTROL_PROGRAM} -d failed with code {done.returncode}"
+            + (f": {said[-1]}" if said else "")
+            + f" (GPU {gpu.index}; its log: {log_dir})"
+        )
     deadline = time.monotonic() + START_WAIT_S
     while not ((pipe_dir / CONTROL_PIPE).exists() and _pid_in(pipe_dir)) and time.monotonic() < deadline:
         time.sleep(0.05)
     if not (pipe_dir / CONTROL_PIPE).exists():
-        raise MpsError(f"--mps: {CONTROL_PROGRAM} -d left no control pipe in {pipe_dir} within "
-                       f"{START_WAIT_S:.0f} s (its log: {log_dir})")  # fmt: skip
+        raise MpsError(
+            f"--mps: {CONTROL_PROGRAM} -d left no control pipe in {pipe_dir} within "
+            f"{START_WAIT_S:.0f} s (its log: {log_dir})"
+        )
     return Daemon(pipe_dir, log_dir, _pid_in(pipe_dir), owned=True, gpu=gpu.index)
 
 
 def _write_record(run_dir: Path, daemons: Sequence[Daemon]) -> None:
     """`mps.json`: the daemons this run started, and the cockpit that started them."""
-    record = {"cockpit_pid": os.getpid(),
-              "daemons": [{"gpu": d.gpu, "daemon_pid": d.pid, "pipe_dir": str(d.pipe_dir), "log_dir": str(d.log_dir)}
-                          for d in daemons]}  # fmt: skip
+    record = {
+        "cockpit_pid": os.getpid(),
+        "daemons": [
+            {"gpu": d.gpu, "daemon_pid": d.pid, "pipe_dir": str(d.pipe_dir), "log_dir": str(d.log_dir)} for d in daemons
+        ],
+    }
     write_atomic(RunDir(run_dir).mps_record, json.dumps(record, indent=2) + "\n")
 
 
@@ -327,11 +356,12 @@ def _quit(pipe_dir: Path, pid: int | None, environ: Mapping[str, str] | None) ->
     env = {**(os.environ if environ is None else environ), MPS_PIPE_DIRECTORY_ENV: str(pipe_dir)}
     program = shutil.which(CONTROL_PROGRAM, path=env.get("PATH")) or CONTROL_PROGRAM
     try:
-        subprocess.run([program], input=b"quit\n", env=env, capture_output=True, timeout=COMMAND_TIMEOUT_S,
-                       check=False)  # fmt: skip
+        subprocess.run([program], input=b"quit\n", env=env, capture_output=True, timeout=COMMAND_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"MPS: could not ask the daemon at {pipe_dir} to quit ({exc}); stop it with: echo quit | " \
-               f"{MPS_PIPE_DIRECTORY_ENV}={pipe_dir} {CONTROL_PROGRAM}"  # fmt: skip
+        return (
+            f"MPS: could not ask the daemon at {pipe_dir} to quit ({exc}); stop it with: echo quit | "
+            f"{MPS_PIPE_DIRECTORY_ENV}={pipe_dir} {CONTROL_PROGRAM}"
+        )
     deadline = time.monotonic() + QUIT_WAIT_S
     while pid is not None and _alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)

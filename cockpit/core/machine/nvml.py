@@ -274,8 +274,11 @@ class GpuReader:
             skew = now - newest_s
             self._offset_s = skew if abs(skew) > CLOCK_SKEW_S else 0.0
             if self._offset_s:
-                self._note("offset", f"the driver's timestamps are {skew:,.0f} s off this clock (counted from "
-                                     "boot?): shifted to Unix time")  # fmt: skip
+                self._note(
+                    "offset",
+                    f"the driver's timestamps are {skew:,.0f} s off this clock (counted from "
+                    "boot?): shifted to Unix time",
+                )
         return self._offset_s
 
     @property
@@ -383,11 +386,17 @@ class GpuReader:
             # Each record fits the GPU but together they hold more than it has in use: the memory
             # figures cannot be trusted, the PIDs still can.
             kept = dict.fromkeys(kept)
-            self._note("process-sum", f"process records claim {held / 2**20:,.0f} MiB, more than the "
-                                      f"{self._mem_used / 2**20:,.0f} MiB in use: their memory is dropped")  # fmt: skip
+            self._note(
+                "process-sum",
+                f"process records claim {held / 2**20:,.0f} MiB, more than the "
+                f"{self._mem_used / 2**20:,.0f} MiB in use: their memory is dropped",
+            )
         if dropped:
-            self._note("process-garbage", f"dropped {dropped} process record(s) that cannot be right (a driver "
-                                          "and nvidia-ml-py of different versions?)")  # fmt: skip
+            self._note(
+                "process-garbage",
+                f"dropped {dropped} process record(s) that cannot be right (a driver "
+                "and nvidia-ml-py of different versions?)",
+            )
         return kept
 
     def _process_sm(self, pids: Sequence[int]) -> dict[int, float] | None:
@@ -396,8 +405,9 @@ class GpuReader:
         now = self._clock()
         since_s = now - 1.0 - self._offset_s if self._offset_s is not None else 0.0
         try:
-            records = self._first("process-util", PROCESS_UTIL_CALLS, self.handle, max(0, int(since_s * 1e6)),
-                                  skip=(ERROR_NOT_SUPPORTED,))  # fmt: skip
+            records = self._first(
+                "process-util", PROCESS_UTIL_CALLS, self.handle, max(0, int(since_s * 1e6)), skip=(ERROR_NOT_SUPPORTED,)
+            )
         except Exception as exc:
             if not self._degrades(exc):
                 raise
@@ -471,16 +481,20 @@ def _no_nvml(nvml: Any, exc: BaseException, device_signs: Callable[[], Sequence[
     if code == ERROR_LIBRARY_NOT_FOUND:
         signs = device_signs()
         if signs:
-            return (f"no GPU telemetry: NVML is missing in this container, though it was given a GPU "
-                    f"({', '.join(signs)}): start it with the 'utility' driver capability "
-                    "(NVIDIA_DRIVER_CAPABILITIES=compute,utility, or docker run --gpus "
-                    "'all,\"capabilities=compute,utility\"')")  # fmt: skip
+            return (
+                f"no GPU telemetry: NVML is missing in this container, though it was given a GPU "
+                f"({', '.join(signs)}): start it with the 'utility' driver capability "
+                "(NVIDIA_DRIVER_CAPABILITIES=compute,utility, or docker run --gpus "
+                "'all,\"capabilities=compute,utility\"')"
+            )
         return "no GPU telemetry: NVML library not found (no NVIDIA driver installed)"
     if code == ERROR_DRIVER_NOT_LOADED:
         return "no GPU telemetry: the NVIDIA driver is not loaded"
     if code == ERROR_LIB_RM_VERSION_MISMATCH:
-        return ("no GPU telemetry: the NVIDIA driver's library and its loaded kernel module are of different "
-                "versions (a driver upgraded without a reboot): reboot, or reload the nvidia modules")  # fmt: skip
+        return (
+            "no GPU telemetry: the NVIDIA driver's library and its loaded kernel module are of different "
+            "versions (a driver upgraded without a reboot): reboot, or reload the nvidia modules"
+        )
     return f"no GPU telemetry: NVML failed to start ({type(exc).__name__}: {exc})"
 
 
@@ -522,15 +536,15 @@ def open_gpus(
                     raise
                 problems.append(f"GPU {index} could not be opened ({type(exc).__name__}: {exc})")
                 continue
-            problems.append(f"GPU {index} is in MIG mode ({len(parts)} slices): utilization is not available "
-                            "per slice")  # fmt: skip
+            problems.append(f"GPU {index} is in MIG mode ({len(parts)} slices): utilization is not available per slice")
             slices += [(index, parent_uuid, part) for part in parts]
         for k, (parent, parent_uuid, part) in enumerate(slices):
             try:
                 readers += _open_one(nvml, count + k, part, parent, clock, parent_uuid)
             except nvml.NVMLError as exc:
-                problems.append(f"MIG slice {count + k} of GPU {parent} could not be opened "
-                                f"({type(exc).__name__}: {exc})")  # fmt: skip
+                problems.append(
+                    f"MIG slice {count + k} of GPU {parent} could not be opened ({type(exc).__name__}: {exc})"
+                )
     except nvml.NVMLError as exc:
         close_gpus(readers)
         nvml.nvmlShutdown()

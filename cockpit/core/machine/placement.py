@@ -78,10 +78,16 @@ def rooms_of(gpus: Sequence[GpuInfo], used: Mapping[int, int | None] | None = No
     empty) taken from its memory (a slice's memory is the slice's). A device whose memory NVML does
     not report (unified memory: GB10, Jetson Thor) counts no room, so jobs go to it by count alone."""
     used = used or {}
-    return [GpuRoom(g.index, g.uuid, g.memory_total_bytes or 0,
-                    g.memory_total_bytes - (used.get(g.index) or 0) if g.memory_total_bytes is not None else 0,
-                    g.compute_mode)
-            for g in placeable(gpus)]  # fmt: skip
+    return [
+        GpuRoom(
+            g.index,
+            g.uuid,
+            g.memory_total_bytes or 0,
+            g.memory_total_bytes - (used.get(g.index) or 0) if g.memory_total_bytes is not None else 0,
+            g.compute_mode,
+        )
+        for g in placeable(gpus)
+    ]
 
 
 def job_limit(mode: str | None, mps: bool = False) -> int | None:
@@ -130,8 +136,10 @@ def capacity_refusal(gpus: Sequence[GpuInfo], jobs: int, cuda_jobs: int, mps: bo
         return f"{flag}: {why}: no GPU here takes a job; train on the CPU (--devices {jobs}:cpu)"
     fewer = f"give --jobs {capacity}, " if cuda_jobs == jobs else ""
     bounded = any(job_limit(g.compute_mode) == 1 for g in rooms)
-    return (f"{flag}: {why}: the GPUs here take {capacity} job(s); {fewer}{'add --mps, ' if bounded else ''}"
-            f"or train the others on the CPU (--devices {capacity}:cuda,{jobs - capacity}:cpu)")  # fmt: skip
+    return (
+        f"{flag}: {why}: the GPUs here take {capacity} job(s); {fewer}{'add --mps, ' if bounded else ''}"
+        f"or train the others on the CPU (--devices {capacity}:cuda,{jobs - capacity}:cpu)"
+    )
 
 
 def find(gpus: Sequence[GpuRoom], ref: GpuRef) -> GpuRoom | None:
@@ -189,5 +197,4 @@ def fit_jobs(gpus: Sequence[GpuRoom], peak_bytes: int, budget: float, *, mps: bo
         if held > budget * chosen.total_bytes:
             return max(1, sum(jobs_on.values()))
         jobs_on[chosen.index] = jobs_on.get(chosen.index, 0) + 1
-        rooms = [g if g is not chosen else dataclasses.replace(g, free_bytes=g.free_bytes - peak_bytes)
-                 for g in rooms]  # fmt: skip
+        rooms = [g if g is not chosen else dataclasses.replace(g, free_bytes=g.free_bytes - peak_bytes) for g in rooms]

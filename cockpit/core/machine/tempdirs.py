@@ -132,6 +132,7 @@ def private_dir(path: Path) -> Path:
     info = os.lstat(path)
     mode = stat.S_IMODE(info.st_mode)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or mode != 0o700:
-        raise PermissionError(f"{path}: not a private directory of uid {os.getuid()} (owner {info.st_uid}, "
-                              f"mode {mode:o}); remove it")  # fmt: skip
+        raise PermissionError(
+            f"{path}: not a private directory of uid {os.getuid()} (owner {info.st_uid}, mode {mode:o}); remove it"
+        )
     return path

@@ -92,10 +92,12 @@ def visible(setting: str | None, gpus: Sequence[GpuInfo], order: str | None = No
     by_index = [e for e in entries if e.isdigit()]
     models = {g.name for g in gpus if not g.is_mig}
     if by_index and (order or "FASTEST_FIRST") != "PCI_BUS_ID" and len(models) > 1:
-        warnings.append(f"{shown} names GPUs by index without {CUDA_DEVICE_ORDER_ENV}=PCI_BUS_ID: CUDA then "
-                        "numbers the fastest GPU first, which nothing cockpit can read tells; cockpit takes "
-                        "NVML's order (nvidia-smi's), which may name other GPUs on these mixed models; set "
-                        f"{CUDA_DEVICE_ORDER_ENV}=PCI_BUS_ID or name the GPUs by UUID")  # fmt: skip
+        warnings.append(
+            f"{shown} names GPUs by index without {CUDA_DEVICE_ORDER_ENV}=PCI_BUS_ID: CUDA then "
+            "numbers the fastest GPU first, which nothing cockpit can read tells; cockpit takes "
+            "NVML's order (nvidia-smi's), which may name other GPUs on these mixed models; set "
+            f"{CUDA_DEVICE_ORDER_ENV}=PCI_BUS_ID or name the GPUs by UUID"
+        )
     return Visibility(tuple(sorted(chosen)), len(gpus), setting, tuple(warnings))
 
 

@@ -53,5 +53,8 @@ def mode_bounds(spec: RunSpec, gpus: Sequence[GpuReader], flag: str) -> ModeBoun
     if spec.cluster is not None or not usable:
         return ModeBounds()
     cuda_jobs = spec.devices.count("cuda") if spec.devices else spec.slots
-    return ModeBounds(capacity_refusal(usable, spec.slots, cuda_jobs, spec.mps, flag),
-                      tuple(mode_lines(usable, spec.mps)), job_capacity(rooms_of(usable), spec.mps))  # fmt: skip
+    return ModeBounds(
+        capacity_refusal(usable, spec.slots, cuda_jobs, spec.mps, flag),
+        tuple(mode_lines(usable, spec.mps)),
+        job_capacity(rooms_of(usable), spec.mps),
+    )

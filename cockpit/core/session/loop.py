@@ -200,8 +200,14 @@ class RunSession:
         return [SetMps(advice.suggested == "on"), *live]
 
     def _log_applied(self, advice: ApplyAdvice) -> None:
-        self._applied.append(AdviceRecord(at=iso(self.clock.time()) or "", action="apply",
-                                          setting=advice.setting.value, suggested=advice.suggested))  # fmt: skip
+        self._applied.append(
+            AdviceRecord(
+                at=iso(self.clock.time()) or "",
+                action="apply",
+                setting=advice.setting.value,
+                suggested=advice.suggested,
+            )
+        )
 
     # ----- ControlProvider (called from the control server's threads) -----
 
@@ -253,12 +259,19 @@ class RunSession:
     def _measurements(self, state: RunState, accounting: Accounting) -> Measurements:
         # Live, a job's SPS and CPU % are its latest, not its means: the advice follows the run now.
         jobs = tuple(
-            job_measure(job.id, sps=job.sps, phases=accounting.jobs.get(job.id, {}),
-                        gpu_mem_peak_bytes=job.peak_gpu_mem_bytes, cpu_percent=job.cpu_percent, error=job.error,
-                        memory_growth_mib_h=job.memory_growth_mib_h,
-                        gpu_memory_growth_mib_h=job.gpu_memory_growth_mib_h, gpu=job.gpu)
+            job_measure(
+                job.id,
+                sps=job.sps,
+                phases=accounting.jobs.get(job.id, {}),
+                gpu_mem_peak_bytes=job.peak_gpu_mem_bytes,
+                cpu_percent=job.cpu_percent,
+                error=job.error,
+                memory_growth_mib_h=job.memory_growth_mib_h,
+                gpu_memory_growth_mib_h=job.gpu_memory_growth_mib_h,
+                gpu=job.gpu,
+            )
             for job in state.jobs
-        )  # fmt: skip
+        )
         recent = [s.cpu_total_percent for s in self.sampler.history()[-ADVICE_CPU_SAMPLES:]]
         cpu = sum(recent) / len(recent) if recent else None
         return Measurements(jobs, accounting.gpu_util_mean, accounting.gpu_util_while_training, cpu)
@@ -292,8 +305,10 @@ class RunSession:
         if self.fleet is not None:  # the record lists every agent that ran, not the view's latest few
             state = dataclasses.replace(self.snapshot(all_jobs=True), status=state.status)
         try:
-            write_record(self.spec.run_dir, record(self.spec, state, self.host, accounting, self.recorder,
-                                                   advice=self._advice_log()))  # fmt: skip
+            write_record(
+                self.spec.run_dir,
+                record(self.spec, state, self.host, accounting, self.recorder, advice=self._advice_log()),
+            )
             self.log_failure = None
         except OSError as exc:
             if self._watch is not None and self._watch.check(force=True) is not None:
@@ -426,8 +441,9 @@ class RunSession:
             return
         self._mps_kept = True
         jobs, sps_off, sps_on = measured
-        record_mps_gain(self._preset, gpu.name,
-                        MpsGain(jobs, sps_off, sps_on, "cockpit run --auto", iso(self.clock.time()) or ""))  # fmt: skip
+        record_mps_gain(
+            self._preset, gpu.name, MpsGain(jobs, sps_off, sps_on, "cockpit run --auto", iso(self.clock.time()) or "")
+        )
 
     def _write_scalars(self, state: RunState, *, final: bool = False) -> None:
         """Write each job's cockpit scalars for TensorBoard when they are due (every few seconds)

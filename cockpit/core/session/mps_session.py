@@ -67,8 +67,10 @@ def open_mps(spec: RunSpec, gpus: Sequence[GpuInfo], standby: bool = False) -> t
     found = serving()
     if found is None:
         return [], notes
-    notes.append(f"MPS: the daemon at {found.pipe_dir}{started_by(found.pipe_dir)} serves every CUDA process here: "
-                 "the jobs are its clients without --mps")  # fmt: skip
+    notes.append(
+        f"MPS: the daemon at {found.pipe_dir}{started_by(found.pipe_dir)} serves every CUDA process here: "
+        "the jobs are its clients without --mps"
+    )
     return [found], notes
 
 
@@ -80,8 +82,14 @@ def close_mps(daemons: Sequence[Daemon], spec: RunSpec, who: str) -> None:
         print(f"{who}: {problem}", file=sys.stderr)
 
 
-def with_mps(spec: RunSpec, gpus: Sequence[GpuReader], who: str,
-             session: Callable[[list[str], MpsServers | None], int], *, standby: bool = False) -> int:  # fmt: skip
+def with_mps(
+    spec: RunSpec,
+    gpus: Sequence[GpuReader],
+    who: str,
+    session: Callable[[list[str], MpsServers | None], int],
+    *,
+    standby: bool = False,
+) -> int:
     """Run `session(notes, mps)` inside `spec`'s MPS daemons (`open_mps`, then `close_mps`
     whatever the session's end): `notes` are the lines the run shows about them, `mps` where the
     workers on each GPU meet theirs (None: no daemon; `MpsServers.external`: one found serving,

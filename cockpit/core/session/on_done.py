@@ -38,12 +38,17 @@ WORDS = {RunStatus.DONE: "done", RunStatus.FAILED: "failed", RunStatus.INTERRUPT
 
 def on_done_environment(status: RunStatus, run_dir: Path, name: str | None, exit_code: int) -> dict[str, str]:
     """The variables the command gets about the run that ended."""
-    return {STATUS_ENV: WORDS.get(status, str(status)), RUN_DIR_ENV: str(run_dir.resolve()),
-            RUN_NAME_ENV: name or run_dir.resolve().name, EXIT_CODE_ENV: str(exit_code)}  # fmt: skip
+    return {
+        STATUS_ENV: WORDS.get(status, str(status)),
+        RUN_DIR_ENV: str(run_dir.resolve()),
+        RUN_NAME_ENV: name or run_dir.resolve().name,
+        EXIT_CODE_ENV: str(exit_code),
+    }
 
 
-def run_on_done(command: str, status: RunStatus, run_dir: Path, name: str | None, exit_code: int, *,
-                timeout_s: float = TIMEOUT_S) -> str | None:  # fmt: skip
+def run_on_done(
+    command: str, status: RunStatus, run_dir: Path, name: str | None, exit_code: int, *, timeout_s: float = TIMEOUT_S
+) -> str | None:
     """Run `command` for the run in `run_dir` that ended with `status` (the module docstring);
     None when it exited 0, else one line saying what went wrong and where its output is."""
     log = RunDir(run_dir).log
@@ -54,8 +59,14 @@ def run_on_done(command: str, status: RunStatus, run_dir: Path, name: str | None
             out.write(f"[cockpit] --on-done at {stamp}, the run {env[STATUS_ENV]}: {command}\n".encode())
             out.flush()
             # Its own session: a timeout kills the shell and whatever it started, and nothing else.
-            with subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL, stdout=out,
-                                  stderr=subprocess.STDOUT, env=env, start_new_session=True) as process:  # fmt: skip
+            with subprocess.Popen(
+                ["/bin/sh", "-c", command],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            ) as process:
                 try:
                     code = process.wait(timeout=timeout_s)
                 except subprocess.TimeoutExpired:

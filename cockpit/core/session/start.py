@@ -140,12 +140,26 @@ def start_fleet(
         # Served workers run agent after agent: a fleet's many short tiers pay the worker's start-up
         # (torch, SB3, envpool imports) once per process instead of once per agent and tier. On Ray
         # (--ray) each agent's attempt is an actor of its own.
-        return with_mps(run, gpus, asked.who, lambda notes, mps: run_on_launcher(
-            run, PooledLauncher,
-            lambda launcher: start_session(run, Sampler(gpus=gpus, gpu_status=opened.gpu_status), launcher,
-                                           resume=asked.resume, fleet=fleet, notes=(*opened.notes, *notes), mps=mps),
-            front.headless(), asked.who,
-        ))  # fmt: skip
+        return with_mps(
+            run,
+            gpus,
+            asked.who,
+            lambda notes, mps: run_on_launcher(
+                run,
+                PooledLauncher,
+                lambda launcher: start_session(
+                    run,
+                    Sampler(gpus=gpus, gpu_status=opened.gpu_status),
+                    launcher,
+                    resume=asked.resume,
+                    fleet=fleet,
+                    notes=(*opened.notes, *notes),
+                    mps=mps,
+                ),
+                front.headless(),
+                asked.who,
+            ),
+        )
 
     return _start(spec, asked, in_background, here)
 
@@ -197,8 +211,9 @@ def search_missing(plan: FleetPlan) -> str | None:
     return missing(plan.source, plan.search.sampler) if plan.search is not None else None
 
 
-def run_in_background(argv: list[str], spec: RunSpec, front: FrontEnds, who: str, *, verb: str = "run",
-                      what: str = "") -> int:  # fmt: skip
+def run_in_background(
+    argv: list[str], spec: RunSpec, front: FrontEnds, who: str, *, verb: str = "run", what: str = ""
+) -> int:
     """Start `cockpit VERB --headless ARGV` in its own session (`background.spawn`), say so in one
     line (`what` says what starts: "2 job(s) "), and open the cockpit on it until the user quits."""
     run = background.spawn(argv, spec.run_dir, verb=verb)
@@ -224,8 +239,12 @@ def _refuse(who: str, problem: str) -> int:
     return 2
 
 
-def _start(spec: Callable[[Here], RunSpec], asked: Asked, in_background: Callable[[RunSpec], int],
-           here: Callable[[_Opened], int]) -> int:  # fmt: skip
+def _start(
+    spec: Callable[[Here], RunSpec],
+    asked: Asked,
+    in_background: Callable[[RunSpec], int],
+    here: Callable[[_Opened], int],
+) -> int:
     """Steps 1 to 5 of the module's; `here(opened)` runs a run that passed them here."""
     command_line = background.typed_command_line(asked.typed, asked.argv)
     if command_line is None:
@@ -264,16 +283,32 @@ def _run_here(opened: _Opened, front: FrontEnds, asked: Asked, auto_window_s: in
     standby, why_not = auto_mps(spec, gpus, opened.gpu_status) if auto else (False, None)
     if standby and bounds.capacity is not None:  # one job per exclusive GPU: no two share one to measure MPS on
         standby, why_not = False, f"--auto: MPS not measured: {bounds.notes[0]}"
-    return with_mps(spec, gpus, asked.who, lambda notes, mps: run_on_launcher(
-        spec, LocalLauncher,
-        lambda launcher: start_session(spec, Sampler(gpus=gpus, gpu_status=opened.gpu_status), launcher,
-                                       resume=asked.resume, costs=costs,
-                                       auto=_auto_tuner(spec, gpu, auto_window_s, standby and mps is not None,
-                                                        bounds.capacity, "; ".join(bounds.notes))
-                                       if auto_window_s is not None else None,
-                                       notes=(*opened.notes, *notes, *([why_not] if why_not else [])), mps=mps),
-        front.headless(), asked.who,
-    ), standby=standby)  # fmt: skip
+    return with_mps(
+        spec,
+        gpus,
+        asked.who,
+        lambda notes, mps: run_on_launcher(
+            spec,
+            LocalLauncher,
+            lambda launcher: start_session(
+                spec,
+                Sampler(gpus=gpus, gpu_status=opened.gpu_status),
+                launcher,
+                resume=asked.resume,
+                costs=costs,
+                auto=_auto_tuner(
+                    spec, gpu, auto_window_s, standby and mps is not None, bounds.capacity, "; ".join(bounds.notes)
+                )
+                if auto_window_s is not None
+                else None,
+                notes=(*opened.notes, *notes, *([why_not] if why_not else [])),
+                mps=mps,
+            ),
+            front.headless(),
+            asked.who,
+        ),
+        standby=standby,
+    )
 
 
 def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:
@@ -286,8 +321,14 @@ def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:
     return cached_costs(dataclasses.replace(spec.preset, env=spec.env), gpu.info.name if gpu is not None else None)
 
 
-def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float, mps: bool = False,
-                gpu_job_cap: int | None = None, gpu_job_cap_why: str = "") -> AutoTuner:  # fmt: skip
+def _auto_tuner(
+    spec: RunSpec,
+    gpu: GpuReader | None,
+    window_s: float,
+    mps: bool = False,
+    gpu_job_cap: int | None = None,
+    gpu_job_cap_why: str = "",
+) -> AutoTuner:
     """The --auto loop for this machine: capped by the cores the preset's envs need and by the
     jobs the GPUs' compute modes take (`gpu_job_cap`, which `gpu_job_cap_why` explains); with
     `mps` (a daemon stands ready) it measures MPS last."""
@@ -298,8 +339,15 @@ def _auto_tuner(spec: RunSpec, gpu: GpuReader | None, window_s: float, mps: bool
     assert spec.preset is not None  # --auto with a script is refused up front
     preset = dataclasses.replace(spec.preset, env=spec.env)
     cores = host_info().physical_cores
-    return AutoTuner(SystemClock(), max_slots=max_jobs_for_cores(preset, cores), n_envs=preset.n_envs,
-                     env_capacity=envs_per_core(spec.env) * cores,
-                     gpu_memory_bytes=gpu.info.memory_total_bytes if gpu is not None else None,
-                     window_s=window_s, settle_s=window_s / 3, mps=mps, gpu_job_cap=gpu_job_cap,
-                     gpu_job_cap_why=gpu_job_cap_why)  # fmt: skip
+    return AutoTuner(
+        SystemClock(),
+        max_slots=max_jobs_for_cores(preset, cores),
+        n_envs=preset.n_envs,
+        env_capacity=envs_per_core(spec.env) * cores,
+        gpu_memory_bytes=gpu.info.memory_total_bytes if gpu is not None else None,
+        window_s=window_s,
+        settle_s=window_s / 3,
+        mps=mps,
+        gpu_job_cap=gpu_job_cap,
+        gpu_job_cap_why=gpu_job_cap_why,
+    )

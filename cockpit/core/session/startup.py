@@ -96,8 +96,19 @@ def start_session(
     sampler.on_sample = recorder
     if isinstance(launcher, RemoteJobs):  # no local pid to follow: the launcher reports its jobs, and their nodes
         sampler.remote = launcher.usage
-    session = RunSession(spec, sampler, supervisor, recorder, clock=clock, host=host, serve=serve, auto=auto,
-                         costs=costs, tensorboard=_tensorboard(spec, supervisor.warnings), mps=mps)  # fmt: skip
+    session = RunSession(
+        spec,
+        sampler,
+        supervisor,
+        recorder,
+        clock=clock,
+        host=host,
+        serve=serve,
+        auto=auto,
+        costs=costs,
+        tensorboard=_tensorboard(spec, supervisor.warnings),
+        mps=mps,
+    )
     if resume and isinstance(launcher, (LocalLauncher, PooledLauncher)):
         # Before reading what the jobs wrote: a killed cockpit's workers may still be writing.
         waited = wait_for_previous_workers(spec.run_dir, ORPHAN_WAIT_S)
@@ -138,8 +149,9 @@ def _restore_jobs(session: RunSession) -> None:
         if job is not None and job_record.peak_gpu_mem_mib:  # the room that GPU must still have
             job.recorded_peak_gpu_mem = job_record.peak_gpu_mem_mib * MIB
         # What the leak watch said of it then, until a worker of this session is judged.
-        verdict = MemoryVerdict.recorded(job_record.memory, job_record.memory_growth_mib_h,
-                                         job_record.gpu_memory_growth_mib_h)  # fmt: skip
+        verdict = MemoryVerdict.recorded(
+            job_record.memory, job_record.memory_growth_mib_h, job_record.gpu_memory_growth_mib_h
+        )
         if verdict is not None:
             session.recorder.memory.restore(job_record.id, verdict)
     for job in sup.jobs.values():
@@ -167,6 +179,13 @@ def _template(spec: RunSpec, costs: Costs | None = None) -> JobTemplate:
     `costs` say more do not pay."""
     if spec.script is not None:
         return JobTemplate("", script_label(spec.script), spec.timesteps, script=spec.script)
-    return JobTemplate(spec.preset_arg, spec.env, spec.timesteps, episodes=spec.episodes, tensorboard=spec.tensorboard,
-                       one_torch_thread=costs is not None and costs.one_torch_thread,
-                       devices=spec.devices or (), eval_episodes=spec.eval_episodes)  # fmt: skip
+    return JobTemplate(
+        spec.preset_arg,
+        spec.env,
+        spec.timesteps,
+        episodes=spec.episodes,
+        tensorboard=spec.tensorboard,
+        one_torch_thread=costs is not None and costs.one_torch_thread,
+        devices=spec.devices or (),
+        eval_episodes=spec.eval_episodes,
+    )

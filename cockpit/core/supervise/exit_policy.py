@@ -198,16 +198,21 @@ class ExitPolicy:
             return False
         now_mono, now = self.clock.monotonic(), self.clock.time()
         index = job.gpu.index
-        fault = next((f for f in reversed(self.mps_faults) if f.gpu == index and now_mono - f.at <= MPS_FAULT_WINDOW_S),
-                     None)  # fmt: skip
+        fault = next(
+            (f for f in reversed(self.mps_faults) if f.gpu == index and now_mono - f.at <= MPS_FAULT_WINDOW_S), None
+        )
         if fault is None:
             # Its restart time is set by the caller's count; the fault learns it on its second job.
             # A fault is kept while it may grow, and while its jobs wait for the others of its GPU.
             waiting = {j.id for j in self.jobs.values() if j.state is JobState.BACKOFF}
-            self.mps_faults = [f for f in self.mps_faults
-                               if now_mono - f.at <= MPS_FAULT_WINDOW_S or waiting.intersection(f.jobs)]  # fmt: skip
-            clients = tuple(o.handle for o in self.jobs.values()
-                            if o.handle is not None and o.gpu is not None and o.gpu.index == index)  # fmt: skip
+            self.mps_faults = [
+                f for f in self.mps_faults if now_mono - f.at <= MPS_FAULT_WINDOW_S or waiting.intersection(f.jobs)
+            ]
+            clients = tuple(
+                o.handle
+                for o in self.jobs.values()
+                if o.handle is not None and o.gpu is not None and o.gpu.index == index
+            )
             self.mps_faults.append(MpsFault(index, now_mono, [job.id], restart_at=None, warning=-1, clients=clients))
             return False
         first = self.jobs.get(fault.jobs[0])
@@ -219,8 +224,10 @@ class ExitPolicy:
         job.restart_at = fault.restart_at
         job.change_state(JobState.BACKOFF, now)
         job.exit_reason = f"MPS client fault on GPU {index}: {exit_reason(code)}"
-        line = (f"MPS: a client fault on GPU {index} ended {len(fault.jobs)} jobs at once ({', '.join(fault.jobs)}); "
-                "each restarts from its checkpoint, counted as one crash")  # fmt: skip
+        line = (
+            f"MPS: a client fault on GPU {index} ended {len(fault.jobs)} jobs at once ({', '.join(fault.jobs)}); "
+            "each restarts from its checkpoint, counted as one crash"
+        )
         if fault.warning < 0:
             fault.warning = len(self.warnings)
             self.warnings.append(line)

@@ -114,32 +114,56 @@ def run_state(
         sps = job.throughput.rate(measured_at)
         views.append(
             job_view(
-                job=JobSetup(id=job.id, seed=job.seed, env=job.env,
-                             preset=job.preset_name or (_preset_name(job.preset_arg) if job.preset_arg else None),
-                             overrides=job.overrides, target=job.target, target_episodes=job.target_episodes),
-                life=JobLife(state=job.state, phase=job.phase, phase_since=job.phase_since, restarts=job.restarts,
-                             checkpoints=job.checkpoints, last_checkpoint_step=job.last_checkpoint_step,
-                             error=job.error, exit_reason=job.exit_reason, started_at=job.first_started_at,
-                             ended_at=job.ended_at),
-                progress=JobProgress(steps=job.steps, episodes=job.episodes, sps=sps, mean_sps=job.mean_sps,
-                                     rollout_sps=job.rollout_sps, ep_rew_mean=job.ep_rew_mean,
-                                     ep_len_mean=job.ep_len_mean,
-                                     episodes_per_h=job.throughput.episodes_per_h(measured_at),
-                                     scored=job.scoring[0] if job.scoring else None,
-                                     to_score=job.scoring[1] if job.scoring else None),
-                telemetry=JobTelemetry(pid=job.handle.pid if job.handle is not None else None, device=job.device,
-                                       gpu=job.gpu.index if job.gpu is not None else None,
-                                       node=job.handle.node if job.handle is not None else None,
-                                       usage=_usage(job, sample), peak_gpu_mem_bytes=_peak(job, peak_gpu_mem),
-                                       memory=memory.get(job.id)),
+                job=JobSetup(
+                    id=job.id,
+                    seed=job.seed,
+                    env=job.env,
+                    preset=job.preset_name or (_preset_name(job.preset_arg) if job.preset_arg else None),
+                    overrides=job.overrides,
+                    target=job.target,
+                    target_episodes=job.target_episodes,
+                ),
+                life=JobLife(
+                    state=job.state,
+                    phase=job.phase,
+                    phase_since=job.phase_since,
+                    restarts=job.restarts,
+                    checkpoints=job.checkpoints,
+                    last_checkpoint_step=job.last_checkpoint_step,
+                    error=job.error,
+                    exit_reason=job.exit_reason,
+                    started_at=job.first_started_at,
+                    ended_at=job.ended_at,
+                ),
+                progress=JobProgress(
+                    steps=job.steps,
+                    episodes=job.episodes,
+                    sps=sps,
+                    mean_sps=job.mean_sps,
+                    rollout_sps=job.rollout_sps,
+                    ep_rew_mean=job.ep_rew_mean,
+                    ep_len_mean=job.ep_len_mean,
+                    episodes_per_h=job.throughput.episodes_per_h(measured_at),
+                    scored=job.scoring[0] if job.scoring else None,
+                    to_score=job.scoring[1] if job.scoring else None,
+                ),
+                telemetry=JobTelemetry(
+                    pid=job.handle.pid if job.handle is not None else None,
+                    device=job.device,
+                    gpu=job.gpu.index if job.gpu is not None else None,
+                    node=job.handle.node if job.handle is not None else None,
+                    usage=_usage(job, sample),
+                    peak_gpu_mem_bytes=_peak(job, peak_gpu_mem),
+                    memory=memory.get(job.id),
+                ),
             )
-        )  # fmt: skip
+        )
     # Every job's return counts, not only the shown ones: a fleet's best agent may have ended.
     trend = sup.trend.observe(
         sup.clock.monotonic(),
         now,
         lambda: (stepping_sps(views), best_return(job.ep_rew_mean for job in sup.jobs.values())),
-    )  # fmt: skip
+    )
     return RunState(
         run_dir=str(sup.run_dir),
         preset=sup.preset_name,

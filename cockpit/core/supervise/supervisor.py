@@ -137,14 +137,24 @@ class Supervisor:
     # ----- the loop (supervisor thread only) -----
 
     def _add(self, seed: int) -> Job:
-        return self.add_job(f"{len(self.jobs):03d}", seed, self.template.timesteps,
-                            eval_episodes=self.template.eval_episodes)  # fmt: skip
+        return self.add_job(
+            f"{len(self.jobs):03d}", seed, self.template.timesteps, eval_episodes=self.template.eval_episodes
+        )
 
     def add_job(
-        self, job_id: str, seed: int, target: int, *, preset_arg: str | None = None, env: str | None = None,
-        eval_episodes: int | None = None, queued: bool = True, episodes: int | None = None,
-        preset_name: str | None = None, overrides: Overrides = (),
-    ) -> Job:  # fmt: skip
+        self,
+        job_id: str,
+        seed: int,
+        target: int,
+        *,
+        preset_arg: str | None = None,
+        env: str | None = None,
+        eval_episodes: int | None = None,
+        queued: bool = True,
+        episodes: int | None = None,
+        preset_name: str | None = None,
+        overrides: Overrides = (),
+    ) -> Job:
         """Add job `job_id` in `jobs/<job_id>/`, training to `target` steps, or to `episodes` whole
         episodes when given (else the template's episode target, if any), with the template's
         preset and env unless given; at the end of the queue, or held out of it (`queued=False`)
@@ -395,5 +405,16 @@ class Supervisor:
     ) -> RunState:
         """An immutable RunState for the front ends (`run_state.run_state`: with `all_jobs`, every
         job despite `view_limit`; `memory`, the leak watch's verdict per job; the rest passed through)."""
-        return run_state(self, sample, peak_gpu_mem, all_jobs=all_jobs, memory=memory, gpu=gpu, gpus=gpus,
-                         gpu_status=gpu_status, advice=advice, suggestions=suggestions, name=name)  # fmt: skip
+        return run_state(
+            self,
+            sample,
+            peak_gpu_mem,
+            all_jobs=all_jobs,
+            memory=memory,
+            gpu=gpu,
+            gpus=gpus,
+            gpu_status=gpu_status,
+            advice=advice,
+            suggestions=suggestions,
+            name=name,
+        )

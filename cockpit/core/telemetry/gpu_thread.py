@@ -123,8 +123,10 @@ class GpuThread:
                 for pid, (mem, sm) in (reader_processes or {}).items():
                     # A process on several GPUs holds memory on each: its total is theirs together.
                     known_mem, known_sm = found.get(pid, (None, None))
-                    found[pid] = (mem if known_mem is None else known_mem + (mem or 0),
-                                  sm if known_sm is None else known_sm + (sm or 0.0))  # fmt: skip
+                    found[pid] = (
+                        mem if known_mem is None else known_mem + (mem or 0),
+                        sm if known_sm is None else known_sm + (sm or 0.0),
+                    )
         return samples, found, read.cost_s
 
     def lose(self, exc: Exception, readers: Sequence[GpuReader] | None = None) -> None:

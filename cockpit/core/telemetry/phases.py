@@ -136,8 +136,14 @@ class _Util:
     def figures(self, train: float, active: float) -> GpuFigures:
         """These samples' figures, with `train` and `active` the union lengths of their jobs' spans."""
         share = train / active if active > 0 else None
-        return GpuFigures(self.all.value, self.percentile(0.50), self.percentile(0.95), share,
-                          self.training.value, self.not_training.value)  # fmt: skip
+        return GpuFigures(
+            self.all.value,
+            self.percentile(0.50),
+            self.percentile(0.95),
+            share,
+            self.training.value,
+            self.not_training.value,
+        )
 
 
 PhaseSeconds = dict[tuple[str, str], float]  # (job, phase) -> seconds
@@ -273,9 +279,13 @@ class PhaseAccountant:
                 self._cpu_by.setdefault((job, phase), _Mean()).add(value)
 
     def result(
-        self, phases: Mapping[str, Transitions], end: float, *, settle_until: float | None = None,
+        self,
+        phases: Mapping[str, Transitions],
+        end: float,
+        *,
+        settle_until: float | None = None,
         placement: Placement | None = None,
-    ) -> Accounting:  # fmt: skip
+    ) -> Accounting:
         """The accounting so far; samples and phase time before `settle_until` (default `end`)
         are settled first, and the phase time after it is added without being kept. `placement`
         is each job's GPU now (its phase time counts towards that GPU's train share)."""
@@ -293,8 +303,9 @@ class PhaseAccountant:
             jobs[job] = {}
             for phase in PHASES:
                 gpu, cpu = self._gpu_by.get((job, phase)), self._cpu_by.get((job, phase))
-                jobs[job][phase] = PhaseStats(seconds.get((job, phase), 0.0), gpu.value if gpu else None,
-                                              cpu.value if cpu else None)  # fmt: skip
+                jobs[job][phase] = PhaseStats(
+                    seconds.get((job, phase), 0.0), gpu.value if gpu else None, cpu.value if cpu else None
+                )
         gpus = {gpu: util.figures(*unions.get(gpu, (0.0, 0.0))) for gpu, util in sorted(self._per_gpu.items())}
         return Accounting(**asdict(self._run.figures(*unions[None])), jobs=jobs, gpus=gpus)
 
@@ -303,5 +314,10 @@ def _sum_unions(
     a: Mapping[int | None, tuple[float, float]], b: Mapping[int | None, tuple[float, float]]
 ) -> dict[int | None, tuple[float, float]]:
     """Union lengths of two consecutive stretches of time, added key by key."""
-    return {key: (a.get(key, (0.0, 0.0))[0] + b.get(key, (0.0, 0.0))[0],
-                  a.get(key, (0.0, 0.0))[1] + b.get(key, (0.0, 0.0))[1]) for key in a.keys() | b.keys()}  # fmt: skip
+    return {
+        key: (
+            a.get(key, (0.0, 0.0))[0] + b.get(key, (0.0, 0.0))[0],
+            a.get(key, (0.0, 0.0))[1] + b.get(key, (0.0, 0.0))[1],
+        )
+        for key in a.keys() | b.keys()
+    }

@@ -180,8 +180,9 @@ class Throughput:
         first, last = self._episodes[start], self._episodes[-1]
         if first is None or last is None:
             return None
-        rate = live_rate((self._times[start], first), (self._times[-1], last), (self.latest[0], self.latest_episodes),
-                         now)  # fmt: skip
+        rate = live_rate(
+            (self._times[start], first), (self._times[-1], last), (self.latest[0], self.latest_episodes), now
+        )
         return None if rate is None else rate * S_PER_H
 
     def _prune(self) -> None:
@@ -280,9 +281,13 @@ def run_eta(jobs: Sequence[EtaJob], slots: int) -> float | None:
     mean_length = sum(lengths) / len(lengths) if lengths else None
 
     def need(job: EtaJob) -> float:
-        left = steps_left(job.steps, job.target, target_episodes=getattr(job, "target_episodes", None),
-                          episodes=getattr(job, "episodes", None),
-                          ep_len_mean=getattr(job, "ep_len_mean", None) or mean_length)  # fmt: skip
+        left = steps_left(
+            job.steps,
+            job.target,
+            target_episodes=getattr(job, "target_episodes", None),
+            episodes=getattr(job, "episodes", None),
+            ep_len_mean=getattr(job, "ep_len_mean", None) or mean_length,
+        )
         return left / mean if mean and left is not None else math.inf
 
     in_slot: list[float] = []

@@ -95,8 +95,15 @@ def header_line(frame: Frame, *, replay: bool) -> str:
     A run that is over says how it ended, how long it took and where it lies ("done in 12m 03s ·
     runs/..."); one whose link was lost while it ran says so instead (`lost`)."""
     state = frame.state
-    shown = (JobState.RUNNING, JobState.STALLED, JobState.QUEUED, JobState.DONE, JobState.FAILED, JobState.STOPPED,
-             JobState.PAUSED)  # fmt: skip
+    shown = (
+        JobState.RUNNING,
+        JobState.STALLED,
+        JobState.QUEUED,
+        JobState.DONE,
+        JobState.FAILED,
+        JobState.STOPPED,
+        JobState.PAUSED,
+    )
     what = f"{state.preset} on {state.env}"
     if state.fleet is not None:
         shown = tuple(s for s in shown if not s.terminal)

@@ -130,8 +130,10 @@ class JobDetailScreen(ShownAgain):
         rewards = [r for _, r in detail.curve]
         curve_label = "ep_rew_mean over steps: no episode finished yet"
         if rewards:
-            curve_label = (f"ep_rew_mean over steps {detail.curve[0][0]:,}..{detail.curve[-1][0]:,}: "
-                           f"min {min(rewards):.1f}  max {max(rewards):.1f}  last {rewards[-1]:.1f}")  # fmt: skip
+            curve_label = (
+                f"ep_rew_mean over steps {detail.curve[0][0]:,}..{detail.curve[-1][0]:,}: "
+                f"min {min(rewards):.1f}  max {max(rewards):.1f}  last {rewards[-1]:.1f}"
+            )
         self.query_one("#curve-label", Label).update(curve_label)
         self.query_one("#curve", Sparkline).data = rewards
         sps = [v for _, v in detail.sps]

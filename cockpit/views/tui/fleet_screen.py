@@ -27,8 +27,19 @@ POLL_S = 0.2
 NOTICES_SHOWN = 8
 
 # The ETA early: at 80 columns the last column is the one the edge may crop.
-TIER_COLUMNS = ("tier", "target", "ETA", "planned", "entered", "queued", "running", "finished", "promoted", "culled",
-                "failed")  # fmt: skip
+TIER_COLUMNS = (
+    "tier",
+    "target",
+    "ETA",
+    "planned",
+    "entered",
+    "queued",
+    "running",
+    "finished",
+    "promoted",
+    "culled",
+    "failed",
+)
 # Seed before the overrides: an override list can be long, and the screen's edge crops the last column.
 LEADER_COLUMNS = ("#", "agent", "score", "tier", "steps", "env", "preset", "seed", "overrides")
 LEFT = frozenset({"agent", "env", "preset", "overrides"})  # the rest are figures, right-aligned
@@ -78,10 +89,21 @@ def search_lines(search: SearchView | None) -> list[str]:
 def tier_rows(fleet: FleetView) -> list[tuple[str, ...]]:
     """The tier funnel, a row per tier, in `TIER_COLUMNS` order."""
     return [
-        (str(t.tier), tier_target(t.timesteps, t.episodes), eta(t.eta_s), str(t.planned), str(t.entered),
-         str(queued(t)), str(t.running), str(t.finished), str(t.promoted), str(t.culled), str(t.failed))
+        (
+            str(t.tier),
+            tier_target(t.timesteps, t.episodes),
+            eta(t.eta_s),
+            str(t.planned),
+            str(t.entered),
+            str(queued(t)),
+            str(t.running),
+            str(t.finished),
+            str(t.promoted),
+            str(t.culled),
+            str(t.failed),
+        )
         for t in fleet.tiers
-    ]  # fmt: skip
+    ]
 
 
 def _agent_cell(agent: str, lineage: str) -> str:
@@ -92,10 +114,19 @@ def leader_rows(fleet: FleetView) -> list[tuple[str, ...]]:
     """The leaderboard, best first, in `LEADER_COLUMNS` order; a pbt agent that copied another's
     checkpoint shows whose and when (`a0003 ← a0007@t1`: a0007's, at the end of tier 1)."""
     return [
-        (str(rank), _agent_cell(r.agent, r.lineage), num(r.score, "{:.1f}"), str(r.tier), si(r.steps), r.env,
-         preset_name(r.preset), str(r.seed), r.overrides or "-")
+        (
+            str(rank),
+            _agent_cell(r.agent, r.lineage),
+            num(r.score, "{:.1f}"),
+            str(r.tier),
+            si(r.steps),
+            r.env,
+            preset_name(r.preset),
+            str(r.seed),
+            r.overrides or "-",
+        )
         for rank, r in enumerate(fleet.leaders, 1)
-    ]  # fmt: skip
+    ]
 
 
 class Line(Widget):

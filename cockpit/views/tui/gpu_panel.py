@@ -37,8 +37,7 @@ def lane_jobs(frame: Frame, gpu: int | None = None) -> list[JobView]:
     """The jobs that get a lane: those running now, and those that ran within the window (with
     `gpu`, of those on that GPU)."""
     jobs = frame.state.jobs if gpu is None else frame.state.jobs_on(gpu)
-    return [job for job in jobs
-            if job.state.live or any(phase for _, phase in frame.phases.get(job.id, ()))]  # fmt: skip
+    return [job for job in jobs if job.state.live or any(phase for _, phase in frame.phases.get(job.id, ()))]
 
 
 def label_width(frame: Frame) -> int:
@@ -78,8 +77,15 @@ def gpu_series(frame: Frame, index: int) -> tuple[list[tuple[float, float]], lis
 class GpuPanel(FramePanel):
     """Renders the newest `Frame` given to `show()`; owns no run state."""
 
-    COMPONENT_CLASSES = {"gpu--util", "gpu--mem", "gpu--label", "gpu--title", "lane--rollout", "lane--train",  # noqa: RUF012
-                         "lane--score"}  # fmt: skip
+    COMPONENT_CLASSES = {  # noqa: RUF012
+        "gpu--util",
+        "gpu--mem",
+        "gpu--label",
+        "gpu--title",
+        "lane--rollout",
+        "lane--train",
+        "lane--score",
+    }
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)
@@ -150,8 +156,14 @@ class GpuPanel(FramePanel):
         if gpu is not None:
             mem = used_of(gpu.mem_used_bytes, gpu.mem_total_bytes, GIB)
             read = util_read(gpu.util_mode, gpu.sample_period_s)
-            parts = [f"{BUSY} {num(gpu.util_percent)}%", mem, *([mode] if mode else []), *([read] if read else []),
-                     f"{num(gpu.power_w)} W", f"{num(gpu.temperature_c)} °C"]  # fmt: skip
+            parts = [
+                f"{BUSY} {num(gpu.util_percent)}%",
+                mem,
+                *([mode] if mode else []),
+                *([read] if read else []),
+                f"{num(gpu.power_w)} W",
+                f"{num(gpu.temperature_c)} °C",
+            ]
         elif mode:
             parts = [mode]
         name = index + info.name.removeprefix("NVIDIA ").removeprefix("GeForce ")
@@ -216,9 +228,17 @@ class GpuPanel(FramePanel):
         self._lane_cells = {job.id: self._lane_cells[job.id] for job in jobs if job.id in self._lane_cells}
 
     def _lanes(
-        self, frame: Frame, live: list[JobView], left: float, right: float, width: int, rows: int, label_w: int,
-        *, keep: bool = True,
-    ) -> list[Text]:  # fmt: skip
+        self,
+        frame: Frame,
+        live: list[JobView],
+        left: float,
+        right: float,
+        width: int,
+        rows: int,
+        label_w: int,
+        *,
+        keep: bool = True,
+    ) -> list[Text]:
         """One lane for each job of `live`, as many as fit; the rest are counted. `keep`: these
         are every lane, and the cells of jobs without one are dropped."""
         if keep:

@@ -22,20 +22,35 @@ from cockpit.views.tui.lines_widget import LinesWidget
 WIDE = 110
 # (key, label, shown in the narrow layout, width: fixed so rows do not jump as values grow; None fits the content)
 COLUMNS = (
-    ("id", "job", True, None), ("seed", "seed", False, 5), ("env", "env", False, None),
-    ("preset", "preset", False, None), ("status", "status", True, 8), ("phase", "phase", True, 7),
-    ("steps", "steps", True, None), ("sps", "SPS", True, 6), ("eph", "ep/h", True, 5), ("eta", "ETA", True, 6),
+    ("id", "job", True, None),
+    ("seed", "seed", False, 5),
+    ("env", "env", False, None),
+    ("preset", "preset", False, None),
+    ("status", "status", True, 8),
+    ("phase", "phase", True, 7),
+    ("steps", "steps", True, None),
+    ("sps", "SPS", True, 6),
+    ("eph", "ep/h", True, 5),
+    ("eta", "ETA", True, 6),
     ("rew", "ep_rew", True, 7),
-    ("restarts", "rst", True, 3), ("gpu", "GPU mem", False, 10), ("sm", "SM%", False, 4),
+    ("restarts", "rst", True, 3),
+    ("gpu", "GPU mem", False, 10),
+    ("sm", "SM%", False, 4),
     ("memory", "memory", False, 11),
     ("cpu", "CPU%", True, 4),
-)  # fmt: skip
+)
 NUMERIC = frozenset({"steps", "sps", "eph", "eta", "rew", "restarts", "gpu", "sm", "memory", "cpu"})
 # Shown only when some job reports episode counts (a replay of older files may not), and in the
 # narrow layout (80 columns hold one more figure) only where a job's target is in episodes.
 EPISODES_COLUMN = "eph"
-STATUS_CLASS = {"failed": "error", "backoff": "warning", "done": "success", "stopping": "warning", "paused": "warning",
-                "stalled": "error"}  # fmt: skip
+STATUS_CLASS = {
+    "failed": "error",
+    "backoff": "warning",
+    "done": "success",
+    "stopping": "warning",
+    "paused": "warning",
+    "stalled": "error",
+}
 
 
 def cells(job: JobView, state: RunState, *, wide: bool) -> dict[str, str]:
@@ -87,8 +102,13 @@ class JobsTable(LinesWidget, can_focus=True):
     """Shows `RunState.jobs`; up/down (or a click) moves the cursor, enter selects."""
 
     COMPONENT_CLASSES = {  # noqa: RUF012
-        "jobs--header", "jobs--cursor", "jobs--odd", "jobs--error", "jobs--warning", "jobs--success",
-    }  # fmt: skip
+        "jobs--header",
+        "jobs--cursor",
+        "jobs--odd",
+        "jobs--error",
+        "jobs--warning",
+        "jobs--success",
+    }
     BINDINGS = [  # noqa: RUF012
         Binding("up", "move(-1)", "Up", show=False),
         Binding("down", "move(1)", "Down", show=False),
@@ -166,9 +186,11 @@ class JobsTable(LinesWidget, can_focus=True):
 
     def lines(self) -> list[Text]:
         wide = self.size.width >= WIDE
-        keys = [(key, label, width) for key, label, narrow, width in COLUMNS
-                if (wide or narrow)
-                and (key != EPISODES_COLUMN or (self._with_episodes and (wide or self._episode_target)))]  # fmt: skip
+        keys = [
+            (key, label, width)
+            for key, label, narrow, width in COLUMNS
+            if (wide or narrow) and (key != EPISODES_COLUMN or (self._with_episodes and (wide or self._episode_target)))
+        ]
         widths = {}
         if self._episode_target and not wide:  # its cells are episodes, without the unit (80 columns)
             keys = [(key, "episodes" if key == "steps" else label, width) for key, label, width in keys]
@@ -201,8 +223,9 @@ class JobsTable(LinesWidget, can_focus=True):
         self._row_texts = built
         return rows
 
-    def _row_text(self, row: dict[str, str], keys: list[tuple[str, str, int | None]], widths: dict[str, int],
-                  look: str | None) -> Text:  # fmt: skip
+    def _row_text(
+        self, row: dict[str, str], keys: list[tuple[str, str, int | None]], widths: dict[str, int], look: str | None
+    ) -> Text:
         line = Text()
         for key, _, _ in keys:
             value = row[key][: widths[key]]

@@ -112,8 +112,16 @@ class StartScreen(Screen[None]):
         table.add_columns("name", "run", "preset", "env", "agents", "status", "started")
         self.recent = self.opener.recent()
         for run in self.recent:
-            table.add_row(run.name or "-", run.run_dir.name, run.preset, run.env, str(run.agents), run.status,
-                          run.started_at, key=str(run.run_dir))  # fmt: skip
+            table.add_row(
+                run.name or "-",
+                run.run_dir.name,
+                run.preset,
+                run.env,
+                str(run.agents),
+                run.status,
+                run.started_at,
+                key=str(run.run_dir),
+            )
         self.show_budget()
 
     def _preset(self) -> Preset:

@@ -93,9 +93,15 @@ class LaneCells:
         self._final: dict[int, str | None] = {}
 
     def cells(
-        self, transitions: Sequence[tuple[float, str | None]], left: float, right: float, width: int,
-        *, end: float, settled: float,
-    ) -> list[str | None]:  # fmt: skip
+        self,
+        transitions: Sequence[tuple[float, str | None]],
+        left: float,
+        right: float,
+        width: int,
+        *,
+        end: float,
+        settled: float,
+    ) -> list[str | None]:
         """Like `dominant_phases(transitions, left, right, width, end=end)`; buckets ending at or
         before `settled` are remembered (transitions before it must not change any more)."""
         if width <= 0 or right <= left:
