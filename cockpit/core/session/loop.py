@@ -22,7 +22,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +87,29 @@ class View(Protocol):
 
 EXIT_CODES = {RunStatus.DONE: 0, RunStatus.FAILED: 1}
 RUN_DIR_LOST_EXIT = 3  # the run directory was deleted or became unwritable; the workers were killed
+
+
+def live_measurements(state: RunState, accounting: Accounting, history: Sequence[Sample]) -> Measurements:
+    """What the advisor measures of a live run: each job's latest SPS and CPU %, not its means (the
+    advice follows the run now), its phases and memory, and the machine's CPU over the newest
+    `ADVICE_CPU_SAMPLES` of `history`."""
+    jobs = tuple(
+        job_measure(
+            job.id,
+            sps=job.sps,
+            phases=accounting.jobs.get(job.id, {}),
+            gpu_mem_peak_bytes=job.peak_gpu_mem_bytes,
+            cpu_percent=job.cpu_percent,
+            error=job.error,
+            memory_growth_mib_h=job.memory_growth_mib_h,
+            gpu_memory_growth_mib_h=job.gpu_memory_growth_mib_h,
+            gpu=job.gpu,
+        )
+        for job in state.jobs
+    )
+    recent = [s.cpu_total_percent for s in history[-ADVICE_CPU_SAMPLES:]]
+    cpu = sum(recent) / len(recent) if recent else None
+    return Measurements(jobs, accounting.gpu_util_mean, accounting.gpu_util_while_training, cpu)
 
 
 @dataclass
@@ -256,28 +279,8 @@ class RunSession:
         auto = [change.record() for change in self.auto.log] if self.auto is not None else []
         return sorted(auto + self._applied, key=lambda entry: entry.at)
 
-    def _measurements(self, state: RunState, accounting: Accounting) -> Measurements:
-        # Live, a job's SPS and CPU % are its latest, not its means: the advice follows the run now.
-        jobs = tuple(
-            job_measure(
-                job.id,
-                sps=job.sps,
-                phases=accounting.jobs.get(job.id, {}),
-                gpu_mem_peak_bytes=job.peak_gpu_mem_bytes,
-                cpu_percent=job.cpu_percent,
-                error=job.error,
-                memory_growth_mib_h=job.memory_growth_mib_h,
-                gpu_memory_growth_mib_h=job.gpu_memory_growth_mib_h,
-                gpu=job.gpu,
-            )
-            for job in state.jobs
-        )
-        recent = [s.cpu_total_percent for s in self.sampler.history()[-ADVICE_CPU_SAMPLES:]]
-        cpu = sum(recent) / len(recent) if recent else None
-        return Measurements(jobs, accounting.gpu_util_mean, accounting.gpu_util_while_training, cpu)
-
     def _advise(self, state: RunState, accounting: Accounting) -> None:
-        measured = self._measurements(state, accounting)
+        measured = live_measurements(state, accounting, self.sampler.history())
         if self.spec.preset is None or self._preset is None:
             # A script run's settings are the script's: no advice on them; but its memory is watched.
             self._suggestions = tuple(memory_advice(measured))
