@@ -30,7 +30,7 @@ from cockpit.core.feed.snapshot import JobView, RunState
 from cockpit.core.feed.source import Frame, SourceError, Transition
 from cockpit.core.launch.local import LocalJobFiles
 from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
-from cockpit.core.session.loop import TICK_S, UNWATCHED_STATE_S, RunSession
+from cockpit.core.session.run_session import TICK_S, UNWATCHED_STATE_S, RunSession
 from cockpit.core.session.startup import start_session
 from cockpit.core.telemetry.phases import phases_since
 from cockpit.core.telemetry.sampler import Sample, Sampler

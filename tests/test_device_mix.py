@@ -26,7 +26,7 @@ from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import ConfigError, checked_devices
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.placement import GpuRef, GpuRoom
-from cockpit.core.session.loop import resume_settings
+from cockpit.core.session.run_session import resume_settings
 from cockpit.core.sizing.advisor import Machine, advise, mix_jobs
 from cockpit.core.sizing.cost_probe import cache_key, cache_path, measured_costs
 from cockpit.core.sizing.devices import Mix, best_mix, mix_sps, mixes

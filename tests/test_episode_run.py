@@ -22,7 +22,7 @@ from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.session.background import headless_argv
-from cockpit.core.session.loop import resume_settings
+from cockpit.core.session.run_session import resume_settings
 from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
 from tests.fakeclock import FakeClock
 from tests.test_supervisor import FakeLauncher, make, run_log

@@ -19,7 +19,7 @@ from cockpit.commands import run as run_command
 from cockpit.contract.runrecord import read
 from cockpit.core.machine.host import HostInfo
 from cockpit.core.machine.nvml import kernel_pid_max, open_gpus
-from cockpit.core.session.loop import RunSession
+from cockpit.core.session.run_session import RunSession
 from cockpit.core.session.startup import start_session
 from cockpit.core.telemetry import sampler as sampler_module
 from cockpit.core.telemetry.sampler import HIDDEN_PIDS_NOTE, Sampler

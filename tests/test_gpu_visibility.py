@@ -19,7 +19,7 @@ from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.nvml import GpuReader, close_gpus, open_gpus
 from cockpit.core.machine.placement import GpuRef, GpuRoom, fit_jobs, place, rooms_of
 from cockpit.core.machine.visibility import open_first_gpu, visible, visible_gpus
-from cockpit.core.session.loop import sampled_gpus
+from cockpit.core.session.run_session import sampled_gpus
 from cockpit.core.session.startup import start_session
 from cockpit.core.sizing.advisor import GIB, JobMeasure, Machine, Measurements, advise
 from cockpit.core.supervise.supervisor import JobTemplate, Placement, Supervisor

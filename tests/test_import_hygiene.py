@@ -21,7 +21,7 @@ def _modules_loaded_by(modules: list[str]) -> set[str]:
 
 def test_core_never_imports_textual() -> None:
     core = ["cockpit.core"] + [m.name for m in pkgutil.walk_packages(cockpit.core.__path__, "cockpit.core.")]
-    assert "cockpit.core.session.loop" in core  # the walk reaches into the packages
+    assert "cockpit.core.session.run_session" in core  # the walk reaches into the packages
     loaded = _modules_loaded_by(core)
     assert not any(m == "textual" or m.startswith("textual.") for m in loaded)
 
@@ -48,7 +48,7 @@ def test_the_headless_path_loads_neither_textual_nor_torch() -> None:
     # A headless run over ssh must not pay for the TUI, and the supervising process must not
     # carry torch's memory: only the workers train.
     headless = ["cockpit.cli", "cockpit.commands.run", "cockpit.views.headless", "cockpit.views.terminal",
-                "cockpit.core.session.background", "cockpit.core.session.loop"]  # fmt: skip
+                "cockpit.core.session.background", "cockpit.core.session.run_session"]  # fmt: skip
     loaded = _modules_loaded_by(headless)
     assert not any(m == "textual" or m.startswith("textual.") for m in loaded)
     assert "torch" not in loaded

@@ -29,7 +29,7 @@ from cockpit.core.feed.snapshot import RunState
 from cockpit.core.machine.host import HostInfo
 from cockpit.core.record.replay import open_replay
 from cockpit.core.record.run_report import json_report
-from cockpit.core.session.loop import RunSession
+from cockpit.core.session.run_session import RunSession
 from cockpit.core.session.startup import start_session
 from cockpit.core.sizing.advisor import JobMeasure, Measurements, advise, job_measure, machine_of, memory_advice
 from cockpit.core.telemetry.memwatch import MIB, MemoryVerdict

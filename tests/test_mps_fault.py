@@ -17,7 +17,7 @@ from cockpit.core.machine.host import thread_budget
 from cockpit.core.machine.placement import GpuRoom
 from cockpit.core.record.run_report import state_json
 from cockpit.core.session.background import headless_argv
-from cockpit.core.session.loop import resume_settings
+from cockpit.core.session.run_session import resume_settings
 from cockpit.core.supervise.exit_policy import INPUT_ERROR_EXIT, MPS_FAULT_WINDOW_S
 from cockpit.core.supervise.supervisor import JobTemplate, Placement, Supervisor
 from cockpit.views.tui.cockpit_screen import header_line

@@ -21,8 +21,8 @@ from cockpit.contract.runspec import ConfigError, build_spec
 from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import RunStatus
 from cockpit.core.session.background import headless_argv
-from cockpit.core.session.loop import resume_settings
 from cockpit.core.session.on_done import run_on_done
+from cockpit.core.session.run_session import resume_settings
 from tests.background_child import child_spec
 
 # Each call of the command appends one line: the four variables it was given.

@@ -23,7 +23,7 @@ from cockpit.contract.settings import RunSettings
 from cockpit.contract.workerargs import SERVE_FLAG, WORKER_MODULE
 from cockpit.core.launch.local import LocalLauncher, wait_for_previous_workers
 from cockpit.core.session import startup
-from cockpit.core.session.loop import RunSession
+from cockpit.core.session.run_session import RunSession
 from cockpit.core.session.startup import start_session
 from cockpit.core.telemetry.sampler import Sampler
 from tests.test_control import scripted_session

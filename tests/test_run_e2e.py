@@ -270,7 +270,7 @@ def test_resume_of_a_directory_without_a_run_is_one_line(tmp_path: Path) -> None
 
 
 def test_interrupt_exit_codes_follow_the_signal() -> None:
-    from cockpit.core.session.loop import exit_code
+    from cockpit.core.session.run_session import exit_code
     from tests.test_headless import T0, state
 
     interrupted = state(T0, RunStatus.INTERRUPTED)

@@ -30,7 +30,7 @@ from cockpit.core.record.replay import open_replay
 from cockpit.core.record.run_report import state_json
 from cockpit.core.record.runlog import Recorder, phase_accounting, record
 from cockpit.core.session.background import headless_argv
-from cockpit.core.session.loop import resume_settings
+from cockpit.core.session.run_session import resume_settings
 from cockpit.views.headless import HeadlessView
 from cockpit.views.tui.app import make_app
 from cockpit.views.tui.cockpit_screen import RunHeader, header_line

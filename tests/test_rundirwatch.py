@@ -9,7 +9,7 @@ from pathlib import Path
 from cockpit.contract.controls import StopAll
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.feed.snapshot import RunState
-from cockpit.core.session.loop import RUN_DIR_LOST_EXIT
+from cockpit.core.session.run_session import RUN_DIR_LOST_EXIT
 from cockpit.core.supervise.rundirwatch import CHECK_EVERY_S, UNWRITABLE_GRACE_S, WRITABLE_EVERY_S, RunDirWatch
 from tests.fakeclock import FakeClock
 from tests.test_control import QuietView, scripted_session
@@ -87,7 +87,7 @@ def test_a_session_whose_run_dir_is_deleted_kills_its_workers_and_ends_lost(tmp_
 
 
 def test_a_failed_run_toml_write_in_a_writable_dir_stays_a_warning(tmp_path: Path, monkeypatch) -> None:
-    import cockpit.core.session.loop as session_module
+    import cockpit.core.session.run_session as session_module
 
     run_dir = tmp_path / "run"
     clock = FakeClock()

@@ -39,7 +39,7 @@ from cockpit.core.feed.source import SourceError
 from cockpit.core.machine.host import HostInfo
 from cockpit.core.record.replay import open_replay
 from cockpit.core.record.runlog import Recorder, phase_accounting, record
-from cockpit.core.session.loop import resume_settings
+from cockpit.core.session.run_session import resume_settings
 from tests.test_replay import T0, _build_run, _view
 
 GOLDEN = Path(__file__).parent / "data" / "run-v1"

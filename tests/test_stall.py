@@ -248,7 +248,7 @@ def test_stall_timeout_reaches_the_spec_the_background_run_the_record_and_a_resu
     from cockpit.commands.run import _spec
     from cockpit.contract.runrecord import render
     from cockpit.core.session.background import headless_argv
-    from cockpit.core.session.loop import resume_settings
+    from cockpit.core.session.run_session import resume_settings
 
     def spec_of(argv: list[str]) -> RestartPolicy:
         return _spec(build_parser().parse_args(["run", *argv]), None, ("cockpit", "run")).restart

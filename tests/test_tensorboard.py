@@ -22,7 +22,7 @@ from cockpit.contract.workerargs import WorkerArgs
 from cockpit.core.export.tensorboard import CPU_TAG, GPU_TAG, SPS_TAG, install_hint
 from cockpit.core.launch.protocol import LaunchRequest, WorkerHandle
 from cockpit.core.session.background import headless_argv
-from cockpit.core.session.loop import RunSession
+from cockpit.core.session.run_session import RunSession
 from cockpit.core.session.startup import start_session
 from cockpit.core.telemetry.sampler import Sampler
 from cockpit.views.headless import HeadlessView
