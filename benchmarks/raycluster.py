@@ -1,4 +1,4 @@
-"""A real Ray cluster on this machine, for tests/test_ray_e2e.py and benchmarks/ray_launcher.py: a
+"""A real Ray cluster on this machine, for tests/test_e2e_ray.py and benchmarks/ray_launcher.py: a
 head and a second node, each started with `ray start` and its own resources, as docs/ray.md starts
 them on real machines.
 

@@ -54,8 +54,8 @@ def _private_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
 def plain_cartpole_run(tmp_path_factory: pytest.TempPathFactory) -> Cockpit:
     """A plain `cockpit run` (every default: the cartpole preset, 2 jobs with seeds 0 and 1, 100k
     steps each), run to its end once for the session. Two real CartPole trainings to 100k steps are
-    the suite's most expensive run, so the tests that need one share it: test_run_e2e checks the
-    run, test_learning what job 001 (seed 1) learned. Tests read it and never write into it."""
+    the suite's most expensive run, so the tests that need one share it: test_e2e_run checks the
+    run, test_e2e_learning what job 001 (seed 1) learned. Tests read it and never write into it."""
     cockpit = start_cockpit(tmp_path_factory.mktemp("plain-run") / "run")
     try:
         cockpit.finish(timeout=600)

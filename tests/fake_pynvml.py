@@ -3,7 +3,7 @@ whose switches make it behave as a real driver does in the cases below. Only tes
 
 Where each behaviour is documented (NVML API reference, https://docs.nvidia.com/deploy/nvml-api/,
 by function page; nvml.h; the bindings' source, nvidia-ml-py 13's `pynvml.py`, named by function;
-nvitop's `nvitop/api/libnvml.py`). `tests/test_nvml_edges.py` pins the rows marked [pinned] to the
+nvitop's `nvitop/api/libnvml.py`). `tests/test_machine_nvml_edges.py` pins the rows marked [pinned] to the
 installed pynvml itself.
 
 - Errors: every failing call raises `NVMLError(code)`, which pynvml's `NVMLError.__new__` turns into

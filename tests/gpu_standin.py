@@ -1,4 +1,4 @@
-"""A GPU machine's boundaries, stood in for the GPU kit's tests (`tests/test_gpu_kit_paths.py`):
+"""A GPU machine's boundaries, stood in for the GPU kit's tests (`tests/test_benchmarks_gpu_kit_paths.py`):
 NVML (`pynvml`), `nvidia-smi`, torch's CUDA queries and a CUDA worker, all reading one scripted GPU
 so that their figures agree as a real machine's do. `install(root)` writes them; the caller puts
 `root/site` first on PYTHONPATH (before the repository) and `root/bin` first on PATH, and sets

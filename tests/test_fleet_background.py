@@ -23,8 +23,8 @@ from cockpit.core.session import background
 from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
 from tests.cockpitproc import Tmux
 from tests.fakeclock import FakeClock
-from tests.test_supervisor import FakeLauncher
-from tests.test_tui_e2e import _processes_of
+from tests.test_e2e_tui import _processes_of
+from tests.test_supervise_supervisor import FakeLauncher
 
 PLAN = """
 name = "sweep"

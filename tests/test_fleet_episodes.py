@@ -17,9 +17,9 @@ from cockpit.contract.states import JobState, RunStatus
 from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.projection import episode_steps_from_record, project
 from cockpit.core.sizing.overlap import speed_of
+from tests.test_contract_fleetplan import cache_costs, forbid_processes
 from tests.test_fleet_run import ScriptedFleet, by_index, outcome
-from tests.test_fleetplan import cache_costs, forbid_processes
-from tests.test_supervisor import FakeProcess
+from tests.test_supervise_supervisor import FakeProcess
 
 EPISODES = (20, 40)
 

@@ -22,7 +22,7 @@ from cockpit.core.fleet.store import FleetStore
 from cockpit.core.machine.host import thread_budget
 from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
 from tests.fakeclock import FakeClock
-from tests.test_supervisor import FakeLauncher, FakeProcess
+from tests.test_supervise_supervisor import FakeLauncher, FakeProcess
 
 TICK = 0.2
 

@@ -14,7 +14,7 @@ from cockpit.core.fleet import pbt
 from cockpit.core.fleet.report import fleet_summary
 from cockpit.core.fleet.store import FleetStore
 from tests.test_fleet_run import ScriptedFleet
-from tests.test_supervisor import FakeProcess
+from tests.test_supervise_supervisor import FakeProcess
 
 PLAN = """
 name = "scripted-pbt"

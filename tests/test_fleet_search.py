@@ -241,7 +241,7 @@ def test_report_json_has_the_search_and_its_draws_in_the_agents_overrides(
 
     from cockpit.cli import main
     from cockpit.contract.fleetplan import parse_plan
-    from tests.test_report_json import GOLDEN_RUN, validate
+    from tests.test_commands_report_json import GOLDEN_RUN, validate
 
     run_dir = tmp_path / "run"
     shutil.copytree(GOLDEN_RUN, run_dir)

@@ -27,7 +27,7 @@ from cockpit.views.tui.app import make_app
 from cockpit.views.tui.gpu_panel import GpuPanel
 from cockpit.views.tui.jobs_table import JobsTable
 from tests.fake_pynvml import FakeGpu, FakeNvml
-from tests.test_control import FakeWorkers, QuietView, scripted_session
+from tests.test_feed_control import FakeWorkers, QuietView, scripted_session
 
 FAKE_GPU_NAME = "RTX 4090 (fake)"  # the GPU panel drops the "NVIDIA GeForce" prefix
 

@@ -1217,7 +1217,9 @@ def probe_and_tune(kit: Kit, rows: list[tuple[str, object]]) -> None:
         for n, predicted in model.items():
             kit.figure("probe", f"{n} jobs", "predicted_sps", predicted, "steps/s")
     if kit.s.smoke:
-        rows.append(("cockpit tune", "skipped in a CPU smoke: it needs the probe's costs (tests/test_tune.py runs it)"))
+        rows.append(
+            ("cockpit tune", "skipped in a CPU smoke: it needs the probe's costs (tests/test_sizing_tune.py runs it)")
+        )
         return
     tuned = kit.work / "tuned.toml"
     tune_log = kit.work / "tune.txt"

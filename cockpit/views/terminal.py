@@ -9,7 +9,7 @@ from pathlib import Path
 
 from cockpit.contract.rundir import RunDir
 from cockpit.core.feed.source import Frame, Replay, RunSource
-from cockpit.core.session.loop import View, exit_code
+from cockpit.core.session.run_session import View, exit_code
 from cockpit.views.headless import HeadlessView, summary_lines
 
 

@@ -4,7 +4,7 @@ in the background.
 - `start`: the front door `run`, `fleet` and `attach` call with what they parsed and a front end:
   the GPUs, the spec, the refusals before anything starts, then the background or the session here;
 - `startup`: `start_session`, everything a `RunSession` runs with, built in one order;
-- `loop`: `RunSession` and `run_on_launcher`: opens the launcher and sampler, ticks the
+- `run_session`: `RunSession` and `run_on_launcher`: opens the launcher and sampler, ticks the
   supervisor, the recorder, TensorBoard, `--auto` and the control socket, and ends the run cleanly;
 - `background`: `cockpit run --headless` detached from the terminal, and the wait for its socket;
 - `mps_session`: `--mps` around a run's or a fleet's session: the refusal, the daemon opened and stopped;

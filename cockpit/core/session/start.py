@@ -41,8 +41,8 @@ from cockpit.core.machine.visibility import device_indices, visible_gpus
 from cockpit.core.record.find_runs import open_run
 from cockpit.core.session import background
 from cockpit.core.session.compute_modes import ModeBounds, mode_bounds
-from cockpit.core.session.loop import View, run_on_launcher, sampled_gpus
 from cockpit.core.session.mps_session import auto_mps, mps_refusal, with_mps
+from cockpit.core.session.run_session import View, run_on_launcher, sampled_gpus
 from cockpit.core.session.startup import start_session
 from cockpit.core.sizing.autotune import AutoTuner
 from cockpit.core.supervise.supervisor import Supervisor

@@ -26,7 +26,7 @@ from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.machine.host import HostInfo, host_info, thread_budget
 from cockpit.core.machine.placement import GpuRef
 from cockpit.core.record.runlog import Recorder
-from cockpit.core.session.loop import RunSession
+from cockpit.core.session.run_session import RunSession
 from cockpit.core.sizing.autotune import AutoTuner
 from cockpit.core.supervise.supervisor import Supervisor
 from cockpit.core.supervise.workload import JobTemplate, Placement
