@@ -35,17 +35,6 @@ def read_record(run_dir: Path) -> RunRecord:
         raise ConfigError(str(exc)) from exc
 
 
-def _live_steps(run_dir: Path, job_id: str) -> int | None:
-    """The newest step count in a job's events (fresher than run.toml while the run is live)."""
-    steps = None
-    for event in read_events(RunDir(run_dir).job(job_id).events):
-        if isinstance(event, (PhaseEvent, ProgressEvent)):
-            steps = event.num_timesteps
-        elif isinstance(event, FinishedEvent):
-            steps = event.steps
-    return steps
-
-
 def live_steps(run_dir: Path, job_id: str) -> int | None:
     """The newest step count in a job's events (fresher than run.toml while the run is live)."""
     steps = None
