@@ -45,13 +45,10 @@ def test_cockpit_run_refuses_timesteps_and_episodes_together_in_one_line(
                 jobs=1,
                 agents=1,
                 preset="cartpole",
-                env=None,
                 timesteps=1000,
                 episodes=50,
-                seed=0,
                 run_dir=tmp_path / "run",
                 max_restarts=0,
-                pin=False,
             ),
             command_line=("cockpit",),
         )

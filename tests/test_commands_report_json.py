@@ -74,12 +74,9 @@ def test_a_live_run_reports_through_its_socket(tmp_path: Path) -> None:
             jobs=2,
             agents=3,
             preset="cartpole",
-            env=None,
             timesteps=None,
-            seed=0,
             run_dir=run_dir,
             max_restarts=0,
-            pin=False,
         ),
         command_line=("cockpit", "run", "--agents", "3"),
     )

@@ -412,14 +412,9 @@ def _spec(run_dir: Path, *, mps: bool = False) -> RunSpec:
     return build_spec(
         RunSettings(
             jobs=2,
-            agents=None,
             preset="cartpole",
-            env=None,
             timesteps=1000,
-            seed=0,
             run_dir=run_dir,
-            max_restarts=3,
-            pin=False,
             mps=mps,
         ),
         command_line=("run", "--auto"),
@@ -682,14 +677,9 @@ def test_each_mig_slice_gets_a_daemon_of_its_own_seeing_that_slice_alone_by_its_
         spec = build_spec(
             RunSettings(
                 jobs=2,
-                agents=None,
                 preset="cartpole",
-                env=None,
                 timesteps=1000,
-                seed=0,
                 run_dir=standin.root / "run",
-                max_restarts=3,
-                pin=False,
                 mps=True,
             ),
             command_line=("run", "--mps"),

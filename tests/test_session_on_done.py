@@ -84,14 +84,10 @@ def test_a_blank_command_is_refused_before_anything_starts(tmp_path: Path) -> No
         build_spec(
             RunSettings(
                 jobs=1,
-                agents=None,
                 preset="cartpole",
-                env=None,
                 timesteps=1000,
-                seed=0,
                 run_dir=tmp_path / "r",
                 max_restarts=0,
-                pin=False,
                 on_done="  ",
             ),
             command_line=("run",),
@@ -136,14 +132,10 @@ def test_a_run_in_the_background_passes_it_on() -> None:
     spec = build_spec(
         RunSettings(
             jobs=1,
-            agents=None,
             preset="cartpole",
-            env=None,
             timesteps=1000,
-            seed=0,
             run_dir=Path("/r"),
             max_restarts=0,
-            pin=False,
             on_done="shutdown -h now",
         ),
         command_line=("run",),

@@ -119,14 +119,9 @@ def test_mps_shows_in_the_header_run_toml_report_json_and_a_resumed_runs_spec(tm
     spec = build_spec(
         RunSettings(
             jobs=1,
-            agents=None,
             preset="cartpole",
-            env=None,
             timesteps=1000,
-            seed=0,
             run_dir=tmp_path,
-            max_restarts=3,
-            pin=False,
             mps=True,
         ),
         command_line=("run", "--mps"),
@@ -146,14 +141,9 @@ def test_a_run_started_in_the_background_passes_mps_on_new_and_resumed(tmp_path:
     spec = build_spec(
         RunSettings(
             jobs=1,
-            agents=None,
             preset="cartpole",
-            env=None,
             timesteps=1000,
-            seed=0,
             run_dir=tmp_path,
-            max_restarts=3,
-            pin=False,
             mps=True,
         ),
         command_line=("run", "--mps"),
@@ -331,14 +321,9 @@ def test_without_mps_a_daemon_found_running_is_named_in_the_header_run_toml_and_
     spec = build_spec(
         RunSettings(
             jobs=2,
-            agents=None,
             preset="cartpole",
-            env=None,
             timesteps=1000,
-            seed=0,
             run_dir=tmp_path,
-            max_restarts=3,
-            pin=False,
         ),
         command_line=("run",),
     )

@@ -80,14 +80,9 @@ def test_a_run_with_measured_costs_keeps_one_thread_where_more_do_not_pay() -> N
     spec = build_spec(
         RunSettings(
             jobs=1,
-            agents=None,
             preset="cartpole",
-            env=None,
             timesteps=None,
-            seed=0,
             run_dir=Path("r"),
-            max_restarts=3,
-            pin=False,
         ),
         command_line=(),
     )

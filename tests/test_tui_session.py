@@ -57,12 +57,9 @@ async def test_keys_drive_a_real_supervisor_and_stop_all_ends_the_run(tmp_path: 
             jobs=2,
             agents=3,
             preset="cartpole",
-            env=None,
             timesteps=None,
-            seed=0,
             run_dir=run_dir,
             max_restarts=0,
-            pin=False,
         ),
         command_line=("cockpit", "run"),
     )
