@@ -195,17 +195,15 @@ def _add_run_command(commands: Commands) -> None:
         "  cockpit run --jobs 2 --agents 3 -- python examples/train_gridworld.py --seed {seed} --out {job_dir}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    # The run's settings are declared in cockpit.contract.settings; here is only where each is listed.
-    add_flags(
-        run, ("jobs", "agents", "preset", "env", "timesteps", "episodes", "seed", "eval_episodes", "run_dir", "name")
-    )
+    # The run's settings are declared in cockpit.contract.settings; here is only where each section goes.
+    add_flags(run, "run", "work")
     _add_headless_flag(run)
-    add_flags(run, ("pin", "gpus", "devices", "mps", "tensorboard"))
+    add_flags(run, "run", "machine")
     _add_background_flags(run, "run")
     _add_run_sizing_flags(run)
-    add_flags(run, ("max_restarts", "healthy_uptime_s", "stall_timeout_s"))
+    add_flags(run, "run", "restarts")
     _add_resume_flag(run, "continue an interrupted run's unfinished jobs")
-    add_flags(run, ("on_done",))
+    add_flags(run, "run", "end")
     _add_cluster_flags(run, "jobs")
     run.set_defaults(func=_cmd_run)
 
@@ -327,7 +325,7 @@ def _add_fleet_command(commands: Commands) -> None:
     )
     # Optional: --resume RUN_DIR reads the plan from the fleet's own record (commands.fleet checks one of the two).
     fleet.add_argument("plan", type=Path, nargs="?", metavar="PLAN.toml", help="the fleet plan")
-    add_flags(fleet, ("jobs",), "fleet")
+    add_flags(fleet, "fleet", "work")
     fleet.add_argument(
         "--rate",
         type=positive_float,
@@ -340,11 +338,11 @@ def _add_fleet_command(commands: Commands) -> None:
         "with --dry-run: cost the plan at the speeds a finished run measured (on this or another machine: "
         "its run.toml's SPS per job and jobs at once) instead of this machine's probe",
     )
-    add_flags(fleet, ("run_dir", "name"), "fleet")
     _add_resume_flag(fleet, "continue the fleet in RUN_DIR")
-    add_flags(fleet, ("on_done",), "fleet")
+    add_flags(fleet, "fleet", "end")
     _add_headless_flag(fleet)
-    add_flags(fleet, ("gpus", "mps", "max_restarts", "tensorboard"), "fleet")
+    add_flags(fleet, "fleet", "machine")
+    add_flags(fleet, "fleet", "restarts")
     _add_cluster_flags(fleet, "fleet's agents")
     _add_background_flags(fleet, "fleet")
     fleet.set_defaults(func=_cmd_fleet)

@@ -123,9 +123,9 @@ def test_a_background_script_run_carries_its_command(project: Path) -> None:
         ),
         command_line=("cockpit", "run"),
     )
-    assert spec.preset is None and spec.run_dir.name.endswith("-script-train")
+    assert spec.loaded_preset is None and spec.run_dir.name.endswith("-script-train")
     child = child_spec(headless_argv(spec))
-    assert child == spec and (child.script, child.seed, child.agents, child.preset) == (SCRIPT, 5, 3, None)
+    assert child == spec and (child.script, child.seed, child.agents, child.loaded_preset) == (SCRIPT, 5, 3, None)
 
 
 # ----- the supervisor -----

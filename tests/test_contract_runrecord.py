@@ -31,7 +31,7 @@ from cockpit.contract.runrecord import (
     render,
     write,
 )
-from cockpit.contract.runspec import RestartPolicy, RunSpec
+from cockpit.contract.runspec import RunSpec
 from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.feed.snapshot import RunState
@@ -70,7 +70,8 @@ def test_the_v1_golden_file_renders_back_byte_for_byte() -> None:
     assert [(j.id, j.seed, j.status, j.steps) for j in recorded.jobs] == [
         ("000", 0, JobState.DONE, 3000), ("001", 1, JobState.DONE, 3000), ("002", 2, JobState.DONE, 3000)
     ]  # fmt: skip
-    assert recorded.config.max_restarts == 3 and recorded.config.healthy_uptime_s is None  # not recorded then
+    # Not recorded then: an absent setting reads as its default, and stays absent when written again.
+    assert recorded.config.max_restarts == 3 and recorded.config.healthy_uptime_s == RunSettings.healthy_uptime_s
     assert recorded.preset is not None and recorded.preset.name == "cartpole" and recorded.preset.net_arch == (64, 64)
     assert recorded.gpu is not None and not recorded.gpu.present and recorded.gpu.telemetry.startswith("no GPU")
     assert recorded.jobs[0].phases["train"].seconds == 0.448 and recorded.jobs[0].phases["train"].gpu_util_mean is None
@@ -82,7 +83,8 @@ def test_a_record_written_now_reads_back_equal_and_renders_stably(tmp_path: Path
     recorded = read(run_dir)
     assert render(recorded) == text
     assert parse(render(recorded), "again") == recorded
-    assert recorded.config.healthy_uptime_s == 300.0 and "healthy_uptime_s = 300.0" in text
+    # A setting at its default is not written: absent reads as the default.
+    assert recorded.config.healthy_uptime_s == 300.0 and "healthy_uptime_s" not in text
     assert [j.status for j in recorded.jobs] == [JobState.DONE, JobState.STOPPED, JobState.STOPPED]
 
 
@@ -211,7 +213,8 @@ def test_config_records_the_restart_policy() -> None:
                           max_restarts=5, healthy_uptime_s=1800.0)  # fmt: skip
     recorded = dataclasses.replace(read(GOLDEN), config=config)
     text = render(recorded)
-    assert "max_restarts = 5\nhealthy_uptime_s = 1800.0\npin = false\n" in text
+    config_table = text.split("[config]\n")[1].split("\n\n")[0].splitlines()
+    assert {"max_restarts = 5", "healthy_uptime_s = 1800.0", "pin = false"} <= set(config_table)
     assert parse(text, "x").config == config
     assert isinstance(parse(text, "x"), RunRecord)
 
@@ -220,8 +223,8 @@ def test_a_live_record_keeps_the_jobs_windowed_sps_and_the_etas(tmp_path: Path) 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     recorder = Recorder(run_dir)
-    spec = RunSpec(jobs=1, agents=2, preset=presets.load("cartpole"), preset_arg="cartpole", env="CartPole-v1",
-                   timesteps=1000, seed=0, run_dir=run_dir, restart=RestartPolicy(), pin=False,
+    spec = RunSpec(jobs=1, agents=2, loaded_preset=presets.load("cartpole"), preset="cartpole", env="CartPole-v1",
+                   timesteps=1000, seed=0, run_dir=run_dir, pin=False,
                    command_line=("cockpit", "run"))  # fmt: skip
     jobs = (_view("000", 0, "running", steps=400, sps=34.1333, mean_sps=40.0, eta_s=17.578, rollout_sps=204.8),
             _view("001", 1, "queued"))  # fmt: skip

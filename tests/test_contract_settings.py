@@ -6,15 +6,28 @@ import dataclasses
 from pathlib import Path
 
 from cockpit.cli import build_parser
-from cockpit.contract.runrecord import ConfigRecord
+from cockpit.contract.runrecord import ConfigRecord, parse, read, render
 from cockpit.contract.runspec import build_spec
 from cockpit.contract.settings import RunSettings, declared, decode, encode, spec_values
+from cockpit.contract.toml import tomllib
+
+GOLDEN = Path(__file__).parent / "data" / "run-v1"
 
 
-def test_run_toml_records_each_recorded_setting_under_its_own_name_and_reads_it_back() -> None:
+def test_run_toml_records_each_recorded_setting_under_its_own_name_and_reads_it_back(tmp_path: Path) -> None:
+    # Every recorded setting off its default: each is written under its field's name and reads back.
+    off_default = {"agents": 3, "episodes": 7, "seed": 4, "pin": True, "gpus": (0, 1), "devices": ("cuda", "cpu"),
+                   "mps": True, "eval_episodes": 2, "max_restarts": 1, "healthy_uptime_s": 9.0,
+                   "stall_timeout_s": 70.0, "on_done": "true", "script": ("python", "t.py")}  # fmt: skip
     recorded = {name for name, each in declared() if each.recorded}
-    # mps_external is what the run found on the machine, not a setting the user gives.
-    assert recorded == {f.name for f in dataclasses.fields(ConfigRecord)} - {"mps_external"}
+    assert recorded - {"jobs", "preset", "env", "timesteps"} == set(off_default)  # a new one: give it a value here
+    config = ConfigRecord(jobs=2, preset="cartpole", env="CartPole-v1", timesteps=0, **off_default)
+    text = render(dataclasses.replace(read(GOLDEN), config=config))
+    table = tomllib.loads(text)["config"]
+    # run_dir, name and tensorboard are not recorded: a resume names its run dir, the name is the
+    # record's own key, and each session says whether it logs to TensorBoard.
+    assert set(table) == recorded
+    assert parse(text, "x").config == config
 
 
 def test_each_flag_parses_into_its_setting_and_the_spec_data_round_trips(tmp_path: Path) -> None:

@@ -94,7 +94,7 @@ def test_an_empty_cuda_visible_devices_trains_on_the_cpu_and_says_why(tmp_path: 
     assert gpus == [] and status.startswith("no GPU: CUDA_VISIBLE_DEVICES='' leaves the run none of the 4")
     args = build_parser().parse_args(["run", "--run-dir", str(tmp_path / "run")])
     spec = run_command._spec(args, gpus, ("cockpit",), seen.described)
-    assert spec.preset is not None and spec.preset.name == "cartpole"  # the CPU's default, not the GPU's
+    assert spec.loaded_preset is not None and spec.loaded_preset.name == "cartpole"  # the CPU's default, not the GPU's
     launcher = FakeLauncher()
     session = start_session(spec, Sampler(gpus=gpus, gpu_status=status), launcher=launcher, serve=False,
                          notes=seen.warnings)  # fmt: skip

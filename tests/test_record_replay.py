@@ -18,7 +18,7 @@ from cockpit.contract.controls import StopAll, StopJob
 from cockpit.contract.events import EVENTS_FILE, CheckpointEvent, Event, EventWriter, ProgressEvent, StartedEvent
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import write
-from cockpit.contract.runspec import RestartPolicy, RunSpec
+from cockpit.contract.runspec import RunSpec
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.feed.snapshot import JobView, RunState
 from cockpit.core.feed.source import WINDOW_S, Replay, SourceError
@@ -102,8 +102,8 @@ def _build_run(run_dir: Path, *, gpu: bool = True) -> Path:
     for i in range(101):
         recorder(_sample(i, gpu))
     recorder.close()
-    spec = RunSpec(jobs=2, agents=3, preset=presets.load("cartpole"), preset_arg="cartpole", env="CartPole-v1",
-                   timesteps=1000, seed=0, run_dir=run_dir, restart=RestartPolicy(max_restarts=3), pin=False,
+    spec = RunSpec(jobs=2, agents=3, loaded_preset=presets.load("cartpole"), preset="cartpole", env="CartPole-v1",
+                   timesteps=1000, seed=0, run_dir=run_dir, pin=False,
                    command_line=("cockpit", "run"))  # fmt: skip
     jobs = (
         _view("000", 0, "done", steps=1024, checkpoints=1, last_checkpoint_step=512, exit_reason="done",
@@ -284,8 +284,8 @@ def test_replay_shows_the_live_throughput_the_supervisor_showed(tmp_path: Path) 
     writer.close()
     recorder = Recorder(run_dir)
     recorder.close()
-    spec = RunSpec(jobs=1, agents=1, preset=presets.load("cartpole"), preset_arg="cartpole", env="CartPole-v1",
-                   timesteps=run.target, seed=0, run_dir=run_dir, restart=RestartPolicy(), pin=False,
+    spec = RunSpec(jobs=1, agents=1, loaded_preset=presets.load("cartpole"), preset="cartpole", env="CartPole-v1",
+                   timesteps=run.target, seed=0, run_dir=run_dir, pin=False,
                    command_line=("cockpit", "run"))  # fmt: skip
     job = _view("000", 0, "done", steps=run.target, target=run.target, exit_reason="done")
     state = RunState(run_dir=str(run_dir), preset="cartpole", env="CartPole-v1", status=RunStatus.DONE,
@@ -353,8 +353,8 @@ def test_a_replayed_job_shows_what_the_live_one_did(tmp_path: Path) -> None:
         live.append(sup.snapshot(sample, dict(peaks), all_jobs=True, memory=recorder.memory.verdicts()))
     recorder.close()
     assert sup.finished and live[-1].status is RunStatus.DONE
-    spec = RunSpec(jobs=2, agents=2, preset=presets.load("cartpole"), preset_arg="cartpole", env="CartPole-v1",
-                   timesteps=long.target, seed=0, run_dir=run_dir, restart=RestartPolicy(), pin=False,
+    spec = RunSpec(jobs=2, agents=2, loaded_preset=presets.load("cartpole"), preset="cartpole", env="CartPole-v1",
+                   timesteps=long.target, seed=0, run_dir=run_dir, pin=False,
                    command_line=("cockpit", "run"))  # fmt: skip
     host = HostInfo("box", "Test CPU", 4, 4, 16 * 1024**3, "Linux")
     write(run_dir, record(spec, live[-1], host, phase_accounting({}, recorder, clock.t, final=True), recorder))

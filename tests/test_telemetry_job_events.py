@@ -27,7 +27,7 @@ from cockpit.contract.events import (
     StartedEvent,
 )
 from cockpit.contract.runrecord import write
-from cockpit.contract.runspec import RestartPolicy, RunSpec
+from cockpit.contract.runspec import RunSpec
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.core.feed.snapshot import JobView, RunState
 from cockpit.core.machine.host import HostInfo, thread_budget
@@ -108,8 +108,8 @@ def test_a_replay_shows_every_job_as_the_live_supervisor_did(tmp_path: Path) -> 
             break
     recorder.close()
     assert sup.finished and live[-1].status is RunStatus.DONE
-    spec = RunSpec(jobs=2, agents=2, preset=presets.load("cartpole"), preset_arg="cartpole", env="CartPole-v1",
-                   timesteps=4000, seed=0, run_dir=run_dir, restart=RestartPolicy(), pin=False,
+    spec = RunSpec(jobs=2, agents=2, loaded_preset=presets.load("cartpole"), preset="cartpole", env="CartPole-v1",
+                   timesteps=4000, seed=0, run_dir=run_dir, pin=False,
                    command_line=("cockpit", "run"))  # fmt: skip
     host = HostInfo("box", "Test CPU", 4, 4, 16 * 1024**3, "Linux")
     write(run_dir, record(spec, live[-1], host, phase_accounting({}, recorder, clock.t, final=True), recorder))

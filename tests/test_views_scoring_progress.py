@@ -12,7 +12,7 @@ from pathlib import Path
 from rich.console import Console
 
 from cockpit.contract import presets
-from cockpit.contract.runspec import RestartPolicy, RunSpec
+from cockpit.contract.runspec import RunSpec
 from cockpit.contract.states import JobState
 from cockpit.core.record.replay import open_replay
 from cockpit.views.headless import job_line, jobs_table
@@ -73,8 +73,8 @@ def test_a_replay_shows_the_scoring_as_it_was(tmp_path: Path) -> None:
     sup, clock, start = _scoring(tmp_path)
     events(sup, "000").finished(status="done", steps=1000, duration=100.0, t=clock.t)
     sup.tick()
-    spec = RunSpec(jobs=1, agents=1, preset=presets.load("cartpole"), preset_arg="cartpole", env="CartPole-v1",
-                   timesteps=1000, seed=0, run_dir=tmp_path, restart=RestartPolicy(), pin=False,
+    spec = RunSpec(jobs=1, agents=1, loaded_preset=presets.load("cartpole"), preset="cartpole", env="CartPole-v1",
+                   timesteps=1000, seed=0, run_dir=tmp_path, pin=False,
                    command_line=("cockpit", "run"))  # fmt: skip
     run_log(sup, spec)  # type: ignore[arg-type]
     replay = open_replay(tmp_path)

@@ -43,13 +43,13 @@ def _spec(
     spec = _local_spec(args, gpus, command_line, visible_by)
     given = args.run_dir is not None or args.resume is not None or args.spec is not None
     spec = on_cluster(spec, args.ray, args.storage, run_dir_given=given)
-    if spec.preset is not None and args.typed is None:  # with --typed, the cockpit that started this run checked
+    if spec.loaded_preset is not None and args.typed is None:  # with --typed, the cockpit that started this run checked
         from cockpit.core.launch.preflight import check_trainable
 
-        source = f"preset {spec.preset.source}: env"
+        source = f"preset {spec.loaded_preset.source}: env"
         if args.env or args.resume:
             source = "--env" if args.env else f"--resume {args.resume}: run.toml's env"
-        check_trainable(dataclasses.replace(spec.preset, env=spec.env), source)
+        check_trainable(dataclasses.replace(spec.loaded_preset, env=spec.env), source)
     return spec
 
 

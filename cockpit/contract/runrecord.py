@@ -46,7 +46,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Any, ClassVar, Literal, TypeVar, Union, get_args, get_origin
 
 import tomli_w
 
@@ -54,6 +54,7 @@ from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import RUN_TOML, RunDir
 from cockpit.contract.scriptargs import script_label
+from cockpit.contract.settings import RunSettings, declared_recorded, unrecorded
 from cockpit.contract.states import JobState, RunStatus
 from cockpit.contract.toml import tomllib
 
@@ -85,51 +86,45 @@ def unix(text: str | None) -> float | None:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ConfigRecord:
+class ConfigRecord(RunSettings):
     """`[config]`: the run's settings, as `--resume` needs them to start it again.
 
-    `preset` is what workers got as `--preset` (a built-in name or an absolute file path).
-    `healthy_uptime_s` is absent in files written before it was recorded: the default then.
-    `stall_timeout_s` is there only when the run set `--stall-timeout`; absent, each job's timeout
-    was derived from its own silences (`RestartPolicy.stall_timeout`).
-    `episodes` is the episode target per agent (`--episodes`), absent for a step target; `timesteps`
-    is then 0.
-    `gpus` is `--gpus`, the GPUs the run was limited to (absent: every GPU NVML saw).
-    `devices` is `--devices`, the device each parallel slot trained on (absent: the workers chose).
-    `mps` is whether the jobs were MPS clients (`--mps`; written only when true: absent, false).
-    `mps_external` is the pipe directory of an MPS daemon the run found running, whoever started it,
-    whose clients its jobs were with or without `--mps` (absent: none).
-    `on_done` is the `--on-done` command (absent: none); a resumed run keeps it.
-    `eval_episodes` is `--eval-episodes`, the episodes each job's model is scored over at its target
-    (absent: no score); a resumed run keeps it.
-    The keys are the names of the settings (`cockpit.contract.settings.RunSettings`) that declare
-    themselves recorded, and the run writes them from there (`settings.recorded_values`).
+    Its keys are the settings (`cockpit.contract.settings.RunSettings`) that declare themselves
+    `recorded`, under their field names, each read back by its type; a setting declared later is
+    absent from older files, and reads as its default. The run writes them from its spec
+    (`settings.recorded_values`), as validated: `preset` is what workers got as `--preset` (a
+    built-in name or an absolute file path), `env` the env id they trained, `timesteps` the step
+    target (0 with an episode target, `episodes`), `agents` the jobs the run had.
+    `mps_external` is the pipe directory of an MPS daemon the
+    run found running, whoever started it, whose clients its jobs were with or without `--mps`
+    (absent: none).
     `script` is a script run's command template (`cockpit run -- COMMAND`); such a run trains no
     preset of cockpit's, so its `preset` and `env` are empty, its `timesteps` 0, and the record
     has no `[preset]` table.
     """
+
+    # The keys every run.toml has, in the order it has always had them. Every other recorded setting
+    # follows in declaration order, and only when it is set and not at its default (absent means the
+    # default): an older file read and written again is the same text, and a setting declared later
+    # leaves the files of runs that do not use it as they were.
+    ALWAYS: ClassVar[tuple[str, ...]] = ("jobs", "agents", "preset", "env", "timesteps", "seed", "max_restarts", "pin")
 
     jobs: int
     agents: int
     preset: str
     env: str
     timesteps: int
-    seed: int
-    max_restarts: int
-    healthy_uptime_s: float | None = None
-    stall_timeout_s: float | None = None
-    pin: bool = False
-    script: tuple[str, ...] | None = None
-    episodes: int | None = None
-    gpus: tuple[int, ...] | None = None
-    devices: tuple[str, ...] | None = None
-    # Written only when true: a run without MPS renders as files from before the key did.
-    mps: bool = field(default=False, metadata={"omit_if_default": True})
-    # The pipe directory of an MPS daemon the run found serving (not started for it): its jobs were
-    # that daemon's clients with or without `--mps`. Written only when there was one.
-    mps_external: str | None = field(default=None, metadata={"omit_if_default": True})
-    on_done: str | None = field(default=None, metadata={"omit_if_default": True})
-    eval_episodes: int | None = field(default=None, metadata={"omit_if_default": True})
+    mps_external: str | None = None
+
+    def written(self) -> list[tuple[str, Any]]:
+        """The `[config]` keys and values this record writes, in order (see `ALWAYS`)."""
+        keys = [*self.ALWAYS, *(name for name, _ in declared_recorded() if name not in self.ALWAYS), "mps_external"]
+        defaults = {f.name: f.default for f in dataclasses.fields(RunSettings)}
+        return [
+            (key, getattr(self, key))
+            for key in keys
+            if getattr(self, key) is not None and (key in self.ALWAYS or getattr(self, key) != defaults.get(key))
+        ]
 
     def shown(self) -> tuple[str, str]:
         """The preset and env as views show them; a script run's are "script" and its command's
@@ -342,8 +337,10 @@ def _plain(value: Any) -> Any:
     """Records as TOML-ready data in field order; None (an unknown fact) becomes an absent key, and
     so does a field marked `omit_if_default` in its metadata while it holds its default (a key added
     later, such as a preset's env_kwargs, then leaves the files that do not use it as they were)."""
+    if isinstance(value, ConfigRecord):
+        return {key: _plain(v) for key, v in value.written()}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        kept = (f for f in dataclasses.fields(value) if not _at_omitted_default(value, f))
+        kept = (f for f in _keys(value) if not _at_omitted_default(value, f))
         pairs = ((f.name, getattr(value, f.name)) for f in kept)
         return {name: _plain(v) for name, v in pairs if v is not None}
     if isinstance(value, Enum):
@@ -353,6 +350,13 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value if v is not None]
     return value
+
+
+def _keys(record: Any) -> list[dataclasses.Field[Any]]:
+    """The fields of a record (or record class) that the file holds: all but the run settings that
+    are not recorded (`ConfigRecord` is a `RunSettings`, whose `run_dir` or `name` has its own place
+    or none)."""
+    return [f for f in dataclasses.fields(record) if not unrecorded(f)]
 
 
 def _at_omitted_default(record: Any, f: dataclasses.Field[Any]) -> bool:
@@ -391,7 +395,7 @@ def _decode(cls: type[R], data: Any, where: str) -> R:
         raise _Invalid(f"{where or 'run.toml'}: expected a table, got {data!r}")
     hints = typing.get_type_hints(cls)
     values: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+    for f in _keys(cls):
         key = f"{where}.{f.name}" if where else f.name
         if f.name in data:
             values[f.name] = _value(hints[f.name], data[f.name], key)

@@ -8,12 +8,13 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from cockpit.contract.envids import EnvError, check_env
 from cockpit.contract.presets import Preset, PresetError, load
 from cockpit.contract.rundir import RunDir, RunNameError, check_run_name, stamped
 from cockpit.contract.scriptargs import ScriptError, check_template
-from cockpit.contract.settings import RunSettings, decode
+from cockpit.contract.settings import RunSettings, decode, spec_values
 
 MAX_SEED = 2**31 - 1
 # The default stall timeout (no --stall-timeout): this many times the job's longest silence so far,
@@ -72,58 +73,47 @@ class Cluster:
     storage: Path | None = None
 
 
-@dataclass(frozen=True)
-class RunSpec:
-    """Everything a run needs, validated.
+@dataclass(frozen=True, kw_only=True)
+class RunSpec(RunSettings):
+    """Everything a run needs, validated: its settings (a `RunSettings`, each declared once in
+    `cockpit.contract.settings`, where each one's help says what it does), checked and resolved by
+    `build_spec`, and what they resolved to.
 
     `agents` jobs with seeds `seed … seed + agents - 1` go through a queue, at most `jobs` at once.
-    `preset_arg` is what workers get as `--preset` (a built-in name or an absolute file path).
+    `preset` is what workers get as `--preset` (a built-in name or an absolute file path), and
+    `loaded_preset` that preset read (with `env` the env id it trains on, the preset's unless
+    `--env` named another).
     `script`, when set, is the user's command template that each job runs instead of cockpit's
-    worker (`cockpit.contract.scriptargs`); there is then no `preset`, `preset_arg` and `env` are
+    worker (`cockpit.contract.scriptargs`); there is then no `loaded_preset`, `preset` and `env` are
     empty, and `timesteps` is 0 (a script that reports through CockpitCallback gives its own).
     `episodes`, when set, is an episode target per agent (`--episodes`) in place of a step target:
     `timesteps` is then 0, and each job stops after the rollout in which its `episodes`-th whole
     episode ended.
-    `name` is the run's name (`--name`, checked by `rundir.check_run_name`), None for none: the
-    default run directory is then named after it, views show it, and `cockpit attach NAME` finds it.
-    `tensorboard` False (`--no-tensorboard`) turns off each job's TensorBoard logs: the workers'
-    (SB3's scalars) and the cockpit's own scalars.
+    `run_dir` is where the run goes, defaulted (a stamped `runs/` directory) when not given, and
+    `name` the checked `--name` (`rundir.check_run_name`).
     `gpus` (`--gpus 0,2`) are the NVML indices of the GPUs the run samples and places jobs on,
-    sorted, among those the cockpit's `CUDA_VISIBLE_DEVICES` leaves it; None: every one it leaves
-    (every GPU NVML sees when it is unset).
-    `cluster`, when set (`--ray`), runs the jobs on a Ray cluster instead of this machine.
+    sorted, among those the cockpit's `CUDA_VISIBLE_DEVICES` leaves it; None: every one it leaves.
     `devices` (`--devices 2:cuda,1:cpu`) is the device each parallel slot's jobs train on, one per
     slot; None: the worker's choice (cuda where there is a GPU).
-    `mps` (`--mps`, a fleet plan's `mps = true`) makes the jobs on each GPU clients of NVIDIA's
-    Multi-Process Service (`cockpit.core.machine.mps_daemon`), which runs their kernels side by side.
-    `on_done` (`--on-done CMD`) is a shell command run once when the run ends done, failed or
-    stopped (`cockpit.core.session.on_done`); None for none.
-    `eval_episodes` (`--eval-episodes N`) scores each job's model over N episodes once it reaches its
-    target; None for no score.
-    Each setting's flag, default and help are declared once, in `cockpit.contract.settings`.
+    `command_line` is the cockpit's own, as run.toml records it, and `cluster`, when set (`--ray`),
+    the Ray cluster the jobs run on instead of this machine.
     """
 
     jobs: int
     agents: int
-    preset: Preset | None
-    preset_arg: str
+    preset: str
     env: str
     timesteps: int
-    seed: int
     run_dir: Path
-    restart: RestartPolicy
-    pin: bool
     command_line: tuple[str, ...]
-    script: tuple[str, ...] | None = None
-    name: str | None = None
-    episodes: int | None = None
-    tensorboard: bool = True
-    gpus: tuple[int, ...] | None = None
+    loaded_preset: Preset | None = None
     cluster: Cluster | None = None
-    devices: tuple[str, ...] | None = None
-    mps: bool = False
-    on_done: str | None = None
-    eval_episodes: int | None = None
+
+    @property
+    def restart(self) -> RestartPolicy:
+        """When a crashed or stalled job is started again (`--max-restarts`, `--healthy-uptime`,
+        `--stall-timeout`)."""
+        return RestartPolicy(self.max_restarts, self.healthy_uptime_s, stall_timeout_s=self.stall_timeout_s)
 
     @property
     def slots(self) -> int:
@@ -274,11 +264,9 @@ def build_spec(
     if s.timesteps is not None and s.episodes is not None:
         raise ConfigError(f"--episodes {s.episodes}: a run's target is --timesteps or --episodes, not both")
     run_dir = s.run_dir if s.run_dir is not None or name is None else stamped(name)
-    restart = RestartPolicy(s.max_restarts, s.healthy_uptime_s, stall_timeout_s=s.stall_timeout_s)
+    checked = {**spec_values(s), "name": name, "gpus": gpus, "devices": devices}
     if s.script is not None:
-        return _script_spec(
-            s, name=name, gpus=gpus, run_dir=run_dir, restart=restart, command_line=command_line, resuming=resuming
-        )
+        return _script_spec(s, checked, run_dir, command_line=command_line, resuming=resuming)
     try:
         resolved = load(s.preset)
     except PresetError as exc:
@@ -295,26 +283,19 @@ def build_spec(
         )
     directory = run_dir or default_run_dir(resolved, env_id)
     _check_run_dir(directory, resuming)
+    # Every setting as checked; those `build_spec` resolves (a default it decides, a preset's value)
+    # in place of what was given.
     return RunSpec(
-        jobs=s.jobs,
-        agents=n_agents,
-        preset=resolved,
-        preset_arg=preset_arg,
-        env=env_id,
-        timesteps=0 if s.episodes is not None else s.timesteps or resolved.timesteps,
-        seed=s.seed,
-        run_dir=directory,
-        restart=restart,
-        pin=s.pin,
+        **{
+            **checked,
+            "agents": n_agents,
+            "preset": preset_arg,
+            "env": env_id,
+            "timesteps": 0 if s.episodes is not None else s.timesteps or resolved.timesteps,
+            "run_dir": directory,
+        },
+        loaded_preset=resolved,
         command_line=command_line,
-        name=name,
-        episodes=s.episodes,
-        tensorboard=s.tensorboard,
-        gpus=gpus,
-        devices=devices,
-        mps=s.mps,
-        on_done=s.on_done,
-        eval_episodes=s.eval_episodes,
     )
 
 
@@ -330,16 +311,10 @@ def handed(text: str) -> RunSettings:
 
 
 def _script_spec(
-    s: RunSettings,
-    *,
-    name: str | None,
-    gpus: tuple[int, ...] | None,
-    run_dir: Path | None,
-    restart: RestartPolicy,
-    command_line: tuple[str, ...],
-    resuming: bool,
+    s: RunSettings, checked: dict[str, Any], run_dir: Path | None, *, command_line: tuple[str, ...], resuming: bool
 ) -> RunSpec:
-    """The RunSpec of a script run (`build_spec` with `script`), its name, GPUs and run dir checked."""
+    """The RunSpec of a script run (`build_spec` with `script`), from its `checked` settings: its
+    template and seeds checked, its run dir defaulted and checked."""
     assert s.script is not None and s.jobs is not None
     try:
         check_template(s.script)
@@ -350,25 +325,9 @@ def _script_spec(
         raise ConfigError(f"--seed {s.seed}: with {agents} agents it must be at most {MAX_SEED - agents + 1}")
     directory = run_dir or script_run_dir(s.script)
     _check_run_dir(directory, resuming)
-    return RunSpec(
-        jobs=s.jobs,
-        agents=agents,
-        preset=None,
-        preset_arg="",
-        env="",
-        timesteps=0,
-        seed=s.seed,
-        run_dir=directory,
-        restart=restart,
-        pin=s.pin,
-        command_line=command_line,
-        script=s.script,
-        name=name,
-        tensorboard=s.tensorboard,
-        gpus=gpus,
-        mps=s.mps,
-        on_done=s.on_done,
-    )
+    # A script trains no preset of cockpit's and has no step target of its own here.
+    resolved = {"agents": agents, "preset": "", "env": "", "timesteps": 0, "run_dir": directory}
+    return RunSpec(**{**checked, **resolved}, command_line=command_line)
 
 
 def _check_run_dir(directory: Path, resuming: bool) -> None:

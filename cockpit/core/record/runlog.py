@@ -296,7 +296,7 @@ def record(
             os=host.os,
         ),
         gpu=gpu,
-        preset=spec.preset,
+        preset=spec.loaded_preset,
         jobs=tuple(_job_record(j, state.now, recorder, accounting, uuids) for j in state.jobs),
         utilization=UtilizationRecord(
             **_figures(accounting),

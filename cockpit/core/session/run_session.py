@@ -139,7 +139,9 @@ class RunSession:
 
     def __post_init__(self) -> None:
         # The preset the jobs train now (applied advice changes it); None for a script run.
-        self._preset = dataclasses.replace(self.spec.preset, env=self.spec.env) if self.spec.preset else None
+        self._preset = (
+            dataclasses.replace(self.spec.loaded_preset, env=self.spec.env) if self.spec.loaded_preset else None
+        )
         self._suggestions: tuple[Advice, ...] = ()
         self._mps_kept = False  # --auto's MPS measurement is in mps.toml
         self._applied: list[AdviceRecord] = []
@@ -281,12 +283,12 @@ class RunSession:
 
     def _advise(self, state: RunState, accounting: Accounting) -> None:
         measured = live_measurements(state, accounting, self.sampler.history())
-        if self.spec.preset is None or self._preset is None:
+        if self.spec.loaded_preset is None or self._preset is None:
             # A script run's settings are the script's: no advice on them; but its memory is watched.
             self._suggestions = tuple(memory_advice(measured))
             return
         machine = machine_of(self.host, self.sampler.gpu_info, [r.info for r in self.sampler.gpus])
-        cap = self.spec.preset.n_envs * MAX_ENVS_SCALE  # of the preset the run began with
+        cap = self.spec.loaded_preset.n_envs * MAX_ENVS_SCALE  # of the preset the run began with
         self._suggestions = tuple(
             advise(machine, self._preset, state.slots, measured, self.costs, max_envs=cap, mps=self.spec.mps)
         )

@@ -316,9 +316,11 @@ def _cached_costs(spec: RunSpec, gpu: GpuReader | None) -> Costs | None:
     a run never waits for a probe."""
     from cockpit.core.sizing.cost_probe import cached_costs
 
-    if spec.preset is None:
+    if spec.loaded_preset is None:
         return None
-    return cached_costs(dataclasses.replace(spec.preset, env=spec.env), gpu.info.name if gpu is not None else None)
+    return cached_costs(
+        dataclasses.replace(spec.loaded_preset, env=spec.env), gpu.info.name if gpu is not None else None
+    )
 
 
 def _auto_tuner(
@@ -336,8 +338,8 @@ def _auto_tuner(
     from cockpit.core.machine.host import host_info
     from cockpit.core.sizing.advisor import envs_per_core, max_jobs_for_cores
 
-    assert spec.preset is not None  # --auto with a script is refused up front
-    preset = dataclasses.replace(spec.preset, env=spec.env)
+    assert spec.loaded_preset is not None  # --auto with a script is refused up front
+    preset = dataclasses.replace(spec.loaded_preset, env=spec.env)
     cores = host_info().physical_cores
     return AutoTuner(
         SystemClock(),

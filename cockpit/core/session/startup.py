@@ -86,7 +86,7 @@ def start_session(
             pin=spec.pin,
         ),
         clock=clock,
-        preset_name=spec.preset.name if spec.preset is not None else "script",
+        preset_name=spec.loaded_preset.name if spec.loaded_preset is not None else "script",
     )
     supervisor.warnings.extend(notes)
     if spec.gpus is not None and not sampler.gpus:
@@ -180,7 +180,7 @@ def _template(spec: RunSpec, costs: Costs | None = None) -> JobTemplate:
     if spec.script is not None:
         return JobTemplate("", script_label(spec.script), spec.timesteps, script=spec.script)
     return JobTemplate(
-        spec.preset_arg,
+        spec.preset,
         spec.env,
         spec.timesteps,
         episodes=spec.episodes,
