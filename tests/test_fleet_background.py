@@ -19,7 +19,7 @@ from cockpit.contract.fleetplan import FleetPlan
 from cockpit.contract.runrecord import read
 from cockpit.core.fleet.run import FleetRun
 from cockpit.core.machine.host import thread_budget
-from cockpit.core.session import background
+from cockpit.core.session import background, start
 from cockpit.core.supervise.supervisor import JobTemplate, Supervisor
 from tests.cockpitproc import Tmux
 from tests.fakeclock import FakeClock
@@ -56,7 +56,9 @@ def in_background(args: argparse.Namespace, monkeypatch: pytest.MonkeyPatch) -> 
     """The spec `cockpit fleet` on a terminal validates for `args`, and the whole command line of
     the background run it starts for it (after `cockpit`)."""
     plan, _ = fleet._plan(args)
-    spec = fleet._spec(args, plan, GPUS_HERE)
+    command_line = background.typed_command_line(args.typed, args.argv)  # as the front door takes it
+    assert command_line is not None
+    spec = fleet._spec(args, plan, GPUS_HERE, "", command_line)
     started: list[list[str]] = []
 
     def spawn(run_args: list[str], run_dir: Path, verb: str = "run") -> SimpleNamespace:
@@ -65,7 +67,9 @@ def in_background(args: argparse.Namespace, monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(background, "spawn", spawn)
     monkeypatch.setattr(background, "watch_to_exit", lambda run, watch, who: 0)
-    assert fleet._run_in_background(args, spec, front=None) == 0  # type: ignore[arg-type]
+    # What `start.start_fleet` starts on a terminal: the fleet's own arguments, then the spec as data.
+    argv = [*fleet._background_args(args, spec), *background.spec_argv(spec)]
+    assert start.run_in_background(argv, spec, None, "cockpit fleet", verb="fleet") == 0  # type: ignore[arg-type]
     (argv,) = started
     return spec, argv
 
@@ -80,7 +84,9 @@ def same_run(args: argparse.Namespace, monkeypatch: pytest.MonkeyPatch) -> tuple
     back_plan, _ = fleet._plan(back)
     assert back_plan == plan
     assert back.rate == args.rate
-    assert fleet._spec(back, back_plan, GPUS_HERE) == spec
+    typed = background.typed_command_line(back.typed, back.argv)
+    assert typed is not None
+    assert fleet._spec(back, back_plan, GPUS_HERE, "", typed) == spec
     return spec, plan
 
 

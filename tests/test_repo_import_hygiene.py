@@ -66,12 +66,17 @@ def test_no_import_cycle_among_cockpits_modules() -> None:
 
 
 def test_run_fleet_and_attach_reach_core_through_the_front_door() -> None:
-    # The commands that start or show a run parse, call core.session.start with a front end and
-    # present: wiring the session by hand again would pass it by.
+    # The commands that start or show a run parse, call core.session.start (attach: its light half,
+    # front_ends.watch_run) with a front end and present: wiring the session by hand would pass it by.
     graph = grimp.build_graph("cockpit")
-    for command in ("cockpit.commands.run", "cockpit.commands.fleet", "cockpit.commands.attach"):
+    doors = {
+        "cockpit.commands.run": "start",
+        "cockpit.commands.fleet": "start",
+        "cockpit.commands.attach": "front_ends",
+    }
+    for command, door in doors.items():
         core = {d for d in graph.find_modules_directly_imported_by(command) if d.startswith("cockpit.core.")}
-        assert "cockpit.core.session.start" in core, command
+        assert f"cockpit.core.session.{door}" in core, command
 
 
 def test_every_command_imports_at_most_five_modules_of_core() -> None:

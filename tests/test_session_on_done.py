@@ -14,11 +14,10 @@ import psutil
 import pytest
 
 from cockpit.cli import main
-from cockpit.commands.fleet import _recorded
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import ConfigError, build_spec
-from cockpit.contract.settings import RunSettings
+from cockpit.contract.settings import RunSettings, resumed
 from cockpit.contract.states import RunStatus
 from cockpit.core.session.background import headless_argv
 from cockpit.core.session.on_done import run_on_done
@@ -114,7 +113,7 @@ def test_a_run_that_ends_runs_it_once_with_its_status_and_keeps_it_for_resume(
     assert calls(recorded) == [["done", "0", "done", str(done.resolve())]]
     assert read(done).config.on_done == command
     assert resume_settings(done, read(done)).on_done == command
-    assert _recorded(done) == (None, command)  # what `fleet --resume` keeps, unless given another
+    assert resumed(read(done).config, None, done, "fleet").on_done == command  # `fleet --resume` keeps it too
     failed = tmp_path / "failed"
     assert _run("--run-dir", str(failed), "--name", "nightly", "--on-done", command, "--", *FAILING) == 1
     assert calls(recorded)[-1] == ["failed", "1", "nightly", str(failed.resolve())]

@@ -10,7 +10,7 @@ import pytest
 from cockpit.contract.events import PhaseEvent, ProgressEvent, StartedEvent
 from cockpit.contract.states import JobState
 from cockpit.core.telemetry.throughput import MAX_CYCLES, Throughput, job_eta, run_eta, window_start
-from cockpit.views.formatting import eta
+from cockpit.formatting import eta
 from tests.cycles import script
 
 T0 = 1_800_000_000.0

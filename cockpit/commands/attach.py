@@ -14,7 +14,7 @@ from cockpit.commands.console import interactive
 from cockpit.contract.rundir import RUN_NAME_PATTERN, RUNS
 from cockpit.core.feed.source import SourceError
 from cockpit.core.record.find_runs import named_run
-from cockpit.core.session.start import FrontEnds, watch_run
+from cockpit.core.session.front_ends import FrontEnds, watch_run
 
 
 def find(run_dir: Path, root: Path = RUNS) -> Path:

@@ -26,21 +26,20 @@ from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import stamped
 from cockpit.contract.runrecord import RunRecord
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, checked_name, handed, on_cluster
-from cockpit.contract.settings import RunSettings
+from cockpit.contract.settings import RunSettings, resumed_with
 from cockpit.core.fleet.projection import Projection, Stage, episode_steps_from_record, project, speed_from_record
-from cockpit.core.session.background import spec_argv, typed_command_line
+from cockpit.core.session.front_ends import FrontEnds
 from cockpit.core.session.start import (
     Asked,
-    FrontEnds,
     check_plan,
     fleet_of,
     recorded_plan,
-    run_in_background,
     search_missing,
     start_fleet,
 )
 from cockpit.core.sizing.overlap import Speed, speed_of
 from cockpit.core.sizing.starting_point import costs_for, this_machine
+from cockpit.formatting import money
 
 
 def main(args: argparse.Namespace, front: FrontEnds) -> int:
@@ -96,7 +95,11 @@ def _plan(args: argparse.Namespace) -> tuple[FleetPlan, str]:
 
 
 def _spec(
-    args: argparse.Namespace, plan: FleetPlan, gpus_here: Sequence[int] | None = None, visible_by: str = ""
+    args: argparse.Namespace,
+    plan: FleetPlan,
+    gpus_here: Sequence[int] | None = None,
+    visible_by: str = "",
+    command_line: tuple[str, ...] = ("cockpit", "fleet"),
 ) -> RunSpec:
     """The run the fleet is: its slots, run dir, name, restart policy and GPUs (`--gpus`, checked
     against `gpus_here`, the indices of the GPUs it may use: NVML's, or those `visible_by`, the
@@ -104,11 +107,10 @@ def _spec(
     run in its header.
 
     The fleet's run name is `--name`, else the plan's `name` (both follow `rundir.check_run_name`);
-    a resumed fleet keeps the name its run.toml recorded. Its directory is `--run-dir`, else
-    `runs/<UTC time>-NAME` with `--name`, else `runs/<UTC time>-fleet-<plan name>` as before names."""
-    command_line = typed_command_line(args.typed, sys.argv[1:] if args.argv is None else args.argv)
-    if command_line is None:
-        raise ConfigError("--typed: give the command line as a JSON list of strings")
+    a resumed fleet keeps the name and the settings its run.toml recorded, as each setting's
+    declaration says (`settings.resumed`). Its directory is `--run-dir`, else `runs/<UTC time>-NAME`
+    with `--name`, else `runs/<UTC time>-fleet-<plan name>` as before names. `command_line` is what
+    run.toml records (the front door's `Here.command_line`: what the user typed)."""
     resuming = args.resume is not None
     if args.spec is not None:  # a background fleet: the settings the cockpit that started it validated
         spec = build_spec(
@@ -116,24 +118,23 @@ def _spec(
         )
         return on_cluster(spec, args.ray, args.storage, run_dir_given=True)
     first = plan.agents[0]
-    name, on_done = checked_name(args.name) or plan.name, args.on_done
-    if resuming:
-        recorded_name, recorded_on_done = _recorded(args.resume)
-        name, on_done = recorded_name or plan.name, on_done if on_done is not None else recorded_on_done
+    given = RunSettings.from_args(args, name=checked_name(args.name))
+    record = _record(args.resume) if resuming else None
+    if record is not None:  # the fleet's recorded settings, as each declaration says
+        given = resumed_with(args, record.config, record.name, args.resume, "fleet")
     run_dir = args.resume or args.run_dir or stamped(args.name if args.name is not None else f"fleet-{plan.name}")
     # The plan decides what `cockpit run` takes as flags: the agents, their preset, env and target.
-    settings = RunSettings.from_args(
-        args,
-        jobs=args.jobs or plan.jobs,
+    settings = dataclasses.replace(
+        given,
+        jobs=given.jobs or plan.jobs,
         agents=len(plan.agents),
         preset=first.preset_name,
         env=first.env,
         timesteps=plan.tiers[-1].timesteps,
         episodes=plan.tiers[-1].episodes,
         run_dir=run_dir,
-        name=name,
-        mps=args.mps or plan.mps,
-        on_done=on_done,
+        name=given.name or plan.name,
+        mps=given.mps or plan.mps,
     )
     spec = build_spec(
         settings, command_line=command_line, resuming=resuming, gpus_here=gpus_here, visible_by=visible_by
@@ -141,16 +142,14 @@ def _spec(
     return on_cluster(spec, args.ray, args.storage, run_dir_given=args.resume is not None or args.run_dir is not None)
 
 
-def _recorded(run_dir: Path) -> tuple[str | None, str | None]:
-    """The name and `--on-done` command a fleet's run.toml recorded (None for what it recorded none
-    of, or when it cannot be read: the plan's name then, and no command)."""
+def _record(run_dir: Path) -> RunRecord | None:
+    """The fleet's run.toml; None when it cannot be read (the plan's name and settings then)."""
     from cockpit.contract.runrecord import RunRecordError, read
 
     try:
-        recorded = read(run_dir)
+        return read(run_dir)
     except RunRecordError:
-        return None, None
-    return recorded.name, recorded.config.on_done
+        return None
 
 
 def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: FrontEnds) -> int:
@@ -166,20 +165,19 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
         mps_from=None if args.mps else source,
     )
     return start_fleet(
-        lambda here: _spec(args, plan, here.indices, here.visible_by),
+        lambda here: _spec(args, plan, here.indices, here.visible_by, here.command_line),
         front,
         asked,
         fleet=fleet_of(plan, plan_text, resume=args.resume is not None, rate=args.rate),
-        in_background=lambda spec: _run_in_background(args, spec, front),
+        background_args=lambda spec: _background_args(args, spec),
     )
 
 
-def _run_in_background(args: argparse.Namespace, spec: RunSpec, front: FrontEnds) -> int:
-    """Start the fleet as `cockpit fleet --headless` in its own session and open the cockpit on it."""
-    # The plan (or the fleet's own record) and the machine's rate are the fleet's; the rest is the spec, as data.
+def _background_args(args: argparse.Namespace, spec: RunSpec) -> list[str]:
+    """What a background `cockpit fleet` takes besides the spec: the plan (or the fleet's own
+    record, with `--resume`) and the machine's rate."""
     where = [str(args.plan)] if args.resume is None else ["--resume", str(spec.run_dir)]
-    rate = ["--rate", repr(args.rate)] if args.rate is not None else []
-    return run_in_background([*where, *rate, *spec_argv(spec)], spec, front, "cockpit fleet", verb="fleet")
+    return [*where, *(["--rate", repr(args.rate)] if args.rate is not None else [])]
 
 
 def dry_run(
@@ -300,7 +298,7 @@ def projection_table(projection: Projection, rate: float | None) -> Table:
             f"{stage.agents:,}",
             *amounts,
             _duration(stage.seconds),
-            "-" if stage.cost_usd is None else f"${stage.cost_usd:,.2f}",
+            money(stage.cost_usd),
         )
     return table
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
+from cockpit.commands import leaderboard
 from cockpit.commands.plots import Plot
 from cockpit.contract.runrecord import RunRecord
 from cockpit.core.feed.snapshot import preset_label
@@ -195,42 +196,8 @@ def _fleet(fleet: FleetSummary, plots: Sequence[Plot]) -> str:
         parts.append(f"<h2>Leaderboard (top {len(leaders)} of {len(fleet.leaderboard):,} scored)</h2>")
         # pbt: every checkpoint the agent copied, oldest first ("a0006@t0, a0008@t4": whose, at which tier's end).
         pbt = fleet.promotion == "pbt"
-        parts.append(
-            _table(
-                (
-                    "#",
-                    "agent",
-                    *(("copied",) if pbt else ()),
-                    "tier",
-                    "steps",
-                    "score",
-                    "± std",
-                    "train return",
-                    "env",
-                    "preset",
-                    "overrides",
-                    "seed",
-                ),
-                (
-                    (
-                        str(a.rank),
-                        a.agent,
-                        *((", ".join(f"{e.source}@t{e.tier}" for e in a.lineage) or "-",) if pbt else ()),
-                        str(a.tier),
-                        f"{a.steps:,}",
-                        f"{a.score:,.1f}",
-                        _cell(a.score_std),
-                        _cell(a.train_return),
-                        a.env,
-                        a.preset,
-                        ", ".join(f"{k}={v!r}" for k, v in sorted(a.overrides.items())),
-                        str(a.seed),
-                    )
-                    for a in leaders
-                ),
-                left=("agent", "copied", "env", "preset", "overrides"),
-            )
-        )
+        rows = (leaderboard.cells(a, pbt, every_copy=True) for a in leaders)
+        parts.append(_table(leaderboard.columns(pbt), rows, left=tuple(leaderboard.LEFT)))
     failed = [agent for agent in fleet.agents if agent.status == "failed"]
     parts += [
         f'<p class="bad">failed: {escape(a.id)} in tier {a.tier}: {escape(a.error or "no error recorded")}</p>'

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from cockpit.commands import leaderboard
 from cockpit.commands.console import output_console
 from cockpit.contract.files import write_atomic
 from cockpit.contract.runspec import ConfigError
@@ -152,11 +153,6 @@ LEADERS = 10  # leaderboard rows in the text report (--json lists every agent wi
 FAILED_LISTED = 10  # failed agents named with their errors in the text report
 
 
-def _overrides_text(overrides: dict[str, Any]) -> str:
-    """`key=value, ...` in key order, as the cockpit's leaderboard shows them ("" for none)."""
-    return ", ".join(f"{key}={value!r}" for key, value in sorted(overrides.items()))
-
-
 def print_fleet(fleet: FleetSummary, console: Console) -> None:
     """The fleet's section of the text report: its plan, agents by status, tiers, top leaderboard,
     failed agents and the models line (each checksum problem on its own line)."""
@@ -197,39 +193,10 @@ def print_fleet(fleet: FleetSummary, console: Console) -> None:
             title_justify="left",
         )
         pbt = fleet.promotion == "pbt"
-        for col in (
-            "#",
-            "agent",
-            *(("from",) if pbt else ()),
-            "tier",
-            "steps",
-            "score",
-            "± std",
-            "train return",
-            "env",
-            "preset",
-            "overrides",
-            "seed",
-        ):
-            board.add_column(col, justify="left" if col in ("agent", "from", "env", "preset", "overrides") else "right")
+        for col in leaderboard.columns(pbt):
+            board.add_column(col, justify="left" if col in leaderboard.LEFT else "right")
         for leader in shown:
-            # pbt: whose checkpoint the agent copied last, at the end of which tier.
-            last = leader.lineage[-1] if leader.lineage else None
-            origin = (f"{last.source}@t{last.tier}" if last else "-",) if pbt else ()
-            board.add_row(
-                str(leader.rank),
-                leader.agent,
-                *origin,
-                str(leader.tier),
-                f"{leader.steps:,}",
-                f"{leader.score:,.1f}",
-                _fmt(leader.score_std),
-                _fmt(leader.train_return),
-                escape(leader.env),
-                escape(leader.preset),
-                escape(_overrides_text(leader.overrides)),
-                str(leader.seed),
-            )
+            board.add_row(*map(escape, leaderboard.cells(leader, pbt, every_copy=False)))
         console.print(board)
     failed = [agent for agent in fleet.agents if agent.status == "failed"]
     for agent in failed[:FAILED_LISTED]:

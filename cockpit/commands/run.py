@@ -20,10 +20,11 @@ from collections.abc import Sequence
 
 from cockpit.commands.console import interactive
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, handed, on_cluster
-from cockpit.contract.settings import RunSettings, declared, resumed
+from cockpit.contract.settings import RunSettings, declared, resumed_with
 from cockpit.core.machine.nvml import GpuReader
 from cockpit.core.session.compute_modes import default_jobs
-from cockpit.core.session.start import Asked, FrontEnds, Here, start_run
+from cockpit.core.session.front_ends import FrontEnds
+from cockpit.core.session.start import Asked, Here, start_run
 
 
 def _spec(
@@ -99,13 +100,8 @@ def _local_spec(
         record = read(args.resume)
     except RunRecordError as exc:
         raise ConfigError(f"--resume {args.resume}: no usable run.toml there ({exc})") from exc
-    recorded = resumed(record.config, record.name, args.resume)  # as each setting's declaration says
-    # A kept setting given again replaces the recorded one; a fresh one is taken as given, each session.
-    given = RunSettings.from_args(args)
-    again = {name: value for name, _, value in RunSettings.given_again(args, "kept")}
-    fresh = {name: getattr(given, name) for name, each in declared() if each.resume == "fresh"}
     return build_spec(
-        dataclasses.replace(recorded, **again, **fresh),
+        resumed_with(args, record.config, record.name, args.resume),  # as each setting's declaration says
         command_line=command_line,
         resuming=True,
         gpus_here=here,

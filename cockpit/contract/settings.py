@@ -289,14 +289,27 @@ def decode(text: str) -> RunSettings:
     return RunSettings.from_values(values)
 
 
-def resumed(config: RunSettings, name: str | None, run_dir: Path) -> RunSettings:
-    """The settings a resume starts again with: each `fixed` or `kept` setting that run.toml's
-    `[config]` (`config`, a `ConfigRecord`) recorded, unless it recorded none (an older file, or no
-    such flag: the default then); the recorded run's `name` and its `run_dir`."""
+def resumed(config: RunSettings, name: str | None, run_dir: Path, command: Command = "run") -> RunSettings:
+    """The settings a resume of `command` starts again with: each of its `fixed` or `kept` settings
+    that run.toml's `[config]` (`config`, a `ConfigRecord`) recorded, unless it recorded none (an
+    older file, or no such flag: the default then); the recorded run's `name` and its `run_dir`."""
     values: dict[str, Any] = {"run_dir": run_dir, "name": name}
     for key, each in declared():
-        if each.resume != "fresh" and each.recorded:
+        if each.resume != "fresh" and each.recorded and command in each.commands:
             value = getattr(config, key)
             if value is not None:
                 values[key] = value
     return RunSettings.from_values(values)
+
+
+def resumed_with(
+    args: argparse.Namespace, config: RunSettings, name: str | None, run_dir: Path, command: Command = "run"
+) -> RunSettings:
+    """The settings `--resume` starts `command` again with, given its flags `args`: the recorded
+    ones (`resumed`), a `kept` setting given again in place of its recorded value, and each
+    `fresh` one as given, this session."""
+    recorded = resumed(config, name, run_dir, command)
+    given = RunSettings.from_args(args)
+    again = {key: value for key, _, value in RunSettings.given_again(args, "kept")}
+    fresh = {key: getattr(given, key) for key, each in declared() if each.resume == "fresh"}
+    return dataclasses.replace(recorded, **again, **fresh)

@@ -31,7 +31,7 @@ from cockpit.core.machine.gpu_types import GpuSample
 from cockpit.core.machine.util_reading import BUSY, util_read
 from cockpit.core.telemetry.memwatch import NO_GROWTH
 from cockpit.core.telemetry.sampler import STATUS_SEP
-from cockpit.views.formatting import (
+from cockpit.formatting import (
     compute_mode,
     episodes_of,
     eta,

@@ -14,7 +14,7 @@ from cockpit.views.headless import HeadlessView, summary_lines
 
 
 class TerminalFrontEnds:
-    """`session.start.FrontEnds` on this terminal: `HeadlessView` and the Textual cockpit."""
+    """`session.front_ends.FrontEnds` on this terminal: `HeadlessView` and the Textual cockpit."""
 
     def headless(self) -> View:
         """A fresh headless view on stdout."""

@@ -1,8 +1,10 @@
 """A run's life: its front door, its start-up, the 5 Hz loop that ties the rest together, and runs
 in the background.
 
-- `start`: the front door `run`, `fleet` and `attach` call with what they parsed and a front end:
-  the GPUs, the spec, the refusals before anything starts, then the background or the session here;
+- `start`: the front door `run` and `fleet` call with what they parsed and a front end: the GPUs,
+  the spec, the refusals before anything starts, then the background or the session here;
+- `front_ends`: the `FrontEnds` a command hands a run to, and `watch_run`, the cockpit on a live or
+  finished run (`attach`'s door, which loads no launcher, sampler or supervisor);
 - `startup`: `start_session`, everything a `RunSession` runs with, built in one order;
 - `run_session`: `RunSession` and `run_on_launcher`: opens the launcher and sampler, ticks the
   supervisor, the recorder, TensorBoard, `--auto` and the control socket, and ends the run cleanly;

@@ -14,8 +14,8 @@ parsed and a front end, and it does the rest, in one order for all of them.
    launcher (this machine's, or a Ray cluster's), the session (`startup.start_session`) and the
    headless view (`front.headless`), to the run's exit code.
 
-`watch_run` opens the cockpit on a live or finished run. Each line these print starts with the
-command's name (`who`).
+`front_ends.watch_run` opens the cockpit on a live or finished run. Each line these print starts
+with the command's name (`who`).
 """
 
 from __future__ import annotations
@@ -25,41 +25,26 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from cockpit.contract.costs import Costs
 from cockpit.contract.fleetplan import FleetPlan, PlanError, parse_plan
 from cockpit.contract.runspec import ConfigError, RunSpec
 from cockpit.contract.toml import tomllib
-from cockpit.core.feed.source import RunSource, SourceError
 from cockpit.core.fleet.run import FleetRun
 from cockpit.core.launch.local import LocalLauncher
 from cockpit.core.launch.pooled import PooledLauncher
 from cockpit.core.machine.nvml import GpuReader, close_gpus, open_gpus
 from cockpit.core.machine.placement import placeable
 from cockpit.core.machine.visibility import device_indices, visible_gpus
-from cockpit.core.record.find_runs import open_run
 from cockpit.core.session import background
 from cockpit.core.session.compute_modes import ModeBounds, mode_bounds
+from cockpit.core.session.front_ends import FrontEnds, refuse
 from cockpit.core.session.mps_session import auto_mps, mps_refusal, with_mps
-from cockpit.core.session.run_session import View, run_on_launcher, sampled_gpus
+from cockpit.core.session.run_session import run_on_launcher, sampled_gpus
 from cockpit.core.session.startup import start_session
 from cockpit.core.sizing.autotune import AutoTuner
 from cockpit.core.supervise.supervisor import Supervisor
 from cockpit.core.telemetry.sampler import Sampler
-
-
-class FrontEnds(Protocol):
-    """The views a command hands a run to; the command line supplies them (views sit above core
-    and commands: `cockpit.views.terminal.TerminalFrontEnds`), and tests can hand another."""
-
-    def headless(self) -> View:
-        """The plain view: a live table on a terminal, timestamped lines otherwise."""
-        ...
-
-    def watch(self, source: RunSource, *, who: str) -> int:
-        """The cockpit on `source` until the user quits; returns the exit code to end with."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -129,11 +114,16 @@ def start_fleet(
     asked: Asked,
     *,
     fleet: Callable[[Supervisor], FleetRun],
-    in_background: Callable[[RunSpec], int],
+    background_args: Callable[[RunSpec], list[str]],
 ) -> int:
-    """`cockpit fleet`: the fleet `spec(here)` validates, started by `in_background` on a terminal,
-    else here, its `FleetRun` made by `fleet` from the supervisor (`fleet_of`). Returns the exit
-    code, as `start_run`'s."""
+    """`cockpit fleet`: the fleet `spec(here)` validates, on a terminal started in the background as
+    `cockpit fleet --headless` with `background_args(spec)` (its plan and rate) and the spec as
+    data, else here, its `FleetRun` made by `fleet` from the supervisor (`fleet_of`). Returns the
+    exit code, as `start_run`'s."""
+
+    def in_background(run: RunSpec) -> int:
+        argv = [*background_args(run), *background.spec_argv(run)]
+        return run_in_background(argv, run, front, asked.who, verb="fleet")
 
     def here(opened: _Opened) -> int:
         run, gpus = opened.spec, opened.gpus
@@ -221,24 +211,6 @@ def run_in_background(
     return background.watch_to_exit(run, lambda source: front.watch(source, who=who), who)
 
 
-def watch_run(run_dir: Path, front: FrontEnds, *, terminal: bool, who: str = "cockpit attach") -> int:
-    """Open the cockpit on the run in `run_dir` (live: its control socket; else a replay of its
-    record: `find_runs.open_run`); one line and exit 2 when it is no run or there is no terminal."""
-    try:
-        source = open_run(run_dir)
-    except SourceError as exc:
-        return _refuse(who, str(exc))
-    if not terminal:
-        source.close()
-        return _refuse(who, f"the cockpit needs a terminal; without one, read: cockpit report {run_dir}")
-    return front.watch(source, who=who)
-
-
-def _refuse(who: str, problem: str) -> int:
-    print(f"{who}: error: {problem}", file=sys.stderr)
-    return 2
-
-
 def _start(
     spec: Callable[[Here], RunSpec],
     asked: Asked,
@@ -248,7 +220,7 @@ def _start(
     """Steps 1 to 5 of the module's; `here(opened)` runs a run that passed them here."""
     command_line = background.typed_command_line(asked.typed, asked.argv)
     if command_line is None:
-        return _refuse(asked.who, "--typed: give the command line as a JSON list of strings")
+        return refuse(asked.who, "--typed: give the command line as a JSON list of strings")
     gpus, gpu_status = open_gpus()
     gpus, gpu_status, visibility = visible_gpus(gpus, gpu_status)
     try:
@@ -258,13 +230,13 @@ def _start(
         bounds = mode_bounds(run, gpus, jobs)
     except ConfigError as exc:
         close_gpus(gpus)
-        return _refuse(asked.who, str(exc))
+        return refuse(asked.who, str(exc))
     if problem is not None and asked.mps_from is not None:
         problem += f" (the plan {asked.mps_from} says mps = true)"
     problem = problem or bounds.refusal
     if problem is not None:  # before anything starts: no run directory, no daemon
         close_gpus(gpus)
-        return _refuse(asked.who, problem)
+        return refuse(asked.who, problem)
     if not asked.headless:
         close_gpus(gpus)
         return in_background(run)

@@ -22,7 +22,7 @@ from cockpit.contract.runspec import ConfigError
 from cockpit.contract.states import JobState
 from cockpit.core.feed.source import Frame, Replay, RunSource, SourceError
 from cockpit.core.record.replay import open_replay
-from cockpit.views.formatting import eta, si
+from cockpit.formatting import eta, si
 from cockpit.views.tui import cpu_panel, gpu_panel
 from cockpit.views.tui.advice_panel import AdvicePanel
 from cockpit.views.tui.cpu_panel import CpuPanel

@@ -7,7 +7,7 @@ from rich.text import Text
 
 from cockpit.core.feed.snapshot import JobView, RunState
 from cockpit.core.feed.source import Frame
-from cockpit.views.formatting import GIB, num
+from cockpit.formatting import GIB, num
 from cockpit.views.tui.lines_widget import FramePanel
 from cockpit.views.tui.timeaxis import bar_rows, hbar
 

@@ -17,7 +17,7 @@ from textual.widgets import Label, Sparkline, Static
 from cockpit.contract.events import CheckpointEvent, ErrorEvent, Event, FinishedEvent, StartedEvent
 from cockpit.core.feed.snapshot import preset_label
 from cockpit.core.feed.source import JobDetail, RunSource, SourceError
-from cockpit.views.formatting import eta, num, steps_of
+from cockpit.formatting import eta, num, steps_of
 from cockpit.views.tui.footer import Keys
 from cockpit.views.tui.reused_screen import ShownAgain
 

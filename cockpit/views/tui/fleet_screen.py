@@ -19,7 +19,7 @@ from textual.widget import Widget
 
 from cockpit.core.feed.snapshot import FleetView, SearchView, TierView
 from cockpit.core.feed.source import Frame, RunSource
-from cockpit.views.formatting import eta, money, num, si, tier_target
+from cockpit.formatting import eta, money, num, si, tier_target
 from cockpit.views.tui.lines_widget import LinesWidget
 from cockpit.views.tui.reused_screen import ShownAgain
 

@@ -21,7 +21,7 @@ from cockpit.core.feed.snapshot import JobView
 from cockpit.core.feed.source import WINDOW_S, Frame
 from cockpit.core.machine.gpu_types import GpuInfo, GpuSample
 from cockpit.core.machine.util_reading import BUSY, util_read
-from cockpit.views.formatting import GIB, compute_mode, num, used_of
+from cockpit.formatting import GIB, compute_mode, num, used_of
 from cockpit.views.tui.lines_widget import FramePanel
 from cockpit.views.tui.timeaxis import LaneCells, bar_rows, bucket_max
 

@@ -16,7 +16,7 @@ from textual.binding import Binding
 from textual.message import Message
 
 from cockpit.core.feed.snapshot import JobView, RunState, preset_label
-from cockpit.views.formatting import eta, mib, num, scoring_of, si, target_of
+from cockpit.formatting import eta, mib, num, scoring_of, si, target_of
 from cockpit.views.tui.lines_widget import LinesWidget
 
 WIDE = 110

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from cockpit.core.telemetry.trend import TREND_EVERY_S, Trend
-from cockpit.views.formatting import si
+from cockpit.formatting import si
 from cockpit.views.tui.lines_widget import FramePanel
 from cockpit.views.tui.timeaxis import bar_rows
 

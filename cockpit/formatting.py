@@ -1,4 +1,9 @@
-"""How both front ends write numbers: counts, MiB, durations, and "-" for a figure not measured yet."""
+"""How cockpit writes numbers, for the front ends and the commands alike: counts, MiB, money,
+durations, and "-" for a figure not measured yet.
+
+The layer under every other (plain text, no imports of cockpit's): the commands render too (the
+fleet's dry-run table), and they sit below the views.
+"""
 
 from __future__ import annotations
 
