@@ -116,7 +116,7 @@ def _fill(path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_full_disk_pauses_the_jobs_and_resume_continues_them_once_there_is_room(
+def test_with_no_disk_wait_a_full_disk_ends_the_run_and_resume_continues_it_once_there_is_room(
     tmp_path: Path, small_disk: Path, cockpits: list[Cockpit]
 ) -> None:
     # A bigger network than the small preset's, so a checkpoint (~0.8 MB) is far bigger than an event.
@@ -126,8 +126,8 @@ def test_a_full_disk_pauses_the_jobs_and_resume_continues_them_once_there_is_roo
     output = tmp_path / "run.out"  # the cockpit's own output is off the full disk, to be read
     with output.open("ab") as out:
         proc = subprocess.Popen([sys.executable, "-m", "cockpit", "run", "--run-dir", str(run_dir), "--preset",
-                                 str(preset), "--jobs", "2"], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)  # fmt: skip
+                                 str(preset), "--jobs", "2", "--disk-wait", "0"], stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)  # fmt: skip
     cockpit = Cockpit(proc, run_dir, output)
     cockpits.append(cockpit)
     cockpit.wait_for(lambda: all(any(e.kind == "checkpoint" for e in cockpit.events(j)) for j in ("000", "001")))
@@ -162,3 +162,48 @@ def test_a_full_disk_pauses_the_jobs_and_resume_continues_them_once_there_is_roo
     assert resumed.returncode == 0, (resumed.stdout + resumed.stderr)[-3000:]
     log = cockpit.run_log()
     assert [(j.status, j.steps, j.restarts) for j in log.jobs] == [("done", 16_384, 0), ("done", 16_384, 0)]
+
+
+@pytest.mark.slow
+def test_a_full_disk_is_waited_out_and_the_jobs_go_on_by_themselves_once_there_is_room(
+    tmp_path: Path, small_disk: Path, cockpits: list[Cockpit]
+) -> None:
+    # The default: no bound on the wait. Nobody runs --resume: the run itself goes on.
+    preset = small_preset(tmp_path, checkpoint_every=2048, timesteps=16_384)
+    preset.write_text(preset.read_text() + "net_arch = [256, 256]\n")  # checkpoints far bigger than events
+    run_dir = small_disk / "run"
+    output = tmp_path / "run.out"  # the cockpit's own output is off the full disk, to be read
+    with output.open("ab") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "cockpit", "run", "--run-dir", str(run_dir), "--preset",
+                                 str(preset), "--jobs", "2"], stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)  # fmt: skip
+    cockpit = Cockpit(proc, run_dir, output)
+    cockpits.append(cockpit)
+    cockpit.wait_for(lambda: all(any(e.kind == "checkpoint" for e in cockpit.events(j)) for j in ("000", "001")))
+    filler = small_disk / "filler"
+    _fill(filler)
+    cockpit.wait_for(lambda: "[run] waiting for disk: " in cockpit.text(), timeout=120)
+    time.sleep(6)  # a check or two with the disk still full: the jobs stay paused
+    assert proc.poll() is None, cockpit.text()[-3000:]
+    paused_for = [job for job in ("000", "001") if f"[job {job}] running -> paused" in cockpit.text()]
+    assert paused_for, cockpit.text()[-3000:]
+    filler.unlink()
+    code = cockpit.finish(timeout=240)
+    out = cockpit.text()
+    print("\n".join(line for line in out.splitlines() if "disk" in line or "paused" in line or "run done" in line))
+    assert code == 0, out[-3000:]
+    assert "Traceback" not in out
+    waiting = [line for line in out.splitlines() if "[run] waiting for disk: " in line]
+    assert waiting and all(" MiB free, needs " in line and line.endswith(" MiB") for line in waiting), waiting
+    for job in paused_for:
+        assert f"{job}: disk space is back; going on from its checkpoint" in out, out[-3000:]
+        assert len([e for e in cockpit.events(job) if e.kind == "started"]) == 2  # once more, from the checkpoint
+    log = cockpit.run_log()
+    assert log.status == "done" and log.disk_wait is None
+    assert [(j.status, j.steps) for j in log.jobs] == [("done", 16_384), ("done", 16_384)]
+
+    from cockpit_training.checkpoints import CheckpointStore
+
+    for job in ("000", "001"):  # nothing the full disk met was left half written
+        best, corrupt = CheckpointStore(run_dir / "jobs" / job / "checkpoints").newest_valid()
+        assert best is not None and corrupt == []

@@ -504,7 +504,8 @@ def test_a_requeued_job_starts_a_fresh_streak(tmp_path: Path) -> None:
 
 
 def test_a_full_disk_pauses_the_job_without_restarts_and_a_restart_continues_it(tmp_path: Path) -> None:
-    sup, launcher, clock = make(tmp_path, agents=2, slots=2)
+    # --disk-wait 0: no wait for space; the paused job waits for a restart command.
+    sup, launcher, clock = make(tmp_path, agents=2, slots=2, restart=RestartPolicy(disk_wait_s=0))
     sup.tick()
     job = sup.jobs["000"]
     events(sup, "000").started(config={}, pid=1, device="cpu", versions={})
@@ -534,7 +535,7 @@ def test_a_full_disk_pauses_the_job_without_restarts_and_a_restart_continues_it(
 
 def test_exit_code_3_alone_pauses_the_job_with_the_free_space(tmp_path: Path) -> None:
     # The disk was too full for the worker's own error event: its exit code says it.
-    sup, launcher, _ = make(tmp_path, agents=1, slots=1)
+    sup, launcher, _ = make(tmp_path, agents=1, slots=1, restart=RestartPolicy(disk_wait_s=0))
     sup.tick()
     launcher.live("000").exit_code = 3
     sup.tick()

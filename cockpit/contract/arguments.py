@@ -71,6 +71,17 @@ def device_mix(text: str) -> tuple[str, ...]:
     return tuple(slots)
 
 
+def non_negative_float(text: str) -> float:
+    """argparse type: a finite number >= 0 (`0`, `600`, `1_800`); not nan or inf."""
+    try:
+        value = float(text.replace("_", ""))
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value < float("inf"):  # also refuses nan, which compares false
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, 0 or more, got {text!r}")
+    return value
+
+
 def positive_float(text: str) -> float:
     """argparse type: a finite number > 0 (`300`, `0.5`, `1_800`); not nan or inf."""
     try:

@@ -38,16 +38,22 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def free_space(path: Path) -> str:
-    """The space left to an unprivileged writer on the filesystem holding `path` (or its nearest
-    existing parent), e.g. "3.0 MiB"; "unknown space" if even that cannot be read."""
+def free_bytes(path: Path) -> int | None:
+    """The bytes left to an unprivileged writer on the filesystem holding `path` (or its nearest
+    existing parent); None if even that cannot be read."""
     for candidate in (path, *path.parents):
         try:
             st = os.statvfs(candidate)
         except OSError:
             continue
-        return f"{st.f_bavail * st.f_frsize / 2**20:.1f} MiB"
-    return "unknown space"
+        return st.f_bavail * st.f_frsize
+    return None
+
+
+def free_space(path: Path) -> str:
+    """`free_bytes` as messages write it, e.g. "3.0 MiB"; "unknown space" if it cannot be read."""
+    free = free_bytes(path)
+    return "unknown space" if free is None else f"{free / 2**20:.1f} MiB"
 
 
 def sha256_of(path: Path) -> str:

@@ -8,7 +8,8 @@ of recent runs) reads it back. This module is the only place that turns a `RunRe
 The file, top to bottom (absent keys are facts that were not known: TOML has no null):
 
 ```
-schema_version, name, command, status, started_at, ended_at, updated_at, duration_s, eta_s, warnings
+schema_version, name, command, status, started_at, ended_at, updated_at, duration_s, eta_s, disk_wait,
+warnings
 [config]        the run's settings: what `--resume` starts again with
 [host]          the machine
 [gpu]           the (first) GPU, or why there is no GPU telemetry
@@ -319,6 +320,9 @@ class RunRecord:
     updated_at: str
     duration_s: float
     eta_s: float | None = None
+    # While live: `waiting for disk: N MiB free, needs M MiB` when jobs paused by a full disk wait
+    # for space (`--disk-wait`); absent otherwise.
+    disk_wait: str | None = None
     config: ConfigRecord
     host: HostRecord
     gpu: GpuRecord | None = None

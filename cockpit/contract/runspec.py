@@ -43,6 +43,10 @@ class RestartPolicy:
     `max_restarts`. None (the default) derives the timeout from the job itself: `STALL_FACTOR`
     times its longest silence between two events so far, at least `STALL_MIN_S`, so a job whose
     phases are slow is never called stalled for being slow.
+
+    A job paused because the disk filled up waits for space at most `disk_wait_s` seconds
+    (`--disk-wait`; None: no limit, 0: no wait) and goes on by itself once there is room
+    (`cockpit.core.supervise.disk_wait`).
     """
 
     max_restarts: int = RunSettings.max_restarts
@@ -50,6 +54,7 @@ class RestartPolicy:
     backoff_s: float = 1.0
     backoff_max_s: float = 60.0
     stall_timeout_s: float | None = None
+    disk_wait_s: float | None = None
 
     def stall_timeout(self, longest_silence_s: float) -> float:
         """Seconds without an event after which a job whose longest silence so far was
@@ -111,9 +116,11 @@ class RunSpec(RunSettings):
 
     @property
     def restart(self) -> RestartPolicy:
-        """When a crashed or stalled job is started again (`--max-restarts`, `--healthy-uptime`,
-        `--stall-timeout`)."""
-        return RestartPolicy(self.max_restarts, self.healthy_uptime_s, stall_timeout_s=self.stall_timeout_s)
+        """When a crashed, stalled or paused job is started again (`--max-restarts`,
+        `--healthy-uptime`, `--stall-timeout`, `--disk-wait`)."""
+        return RestartPolicy(
+            self.max_restarts, self.healthy_uptime_s, stall_timeout_s=self.stall_timeout_s, disk_wait_s=self.disk_wait_s
+        )
 
     @property
     def slots(self) -> int:

@@ -30,7 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cockpit.contract.arguments import device_mix, gpu_indices, non_negative_int, positive_float, positive_int
+from cockpit.contract.arguments import (
+    device_mix,
+    gpu_indices,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from cockpit.contract.rundir import RUN_NAME_RULE
 
 Command = Literal["run", "fleet"]
@@ -160,6 +167,12 @@ class RunSettings:
         "which it is killed and restarted from its checkpoint, as a crash counted by --max-restarts (default: 3x "
         "the job's longest silence between events so far, at least 60 s; a worker reports every few seconds, "
         "in train phases too)", positive_float, "S", resume="kept", section="restarts"))
+    disk_wait_s: float | None = _setting(None, Setting(
+        "--disk-wait", "seconds to wait, the jobs paused, for disk space after the disk filled up: every 5 s the "
+        "cockpit reads the space free, and once there is room for the paused jobs' checkpoints they go on from "
+        "them by themselves; past the wait the run ends failed (default: no limit; 0: a full disk ends the run "
+        "once every job has stopped); a resumed run keeps it", non_negative_float, "S", commands=BOTH,
+        resume="kept", section="restarts"))
     on_done: str | None = _setting(None, Setting(
         "--on-done", "shell command run once when the run ends done, failed or stopped (not when the cockpit is "
         "killed): it gets COCKPIT_RUN_STATUS (done, failed, stopped), COCKPIT_RUN_DIR, COCKPIT_RUN_NAME and "

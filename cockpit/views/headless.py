@@ -324,6 +324,7 @@ class HeadlessView:
         self._notices_seen = 0  # a fleet's notices printed so far
         self._growing: dict[str, str] = {}  # job -> its memory flag, printed when it turned on
         self._gpu_conditions: set[str] = set()  # the sampler's status lines shown, by `_condition`
+        self._disk_wait: str | None = None  # the wait for disk space last seen (a line when one begins)
 
     def _print_warnings(self, warnings: Iterable[str]) -> None:
         for warning in warnings:
@@ -348,8 +349,9 @@ class HeadlessView:
     def _renderable(self, state: RunState) -> Group:
         figures = f"  {line}" if state.status.live and (line := run_line(state)) else ""
         named = f"{state.name}: " if state.name is not None else ""
+        waiting = f"  {state.disk_wait}" if state.disk_wait else ""
         header = Text(
-            f"cockpit  {named}{state.preset} on {state.env}  {state.status.value}{figures}  {state.run_dir}",
+            f"cockpit  {named}{state.preset} on {state.env}  {state.status.value}{waiting}{figures}  {state.run_dir}",
             style="bold",
         )
         fleet = [Text(fleet_line(state.fleet))] if state.fleet is not None else []
@@ -404,6 +406,9 @@ class HeadlessView:
                 self.live.update(self._renderable(state))
             return
         now = state.now
+        if state.disk_wait is not None and self._disk_wait is None:  # at once, then with each progress line
+            self._emit(f"{_stamp(now)} [run] {state.disk_wait}")
+        self._disk_wait = state.disk_wait
         for job in state.jobs:
             before = self._states.get(job.id)
             if before != job.state:
@@ -417,6 +422,8 @@ class HeadlessView:
                     self._emit(f"{_stamp(now)} [job {job.id}] {job_line(job, now=now)}")
             if state.status.live and (line := run_line(state)):
                 self._emit(f"{_stamp(now)} [run] {line}")
+            if state.disk_wait is not None:
+                self._emit(f"{_stamp(now)} [run] {state.disk_wait}")
             if state.fleet is not None:
                 self._emit(f"{_stamp(now)} [fleet] {fleet_line(state.fleet)}")
             self._emit(f"{_stamp(now)} [system] {system_line(state)}")

@@ -385,6 +385,9 @@ class RunState:
     # The pipe directory of an MPS daemon found running, not started for the run: every CUDA job here
     # is its client, with or without `--mps`. None: no such daemon.
     mps_external: str | None = None
+    # `waiting for disk: N MiB free, needs M MiB` while jobs paused by a full disk wait for space
+    # (`--disk-wait`); None otherwise.
+    disk_wait: str | None = None
 
     def __post_init__(self) -> None:
         if not self.gpus and self.gpu is not None:

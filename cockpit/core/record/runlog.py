@@ -283,6 +283,7 @@ def record(
         updated_at=iso(state.now) or "",
         duration_s=round(state.now - state.started_at, 3),
         eta_s=_round(state.eta_s, 1) if state.status.live else None,
+        disk_wait=state.disk_wait,
         # The settings as declared (`settings.recorded_values`); the jobs there are and MPS as the run used it.
         config=ConfigRecord(
             **{**recorded_values(spec), "agents": len(state.jobs), "mps": state.mps, "mps_external": state.mps_external}

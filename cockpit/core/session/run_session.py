@@ -69,6 +69,9 @@ UNWATCHED_STATE_S = 1.0
 # A viewer that fetched the state this recently is watching: the state is built at every tick.
 WATCHED_FOR_S = 2.0
 RUN_LOG_EVERY_S = 10.0  # also how often the advisor looks at the run again
+# After a write of run.toml failed (a full disk), the next try comes this soon: the file is
+# written again as soon as there is room, not up to RUN_LOG_EVERY_S later.
+RUN_LOG_RETRY_S = 2.0
 ADVICE_CPU_SAMPLES = 300  # the last minute at 5 Hz
 CONTROL_LINGER_S = 1.0  # how long the final state stays served for viewers still polling
 
@@ -414,11 +417,13 @@ class RunSession:
             self.sampler.set_jobs({} if self._remote else self.supervisor.live_pids())
             now = self.clock.monotonic()
             due = last_state is None or now - last_state >= UNWATCHED_STATE_S - TICK_S / 2
-            if due or self._watched(on_tick) or self.supervisor.finished:
+            every = RUN_LOG_EVERY_S if self.log_failure is None else RUN_LOG_RETRY_S
+            log_due = last_log is None or now - last_log >= every
+            if due or log_due or self._watched(on_tick) or self.supervisor.finished:
                 state = self._latest = self.snapshot()
                 last_state = now
                 self._hand_out(state, view, on_tick)
-                if last_log is None or now - last_log >= RUN_LOG_EVERY_S:
+                if log_due:
                     self.write_run_log(state)
                     last_log = now
                 if self.supervisor.finished:

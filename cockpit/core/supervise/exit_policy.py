@@ -10,8 +10,8 @@ going fails within seconds. One that fails with the same error on two starts in 
 before a single step and by its own error (not a signal, a stall or a full disk), is failed at
 once: that error is its input (`INPUT_ERROR_EXIT`), and a restart would only repeat it. A worker
 that ran out of disk space (a `disk_full` error, or exit code `DISK_FULL_EXIT`) is not a crash:
-its job is paused, with the free space in its error, until a restart command (or `run --resume`)
-continues it.
+its job is paused, with the free space in its error, until there is room for its checkpoints
+again (`disk_wait`, within `--disk-wait`), a restart command or `run --resume`.
 
 A running worker that writes no event for its stall timeout (`RestartPolicy.stall_timeout`: the
 `--stall-timeout`, else 3x the job's longest silence so far, at least 60 s) is hung: its job turns
@@ -58,6 +58,7 @@ from cockpit.contract.workerargs import DISK_FULL_ERROR, DISK_FULL_EXIT
 from cockpit.core.launch.protocol import Launcher, WorkerHandle
 from cockpit.core.machine.clock import Clock
 from cockpit.core.machine.mps_daemon import mps_error
+from cockpit.core.supervise.disk_wait import PAUSED_FOR_DISK
 from cockpit.core.supervise.jobs import Job
 from cockpit.core.supervise.workload import Placer
 
@@ -300,8 +301,8 @@ class ExitPolicy:
     def _pause_if_disk_full(self, job: Job, code: int, now: float) -> bool:
         """Pause a job whose worker ran out of disk space (its `disk_full` error event, or its exit
         code alone when not even that event fit) and return True. A restart would fill the same
-        disk again and burn the restart policy in a loop; `RestartJob` or `run --resume` continues
-        the job from its last checkpoint once there is room."""
+        disk again and burn the restart policy in a loop; `disk_wait` hands it back to the queue
+        once there is room (or `RestartJob`, or `run --resume`), to go on from its last checkpoint."""
         error = job.attempt_error
         if error is not None and error.type == DISK_FULL_ERROR:
             detail = error.message
@@ -311,5 +312,5 @@ class ExitPolicy:
             return False
         job.error = f"disk full: {detail}"
         job.change_state(JobState.PAUSED, now)
-        job.exit_reason, job.ended_at, job.slot = "paused: disk full", now, None
+        job.exit_reason, job.ended_at, job.slot = PAUSED_FOR_DISK, now, None
         return True

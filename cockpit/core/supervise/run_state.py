@@ -47,6 +47,9 @@ class Supervised(Protocol):
     @property
     def mps_clients(self) -> bool: ...
 
+    @property
+    def disk_note(self) -> str | None: ...
+
 
 def _usage(job: Job, sample: Sample | None) -> JobUsage | None:
     """The job's process tree in `sample` (None when it has no worker now: a sample taken before
@@ -186,6 +189,7 @@ def run_state(
         name=name,
         trend=trend,
         mps=sup.mps_clients,
+        disk_wait=sup.disk_note,
         mps_external=sup.mps.shared.pipe_dir
         if sup.mps is not None and sup.mps.external and sup.mps.shared is not None
         else None,

@@ -44,6 +44,7 @@ from cockpit.core.launch.protocol import EventSource, Launcher
 from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.machine.gpu_types import GpuInfo
 from cockpit.core.machine.host import ThreadBudget, thread_budget
+from cockpit.core.supervise.disk_wait import DiskWait
 from cockpit.core.supervise.exit_policy import ExitPolicy
 from cockpit.core.supervise.jobs import Job
 from cockpit.core.supervise.run_state import run_state
@@ -102,6 +103,7 @@ class Supervisor:
         self.view_limit: int | None = None
         self.warnings: list[str] = [w for w in [budget.warning()] if w]
         self.exits = ExitPolicy(restart, self.clock, launcher, self.placer, self.jobs, self.warnings, template.script)
+        self.disk = DiskWait(run_dir, restart.disk_wait_s)  # jobs paused for disk space, until there is room
         self.trend = TrendRecorder()  # the run's SPS and best return, sampled by `snapshot`
         for seed in seeds:
             self._add(seed)
@@ -209,6 +211,10 @@ class Supervisor:
         for job in self.jobs.values():
             # After _follow: a job's fresh events and its exit come first.
             self.exits.watch(job, now, reported=job.id in reported)
+        if not self._interrupted:
+            for job in self.disk.room(self.jobs.values(), now):
+                self.warnings.append(f"{job.id}: disk space is back; going on from its checkpoint")
+                self._requeue(job)
         for job in self.jobs.values():
             overdue = self._kill_now or now >= job.stop_deadline
             if job.state is JobState.STOPPING and job.handle is not None and overdue:
@@ -373,7 +379,13 @@ class Supervisor:
         """True when no job will run again without a command (or, interrupted, none is live)."""
         if self._interrupted:
             return not any(j.state.live for j in self.jobs.values())
-        return all(j.state.terminal for j in self.jobs.values()) and not self.pending_work()
+        waiting = self.disk.waiting(self.jobs.values(), self.clock.monotonic())
+        return all(j.state.terminal for j in self.jobs.values()) and not self.pending_work() and not waiting
+
+    @property
+    def disk_note(self) -> str | None:
+        """`waiting for disk: N MiB free, needs M MiB` while paused jobs wait for space, else None."""
+        return None if self._interrupted else self.disk.note(self.jobs.values(), self.clock.monotonic())
 
     @property
     def status(self) -> RunStatus:

@@ -88,7 +88,8 @@ def ended_line(frame: Frame, *, replay: bool) -> str:
 def header_line(frame: Frame, *, replay: bool) -> str:
     """The run in one line: its name (when it has one), preset, env, "MPS" when its jobs are MPS
     clients (`--mps`; without it, of a daemon found running, named), status, counts, its throughput
-    (the jobs' live SPS together) and ETA while it runs, and the elapsed time. A fleet's agents
+    (the jobs' live SPS together) and ETA while it runs, a wait for disk space
+    (`waiting for disk: ...`) while there is one, and the elapsed time. A fleet's agents
     differ in preset and env, and its state holds only the latest ended agents: its header gives
     its size and counts only the live agents (the fleet line under it has the rest).
 
@@ -124,6 +125,7 @@ def header_line(frame: Frame, *, replay: bool) -> str:
         return f"cockpit  {what}  " + " · ".join(part for part in ended if part)
     figures = ""
     if state.status.live:
+        figures += f"  {state.disk_wait}" if state.disk_wait else ""
         sps = state.sps
         figures += f"  {si(sps)} SPS" if sps is not None else ""
         figures += f"  ETA {eta(state.eta_s)}" if state.eta_s is not None else ""
