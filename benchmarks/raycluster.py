@@ -166,9 +166,8 @@ class NodeLoss:
 
 
 LOSS_STEPS = 30_000
-FREEZE_POLL_S = (
-    0.02  # how often the first attempt's checkpoint is looked for: a tiny part of its training to its target
-)
+# How often the first attempt's checkpoint is looked for: a tiny part of its training to its target.
+FREEZE_POLL_S = 0.02
 
 
 def loss_preset(directory: Path, timesteps: int = LOSS_STEPS) -> Path:
@@ -218,15 +217,17 @@ def run_through_node_loss(cluster: LocalCluster, storage: Path, preset: Path) ->
     job_dir = RunDir(spec.run_dir).job("000")
     lost: list[float] = []
     failed: list[float] = []
-    frozen: list[int] = []
+    frozen: list[psutil.Process] = []  # psutil checks its identity: a pid reused since is not signalled
     done = threading.Event()
 
     def freeze() -> None:
         while not frozen and not done.wait(FREEZE_POLL_S):
             pid = _first_pid(job_dir.events) if checkpointed(job_dir.checkpoints) else None
             if pid is not None:
-                os.kill(pid, signal.SIGSTOP)
-                frozen.append(pid)
+                with contextlib.suppress(psutil.NoSuchProcess):  # gone already: the node is never lost
+                    worker = psutil.Process(pid)
+                    worker.suspend()  # SIGSTOP
+                    frozen.append(worker)
 
     def on_tick(state: RunState) -> None:
         (job,) = state.jobs
@@ -236,8 +237,8 @@ def run_through_node_loss(cluster: LocalCluster, storage: Path, preset: Path) ->
         elif lost and not failed and job.state is JobState.BACKOFF:
             failed.append(time.time())
             # Only now: killed before the cockpit saw its node go, its exit would be the cause it sees.
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(frozen[0], signal.SIGKILL)
+            with contextlib.suppress(psutil.NoSuchProcess):
+                frozen[0].kill()
 
     watcher = threading.Thread(target=freeze, name="freeze-first-attempt", daemon=True)
     watcher.start()
@@ -250,9 +251,9 @@ def run_through_node_loss(cluster: LocalCluster, storage: Path, preset: Path) ->
     finally:
         done.set()
         watcher.join()
-        for pid in frozen:  # never left stopped, whatever happened to the run
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        for worker in frozen:  # never left stopped, whatever happened to the run
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.kill()
     return NodeLoss(spec, state, lost[0] if lost else None, failed[0] if failed else None, node2)
 
 
