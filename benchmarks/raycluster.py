@@ -22,12 +22,14 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
+from cockpit.contract.events import StartedEvent, of_kind, read_events
 from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import load, to_toml
 from cockpit.contract.rundir import RunDir
@@ -164,6 +166,8 @@ class NodeLoss:
 
 
 LOSS_STEPS = 30_000
+# How often the first attempt's checkpoint is looked for: a tiny part of its training to its target.
+FREEZE_POLL_S = 0.02
 
 
 def loss_preset(directory: Path, timesteps: int = LOSS_STEPS) -> Path:
@@ -188,9 +192,13 @@ def run_through_node_loss(cluster: LocalCluster, storage: Path, preset: Path) ->
     second node (its `node2` resource), and kill that node once the job has checkpointed; the run
     goes on to its end under the restart policy.
 
-    The checkpoint is looked for in the job's directory (this machine sees the storage) as well as
-    in the job's events: those come back through the node's actor, seconds late on a busy machine,
-    and a job that trains on meanwhile may finish before its node is lost."""
+    The first attempt's worker is stopped (SIGSTOP) as soon as its first checkpoint is in the job's
+    directory (this machine sees the storage), by a thread of its own: it cannot then reach its
+    target before its node is lost, however late the cockpit sees its events (they come back
+    through the node's actor, seconds late on a busy machine) and however slow its ticks. The
+    node is lost once the cockpit has seen the job train, and the stopped worker is killed once the
+    cockpit has taken the loss in (its machine is gone: a stopped process would never act on its
+    death signal)."""
     spec = build_spec(
         RunSettings(
             jobs=1,
@@ -206,22 +214,53 @@ def run_through_node_loss(cluster: LocalCluster, storage: Path, preset: Path) ->
     spec = on_cluster(spec, cluster.address, storage, run_dir_given=False)
     first = {NODE2: 1.0}
     node2 = cluster.node2_processes()
-    checkpoints = RunDir(spec.run_dir).job("000").checkpoints
+    job_dir = RunDir(spec.run_dir).job("000")
     lost: list[float] = []
     failed: list[float] = []
+    frozen: list[psutil.Process] = []  # psutil checks its identity: a pid reused since is not signalled
+    done = threading.Event()
+
+    def freeze() -> None:
+        while not frozen and not done.wait(FREEZE_POLL_S):
+            pid = _first_pid(job_dir.events) if checkpointed(job_dir.checkpoints) else None
+            if pid is not None:
+                with contextlib.suppress(psutil.NoSuchProcess):  # gone already: the node is never lost
+                    worker = psutil.Process(pid)
+                    worker.suspend()  # SIGSTOP
+                    frozen.append(worker)
 
     def on_tick(state: RunState) -> None:
         (job,) = state.jobs
-        if not lost and job.state is JobState.RUNNING and (job.checkpoints >= 1 or checkpointed(checkpoints)):
+        if not lost and frozen and job.state in (JobState.RUNNING, JobState.STALLED):
             cluster.lose_node2()
             lost.append(time.time())
         elif lost and not failed and job.state is JobState.BACKOFF:
             failed.append(time.time())
+            # Only now: killed before the cockpit saw its node go, its exit would be the cause it sees.
+            with contextlib.suppress(psutil.NoSuchProcess):
+                frozen[0].kill()
 
-    with RayLauncher(cluster.address, storage=storage, resources_for=lambda _job, n: first if n == 1 else {}) as ray:
-        session = start_session(spec, Sampler(gpu=None, gpu_status="none"), launcher=ray, serve=False)
-        state = session.run(Quiet(), on_tick=on_tick, handle_signals=False)
+    watcher = threading.Thread(target=freeze, name="freeze-first-attempt", daemon=True)
+    watcher.start()
+    try:
+        with RayLauncher(
+            cluster.address, storage=storage, resources_for=lambda _job, n: first if n == 1 else {}
+        ) as ray:
+            session = start_session(spec, Sampler(gpu=None, gpu_status="none"), launcher=ray, serve=False)
+            state = session.run(Quiet(), on_tick=on_tick, handle_signals=False)
+    finally:
+        done.set()
+        watcher.join()
+        for worker in frozen:  # never left stopped, whatever happened to the run
+            with contextlib.suppress(psutil.NoSuchProcess):
+                worker.kill()
     return NodeLoss(spec, state, lost[0] if lost else None, failed[0] if failed else None, node2)
+
+
+def _first_pid(events: Path) -> int | None:
+    """The pid the job's first `started` event names (its first attempt's worker), None before it."""
+    started = of_kind(read_events(events), StartedEvent) if events.exists() else []
+    return started[0].pid if started else None
 
 
 NODES_SCRIPT = """

@@ -66,7 +66,9 @@ installed pynvml itself.
   (driver clock), NOT_FOUND when there are none. `new_process_util=False` makes the first fail with
   `new_process_util_code`: FUNCTION_NOT_FOUND (13, a driver before R550: pynvml's
   `_nvmlGetFunctionPointer`) or NOT_SUPPORTED (3, a GPU or driver that has the call but does not
-  support it: the reference's return codes for the call; nvitop's `nvmlQuery` treats the two alike).
+  support it: the "Device Queries" page lists NVML_ERROR_NOT_SUPPORTED, for a device without the
+  feature, among nvmlDeviceGetProcessesUtilizationInfo's return codes, and pynvml's
+  `_nvmlCheckReturn` raises it as NVMLError_NotSupported; nvitop's `nvmlQuery` treats the two alike).
 - `nvmlDeviceGetCurrentClocksEventReasons` exists from R535 on; `clocks_event=False` is an older
   driver (FUNCTION_NOT_FOUND), where `nvmlDeviceGetCurrentClocksThrottleReasons` answers.
   `FakeNvml(missing=...)` names calls the bindings themselves lack (AttributeError, as old

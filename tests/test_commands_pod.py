@@ -169,3 +169,60 @@ def test_a_volume_this_user_cannot_write_is_one_line_naming_the_fix(tmp_path: Pa
             pod_step(["run", "--preset", "cartpole"], locked)
         assert pod_step(["run", "--preset", "cartpole", "--run-dir", str(tmp_path / "free")], locked).argv
     assert not (locked / "run").exists()
+
+
+def test_an_unfinished_fleet_resumes_without_its_plan_and_name(tmp_path: Path) -> None:
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN)
+    argv = ["fleet", str(plan), "--name", "night", "--rate", "1.89", "--jobs", "2", "--no-tensorboard"]
+    start = pod_step(argv, tmp_path).argv
+    assert start is not None
+    run_dir = tmp_path / "night"
+    run_dir.mkdir()
+    record = {"name": "night", "command": " ".join(["cockpit", *start]), "status": "interrupted"}
+    (run_dir / "run.toml").write_text(_minimal_run_toml(record))
+    step = pod_step(argv, tmp_path)
+    # The plan and the name are fleet.db's now: a resume given either again refuses it (exit 2).
+    assert step.argv == ["fleet", "--resume", str(run_dir), "--rate", "1.89", "--jobs", "2", "--no-tensorboard",
+                         "--headless", "--typed", json.dumps(["cockpit", *start])]  # fmt: skip
+    assert step.note == f"cockpit-pod: resuming the run in {run_dir} (interrupted when it stopped)"
+
+
+@pytest.mark.slow
+def test_a_pod_killed_mid_fleet_resumes_the_fleet_from_its_checkpoints_when_started_again(tmp_path: Path) -> None:
+    env = {**os.environ, "COCKPIT_RUNS": str(tmp_path / "runs")}
+    plan = tmp_path / "plan.toml"
+    plan.write_text(PLAN.replace("timesteps = 2048", "timesteps = 24000"))
+    argv = [POD, "fleet", str(plan), "--no-tensorboard"]
+    run_dir = tmp_path / "runs" / "night"  # the plan's name
+    jobs = run_dir / "jobs"
+    first = subprocess.Popen(
+        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not all(checkpointed(jobs / a) for a in ("a0000", "a0001")):
+            assert time.monotonic() < deadline and first.poll() is None, "no checkpoint of both agents within 120 s"
+            time.sleep(0.2)
+        everyone = [psutil.Process(first.pid), *psutil.Process(first.pid).children(recursive=True)]
+        for process in everyone:  # the whole pod at once, as in the run's test above
+            process.kill()
+        first.wait(timeout=30)
+        psutil.wait_procs(everyone, timeout=30)
+    finally:
+        if first.poll() is None:
+            os.killpg(first.pid, signal.SIGKILL)
+    saved = {a: of_kind(read_events(jobs / a / "events.jsonl"), CheckpointEvent)[-1].step for a in ("a0000", "a0001")}
+    assert read(run_dir).status is RunStatus.RUNNING  # what a killed pod leaves
+    again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert f"cockpit-pod: resuming the run in {run_dir} (running when it stopped)" in again.stderr
+    record = read(run_dir)
+    started_as = ["cockpit", *argv[1:], "--run-dir", str(run_dir), "--headless"]
+    assert record.status is RunStatus.DONE and record.command == " ".join(started_as)
+    assert all(0 < steps < 24000 for steps in saved.values()), saved
+    for agent, steps in saved.items():
+        started = of_kind(read_events(jobs / agent / "events.jsonl"), StartedEvent)
+        assert started[-1].resumed_from_step == steps  # each agent went on from its newest checkpoint
+    third = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert third.returncode == 0 and "already ended (done): nothing to do" in third.stderr

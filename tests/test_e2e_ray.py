@@ -183,9 +183,10 @@ def test_terminate_and_kill_through_ray_leave_no_process_of_the_job(cluster: Loc
         assert not trapped.exists()
 
 
-# The lost job's step target: its first attempt must still be training when its node is lost,
-# a tick after its first checkpoint (at 1,024) is on disk, and each step past the resume is the
-# test's time (the benchmark's 30,000 took a minute of its 106 s on 2 busy cores).
+# The lost job's step target: past its first checkpoint (at 1,024), where its first attempt is
+# stopped until its node is lost (`run_through_node_loss`), so it cannot finish first however late
+# the cockpit sees its events; each step past the resume is the test's time (the benchmark's
+# 30,000 took a minute of its 106 s on 2 busy cores).
 LOST_JOB_STEPS = 8_192
 
 

@@ -5,8 +5,13 @@ repaired on resume. The scripted workers write a checkpoint directory as a real 
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import shutil
 from pathlib import Path
+
+import pytest
 
 from cockpit.contract.events import EventWriter
 from cockpit.contract.presets import load
@@ -137,3 +142,75 @@ def test_agents_copy_only_agents_of_their_own_env_preset_and_grid(tmp_path: Path
     assert {(e.agent, e.source) for e in exploits} == {("a0000", "a0006"), ("a0001", "a0007")}
     rows = {row.id: row for row in fleet.fleet.store.agents()}
     assert rows["a0000"].overrides["n_epochs"] == 4 and rows["a0001"].overrides["n_epochs"] == 8
+
+
+# Each value alone suits the preset, and so do the midpoints (the first choices); 1 x 7 with a batch
+# of 4 has no divisor >= 2 at or below 4. A choice is always resampled at a boundary, so an exploiter
+# may draw that point while its source's values are fine.
+REFUSED = "n_envs = { choice = [8, 1] }\nn_steps = { choice = [32, 7] }\nbatch_size = { choice = [64, 4] }\n"
+
+
+def test_perturbed_values_a_preset_refuses_together_are_taken_unperturbed_and_the_fleet_goes_on(
+    tmp_path: Path,
+) -> None:
+    text = PLAN.replace("learning_rate = { loguniform = [1e-4, 1e-2] }\n", REFUSED)
+    text = text.replace("quantile = 0.25", "quantile = 0.5").replace("seed = 3", "seed = 0")  # draws 1 x 7 x 4
+    fleet = CheckpointingFleet(tmp_path / "run", text, lambda a, t: 1.0, score)
+    fleet.run()
+    unperturbed = [n for n in fleet.fleet.notices if " values unperturbed: " in n]
+    assert unperturbed == [
+        "a0000 takes a0002's values unperturbed: presets/cartpole.toml: 'batch_size' resolves to 1 for n_envs x "
+        "n_steps = 7; PPO needs minibatches of at least 2 (raise batch_size_cap or choose n_envs x n_steps with "
+        "a divisor >= 2)"
+    ]
+    exploits = {e.agent: e for e in fleet.fleet.store.lineage()}
+    rows = {row.id: row for row in fleet.fleet.store.agents()}
+    source = rows["a0002"].overrides
+    assert {key: new for key, (_old, new) in exploits["a0000"].changes.items()} == source
+    assert rows["a0000"].overrides == source and load(rows["a0000"].preset).n_steps == source["n_steps"]
+    # Draw 3 (a0003) was refused from the start; the other three trained both tiers, a0000 on a0002's values.
+    assert rows["a0003"].status == "failed"
+    assert sorted(r.agent for r in fleet.fleet.store.results(1)) == ["a0000", "a0001", "a0002"]
+    second = launches(fleet, "a0000")[-1]
+    assert second.request.args.preset == rows["a0000"].preset
+
+
+def test_a_full_disk_during_the_copy_fails_that_agent_and_the_fleet_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copyfile = shutil.copyfile
+
+    def full_disk(src: Path, dst: Path) -> Path:
+        """The disk is full for the checkpoint copy (its `.tmp-<name>` directory), not for the models."""
+        if Path(dst).parent.name.startswith(".tmp-step-"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+        return copyfile(src, dst)
+
+    monkeypatch.setattr(shutil, "copyfile", full_disk)
+    run_dir = tmp_path / "run"
+    fleet = CheckpointingFleet(run_dir, PLAN, lambda a, t: 1.0, score)
+    fleet.run()
+    (exploit,) = fleet.fleet.store.lineage()
+    assert (exploit.agent, exploit.source) == ("a0000", "a0003")
+    rows = {row.id: row for row in fleet.fleet.store.agents()}
+    error = rows["a0000"].error or ""
+    assert rows["a0000"].status == "failed" and "No space left on device" in error
+    assert error.startswith(f"could not copy a0003's checkpoint {exploit.checkpoint}: ")
+    failed = [n for n in fleet.fleet.notices if n.startswith("a0000 failed in tier 1: could not copy a0003's")]
+    assert len(failed) == 1
+    # No worker trained a0000 past the failed copy; the three others trained tier 1 and finished.
+    assert len(launches(fleet, "a0000")) == 1
+    assert sorted(r.agent for r in fleet.fleet.store.results(1)) == ["a0001", "a0002", "a0003"]
+    summary = fleet_summary(run_dir)
+    assert summary is not None and (summary.count("done"), summary.count("failed")) == (3, 1)
+    # Its own checkpoint is untouched and no half copy is left behind.
+    checkpoints = run_dir / "jobs" / "a0000" / "checkpoints"
+    (own,) = checkpoints.iterdir()
+    assert own.name.startswith("step-000000001000-") and (own / "model.zip").read_text() == "a0000 at 1000"
+    # A resume finds the agent failed and the exploit applied: it neither copies again nor crashes.
+    fleet.fleet.close()
+    monkeypatch.undo()
+    resumed = CheckpointingFleet(run_dir, PLAN, lambda a, t: 1.0, score, resume=True)
+    resumed.run()
+    assert {row.id: row.status for row in resumed.fleet.store.agents()}["a0000"] == "failed"
+    assert [p.name for p in checkpoints.iterdir()] == [own.name]
