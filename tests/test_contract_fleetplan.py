@@ -142,6 +142,50 @@ def test_a_bad_plan_exits_2_with_one_line_and_starts_nothing(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.toml"]
 
 
+def test_a_plan_over_the_agent_cap_is_refused_in_one_line_before_its_matrix_is_built(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """30 million seeds once ran the dry run for 103 s up to 5.9 GB and ended in a MemoryError: the
+    count is taken from the lists' lengths, so nothing of the matrix is listed before the refusal."""
+    from cockpit.contract import fleetplan
+
+    monkeypatch.chdir(tmp_path)
+    path = plan_file(tmp_path, GOOD.replace("seeds = 10", "seeds = 30_000_000"))
+    built: list[object] = []
+    monkeypatch.setattr(fleetplan, "_seeds", lambda value: built.append(value) or ([], []))
+    assert main(["fleet", str(path), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        f"cockpit fleet: error: {path}: the plan makes 120,000,000 agents ('agents.env' 2 x 'agents.overrides' 2 x "
+        "'agents.seeds' 30,000,000); a plan may make at most 10,000: split it into fleets\n"
+    )
+    assert built == [] and sorted(p.name for p in tmp_path.iterdir()) == ["plan.toml"]
+
+
+@pytest.mark.parametrize(
+    ("seeds", "samples", "refused"), [(2_500, None, False), (2_501, None, True), (125, 20, False), (125, 21, True)]
+)
+def test_the_agent_cap_counts_envs_grid_seeds_and_search_draws(
+    tmp_path: Path, seeds: int, samples: int | None, refused: bool
+) -> None:
+    """The cap is on the whole matrix: 2 envs x 2 learning rates x seeds (x draws), 10,000 allowed."""
+    from cockpit.contract.fleetplan import MAX_AGENTS
+
+    text = GOOD.replace("seeds = 10", f"seeds = {seeds}")
+    if samples is not None:
+        text = text.replace(
+            "[[tiers]]",
+            f"[agents.search]\nsamples = {samples}\nent_coef = {{ loguniform = [1e-4, 1e-2] }}\n\n[[tiers]]",
+            1,
+        )
+    path = plan_file(tmp_path, text)
+    if refused:
+        with pytest.raises(PlanError, match=f"a plan may make at most {MAX_AGENTS:,}"):
+            load_plan(path)
+    else:
+        assert len(load_plan(path).agents) == 4 * seeds * (samples or 1) == MAX_AGENTS
+
+
 def test_the_projection_follows_the_documented_model(tmp_path: Path) -> None:
     plan = load_plan(plan_file(tmp_path))
     # One job steps at 1e6 / sample_us: 400 / 8 + 10 + 20 x 2 = 100 us a sample -> 10,000 SPS; two

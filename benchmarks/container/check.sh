@@ -10,15 +10,19 @@
 #               checkpointed, started again with the same command: it resumes and finishes, every
 #               model verifies (`cockpit report`) and --on-done ran exactly once.
 # From the repository root (as root):  benchmarks/container/check.sh [--probe]
-#   --probe   only check that podman can run a container here; exit 0 if so, else 1 with the reason
-#             on the last line of stderr (the pytest wrapper skips on it).
+#   --probe   only check that podman can run the check's containers here: exit 0 if so; 1, with
+#             podman's own error on the last line of stderr, where podman cannot start any container
+#             on this machine (the pytest wrapper skips on it, and only on it); 3 where the check's own
+#             podman options are at fault (an option podman refuses, or options that fail where a
+#             plain container starts): the wrapper fails on that.
 # Environment: WORK (default a new /var/tmp/cockpit-container.XXXXXX, removed at the end unless
 # KEEP=1; so is the image, while the base stays for REUSE_BASE; a failed build's cached layers stay
 # as <none> images: `podman image prune`), MIRROR (Debian mirror, default
 # http://deb.debian.org/debian), PYTHON (runs pip on the host, default .venv/bin/python else
 # python3), IMAGE (default localhost/cockpit:check), REUSE_BASE=1 (keep a base image built before
 # instead of building it again).
-# Exit code: 0 every check passed, 1 one failed (the reason is printed), 2 podman cannot run here.
+# Exit code: 0 every check passed, 1 one failed (the reason is printed), 2 podman cannot run any
+# container here.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
@@ -79,32 +83,55 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# A container that runs /bin/true from a rootfs of just that binary and its libraries: whether
-# podman can start containers here at all, independent of any image.
+# A container that runs /bin/true from a rootfs of just that binary and its libraries, with the
+# check's own options: whether podman can start the check's containers here, independent of any
+# image. Returns 0 if it can; 1 where podman cannot start any container on this machine (the last
+# line of stderr is podman's own error); 3 where the check's options are at fault. The machine
+# refuses a container in its OCI runtime (podman-run(1), EXIT STATUS: 126, "Error: ...: OCI ...":
+# the kernel's namespaces, cgroups or limits); an error podman raises itself before that (125: an
+# unknown flag, an option value that fails to parse, a network that does not exist) is the check's.
+# So is a runtime's refusal where a plain container (podman's defaults, each runtime installed)
+# starts.
 probe() {
   command -v podman >/dev/null || {
     echo "podman is not installed (apt-get install podman runc)" >&2
     return 1
   }
-  local root="$WORK/probe-root" lib out
+  local root="$WORK/probe-root" lib out code=0 runtime
   mkdir -p "$root/bin"
   cp /bin/true "$root/bin/true"
   for lib in $(ldd /bin/true | grep -o '/[^ ]*'); do
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"
   done
-  if ! out=$(pm run --rm "${RUN_OPTS[@]}" --name "$TAG-probe" --rootfs "$root" /bin/true 2>&1); then
-    echo "podman cannot run a container here (runtime $RUNTIME): $(echo "$out" | tail -1)" >&2
-    return 1
+  out=$(pm run --rm "${RUN_OPTS[@]}" --name "$TAG-probe" --rootfs "$root" /bin/true 2>&1) || code=$?
+  [ "$code" = 0 ] && return 0
+  local said
+  said=$(echo "$out" | grep -m1 '^Error: ' || echo "$out" | tail -1)
+  if [ "$code" != 126 ] && ! echo "$out" | grep -q 'OCI'; then
+    echo "podman refused the check's own container (exit $code), not its runtime on this kernel: $said" >&2
+    return 3
   fi
+  for runtime in runc crun; do
+    command -v "$runtime" >/dev/null || continue
+    if podman --runtime "$runtime" run --rm --name "$TAG-plain" --rootfs "$root" /bin/true >/dev/null 2>&1; then
+      echo "podman starts a plain container here (runtime $runtime), but not with the check's options: $said" >&2
+      return 3
+    fi
+  done
+  echo "podman cannot run a container here (runtime $RUNTIME): $said" >&2
+  return 1
 }
 
+probed=0
+probe || probed=$?
 if [ "${1:-}" = --probe ]; then
-  probe || exit 1
+  [ "$probed" = 0 ] || exit "$probed"
   log "podman runs containers here (runtime $RUNTIME)"
   exit 0
 fi
-probe || exit 2
+[ "$probed" = 1 ] && exit 2
+[ "$probed" = 0 ] || fail "the probe found the check itself at fault (above)"
 command -v mmdebstrap >/dev/null || fail "mmdebstrap is not installed (apt-get install mmdebstrap)"
 
 # ---------------------------------------------------------------------------------------------- base

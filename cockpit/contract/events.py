@@ -11,6 +11,11 @@ as soon as it is emitted and concurrent writers never interleave inside a line. 
 mid-write can leave a torn last line; readers skip it. A line that is complete but not a valid
 event (garbage, a field of the wrong type, a kind this version does not know) is skipped too and
 counted by `EventReader`. The schema is documented in `docs/events.md`.
+
+No event comes near 1 MiB, so a line longer than `MAX_LINE_BYTES` (a worker gone wrong, a file
+that is not a worker's) is skipped with one notice, without waiting for its end, and a reader
+following a live file reads at most `MAX_READ_BYTES` of it per call: neither a huge line nor a huge
+backlog is ever read whole, or read again at the next tick.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, TypeVar, cast, get_args
 
 EVENTS_FILE = "events.jsonl"
+MAX_LINE_BYTES = 1 << 20  # a line longer than this, its newline not counted, is no event: skipped
+MAX_READ_BYTES = 4 << 20  # the most `EventReader.read_new` reads of a file at one call
 
 # `score`: a fleet's agent is being evaluated at the end of its tier (after its last train phase).
 Phase = Literal["rollout", "train", "score"]
@@ -526,56 +533,113 @@ def _now(t: float | None) -> float:
 class EventReader:
     """Reads the events appended to a file since the last call (to follow a live job, or to read a
     finished one in one go). A torn last line waits for its end; a complete line that is not a valid
-    event is skipped and counted in `skipped`."""
+    event is skipped and counted in `skipped`. A line longer than `MAX_LINE_BYTES` is skipped too,
+    as soon as that much of it is read (its end is not waited for, and none of it is read twice),
+    counted, and told once in `notices` (one line each, naming the file and the byte it began at),
+    which the caller takes and clears."""
 
     def __init__(self, path: Path, offset: int = 0) -> None:
         self.path = path
         self.offset = offset
         self.skipped = 0
+        self.notices: list[str] = []
+        self.more = False  # the last `read_new` stopped at MAX_READ_BYTES with more of the file to read
+        self._discarding = False  # inside a line over MAX_LINE_BYTES whose end is not read yet
 
     def read_new(self) -> list[Event]:
-        """Complete events written since the previous call ([] while the file does not exist)."""
+        """Complete events written since the previous call ([] while the file does not exist), from
+        at most `MAX_READ_BYTES` of the file; `more` says whether there is more to read already."""
+        self.more = False
         try:
             # A live job is followed at every tick and has usually written nothing new: a stat is
             # a fraction of an open, a read and a close.
-            if os.stat(self.path).st_size <= self.offset:
+            size = os.stat(self.path).st_size
+            if size <= self.offset:
                 return []
             with self.path.open("rb") as fh:
                 fh.seek(self.offset)
-                data = fh.read()
+                data = fh.read(MAX_READ_BYTES)
         except FileNotFoundError:
             return []
+        self.more = self.offset + len(data) < size
         return self.consume(data)
+
+    def read_all(self) -> list[Event]:
+        """Every complete event written since the previous call, `read_new` after `read_new` until
+        the file has no more (a resumed run's history, what an exited worker wrote last)."""
+        events = self.read_new()
+        while self.more:
+            events += self.read_new()
+        return events
 
     def consume(self, data: bytes) -> list[Event]:
         """The complete events in `data`, the file's bytes from `offset` on (read here, or brought
-        from another machine); `offset` moves past them, a torn last line waits for its end."""
+        from another machine); `offset` moves past them, a torn last line waits for its end (one
+        over `MAX_LINE_BYTES` does not: it is skipped, and so is the rest of it when it comes)."""
+        start = 0
+        if self._discarding:
+            start = data.find(b"\n") + 1
+            if not start:  # still inside the long line
+                self.offset += len(data)
+                return []
+            self._discarding = False
         end = data.rfind(b"\n") + 1
-        self.offset += end
-        return self._parse_lines(data[:end].splitlines())
+        if len(data) - max(start, end) > MAX_LINE_BYTES:  # a torn line already too long to be an event
+            self._too_long(self.offset + max(start, end), None)
+            self._discarding = True
+            events = self._parse_lines(data[start:end].splitlines(keepends=True), self.offset + start)
+            self.offset += len(data)
+            return events
+        events = self._parse_lines(data[start:end].splitlines(keepends=True), self.offset + start)
+        self.offset += max(start, end)
+        return events
 
     def __iter__(self) -> Iterator[Event]:
-        """Every complete event from the current offset on, streamed (a file may hold millions)."""
+        """Every complete event from the current offset on, streamed (a file may hold millions), a
+        line at most `MAX_LINE_BYTES` (and its newline) in memory at once."""
         try:
             fh = self.path.open("rb")
         except FileNotFoundError:
             return
         with fh:
             fh.seek(self.offset)
-            for raw in fh:
-                if not raw.endswith(b"\n"):
+            while raw := fh.readline(MAX_LINE_BYTES + 2):
+                if raw.endswith(b"\n"):
+                    self.offset += len(raw)
+                    yield from self._parse_lines([raw], self.offset - len(raw))
+                elif len(raw) <= MAX_LINE_BYTES:  # a torn last line
                     break
-                self.offset += len(raw)
-                yield from self._parse_lines([raw])
+                else:
+                    at = self.offset
+                    while raw and not raw.endswith(b"\n"):  # the rest of the long line, a block at a time
+                        self.offset += len(raw)
+                        raw = fh.readline(MAX_LINE_BYTES)
+                    self.offset += len(raw)
+                    self._too_long(at, None if not raw else self.offset - at - 1)
+                    if not raw:  # it has no end yet: what follows it is skipped as part of it
+                        self._discarding = True
+                        break
 
-    def _parse_lines(self, lines: list[bytes]) -> list[Event]:
+    def _too_long(self, at: int, size: int | None) -> None:
+        """Count and tell the line at byte `at` skipped for its size (`size` bytes, or not known yet)."""
+        self.skipped += 1
+        length = f"of {size:,} bytes" if size is not None else f"over {MAX_LINE_BYTES:,} bytes"
+        self.notices.append(
+            f"{self.path}: an event line {length} at byte {at:,} skipped: no event is longer than "
+            f"{MAX_LINE_BYTES:,} bytes"
+        )
+
+    def _parse_lines(self, lines: list[bytes], at: int) -> list[Event]:
+        """The events of `lines` (each with its newline), the first of them at byte `at`."""
         events = []
         for raw in lines:
-            event = parse(raw)
-            if event is not None:
+            if len(raw) - 1 > MAX_LINE_BYTES:
+                self._too_long(at, len(raw) - 1)
+            elif (event := parse(raw)) is not None:
                 events.append(event)
             elif raw.strip():
                 self.skipped += 1
+            at += len(raw)
         return events
 
 

@@ -2,11 +2,14 @@
 
 A reader (a viewer, `cockpit report`, the next `--resume`, a later `recommend`) may open the file at
 any moment, and the writer may be killed or run out of disk at any moment: either way the reader
-must find the previous complete file or the new one.
+must find the previous complete file or the new one. After the rename the directory is fsynced
+too: the rename is an entry in the directory, and until the directory reaches the disk a power
+loss can bring back the old file (or none) although the new one's data was synced.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 from pathlib import Path
@@ -14,8 +17,9 @@ from pathlib import Path
 
 def write_atomic(path: Path, text: str | bytes) -> None:
     """Replace `path` with `text` (UTF-8), or with bytes as they are, atomically (temp file in the
-    same directory, fsync, rename); raises OSError on failure, leaving the old file as it was and no
-    temp file behind."""
+    same directory, fsync, rename, fsync of the directory); raises OSError on failure, leaving the
+    old file as it was and no temp file behind (or, when only the directory's fsync fails, the new
+    file in place)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     data = text.encode("utf-8") if isinstance(text, str) else text
     try:
@@ -27,6 +31,7 @@ def write_atomic(path: Path, text: str | bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    fsync_directory(path.parent)
 
 
 def fsync_path(path: Path) -> None:
@@ -36,6 +41,17 @@ def fsync_path(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_directory(directory: Path) -> None:
+    """fsync `directory` after a rename into it, so the rename survives a power loss; a filesystem
+    that cannot fsync a directory (EINVAL: some network and FUSE ones) is left as it is, since the
+    rename is done and nothing better can be had there. Other errors are raised."""
+    try:
+        fsync_path(directory)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
 
 
 def free_bytes(path: Path) -> int | None:

@@ -46,6 +46,8 @@ results before the later draws). The values of a draw are not known until it is 
 `preset` here holds the searched keys at their midpoints (`Distribution.midpoint`), what a
 projection measures; `with_values` applies the drawn ones. Each distribution is checked up front at
 its extremes on every base preset.
+
+A plan makes at most `MAX_AGENTS` agents, counted from its lists' lengths before any is built.
 """
 
 from __future__ import annotations
@@ -67,6 +69,10 @@ Promotion = Literal["sync", "async", "pbt"]
 PROMOTIONS: tuple[Promotion, ...] = ("sync", "async", "pbt")
 Unit = Literal["timesteps", "episodes"]  # what a plan's tiers count: every tier the same
 MAX_SEED = 2**31 - 1
+# The most agents a plan may make: twice the largest fleet measured (docs/fleets.md, Scale). The
+# matrix is counted from the lists' lengths before any of it is built, so a plan of 30 million
+# seeds is refused in one line instead of filling memory.
+MAX_AGENTS = 10_000
 NAME_PATTERN = RUN_NAME_PATTERN  # the plan's name is the fleet's run name: one rule for both
 TOP_KEYS = ("name", "jobs", "rate_usd_per_h", "promotion", "mps", "agents", "tiers", "score", "pbt")
 PBT_KEYS = ("quantile", "resample_probability", "seed")
@@ -198,6 +204,33 @@ def _string_list(value: Any, key: str) -> tuple[list[str], list[str]]:
     if not isinstance(items, list) or not items or not all(isinstance(v, str) and v for v in items):
         return [], [f"'{key}' must be a string or a non-empty list of strings, got {value!r}"]
     return items, []
+
+
+def _seed_count(value: Any) -> int:
+    """How many seeds `agents.seeds` names (1 for a value `_seeds` refuses)."""
+    return value if _positive_int(value) else len(value) if isinstance(value, list) and value else 1
+
+
+def _override_count(value: Any) -> int:
+    """How many combinations `agents.overrides` makes (1 for a value `_overrides` refuses)."""
+    lists = value.values() if isinstance(value, dict) else ()
+    return math.prod(len(v) for v in lists if isinstance(v, list) and v)
+
+
+def _too_many(agents_raw: Mapping[str, Any], search: SearchSpace | None) -> str | None:
+    """The problem of a matrix over MAX_AGENTS, counted from its lists' lengths; None within it."""
+    counts = {
+        "agents.env": len(v) if isinstance(v := agents_raw.get("env"), list) and v else 1,
+        "agents.preset": len(v) if isinstance(v := agents_raw.get("preset"), list) and v else 1,
+        "agents.overrides": _override_count(agents_raw.get("overrides")),
+        "agents.seeds": _seed_count(agents_raw.get("seeds")),
+        "agents.search.samples": search.samples if search is not None else 1,
+    }
+    total = math.prod(counts.values())
+    if total <= MAX_AGENTS:
+        return None
+    factors = " x ".join(f"'{key}' {count:,}" for key, count in counts.items() if count > 1)
+    return f"the plan makes {total:,} agents ({factors}); a plan may make at most {MAX_AGENTS:,}: split it into fleets"
 
 
 def _seeds(value: Any) -> tuple[list[int], list[str]]:
@@ -394,6 +427,14 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
         for key in ("env", "preset", "seeds"):
             if key not in agents_raw:
                 problems.append(f"'agents.{key}' is missing")
+        grid = agents_raw.get("overrides")
+        # Said after the presets resolve, so the extremes of the distributions that parsed are checked too.
+        search, search_problems = parse_search(
+            agents_raw.get("search"), preset_keys=PRESET_KEYS, grid_keys=tuple(grid) if isinstance(grid, dict) else ()
+        )
+        too_many = _too_many(agents_raw, search)
+        if too_many is not None:  # before the seeds or the grid are listed: nothing else is worth building
+            raise PlanError(f"{source}: " + "; ".join(dict.fromkeys([*problems, too_many])))
         envs, more = _string_list(agents_raw.get("env", []), "agents.env") if "env" in agents_raw else ([], [])
         problems += more
         presets, more = _string_list(agents_raw["preset"], "agents.preset") if "preset" in agents_raw else ([], [])
@@ -402,11 +443,6 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
         problems += more
         combos, more = _overrides(agents_raw.get("overrides"))
         problems += more
-        grid = agents_raw.get("overrides")
-        # Said after the presets resolve, so the extremes of the distributions that parsed are checked too.
-        search, search_problems = parse_search(
-            agents_raw.get("search"), preset_keys=PRESET_KEYS, grid_keys=tuple(grid) if isinstance(grid, dict) else ()
-        )
 
     for env in envs:
         try:

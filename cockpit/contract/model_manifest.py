@@ -34,7 +34,7 @@ from typing import Any
 
 import tomli_w
 
-from cockpit.contract.files import sha256_of, write_atomic
+from cockpit.contract.files import fsync_directory, sha256_of, write_atomic
 from cockpit.contract.toml import tomllib
 
 MODELS_DIR = "models"
@@ -70,6 +70,7 @@ def copy_atomic(source: Path, target: Path) -> str:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    fsync_directory(target.parent)  # the copy's name is durable too, as models.toml names it
     return digest
 
 

@@ -93,8 +93,11 @@ class JobDetailReader:
 
     def read(self) -> JobDetail:
         """The detail as the files are now (see `job_detail`)."""
-        for event in self._tail.read_new():
-            self._take(event)
+        while True:  # a bounded read at a time, taken before the next: a long history is not held whole
+            for event in self._tail.read_new():
+                self._take(event)
+            if not self._tail.more:
+                break
         stderr = log_tail(self._files.stderr_log, STDERR_LINES)
         return JobDetail(
             job_id=self.job_id,

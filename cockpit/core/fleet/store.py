@@ -66,7 +66,8 @@ CREATE TABLE IF NOT EXISTS draws (draw INTEGER PRIMARY KEY, trial INTEGER NOT NU
 
 
 class FleetStoreError(RuntimeError):
-    """fleet.db is missing, unreadable or not a fleet's; the message is one line naming the file."""
+    """fleet.db is missing, unreadable or not a fleet's, or a row of it is damaged; the message is
+    one line naming the file (and the table, row and column of a damaged value)."""
 
 
 @dataclass(frozen=True)
@@ -272,6 +273,17 @@ class FleetStore:
 
     # ----- reading -----
 
+    def _json(self, text: Any, table: str, row: str, column: str) -> dict[str, Any]:
+        """A JSON column's value, which this store always writes as an object; FleetStoreError
+        naming the row for anything else (a disk that garbled it, a hand edit)."""
+        try:
+            value = json.loads(text)
+        except (TypeError, ValueError) as exc:
+            raise FleetStoreError(f"{self.path}: table {table}, row {row}: {column} is not JSON ({exc})") from None
+        if not isinstance(value, dict):
+            raise FleetStoreError(f"{self.path}: table {table}, row {row}: {column} is not a JSON object: {text!r:.80}")
+        return value
+
     def draws(self) -> dict[int, tuple[int, dict[str, Any]]]:
         """Each draw made: (its trial number, its values); empty without a search (or in a fleet.db
         from before searches, which has no such table)."""
@@ -279,7 +291,7 @@ class FleetStore:
             rows = self._db.execute("SELECT * FROM draws ORDER BY draw").fetchall()
         except sqlite3.OperationalError:
             return {}
-        return {r["draw"]: (r["trial"], json.loads(r["params"])) for r in rows}
+        return {r["draw"]: (r["trial"], self._json(r["params"], "draws", f"draw {r['draw']}", "params")) for r in rows}
 
     def meta(self, key: str) -> str | None:
         """A `meta` value (`plan`, `plan_source`, `created`), None when absent."""
@@ -298,7 +310,7 @@ class FleetStore:
                 r["idx"],
                 r["env"],
                 r["preset"],
-                json.loads(r["overrides"]),
+                self._json(r["overrides"], "agents", f"id {r['id']!r}", "overrides"),
                 r["seed"],
                 r["tier"],
                 r["status"],
@@ -340,10 +352,18 @@ class FleetStore:
                 r["source"],
                 r["source_steps"],
                 r["checkpoint"],
-                {k: (v[0], v[1]) for k, v in json.loads(r["changes"]).items()},
+                self._changes(r),
                 r["score"],
                 r["source_score"],
                 bool(r["applied"]),
             )
             for r in rows
         ]
+
+    def _changes(self, row: sqlite3.Row) -> dict[str, tuple[Any, Any]]:
+        """A lineage row's `changes`, {key: (old, new)}; FleetStoreError naming the row otherwise."""
+        where = f"agent {row['agent']!r} tier {row['tier']}"
+        changes = self._json(row["changes"], "lineage", where, "changes")
+        if not all(isinstance(v, list) and len(v) == 2 for v in changes.values()):
+            raise FleetStoreError(f"{self.path}: table lineage, row {where}: changes is not {{key: [old, new]}}")
+        return {k: (v[0], v[1]) for k, v in changes.items()}

@@ -71,13 +71,20 @@ class WorkerHandle:
 
 class EventSource(Protocol):
     """One job's events, across all its attempts: `read_new` returns those written since the
-    previous call, in order; `offset` is how far into the job's event stream (in bytes of
-    `events.jsonl`) it has read, and setting it makes the next `read_new` start there."""
+    previous call, in order, from a bounded read (`read_all` reads on to the end); `offset` is how
+    far into the job's event stream (in bytes of `events.jsonl`) it has read, and setting it makes
+    the next `read_new` start there. `notices`: one line per line skipped for its size, for the
+    caller to show once and clear."""
 
     offset: int
+    notices: list[str]
 
     def read_new(self) -> list[Event]:
         """Complete events written since the previous call ([] when there are none yet)."""
+        ...
+
+    def read_all(self) -> list[Event]:
+        """Every complete event written since the previous call, however many there are."""
         ...
 
 

@@ -115,6 +115,7 @@ class _RemoteEvents(EventReader):
 
     def read_new(self) -> list[Event]:
         """The complete events since the previous call (see the class docstring)."""
+        self.more = False  # an actor's increments are all consumed here; the file's read says its own
         if self.attempt is None:
             return super().read_new()
         self._launcher.refresh(self.attempt)

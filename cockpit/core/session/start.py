@@ -21,6 +21,7 @@ with the command's name (`who`).
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -168,18 +169,32 @@ def fleet_of(plan: FleetPlan, plan_text: str, *, resume: bool, rate: float | Non
 
 def recorded_plan(run_dir: Path) -> tuple[FleetPlan, str]:
     """The plan a fleet in `run_dir` recorded in its fleet.db, and its TOML text; ConfigError (one
-    line, naming `--resume`) when there is no fleet there or it records no plan."""
+    line, naming `--resume`) when there is no fleet there, it records no plan, or a row the resume
+    reads is damaged (the plan's TOML, an agent's overrides, a draw's or a PBT copy's values: each
+    named by its table and row), before anything starts."""
     from cockpit.core.fleet.store import FleetStore, FleetStoreError
 
     try:
         store = FleetStore.in_run_dir(run_dir, read_only=True)
         text, source = store.meta("plan"), store.meta("plan_source")
-        store.close()
     except FleetStoreError as exc:
         raise ConfigError(f"--resume {run_dir}: no fleet there ({exc})") from None
+    try:
+        if text is not None and source is not None:
+            store.agents(), store.draws(), store.lineage()  # each JSON column parsed once, here
+    except FleetStoreError as exc:
+        raise ConfigError(f"--resume {run_dir}: {exc}") from None
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(f"--resume {run_dir}: {store.path}: not a readable fleet database ({exc})") from None
+    finally:
+        store.close()
     if text is None or source is None:
         raise ConfigError(f"--resume {run_dir}: its fleet.db records no plan")
-    return parse_plan(tomllib.loads(text), source), text
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"--resume {run_dir}: {store.path}: table meta, row 'plan': not TOML ({exc})") from None
+    return parse_plan(raw, source), text
 
 
 def check_plan(plan: FleetPlan) -> None:

@@ -186,7 +186,7 @@ class Supervisor:
     def restore(self, job: Job) -> list[Event]:
         """Bring a job of an earlier (resumed) run up to date with the events it wrote then, read
         from its launcher's source; returns them. Its next worker's events follow on from there."""
-        events = self._tails[job.id].read_new()
+        events = self._read(job, everything=True)
         for event in events:
             self._apply(job, event)
         job.end_session(events[-1].t if events else None)
@@ -318,7 +318,7 @@ class Supervisor:
         self.placer.place(job, self.jobs.values(), self.template.device(job))
         args = self.template.args(job, self.budget.threads_per_job)
         # Whatever an earlier worker wrote after its exit was read belongs to that attempt, not this one.
-        for event in self._tails[job.id].read_new():
+        for event in self._read(job, everything=True):
             self._apply(job, event)
         job.attempt_finished = job.attempt_error = None
         job.attempt_started_seen = False
@@ -339,7 +339,7 @@ class Supervisor:
 
     def _follow(self, job: Job) -> bool:
         """Apply the job's new events and reap its worker if it exited; True when it wrote events."""
-        new = self._tails[job.id].read_new()
+        new = self._read(job)
         for event in new:
             self._apply(job, event)
         if new:
@@ -349,11 +349,21 @@ class Supervisor:
                 job.stalled_at, job.exit_reason = None, job.reason_before_stall
         code = self.launcher.poll(job.handle)
         if code is not None:
-            for event in self._tails[job.id].read_new():  # whatever it wrote just before exiting
+            for event in self._read(job, everything=True):  # whatever it wrote just before exiting
                 self._apply(job, event)
             if self.exits.exited(job, code, interrupted=self._interrupted):
                 self._requeue(job)  # stopped to restart (`RestartJob`, fewer slots)
         return bool(new)
+
+    def _read(self, job: Job, *, everything: bool = False) -> list[Event]:
+        """The job's new events: a bounded read at a live tick, `everything` otherwise; a line its
+        source skipped for its size is told once, as a warning."""
+        tail = self._tails[job.id]
+        events = tail.read_all() if everything else tail.read_new()
+        if tail.notices:
+            self.warnings.extend(f"{job.id}: {notice}" for notice in tail.notices)
+            tail.notices.clear()
+        return events
 
     def _apply(self, job: Job, event: Event) -> None:
         """Take in one of the job's events: what it says of the job (`JobEvents.apply`, replay's

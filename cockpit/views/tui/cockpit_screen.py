@@ -10,6 +10,7 @@ import contextlib
 import os
 from pathlib import Path
 
+from rich.text import Text
 from textual.app import ComposeResult, ScreenStackError
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -147,8 +148,8 @@ class RunHeader(Widget):
             self.line = line
             self.refresh()
 
-    def render(self) -> str:
-        return self.line
+    def render(self) -> Text:
+        return Text(self.line)  # a run's name, path or error is text, never markup
 
 
 class FleetLine(RunHeader):
@@ -233,7 +234,7 @@ class CockpitScreen(Screen[None]):
         self.set_class(bool(ended), "-ended")
         with self.app.batch_update():
             self.query_one("#run-header", RunHeader).show(header_line(frame, replay=self.replay))
-            self.query_one("#ended", Static).update(ended)
+            self.query_one("#ended", Static).update(Text(ended))
             if fleet is not None:
                 self.query_one(FleetLine).show(fleet_summary(fleet))
             self.query_one(GpuPanel).show(frame)
@@ -313,9 +314,9 @@ class CockpitScreen(Screen[None]):
         try:
             self.source.submit(command)
         except SourceError as exc:
-            self.notify(str(exc), title="command not sent", severity="error")
+            self.notify(str(exc), title="command not sent", severity="error", markup=False)
             return
-        self.notify(done)
+        self.notify(done, markup=False)
 
     def _selected(self) -> str | None:
         job = self.query_one(JobsTable).selected_job
@@ -382,7 +383,7 @@ class CockpitScreen(Screen[None]):
         try:
             text = report_text(run_dir, max(40, self.size.width - 2))
         except (ConfigError, OSError) as exc:
-            self.notify(str(exc), title="no report", severity="error")
+            self.notify(str(exc), title="no report", severity="error", markup=False)
             return
         self.app.push_screen(ReportScreen(run_dir, text))
 
@@ -394,7 +395,7 @@ class CockpitScreen(Screen[None]):
         try:
             replay = open_replay(Path(self.frame.state.run_dir))
         except SourceError as exc:
-            self.notify(str(exc), title="no replay", severity="error")
+            self.notify(str(exc), title="no replay", severity="error", markup=False)
             return
         self.app.replay_ended(replay, self.frame)  # type: ignore[attr-defined]
 

@@ -65,7 +65,7 @@ class JobDetailScreen(ShownAgain):
         self.job_id = job_id
 
     def compose(self) -> ComposeResult:
-        yield Label(f"job {self.job_id}", id="detail-title")
+        yield Label(Text(f"job {self.job_id}"), id="detail-title")
         with Horizontal(id="detail-body"):
             with VerticalScroll(id="detail-config"):
                 yield Static("reading the job's files…", id="config")
@@ -84,7 +84,7 @@ class JobDetailScreen(ShownAgain):
         if job_id != self.job_id:
             self.job_id = job_id
             if self.is_mounted:
-                self.query_one("#detail-title", Label).update(f"job {job_id}")
+                self.query_one("#detail-title", Label).update(Text(f"job {job_id}"))
                 self.query_one("#config", Static).update("reading the job's files…")
 
     def on_mount(self) -> None:
@@ -104,7 +104,7 @@ class JobDetailScreen(ShownAgain):
         try:
             detail = self.source.detail(self.job_id)
         except SourceError as exc:
-            self.app.call_from_thread(self.query_one("#config", Static).update, f"cannot read job: {exc}")
+            self.app.call_from_thread(self.query_one("#config", Static).update, Text(f"cannot read job: {exc}"))
             return
         self.app.call_from_thread(self.show, detail)
 
@@ -121,7 +121,7 @@ class JobDetailScreen(ShownAgain):
                 title += f"  {num(job.sps)} SPS  ETA {eta(job.eta_s)}"
             if job.memory is not None:  # the leak watch: the flag with its rate, "no growth", or not yet
                 title += f"  {job.memory}" if job.memory_growing else f"  memory: {job.memory}"
-        self.query_one("#detail-title", Label).update(title)
+        self.query_one("#detail-title", Label).update(Text(title))
         # A running job without events: a script without CockpitCallback (the reason says so).
         silent = job.exit_reason if job is not None and job.state.stepping and job.exit_reason else None
         self.query_one("#config", Static).update(

@@ -143,8 +143,8 @@ class Line(Widget):
             self.text = text
             self.refresh()
 
-    def render(self) -> str:
-        return self.text
+    def render(self) -> Text:
+        return Text(self.text)  # a fleet's name, an agent's values: text, never markup
 
 
 class FittedLines(LinesWidget):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid
@@ -28,8 +29,10 @@ class QuitScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Grid(id="quit-dialog"):
             yield Label(
-                "Quit the cockpit. Stop every job (each checkpoints first), or leave them training and "
-                f"come back with:\n  cockpit attach {self.run_dir}",
+                Text(
+                    "Quit the cockpit. Stop every job (each checkpoints first), or leave them training and "
+                    f"come back with:\n  cockpit attach {self.run_dir}"
+                ),
                 id="quit-question",
             )
             yield Button("Stop all jobs [s]", variant="error", id=STOP_ALL)

@@ -40,7 +40,7 @@ class ReportScreen(Screen[None]):
         self.text = text
 
     def compose(self) -> ComposeResult:
-        yield Static(f"report  {self.run_dir}  (cockpit report {self.run_dir})", id="report-title")
+        yield Static(Text(f"report  {self.run_dir}  (cockpit report {self.run_dir})"), id="report-title")
         with ScrollableContainer(id="report"):
             yield Static(self.text, id="report-text")
         yield Keys()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -53,10 +54,10 @@ class Opener(Protocol):
         ...
 
 
-def preset_summary(preset: Preset) -> str:
-    """A preset's resolved values in two lines."""
+def preset_summary(preset: Preset) -> Text:
+    """A preset's resolved values in two lines (as text: a preset file's description is no markup)."""
     net = ",".join(map(str, preset.net_arch))
-    return (
+    return Text(
         f"{preset.description}\n"
         f"env {preset.env}  timesteps {preset.timesteps:,}  n_envs {preset.n_envs}  n_steps {preset.n_steps}  "
         f"batch {preset.batch_size:,}  epochs {preset.n_epochs}  net {net}  total batch {preset.total_batch:,}"
@@ -112,7 +113,8 @@ class StartScreen(Screen[None]):
         table.add_columns("name", "run", "preset", "env", "agents", "status", "started")
         self.recent = self.opener.recent()
         for run in self.recent:
-            table.add_row(
+            # Text cells: a DataTable parses a str cell as markup, and a run's name, path or env is text.
+            cells = (
                 run.name or "-",
                 run.run_dir.name,
                 run.preset,
@@ -120,8 +122,8 @@ class StartScreen(Screen[None]):
                 str(run.agents),
                 run.status,
                 run.started_at,
-                key=str(run.run_dir),
             )
+            table.add_row(*(Text(cell) for cell in cells), key=str(run.run_dir))
         self.show_budget()
 
     def _preset(self) -> Preset:
@@ -180,7 +182,7 @@ class StartScreen(Screen[None]):
         try:
             source = self.opener.start(choice)
         except LaunchError as exc:
-            self.app.call_from_thread(self.query_one("#launch-error", Static).update, str(exc))
+            self.app.call_from_thread(self.query_one("#launch-error", Static).update, Text(str(exc)))
             return
         self.app.call_from_thread(self.app.open_run, source)  # type: ignore[attr-defined]
 
@@ -190,6 +192,6 @@ class StartScreen(Screen[None]):
         try:
             source = self.opener.open(Path(event.row_key.value))
         except LaunchError as exc:
-            self.query_one("#launch-error", Static).update(str(exc))
+            self.query_one("#launch-error", Static).update(Text(str(exc)))
             return
         self.app.open_run(source)  # type: ignore[attr-defined]
