@@ -119,21 +119,18 @@ def checkpointed(job_dir: Path) -> bool:
     return events.exists() and bool(of_kind(read_events(events), CheckpointEvent))
 
 
-@pytest.mark.slow
-def test_a_pod_killed_mid_run_resumes_from_its_checkpoints_when_started_again(tmp_path: Path) -> None:
-    env = {**os.environ, "COCKPIT_RUNS": str(tmp_path / "runs")}
-    argv = [POD, "run", "--preset", "cartpole", "--jobs", "2", "--timesteps", "24000", "--no-tensorboard"]
-    jobs = tmp_path / "runs" / "run" / "jobs"
+def kill_pod_once_checkpointed(argv: list[str], env: dict[str, str], job_dirs: list[Path]) -> None:
+    """Start the pod (`argv`), and once every job in `job_dirs` has a checkpoint, kill it the way a
+    pod dies: every process in it at once, the workers too (they run in sessions of their own, and
+    would otherwise checkpoint on their way out when their parent dies)."""
     first = subprocess.Popen(
         argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
     try:
         deadline = time.monotonic() + 120
-        while not all(checkpointed(jobs / j) for j in ("000", "001")):
-            assert time.monotonic() < deadline and first.poll() is None, "no checkpoint of both jobs within 120 s"
+        while not all(checkpointed(job) for job in job_dirs):
+            assert time.monotonic() < deadline and first.poll() is None, "no checkpoint of every job within 120 s"
             time.sleep(0.2)
-        # The pod dies: every process in it at once, the workers too (they run in sessions of their
-        # own, and would otherwise checkpoint on their way out when their parent dies).
         everyone = [psutil.Process(first.pid), *psutil.Process(first.pid).children(recursive=True)]
         for process in everyone:
             process.kill()
@@ -142,6 +139,14 @@ def test_a_pod_killed_mid_run_resumes_from_its_checkpoints_when_started_again(tm
     finally:
         if first.poll() is None:
             os.killpg(first.pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_a_pod_killed_mid_run_resumes_from_its_checkpoints_when_started_again(tmp_path: Path) -> None:
+    env = {**os.environ, "COCKPIT_RUNS": str(tmp_path / "runs")}
+    argv = [POD, "run", "--preset", "cartpole", "--jobs", "2", "--timesteps", "24000", "--no-tensorboard"]
+    jobs = tmp_path / "runs" / "run" / "jobs"
+    kill_pod_once_checkpointed(argv, env, [jobs / j for j in ("000", "001")])
     # A checkpoint every 10,000 steps (the preset's): each job had one, and had not finished.
     saved = {j: of_kind(read_events(jobs / j / "events.jsonl"), CheckpointEvent)[-1].step for j in ("000", "001")}
     again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
@@ -196,22 +201,7 @@ def test_a_pod_killed_mid_fleet_resumes_the_fleet_from_its_checkpoints_when_star
     argv = [POD, "fleet", str(plan), "--no-tensorboard"]
     run_dir = tmp_path / "runs" / "night"  # the plan's name
     jobs = run_dir / "jobs"
-    first = subprocess.Popen(
-        argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while not all(checkpointed(jobs / a) for a in ("a0000", "a0001")):
-            assert time.monotonic() < deadline and first.poll() is None, "no checkpoint of both agents within 120 s"
-            time.sleep(0.2)
-        everyone = [psutil.Process(first.pid), *psutil.Process(first.pid).children(recursive=True)]
-        for process in everyone:  # the whole pod at once, as in the run's test above
-            process.kill()
-        first.wait(timeout=30)
-        psutil.wait_procs(everyone, timeout=30)
-    finally:
-        if first.poll() is None:
-            os.killpg(first.pid, signal.SIGKILL)
+    kill_pod_once_checkpointed(argv, env, [jobs / a for a in ("a0000", "a0001")])
     saved = {a: of_kind(read_events(jobs / a / "events.jsonl"), CheckpointEvent)[-1].step for a in ("a0000", "a0001")}
     assert read(run_dir).status is RunStatus.RUNNING  # what a killed pod leaves
     again = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)

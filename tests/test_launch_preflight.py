@@ -23,12 +23,12 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from cockpit.contract.envids import WORKDIR_ENV
 from cockpit.contract.presets import Preset, load
 from cockpit.contract.trainability import Unfit, dump_verdicts, load_verdicts
 from cockpit.core.launch.preflight import unfit_envs
 from cockpit_training.envs import policy_for
 from cockpit_training.trainable import observation_unfit, verdict
+from tests.user_module import user_module_dir
 
 MINIGRID = "minigrid:MiniGrid-Empty-5x5-v0"
 COCKPIT = str(Path(sys.executable).parent / "cockpit")
@@ -76,20 +76,13 @@ gym.register(id="Warned-v0", entry_point=Warned, max_episode_steps=20)
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A user's working directory holding `usergrid.py`, as the cwd; its imports and registrations
     are undone after."""
-    (tmp_path / "usergrid.py").write_text(USER_MODULE)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(WORKDIR_ENV, raising=False)
     # usergrid imports minigrid, which registers its envs once per process: imported here, they are
     # not undone with usergrid's, or a later test in this process would find no MiniGrid id (a CI
     # run whose order put such a test first failed that way).
     import minigrid  # noqa: F401
 
-    path, ids = list(sys.path), set(gym.registry)
-    yield tmp_path
-    sys.path[:] = path
-    sys.modules.pop("usergrid", None)
-    for env_id in set(gym.registry) - ids:
-        del gym.registry[env_id]
+    with user_module_dir(tmp_path, monkeypatch, "usergrid", USER_MODULE) as workdir:
+        yield workdir
 
 
 def on(env: str) -> Preset:

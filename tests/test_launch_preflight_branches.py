@@ -8,18 +8,16 @@ never taken for a pass. The `observation` and `model` verdicts are in `test_laun
 from __future__ import annotations
 
 import dataclasses
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import gymnasium as gym
 import pytest
 
-from cockpit.contract.envids import WORKDIR_ENV
 from cockpit.contract.presets import Preset, load
 from cockpit.contract.runspec import ConfigError
 from cockpit.contract.trainability import Unfit
 from cockpit.core.launch.preflight import check_trainable, unfit_envs
+from tests.user_module import user_module_dir
 
 USER_MODULE = """
 import os
@@ -79,15 +77,8 @@ for name, make in [("Refuses", refuses), ("Hangs", hangs), ("SaysAndExits", says
 def workdir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A user's working directory holding `userfaults.py`, as the cwd (the check process finds the
     module there); its imports and registrations in this process are undone after."""
-    (tmp_path / "userfaults.py").write_text(USER_MODULE)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(WORKDIR_ENV, raising=False)
-    path, ids = list(sys.path), set(gym.registry)
-    yield tmp_path
-    sys.path[:] = path
-    sys.modules.pop("userfaults", None)
-    for env_id in set(gym.registry) - ids:
-        del gym.registry[env_id]
+    with user_module_dir(tmp_path, monkeypatch, "userfaults", USER_MODULE) as workdir:
+        yield workdir
 
 
 def on(name: str) -> Preset:
