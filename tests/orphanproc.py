@@ -3,7 +3,9 @@ ends, for the tests of what outlives a cockpit (nothing should)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -121,6 +123,16 @@ def wait_gone(pids: list[int], timeout: float = 60.0) -> list[int]:
     while alive(pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     return alive(pids)
+
+
+def assert_gone(pids: list[int], timeout: float = 60.0) -> None:
+    """Assert that every one of `pids` ends within `timeout` (polled, a generous bound: how fast is
+    not the point). Those that did not are killed, so that a failure leaves nothing behind."""
+    left = wait_gone(pids, timeout)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert left == [], f"still running {timeout:.0f} s after the cockpit's death: {left}"
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 120.0) -> None:

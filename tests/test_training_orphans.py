@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from cockpit.contract.events import read_events
-from tests.orphanproc import blocked_pids, blocking_site, start_stand_in, wait_gone, wait_until
+from tests.orphanproc import assert_gone, blocked_pids, blocking_site, start_stand_in, wait_until
 from tests.workerproc import kinds, write_preset
 
 
@@ -28,7 +28,7 @@ def test_workers_in_the_middle_of_an_import_die_with_a_killed_cockpit(tmp_path: 
         wait_until(lambda: blocked_pids(tmp_path) >= set(cockpit.workers), "the workers to reach the import")
     finally:
         cockpit.kill()
-    assert wait_gone(cockpit.workers) == []
+    assert_gone(cockpit.workers)
 
 
 def _training(job_dir: Path) -> bool:
@@ -57,7 +57,7 @@ def test_a_stopped_worker_in_training_dies_with_a_killed_cockpit_after_a_checkpo
             _stop(pid)
     finally:
         cockpit.kill()
-    assert wait_gone(cockpit.workers) == []
+    assert_gone(cockpit.workers)
     events = read_events(job_dir / "events.jsonl")
     (finished,) = kinds(events, "finished")
     assert finished.status == "stopped" and kinds(events, "checkpoint")[-1].step == finished.steps
