@@ -55,7 +55,8 @@ def blocked_pids(directory: Path) -> set[int]:
     return {int(name) for name in os.listdir(marks)} if marks.is_dir() else set()
 
 
-# argv: launcher kind (local or pooled), job dir, preset, timesteps, module whose import blocks ("": none).
+# argv: launcher kind (local or pooled), job dir, preset, timesteps, module whose import blocks ("": none),
+# and `BLOCKED_IMPORT_ENV`.
 # Prints the pids of every worker process it started, then waits to be killed.
 COCKPIT = """
 import os, sys, time
@@ -64,16 +65,16 @@ from cockpit.contract.workerargs import WorkerArgs
 from cockpit.core.launch.local import LocalLauncher
 from cockpit.core.launch.pooled import PooledLauncher
 from cockpit.core.launch.protocol import LaunchRequest
-kind, job_dir, preset, timesteps, blocked = sys.argv[1:6]
+kind, job_dir, preset, timesteps, blocked, blocked_env = sys.argv[1:7]
 if blocked:
-    os.environ[%r] = blocked  # for the workers only: this process has imported what it needs
+    os.environ[blocked_env] = blocked  # for the workers only: this process has imported what it needs
 launcher = LocalLauncher(nice=0) if kind == "local" else PooledLauncher(nice=0, max_jobs=1)
 args = WorkerArgs(Path(job_dir), preset=preset, timesteps=int(timesteps), threads=1)
 handle = launcher.launch(LaunchRequest("0", args))
 pids = [handle.pid] if kind == "local" else [served.proc.pid for served in launcher._processes]
 print(" ".join(map(str, pids)), flush=True)
 time.sleep(600)
-""" % BLOCKED_IMPORT_ENV  # noqa: UP031
+"""
 
 
 @dataclass
@@ -95,7 +96,7 @@ def start_stand_in(
 ) -> StandIn:
     """Start a stand-in cockpit that launches one job with a `kind` launcher (local or pooled)."""
     proc = subprocess.Popen(
-        [sys.executable, "-c", COCKPIT, kind, str(job_dir), str(preset), str(timesteps), blocked],
+        [sys.executable, "-c", COCKPIT, kind, str(job_dir), str(preset), str(timesteps), blocked, BLOCKED_IMPORT_ENV],
         cwd=REPO,
         env={**os.environ, **env},
         stdout=subprocess.PIPE,

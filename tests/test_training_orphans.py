@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import psutil
 import pytest
 
 from cockpit.contract.events import read_events
+from cockpit.contract.scriptargs import GUARD_MODULE
+from cockpit.contract.workerargs import PARENT_PID_ENV
 from tests.orphanproc import assert_gone, blocked_pids, blocking_site, start_stand_in, wait_until
 from tests.workerproc import kinds, write_preset
 
@@ -61,3 +65,36 @@ def test_a_stopped_worker_in_training_dies_with_a_killed_cockpit_after_a_checkpo
     events = read_events(job_dir / "events.jsonl")
     (finished,) = kinds(events, "finished")
     assert finished.status == "stopped" and kinds(events, "checkpoint")[-1].step == finished.steps
+
+
+# A stand-in cockpit for a script run: starts the guard on a command that writes its pid and
+# waits, says the guard's pid, and waits to be killed.
+GUARD_COCKPIT = """
+import os, subprocess, sys, time
+workdir, parent_env, guard_module = sys.argv[1:4]
+env = {**os.environ, parent_env: str(os.getpid())}
+guard = subprocess.Popen([sys.executable, "-m", guard_module, "--", "sh", "-c", "echo $$ > command; exec sleep 600"],
+                         cwd=workdir, env=env, start_new_session=True)
+print(guard.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_stopped_guard_ends_its_command_when_its_cockpit_is_killed(tmp_path: Path) -> None:
+    """A script job's guard stopped by SIGSTOP would keep the kernel's SIGTERM pending forever,
+    and the user's command would run on; SIGCONT wakes it to end the command's group."""
+    cockpit = subprocess.Popen(
+        [sys.executable, "-c", GUARD_COCKPIT, str(tmp_path), PARENT_PID_ENV, GUARD_MODULE],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert cockpit.stdout is not None
+        guard = int(cockpit.stdout.readline())
+        wait_until(lambda: (tmp_path / "command").exists() and bool((tmp_path / "command").read_text()), "the command")
+        command = int((tmp_path / "command").read_text())
+        _stop(guard)
+    finally:
+        cockpit.kill()
+        cockpit.wait()
+    assert_gone([guard, command])

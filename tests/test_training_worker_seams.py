@@ -231,5 +231,7 @@ def test_a_job_whose_cockpit_died_before_it_trains_stops_at_once(tmp_path: Path)
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, PARENT_PID_ENV: "1"}
     saving = FOLLOWER.replace("die_with_parent()\n", "")  # straight to training
-    result = subprocess.run([sys.executable, "-c", saving], cwd=repo, env=env, capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-c", saving], cwd=repo, env=env, capture_output=True, text=True, timeout=30
+    )
     assert result.stdout.splitlines() == ["importing", "stopped at once", "parent died"], result.stderr
