@@ -235,3 +235,36 @@ def test_a_job_whose_cockpit_died_before_it_trains_stops_at_once(tmp_path: Path)
         [sys.executable, "-c", saving], cwd=repo, env=env, capture_output=True, text=True, timeout=30
     )
     assert result.stdout.splitlines() == ["importing", "stopped at once", "parent died"], result.stderr
+
+
+# A stand-in worker whose save never ends once its cockpit is gone.
+HANGING = """
+import time
+from cockpit_training import stopping
+stopping.ORPHAN_SAVE_S = 1
+stop = stopping.StopFlag()
+stop.install_signal_handlers()
+stopping.save_with_parent(stop)
+print("training", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_a_worker_whose_save_hangs_after_its_cockpit_died_is_killed(tmp_path: Path) -> None:
+    out = tmp_path / "follower.out"
+    repo = Path(__file__).resolve().parents[1]
+    cockpit = subprocess.Popen(
+        [sys.executable, "-c", COCKPIT, PARENT_PID_ENV, HANGING, str(out)], cwd=repo, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert cockpit.stdout is not None
+        follower = int(cockpit.stdout.readline())
+        assert _wait_for_lines(out, 1) == ["training"]
+    finally:
+        cockpit.kill()
+        cockpit.wait()
+    gone = _wait_for_exit(follower, timeout=30)
+    if not gone:
+        os.kill(follower, signal.SIGKILL)
+    assert gone, f"{follower} still running 30 s after its cockpit died"
