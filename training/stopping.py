@@ -139,10 +139,11 @@ def save_with_parent(stop: StopFlag) -> None:
     The kernel's signal is SIGCONT, not SIGTERM: a worker stopped by SIGSTOP would keep a pending
     SIGTERM forever (only SIGKILL and SIGCONT act on a stopped process), and nobody is left to
     continue it. SIGCONT continues it, and its handler, finding the cockpit gone (our parent is
-    no longer it), requests the stop. A SIGCONT while the cockpit lives (someone continuing a
-    worker they stopped) does nothing more. The checkpoint then is the one a kill -9 would have
-    cost, at most an interval of training; and SIGKILL follows after `ORPHAN_SAVE_S` (SIGALRM at
-    its default action, which needs no Python code to run) should the save hang."""
+    no longer it), requests the stop: a stopped worker saves as a running one does. A SIGCONT
+    while the cockpit lives (someone continuing a worker they stopped) does nothing more.
+    Should the save hang, SIGKILL follows after `ORPHAN_SAVE_S` (SIGALRM at its default action,
+    which needs no Python code to run): then the job loses what a kill -9 would, the training
+    since its last checkpoint."""
     if _parent_pid() is None:
         return
     signal.signal(signal.SIGCONT, _on_sigcont)
