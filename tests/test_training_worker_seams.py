@@ -148,14 +148,17 @@ def test_a_worker_started_on_a_locked_job_dir_is_refused(
     assert not (job_dir / "events.jsonl").exists() and not (job_dir / "checkpoints").exists()
 
 
-# A stand-in worker: follows its cockpit like `cockpit_training.worker` does, then reports why it stopped.
+# A stand-in worker: follows its cockpit like `cockpit_training.worker` does (killed with it until
+# it trains, then asked to stop), then reports why it stopped.
 FOLLOWER = """
 import time
-from cockpit_training.stopping import StopFlag, stop_with_parent
+from cockpit_training.stopping import StopFlag, die_with_parent, save_with_parent
 stop = StopFlag()
 stop.install_signal_handlers()
-stop_with_parent(stop)
-print("stopped at once" if stop.requested else "ready", flush=True)
+die_with_parent()
+print("importing", flush=True)
+save_with_parent(stop)
+print("stopped at once" if stop.requested else "training", flush=True)
 deadline = time.monotonic() + 10
 while not stop.requested and time.monotonic() < deadline:
     time.sleep(0.02)
@@ -195,7 +198,7 @@ def _wait_for_exit(pid: int, timeout: float = 10.0) -> bool:
     return False
 
 
-def test_a_worker_whose_cockpit_is_killed_9_is_asked_to_stop(tmp_path: Path) -> None:
+def test_a_training_worker_whose_cockpit_is_killed_9_is_asked_to_stop(tmp_path: Path) -> None:
     out = tmp_path / "follower.out"
     repo = Path(__file__).resolve().parents[1]
     cockpit = subprocess.Popen(
@@ -204,20 +207,64 @@ def test_a_worker_whose_cockpit_is_killed_9_is_asked_to_stop(tmp_path: Path) -> 
     try:
         assert cockpit.stdout is not None
         follower = int(cockpit.stdout.readline())
-        assert _wait_for_lines(out, 1) == ["ready"]
+        assert _wait_for_lines(out, 2) == ["importing", "training"]
         cockpit.kill()
         cockpit.wait()
-        assert _wait_for_lines(out, 2, timeout=5) == ["ready", "SIGTERM"]  # the kernel's parent-death signal
+        # The kernel's parent-death signal (SIGCONT), whose handler finds the cockpit gone.
+        assert _wait_for_lines(out, 3, timeout=5) == ["importing", "training", "parent died"]
     finally:
         cockpit.kill()
         cockpit.wait()
     assert _wait_for_exit(follower)
 
 
-def test_a_worker_whose_cockpit_died_before_it_started_stops_at_once(tmp_path: Path) -> None:
+def test_a_worker_whose_cockpit_died_before_it_started_is_killed_at_once(tmp_path: Path) -> None:
     repo = Path(__file__).resolve().parents[1]
     env = {**os.environ, PARENT_PID_ENV: "1"}  # not this process's parent: that cockpit is gone
     result = subprocess.run(
         [sys.executable, "-c", FOLLOWER], cwd=repo, env=env, capture_output=True, text=True, timeout=30
     )
-    assert result.stdout.splitlines() == ["stopped at once", "parent died"], result.stderr
+    assert (result.returncode, result.stdout) == (-signal.SIGKILL, ""), result.stderr
+
+
+def test_a_job_whose_cockpit_died_before_it_trains_stops_at_once(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, PARENT_PID_ENV: "1"}
+    saving = FOLLOWER.replace("die_with_parent()\n", "")  # straight to training
+    result = subprocess.run(
+        [sys.executable, "-c", saving], cwd=repo, env=env, capture_output=True, text=True, timeout=30
+    )
+    assert result.stdout.splitlines() == ["importing", "stopped at once", "parent died"], result.stderr
+
+
+# A stand-in worker whose save never ends once its cockpit is gone.
+HANGING = """
+import time
+from cockpit_training import stopping
+stopping.ORPHAN_SAVE_S = 1
+stop = stopping.StopFlag()
+stop.install_signal_handlers()
+stopping.save_with_parent(stop)
+print("training", flush=True)
+while True:
+    time.sleep(0.1)
+"""
+
+
+def test_a_worker_whose_save_hangs_after_its_cockpit_died_is_killed(tmp_path: Path) -> None:
+    out = tmp_path / "follower.out"
+    repo = Path(__file__).resolve().parents[1]
+    cockpit = subprocess.Popen(
+        [sys.executable, "-c", COCKPIT, PARENT_PID_ENV, HANGING, str(out)], cwd=repo, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert cockpit.stdout is not None
+        follower = int(cockpit.stdout.readline())
+        assert _wait_for_lines(out, 1) == ["training"]
+    finally:
+        cockpit.kill()
+        cockpit.wait()
+    gone = _wait_for_exit(follower, timeout=30)
+    if not gone:
+        os.kill(follower, signal.SIGKILL)
+    assert gone, f"{follower} still running 30 s after its cockpit died"

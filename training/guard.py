@@ -2,8 +2,10 @@
 
 The cockpit's own worker follows the cockpit's death itself (PR_SET_PDEATHSIG). A user's script
 does not, and neither do the processes it starts, so the launcher starts the guard, which:
-- asks the kernel for SIGTERM when the cockpit dies, even by SIGKILL (`stopping.follow_parent`),
-  and becomes the subreaper of what the command starts, so double-forked children stay its own;
+- asks the kernel for SIGCONT when the cockpit dies, even by SIGKILL (`stopping.follow_parent`):
+  it continues a guard stopped by SIGSTOP (a SIGTERM would stay pending on it forever, and its
+  command run on unwatched), and the handler, finding the cockpit gone, ends the group as below;
+- becomes the subreaper of what the command starts, so double-forked children stay its own;
 - runs COMMAND as its child, in its own process group (the session the launcher gave it);
 - passes the cockpit's SIGTERM or SIGINT on to COMMAND alone, which gets the stop's grace period
   to save (the supervisor then kills the whole group if it is still there);
@@ -83,19 +85,23 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE, file=sys.stderr)
         return 2
     command = args[1:]
-    parent_alive = follow_parent(signal.SIGTERM)
-    if parent_alive is False:
-        return 1  # the cockpit died before we could follow it: start nothing
-    with contextlib.suppress(OSError, AttributeError):  # not Linux: no subreaper
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
     cockpit = os.getppid()
-    child: subprocess.Popen[bytes] | None = None
-    pending: list[int] = []  # a stop that came before the command started
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
+    def on_continue(_signum: int, _frame: FrameType | None) -> None:
         if os.getppid() != cockpit:  # the cockpit died: take the whole group with it
             end_group()
             os._exit(128 + signal.SIGTERM)
+
+    signal.signal(signal.SIGCONT, on_continue)  # before the kernel may send it
+    if follow_parent(signal.SIGCONT) is False:
+        return 1  # the cockpit died before we could follow it: start nothing
+    with contextlib.suppress(OSError, AttributeError):  # not Linux: no subreaper
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1)
+    child: subprocess.Popen[bytes] | None = None
+    pending: list[int] = []  # a stop that came before the command started
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        on_continue(signum, frame)  # a stop after the cockpit's death: the same end
         if child is None:
             pending.append(signum)
             return

@@ -1,4 +1,9 @@
-"""Stopping a training run cleanly: a flag set by signal handlers, read between steps.
+"""Stopping a training run cleanly: a flag set by signal handlers, read between steps; and
+following the death of the cockpit that started the process, so that nothing outlives it.
+
+The kernel sends a chosen signal when the cockpit dies, even by SIGKILL (PR_SET_PDEATHSIG). Which
+one depends on what the process has to lose: SIGKILL while it has nothing to save
+(`die_with_parent`), SIGCONT and a stop to checkpoint while it trains (`save_with_parent`).
 
 Kept free of heavy imports so the worker can install its handlers before numpy and torch load.
 """
@@ -94,31 +99,82 @@ class JobSignals:
 
 
 def follow_parent(sig: signal.Signals) -> bool | None:
-    """Ask the kernel for `sig` when the cockpit named in `COCKPIT_PARENT_PID` dies. None when no
-    cockpit started this process (or this is not Linux), else whether that cockpit is still alive."""
-    parent = os.environ.get(PARENT_PID_ENV)
-    if not parent:
+    """Ask the kernel for `sig` when the cockpit named in `COCKPIT_PARENT_PID` dies (replacing any
+    signal asked for before). None when no cockpit started this process (or this is not Linux),
+    else whether that cockpit is still alive. Call from the main thread: the kernel keeps the
+    request per thread, and sends it to the whole process."""
+    parent = _parent_pid()
+    if parent is None:
         return None
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, sig)
     except (OSError, AttributeError):  # not Linux: nothing to ask the kernel
         return None
-    return os.getppid() == int(parent)
+    return os.getppid() == parent
 
 
-def stop_with_parent(stop: StopFlag) -> None:
-    """When a cockpit started this process (`COCKPIT_PARENT_PID`), have the kernel send SIGTERM
-    when the cockpit dies, even by SIGKILL, so no worker outlives it. Call after
-    `install_signal_handlers`, so that SIGTERM means checkpoint-and-stop.
-
-    If the cockpit already died before this ran, the stop is requested at once.
-    """
-    if follow_parent(signal.SIGTERM) is False:
-        stop.request("parent died")
+def _parent_pid() -> int | None:
+    parent = os.environ.get(PARENT_PID_ENV)
+    return int(parent) if parent else None
 
 
 def die_with_parent() -> None:
-    """For a process with nothing to save (the cost probe): SIGKILL when the cockpit that started
-    it dies, or at once if it already has."""
+    """For a process with nothing to save (a worker importing or building its job, a served worker
+    between jobs, the cost probe): SIGKILL when the cockpit that started it dies, or at once if it
+    already has. The kernel delivers it whatever the process is doing: in the middle of an import
+    (a C call that runs no Python signal handler for seconds), or stopped by SIGSTOP.
+
+    A job that trains calls `save_with_parent` once it has something to save, and this again when
+    that is over (a served worker's job has ended)."""
+    _death.stop = None
     if follow_parent(signal.SIGKILL) is False:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+def save_with_parent(stop: StopFlag) -> None:
+    """From now on this process has something to save: the cockpit's death asks `stop` for a
+    checkpoint and a stop, as a supervisor's SIGTERM does (so call after the SIGTERM handlers are
+    in place), or at once if the cockpit is already gone.
+
+    The kernel's signal is SIGCONT, not SIGTERM: a worker stopped by SIGSTOP would keep a pending
+    SIGTERM forever (only SIGKILL and SIGCONT act on a stopped process), and nobody is left to
+    continue it. SIGCONT continues it, and its handler, finding the cockpit gone (our parent is
+    no longer it), requests the stop: a stopped worker saves as a running one does. A SIGCONT
+    while the cockpit lives (someone continuing a worker they stopped) does nothing more.
+    Should the save hang, SIGKILL follows after `ORPHAN_SAVE_S` (SIGALRM at its default action,
+    which needs no Python code to run): then the job loses what a kill -9 would, the training
+    since its last checkpoint."""
+    if _parent_pid() is None:
+        return
+    signal.signal(signal.SIGCONT, _on_sigcont)
+    _death.stop = stop
+    if follow_parent(signal.SIGCONT) is False:
+        _orphaned(stop)
+
+
+# What a job has left to save when its cockpit dies, at most: the resumed session waits as long for
+# an orphan (cockpit.core.session.startup.ORPHAN_WAIT_S) before it kills it.
+ORPHAN_SAVE_S = 30
+
+
+@dataclass
+class _Death:
+    """The flag the cockpit's death stops (`save_with_parent`); None while there is nothing to save."""
+
+    stop: StopFlag | None = None
+
+
+_death = _Death()
+
+
+def _on_sigcont(_signum: int, _frame: FrameType | None) -> None:
+    stop, parent = _death.stop, _parent_pid()
+    if stop is not None and parent is not None and os.getppid() != parent:
+        _orphaned(stop)
+
+
+def _orphaned(stop: StopFlag) -> None:
+    """The cockpit is gone: stop to save, and die within `ORPHAN_SAVE_S` whatever happens."""
+    stop.request("parent died")
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)
+    signal.alarm(ORPHAN_SAVE_S)

@@ -8,6 +8,11 @@ with each checkpoint, so it survives a resume).
 SIGTERM or SIGINT stops it at the next step (or the next optimizer step when training), writes a
 checkpoint and a `finished` event with status `stopped`, and exits 0.
 
+Started by a cockpit (`COCKPIT_PARENT_PID`), it follows the cockpit's death, even by SIGKILL
+(`cockpit_training.stopping`): until it trains, with nothing to save, it is killed at once, even
+in the middle of an import or while stopped by SIGSTOP; while it trains, it is continued if
+stopped, checkpoints and exits, killed after `ORPHAN_SAVE_S` if that hangs.
+
 Exit codes: 0 done or stopped, 1 training failed (an `error` event says why), 2 bad input, 3 disk
 full: a write (a checkpoint, an event, a log line) failed with ENOSPC or EDQUOT. The `error` event
 (type `disk_full`) then names the path and the free space when it can still be written; the exit
@@ -55,6 +60,7 @@ from cockpit.contract.rundir import TB_LOG_NAME, JobDir
 from cockpit.contract.workerargs import (
     DISK_FULL_ERROR,
     DISK_FULL_EXIT,
+    READY_LINE,
     SERVE_FLAG,
     ServeArgs,
     WorkerArgs,
@@ -63,7 +69,7 @@ from cockpit.contract.workerargs import (
     status_line,
 )
 from cockpit_training.device import DeviceError, limit_native_threads, resolve_device, torch_threads_for
-from cockpit_training.stopping import JobSignals, StopFlag, stop_with_parent
+from cockpit_training.stopping import JobSignals, StopFlag, die_with_parent, save_with_parent
 
 # numpy, torch, SB3 and gymnasium are imported inside functions: their thread pools size
 # themselves at import, so they must load only after `limit_native_threads()` has run.
@@ -265,7 +271,7 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
     # A resumed run must not replay the first run's env and action randomness from its start.
     newest = store.list()
     offset = int(newest[-1].name.split("-")[1]) if newest else 0
-    if stop.requested:  # asked to stop while importing (its cockpit died): nothing trained, nothing to save
+    if stop.requested:  # asked to stop while importing: nothing trained, nothing to save
         events.finished(status="stopped", steps=offset, duration=round(time.time() - started, 3))
         return 0
     venv = make_vec_env(
@@ -285,6 +291,7 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
         # Nothing to train (a finished job run again, a resume past the target) or a stop during
         # the start-up: straight to the final checkpoint and `finished`.
         if target > job.model.num_timesteps and not stop.requested:
+            save_with_parent(stop)
             _learn(job.model, target, callback)
         _finish(config, job, callback.episodes, stop, events, started, iteration=callback.iteration)
         return 0
@@ -294,8 +301,9 @@ def train(config: JobConfig, stop: StopFlag, events: EventWriter, received_at: f
 
 def _import_job_modules() -> None:
     """Import everything `train` and its steps use. `train` does it before it checks its stop flag,
-    so a stop asked for during these seconds of imports (its cockpit died) ends the job before
-    anything is built or reported as started."""
+    so a stop asked for during these seconds of imports ends the job before anything is built or
+    reported as started. (The cockpit's death during them kills the worker outright:
+    `die_with_parent`.)"""
     import psutil  # noqa: F401
     import stable_baselines3.common.vec_env  # noqa: F401
     import torch  # noqa: F401
@@ -630,7 +638,7 @@ def main(argv: list[str] | None = None) -> int:
         return serve(ServeArgs.parse(argv))
     stop = StopFlag()
     stop.install_signal_handlers()
-    stop_with_parent(stop)
+    die_with_parent()  # until `train` has something to save
     limit_native_threads()
     return run_job(argv, stop)[0]
 
@@ -690,21 +698,25 @@ def serve(opts: ServeArgs) -> int:
     """Import once, then run job after job: read one request per line on stdin (a JSON list of a
     worker's flags), run it as `main` would in a fresh process, with fds 1 and 2 appended to the
     job dir's stdout.log and stderr.log (/dev/null between jobs), and write its exit code as one
-    `status_line` to `opts.status_fd`. Each job gets a fresh StopFlag; SIGTERM or SIGINT during a
+    `status_line` to `opts.status_fd` (where `READY_LINE` said first that the imports are done).
+    Each job gets a fresh StopFlag; SIGTERM or SIGINT during a
     job stops that job only. Returns 0 on EOF, after `opts.max_jobs` jobs, after a job whose
     failure may have broken the process (CUDA), or when the status pipe is gone; SIGTERM or
-    SIGINT between jobs kills the process (exit by that signal). Each job's `startup_s` counts
+    SIGINT between jobs kills the process (exit by that signal). The cockpit's death kills it at
+    once while it imports or waits, and stops a job that trains (`train`, `save_with_parent`),
+    after which it exits. Each job's `startup_s` counts
     from when its request was sent: a fresh process's first job's includes the imports, a
     spare's (started ahead of its first job) does not.
     """
     signals = JobSignals()
     wake = signals.install()
-    parent = StopFlag()
-    stop_with_parent(parent)  # the cockpit's death: SIGTERM, a stop of the job or the end of the wait
-    if parent.requested:
-        return 0  # the cockpit is already gone: nobody to serve
+    die_with_parent()  # between jobs: nothing to save (each job's `train` saves while it trains)
     limit_native_threads()
     _import_training_stack()
+    try:
+        os.write(opts.status_fd, READY_LINE)  # the pool's watch of its spares
+    except OSError:
+        return 0  # whoever started it is gone
     devnull = os.open(os.devnull, os.O_WRONLY)
     requests = _Requests(wake, signals)
     for count in range(1, opts.max_jobs + 1):
@@ -713,7 +725,10 @@ def serve(opts: ServeArgs) -> int:
             signals.die_of_quit()  # returns on EOF only
             return 0
         stop = signals.begin_job()
-        code, failure = _serve_one(line, stop, devnull)
+        try:
+            code, failure = _serve_one(line, stop, devnull)
+        finally:
+            die_with_parent()  # the job is over: nothing to save until the next one trains
         retiring = count == opts.max_jobs or _breaks_process(failure)
         try:
             os.write(opts.status_fd, status_line(code, retiring=retiring))

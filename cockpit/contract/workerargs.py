@@ -17,7 +17,8 @@ A served worker (`python -m cockpit_training.worker --serve --status-fd N`, `Ser
 one process, so that the imports and start-up are paid once: it reads one job per line on stdin
 (`encode_request`: the flags `WorkerArgs.to_argv` gives, and when it was sent), runs it as a fresh worker
 would (same events, logs, lock and exit codes), and writes one `status_line` per job on fd N:
-`exit <code>`, or `exit <code> retiring` when it exits after that job. EOF on stdin ends it.
+`exit <code>`, or `exit <code> retiring` when it exits after that job. Before its first job it
+writes `READY_LINE` there once its imports are done. EOF on stdin ends it.
 """
 
 from __future__ import annotations
@@ -366,6 +367,7 @@ def decode_request(line: bytes) -> tuple[list[str], float]:
 
 
 RETIRING = "retiring"
+READY_LINE = b"ready\n"  # a served worker's imports are done: it waits for jobs
 
 
 def status_line(code: int, *, retiring: bool = False) -> bytes:

@@ -4,8 +4,9 @@ from the job dir's `events.jsonl` (the `Launcher` protocol is `cockpit.core.laun
 `LocalLauncher` runs each worker as a subprocess in its own session (so a terminal's Ctrl-C
 reaches only the cockpit, which stops workers cleanly), with stdout and stderr in the job dir, the
 thread budget in its environment, optional CPU pinning, and the cockpit's pid in
-`COCKPIT_PARENT_PID`, which makes the worker ask the kernel for SIGTERM (PR_SET_PDEATHSIG) if the
-cockpit dies, even by SIGKILL.
+`COCKPIT_PARENT_PID`, which makes the worker ask the kernel for a signal (PR_SET_PDEATHSIG) if the
+cockpit dies, even by SIGKILL: SIGKILL while it has nothing to save, else one that has it
+checkpoint and exit, stopped or not (`cockpit_training.stopping`).
 
 `PooledLauncher` (`cockpit.core.launch.pooled`) does the same with served workers.
 """
@@ -137,8 +138,9 @@ def pin_threads(pid: int, cpus: tuple[int, ...]) -> None:
 
 def previous_workers(run_dir: Path) -> list[psutil.Process]:
     """Worker processes still running on a job dir of `run_dir`: a killed cockpit's orphans, which
-    its death asked (PR_SET_PDEATHSIG) to checkpoint and exit. A served worker counts while it
-    holds the lock of one of those job dirs (an idle one exits on its own: its stdin has closed)."""
+    its death asked (PR_SET_PDEATHSIG) to checkpoint and exit (it killed those with nothing to
+    save). A served worker counts while it holds the lock of one of those job dirs (an idle one
+    has been killed, or exits on its own: its stdin has closed)."""
     jobs = (run_dir / JOBS).resolve()
     found = []
     for proc in psutil.process_iter(["cmdline"]):

@@ -4,11 +4,18 @@ SB3 and envpool: seconds) once per process rather than once per job. A process a
 retiring gets a spare started beside it, so its successor has imported by the time it is needed.
 A served process is bound to the GPU it was started for (CUDA is set up once per process), so
 the pool hands a job only to a process of the job's GPU. Its owner calls `close()`.
+
+The pool watches its idle processes (`_watch_idle`, from `launch` and `poll`, at most every
+`WATCH_INTERVAL_S`): one stopped by a signal (state T), or a spare that has not finished importing
+within `ready_timeout_s`, would take the next job and hold it until the stall watch's minute ran
+out; it is killed instead, and a fresh spare for the same GPU takes its place. A served worker
+kills itself at the cockpit's death while idle, even stopped (`cockpit_training.stopping`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -22,6 +29,7 @@ import psutil
 
 from cockpit.contract.rundir import JobDir
 from cockpit.contract.workerargs import (
+    READY_LINE,
     SERVE_MAX_JOBS,
     ServeArgs,
     WorkerArgs,
@@ -37,6 +45,10 @@ from cockpit.core.machine.placement import GpuRef
 # fleet's short jobs took 5-10 s, and a spare started with the last one, importing at nice 10
 # beside two training jobs on 2 cores, had not finished importing when it was needed (1.8-2.8 s).
 SPARE_LEAD_JOBS = 3
+# A spare whose imports take longer than this is taken for hung and replaced. They took 2-10 s on 2
+# busy cores; this leaves room for a machine far slower, or far busier, than that.
+SPARE_READY_S = 180.0
+WATCH_INTERVAL_S = 1.0  # how often the idle processes' states are read (/proc)
 
 
 @dataclass(eq=False)
@@ -59,6 +71,9 @@ class _Served:
     job: _PooledJob | None = None  # the job it runs now
     retiring: bool = False  # it exits after its job: never back in the idle pool
     unread: bytes = b""  # a status line's start, read before its end
+    mps: tuple[str | None, str | None] = (None, None)  # the MPS pipe and log dirs it was started with
+    started_at: float = 0.0  # time.monotonic() at its start
+    ready: bool = False  # it said its imports are done (READY_LINE)
 
 
 class PooledLauncher(LocalJobFiles):
@@ -86,11 +101,15 @@ class PooledLauncher(LocalJobFiles):
         cwd: Path | None = None,
         nice: int = WORKER_NICE,
         max_jobs: int = SERVE_MAX_JOBS,
+        ready_timeout_s: float = SPARE_READY_S,
     ) -> None:
         self.python = python
         self.cwd = cwd
         self.nice = nice
         self.max_jobs = max_jobs
+        self.ready_timeout_s = ready_timeout_s
+        self.replaced = 0  # idle processes killed as stopped or hung, and replaced
+        self._watched_at = -math.inf
         self._processes: list[_Served] = []  # every process started and not yet reaped
         self._idle: list[_Served] = []  # those waiting for a job, the most recently idle last
 
@@ -109,6 +128,7 @@ class PooledLauncher(LocalJobFiles):
             raise OSError("a served worker runs cockpit's own worker only, not a user's command")
         line = encode_request(request.args, sent_at=time.time())  # before a process starts for it
         request.job_dir.mkdir(parents=True, exist_ok=True)
+        self._watch_idle(force=True)
         self._reap()
         served = None
         while served is None:
@@ -173,7 +193,7 @@ class PooledLauncher(LocalJobFiles):
         if self.nice:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.setpriority(os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + self.nice)
-        served = _Served(proc, read, gpu=gpu)
+        served = _Served(proc, read, gpu=gpu, mps=(mps_pipe_dir, mps_log_dir), started_at=time.monotonic())
         self._processes.append(served)
         return served
 
@@ -193,6 +213,7 @@ class PooledLauncher(LocalJobFiles):
     def poll(self, handle: WorkerHandle) -> int | None:
         """The job's exit code once its status line has come, or the process's exit code (negative:
         killed by that signal) if it died running the job; else None. Never blocks."""
+        self._watch_idle()
         job = _job(handle)
         if job.code is not None:
             return job.code
@@ -218,6 +239,9 @@ class PooledLauncher(LocalJobFiles):
             served.unread += data
         while b"\n" in served.unread:
             line, _, served.unread = served.unread.partition(b"\n")
+            if line + b"\n" == READY_LINE:
+                served.ready = True
+                continue
             try:
                 code, retiring = parse_status(line)
             except ValueError:
@@ -230,6 +254,30 @@ class PooledLauncher(LocalJobFiles):
                 self._end(served)
             else:
                 self._idle.append(served)
+
+    def _watch_idle(self, *, force: bool = False) -> None:
+        """Replace each idle process stopped by a signal, or not done importing within
+        `ready_timeout_s`, by a fresh spare for its GPU; forget those that exited. At most every
+        `WATCH_INTERVAL_S` unless `force`d."""
+        now = time.monotonic()
+        if not force and now - self._watched_at < WATCH_INTERVAL_S:
+            return
+        self._watched_at = now
+        for served in list(self._idle):
+            self._read_status(served)  # its ready line
+            if served.proc.poll() is not None:
+                self._end(served)
+                continue
+            hung = not served.ready and now - served.started_at >= self.ready_timeout_s
+            if not (hung or _stopped(served.proc.pid)):
+                continue
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(served.proc.pid, signal.SIGKILL)
+            position = self._idle.index(served)
+            self._end(served)
+            self.replaced += 1
+            with contextlib.suppress(OSError):  # none: the next job starts a process of its own
+                self._idle.insert(position, self._start(None, served.gpu, *served.mps))
 
     def terminate(self, handle: WorkerHandle) -> None:
         """SIGTERM to the process while it runs this job: the job checkpoints and stops, and the
@@ -245,12 +293,7 @@ class PooledLauncher(LocalJobFiles):
 
     def stopped(self, handle: WorkerHandle) -> bool:
         """The process is in state T while it runs this job (see `LocalLauncher.stopped`)."""
-        if _job(handle).code is not None:
-            return False
-        try:
-            return bool(psutil.Process(handle.pid).status() == psutil.STATUS_STOPPED)
-        except psutil.Error:
-            return False
+        return _job(handle).code is None and _stopped(handle.pid)
 
     def close(self, timeout_s: float = 5.0) -> None:
         """End the idle processes (EOF on their stdin; SIGKILL to those not gone within
@@ -288,6 +331,14 @@ class PooledLauncher(LocalJobFiles):
                 if served.status_fd >= 0:
                     os.close(served.status_fd)
                     served.status_fd = -1
+
+
+def _stopped(pid: int) -> bool:
+    """Process `pid` is in state T (see `LocalLauncher.stopped`)."""
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_STOPPED)
+    except psutil.Error:
+        return False
 
 
 def _send(send: Callable[[], None]) -> None:
