@@ -8,7 +8,7 @@ from pathlib import Path
 from cockpit.cli import build_parser
 from cockpit.contract.runrecord import ConfigRecord, parse, read, render
 from cockpit.contract.runspec import build_spec
-from cockpit.contract.settings import RunSettings, declared, decode, encode, spec_values
+from cockpit.contract.settings import RunSettings, declared, decode, encode, fixed_given, spec_values
 from cockpit.contract.toml import tomllib
 
 GOLDEN = Path(__file__).parent / "data" / "run-v1"
@@ -43,3 +43,13 @@ def test_each_flag_parses_into_its_setting_and_the_spec_data_round_trips(tmp_pat
     assert off_default == flags
     spec = build_spec(settings, command_line=("cockpit",))
     assert spec_values(build_spec(decode(encode(spec)), command_line=("cockpit",))) == spec_values(spec)
+
+
+def test_a_flag_given_at_its_default_value_is_told_from_one_left_out() -> None:
+    # `--seed 0` with --resume is refused like any other seed, and `--max-restarts 3` replaces a
+    # recorded 5: each flag's argparse default is None, whatever its setting's default.
+    args = build_parser().parse_args(["run", "--resume", "runs/x", "--seed", "0", "--max-restarts", "3"])
+    assert fixed_given(args) == ["--seed"]
+    assert [(name, value) for name, _, value in RunSettings.given_again(args, "kept")] == [("max_restarts", 3)]
+    assert RunSettings.from_args(build_parser().parse_args(["run"])) == RunSettings()  # none given: the defaults
+    assert fixed_given(build_parser().parse_args(["fleet", "--resume", "runs/x", "--max-restarts", "3"])) == []

@@ -26,7 +26,7 @@ from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import stamped
 from cockpit.contract.runrecord import RunRecord
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, checked_name, handed, on_cluster
-from cockpit.contract.settings import RunSettings, resumed_with
+from cockpit.contract.settings import RunSettings, fixed_given, resumed_with
 from cockpit.core.fleet.projection import Projection, Stage, episode_steps_from_record, project, speed_from_record
 from cockpit.core.session.front_ends import FrontEnds
 from cockpit.core.session.start import (
@@ -119,6 +119,9 @@ def _spec(
         return on_cluster(spec, args.ray, args.storage, run_dir_given=True)
     first = plan.agents[0]
     given = RunSettings.from_args(args, name=checked_name(args.name))
+    fixed = fixed_given(args) if resuming else []
+    if fixed:
+        raise ConfigError(f"--resume continues a fleet with its recorded settings; drop {', '.join(fixed)}")
     record = _record(args.resume) if resuming else None
     if record is not None:  # the fleet's recorded settings, as each declaration says
         given = resumed_with(args, record.config, record.name, args.resume, "fleet")

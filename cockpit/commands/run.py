@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from cockpit.commands.console import interactive
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, handed, on_cluster
-from cockpit.contract.settings import RunSettings, declared, resumed_with
+from cockpit.contract.settings import RunSettings, declared, fixed_given, resumed_with
 from cockpit.core.machine.nvml import GpuReader
 from cockpit.core.session.compute_modes import default_jobs
 from cockpit.core.session.front_ends import FrontEnds
@@ -93,7 +93,7 @@ def _local_spec(
             gpus_here=here,
             visible_by=visible_by,
         )
-    fixed = [str(each.flag) for _, each, _ in RunSettings.given_again(args, "fixed")]
+    fixed = fixed_given(args)
     if fixed:
         raise ConfigError(f"--resume continues a run with its recorded settings; drop {', '.join(fixed)}")
     try:

@@ -157,11 +157,12 @@ class RunSettings:
     max_restarts: int = _setting(3, Setting(
         "--max-restarts", "restarts in a row of a crashed job before it is marked failed (default: 3; back-off 1 s, "
         "2 s, 4 s... up to 60 s); see --healthy-uptime", non_negative_int, "K",
-        fleet_help="restarts in a row before an agent fails (default: 3)", commands=BOTH, section="restarts"))
+        fleet_help="restarts in a row before an agent fails (default: 3)", commands=BOTH, resume="kept",
+        section="restarts"))
     healthy_uptime_s: float = _setting(300.0, Setting(
         "--healthy-uptime", "seconds after which a crash no longer counts as a crash loop: a crashed job that had "
         "run this long restarts with a fresh count of --max-restarts (default: 300)", positive_float, "S",
-        section="restarts"))
+        resume="kept", section="restarts"))
     stall_timeout_s: float | None = _setting(None, Setting(
         "--stall-timeout", "seconds without an event from a running worker (hung, or stopped by a signal) after "
         "which it is killed and restarted from its checkpoint, as a crash counted by --max-restarts (default: 3x "
@@ -186,12 +187,7 @@ class RunSettings:
     def from_args(cls, args: argparse.Namespace, **given: Any) -> RunSettings:
         """The settings a command's flags parsed into `args` (a command that lacks a flag: its
         default), with `given` in place of what the command decides itself."""
-        values: dict[str, Any] = {}
-        for name, setting in declared():
-            if setting.flag is None or not hasattr(args, setting.dest):
-                continue
-            value = getattr(args, setting.dest)
-            values[name] = not value if setting.negated else value
+        values = {name: value for name, _, value in _given(args)}
         return cls(**{**values, "script": getattr(args, "script", None), **given})
 
     @classmethod
@@ -212,14 +208,20 @@ class RunSettings:
     @staticmethod
     def given_again(args: argparse.Namespace, resume: Resume) -> Iterator[tuple[str, Setting, Any]]:
         """The settings of `resume` kind that the flags in `args` give along with `--resume`, as (field
-        name, declaration, value): a `kept` one given other than its default, a `fixed` one given
-        at all (where that can be told: its default is None)."""
-        for name, each in declared():
-            if each.resume != resume or each.flag is None or not hasattr(args, each.dest):
-                continue
-            value, default = getattr(args, each.dest), _default(name)
-            if value != default and (resume == "kept" or default is None):
-                yield name, each, not value if each.negated else value
+        name, declaration, value): each one whose flag is on the command line, whatever its value."""
+        return ((name, each, value) for name, each, value in _given(args) if each.resume == resume)
+
+
+def _given(args: argparse.Namespace) -> Iterator[tuple[str, Setting, Any]]:
+    """The settings whose flags are on the command line `args` parsed, as (field name, declaration,
+    value). A flag's argparse default is None (a switch's, False) whatever its setting's default, so
+    that a flag given is told from one left out even when its value is the default (`--seed 0`)."""
+    for name, each in declared():
+        if each.flag is None or not hasattr(args, each.dest):
+            continue
+        value = getattr(args, each.dest)
+        if value is not None and value is not False:
+            yield name, each, not value if each.negated else value
 
 
 def declared() -> Iterator[tuple[str, Setting]]:
@@ -254,7 +256,9 @@ def add_flag(parser: argparse.ArgumentParser | argparse._ArgumentGroup, name: st
     if isinstance(default, bool):  # a switch: `--pin`, or `--no-tensorboard` for a setting on by default
         parser.add_argument(declaration.flag, action="store_true", help=help_text)
         return
-    options: dict[str, Any] = {"default": default, "metavar": declaration.metavar, "help": help_text}
+    # None, not the setting's default: a flag left out is told from one given (`_given`), and
+    # `RunSettings` fills in the default.
+    options: dict[str, Any] = {"default": None, "metavar": declaration.metavar, "help": help_text}
     if declaration.parse is not None:  # none: the text as given
         options["type"] = declaration.parse
     parser.add_argument(declaration.flag, **options)
@@ -313,6 +317,12 @@ def resumed(config: RunSettings, name: str | None, run_dir: Path, command: Comma
             if value is not None:
                 values[key] = value
     return RunSettings.from_values(values)
+
+
+def fixed_given(args: argparse.Namespace) -> list[str]:
+    """The flags on the command line `args` parsed of settings a resume keeps as recorded (`fixed`):
+    each is refused with `--resume` (one line, exit 2), not silently dropped."""
+    return [str(each.flag) for _, each, _ in RunSettings.given_again(args, "fixed")]
 
 
 def resumed_with(
