@@ -117,8 +117,11 @@ def test_a_cockpit_run_ray_start_never_writes_a_token_file(open_home: Path, tmp_
 @pytest.mark.ray
 def test_cockpits_own_ray_refuses_token_auth_turned_off(tmp_path: Path) -> None:
     env = {**clean_env(tmp_path), "RAY_AUTH_MODE": "disabled"}
-    result = subprocess.run([sys.executable, "-m", "cockpit", "run", "--ray", "--headless", "--run-dir",
-                             str(tmp_path / "run")], capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    preset = small_preset(tmp_path, checkpoint_every=1024, timesteps=1024)  # a short run, were it not refused
+    command = ["run", "--ray", "--headless", "--preset", str(preset), "--jobs", "1", "--run-dir", str(tmp_path / "run")]
+    result = subprocess.run(
+        [sys.executable, "-m", "cockpit", *command], capture_output=True, text=True, timeout=120, env=env
+    )
     print(result.stderr, end="")
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
