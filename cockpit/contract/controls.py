@@ -8,7 +8,7 @@ control socket carries them as JSON: `encode` gives `{"kind": ..., **fields}` an
 What comes off the socket is bounded here: a seed is at most `MAX_SEED` (2^31 - 1, what the
 worker's seeding takes), a preset argument at most `MAX_PRESET_ARG` characters, and an error or
 warning repeats at most `SHOWN_CHARS` characters of a value a client sent (`shown`). How many jobs
-a run may run or queue is the machine's, checked where the run is known (`RunSession.submit`).
+a run may run or queue is the machine's, checked where the run is known (`run_session.check_bounds`).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ them at once, skips the final run log, and `run()` returns with `lost` saying wh
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import fcntl
 import os
@@ -131,6 +132,36 @@ JOBS_PER_CPU = CHEAP_ENVS_PER_CORE
 JOB_MIN_RAM = 256 * 1024**2
 
 
+def slot_limit(slots: int, host: HostInfo) -> int:
+    """The most jobs a run of `--jobs slots` on `host` may run at once, and keep waiting for a
+    slot: what the machine holds, `JOBS_PER_CPU` a logical CPU and one a `JOB_MIN_RAM` of its
+    memory, whichever is fewer; or `slots` where that is more."""
+    machine = min(JOBS_PER_CPU * host.logical_cores, host.ram_bytes // JOB_MIN_RAM)
+    return max(slots, machine, 1)
+
+
+def check_bounds(command: Control, slots: int, host: HostInfo, waiting: Callable[[], int]) -> None:
+    """ValueError (one line) for a command that asks a run of `--jobs slots` on `host` for more
+    than it holds (`slot_limit`): more slots, a job added while as many already wait (`waiting()`:
+    the jobs queued and the commands not yet handled), jobs advice that would add past it."""
+    limit = slot_limit(slots, host)
+    gib = host.ram_bytes / 1024**3
+    at_most = (
+        f"this run runs at most {limit} jobs at once ({JOBS_PER_CPU} a logical CPU, one a {JOB_MIN_RAM // 1024**2} "
+        f"MiB of memory: {host.logical_cores} CPUs and {gib:.1f} GiB here; --jobs {slots})"
+    )
+    if isinstance(command, SetSlots) and command.slots > limit:
+        raise ValueError(f"set_slots {command.slots}: {at_most}")
+    if isinstance(command, AddJob) and (queued := waiting()) >= limit:
+        raise ValueError(f"add: {queued} jobs already wait for a slot, and {at_most}")
+    if isinstance(command, ApplyAdvice) and command.setting is AdviceSetting.JOBS:
+        value = 0  # not a number: refused as advice (`RunSession._apply`), in one line too
+        with contextlib.suppress(ValueError):
+            value = int(command.suggested)
+        if value > limit:  # each job it lacks becomes an AddJob
+            raise ValueError(f"advice jobs -> {value}: {at_most}")
+
+
 @dataclass
 class RunSession:
     """One `cockpit run` (or `--resume`, or a `cockpit fleet`), as `startup.start_session` builds
@@ -180,36 +211,17 @@ class RunSession:
         """What starts the run's jobs: the supervisor's."""
         return self.supervisor.launcher
 
-    @property
-    def slot_limit(self) -> int:
-        """The most jobs this run may run at once, and keep waiting for a slot: what this machine
-        can hold, `JOBS_PER_CPU` a logical CPU and one a `JOB_MIN_RAM` of its memory, whichever is
-        fewer; or the run's own `--jobs` where that is more."""
-        machine = min(JOBS_PER_CPU * self.host.logical_cores, self.host.ram_bytes // JOB_MIN_RAM)
-        return max(self.spec.slots, machine, 1)
-
     def submit(self, command: Control) -> None:
         """Send a command to the supervisor (thread-safe); the TUI uses this too. An
         `ApplyAdvice` becomes the supervisor commands that carry it out; ValueError (one line)
         for advice that cannot be applied to a running run, and for a command past what this
-        machine can run (`slot_limit`): more slots than it, an added job while as many wait."""
-        limit = self.slot_limit
-        if isinstance(command, SetSlots) and command.slots > limit:
-            raise ValueError(f"set_slots {command.slots}: {self._at_most(limit)}")
-        if isinstance(command, AddJob) and (waiting := self.supervisor.waiting()) >= limit:
-            raise ValueError(f"add: {waiting} jobs already wait for a slot, and {self._at_most(limit)}")
+        machine can run (`check_bounds`)."""
+        check_bounds(command, self.spec.slots, self.host, self.supervisor.waiting)
         if isinstance(command, ApplyAdvice):
             for step in self._apply(command):
                 self.supervisor.submit(step)
             return
         self.supervisor.submit(command)
-
-    def _at_most(self, limit: int) -> str:
-        cpus, gib = self.host.logical_cores, self.host.ram_bytes / 1024**3
-        return (
-            f"this run runs at most {limit} jobs at once ({JOBS_PER_CPU} a logical CPU, one a "
-            f"{JOB_MIN_RAM // 1024**2} MiB of memory: {cpus} CPUs and {gib:.1f} GiB here; --jobs {self.spec.slots})"
-        )
 
     def _apply(self, advice: ApplyAdvice) -> list[Control]:
         if advice.setting is AdviceSetting.MEMORY:
@@ -223,8 +235,6 @@ class RunSession:
             value = int(advice.suggested)
         except ValueError:
             value = 0
-        if advice.setting is AdviceSetting.JOBS and value > self.slot_limit:  # each missing job is an AddJob
-            raise ValueError(f"advice jobs -> {value}: {self._at_most(self.slot_limit)}")
         if state is None or value < 1:
             raise ValueError(f"advice {advice.setting} -> {shown(advice.suggested)}: nothing to apply yet")
         if advice.setting is AdviceSetting.JOBS:
