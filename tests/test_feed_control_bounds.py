@@ -17,7 +17,8 @@ import pytest
 from cockpit.contract.advice import AdviceSetting
 from cockpit.contract.controls import AddJob, ApplyAdvice, SetSlots, StopJob, decode
 from cockpit.core.feed import control
-from cockpit.core.feed.control import MAX_CONNECTIONS, ControlServer
+from cockpit.core.feed.control import MAX_CONNECTIONS, AttachSource, ControlServer
+from cockpit.core.feed.source import SourceError
 from cockpit.core.machine.host import HostInfo
 from cockpit.core.session.run_session import RunSession
 from tests.fakeclock import FakeClock
@@ -122,7 +123,7 @@ def hello(path: Path | None) -> Raw | None:
 
 
 def test_a_connection_past_the_cap_is_told_so_in_one_line_and_closed(
-    server: tuple[ControlServer, FakeProvider],
+    server: tuple[ControlServer, FakeProvider], tmp_path: Path
 ) -> None:
     served, _ = server
     assert served.path is not None
@@ -139,6 +140,9 @@ def test_a_connection_past_the_cap_is_told_so_in_one_line_and_closed(
         }
         assert extra.reader.readline() == b""  # closed
         extra.close()
+        with pytest.raises(SourceError) as caught:  # a viewer says why it is not let in
+            AttachSource.connect(tmp_path)
+        assert str(caught.value) == f"the run in {tmp_path} refused the connection: {json.loads(line)['error']}"
         clients.pop().close()
         clients.append(wait_for(lambda: hello(served.path)))  # once the server has seen that one go
     finally:
