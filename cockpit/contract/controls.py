@@ -4,6 +4,11 @@ A `Control` is one of the frozen dataclasses below (not a verb of the command li
 `cockpit.commands`). Views build them, the run's session and supervisor carry them out, and the
 control socket carries them as JSON: `encode` gives `{"kind": ..., **fields}` and
 `decode` rebuilds the exact dataclass, raising ValueError that names the missing or bad key.
+
+What comes off the socket is bounded here: a seed is at most `MAX_SEED` (2^31 - 1, what the
+worker's seeding takes), a preset argument at most `MAX_PRESET_ARG` characters, and an error or
+warning repeats at most `SHOWN_CHARS` characters of a value a client sent (`shown`). How many jobs
+a run may run or queue is the machine's, checked where the run is known (`run_session.check_bounds`).
 """
 
 from __future__ import annotations
@@ -13,6 +18,17 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from cockpit.contract.advice import AdviceSetting
+from cockpit.contract.runspec import MAX_SEED
+
+SHOWN_CHARS = 64  # the most characters of a client's value an error or a warning repeats
+MAX_PRESET_ARG = 4096  # a preset is a name or a path, and Linux's PATH_MAX is 4096 bytes
+
+
+def shown(value: Any) -> str:
+    """`repr(value)`, cut to `SHOWN_CHARS` characters ("..." ends a cut one): how an error or a
+    warning repeats a value a client sent, whose size is the client's to choose."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -121,17 +137,22 @@ def decode(data: Any) -> Control:
     if "kind" not in values:
         raise ValueError("command: missing key 'kind'")
     kind = values["kind"]
+    if not isinstance(kind, str):
+        raise ValueError(f"command: key 'kind' must be one of {', '.join(COMMAND_KINDS.values())}, got {shown(kind)}")
     if kind == "stop_all":
         return StopAll()
     if kind == "set_preset":
         preset_arg = values.get("preset_arg")
-        if not isinstance(preset_arg, str) or not preset_arg:
-            raise ValueError(f"command 'set_preset': key 'preset_arg' must name a preset, got {preset_arg!r}")
+        if not isinstance(preset_arg, str) or not preset_arg or len(preset_arg) > MAX_PRESET_ARG:
+            raise ValueError(
+                f"command 'set_preset': key 'preset_arg' must name a preset (at most {MAX_PRESET_ARG} "
+                f"characters), got {shown(preset_arg)}"
+            )
         return SetPreset(preset_arg)
     if kind == "set_mps":
         on = values.get("on")
         if not isinstance(on, bool):
-            raise ValueError(f"command 'set_mps': key 'on' must be true or false, got {on!r}")
+            raise ValueError(f"command 'set_mps': key 'on' must be true or false, got {shown(on)}")
         return SetMps(on)
     if kind == "apply_advice":
         setting, suggested = values.get("setting"), values.get("suggested")
@@ -141,21 +162,25 @@ def decode(data: Any) -> Control:
             return ApplyAdvice(AdviceSetting(setting), suggested)
         except ValueError:
             valid = ", ".join(s.value for s in AdviceSetting)
-            raise ValueError(f"command 'apply_advice': key 'setting' must be one of {valid}, got {setting!r}") from None
+            raise ValueError(
+                f"command 'apply_advice': key 'setting' must be one of {valid}, got {shown(setting)}"
+            ) from None
     if kind == "set_slots":
         slots = values.get("slots")
         if not isinstance(slots, int) or isinstance(slots, bool) or slots < 1:
-            raise ValueError(f"command 'set_slots': key 'slots' must be a positive integer, got {slots!r}")
+            raise ValueError(f"command 'set_slots': key 'slots' must be a positive integer, got {shown(slots)}")
         return SetSlots(slots)
     if kind == "add":
         seed = values.get("seed")
         # bool is an int in Python, but `true` is not a seed.
-        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or seed < 0):
-            raise ValueError(f"command 'add': key 'seed' must be a non-negative integer or null, got {seed!r}")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed <= MAX_SEED):
+            raise ValueError(
+                f"command 'add': key 'seed' must be an integer from 0 to {MAX_SEED} or null, got {shown(seed)}"
+            )
         return AddJob(seed)
     if kind in _JOB_COMMANDS:
         job_id = values.get("job_id")
         if not isinstance(job_id, str) or not job_id:
-            raise ValueError(f"command {kind!r}: key 'job_id' must be a job id string, got {job_id!r}")
+            raise ValueError(f"command {kind!r}: key 'job_id' must be a job id string, got {shown(job_id)}")
         return _JOB_COMMANDS[kind](job_id)
-    raise ValueError(f"command: key 'kind' must be one of {', '.join(COMMAND_KINDS.values())}, got {kind!r}")
+    raise ValueError(f"command: key 'kind' must be one of {', '.join(COMMAND_KINDS.values())}, got {shown(kind)}")

@@ -12,7 +12,10 @@ The protocol is newline-delimited JSON, one response line per request line:
 A frame answer carries only what is new since the asker's `since` times, and never more than the
 last `WINDOW_S` seconds. Its state's trend likewise holds only the points after `trend_since` (the
 asker's newest, `trend.increment`; the whole trend without the key, or with null). The socket is
-private: mode 0600, and every peer's uid is checked.
+private: mode 0600, and every peer's uid is checked. It serves at most `MAX_CONNECTIONS` at once: one
+past them is answered `{"ok": false, "error": "too many connections..."}` and closed. Its listen
+backlog is the system's most (`socket.SOMAXCONN`), so a burst of connects waits to be accepted
+rather than failing.
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ ACCEPT_WAKE_S = 0.25  # how often the accept thread checks for stop()
 POLL_HZ = 5.0
 POLL_TIMEOUT_S = 5.0  # generous: the run's process may be busy, and a timeout ends the link
 COMMAND_TIMEOUT_S = 2.0
+# Viewers attached at once: each is a thread here. A run has a few (its TUI, an attach or two, each
+# command's short connection); 64 leaves room for scripts without a thread per idle client.
+MAX_CONNECTIONS = 64
+REFUSAL_TIMEOUT_S = 1.0  # the most a refused client may hold up the accept thread
 
 
 class ControlError(RuntimeError):
@@ -166,7 +173,7 @@ class ControlServer:
             finally:
                 os.umask(previous)
             os.chmod(path, 0o600)
-            listener.listen(16)
+            listener.listen(socket.SOMAXCONN)
             listener.settimeout(ACCEPT_WAKE_S)
         except BaseException:
             listener.close()
@@ -221,11 +228,24 @@ class ControlServer:
             if not allowed:
                 conn.close()
                 continue
-            conn.settimeout(None)
             thread = threading.Thread(target=self._serve, args=(conn,), name="cockpit-control-conn", daemon=True)
             with self._cond:
-                self._conns[conn] = thread
+                full = len(self._conns) >= MAX_CONNECTIONS
+                if not full:
+                    self._conns[conn] = thread
+            if full:
+                self._refuse(conn)
+                continue
+            conn.settimeout(None)
             thread.start()
+
+    @staticmethod
+    def _refuse(conn: socket.socket) -> None:
+        """Tell a client past `MAX_CONNECTIONS` so, in one line, and close its connection."""
+        error = f"too many connections: the run serves at most {MAX_CONNECTIONS} at once; close a viewer"
+        with conn, contextlib.suppress(OSError):
+            conn.settimeout(REFUSAL_TIMEOUT_S)
+            conn.sendall(json.dumps({"ok": False, "error": error}).encode() + b"\n")
 
     def _serve(self, conn: socket.socket) -> None:
         try:
@@ -397,6 +417,9 @@ class AttachSource:
             raise SourceError(f"no live cockpit run in {run_dir}: {_why(exc, path)}") from None
         try:
             hello = link.request({"op": "hello"}, COMMAND_TIMEOUT_S)
+            if not hello.get("ok") and hello.get("error"):
+                link.close()
+                raise SourceError(f"the run in {run_dir} refused the connection: {hello['error']}")
             if not hello.get("ok") or hello.get("version") != PROTOCOL_VERSION:
                 raise ValueError(f"it speaks control protocol {hello.get('version')!r}, not {PROTOCOL_VERSION}")
         except (OSError, ValueError) as exc:

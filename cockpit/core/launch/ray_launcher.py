@@ -23,17 +23,20 @@ calls once a second). Ray's workers log to files on their nodes, never to the co
 works without it.
 
 The Ray instance cockpit starts for itself (no address) is reachable from this machine only: its
-sockets listen on the loopback (`_loopback_only`) and its token file is its owner's alone
-(`_token_for_owner_only`). A cluster it joins is the user's to protect (docs/ray.md).
+sockets listen on the loopback (`_loopback_only`), which is checked once it is up (`_beyond_loopback`:
+an address elsewhere shuts it down, ClusterError), and it runs with token auth on a fresh token that
+never touches the disk (`_fresh_token`). A cluster it joins is the user's to protect (docs/ray.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import ipaddress
 import logging
 import math
 import os
+import secrets
 import threading
 import time
 import uuid
@@ -41,6 +44,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import psutil
 
 from cockpit.contract.events import Event, EventReader
 from cockpit.contract.ray_reports import JobReport, NodeSample, Placement
@@ -54,6 +59,8 @@ from cockpit.core.telemetry.sampler import JobUsage
 NODES_EVERY_S = 2.0  # how often the cluster's membership is asked for (new nodes, dead ones)
 SAMPLE_WAIT_S = 0.5  # a node sampler slower than this to answer is left out of that reading
 KILL_WAIT_S = 5.0  # how long `kill` waits for the actor to kill the worker's group before ending it
+AUTH_MODE = "RAY_AUTH_MODE"  # Ray's switch for token auth: unset, "token" or "disabled" (Ray 2.60)
+AUTH_TOKEN = "RAY_AUTH_TOKEN"  # the token itself; Ray reads it before any token file
 
 
 class RayUnavailable(ConfigError):
@@ -167,6 +174,9 @@ class RayLauncher:
         self._lock = threading.Lock()  # the sampler thread's usage() beside the supervisor's calls
         self._actor_cls = ray.remote(JobKeeper)
         self._sampler_cls = ray.remote(NodeSampler)
+        self._env_before: dict[str, str | None] | None = None  # RAY_AUTH_* as they were, while ours are set
+        if address is None:
+            self._env_before = _fresh_token()
         try:
             # "local", not None: None joins RAY_ADDRESS or a cluster `ray start` left on this machine,
             # and the instance cockpit starts for itself must be its own (to bind it to the loopback).
@@ -179,10 +189,16 @@ class RayLauncher:
                     configure_logging=True,
                 )
         except (ConnectionError, RuntimeError, ValueError) as exc:  # no cluster there, or not one we may join
+            self._restore_env()
             raise ClusterError(f"--ray {address or LOCAL_RAY}: cannot start or join Ray: {_first_line(exc)}") from exc
-        if address is None:
-            _token_for_owner_only()
         try:
+            if address is None:
+                public = _beyond_loopback(_cluster_addresses(ray))
+                if public:
+                    raise ClusterError(
+                        f"--ray: cockpit's own Ray listened beyond the loopback ({', '.join(public[:4])}), "
+                        "so it was shut down; see docs/ray.md, 'Who can reach the Ray cockpit starts'"
+                    )
             nodes = self._alive_nodes()
             if len(nodes) > 1 and storage is None:
                 raise ClusterError(
@@ -434,6 +450,19 @@ class RayLauncher:
                 ray.kill(sampler)
         self._samplers.clear()
         ray.shutdown()
+        self._restore_env()
+
+    def _restore_env(self) -> None:
+        """Put RAY_AUTH_* back as they were before `_fresh_token` (once the local Ray is gone)."""
+        if self._env_before is None:
+            return
+        for name, value in self._env_before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._env_before = None
+        _reload_token()
 
 
 @contextlib.contextmanager
@@ -458,21 +487,74 @@ def _loopback_only() -> Iterator[None]:
         ray_constants.ENABLE_RAY_CLUSTER = before
 
 
-def _token_for_owner_only() -> None:
-    """Make the token file of a Ray instance started here readable and writable by its owner only.
+def _fresh_token() -> dict[str, str | None]:
+    """Give the Ray instance about to start here token auth, on a new token in `RAY_AUTH_TOKEN`;
+    returns RAY_AUTH_MODE and RAY_AUTH_TOKEN as they were, for `close()` to put back. ClusterError
+    (one line) when `RAY_AUTH_MODE` asks for anything but token auth.
 
-    Ray 2.60 turns token auth on for a local `ray.init()` and writes a new token with a plain
-    `open(path, "w")` (`ray/_private/authentication/authentication_token_setup.py`,
-    `generate_and_save_token`), so it gets the umask's mode, 0644 by default: any local user could read
-    it and join. Ray has no option for the mode, and a tighter umask around `ray.init` would be inherited
-    by the workers and their run files, so the file is chmodded once `ray.init` has returned. A token
-    given in `RAY_AUTH_TOKEN` has no file; `RAY_AUTH_TOKEN_PATH` names another file, which Ray reads."""
-    if os.environ.get("RAY_AUTH_TOKEN"):
-        return
-    path = Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token")
-    # No file: auth is off (RAY_AUTH_MODE=disabled). Not ours to change: a RAY_AUTH_TOKEN_PATH of another user.
-    with contextlib.suppress(FileNotFoundError, PermissionError):
-        path.chmod(0o600)
+    Ray 2.60 turns token auth on by itself for a local `ray.init()` with `RAY_AUTH_MODE` unset and,
+    with no token found, writes a new one to `~/.ray/auth_token` with a plain `open(path, "w")`
+    (`generate_and_save_token` in `ray/_private/authentication/authentication_token_setup.py`): the
+    umask's mode, 0644 by default, inside a 0755 `~/.ray`, readable by every local user for the
+    seconds Ray takes to start, and left there for later instances to reuse. Ray looks for the token
+    in `RAY_AUTH_TOKEN` before any file (`AuthenticationTokenLoader`), so with one there it writes
+    none; the GCS, the raylet and every worker inherit it with the environment, which only this user
+    (and root) can read. The token is new for each instance, so none outlives it."""
+    mode = os.environ.get(AUTH_MODE)
+    if mode is not None and mode.lower() != "token":
+        raise ClusterError(
+            f"--ray: {AUTH_MODE}={mode} would start cockpit's own Ray without its token; "
+            f"unset {AUTH_MODE} or set it to token (cockpit gives its Ray a fresh token)"
+        )
+    before = {name: os.environ.get(name) for name in (AUTH_MODE, AUTH_TOKEN)}
+    os.environ[AUTH_MODE] = "token"
+    os.environ[AUTH_TOKEN] = secrets.token_hex(32)  # 256 bits, as Ray's own generator makes
+    _reload_token()
+    return before
+
+
+def _reload_token() -> None:
+    """Make this process's Ray read `RAY_AUTH_MODE` and its token again: its config and its C++
+    token loader keep what they first read (Ray's own `_enable_token_auth` does the same)."""
+    # ray/_raylet.pyi leaves both out; they are in the compiled module (`ray/includes/*.pxi`).
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
+def _cluster_addresses(ray: Any) -> list[str]:
+    """Every `host:port` the local Ray instance serves on, as Ray reports them (the GCS, each node's
+    node and object managers) and as the kernel does (the TCP sockets this process and its children,
+    the Ray processes it started, listen on; `psutil.net_connections`)."""
+    found = [str(ray.get_runtime_context().gcs_address)]
+    for node in ray.nodes():
+        host = node.get("NodeManagerAddress", "")
+        found += [f"{host}:{node[key]}" for key in ("NodeManagerPort", "ObjectManagerPort") if key in node]
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            found += [f"{c.laddr.ip}:{c.laddr.port}" for c in proc.net_connections(kind="inet")
+                      if c.status == psutil.CONN_LISTEN]  # fmt: skip
+    return found
+
+
+def _beyond_loopback(addresses: list[str]) -> list[str]:
+    """Those of `addresses` (`host:port`, `[v6]:port` too) whose host is not a loopback address: a
+    wildcard (`0.0.0.0`, `::`), a routable address, a name. An IPv4 loopback mapped into IPv6
+    (`::ffff:127.0.0.1`, gRPC's dual-stack sockets) is the loopback."""
+    beyond = []
+    for address in addresses:
+        host = address.rsplit(":", 1)[0].strip("[]")
+        try:
+            ip = ipaddress.ip_address(host)
+        except ValueError:
+            beyond.append(address)
+            continue
+        mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+        if not (ip.is_loopback or (mapped is not None and mapped.is_loopback)):
+            beyond.append(address)
+    return list(dict.fromkeys(beyond))
 
 
 def _ready(ray: Any, ref: Any) -> bool:

@@ -16,6 +16,7 @@ them at once, skips the final run log, and `run()` returns with `lost` saying wh
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import fcntl
 import os
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cockpit.contract.advice import Advice, AdviceSetting
-from cockpit.contract.controls import AddJob, ApplyAdvice, Control, RestartJob, SetMps, SetPreset, SetSlots
+from cockpit.contract.controls import AddJob, ApplyAdvice, Control, RestartJob, SetMps, SetPreset, SetSlots, shown
 from cockpit.contract.costs import Costs, MpsGain
 from cockpit.contract.files import write_atomic
 from cockpit.contract.presets import largest_divisor_at_most, to_toml
@@ -52,7 +53,15 @@ from cockpit.core.machine.nvml import GpuReader, close_gpus, keep_gpus
 from cockpit.core.machine.visibility import with_slices
 from cockpit.core.record.runlog import Recorder, phase_accounting, record
 from cockpit.core.session.on_done import run_on_done
-from cockpit.core.sizing.advisor import MAX_ENVS_SCALE, Measurements, advise, job_measure, machine_of, memory_advice
+from cockpit.core.sizing.advisor import (
+    CHEAP_ENVS_PER_CORE,
+    MAX_ENVS_SCALE,
+    Measurements,
+    advise,
+    job_measure,
+    machine_of,
+    memory_advice,
+)
 from cockpit.core.sizing.autotune import AutoTuner
 from cockpit.core.sizing.mps_gains import record_mps_gain
 from cockpit.core.supervise.rundirwatch import RunDirWatch
@@ -115,6 +124,44 @@ def live_measurements(state: RunState, accounting: Accounting, history: Sequence
     return Measurements(jobs, accounting.gpu_util_mean, accounting.gpu_util_while_training, cpu)
 
 
+# What a machine can hold, for the commands a viewer sends (`RunSession.slot_limit`): the advisor's
+# table lets a core step at most CHEAP_ENVS_PER_CORE envs, so with at least one env a job no sizing
+# of cockpit's asks more jobs a CPU than that; and a worker with PyTorch loaded holds more than
+# 256 MiB of memory.
+JOBS_PER_CPU = CHEAP_ENVS_PER_CORE
+JOB_MIN_RAM = 256 * 1024**2
+
+
+def slot_limit(slots: int, host: HostInfo) -> int:
+    """The most jobs a run of `--jobs slots` on `host` may run at once, and keep waiting for a
+    slot: what the machine holds, `JOBS_PER_CPU` a logical CPU and one a `JOB_MIN_RAM` of its
+    memory, whichever is fewer; or `slots` where that is more."""
+    machine = min(JOBS_PER_CPU * host.logical_cores, host.ram_bytes // JOB_MIN_RAM)
+    return max(slots, machine, 1)
+
+
+def check_bounds(command: Control, slots: int, host: HostInfo, waiting: Callable[[], int]) -> None:
+    """ValueError (one line) for a command that asks a run of `--jobs slots` on `host` for more
+    than it holds (`slot_limit`): more slots, a job added while as many already wait (`waiting()`:
+    the jobs queued and the commands not yet handled), jobs advice that would add past it."""
+    limit = slot_limit(slots, host)
+    gib = host.ram_bytes / 1024**3
+    at_most = (
+        f"this run runs at most {limit} jobs at once ({JOBS_PER_CPU} a logical CPU, one a {JOB_MIN_RAM // 1024**2} "
+        f"MiB of memory: {host.logical_cores} CPUs and {gib:.1f} GiB here; --jobs {slots})"
+    )
+    if isinstance(command, SetSlots) and command.slots > limit:
+        raise ValueError(f"set_slots {command.slots}: {at_most}")
+    if isinstance(command, AddJob) and (queued := waiting()) >= limit:
+        raise ValueError(f"add: {queued} jobs already wait for a slot, and {at_most}")
+    if isinstance(command, ApplyAdvice) and command.setting is AdviceSetting.JOBS:
+        value = 0  # not a number: refused as advice (`RunSession._apply`), in one line too
+        with contextlib.suppress(ValueError):
+            value = int(command.suggested)
+        if value > limit:  # each job it lacks becomes an AddJob
+            raise ValueError(f"advice jobs -> {value}: {at_most}")
+
+
 @dataclass
 class RunSession:
     """One `cockpit run` (or `--resume`, or a `cockpit fleet`), as `startup.start_session` builds
@@ -167,7 +214,9 @@ class RunSession:
     def submit(self, command: Control) -> None:
         """Send a command to the supervisor (thread-safe); the TUI uses this too. An
         `ApplyAdvice` becomes the supervisor commands that carry it out; ValueError (one line)
-        for advice that cannot be applied to a running run."""
+        for advice that cannot be applied to a running run, and for a command past what this
+        machine can run (`check_bounds`)."""
+        check_bounds(command, self.spec.slots, self.host, self.supervisor.waiting)
         if isinstance(command, ApplyAdvice):
             for step in self._apply(command):
                 self.supervisor.submit(step)
@@ -187,7 +236,7 @@ class RunSession:
         except ValueError:
             value = 0
         if state is None or value < 1:
-            raise ValueError(f"advice {advice.setting} -> {advice.suggested!r}: nothing to apply yet")
+            raise ValueError(f"advice {advice.setting} -> {shown(advice.suggested)}: nothing to apply yet")
         if advice.setting is AdviceSetting.JOBS:
             missing = max(0, value - state.slots - state.count(JobState.QUEUED))
             steps: list[Control] = [AddJob() for _ in range(missing)]
@@ -215,7 +264,7 @@ class RunSession:
         `--auto` where one could be started). Each live job checkpoints and resumes as a client
         of it, or not."""
         if advice.suggested not in ("on", "off"):
-            raise ValueError(f"advice mps -> {advice.suggested!r}: MPS is turned on or off once measured")
+            raise ValueError(f"advice mps -> {shown(advice.suggested)}: MPS is turned on or off once measured")
         if self.mps is None:
             raise ValueError("mps cannot change under running jobs without an MPS daemon: start a new run with --mps")
         if self.mps.external and self.mps.shared is not None:

@@ -33,6 +33,7 @@ from cockpit.contract.controls import (
     SetSlots,
     StopAll,
     StopJob,
+    shown,
 )
 from cockpit.contract.events import Event, StartedEvent
 from cockpit.contract.rundir import RunDir
@@ -123,6 +124,12 @@ class Supervisor:
     def submit(self, command: Control) -> None:
         """Queue a command; it takes effect at the next tick."""
         self._commands.put(command)
+
+    def waiting(self) -> int:
+        """The jobs queued for a slot plus the commands not yet handled (each may add one): at
+        least as many as will wait once they are. Safe to call from other threads."""
+        jobs = dict(self.jobs)  # one step under the GIL: the loop thread adds jobs meanwhile
+        return sum(1 for job in jobs.values() if job.state is JobState.QUEUED) + self._commands.qsize()
 
     def interrupt(self, signum: int = signal.SIGINT) -> None:
         """Stop the run: every live job checkpoints and stops; a second call kills them now."""
@@ -244,7 +251,9 @@ class Supervisor:
                 self.placer.mps_clients = command.on
             return
         if isinstance(command, ApplyAdvice):
-            self.warnings.append(f"advice {command.setting} -> {command.suggested} reached the supervisor unapplied")
+            self.warnings.append(
+                f"advice {command.setting} -> {shown(command.suggested)} reached the supervisor unapplied"
+            )
             return
         if isinstance(command, AddJob):
             next_seed = max((j.seed for j in self.jobs.values()), default=-1) + 1
@@ -252,7 +261,7 @@ class Supervisor:
             return
         job = self.jobs.get(command.job_id)
         if job is None:
-            self.warnings.append(f"no job {command.job_id!r}")
+            self.warnings.append(f"no job {shown(command.job_id)}")  # cut: the id came from a client
             return
         if isinstance(command, StopJob):
             self._stop(job)
