@@ -9,7 +9,8 @@ is noticed in about a second and a half rather than Ray's default of many second
 
 Token authentication is off for this private cluster, for the `ray start` processes and for
 drivers in this process alike (`RAY_AUTH_MODE`): left unset, whether each turns it on depends on
-whether ~/.ray/auth_token exists, which a local `ray.init()` (`cockpit run --ray`) writes.
+whether a ~/.ray/auth_token exists (cockpit's own local Ray writes none: it gets its token through
+`RAY_AUTH_TOKEN`, but another tool's Ray may have left one).
 """
 
 from __future__ import annotations
