@@ -348,8 +348,16 @@ class _Link:
         """Send `message` and return the reply; OSError or ValueError when there is none (after
         which the link is out of step and must be dropped)."""
         self.sock.settimeout(timeout)
-        self.sock.sendall(json.dumps(message).encode() + b"\n")
-        line = self.reader.readline()
+        try:
+            self.sock.sendall(json.dumps(message).encode() + b"\n")
+        except (BrokenPipeError, ConnectionResetError):
+            # A server that answered as it accepted and closed (a refusal past its connection cap)
+            # may be gone before the request is sent: its answer, already here, says why.
+            line = self.reader.readline()
+            if not line:
+                raise
+        else:
+            line = self.reader.readline()
         if not line:
             raise ConnectionError("the run closed the connection")
         reply = json.loads(line)
