@@ -361,10 +361,10 @@ def test_a_long_export_prints_its_progress_by_tenths_and_a_short_one_does_not() 
         assert lines == [f"mlflow: {done}/{total} jobs" for done in expected]
 
 
-def test_a_final_checkpoint_that_does_not_match_its_workers_sums_is_not_logged(runs: Path) -> None:
+def test_a_final_checkpoint_that_does_not_match_its_workers_sums_is_not_logged(tmp_path: Path) -> None:
     from cockpit.core.export.run_export import read_run
 
-    run_dir = _ordinary_run(runs)
+    run_dir = _ordinary_run(tmp_path)  # its own: the module's runs are shared by the tests before it
     final = read_run(run_dir).jobs[0].model
     assert final is not None and final.files[0].name == "model.zip"
     recorded = json.loads((final.files[0].parent / "meta.json").read_text())["files"]["model.zip"]
