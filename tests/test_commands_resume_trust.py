@@ -36,7 +36,12 @@ def ended(tmp_path_factory: pytest.TempPathFactory) -> Path:
     script.write_text(SCRIPT)
     argv = ["run", "--run-dir", str(run_dir), "--max-restarts", "0", "--no-tensorboard", "--headless",
             "--on-done", "true", "--", sys.executable, str(script)]  # fmt: skip
-    assert main(argv) == 0
+    user = os.umask(0o022)  # what the user's shell gave: the script's own files must come out with it
+    try:
+        assert main(argv) == 0
+        assert os.umask(0o022) == 0o022  # and the run gave it back
+    finally:
+        os.umask(user)
     return run_dir
 
 
@@ -61,10 +66,7 @@ def test_a_new_run_dir_and_its_files_are_the_users_alone_and_a_scripts_own_keep_
         ".": 0o700, "jobs": 0o700, "jobs/000": 0o700}  # fmt: skip
     own = [files.run_toml, files.samples, files.job_samples, files.lock, job.stdout_log, job.stderr_log]
     assert {p.name: _mode(p) for p in own} == {p.name: 0o600 for p in own}
-    user = os.umask(0)
-    os.umask(user)
-    assert user == 0o022  # pytest's own, unchanged by the run that ran in this process
-    assert _mode(job.path / "mine.txt") == 0o666 & ~user  # the user's command writes with the user's umask
+    assert _mode(job.path / "mine.txt") == 0o644  # the user's command writes with the user's umask (022)
 
 
 @pytest.mark.parametrize(
