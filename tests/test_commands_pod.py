@@ -216,3 +216,30 @@ def test_a_pod_killed_mid_fleet_resumes_the_fleet_from_its_checkpoints_when_star
         assert started[-1].resumed_from_step == steps  # each agent went on from its newest checkpoint
     third = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert third.returncode == 0 and "already ended (done): nothing to do" in third.stderr
+
+
+def test_a_resume_says_the_recorded_on_done_first_and_refuses_a_directory_others_may_write(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["run", "--preset", "cartpole", "--timesteps", "9000", "--jobs", "2", "--seed", "5"]
+    start = pod_step(argv, tmp_path).argv
+    assert start is not None
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o700)
+    # A pod killed mid-run, then an --on-done added to its run.toml by hand: the pod resumes by itself.
+    record = {"name": None, "command": " ".join(["cockpit", *start]), "status": "running"}
+    text = _minimal_run_toml(record).replace("max_restarts = 3\n", 'max_restarts = 3\non_done = "id > /tmp/x"\n')
+    (run_dir / "run.toml").write_text(text)
+    step = pod_step(argv, tmp_path)
+    assert step.argv is not None and step.argv[:3] == ["run", "--resume", str(run_dir)]
+    assert step.note.splitlines()[1:] == [f"cockpit-pod: resuming {run_dir}: --on-done from run.toml: 'id > /tmp/x'"]
+    os.chmod(run_dir, 0o777)
+    with pytest.raises(ConfigError, match=rf"^{run_dir} is writable by its group or by others \(mode 777\): "):
+        pod_step(argv, tmp_path)
+    os.environ["COCKPIT_RUNS"] = str(tmp_path)
+    try:
+        assert pod_main(argv) == 2  # before its exec: nothing of the run is started
+    finally:
+        del os.environ["COCKPIT_RUNS"]
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"cockpit-pod: error: {run_dir} is writable by its group")

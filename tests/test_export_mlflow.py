@@ -7,6 +7,7 @@ import and a new database's migrations take seconds, paid once here."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from cockpit.cli import main
 from cockpit.contract.events import EventWriter
+from cockpit.contract.files import sha256_of
 from cockpit.contract.fleetplan import parse_plan
 from cockpit.contract.model_manifest import MODELS_DIR, ModelEntry, copy_atomic, write_manifest
 from cockpit.contract.presets import load
@@ -81,6 +83,8 @@ def _finish(writer: EventWriter, job_dir: Path, t: float, steps: int, iteration:
     checkpoint = JobDir(job_dir).checkpoints / f"step-{steps}-{int(t * 1e9)}"
     checkpoint.mkdir(parents=True)
     (checkpoint / "model.zip").write_bytes(f"the model of {job_dir.name} at {steps}".encode())
+    sums = {"model.zip": sha256_of(checkpoint / "model.zip")}  # as the worker records them beside it
+    (checkpoint / "meta.json").write_text(json.dumps({"step": steps, "files": sums}))
     writer.checkpoint(path=str(checkpoint), step=steps, t=t + 0.1)
     if score is not None:
         writer.evaluated(step=steps, mean_reward=score, std_reward=1.0, episodes=5, seed=10_000, t=t + 0.2)
@@ -355,3 +359,20 @@ def test_a_long_export_prints_its_progress_by_tenths_and_a_short_one_does_not() 
         for done in range(1, total + 1):
             report(done, total)
         assert lines == [f"mlflow: {done}/{total} jobs" for done in expected]
+
+
+def test_a_final_checkpoint_that_does_not_match_its_workers_sums_is_not_logged(tmp_path: Path) -> None:
+    from cockpit.core.export.run_export import read_run
+
+    run_dir = _ordinary_run(tmp_path)  # its own: the module's runs are shared by the tests before it
+    final = read_run(run_dir).jobs[0].model
+    assert final is not None and final.files[0].name == "model.zip"
+    recorded = json.loads((final.files[0].parent / "meta.json").read_text())["files"]["model.zip"]
+    assert final.sha256 == recorded  # the sum its worker recorded, not one taken now
+    final.files[0].write_bytes(b"bit rot")  # corrupt after it was written: its sum no longer matches
+    export = read_run(run_dir)
+    assert export.jobs[0].model is None
+    assert export.notices == (
+        f"job 000: checkpoint {final.files[0].parent}: model.zip does not match the SHA-256 its worker recorded: "
+        "no model logged",
+    )

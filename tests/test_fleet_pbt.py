@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cockpit.contract.costs import Costs
+from cockpit.contract.files import sha256_of
 from cockpit.contract.fleetplan import PbtSettings, PlanError, load_plan, parse_plan
 from cockpit.contract.searchspace import Distribution, SearchSpace
 from cockpit.contract.toml import tomllib
@@ -154,7 +155,8 @@ def _checkpoint(directory: Path, step: int, stamp: int, payload: bytes) -> Path:
     path = directory / f"step-{step:012d}-{stamp}"
     path.mkdir(parents=True)
     (path / "model.zip").write_bytes(payload)
-    (path / "meta.json").write_text(json.dumps({"step": step, "files": {}}))
+    sums = {"model.zip": sha256_of(path / "model.zip")}  # as the worker records them
+    (path / "meta.json").write_text(json.dumps({"step": step, "files": sums}))
     return path
 
 
@@ -190,3 +192,15 @@ def test_a_pbt_dry_run_projects_every_agent_through_every_tier(
     out = capsys.readouterr().out
     assert "pbt promotion" in out and "pbt trains every agent through every tier: 16,000 steps" in out
     assert "saved" not in out and "$" in out
+
+
+def test_a_copy_that_does_not_match_the_sources_recorded_sums_is_never_put_in_place(tmp_path: Path) -> None:
+    source = _checkpoint(tmp_path / "a0001" / "checkpoints", 1024, 5, b"top")
+    (source / "model.zip").write_bytes(b"bit rot")  # after its worker recorded its sum
+    mine = tmp_path / "a0007" / "checkpoints"
+    own = _checkpoint(mine, 512, 3, b"mine")
+    with pytest.raises(ValueError) as raised:
+        pbt.copy_checkpoint(source, mine)
+    assert str(raised.value) == (f"the copy of checkpoint {source}: model.zip does not match the SHA-256 its worker "
+                                 "recorded")  # fmt: skip
+    assert sorted(p.name for p in mine.iterdir()) == [own.name]  # its own stays its newest; no half copy left

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from cockpit.contract.events import EventWriter
+from cockpit.contract.files import sha256_of
+from cockpit.contract.model_manifest import MODELS_DIR, read_manifest
 from cockpit.contract.presets import load
 from cockpit.core.fleet import pbt
 from cockpit.core.fleet.report import fleet_summary
@@ -56,7 +58,8 @@ class CheckpointingFleet(ScriptedFleet):
         checkpoint = proc.request.args.job_dir / "checkpoints" / f"step-{target:012d}-{int(self.clock.t * 1e9)}"
         checkpoint.mkdir(parents=True)
         (checkpoint / "model.zip").write_text(f"{agent} at {target}")
-        (checkpoint / "meta.json").write_text(json.dumps({"step": target, "files": {}}))
+        sums = {"model.zip": sha256_of(checkpoint / "model.zip")}  # as the worker records them
+        (checkpoint / "meta.json").write_text(json.dumps({"step": target, "files": sums}))
         super().finish(events, proc, agent, tier)
 
 
@@ -214,3 +217,54 @@ def test_a_full_disk_during_the_copy_fails_that_agent_and_the_fleet_goes_on(
     resumed.run()
     assert {row.id: row.status for row in resumed.fleet.store.agents()}["a0000"] == "failed"
     assert [p.name for p in checkpoints.iterdir()] == [own.name]
+
+
+class RottingFleet(CheckpointingFleet):
+    """Its workers' checkpoints rot on disk for the agents and tiers in `rotten`: model.zip changes
+    after its worker recorded its sum (a bad sector, a file truncated by a full disk)."""
+
+    rotten: tuple[tuple[str, int], ...] = ()
+
+    def finish(self, events: EventWriter, proc: FakeProcess, agent: str, tier: int) -> None:
+        if (agent, tier) in self.rotten:
+            target = self.plan.tiers[tier].timesteps or 0
+            checkpoint = proc.request.args.job_dir / "checkpoints" / f"step-{target:012d}-{int(self.clock.t * 1e9)}"
+            checkpoint.mkdir(parents=True)
+            (checkpoint / "model.zip").write_text(f"{agent} at {target}")
+            sums = {"model.zip": sha256_of(checkpoint / "model.zip")}
+            (checkpoint / "meta.json").write_text(json.dumps({"step": target, "files": sums}))
+            (checkpoint / "model.zip").write_text("bit rot")
+            ScriptedFleet.finish(self, events, proc, agent, tier)
+            return
+        super().finish(events, proc, agent, tier)
+
+
+def test_a_corrupt_checkpoint_is_neither_exploited_nor_collected_and_the_rest_are_collected_with_their_own_sums(
+    tmp_path: Path,
+) -> None:
+    run_dir = tmp_path / "run"
+    RottingFleet.rotten = (("a0003", 0), ("a0002", 1))  # the PBT source at the boundary; a model at the end
+    fleet = RottingFleet(run_dir, PLAN, lambda a, t: 1.0, score)
+    fleet.run()
+    jobs = run_dir / "jobs"
+    # The bottom agent keeps its own checkpoint and goes on from it, rather than copying the rotten one
+    # (which its worker would set aside, to start again from step 0).
+    assert fleet.fleet.store.lineage() == []
+    (source,) = (jobs / "a0003" / "checkpoints").glob("step-000000001000-*")  # its tier-0 checkpoint
+    rotten = "model.zip does not match the SHA-256 its worker recorded"
+    assert [n for n in fleet.fleet.notices if n.startswith("a0000 cannot exploit")] == [
+        f"a0000 cannot exploit a0003: checkpoint {source}: {rotten}"
+    ]
+    assert not (jobs / "a0000" / "checkpoints" / pbt.REPLACED_DIR).exists()
+    # The rotten model is not collected; every other one is, with the sum its worker recorded.
+    collected = {entry.agent: entry for entry in read_manifest(run_dir)}
+    assert sorted(collected) == ["a0000", "a0001", "a0003"]
+    assert not (run_dir / MODELS_DIR / "a0002.zip").exists()
+    newest = pbt.newest_checkpoint(jobs / "a0002" / "checkpoints")
+    assert [n for n in fleet.fleet.notices if n.startswith("a0002: ")] == [
+        f"a0002: its model is not collected: checkpoint {newest}: model.zip does not match the SHA-256 its worker "
+        "recorded"]  # fmt: skip
+    for agent, entry in collected.items():
+        checkpoint = pbt.newest_checkpoint(jobs / agent / "checkpoints")
+        assert checkpoint is not None
+        assert entry.sha256 == json.loads((checkpoint / "meta.json").read_text())["files"]["model.zip"]

@@ -663,6 +663,41 @@ def test_the_tmp_fallback_for_a_long_pipe_path_must_be_ours_and_0700(standin: St
         shutil.rmtree(fallback, ignore_errors=True)
 
 
+NOBODY = 65534  # the uid of `nobody` on Linux
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a directory owned by another uid needs root to make")
+def test_a_0777_pipe_directory_another_user_made_first_is_refused_in_one_line(standin: StandIn) -> None:
+    run_dir = standin.root / ("r" * 80)  # too long for the sockets: the pipes go under the temp directory
+    [daemon], _ = open_daemons(run_dir, [VOLTA_GPU])
+    fallback = daemon.pipe_dir
+    close_daemons([daemon], run_dir)
+    short = standin.root / "run"
+    try:
+        fallback.mkdir()  # made first by `nobody`, open to all: it could swap the pipes the jobs connect to
+        fallback.chmod(0o777)
+        os.chown(fallback, NOBODY, -1)
+        calls = len(standin.calls())
+        with pytest.raises(MpsError) as raised:
+            open_daemons(run_dir, [VOLTA_GPU])
+        me = os.getuid()
+        assert str(raised.value) == (f"--mps: no pipe directory for GPU 0's daemon: {fallback}: not a private "
+                                     f"directory of uid {me} (owner {NOBODY}, mode 777); remove it")  # fmt: skip
+        # Inside a run directory too: the pipes of a run whose --run-dir someone else prepared.
+        planted = RunDir(short.resolve()).mps_gpu_pipe(0)
+        planted.mkdir(parents=True)
+        planted.chmod(0o777)
+        os.chown(planted, NOBODY, -1)
+        with pytest.raises(MpsError) as raised:
+            open_daemons(short, [VOLTA_GPU])
+        me = os.getuid()
+        assert str(raised.value) == (f"--mps: no pipe directory for GPU 0's daemon: {planted}: not a private "
+                                     f"directory of uid {me} (owner {NOBODY}, mode 777); remove it")  # fmt: skip
+        assert len(standin.calls()) == calls  # no daemon started on pipes another user could reach
+    finally:
+        shutil.rmtree(fallback, ignore_errors=True)
+
+
 def test_each_mig_slice_gets_a_daemon_of_its_own_seeing_that_slice_alone_by_its_uuid(
     standin: StandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ import psutil
 import pytest
 
 from cockpit.cli import main
+from cockpit.contract.files import private_files
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import read
 from cockpit.contract.runspec import ConfigError, build_spec
@@ -52,6 +54,19 @@ def test_the_command_gets_the_run_and_writes_to_cockpit_log(tmp_path: Path) -> N
     assert f"the run stopped: {command}" in log and "the hook says hello" in log and "exited with 0" in log
     assert run_on_done(command, RunStatus.DONE, run_dir, "night-batch", 0) is None
     assert calls(recorded)[-1][:3] == ["done", "0", "night-batch"]
+
+
+def test_the_command_writes_with_the_users_umask_inside_a_run_that_keeps_its_files_private(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    user = os.umask(0o022)
+    try:
+        with private_files():  # as `cockpit run` runs
+            assert run_on_done(f"touch {tmp_path / 'upload.txt'}", RunStatus.DONE, run_dir, None, 0) is None
+    finally:
+        os.umask(user)
+    assert stat.S_IMODE(os.stat(tmp_path / "upload.txt").st_mode) == 0o644  # the user's file, as the user makes them
+    assert stat.S_IMODE(os.stat(RunDir(run_dir).log).st_mode) == 0o600  # the run's own log: private
 
 
 def test_a_failing_command_is_one_line_and_a_hanging_one_is_killed(tmp_path: Path) -> None:

@@ -21,12 +21,14 @@ from rich import box
 from rich.table import Table
 
 from cockpit.commands.console import interactive, output_console, say, step_display
+from cockpit.contract.files import private_files
 from cockpit.contract.fleetplan import FleetPlan, PlanError, load_plan
 from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import stamped
 from cockpit.contract.runrecord import RunRecord
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, checked_name, handed, on_cluster
 from cockpit.contract.settings import RunSettings, fixed_given, resumed_with
+from cockpit.contract.trust import recorded_commands, untrusted
 from cockpit.core.fleet.projection import Projection, Stage, episode_steps_from_record, project, speed_from_record
 from cockpit.core.session.front_ends import FrontEnds
 from cockpit.core.session.start import (
@@ -43,7 +45,18 @@ from cockpit.formatting import money
 
 
 def main(args: argparse.Namespace, front: FrontEnds) -> int:
+    """`cockpit fleet`, its run directory and every file in it made for its user alone (0700 and
+    0600: `files.private_files`); returns the exit code as `_main` does."""
+    with private_files():
+        return _main(args, front)
+
+
+def _main(args: argparse.Namespace, front: FrontEnds) -> int:
     """Carry out `cockpit fleet` as parsed; returns the exit code."""
+    problem = untrusted(args.resume) if args.resume is not None else None
+    if problem is not None:  # before fleet.db or run.toml is read: a run directory is code (contract.trust)
+        print(f"cockpit fleet: error: --resume {problem}", file=sys.stderr)
+        return 2
     try:
         plan, plan_text = _plan(args)
         if args.typed is None:  # with --typed, the cockpit that started this fleet checked
@@ -51,6 +64,9 @@ def main(args: argparse.Namespace, front: FrontEnds) -> int:
     except (PlanError, ConfigError) as exc:
         print(f"cockpit fleet: error: {exc}", file=sys.stderr)
         return 2
+    record = _record(args.resume) if args.resume is not None and args.spec is None else None
+    for line in recorded_commands(record.config) if record is not None else ():
+        print(f"cockpit fleet: resuming {args.resume}: {line}", file=sys.stderr, flush=True)
     if args.run_from is not None and not args.dry_run:
         print(
             "cockpit fleet: error: --from costs a --dry-run with a finished run's speeds; add --dry-run",

@@ -14,6 +14,10 @@
   code (0, 1), so a restart policy does not train it twice;
 - another run: one line naming it and exit 2; the directory is left as it is.
 
+Before it resumes, the directory must pass `trust.untrusted` (yours, and writable by nobody else,
+nor its run.toml; else one line and exit 2), and the commands its run.toml recorded (`--on-done`,
+a script's command) are printed, one line each: the resume runs them (docs/security.md).
+
 The process becomes `cockpit` itself (exec), so the container's stop signal reaches the run, which
 checkpoints its jobs. Flags that a resume takes from run.toml (the preset, env, target, seeds,
 agents and name of a run; the plan and name of a fleet) are left out when resuming; those that
@@ -34,6 +38,7 @@ from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecordError, read
 from cockpit.contract.runspec import ConfigError
 from cockpit.contract.states import RunStatus
+from cockpit.contract.trust import recorded_commands, untrusted
 
 RUNS_ENV = "COCKPIT_RUNS"
 DEFAULT_RUNS = Path("/runs")
@@ -129,6 +134,9 @@ def pod_step(argv: Sequence[str], runs: Path) -> PodStep:
     typed = ["cockpit", *start]  # what run.toml records of the start (`--typed` keeps it on each resume)
     if not RunDir(run_dir).run_toml.exists():
         return PodStep(start)
+    problem = untrusted(run_dir)
+    if problem is not None:  # resumed by itself, as root on many pods: a run directory is code (contract.trust)
+        raise ConfigError(problem)
     try:
         recorded = read(run_dir)
     except RunRecordError as exc:
@@ -146,9 +154,10 @@ def pod_step(argv: Sequence[str], runs: Path) -> PodStep:
     kept = _without(words[1:] if verb == "fleet" else words, RECORDED[verb])
     if "--headless" not in kept:
         kept.append("--headless")
+    said = [f"cockpit-pod: resuming {run_dir}: {line}" for line in recorded_commands(recorded.config)]
     return PodStep(
         [verb, "--resume", str(run_dir), *kept, "--typed", json.dumps(typed)],
-        f"cockpit-pod: resuming the run in {run_dir} ({recorded.status} when it stopped)",
+        "\n".join([f"cockpit-pod: resuming the run in {run_dir} ({recorded.status} when it stopped)", *said]),
     )
 
 

@@ -19,8 +19,10 @@ import sys
 from collections.abc import Sequence
 
 from cockpit.commands.console import interactive
+from cockpit.contract.files import private_files
 from cockpit.contract.runspec import ConfigError, RunSpec, build_spec, handed, on_cluster
 from cockpit.contract.settings import RunSettings, declared, fixed_given, resumed_with
+from cockpit.contract.trust import recorded_commands, untrusted
 from cockpit.core.machine.nvml import GpuReader
 from cockpit.core.session.compute_modes import default_jobs
 from cockpit.core.session.front_ends import FrontEnds
@@ -64,6 +66,9 @@ def _local_spec(
     from cockpit.contract.runrecord import RunRecordError, read
 
     here = Here(list(gpus or ()), visible_by, command_line).indices
+    problem = untrusted(args.resume) if args.resume is not None else None
+    if problem is not None:  # before its run.toml is even read: a run directory is code (contract.trust)
+        raise ConfigError(f"--resume {problem}")
     if args.spec is not None:
         return build_spec(
             handed(args.spec),
@@ -100,6 +105,8 @@ def _local_spec(
         record = read(args.resume)
     except RunRecordError as exc:
         raise ConfigError(f"--resume {args.resume}: no usable run.toml there ({exc})") from exc
+    for line in recorded_commands(record.config):
+        print(f"cockpit run: resuming {args.resume}: {line}", file=sys.stderr, flush=True)
     return build_spec(
         resumed_with(args, record.config, record.name, args.resume),  # as each setting's declaration says
         command_line=command_line,
@@ -110,6 +117,13 @@ def _local_spec(
 
 
 def main(args: argparse.Namespace, front: FrontEnds) -> int:
+    """`cockpit run`, its run directory and every file in it made for its user alone (0700 and
+    0600: `files.private_files`); returns the exit code as `_main` does."""
+    with private_files():
+        return _main(args, front)
+
+
+def _main(args: argparse.Namespace, front: FrontEnds) -> int:
     """Carry out `cockpit run` as parsed; returns the exit code (0 done, 1 failed, 2 bad input,
     3 run directory lost, 128 + the signal when interrupted)."""
     asked = Asked(

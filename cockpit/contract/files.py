@@ -9,10 +9,16 @@ loss can bring back the old file (or none) although the new one's data was synce
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
+
+# Owner only: what `private_files` sets, so a run's directories come out 0700 and its files 0600.
+PRIVATE_UMASK = 0o077
+_user_umasks: list[int] = []  # the umask each `private_files` found, innermost last
 
 
 def write_atomic(path: Path, text: str | bytes) -> None:
@@ -87,3 +93,31 @@ def cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or ""
     root = Path(base) if os.path.isabs(base) else Path.home() / ".cache"
     return root / "cockpit"
+
+
+@contextlib.contextmanager
+def private_files() -> Iterator[None]:
+    """Within it, this process makes directories 0700 and files 0600 (umask 077), as `cockpit run`
+    and `cockpit fleet` run: a run directory holds command lines, `--on-done` text, checkpoints and
+    logs, which no other user of the machine should read. The umask rather than a mode at each of
+    the many places that make a run's files (run.toml, the telemetry CSVs, fleet.db, the job dirs,
+    the worker's checkpoints, TensorBoard's event files, SB3's own): one setting covers them all,
+    files written by libraries included, and cockpit's own worker inherits it, writing nothing but
+    its job dir. What runs on the user's behalf and may write anywhere (a script's command,
+    `--on-done`, and the background run, which sets its own) is started with the user's umask
+    again (`user_umask`), so the user's other files keep the modes they always had. The umask
+    found is restored on leaving."""
+    found = os.umask(PRIVATE_UMASK)
+    _user_umasks.append(found)
+    try:
+        yield
+    finally:
+        _user_umasks.pop()
+        os.umask(found)
+
+
+def user_umask() -> int:
+    """The umask the user gave this process, for `subprocess.Popen(umask=...)` of a command run on
+    the user's behalf: the one the outermost `private_files` found, else -1 (Popen's default:
+    the child inherits the current umask, which is then the user's own)."""
+    return _user_umasks[0] if _user_umasks else -1

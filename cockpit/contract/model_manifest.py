@@ -21,7 +21,10 @@ vecnormalize_sha256 = "..."
 ```
 
 Every file is copied under a temporary name, fsynced and renamed, and the manifest is rewritten
-atomically, so a kill leaves whole files. `verify` recomputes each checksum (`cockpit report` runs it).
+atomically, so a kill leaves whole files. Each file's SHA-256 is the one its checkpoint's worker
+recorded (`checkpoint_files`), checked against the copy: a corrupt checkpoint is not collected.
+`verify` recomputes each checksum (`cockpit report` runs it). A manifest's `file` and
+`vecnormalize` are plain file names in `models/`: `read_manifest` refuses any other.
 """
 
 from __future__ import annotations
@@ -58,14 +61,18 @@ class ModelEntry:
     vecnormalize_sha256: str | None = None
 
 
-def copy_atomic(source: Path, target: Path) -> str:
-    """Copy `source` to `target` whole or not at all; returns the copy's SHA-256."""
+def copy_atomic(source: Path, target: Path, expected: str | None = None) -> str:
+    """Copy `source` to `target` whole or not at all; returns the copy's SHA-256. With `expected`
+    (the sum its checkpoint recorded: `checkpoint_files.recorded_sums`), a copy that does not match
+    it is removed and ValueError (one line) raised: a corrupt source never gets a fresh sum."""
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         shutil.copyfile(source, tmp)
         with tmp.open("rb") as fh:
             os.fsync(fh.fileno())
         digest = sha256_of(tmp)
+        if expected is not None and digest != expected:
+            raise ValueError(f"{source} does not match the SHA-256 its checkpoint recorded")
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -90,9 +97,30 @@ def read_manifest(run_dir: Path) -> list[ModelEntry]:
         return []
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))
-        return [ModelEntry(**entry) for entry in raw.get("models", [])]
+        entries = [ModelEntry(**entry) for entry in raw.get("models", [])]
     except (tomllib.TOMLDecodeError, TypeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a models manifest ({exc})") from None
+    for entry in entries:
+        for key, name in (("file", entry.file), ("vecnormalize", entry.vecnormalize)):
+            if name is not None and not plain_name(name):
+                raise ValueError(
+                    f"{path}: model {entry.agent!r}: {key} = {name!r} is not a plain file name in {MODELS_DIR}/ "
+                    "(no '/', no '..'; e.g. 'a0003.zip')"
+                )
+    return entries
+
+
+def plain_name(name: object) -> bool:
+    """Whether `name` names a file directly inside a directory: no path separator, not '', '.' or
+    '..', so `models/` joined with it stays in `models/` (a manifest edited to `../x` or `/x`
+    would otherwise have `verify` and the MLflow export read any file)."""
+    return (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+    )
 
 
 def verify(run_dir: Path, entries: list[ModelEntry]) -> list[str]:

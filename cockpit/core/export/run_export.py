@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cockpit.contract.checkpoint_files import MODEL_FILE, VECNORMALIZE_FILE, recorded_sums, unverified
 from cockpit.contract.events import (
     CheckpointEvent,
     ErrorEvent,
@@ -47,7 +48,6 @@ from cockpit.contract.events import (
     StartedEvent,
     read_events,
 )
-from cockpit.contract.files import sha256_of
 from cockpit.contract.model_manifest import MODELS_DIR, ModelEntry, verify
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import JobRecord, RunRecord, RunRecordError, read, render, unix
@@ -55,8 +55,6 @@ from cockpit.contract.states import JobState
 from cockpit.core.fleet.report import AgentSummary, FleetReportError, FleetSummary, fleet_summary
 from cockpit.core.telemetry.throughput import Throughput
 
-MODEL_FILE = "model.zip"  # in a checkpoint directory (the worker's CheckpointStore writes it)
-VECNORMALIZE_FILE = "vecnormalize.pkl"
 PARAM_VALUE_MAX = 6000  # what MLflow, the strictest target, keeps of a param's value
 
 
@@ -294,8 +292,9 @@ def _ended(job: JobRecord, events: Sequence[Event], record: RunRecord) -> float 
 
 
 def _final_checkpoint(run_dir: Path, job: JobRecord, events: Sequence[Event], notices: list[str]) -> ModelFiles | None:
-    """The model of a done job's last checkpoint. Found by the checkpoint's directory name under the
-    job's checkpoints/, so a run directory moved since still finds it."""
+    """The model of a done job's last checkpoint, when its files match the sums its worker recorded
+    (`checkpoint_files.unverified`), with the model's recorded sum. Found by the checkpoint's
+    directory name under the job's checkpoints/, so a run directory moved since still finds it."""
     last = next((e for e in reversed(events) if isinstance(e, CheckpointEvent)), None)
     if last is None:
         notices.append(f"job {job.id}: done, but its events name no checkpoint: no model logged")
@@ -305,9 +304,13 @@ def _final_checkpoint(run_dir: Path, job: JobRecord, events: Sequence[Event], no
     if not model.is_file():
         notices.append(f"job {job.id}: its final checkpoint {model} is missing: no model logged")
         return None
+    problem = unverified(directory)
+    if problem is not None:  # logged, a corrupt model would be registered with a fresh sum of its own
+        notices.append(f"job {job.id}: {problem}: no model logged")
+        return None
     vecnormalize = directory / VECNORMALIZE_FILE
     files = (model, vecnormalize) if vecnormalize.is_file() else (model,)
-    return ModelFiles(files, sha256_of(model))
+    return ModelFiles(files, recorded_sums(directory)[MODEL_FILE])
 
 
 def _collected(run_dir: Path, entry: ModelEntry, notices: list[str]) -> ModelFiles | None:

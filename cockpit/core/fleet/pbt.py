@@ -29,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cockpit.contract.checkpoint_files import unverified
 from cockpit.contract.files import fsync_path
 from cockpit.contract.presets import Preset
 from cockpit.contract.searchspace import Distribution, SearchSpace
@@ -107,7 +108,8 @@ def copy_checkpoint(source: Path, checkpoints: Path) -> Path:
     job's), under the same name; return it. Idempotent, and safe to kill at any point: the copy is
     built under `.tmp-<name>`, fsynced and renamed into place (a half copy is never a checkpoint),
     and only then is every other checkpoint moved to `replaced/` (a rerun finds the copy in place
-    and moves what is left). OSError when `source` is gone or the disk is full."""
+    and moves what is left). OSError when `source` is gone or the disk is full; ValueError (one line)
+    when the copy does not match the SHA-256 sums the source's worker recorded (`checkpoint_files`)."""
     checkpoints.mkdir(parents=True, exist_ok=True)
     final = checkpoints / source.name
     if not final.is_dir():
@@ -120,6 +122,9 @@ def copy_checkpoint(source: Path, checkpoints: Path) -> Path:
                     shutil.copyfile(item, tmp / item.name)
                     fsync_path(tmp / item.name)
             fsync_path(tmp)
+            problem = unverified(tmp, f"the copy of checkpoint {source}")
+            if problem is not None:  # the worker would set a corrupt copy aside and start from step 0
+                raise ValueError(problem)
             os.rename(tmp, final)
             fsync_path(checkpoints)
         except BaseException:

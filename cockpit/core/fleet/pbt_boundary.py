@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from cockpit.contract.checkpoint_files import unverified
 from cockpit.contract.fleetplan import FleetPlan, with_values
 from cockpit.contract.presets import PresetError
 from cockpit.contract.rundir import RunDir
@@ -55,6 +56,10 @@ class PbtBoundary:
             newest = pbt.newest_checkpoint(checkpoints.job(source_id).checkpoints)
             if newest is None:  # cannot happen for a scored agent (its worker saves before it scores)
                 roster.notice(f"{agent_id} cannot exploit {source_id}: it has no checkpoint")
+                continue
+            problem = unverified(newest)
+            if problem is not None:  # copied, it would be thrown away by the worker, which would start from step 0
+                roster.notice(f"{agent_id} cannot exploit {source_id}: {problem}")
                 continue
             planned = self.plan.agents[row.index]
             base = planned.unsearched or planned.preset  # the grid's preset: a batch size rounds from its own
@@ -130,7 +135,7 @@ class PbtBoundary:
                 replaced = source.parent / pbt.REPLACED_DIR / exploit.checkpoint  # copied by an earlier exploit
                 try:
                     pbt.copy_checkpoint(source if source.is_dir() else replaced, jobs.job(exploit.agent).checkpoints)
-                except OSError as exc:
+                except (OSError, ValueError) as exc:
                     error = f"could not copy {exploit.source}'s checkpoint {exploit.checkpoint}: {exc}"
                     self.store.fail(exploit.agent, exploit.tier + 1, error)
                     self.roster.agents[exploit.agent].status = "failed"

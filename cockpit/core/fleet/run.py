@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cockpit.contract.checkpoint_files import MODEL_FILE, VECNORMALIZE_FILE, recorded_sums, unverified
 from cockpit.contract.fleetplan import FleetPlan, PlanError, parse_plan
 from cockpit.contract.model_manifest import MODELS_DIR, ModelEntry, copy_atomic, read_manifest, write_manifest
 from cockpit.contract.rundir import RunDir
@@ -348,12 +349,19 @@ class FleetRun:
         newest = found[-1]
         directory = self.run_dir / MODELS_DIR
         directory.mkdir(exist_ok=True)
-        digest = copy_atomic(newest / "model.zip", directory / f"{agent.row.id}.zip")
-        vecnorm = newest / "vecnormalize.pkl"
         vn_name = vn_digest = None
-        if vecnorm.is_file():
-            vn_name = f"{agent.row.id}.vecnormalize.pkl"
-            vn_digest = copy_atomic(vecnorm, directory / vn_name)
+        try:  # held to the sums its worker recorded, so models.toml never vouches for a corrupt file
+            problem = unverified(newest)
+            if problem is not None:
+                raise ValueError(problem)
+            sums = recorded_sums(newest)
+            digest = copy_atomic(newest / MODEL_FILE, directory / f"{agent.row.id}.zip", sums[MODEL_FILE])
+            if (newest / VECNORMALIZE_FILE).is_file():
+                vn_name = f"{agent.row.id}.vecnormalize.pkl"
+                vn_digest = copy_atomic(newest / VECNORMALIZE_FILE, directory / vn_name, sums[VECNORMALIZE_FILE])
+        except ValueError as exc:
+            self.roster.notice(f"{agent.row.id}: its model is not collected: {exc}")
+            return
         row = agent.row
         preset = self.plan.agents[row.index].preset.name
         self._models[row.id] = ModelEntry(

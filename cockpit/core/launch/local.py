@@ -25,7 +25,9 @@ import psutil
 
 from cockpit.contract.envids import WORKDIR_ENV
 from cockpit.contract.events import EventReader
+from cockpit.contract.files import user_umask
 from cockpit.contract.rundir import JOB_LOCK, JOBS, JobDir
+from cockpit.contract.scriptargs import ScriptArgs
 from cockpit.contract.workerargs import (
     PARENT_PID_ENV,
     SERVE_FLAG,
@@ -75,6 +77,8 @@ class LocalLauncher(LocalJobFiles):
                 cwd=self.cwd,
                 env={**worker_env(), **request.args.environment(), **device_env(request)},
                 start_new_session=True,
+                # A user's command writes where it likes: with the user's modes, not the run's 0600.
+                umask=user_umask() if isinstance(request.args, ScriptArgs) else -1,
             )
         # Affinity and priority are set from here rather than in a preexec_fn, which is unsafe in a
         # threaded parent; the worker's threads start later (after imports) and inherit both.

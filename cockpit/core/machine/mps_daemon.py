@@ -372,13 +372,15 @@ def _quit(pipe_dir: Path, pid: int | None, environ: Mapping[str, str] | None) ->
 
 def _pipe_dir(run_dir: Path, index: int) -> Path:
     """The pipe directory of the run's daemon for GPU `index`, made: under the run directory when
-    its absolute path is short enough for the sockets the server makes there, else a private one
-    under the temp directory (ours and 0700, or PermissionError: `tempdirs.private_dir`), named
-    after the run directory so that the record and a resumed run find the same one."""
+    its absolute path is short enough for the sockets the server makes there, else under the temp
+    directory, named after the run directory so that the record and a resumed run find the same
+    one. Either way it is ours and 0700, or PermissionError in one line (`tempdirs.private_dir`,
+    as the control socket's directory is): a 0777 directory another user made first at that
+    predictable name could swap the pipes the jobs connect to."""
     inside = RunDir(run_dir.resolve()).mps_gpu_pipe(index)
     if len(os.fsencode(inside)) <= MAX_PIPE_DIR:
-        inside.mkdir(parents=True, exist_ok=True, mode=0o700)
-        return inside
+        inside.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return private_dir(inside)  # a --run-dir another user prepared could hold pipes of theirs
     digest = hashlib.sha256(os.fsencode(run_dir.resolve())).hexdigest()[:16]
     return private_dir(Path(tempfile.gettempdir()) / f"cockpit-mps-{os.getuid()}-{digest}-{index}")
 

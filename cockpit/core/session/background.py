@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from cockpit.contract.files import user_umask
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runspec import LOCAL_RAY, RunSpec
 from cockpit.contract.settings import encode
@@ -97,6 +98,7 @@ def spawn(run_args: Sequence[str], run_dir: Path, verb: str = "run") -> Backgrou
             stderr=subprocess.STDOUT,
             start_new_session=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            umask=user_umask(),  # the run sets its own (`files.private_files`), and keeps the user's for commands
         )
     return BackgroundRun(run_dir, process)
 

@@ -25,6 +25,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from cockpit.contract.files import user_umask
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import RunStatus
 
@@ -66,6 +67,7 @@ def run_on_done(
                 stderr=subprocess.STDOUT,
                 env=env,
                 start_new_session=True,
+                umask=user_umask(),  # the user's command, writing where it likes: the user's modes
             ) as process:
                 try:
                     code = process.wait(timeout=timeout_s)

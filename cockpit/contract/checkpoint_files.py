@@ -1,0 +1,58 @@
+"""A worker's checkpoint directory as the cockpit reads it: its files and the SHA-256 sums the
+worker recorded beside them, which every copy the cockpit makes of a checkpoint is held to.
+
+The worker (`cockpit_training.checkpoints.CheckpointStore`) writes `step-<step>-<ns>/` with
+`model.zip`, `vecnormalize.pkl` when it normalizes, and `meta.json`: `{"step": N, "files": {name:
+sha256}}`, a sum of each file taken as it was written. The cockpit copies checkpoints three ways (a
+fleet collects its models into `models/`, a PBT exploiter takes its source's newest checkpoint,
+`cockpit export mlflow` logs a job's final model); each first checks the files against those sums
+(`unverified`), and checks its copy against them again, so a corrupt source fails that copy in one
+line and is never given a fresh sum of its own that would then "verify". The sums catch
+corruption, not tampering: whoever can write a checkpoint can write its meta.json too
+(docs/security.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from cockpit.contract.files import sha256_of
+
+MODEL_FILE = "model.zip"
+VECNORMALIZE_FILE = "vecnormalize.pkl"
+META_FILE = "meta.json"
+
+
+def recorded_sums(checkpoint: Path) -> dict[str, str]:
+    """The SHA-256 of each file the worker wrote in `checkpoint`, by file name, as its meta.json
+    records them; ValueError (one line) when meta.json is missing, not JSON, or lists no model."""
+    try:
+        files = json.loads((checkpoint / META_FILE).read_text(encoding="utf-8"))["files"]
+        sums = {str(name): str(digest) for name, digest in dict(files).items()}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"unreadable {META_FILE} ({exc})") from None
+    if MODEL_FILE not in sums:
+        raise ValueError(f"{META_FILE} lists no {MODEL_FILE}")
+    return sums
+
+
+def unverified(checkpoint: Path, shown: str | None = None) -> str | None:
+    """Why `checkpoint`'s files do not match the sums its worker recorded (`recorded_sums`), in one
+    line naming the checkpoint (as `shown`, when given: a copy named after its source) and the
+    file; None when every file listed is there and matches."""
+    shown = shown or f"checkpoint {checkpoint}"
+    try:
+        sums = recorded_sums(checkpoint)
+    except ValueError as exc:
+        return f"{shown}: {exc}"
+    unlisted = [name for name in (MODEL_FILE, VECNORMALIZE_FILE) if name not in sums and (checkpoint / name).exists()]
+    if unlisted:
+        return f"{shown}: {unlisted[0]} has no SHA-256 in {META_FILE}"
+    for name, digest in sums.items():
+        path = checkpoint / name
+        if not path.is_file():
+            return f"{shown}: {name} is missing"
+        if sha256_of(path) != digest:
+            return f"{shown}: {name} does not match the SHA-256 its worker recorded"
+    return None
