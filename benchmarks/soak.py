@@ -273,6 +273,7 @@ class Fleet:
         self.filler: Path | None = None
         self.cockpit_faults = 0
         self.hand_resumes = 0
+        self.hit_what = ""  # what the last fault hit, for its line
 
     def start(self, *args: str) -> None:
         with self.log.open("ab") as out:
@@ -301,6 +302,7 @@ class Fleet:
             now = time.monotonic()
             if self.filler is not None and now >= disk_until:
                 self.free_disk()
+                next_at = now + self.rng.uniform(*FAULT_GAP_S)  # a gap after the disk fault too
             code = self.proc.poll()
             if code is not None:
                 self.free_disk()
@@ -328,6 +330,7 @@ class Fleet:
                     kind, tried_since = self.draw(), now
                 if self.hit(kind):
                     self.tally.faults[kind] += 1
+                    print(f"fleet {self.index}: {kind} ({self.hit_what})", flush=True)
                     disk_until = time.monotonic() + DISK_FULL_S if kind == "disk" else 0.0
                     kind, next_at = "", time.monotonic() + self.rng.uniform(*FAULT_GAP_S)
                 elif now - tried_since > RETRY_S:
@@ -343,9 +346,11 @@ class Fleet:
     def hit(self, kind: str) -> bool:
         """Apply one fault of `kind`; False when there is nothing for it to hit yet."""
         if kind in COCKPIT_SIGNALS:
+            self.hit_what = f"cockpit {self.proc.pid if self.proc else '-'}"
             return self.hit_cockpit(COCKPIT_SIGNALS[kind])
         if kind == "disk":
             self.filler = fill(self.root)
+            self.hit_what = f"{self.root} full for {DISK_FULL_S:g} s"
             return True
         jobs = training(self.run_dir)
         if kind == "corrupt":
@@ -353,6 +358,7 @@ class Fleet:
         if not jobs:
             return False
         job = self.rng.choice(jobs)
+        self.hit_what = f"job {job.job_dir.name}, worker {job.pid}"
         try:
             if kind == "corrupt":
                 self.corrupt(job.job_dir)
