@@ -473,8 +473,9 @@ def soak(minutes: float, seed: int, out: Path, tally: Tally) -> None:
                       f"faults so far {sum(tally.faults.values())}", flush=True)  # fmt: skip
                 fleet = None
         finally:
-            if fleet is not None:
+            if fleet is not None:  # ended midway: its records are kept and counted as far as they go
                 fleet.close()
+                fleet.account()
 
 
 def _interrupted(signum: int, frame: FrameType | None) -> None:
@@ -493,7 +494,10 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     print(f"soak: {args.minutes:g} min, seed {args.seed}, files in {out}", flush=True)
     warn_if_busy()
-    signal.signal(signal.SIGTERM, _interrupted)
+    # SIGINT too: a soak started in the background of a script inherits SIGINT ignored, and Python then
+    # leaves it so; the cleanup (the fleet, its workers, the tmpfs) must run however the soak is ended.
+    for each in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(each, _interrupted)
     started, tally = time.monotonic(), Tally()
     try:
         soak(args.minutes, args.seed, out, tally)
