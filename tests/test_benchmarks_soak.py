@@ -87,3 +87,14 @@ def test_the_faults_hit_only_a_live_running_worker_of_the_fleet_training_a_job(t
         for proc in (worker, other):
             proc.kill()
             proc.wait()
+
+
+def test_a_fleet_takes_the_stall_timeout_the_soak_gives_it(tmp_path: Path) -> None:
+    from cockpit.commands import fleet
+    from tests.test_fleet_background import GPUS_HERE, PLAN, fleet_args
+
+    plan_file = tmp_path / "plan.toml"
+    plan_file.write_text(PLAN)
+    args = fleet_args(str(plan_file), "--run-dir", str(tmp_path / "run"), "--stall-timeout", "20")
+    plan, _ = fleet._plan(args)
+    assert fleet._spec(args, plan, GPUS_HERE, "", ("cockpit", "fleet")).restart.stall_timeout_s == 20.0
