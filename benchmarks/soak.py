@@ -2,7 +2,7 @@
 
 What it measures: whether fleets ride out a night's faults by themselves. Each fleet is a real
 `cockpit fleet PLAN --headless` (4 agents, 2 slots, tiers of 8,192 then 16,384 steps promoting half,
-a checkpoint every 1,024 steps, `--stall-timeout 20`); while it runs, every 5-12 s a fault drawn
+a checkpoint every 1,024 steps, `--stall-timeout 20`); while it runs, every 3-8 s a fault drawn
 by `random.Random(--seed)` hits it:
 
 - `kill9`: kill -9 of a training worker;
@@ -67,7 +67,7 @@ KINDS = ("kill9", "sigstop", "corrupt", "disk", "cockpit-kill9", "sighup", "sigi
 COCKPIT_SIGNALS = {"cockpit-kill9": signal.SIGKILL, "sighup": signal.SIGHUP, "sigint": signal.SIGINT}
 WORKER_PACKAGE = "cockpit_training"
 MARKER_ENV = "COCKPIT_SOAK_RUN_DIR"  # set on each cockpit; its workers inherit it, so they are told apart
-FAULT_GAP_S = (5.0, 12.0)  # the wait before the next fault, drawn uniformly
+FAULT_GAP_S = (3.0, 8.0)  # the wait before the next fault, drawn uniformly
 RETRY_S = 15.0  # a fault with nothing to hit yet (no worker training, no checkpoint) is tried this long
 DISK_FULL_S = 20.0
 STALL_TIMEOUT_S = 20
