@@ -2,7 +2,8 @@
 
 What it measures: whether fleets ride out a night's faults by themselves. Each fleet is a real
 `cockpit fleet PLAN --headless` (4 agents, 2 slots, tiers of 8,192 then 16,384 steps promoting half,
-a checkpoint every 1,024 steps, `--stall-timeout 20`); while it runs, every 3-8 s a fault drawn
+a checkpoint every 1,024 steps, `--stall-timeout 20`, and `--max-restarts 10` since its faults come
+faster than a night's and fall on a fleet's few agents); while it runs, every 3-8 s a fault drawn
 by `random.Random(--seed)` hits it:
 
 - `kill9`: kill -9 of a training worker;
