@@ -167,7 +167,7 @@ class RunSettings:
         "--stall-timeout", "seconds without an event from a running worker (hung, or stopped by a signal) after "
         "which it is killed and restarted from its checkpoint, as a crash counted by --max-restarts (default: 3x "
         "the job's longest silence between events so far, at least 60 s; a worker reports every few seconds, "
-        "in train phases too)", positive_float, "S", resume="kept", section="restarts"))
+        "in train phases too)", positive_float, "S", commands=BOTH, resume="kept", section="restarts"))
     disk_wait_s: float | None = _setting(None, Setting(
         "--disk-wait", "seconds to wait, the jobs paused, for disk space after the disk filled up: every 5 s the "
         "cockpit reads the space free, and once there is room for the paused jobs' checkpoints they go on from "
