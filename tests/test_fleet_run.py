@@ -7,7 +7,9 @@ else is the product: the supervisor, `FleetRun`, and fleet.db on disk.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import sqlite3
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -235,3 +237,48 @@ def test_an_agent_with_overrides_is_shown_by_the_preset_named_and_its_overrides(
     views = {job.id: (job.preset, job.overrides) for job in fleet.sup.snapshot(None).jobs}
     assert views == {"a0000": ("cartpole", (("learning_rate", "0.001"),)),
                      "a0001": ("cartpole", (("learning_rate", "0.0003"),))}  # fmt: skip
+
+
+def test_a_full_disk_under_fleet_db_is_waited_out_and_the_fleet_ends_as_one_never_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    control = ScriptedFleet(tmp_path / "control", plan_text(6, "sync", slots=2), uneven, by_index)
+    control.run()
+    fleet = ScriptedFleet(tmp_path / "full", plan_text(6, "sync", slots=2), uneven, by_index)
+    begin, refused = fleet.clock.t, [0]
+    real = FleetStore._transaction
+
+    @contextmanager
+    def transaction(self: FleetStore) -> Iterator[sqlite3.Connection]:
+        with real(self) as db:
+            yield db
+            if 15.0 <= fleet.clock.t - begin < 75.0:  # as SQLite's COMMIT on a full disk: refused
+                refused[0] += 1
+                raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(FleetStore, "_transaction", transaction)
+    fleet.run()
+    assert refused[0] > 1  # the fleet wrote (and was refused) more than once while the disk was full
+    assert outcome(fleet) == outcome(control) and fleet.fleet.done
+    full = [line for line in fleet.fleet.notices if line.startswith("fleet.db not updated")]
+    assert full == ["fleet.db not updated (database or disk is full): the fleet goes on once there is room"]
+
+
+def test_an_agent_whose_start_fleet_db_refused_waits_and_starts_once_there_is_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Only the start is refused: the agents' results went in, the next agents wait for room.
+    control = ScriptedFleet(tmp_path / "control", plan_text(6, "sync", slots=2), uneven, by_index)
+    control.run()
+    fleet = ScriptedFleet(tmp_path / "full", plan_text(6, "sync", slots=2), uneven, by_index)
+    begin, real = fleet.clock.t, FleetStore.start
+
+    def start(self: FleetStore, agent: str, tier: int) -> None:
+        if 5.0 <= fleet.clock.t - begin < 40.0:
+            raise sqlite3.OperationalError("database or disk is full")
+        real(self, agent, tier)
+
+    monkeypatch.setattr(FleetStore, "start", start)
+    fleet.run()
+    assert outcome(fleet) == outcome(control) and fleet.fleet.done
+    assert {a.id for a in fleet.fleet.store.agents()} == {f"a{i:04d}" for i in range(6)}

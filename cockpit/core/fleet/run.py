@@ -32,6 +32,7 @@ fleet's view (`fleet_view`).
 from __future__ import annotations
 
 import math
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ from cockpit.core.fleet.fleet_view import FleetViewBuilder
 from cockpit.core.fleet.pbt_boundary import PbtBoundary
 from cockpit.core.fleet.promotion import async_promotions, ranked, sync_promotions
 from cockpit.core.fleet.roster import Roster, Tracked, preset_arg, reached
-from cockpit.core.fleet.store import Exploit, FleetStore, Result
+from cockpit.core.fleet.store import Exploit, FleetStore, Result, disk_full
 from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.supervise.jobs import Job
 from cockpit.core.supervise.supervisor import Supervisor
@@ -69,6 +70,7 @@ class FleetRun:
         self.plan = plan
         self.store = store
         self.supervisor = supervisor
+        self._db_full = False  # fleet.db refused the last tick's writes for want of space (a notice said so)
         self.clock = clock or SystemClock()
         self.rate = rate_usd_per_h if rate_usd_per_h is not None else plan.rate_usd_per_h
         self.run_dir = supervisor.run_dir
@@ -186,12 +188,25 @@ class FleetRun:
         return any(self._ended(job) is not None for job in self.supervisor.jobs.values())
 
     def update(self) -> None:
-        """Harvest ended jobs, promote, and feed free slots (see the module docstring)."""
-        for job in list(self.supervisor.jobs.values()):
-            self._harvest(job)
-        self._decide()
-        self._fill_slots()
-        self.draws.tell()
+        """Harvest ended jobs, promote, and feed free slots (see the module docstring).
+
+        fleet.db on a full disk is waited out as the workers' checkpoints are: each write goes to
+        the store before the fleet's memory, so a write refused for want of space (`disk_full`)
+        leaves both as they were, and the next tick does that work again. One notice says so."""
+        try:
+            for job in list(self.supervisor.jobs.values()):
+                self._harvest(job)
+            self._decide()
+            self._fill_slots()
+            self.draws.tell()
+        except sqlite3.OperationalError as exc:
+            if not disk_full(exc):
+                raise
+            if not self._db_full:
+                self.roster.notice(f"fleet.db not updated ({exc}): the fleet goes on once there is room")
+            self._db_full = True
+        else:
+            self._db_full = False
 
     def _ended(self, job: Job) -> str | None:
         """'done' or 'failed' for a job whose tier ended and is not recorded yet, else None."""
@@ -297,7 +312,11 @@ class FleetRun:
             agent = roster.agents[roster.waiting.popleft()]
             if not self.draws.drawn(agent):
                 continue  # its draw's values were refused: it failed, with the rest of its draw
-            self.store.start(agent.row.id, 0)
+            try:
+                self.store.start(agent.row.id, 0)
+            except sqlite3.OperationalError:
+                roster.waiting.appendleft(agent.row.id)  # not started: it waits for the next try
+                raise
             agent.tier, agent.status = 0, "training"
             self._hand(agent)
             free -= 1

@@ -32,7 +32,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -63,6 +63,14 @@ CREATE TABLE IF NOT EXISTS lineage (
 );
 CREATE TABLE IF NOT EXISTS draws (draw INTEGER PRIMARY KEY, trial INTEGER NOT NULL, params TEXT NOT NULL);
 """
+
+
+SQLITE_FULL = 13  # sqlite3.h: "Insertion failed because database is full" (also a full disk)
+
+
+def disk_full(exc: sqlite3.Error) -> bool:
+    """Whether SQLite refused a write for want of space (SQLITE_FULL, "database or disk is full")."""
+    return getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL or "is full" in str(exc)
 
 
 class FleetStoreError(RuntimeError):
@@ -149,10 +157,13 @@ class FleetStore:
         self._db.execute("BEGIN IMMEDIATE")
         try:
             yield self._db
+            self._db.execute("COMMIT")
         except BaseException:
-            self._db.execute("ROLLBACK")
+            # SQLite may have rolled back already (a COMMIT refused on a full disk may or may not
+            # be): either way nothing of this transaction is kept.
+            with suppress(sqlite3.Error):
+                self._db.execute("ROLLBACK")
             raise
-        self._db.execute("COMMIT")
 
     # ----- writing (the cockpit that runs the fleet) -----
 
