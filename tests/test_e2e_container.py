@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -64,3 +65,14 @@ def test_the_image_builds_runs_a_run_and_resumes_a_killed_fleet() -> None:
     print(output)
     assert done.returncode == 0, output[-4000:]
     assert "[container] PASS" in output
+    cuda = cuda_line(output)
+    if "NOT BUILT" in cuda:  # said in the test's report too, never a silent pass
+        warnings.warn(cuda, stacklevel=1)
+
+
+def cuda_line(output: str) -> str:
+    """The check's one line on the CUDA variant: built (with torch's CUDA version) or not built and
+    why. AssertionError where the check said neither: its absence may not go unsaid."""
+    said = [line for line in output.splitlines() if line.startswith("[container] CUDA variant: ") and "BUILT" in line]
+    assert said, "the container check says nothing of the CUDA variant"
+    return said[-1]
