@@ -39,8 +39,6 @@ BASE_IMAGE=${BASE_IMAGE:-localhost/cockpit-check-base:bookworm}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 if [ -x .venv/bin/python ]; then PYTHON=${PYTHON:-.venv/bin/python}; else PYTHON=${PYTHON:-python3}; fi
 TAG="cockpit-check-$$"
-# The CUDA base as the Dockerfile pins it (its `ARG BASE=` default).
-CUDA_BASE=${CUDA_BASE:-$(sed -n 's/^ARG BASE=//p' Dockerfile)}
 
 log() { echo "[container] $*"; }
 fail() {
@@ -175,6 +173,8 @@ pip_sources() {
 # base cannot be had, one line says so with podman's own words: never a silent pass.
 cuda_variant() {
   local said
+  # The CUDA base as the Dockerfile pins it (its `ARG BASE=` default).
+  CUDA_BASE=${CUDA_BASE:-$(sed -n 's/^ARG BASE=//p' "$REPO/Dockerfile")}
   if ! pm image exists "$CUDA_BASE" && ! said=$(timeout 180 podman --runtime "$RUNTIME" --cgroup-manager cgroupfs --events-backend file \
     pull --quiet "$CUDA_BASE" 2>&1 >/dev/null); then
     said=$(echo "$said" | grep -m1 '^Error: ' || echo "$said" | tail -1)
