@@ -7,6 +7,7 @@ URL in the history, the CUDA variant said), is the `container` test (test_e2e_co
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from cockpit.core.feed.control import ControlServer
+from tests.test_e2e_container import SCRIPT, cuda_line
 from tests.test_feed_control import FakeProvider
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -195,3 +197,34 @@ def test_the_lock_check_refuses_a_spoiled_lock(tmp_path: Path, spoil, said: str)
     done = lock_check(lock)
     assert done.returncode == 1 and said in done.stderr, done.stderr
     assert done.stderr.count("\n") == 1
+
+
+# podman 4.3.1's `pull` where no registry resolves, as it printed it on the development machine
+# (exit 125, podman-pull(1)); `image exists` exits 1 for an image it does not have (podman-image-
+# exists(1)); a `run` (the check's probe) starts.
+PULL_ERROR = (
+    "Error: initializing source docker://nvidia/cuda@sha256:f8ef: pinging container registry registry-1.docker.io: "
+    'Get "https://registry-1.docker.io/v2/": dial tcp: lookup registry-1.docker.io: no such host'
+)
+NO_REGISTRY_PODMAN = f"""#!/bin/sh
+while [ "${{1#--}}" != "$1" ]; do shift 2; done
+case "$1 $2" in
+  "image exists") exit 1 ;;
+  pull*) echo '{PULL_ERROR}' >&2; exit 125 ;;
+esac
+exit 0
+"""
+
+
+def test_the_check_says_when_the_cuda_variant_cannot_be_built(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "podman").write_text(NO_REGISTRY_PODMAN)
+    (bin_dir / "podman").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("WORK", str(tmp_path / "work"))
+    done = subprocess.run(["bash", str(SCRIPT), "--cuda"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = cuda_line(done.stdout)
+    assert line.startswith("[container] CUDA variant: NOT BUILT: its base docker.io/nvidia/cuda:"), line
+    assert line.endswith(f"cannot be had on this machine: {PULL_ERROR}"), line
