@@ -1,7 +1,10 @@
 """The image a rented GPU runs (Dockerfile, docs/cloud.md), built and run for real with podman:
 benchmarks/container/check.sh builds a Debian base and the image with the CPU torch, runs a 2-job
 CartPole run in it to done, and a fleet it SIGKILLs mid-tier and starts again, which must resume,
-finish with every model verified and run --on-done once.
+finish with every model verified and run --on-done once. On the way it holds the image to its safe
+defaults: UID 10001, a HEALTHCHECK that is healthy on the live fleet, no index URL in its history;
+and it builds the CUDA variant where its base can be had, or says it could not, which this test
+repeats as a warning in its report.
 
 Marked `container`: the default pytest run deselects it (pyproject's addopts); `.ci/run` installs
 podman and runs it as its own step (`pytest -m container`). Skipped, with podman's own words and

@@ -384,8 +384,11 @@ for _ in $(seq 1 1200); do
   if cat "$RUNS"/pod/jobs/*/events.jsonl 2>/dev/null |
     grep '"kind": *"checkpoint"' | grep -Eq '"step": *(8[1-9][0-9]{2}|9[0-9]{3}|1[0-5][0-9]{3})[,}]'; then
     health=$(pm exec "$TAG-fleet1" python /opt/cockpit/healthcheck.py 2>&1) || fail "the HEALTHCHECK failed on a live fleet: $health"
-    # its verdict on stdout; stderr has the timer's systemd complaint
-    verdict=$(pm healthcheck run "$TAG-fleet1" 2>/dev/null) || fail "podman healthcheck run: ${verdict:-unhealthy}"
+    # podman 4.3 says nothing on success, and the timer's systemd complaint on stderr; the verdict
+    # is its exit code and the container's health status.
+    pm healthcheck run "$TAG-fleet1" >/dev/null 2>&1 || fail "podman healthcheck run: unhealthy (exit $?)"
+    verdict=$(pm inspect --format '{{.State.Health.Status}}' "$TAG-fleet1")
+    [ "$verdict" = healthy ] || fail "podman healthcheck run: the container's health is $verdict"
     log "HEALTHCHECK on the live fleet: $health; podman healthcheck run: $verdict"
     pm kill -s KILL "$TAG-fleet1" >/dev/null
     killed=$(date +%s.%N)
