@@ -3,13 +3,19 @@
 # the CPU torch, then runs cockpit in it as a pod would, all with rootful podman on this machine:
 #   1. base:    mmdebstrap a Debian bookworm rootfs (python3, venv, pip, ca-certificates, tini) and
 #               `podman import` it;
-#   2. image:   `podman build --build-arg BASE=<that> --build-arg TORCH_INDEX=<local CPU index>`;
+#   2. image:   `podman build --format docker --build-arg BASE=<that> --build-arg TORCH_INDEX=<local CPU
+#               index>`, pip's index URLs as build secrets; the image's user is UID 10001, it has a
+#               HEALTHCHECK and its history holds no index URL;
+#      CUDA:    the image on the Dockerfile's own CUDA base (BASE's default, by digest) with PyPI's
+#               torch, where podman has that base or can pull it; where not, one line says so;
 #   3. run:     a 2-job CartPole run in the container, /runs bind-mounted, to done; the time from
 #               the container's start to a job's first step;
 #   4. fleet:   a 4-agent, 2-tier CartPole fleet, SIGKILLed (`podman kill -s KILL`) once agents have
-#               checkpointed, started again with the same command: it resumes and finishes, every
-#               model verifies (`cockpit report`) and --on-done ran exactly once.
-# From the repository root (as root):  benchmarks/container/check.sh [--probe]
+#               checkpointed (the HEALTHCHECK run on it first), started again with the same command:
+#               it resumes and finishes, every model verifies (`cockpit report`) and --on-done ran
+#               exactly once.
+# From the repository root (as root):  benchmarks/container/check.sh [--probe | --cuda]
+#   --cuda    only the CUDA step: build the CUDA variant, or say in one line why it cannot be.
 #   --probe   only check that podman can run the check's containers here: exit 0 if so; 1, with
 #             podman's own error on the last line of stderr, where podman cannot start any container
 #             on this machine (the pytest wrapper skips on it, and only on it); 3 where the check's own
@@ -20,7 +26,7 @@
 # as <none> images: `podman image prune`), MIRROR (Debian mirror, default
 # http://deb.debian.org/debian), PYTHON (runs pip on the host, default .venv/bin/python else
 # python3), IMAGE (default localhost/cockpit:check), REUSE_BASE=1 (keep a base image built before
-# instead of building it again).
+# instead of building it again), CUDA_BASE (default the Dockerfile's BASE).
 # Exit code: 0 every check passed, 1 one failed (the reason is printed), 2 podman cannot run any
 # container here.
 set -euo pipefail
@@ -47,7 +53,17 @@ fail() {
 #   CAP_SYS_RESOURCE, which the sandbox lacks ("setrlimit RLIMIT_NOFILE: Operation not permitted");
 # - the host's network: no CNI bridge, and the build's pip reaches the same sources the host's does.
 RUNTIME=${RUNTIME:-$(command -v runc >/dev/null && echo runc || echo crun)}
-pm() { podman --runtime "$RUNTIME" --cgroup-manager cgroupfs --events-backend file "$@"; }
+# - no systemd to time the image's HEALTHCHECK: podman says so on stderr at each container's start
+#   ("unable to get systemd connection to add healthchecks"), which is filtered out; the check runs
+#   the HEALTHCHECK by hand (`podman healthcheck run`).
+pm() {
+  if [ "${1:-}" = run ]; then
+    podman --runtime "$RUNTIME" --cgroup-manager cgroupfs --events-backend file "$@" \
+      2> >(grep -v 'unable to get systemd connection' >&2)
+  else
+    podman --runtime "$RUNTIME" --cgroup-manager cgroupfs --events-backend file "$@"
+  fi
+}
 nofile=$(ulimit -n)
 nproc=$(ulimit -u)
 [ "$nproc" = unlimited ] || [ "$nproc" -gt 32768 ] && nproc=32768
@@ -123,6 +139,71 @@ probe() {
   return 1
 }
 
+# The build's options from the host's pip sources: sets index_url, extra_urls and build_opts.
+pip_sources() {
+  # The build's pip looks where the host's does: its index, extra indexes and find-links (from pip's
+  # config and PIP_* variables), each local directory bind-mounted read-only at the same path.
+  pip_get() {
+    local v
+    v=$("$PYTHON" -m pip config get "global.$1" 2>/dev/null) || v=""
+    echo "$v"
+  }
+  index_url=${PIP_INDEX_URL:-$(pip_get index-url)}
+  extra_urls=${PIP_EXTRA_INDEX_URL:-$(pip_get extra-index-url)}
+  find_links=${PIP_FIND_LINKS:-$(pip_get find-links)}
+  # A proxy between this machine and PyPI may re-sign TLS with its own CA (here it does: pip in the
+  # build fails with CERTIFICATE_VERIFY_FAILED without it): the host's CA bundle goes in too.
+  cert=${PIP_CERT:-$(pip_get cert)}
+  build_opts=(--network host --format docker --ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc")
+  # An index's pages link to files beside it (/opt/pypi/simple/x/ to /opt/pypi/files/): its parent goes.
+  for src in $extra_urls $index_url; do
+    path=${src#file://}
+    if [ -d "$path" ]; then build_opts+=(-v "$(dirname "$path"):$(dirname "$path"):ro"); fi
+  done
+  for src in $find_links; do
+    path=${src#file://}
+    if [ -d "$path" ]; then build_opts+=(-v "$path:$path:ro"); fi
+  done
+  if [ -n "$cert" ] && [ -f "$cert" ]; then
+    build_opts+=(-v "$cert:/run/host-ca.pem:ro" --build-arg PIP_CERT=/run/host-ca.pem)
+  fi
+  # The index URLs go in as build secrets (the Dockerfile's RUN --mount=type=secret), as an index URL
+  # with a password must: a build argument would stay in the image's history.
+  mkdir -p "$WORK/secrets"
+  printf '%s' "$index_url" >"$WORK/secrets/pip_index_url"
+  printf '%s' "$extra_urls" >"$WORK/secrets/pip_extra_index_url"
+  build_opts+=(--secret "id=pip_index_url,src=$WORK/secrets/pip_index_url"
+    --secret "id=pip_extra_index_url,src=$WORK/secrets/pip_extra_index_url"
+    --build-arg "PIP_FIND_LINKS=$find_links")
+  log "pip sources for the build: index ${index_url:-PyPI} extra [$extra_urls] find-links [$find_links] cert [$cert]"
+}
+
+# The CUDA variant: the Dockerfile on its own CUDA base with PyPI's (CUDA) torch, built wherever
+# podman has that base or can pull it, and torch imported in it (no GPU needed for that). Where the
+# base cannot be had, one line says so with podman's own words: never a silent pass.
+cuda_variant() {
+  local said
+  # The CUDA base as the Dockerfile pins it (its `ARG BASE=` default).
+  CUDA_BASE=${CUDA_BASE:-$(sed -n 's/^ARG BASE=//p' "$REPO/Dockerfile")}
+  if ! pm image exists "$CUDA_BASE" && ! said=$(timeout 180 podman --runtime "$RUNTIME" --cgroup-manager cgroupfs --events-backend file \
+    pull --quiet "$CUDA_BASE" 2>&1 >/dev/null); then
+    said=$(echo "$said" | grep -m1 '^Error: ' || echo "$said" | tail -1)
+    log "CUDA variant: NOT BUILT: its base $CUDA_BASE cannot be had on this machine: ${said:-timed out}"
+    return 0
+  fi
+  log "CUDA variant: podman build --build-arg BASE=$CUDA_BASE -t $IMAGE-cuda . (torch from PyPI)"
+  old_images+=("$(pm image inspect --format '{{.Id}}' "$IMAGE-cuda" 2>/dev/null || true)")
+  pm build --quiet "${build_opts[@]}" --build-arg "BASE=$CUDA_BASE" \
+    -t "$IMAGE-cuda" -f Dockerfile "$REPO" >"$WORK/build-cuda.log" 2>&1 || {
+    tail -30 "$WORK/build-cuda.log" >&2
+    fail "the CUDA variant's build failed on $CUDA_BASE (last lines above)"
+  }
+  pm run --rm "${RUN_OPTS[@]}" --name "$TAG-cuda" --entrypoint python "$IMAGE-cuda" \
+    -c 'import torch; print("[container] CUDA variant: BUILT; in it: torch", torch.__version__, "cuda", torch.version.cuda)' ||
+    fail "torch does not import in the CUDA variant"
+  pm rmi "$IMAGE-cuda" >/dev/null 2>&1 || true
+}
+
 probed=0
 probe || probed=$?
 if [ "${1:-}" = --probe ]; then
@@ -132,6 +213,11 @@ if [ "${1:-}" = --probe ]; then
 fi
 [ "$probed" = 1 ] && exit 2
 [ "$probed" = 0 ] || fail "the probe found the check itself at fault (above)"
+if [ "${1:-}" = --cuda ]; then
+  pip_sources
+  cuda_variant
+  exit 0
+fi
 command -v mmdebstrap >/dev/null || fail "mmdebstrap is not installed (apt-get install mmdebstrap)"
 
 # ---------------------------------------------------------------------------------------------- base
@@ -161,6 +247,7 @@ mkdir -p "$index/files"
 log "torch index: torch==$TORCH_VERSION+cpu for cp$pyver"
 "$PYTHON" -m pip download -q --only-binary=:all: --python-version "$pyver" --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+  -c <(sed -n 's/^\([A-Za-z0-9._-]*==[^ ]*\).*/\1/p' container/requirements.txt) \
   -d "$index/files" "torch==$TORCH_VERSION+cpu" 2> >(grep -v 'is ignored: it is neither' >&2) ||
   fail "pip could not fetch torch==$TORCH_VERSION+cpu (pip config list: where the host's pip looks)"
 "$PYTHON" - "$index" <<'EOF'
@@ -175,44 +262,15 @@ for name, files in by_name.items():
     links = "".join(f'<a href="../files/{html.escape(f)}">{html.escape(f)}</a>\n' for f in files)
     (root / name / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
 EOF
-
-# The build's pip looks where the host's does: its index, extra indexes and find-links (from pip's
-# config and PIP_* variables), each local directory bind-mounted read-only at the same path.
-pip_get() {
-  local v
-  v=$("$PYTHON" -m pip config get "global.$1" 2>/dev/null) || v=""
-  echo "$v"
-}
-index_url=${PIP_INDEX_URL:-$(pip_get index-url)}
-extra_urls=${PIP_EXTRA_INDEX_URL:-$(pip_get extra-index-url)}
-find_links=${PIP_FIND_LINKS:-$(pip_get find-links)}
-# A proxy between this machine and PyPI may re-sign TLS with its own CA (here it does: pip in the
-# build fails with CERTIFICATE_VERIFY_FAILED without it): the host's CA bundle goes in too.
-cert=${PIP_CERT:-$(pip_get cert)}
-build_opts=(--network host --ulimit "nofile=$nofile:$nofile" --ulimit "nproc=$nproc:$nproc"
-  -v "$index:/torch-index:ro")
-# An index's pages link to files beside it (/opt/pypi/simple/x/ to /opt/pypi/files/): its parent goes.
-for src in $extra_urls $index_url; do
-  path=${src#file://}
-  if [ -d "$path" ]; then build_opts+=(-v "$(dirname "$path"):$(dirname "$path"):ro"); fi
-done
-for src in $find_links; do
-  path=${src#file://}
-  if [ -d "$path" ]; then build_opts+=(-v "$path:$path:ro"); fi
-done
-if [ -n "$cert" ] && [ -f "$cert" ]; then
-  build_opts+=(-v "$cert:/run/host-ca.pem:ro" --build-arg PIP_CERT=/run/host-ca.pem)
-fi
-log "pip sources for the build: index ${index_url:-PyPI} extra [$extra_urls] find-links [$find_links] cert [$cert]"
+pip_sources
+build_opts+=(-v "$index:/torch-index:ro")
 
 # --------------------------------------------------------------------------------------------- image
-log "2. image: podman build --build-arg BASE=$BASE_IMAGE --build-arg TORCH_INDEX=file:///torch-index -t $IMAGE ."
+log "2. image: podman build --format docker --build-arg BASE=$BASE_IMAGE --build-arg TORCH_INDEX=file:///torch-index --secret id=pip_index_url,... -t $IMAGE ."
 old_images+=("$(pm image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)")
 t0=$(date +%s.%N)
 pm build --quiet "${build_opts[@]}" \
   --build-arg "BASE=$BASE_IMAGE" --build-arg TORCH_INDEX=file:///torch-index \
-  --build-arg "PIP_INDEX_URL=$index_url" --build-arg "PIP_EXTRA_INDEX_URL=$extra_urls" \
-  --build-arg "PIP_FIND_LINKS=$find_links" \
   -t "$IMAGE" -f Dockerfile "$REPO" >"$WORK/build.log" 2>&1 || {
   tail -30 "$WORK/build.log" >&2
   fail "podman build failed (last lines above)"
@@ -224,6 +282,15 @@ grep -v 'is ignored: it is neither' "$WORK/build.log" | tail -3 | sed 's/^/[cont
 log "image built in ${image_build_s} s, size $image_size bytes ($((image_size / 1048576)) MiB)"
 pm run --rm "${RUN_OPTS[@]}" --name "$TAG-ver" --entrypoint python "$IMAGE" \
   -c 'import torch, cockpit; print("[container] in the image: torch", torch.__version__, "as uid", __import__("os").getuid())'
+healthcheck=$(pm image inspect --format '{{.HealthCheck.Test}}' "$IMAGE")
+[[ "$healthcheck" == *healthcheck.py* ]] || fail "the image has no HEALTHCHECK running healthcheck.py: [$healthcheck]"
+log "HEALTHCHECK: $healthcheck"
+history=$(pm history --no-trunc --format '{{.CreatedBy}}' "$IMAGE")
+for url in $index_url $extra_urls; do
+  [[ "$history" != *"$url"* ]] || fail "the image's history holds the index URL $url"
+done
+log "the image's history ($(echo "$history" | wc -l) steps) holds none of the build's index URLs [$index_url $extra_urls]"
+cuda_variant
 
 # ------------------------------------------------------------------------------------ run and fleet
 # /runs on the host: owned by the image's user, as a pod's volume is (docs/cloud.md, "The volume").
@@ -231,6 +298,7 @@ RUNS="$WORK/runs"
 mkdir -p "$RUNS"
 uid=$(pm run --rm "${RUN_OPTS[@]}" --name "$TAG-uid" --entrypoint id "$IMAGE" -u)
 gid=$(pm run --rm "${RUN_OPTS[@]}" --name "$TAG-gid" --entrypoint id "$IMAGE" -g)
+[ "$uid" = 10001 ] || fail "the image's user is UID $uid, not 10001"
 chown "$uid:$gid" "$RUNS"
 # The on-done command writes its status to a file: it must have run exactly once per run.
 # shellcheck disable=SC2016 # expanded by the shell --on-done starts, in the container
@@ -315,6 +383,13 @@ for _ in $(seq 1 1200); do
   fi
   if cat "$RUNS"/pod/jobs/*/events.jsonl 2>/dev/null |
     grep '"kind": *"checkpoint"' | grep -Eq '"step": *(8[1-9][0-9]{2}|9[0-9]{3}|1[0-5][0-9]{3})[,}]'; then
+    health=$(pm exec "$TAG-fleet1" python /opt/cockpit/healthcheck.py 2>&1) || fail "the HEALTHCHECK failed on a live fleet: $health"
+    # podman 4.3 says nothing on success, and the timer's systemd complaint on stderr; the verdict
+    # is its exit code and the container's health status.
+    pm healthcheck run "$TAG-fleet1" >/dev/null 2>&1 || fail "podman healthcheck run: unhealthy (exit $?)"
+    verdict=$(pm inspect --format '{{.State.Health.Status}}' "$TAG-fleet1")
+    [ "$verdict" = healthy ] || fail "podman healthcheck run: the container's health is $verdict"
+    log "HEALTHCHECK on the live fleet: $health; podman healthcheck run: $verdict"
     pm kill -s KILL "$TAG-fleet1" >/dev/null
     killed=$(date +%s.%N)
     break
