@@ -34,6 +34,24 @@ from cockpit.contract.events import Event
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 OUTPUT_TAIL_CHARS = 4000
+# A quick CartPole preset (seconds per few thousand steps on one core), for the benchmarks and tests
+# that train for real: `small_preset_text(checkpoint_every=..., timesteps=...)`.
+SMALL_PRESET = """
+env = "CartPole-v1"
+n_envs = 8
+n_steps = 32
+batch_size = 256
+n_epochs = 4
+checkpoint_every = {checkpoint_every}
+timesteps = {timesteps}
+"""
+
+
+def small_preset_text(*, checkpoint_every: int = 2048, timesteps: int = 20_000) -> str:
+    """The TOML of `SMALL_PRESET` with its checkpoint interval and step target."""
+    return SMALL_PRESET.format(checkpoint_every=checkpoint_every, timesteps=timesteps)
+
+
 BUSY_LOAD = 0.5  # a 1-minute load average above this before a benchmark starts gets a warning
 
 

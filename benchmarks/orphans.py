@@ -34,18 +34,10 @@ from pathlib import Path
 
 import psutil
 
-from benchmarks.common import REPO_ROOT, load_average, usable_cpus
+from benchmarks.common import REPO_ROOT, load_average, small_preset_text, usable_cpus
 from cockpit.contract.events import read_events
 
-PRESET = """
-env = "CartPole-v1"
-n_envs = 8
-n_steps = 32
-batch_size = 256
-n_epochs = 4
-checkpoint_every = 2048
-timesteps = 100_000_000
-"""
+PRESET = small_preset_text(checkpoint_every=2048, timesteps=100_000_000)
 POLL_S = 0.01
 
 

@@ -49,7 +49,7 @@ from types import FrameType
 
 import psutil
 
-from benchmarks.common import REPO_ROOT, warn_if_busy
+from benchmarks.common import REPO_ROOT, small_preset_text, warn_if_busy
 from cockpit.contract.events import (
     CheckpointEvent,
     ErrorEvent,
@@ -79,15 +79,7 @@ HAND_RESUMES_PER_FLEET = 3
 FLEET_LIMIT_S = 20 * 60.0  # a fleet not over by then is ended and counted failed
 TMPFS_SIZE = "256m"  # a fleet's run dir is a few MiB; the rest is what a full disk takes away
 
-PRESET = """
-env = "CartPole-v1"
-n_envs = 8
-n_steps = 32
-batch_size = 256
-n_epochs = 4
-checkpoint_every = 1024
-timesteps = 16384
-"""
+PRESET = small_preset_text(checkpoint_every=1024, timesteps=16384)
 
 PLAN = """
 name = "soak"

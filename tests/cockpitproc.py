@@ -14,24 +14,15 @@ from typing import Any, NoReturn
 import psutil
 import pytest
 
+from benchmarks.common import small_preset_text
 from cockpit.contract.events import read_events
 from cockpit.contract.runrecord import RunRecord, read
-
-SMALL_PRESET = """
-env = "CartPole-v1"
-n_envs = 8
-n_steps = 32
-batch_size = 256
-n_epochs = 4
-checkpoint_every = {checkpoint_every}
-timesteps = {timesteps}
-"""
 
 
 def small_preset(directory: Path, *, checkpoint_every: int = 2048, timesteps: int = 20_000) -> Path:
     """A quick CartPole preset file."""
     path = directory / "small.toml"
-    path.write_text(SMALL_PRESET.format(checkpoint_every=checkpoint_every, timesteps=timesteps))
+    path.write_text(small_preset_text(checkpoint_every=checkpoint_every, timesteps=timesteps))
     return path
 
 

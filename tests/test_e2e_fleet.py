@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.common import small_preset_text
 from cockpit.contract.events import (
     CheckpointEvent,
     EvaluatedEvent,
@@ -36,15 +37,7 @@ from cockpit.core.fleet.store import FleetStore
 # One pytest-xdist worker runs the module: its tests share the module's `reference`, made once.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_e2e_fleet")]
 
-PRESET = """
-env = "CartPole-v1"
-n_envs = 8
-n_steps = 32
-batch_size = 256
-n_epochs = 4
-checkpoint_every = 1024
-timesteps = 4096
-"""
+PRESET = small_preset_text(checkpoint_every=1024, timesteps=4096)
 
 PLAN = """
 name = "e2e"
