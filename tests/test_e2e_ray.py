@@ -173,7 +173,14 @@ def test_terminate_and_kill_through_ray_leave_no_process_of_the_job(cluster: Loc
         trapped = tmp_path / "trapped"
         words = ("sh", "-c", f"trap 'echo TERM > {trapped}' TERM; sleep 3001 & sleep 3002 & wait")
         script = launch_until_placed(launcher, LaunchRequest("001", ScriptArgs(tmp_path / "s", "001", 0, words, 1)))
-        wait_until(lambda: len(job_processes("sleep 300")) == 4, what="the guard, sh and its two sleeps")
+        try:
+            wait_until(lambda: len(job_processes("sleep 300")) == 4, what="the guard, sh and its two sleeps")
+        except AssertionError as missing:  # say what there was: it timed out twice in two months under load
+            found = [" ".join(p.cmdline())[:80] for p in job_processes("sleep 300")]
+            code = launcher.poll(script)
+            raise AssertionError(
+                f"{missing}; found {found}; guard exit {code}; {launcher.stderr_tail(script)}"
+            ) from None
         tree = job_processes("sleep 300")
         assert script.pid in [proc.pid for proc in tree]
         launcher.kill(script)
