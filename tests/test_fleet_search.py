@@ -402,3 +402,29 @@ def test_multivariate_tpe_models_the_keys_together_and_draws_other_points_than_u
             search.tell(draw, trial, verdict(0, {0: [values["learning_rate"] * 1e4]}, 0))
         drawn.append([json.dumps(search.draw(draw)[1], sort_keys=True) for draw in (4, 5)])
     assert search.space.multivariate and drawn[0] != drawn[1], drawn
+
+
+def test_a_refused_draw_recorded_before_a_kill_is_told_pruned_by_the_next_tell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cockpit.core.fleet.draws import SearchDraws
+
+    drawn = SearchDraws.drawn
+
+    def killed_before_its_refuse(self: SearchDraws, agent: object) -> bool:
+        # fleet.db records the refusal, the study is not told: what a kill between the two leaves.
+        told = self.search.refuse if self.search is not None else None
+        setattr(self.search, "refuse", lambda draw, trial: None)  # noqa: B010
+        try:
+            return drawn(self, agent)  # type: ignore[arg-type]
+        finally:
+            setattr(self.search, "refuse", told)  # noqa: B010
+
+    monkeypatch.setattr(SearchDraws, "drawn", killed_before_its_refuse)
+    refused = "n_envs = { choice = [8, 1] }\nn_steps = { choice = [32, 7] }\nbatch_size = { choice = [64, 4] }\n"
+    text = searched_plan().replace("learning_rate = { loguniform = [1e-5, 1e-3] }\n", refused)
+    fleet = ScriptedFleet(tmp_path, text.replace("samples = 4", "samples = 16\nseed = 3"), lambda a, t: 10.0, by_index)
+    fleet.run()
+    failed = {row.index // 2 for row in fleet.fleet.store.agents() if row.status == "failed"}
+    told = {t.user_attrs["draw"]: t for t in trials(tmp_path, "scripted") if "draw" in t.user_attrs}
+    assert failed and all((told[d].state, told[d].intermediate_values) == (TrialState.PRUNED, {}) for d in failed)
