@@ -29,9 +29,11 @@ study observes.
   exploit is not told. Each step checks what the study holds first (`observed`), so a resumed
   fleet repeats none;
 
-Samplers: `random` is `RandomSampler`, `tpe` `TPESampler` (univariate, constant liar: the draws
-in flight count as bad guesses so parallel slots do not all draw the same point), `qmc`
-`QMCSampler` (its sequence index lives in the study, so a resume continues it). Random and TPE
+Samplers: `random` is `RandomSampler`, `tpe` `TPESampler` (univariate unless the plan says
+`multivariate`, constant liar: the draws in flight count as bad guesses so parallel slots do not
+all draw the same point), `qmc` `QMCSampler` (a Sobol sequence scrambled with the plan's seed; its
+index lives in the study, so a resume continues it). A draw a preset refuses is told PRUNED
+(`refuse`). Random and TPE
 are seeded per draw from the plan's seed and the draw's number: a sampler seeded once would
 replay its first draws after a resume, and one seeded by the trial count would draw what the
 timing of the tiers told before it (each later tier adds a trial).
