@@ -50,7 +50,13 @@ SEARCHED = "learning_rate = { loguniform = [1e-5, 1e-3] }\n"
     (SEARCHED, "n_epochs = { int = [3, 10] }\n",
      "'agents.search.n_epochs' is also listed in 'agents.overrides': search it or list it, not both"),
     (SEARCHED, "lr = { loguniform = [1e-5, 1e-3] }\n",
-     "unknown key 'agents.search.lr' (valid: samples, sampler, seed, or any preset key but env and env_kwargs)"),
+     "unknown key 'agents.search.lr' (valid: samples, sampler, seed, multivariate, or any preset key but env and "
+     "env_kwargs)"),
+    # multivariate is TPE's: under random or qmc it would be silently ignored.
+    ("samples = 4\n", "samples = 4\nmultivariate = true\n",
+     "'agents.search.multivariate' applies to sampler = \"tpe\" only, got sampler = 'random'"),
+    ("samples = 4\n", 'samples = 4\nsampler = "tpe"\nmultivariate = "yes"\n',
+     "'agents.search.multivariate' must be true or false, got 'yes'"),
     (SEARCHED, 'env = { choice = ["CartPole-v1"] }\n', "unknown key 'agents.search.env'"),
     (SEARCHED, "env_kwargs = { choice = [{}] }\n", "unknown key 'agents.search.env_kwargs'"),
     (SEARCHED, "", "'agents.search' names no preset key to search: add one"),

@@ -5,6 +5,7 @@
 samples = 16                      # points drawn; each is crossed with every env, preset, seed and grid combination
 sampler = "tpe"                   # "random" (default), "tpe" or "qmc"
 seed = 0                          # optional: the sampler's seed (default 0), so a plan draws the same points
+multivariate = true               # optional, tpe only: model the keys jointly (default false)
 learning_rate = { loguniform = [1e-5, 1e-3] }
 gamma = { uniform = [0.9, 0.999] }
 n_epochs = { int = [4, 30] }
@@ -27,7 +28,7 @@ Sampler = Literal["random", "tpe", "qmc"]
 SAMPLERS: tuple[Sampler, ...] = ("random", "tpe", "qmc")
 DistributionKind = Literal["loguniform", "uniform", "int", "choice"]
 KINDS: tuple[DistributionKind, ...] = ("loguniform", "uniform", "int", "choice")
-SETTINGS = ("samples", "sampler", "seed")  # the keys of [agents.search] that are not preset keys
+SETTINGS = ("samples", "sampler", "seed", "multivariate")  # the keys of [agents.search] that are not preset keys
 WHERE = "agents.search"
 
 
@@ -80,12 +81,13 @@ class Distribution:
 @dataclass(frozen=True)
 class SearchSpace:
     """`[agents.search]`, validated: `samples` points drawn by `sampler` (seeded `seed`) over
-    `params`, in key order."""
+    `params`, in key order; `multivariate`: TPE models the keys' joint density, not each alone."""
 
     samples: int
     sampler: Sampler
     seed: int
     params: tuple[Distribution, ...]
+    multivariate: bool = False
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -159,6 +161,11 @@ def parse_search(
     seed = value.get("seed", 0)
     if not _is_int(seed) or not 0 <= seed < 2**32:
         problems.append(f"'{WHERE}.seed' must be an integer in [0, 2^32), got {seed!r}")
+    multivariate = value.get("multivariate", False)
+    if not isinstance(multivariate, bool):
+        problems.append(f"'{WHERE}.multivariate' must be true or false, got {multivariate!r}")
+    elif multivariate and sampler != "tpe":
+        problems.append(f"'{WHERE}.multivariate' applies to sampler = \"tpe\" only, got sampler = {sampler!r}")
     params: list[Distribution] = []
     for key in sorted(k for k in value if k not in SETTINGS):
         if key not in preset_keys or key in ("env", "env_kwargs"):
@@ -186,4 +193,5 @@ def parse_search(
         sampler if sampler in SAMPLERS else "random",
         seed if _is_int(seed) and 0 <= seed < 2**32 else 0,
         tuple(params),
+        multivariate is True and sampler == "tpe",
     ), problems

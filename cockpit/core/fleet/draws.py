@@ -23,6 +23,12 @@ from cockpit.core.fleet.search import FleetSearch, verdict
 from cockpit.core.fleet.store import FleetStore
 
 
+def _refusal(draw: int) -> str:
+    """How the error of each agent of a refused draw begins: `tell` knows a refusal by it after a
+    resume, as fleet.db holds it."""
+    return f"draw {draw} ("
+
+
 class SearchDraws:
     """The draws of `plan`'s fleet in `run_dir`, recorded in `store`, applied to `roster`: with no
     `[agents.search]`, every agent counts as drawn and nothing is told. `load` opens the study."""
@@ -54,7 +60,8 @@ class SearchDraws:
         and the drawn ones as overrides and a preset file with them. False when a preset of the draw
         refuses its values together (each value alone was checked at its extremes up front, not
         every combination: n_envs x n_steps with no divisor >= 2 at or below the batch size, say):
-        the draw's agents then fail in tier 0 with the preset's message, and its trial is told FAIL."""
+        the draw's agents then fail in tier 0 with the preset's message, and its trial is told PRUNED
+        (`FleetSearch.refuse`)."""
         draw = self.plan.agents[agent.row.index].draw
         if self.search is None or draw is None or draw in self.made:
             return agent.status != "failed"
@@ -70,7 +77,7 @@ class SearchDraws:
             try:
                 drawn = dataclasses.replace(planned, preset=with_values(base, values), overrides=pairs)
             except PresetError as exc:
-                refused = refused or f"draw {draw} ({overrides_text(values)}) refused: {exc}"
+                refused = refused or f"{_refusal(draw)}{overrides_text(values)}) refused: {exc}"
                 drawn = dataclasses.replace(planned, overrides=pairs)  # recorded; never trained
             changed.append((agent_id, preset_arg(drawn, self.run_dir), dict(drawn.overrides)))
         self.store.record_draw(draw, trial, values, changed, refused=refused)
@@ -90,6 +97,7 @@ class SearchDraws:
             if agent_id in roster.waiting:
                 roster.waiting.remove(agent_id)
         roster.notice(refused)
+        self.search.refuse(draw, trial)
         return False
 
     def tell(self) -> None:
@@ -105,6 +113,10 @@ class SearchDraws:
                 continue
             training = [a.tier for a in members if a.status == "training"]
             below = min(training, default=max(a.tier for a in members) + 1)  # the tiers before it are done
+            if all((a.row.error or "").startswith(_refusal(draw)) for a in members):
+                self.search.refuse(draw, self.made[draw])  # a kill came between the record and `drawn`'s refuse
+                self._untold.discard(draw)
+                continue
             ids = {a.row.id for a in members}
             for tier in range(below):
                 if self.search.observed(draw, tier) or (tier and self._exploited(members, tier)):

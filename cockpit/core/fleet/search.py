@@ -29,9 +29,11 @@ study observes.
   exploit is not told. Each step checks what the study holds first (`observed`), so a resumed
   fleet repeats none;
 
-Samplers: `random` is `RandomSampler`, `tpe` `TPESampler` (univariate, constant liar: the draws
-in flight count as bad guesses so parallel slots do not all draw the same point), `qmc`
-`QMCSampler` (its sequence index lives in the study, so a resume continues it). Random and TPE
+Samplers: `random` is `RandomSampler`, `tpe` `TPESampler` (univariate unless the plan says
+`multivariate`, constant liar: the draws in flight count as bad guesses so parallel slots do not
+all draw the same point), `qmc` `QMCSampler` (a Sobol sequence scrambled with the plan's seed; its
+index lives in the study, so a resume continues it). A draw a preset refuses is told PRUNED
+(`refuse`). Random and TPE
 are seeded per draw from the plan's seed and the draw's number: a sampler seeded once would
 replay its first draws after a resume, and one seeded by the trial count would draw what the
 timing of the tiers told before it (each later tier adds a trial).
@@ -164,12 +166,20 @@ class FleetSearch:
         # them, and the warning would be a line in the log or over the TUI.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            if self.space.sampler == "tpe":  # constant liar: Optuna 5.0's default, not 4.x's
+            if self.space.sampler == "tpe":
                 return optuna.samplers.TPESampler(
-                    seed=seed, n_startup_trials=startup_trials(self.space.samples), constant_liar=True
+                    seed=seed,
+                    n_startup_trials=startup_trials(self.space.samples),
+                    constant_liar=True,
+                    multivariate=self.space.multivariate,
                 )
             if self.space.sampler == "qmc":
-                return optuna.samplers.QMCSampler(seed=self.space.seed)
+                # The scrambled sequence is the plan's seed's, the same for every draw; only the
+                # point drawn before the study has one (Optuna's independent start) is per draw, or
+                # a draw asked after every earlier one failed would repeat the first.
+                return optuna.samplers.QMCSampler(
+                    scramble=True, seed=self.space.seed, independent_sampler=optuna.samplers.RandomSampler(seed=seed)
+                )
         return optuna.samplers.RandomSampler(seed=seed)
 
     def draw(self, draw: int) -> tuple[int, dict[str, Any]]:
@@ -191,6 +201,19 @@ class FleetSearch:
 
     def _id(self, trial: int) -> int:
         return self.storage.get_trial_id_from_study_id_trial_number(self._study_id, trial)
+
+    def refuse(self, draw: int, trial: int) -> None:
+        """Tell the study that a preset refused `draw`'s values (its trial `trial`): PRUNED with no
+        value, as rl-zoo3 tells a trial whose hyperparameters its model refuses. TPE ranks a pruned
+        trial with no intermediate value below every scored one, so it learns to avoid that region;
+        FAIL would leave the region as unknown as before. Once, like `tell`."""
+        import optuna
+
+        if self.observed(draw, 0):
+            return
+        if not self.storage.get_trial(self._id(trial)).state.is_finished():
+            self.study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        self._observed.add((draw, 0))
 
     def tell(self, draw: int, trial: int, result: Verdict) -> None:
         """Tell the study `result`, of `draw` whose trial is `trial` (module docstring), unless it was
