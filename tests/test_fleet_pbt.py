@@ -230,7 +230,7 @@ def test_a_group_too_small_to_exploit_is_said_once_before_the_fleet_runs() -> No
     assert fleetplan.pbt_notes(plan_of(table="", text=two)) == []  # type: ignore[arg-type]
     arch = PLAN.replace("[[tiers]]", "net_arch = {{ choice = [[32, 32], [64, 64]] }}\n[[tiers]]", 1)
     (note,) = fleetplan.pbt_notes(plan_of(table="", text=arch))  # type: ignore[arg-type]
-    assert note.startswith("pbt: net_arch shape the saved network: an agent exploits only agents that drew the same")
+    assert note.startswith("pbt: net_arch shapes the saved network: an agent exploits only agents that drew the same")
 
 
 def _checkpoint(directory: Path, step: int, stamp: int, payload: bytes) -> Path:

@@ -162,7 +162,9 @@ def test_agents_pair_only_within_their_searched_network_and_keep_it(tmp_path: Pa
     for exploit in exploits:  # one boundary: each drew its network in tier 0 and still has it
         assert drawn[exploit.agent] == drawn[exploit.source] == rows[exploit.agent].overrides["net_arch"], exploit
         assert exploit.changes["net_arch"] == (drawn[exploit.agent], drawn[exploit.agent])
-    notes = [n for n in fleet.fleet.notices if n.startswith("pbt: net_arch shape the saved network")]
+    told = [n for n in fleet.fleet.notices if n.startswith("a0") and " exploits " in n]
+    assert len(told) == len(exploits) and all("learning_rate" in n and "net_arch" not in n for n in told)
+    notes = [n for n in fleet.fleet.notices if n.startswith("pbt: net_arch shapes the saved network")]
     assert len(notes) == 1
 
 

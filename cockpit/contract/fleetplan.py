@@ -584,8 +584,9 @@ def pbt_notes(plan: FleetPlan) -> list[str]:
             )
     fixed = [key for key in plan.search.keys if key in ARCHITECTURE_KEYS]
     if fixed:
+        verb = "shapes" if len(fixed) == 1 else "shape"
         notes.append(
-            f"pbt: {', '.join(fixed)} shape the saved network: an agent exploits only agents that drew the same "
+            f"pbt: {', '.join(fixed)} {verb} the saved network: an agent exploits only agents that drew the same "
             f"{' and '.join(fixed)}, and keeps them (never perturbed); an agent alone with its value never exploits"
         )
     return notes

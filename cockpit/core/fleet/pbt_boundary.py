@@ -94,13 +94,15 @@ class PbtBoundary:
         roster.decided.add(tier)
         roster.promoted[tier] |= set(everyone)
         for exploit in exploits:
+            # An architecture key is the source's and the exploiter's alike, never changed: not news.
+            perturbed = {key: change for key, change in exploit.changes.items() if key not in ARCHITECTURE_KEYS}
             agent = roster.agents[exploit.agent]
             agent.row = dataclasses.replace(agent.row, preset=exploit.preset, overrides=exploit.overrides or {})
             agent.preset_arg = exploit.preset
             roster.lineage.setdefault(exploit.agent, []).append(exploit)
             roster.notice(
                 f"{exploit.agent} exploits {exploit.source} (score {exploit.source_score:.1f} > "
-                f"{exploit.score:.1f}): {pbt.changes_text(exploit.changes)}"
+                f"{exploit.score:.1f}): {pbt.changes_text(perturbed)}"
             )
         for agent_id in everyone:
             agent = roster.agents[agent_id]
