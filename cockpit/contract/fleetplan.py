@@ -117,9 +117,10 @@ class Tier:
 
 @dataclass(frozen=True)
 class PbtSettings:
-    """`[pbt]`: at each tier boundary the bottom `quantile` of the ranked agents each copy an agent of
-    the top `quantile` and perturb its searched values, each key resampled with `resample_probability`
-    (else x0.8 or x1.2); `seed` seeds those draws, so a fleet is reproducible."""
+    """`[pbt]`: at each tier boundary the bottom `share` of each group's ranked agents each copy a
+    better agent of the top `share` and perturb its searched values, each key resampled with
+    `resample_probability` (else x0.8 or x1.2, a choice to a neighbour); `seed` seeds those draws, so
+    a fleet is reproducible (`cockpit.core.fleet.pbt`)."""
 
     quantile: float = 0.25
     resample_probability: float = 0.25
