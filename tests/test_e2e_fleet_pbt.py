@@ -77,7 +77,7 @@ def test_a_pbt_fleet_reports_each_exploits_lineage(tmp_path: Path) -> None:
     assert sorted(drawn) == [0, 1, 2, 3]
     assert sorted(e["tier"] for _, e in exploits) == [0, 1]  # floor(4 x 0.25) = 1 at each boundary
     for agent, exploit in exploits:
-        assert exploit["source"] != agent and exploit["source_score"] >= exploit["score"]
+        assert exploit["source"] != agent and exploit["source_score"] > exploit["score"]  # a tie is no exploit
         assert exploit["source_steps"] == (512, 1024)[exploit["tier"]]
         assert exploit["checkpoint"].startswith(f"step-{exploit['source_steps']:012d}-")
         # x0.8 or x1.2 of the source's rate then, clipped: its draw's (one agent a draw, in order), or
@@ -104,3 +104,31 @@ def test_a_pbt_fleet_reports_each_exploits_lineage(tmp_path: Path) -> None:
     assert html.returncode == 0, html.stderr
     chain = ", ".join(f"{e['source']}@t{e['tier']}" for e in leaders[agent]["lineage"])
     assert f'<td class="l">{chain}</td>' in page.read_text()
+
+
+def test_a_pbt_fleet_searching_the_network_pairs_within_each_network_and_runs_to_done(tmp_path: Path) -> None:
+    # docs/fleets.md's search example searches net_arch: under pbt an exploiter must resume a
+    # checkpoint of its own network, or its worker refuses it and the agent fails.
+    preset = tmp_path / "tiny.toml"
+    preset.write_text(PRESET)
+    plan = tmp_path / "plan.toml"
+    text = PLAN.format(preset=preset).replace(
+        "samples = 4", "samples = 4\nnet_arch = { choice = [[32, 32], [64, 64]] }"
+    )
+    plan.write_text(text.replace("quantile = 0.25", "quantile = 0.5"))
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "cockpit", "fleet", str(plan), "--run-dir", str(run_dir), "--headless"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "pbt: net_arch shapes the saved network" in done.stdout
+    report = subprocess.run([sys.executable, "-m", "cockpit", "report", str(run_dir), "--json"], capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    fleet = json.loads(report.stdout)["fleet"]
+    assert fleet["counts"] == {"done": 4}
+    nets = {f"a{d['draw']:04d}": d["values"]["net_arch"] for d in fleet["search"]["draws"]}
+    for agent in fleet["agents"]:
+        assert agent["overrides"]["net_arch"] == nets[agent["id"]]  # never perturbed
+        for exploit in agent["lineage"]:
+            assert nets[exploit["source"]] == nets[agent["id"]]
+            assert exploit["changes"]["net_arch"] == [nets[agent["id"]]] * 2

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.contract import fleetplan
 from cockpit.contract.costs import Costs
 from cockpit.contract.files import sha256_of
 from cockpit.contract.fleetplan import PbtSettings, PlanError, load_plan, parse_plan
@@ -109,7 +110,7 @@ SPACE = SearchSpace(4, "random", 0, (
 ))  # fmt: skip
 
 
-def test_explore_multiplies_each_number_by_0_8_or_1_2_clipped_and_resamples_choices() -> None:
+def test_explore_multiplies_each_number_by_0_8_or_1_2_clipped_and_keeps_an_architecture_key() -> None:
     values = {"activation": "tanh", "learning_rate": 1e-3, "n_epochs": 10, "gamma": 0.95}
     seen: dict[str, set[object]] = {key: set() for key in values}
     for seed in range(60):
@@ -119,7 +120,7 @@ def test_explore_multiplies_each_number_by_0_8_or_1_2_clipped_and_resamples_choi
     assert sorted(seen["learning_rate"]) == pytest.approx([8e-4, 1.2e-3])  # type: ignore[type-var]
     assert seen["n_epochs"] == {8, 10}  # 10 x 1.2 clipped to the range's 10; 10 x 0.8 = 8, an int
     assert sorted(seen["gamma"]) == pytest.approx([0.9, 0.999])  # type: ignore[type-var]  # 0.76 and 1.14 clipped
-    assert seen["activation"] == {"tanh", "relu"}  # a choice has no x0.8: always drawn again
+    assert seen["activation"] == {"tanh"}  # an architecture key: the copied network's, never perturbed
     assert all(isinstance(v, int) for v in seen["n_epochs"])
 
 
@@ -142,13 +143,94 @@ def test_explore_rounds_an_int_and_resamples_with_the_stated_probability() -> No
 
 def test_explore_and_pairs_are_reproducible_from_the_seed() -> None:
     ranked = [f"a{i:04d}" for i in range(8)]
-    first = pbt.pairs(ranked, 0.25, pbt.rng_for(5, 1))
-    assert first == pbt.pairs(ranked, 0.25, pbt.rng_for(5, 1))
-    assert [agent for agent, _ in first] == ["a0006", "a0007"]  # floor(8 x 0.25) = the bottom 2
+    scores = {agent: 100.0 - i for i, agent in enumerate(ranked)}
+    settings = PbtSettings(quantile=0.25)
+    first = pbt.pairs(ranked, scores, settings, pbt.rng_for(5, 1))
+    assert first == pbt.pairs(ranked, scores, settings, pbt.rng_for(5, 1))
+    assert [agent for agent, _ in first] == ["a0006", "a0007"]  # ceil(8 x 0.25) = the bottom 2
     assert all(source in ("a0000", "a0001") for _, source in first)  # each copies one of the top 2
-    assert pbt.pairs(ranked[:3], 0.25, random.Random(0)) == []  # floor(3 x 0.25) = 0: nobody
     values = {"activation": "relu", "learning_rate": 1e-3, "n_epochs": 5, "gamma": 0.95}
     assert pbt.explore(values, SPACE, pbt.rng_for(5, 1), 0.3) == pbt.explore(values, SPACE, pbt.rng_for(5, 1), 0.3)
+
+
+@pytest.mark.parametrize(
+    ("agents", "quantile", "share"),
+    [(1, 0.25, 0), (2, 0.25, 1), (3, 0.25, 1), (4, 0.25, 1), (5, 0.25, 2), (8, 0.25, 2), (9, 0.1, 1),
+     (10, 0.3, 3), (3, 0.5, 1), (5, 0.5, 2), (2, 0.01, 1)],
+)  # fmt: skip
+def test_the_shares_are_ceil_of_n_times_quantile_capped_at_half(agents: int, quantile: float, share: int) -> None:
+    assert PbtSettings(quantile=quantile).share(agents) == share
+    ranked = [f"a{i:04d}" for i in range(agents)]
+    scores = {agent: float(agents - i) for i, agent in enumerate(ranked)}  # no ties
+    got = pbt.pairs(ranked, scores, PbtSettings(quantile=quantile), random.Random(0))
+    assert [agent for agent, _ in got] == ranked[agents - share :]
+    assert all(source in ranked[:share] for _, source in got)
+
+
+def test_an_exploit_needs_a_strictly_better_source() -> None:
+    ranked = ["a0000", "a0001", "a0002", "a0003"]
+    settings = PbtSettings(quantile=0.5)  # bottom 2 copy one of the top 2
+    tied = dict.fromkeys(ranked, 500.0)  # CartPole's ceiling: nobody is worse than anybody
+    assert pbt.pairs(ranked, tied, settings, random.Random(0)) == []
+    # a0002 ties a0001 but not a0000: it copies a0000 every time; a0003 either of the two.
+    scores = {"a0000": 500.0, "a0001": 480.0, "a0002": 480.0, "a0003": 20.0}
+    for seed in range(30):
+        got = dict(pbt.pairs(ranked, scores, settings, random.Random(seed)))
+        assert got["a0002"] == "a0000" and got["a0003"] in ("a0000", "a0001")
+
+
+CHOICE = SearchSpace(4, "random", 0, (Distribution("n_steps", "choice", choices=(16, 32, 64, 128)),))
+
+
+def test_a_choice_moves_to_a_neighbour_or_is_drawn_again_with_the_resample_probability() -> None:
+    def seen(value: int, probability: float, draws: int = 200) -> list[int]:
+        return [pbt.explore({"n_steps": value}, CHOICE, random.Random(s), probability)["n_steps"] for s in range(draws)]
+
+    assert set(seen(32, 0.0)) == {16, 64}  # one to the left or right, a fair coin
+    assert 0.35 < seen(32, 0.0).count(16) / 200 < 0.65
+    assert set(seen(16, 0.0)) == {16, 32}  # at the end: left stays put
+    assert set(seen(128, 0.0)) == {64, 128}
+    assert set(seen(32, 1.0)) == {16, 32, 64, 128}  # drawn again: anywhere, 128 too
+    far = sum(1 for v in seen(32, 0.25, 800) if v == 128) / 800  # only a redraw reaches 128: 0.25 x 1/4
+    assert 0.03 < far < 0.1
+    # A value its choices do not list (a preset's own, before a draw) is drawn again.
+    assert {pbt.explore({"n_steps": 2048}, CHOICE, random.Random(s), 0.0)["n_steps"] for s in range(40)} <= {
+        16, 32, 64, 128}  # fmt: skip
+
+
+def test_no_architecture_key_is_ever_perturbed_even_when_resampled_always() -> None:
+    space = SearchSpace(4, "random", 0, (
+        Distribution("activation", "choice", choices=("tanh", "relu")),
+        Distribution("learning_rate", "loguniform", 1e-4, 1e-2),
+        Distribution("net_arch", "choice", choices=([32, 32], [64, 64], [128, 128])),
+        Distribution("normalize", "choice", choices=(False, True)),
+    ))  # fmt: skip
+    values = {"activation": "relu", "learning_rate": 1e-3, "net_arch": [64, 64], "normalize": True}
+    for seed in range(40):
+        out = pbt.explore(values, space, random.Random(seed), 1.0)
+        assert (out["activation"], out["net_arch"], out["normalize"]) == ("relu", [64, 64], True)
+        assert out["learning_rate"] != 1e-3
+
+
+SMALL = PLAN.replace("samples = 8", "samples = 1").replace(
+    "[agents.search]", "[agents.overrides]\nn_epochs = [4, 8]\n[agents.search]"
+)
+
+
+def test_a_group_too_small_to_exploit_is_said_once_before_the_fleet_runs() -> None:
+    notes = fleetplan.pbt_notes(plan_of(table="", text=SMALL))  # type: ignore[arg-type]
+    assert notes == [
+        "pbt: the group CartPole-v1 cartpole n_epochs=4 has 1 agent(s): it never exploits (a group needs 2 "
+        "agents; add samples or seeds)",
+        "pbt: the group CartPole-v1 cartpole n_epochs=8 has 1 agent(s): it never exploits (a group needs 2 "
+        "agents; add samples or seeds)",
+    ]
+    assert fleetplan.pbt_notes(plan_of(table="")) == []  # type: ignore[arg-type]  # 8 agents: 2 exploit
+    two = SMALL.replace("samples = 1", "samples = 2")  # groups of 2: ceil(2 x 0.25) = 1 each
+    assert fleetplan.pbt_notes(plan_of(table="", text=two)) == []  # type: ignore[arg-type]
+    arch = PLAN.replace("[[tiers]]", "net_arch = {{ choice = [[32, 32], [64, 64]] }}\n[[tiers]]", 1)
+    (note,) = fleetplan.pbt_notes(plan_of(table="", text=arch))  # type: ignore[arg-type]
+    assert note.startswith("pbt: net_arch shapes the saved network: an agent exploits only agents that drew the same")
 
 
 def _checkpoint(directory: Path, step: int, stamp: int, payload: bytes) -> Path:

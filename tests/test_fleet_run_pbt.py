@@ -85,11 +85,11 @@ def test_a_pbt_boundary_moves_everyone_on_and_the_worst_copies_the_best(tmp_path
     # floor(4 x 0.25) = 1: the worst (a0000) copies the only top agent (a0003).
     assert (exploit.agent, exploit.tier, exploit.source, exploit.source_steps) == ("a0000", 0, "a0003", 1000)
     assert exploit.applied and (exploit.score, exploit.source_score) == (10.0, 40.0)
-    # One agent a draw (seeds = 1, no grid): a0000 trained draw 0's value, and takes a0003's (draw 3's)
-    # x0.8 or x1.2, clipped into the range.
+    # One agent a draw (seeds = 1, no grid): a0000 takes a0003's value (draw 3's) x0.8 or x1.2,
+    # clipped into the range; the change is told from the source's value, not a0000's own (draw 0's).
     old, new = exploit.changes["learning_rate"]
     source = drawn[3]
-    assert old == drawn[0] and rows["a0003"].overrides == {"learning_rate": source}
+    assert old == source != drawn[0] and rows["a0003"].overrides == {"learning_rate": source}
     assert new in {min(max(f * source, 1e-4), 1e-2) for f in (0.8, 1.2)}
     # fleet.db's row: its overrides and its preset file say the new value, and its tier-1 worker got that file.
     assert rows["a0000"].overrides == {"learning_rate": new}
@@ -145,6 +145,39 @@ def test_agents_copy_only_agents_of_their_own_env_preset_and_grid(tmp_path: Path
     assert {(e.agent, e.source) for e in exploits} == {("a0000", "a0006"), ("a0001", "a0007")}
     rows = {row.id: row for row in fleet.fleet.store.agents()}
     assert rows["a0000"].overrides["n_epochs"] == 4 and rows["a0001"].overrides["n_epochs"] == 8
+
+
+def test_agents_pair_only_within_their_searched_network_and_keep_it(tmp_path: Path) -> None:
+    # 8 draws of net_arch and learning_rate; the higher the id the better, so across the fleet the
+    # bottom two would copy the top two whatever their networks.
+    text = PLAN.replace("samples = 4", "samples = 8").replace(
+        "[[tiers]]", "net_arch = { choice = [[32, 32], [64, 64]] }\n[[tiers]]", 1).replace(
+        "quantile = 0.25", "quantile = 0.5")  # fmt: skip
+    fleet = CheckpointingFleet(tmp_path / "run", text, lambda a, t: 1.0, score)
+    fleet.run()
+    rows = {row.id: row for row in fleet.fleet.store.agents()}
+    drawn = {f"a{draw:04d}": values["net_arch"] for draw, (_trial, values) in fleet.fleet.store.draws().items()}
+    exploits = fleet.fleet.store.lineage()
+    assert exploits and len(set(map(str, drawn.values()))) == 2  # both networks drawn, someone exploited
+    for exploit in exploits:  # one boundary: each drew its network in tier 0 and still has it
+        assert drawn[exploit.agent] == drawn[exploit.source] == rows[exploit.agent].overrides["net_arch"], exploit
+        assert exploit.changes["net_arch"] == (drawn[exploit.agent], drawn[exploit.agent])
+    told = [n for n in fleet.fleet.notices if n.startswith("a0") and " exploits " in n]
+    assert len(told) == len(exploits) and all("learning_rate" in n and "net_arch" not in n for n in told)
+    notes = [n for n in fleet.fleet.notices if n.startswith("pbt: net_arch shapes the saved network")]
+    assert len(notes) == 1
+
+
+def test_a_small_group_is_a_notice_once_and_never_exploits(tmp_path: Path) -> None:
+    text = PLAN.replace("samples = 4", "samples = 1").replace(
+        "[agents.search]", "[agents.overrides]\nn_epochs = [4, 8]\n[agents.search]")  # fmt: skip
+    fleet = CheckpointingFleet(tmp_path / "run", text, lambda a, t: 1.0, score)
+    fleet.run()
+    assert fleet.fleet.store.lineage() == []
+    small = [n for n in fleet.fleet.notices if "it never exploits" in n]
+    assert small == [
+        f"pbt: the group CartPole-v1 cartpole n_epochs={n} has 1 agent(s): it never exploits (a group needs 2 "
+        "agents; add samples or seeds)" for n in (4, 8)]  # fmt: skip
 
 
 # Each value alone suits the preset, and so do the midpoints (the first choices); 1 x 7 with a batch

@@ -97,6 +97,22 @@ def test_vecnormalize_statistics_travel_with_the_model(tmp_path: Path) -> None:
     assert store.save(model, 256).vecnormalize_path is None
 
 
+def test_a_resumed_normaliser_discounts_by_the_presets_gamma_not_the_one_it_was_saved_with(tmp_path: Path) -> None:
+    # A pbt exploit resumes a copied checkpoint under a perturbed gamma: the reward normaliser's
+    # running return must discount by the new one, as the model's advantages do.
+    preset = replace(load("cartpole"), n_envs=4, n_steps=16, batch_size=32, n_epochs=1, normalize=True, gamma=0.99)
+    vecnorm = VecNormalize(EnvpoolVecEnv.make("CartPole-v1", 4, seed=0, num_threads=1), gamma=preset.gamma)
+    store = CheckpointStore(tmp_path / "checkpoints")
+    store.save(new_model(preset, vecnorm, seed=0, device="cpu"), 64, vecnorm)
+    perturbed = replace(preset, gamma=0.8)
+    resumed = resume(store, perturbed, EnvpoolVecEnv.make("CartPole-v1", 4, seed=2, num_threads=1), device="cpu")
+    assert resumed.vecnormalize is not None
+    resumed.vecnormalize.reset()
+    for _ in range(2):  # CartPole pays 1 a step and no episode ends in 2 steps: the return is 1 x gamma + 1
+        resumed.vecnormalize.step(np.zeros(4, dtype=np.int64))
+    assert resumed.vecnormalize.returns == pytest.approx([1.8] * 4)
+
+
 def test_a_full_disk_mid_save_prunes_nothing_and_the_newest_checkpoint_still_loads(
     tmp_path: Path, tiny_ppo, monkeypatch
 ) -> None:

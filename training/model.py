@@ -173,6 +173,9 @@ def resume(
         vecnorm = None
         if checkpoint.vecnormalize_path is not None:
             vecnorm = VecNormalize.load(str(checkpoint.vecnormalize_path), venv)
+            # The pickle keeps the gamma it was saved with; the reward it normalizes discounts by the
+            # preset's (a pbt exploit may have perturbed gamma), as a fresh VecNormalize would.
+            vecnorm.gamma = preset.gamma
         # The saved `tensorboard_log` is the one of the run that saved it: this run's replaces it.
         model = PPO.load(
             checkpoint.model_path,

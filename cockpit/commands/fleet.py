@@ -22,7 +22,7 @@ from rich.table import Table
 
 from cockpit.commands.console import interactive, output_console, say, step_display
 from cockpit.contract.files import private_files
-from cockpit.contract.fleetplan import FleetPlan, PlanError, load_plan
+from cockpit.contract.fleetplan import FleetPlan, PlanError, load_plan, pbt_notes
 from cockpit.contract.presets import Preset
 from cockpit.contract.rundir import stamped
 from cockpit.contract.runrecord import RunRecord
@@ -253,6 +253,8 @@ def dry_run(
             "share copying the top share's checkpoints at each tier's end",
             highlight=False,
         )
+        for note in pbt_notes(plan):
+            console.print(note, highlight=False)
     else:
         console.print(
             f"the tiers train {projection.total.amount:,} {unit} instead of "

@@ -62,7 +62,7 @@ from typing import Any, Literal
 from cockpit.contract.envids import EnvError, UnknownEnvError, backend_for, check_env
 from cockpit.contract.presets import PRESET_KEYS, Preset, PresetError, largest_divisor_at_most, load, resolve
 from cockpit.contract.rundir import RUN_NAME_PATTERN, RUN_NAME_RULE
-from cockpit.contract.searchspace import SearchSpace, parse_search
+from cockpit.contract.searchspace import ARCHITECTURE_KEYS, SearchSpace, parse_search
 from cockpit.contract.toml import tomllib
 
 Promotion = Literal["sync", "async", "pbt"]
@@ -117,13 +117,21 @@ class Tier:
 
 @dataclass(frozen=True)
 class PbtSettings:
-    """`[pbt]`: at each tier boundary the bottom `quantile` of the ranked agents each copy an agent of
-    the top `quantile` and perturb its searched values, each key resampled with `resample_probability`
-    (else x0.8 or x1.2); `seed` seeds those draws, so a fleet is reproducible."""
+    """`[pbt]`: at each tier boundary the bottom `share` of each group's ranked agents each copy a
+    better agent of the top `share` and perturb its searched values, each key resampled with
+    `resample_probability` (else x0.8 or x1.2, a choice to a neighbour); `seed` seeds those draws, so
+    a fleet is reproducible (`cockpit.core.fleet.pbt`)."""
 
     quantile: float = 0.25
     resample_probability: float = 0.25
     seed: int = 0
+
+    def share(self, agents: int) -> int:
+        """How many of a group of `agents` are the bottom share, and the top: `ceil(agents ×
+        quantile)` capped at half the group (Ray Tune's PopulationBasedTraining `_quantiles`), so a
+        group of two or three exploits once a boundary at the default quantile, and one of one never."""
+        # The epsilon keeps 0.3 x 10 at 3, not 4 (its float is 3.0000000000000004).
+        return min(math.ceil(agents * self.quantile - 1e-9), agents // 2)
 
 
 @dataclass(frozen=True)
@@ -553,3 +561,33 @@ def load_plan(path: Path) -> FleetPlan:
     except tomllib.TOMLDecodeError as exc:
         raise PlanError(f"{source}: invalid TOML: {exc}") from None
     return parse_plan(raw, source)
+
+
+def pbt_notes(plan: FleetPlan) -> list[str]:
+    """What a pbt plan's groups mean for its exploits, said once before it runs (the dry run prints
+    these lines, a fleet's first notices are these): each group of agents (env, preset and grid
+    overrides: a checkpoint resumes only under its own env and network) too small for anyone to
+    exploit, and the searched architecture keys, whose agents pair only with agents that drew the
+    same values. Empty for any other plan, or a pbt plan whose every group exploits."""
+    if plan.pbt is None or plan.search is None:
+        return []
+    groups: dict[tuple[str, str, tuple[tuple[str, Any], ...]], int] = {}
+    for agent in plan.agents:
+        key = (agent.env, agent.preset_name, agent.overrides)
+        groups[key] = groups.get(key, 0) + 1
+    notes = []
+    for (env, preset, overrides), count in groups.items():
+        if plan.pbt.share(count) == 0:
+            grid = "".join(f" {key}={value}" for key, value in overrides)
+            notes.append(
+                f"pbt: the group {env} {preset}{grid} has {count} agent(s): it never exploits "
+                "(a group needs 2 agents; add samples or seeds)"
+            )
+    fixed = [key for key in plan.search.keys if key in ARCHITECTURE_KEYS]
+    if fixed:
+        verb = "shapes" if len(fixed) == 1 else "shape"
+        notes.append(
+            f"pbt: {', '.join(fixed)} {verb} the saved network: an agent exploits only agents that drew the same "
+            f"{' and '.join(fixed)}, and keeps them (never perturbed); an agent alone with its value never exploits"
+        )
+    return notes

@@ -30,6 +30,11 @@ DistributionKind = Literal["loguniform", "uniform", "int", "choice"]
 KINDS: tuple[DistributionKind, ...] = ("loguniform", "uniform", "int", "choice")
 SETTINGS = ("samples", "sampler", "seed", "multivariate")  # the keys of [agents.search] that are not preset keys
 WHERE = "agents.search"
+# The preset keys that shape what a checkpoint holds: its network (net_arch, activation) and whether
+# a VecNormalize is saved beside it (normalize). A checkpoint resumes only under the same values
+# (training/model.py `_mismatches`), so PBT pairs agents only within one set of them and never
+# perturbs them (cockpit.core.fleet.pbt).
+ARCHITECTURE_KEYS = ("net_arch", "activation", "normalize")
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,22 @@
 
 At each tier boundary of a pbt fleet (Jaderberg et al., 2017, "truncation selection"):
 
-- **exploit** (`pairs`): of the n agents ranked by their tier score (`promotion.rank_key`), each of
-  the bottom `floor(n × quantile)` copies an agent of the top `floor(n × quantile)`, drawn uniformly
-  with the fleet's seeded RNG (several may copy the same one). The copy (`copy_checkpoint`) is the
-  source's newest checkpoint directory (its weights, VecNormalize statistics, step and episode
-  counts: what its score came from), made the exploiter's newest; the exploiter's own checkpoints
-  go to `checkpoints/replaced/`, so its worker resumes the copy.
+- **exploit** (`pairs`): of the n agents of a group ranked by their tier score
+  (`promotion.rank_key`), each of the bottom `PbtSettings.share(n)` (`ceil(n × quantile)` capped at
+  n/2, Ray Tune's rule) copies an agent of the top as many that scored strictly more than it, drawn
+  uniformly with the fleet's seeded RNG (several may copy the same one); one with no such agent
+  (a tie: CartPole agents all at 500) keeps its own. The copy (`copy_checkpoint`) is the source's
+  newest checkpoint directory (its weights, VecNormalize statistics, step and episode counts: what
+  its score came from), made the exploiter's newest; the exploiter's own checkpoints go to
+  `checkpoints/replaced/`, so its worker resumes the copy.
 - **explore** (`explore`): the exploiter takes the source's searched values, each multiplied by 0.8
   or 1.2 (a fair coin) and clipped to its distribution's range (an int rounded), or, with
-  `resample_probability`, resampled from its distribution (loguniform in log space). A choice key is
-  always resampled: it has no ×0.8.
+  `resample_probability`, resampled from its distribution (loguniform in log space). A choice key
+  moves to a neighbouring choice (one left or right, a fair coin, staying put at either end), or is
+  resampled with `resample_probability`, as Ray Tune's `_explore` treats a list. An architecture key
+  (`searchspace.ARCHITECTURE_KEYS`: net_arch, activation, normalize) is never perturbed: the copied
+  checkpoint resumes only under the network and normaliser it was saved with, so agents pair only
+  within one architecture (`cockpit.core.fleet.pbt_boundary`) and keep it.
 
 Everything is drawn from one `random.Random` per tier boundary (`rng_for`), seeded by `[pbt] seed`
 and the tier, in a fixed order (the pairs, then each exploiter's keys in key order), so a plan makes
@@ -31,12 +37,12 @@ from typing import Any
 
 from cockpit.contract.checkpoint_files import unverified
 from cockpit.contract.files import fsync_path
+from cockpit.contract.fleetplan import PbtSettings
 from cockpit.contract.presets import Preset
-from cockpit.contract.searchspace import Distribution, SearchSpace
+from cockpit.contract.searchspace import ARCHITECTURE_KEYS, Distribution, SearchSpace
 
 FACTORS = (0.8, 1.2)
 REPLACED_DIR = "replaced"  # in a job's checkpoints/: the checkpoints an exploit set aside
-EPSILON = 1e-9  # so 0.3 x 10 floors to 3, not 2
 
 
 def rng_for(seed: int, tier: int) -> random.Random:
@@ -45,14 +51,23 @@ def rng_for(seed: int, tier: int) -> random.Random:
     return random.Random(seed * 1_000_003 + tier)
 
 
-def pairs(ranked: Sequence[str], quantile: float, rng: random.Random) -> list[tuple[str, str]]:
-    """(exploiter, source) for each of the bottom `floor(n × quantile)` of `ranked` (best first),
-    worst last in the list's order, each source drawn uniformly from the top as many."""
-    count = math.floor(len(ranked) * quantile + EPSILON)
+def pairs(
+    ranked: Sequence[str], scores: Mapping[str, float], settings: PbtSettings, rng: random.Random
+) -> list[tuple[str, str]]:
+    """(exploiter, source) for each of the bottom `settings.share(n)` of `ranked` (best first) that
+    an agent of the top as many outscores, worst last in the list's order, each source drawn
+    uniformly from the top agents whose `scores` are strictly higher than its exploiter's (a tie is
+    no reason to throw an agent's own training away)."""
+    count = settings.share(len(ranked))
     if count == 0:
         return []
     top, bottom = list(ranked[:count]), list(ranked[-count:])
-    return [(agent, rng.choice(top)) for agent in bottom]
+    out = []
+    for agent in bottom:
+        better = [source for source in top if scores[source] > scores[agent]]
+        if better:
+            out.append((agent, rng.choice(better)))
+    return out
 
 
 def current_values(search: SearchSpace, overrides: Mapping[str, Any], preset: Preset) -> dict[str, Any]:
@@ -73,23 +88,53 @@ def _resample(distribution: Distribution, rng: random.Random) -> Any:
     return rng.uniform(distribution.low, distribution.high)
 
 
+def _neighbour(distribution: Distribution, value: Any, rng: random.Random) -> Any:
+    """A choice one to the left or right of `value` (a fair coin), the same one at either end."""
+    index = distribution.choices.index(value) + rng.choice((-1, 1))
+    return distribution.choices[min(max(index, 0), len(distribution.choices) - 1)]
+
+
 def explore(
     values: Mapping[str, Any], search: SearchSpace, rng: random.Random, resample_probability: float
 ) -> dict[str, Any]:
     """`values` (the source's searched values) perturbed: each key, in key order, resampled from its
-    distribution with `resample_probability` (always for a choice), else ×0.8 or ×1.2 and clipped
-    into its range (an int rounded). A value that is not a number is resampled too."""
+    distribution with `resample_probability`, else a number ×0.8 or ×1.2 clipped into its range (an
+    int rounded), a choice moved to a neighbouring choice; a value that is neither a number nor one
+    of its choices is resampled. An architecture key (`ARCHITECTURE_KEYS`) keeps its value, and
+    draws nothing."""
     out: dict[str, Any] = {}
     for distribution in search.params:
         value = values[distribution.key]
+        if distribution.key in ARCHITECTURE_KEYS:
+            out[distribution.key] = value
+            continue
         # One draw per key whatever its kind, so adding a key never shifts the draws of the others'.
         resample = rng.random() < resample_probability
-        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if resample or not distribution.numeric or not numeric:
-            out[distribution.key] = _resample(distribution, rng)
+        if distribution.numeric:
+            known = isinstance(value, (int, float)) and not isinstance(value, bool)
         else:
+            known = any(_same(value, choice) for choice in distribution.choices)
+        if resample or not known:
+            out[distribution.key] = _resample(distribution, rng)
+        elif distribution.numeric:
             out[distribution.key] = distribution.clip(value * rng.choice(FACTORS))
+        else:
+            out[distribution.key] = _neighbour(distribution, _as_choice(distribution, value), rng)
     return out
+
+
+def _same(value: Any, choice: Any) -> bool:
+    """True when `value` is `choice` as a plan writes it: a tuple is its list, True is not 1."""
+
+    def canon(v: Any) -> str:
+        return repr(list(v) if isinstance(v, tuple) else v)
+
+    return canon(value) == canon(choice)
+
+
+def _as_choice(distribution: Distribution, value: Any) -> Any:
+    """The choice `value` is (`_same`)."""
+    return next(choice for choice in distribution.choices if _same(value, choice))
 
 
 def newest_checkpoint(checkpoints: Path) -> Path | None:

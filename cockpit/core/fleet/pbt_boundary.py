@@ -2,8 +2,9 @@
 
 `cockpit.core.fleet.pbt` holds the rules (who exploits whom, the explore rule, the copy); this
 module applies them to a running fleet's `Roster`: when a tier is complete, `PbtBoundary.cross`
-ranks its scores, pairs each bottom agent with a top one within its group (env, preset and grid
-overrides: a checkpoint resumes only under its own env and network), perturbs the values, records
+ranks its scores, pairs each bottom agent with a strictly better top one within its group (env,
+preset, grid overrides and searched architecture keys: a checkpoint resumes only under its own env,
+network and normaliser), perturbs the values, records
 the exploits with everyone's move to the next tier in one fleet.db transaction, and only then
 makes the copies (`apply_exploits`, which a resumed fleet calls too: a kill between a decision and
 its copy is finished before any worker starts).
@@ -21,6 +22,7 @@ from cockpit.contract.checkpoint_files import unverified
 from cockpit.contract.fleetplan import FleetPlan, with_values
 from cockpit.contract.presets import PresetError
 from cockpit.contract.rundir import RunDir
+from cockpit.contract.searchspace import ARCHITECTURE_KEYS
 from cockpit.core.fleet import pbt
 from cockpit.core.fleet.promotion import ranked
 from cockpit.core.fleet.roster import Roster, preset_file
@@ -51,7 +53,7 @@ class PbtBoundary:
         rng = pbt.rng_for(settings.seed, tier)
         checkpoints = RunDir(self.run_dir)
         exploits: list[Exploit] = []
-        for agent_id, source_id in self._pairs([r.agent for r in order], settings.quantile, rng):
+        for agent_id, source_id in self._pairs([r.agent for r in order], scores, rng):
             source_row, row = roster.agents[source_id].row, roster.agents[agent_id].row
             newest = pbt.newest_checkpoint(checkpoints.job(source_id).checkpoints)
             if newest is None:  # cannot happen for a scored agent (its worker saves before it scores)
@@ -64,7 +66,6 @@ class PbtBoundary:
             planned = self.plan.agents[row.index]
             base = planned.unsearched or planned.preset  # the grid's preset: a batch size rounds from its own
             old = pbt.current_values(search, source_row.overrides, self.plan.agents[source_row.index].preset)
-            mine = pbt.current_values(search, row.overrides, base)
             try:
                 preset = with_values(base, pbt.explore(old, search, rng, settings.resample_probability))
             except PresetError as exc:  # keys checked one at a time up front; together a preset may refuse them
@@ -72,7 +73,7 @@ class PbtBoundary:
                 preset = with_values(base, old)
             new = {key: preset.as_dict()[key] for key in search.keys}  # as resolved (a batch size rounded)
             overrides = {**dict(self.plan.agents[row.index].overrides), **row.overrides, **new}
-            changes = {key: (mine[key], new[key]) for key in search.keys}
+            changes = {key: (old[key], new[key]) for key in search.keys}  # what the exploiter took, and made of it
             steps = roster.result_of(source_id, tier).steps
             exploits.append(
                 Exploit(
@@ -93,14 +94,15 @@ class PbtBoundary:
         roster.decided.add(tier)
         roster.promoted[tier] |= set(everyone)
         for exploit in exploits:
+            # An architecture key is the source's and the exploiter's alike, never changed: not news.
+            perturbed = {key: change for key, change in exploit.changes.items() if key not in ARCHITECTURE_KEYS}
             agent = roster.agents[exploit.agent]
             agent.row = dataclasses.replace(agent.row, preset=exploit.preset, overrides=exploit.overrides or {})
             agent.preset_arg = exploit.preset
             roster.lineage.setdefault(exploit.agent, []).append(exploit)
-            ahead = ">" if (exploit.source_score or 0.0) > (exploit.score or 0.0) else "="  # "=": a tie ranked ahead
             roster.notice(
-                f"{exploit.agent} exploits {exploit.source} (score {exploit.source_score:.1f} {ahead} "
-                f"{exploit.score:.1f}): {pbt.changes_text(exploit.changes)}"
+                f"{exploit.agent} exploits {exploit.source} (score {exploit.source_score:.1f} > "
+                f"{exploit.score:.1f}): {pbt.changes_text(perturbed)}"
             )
         for agent_id in everyone:
             agent = roster.agents[agent_id]
@@ -110,18 +112,27 @@ class PbtBoundary:
         best = f", best {order[0].agent} {order[0].score:.1f}" if order else ""
         roster.notice(f"tier {tier} done: {len(order)} scored, all go on, {len(exploits)} exploited a top agent{best}")
 
-    def _pairs(self, order: list[str], quantile: float, rng: random.Random) -> list[tuple[str, str]]:
-        """`pbt.pairs` within each group of agents that share env, preset and grid overrides (a
-        checkpoint resumes only under its own env and network), the groups in matrix order."""
+    def _pairs(self, order: list[str], scores: dict[str, float], rng: random.Random) -> list[tuple[str, str]]:
+        """`pbt.pairs` within each group of agents that share env, preset, grid overrides and the
+        values of their searched architecture keys (a checkpoint resumes only under its own env,
+        network and normaliser), the groups in order of their first agent in the matrix."""
+        settings, search = self.plan.pbt, self.plan.search
+        assert settings is not None and search is not None
         agents = self.roster.agents
-        groups: dict[tuple[str, str, tuple[tuple[str, Any], ...]], list[str]] = {}
+        fixed = tuple(key for key in search.keys if key in ARCHITECTURE_KEYS)
+        groups: dict[tuple[Any, ...], list[str]] = {}
+
+        def group_of(agent_id: str) -> tuple[Any, ...]:
+            row = agents[agent_id].row
+            agent = self.plan.agents[row.index]
+            values = pbt.current_values(search, row.overrides, agent.preset)
+            return (agent.env, agent.preset_name, agent.overrides, tuple(repr(values[key]) for key in fixed))
+
         for agent_id in sorted(order, key=lambda a: agents[a].row.index):
-            agent = self.plan.agents[agents[agent_id].row.index]
-            groups.setdefault((agent.env, agent.preset_name, agent.overrides), [])
+            groups.setdefault(group_of(agent_id), [])
         for agent_id in order:  # best first within each group
-            agent = self.plan.agents[agents[agent_id].row.index]
-            groups[agent.env, agent.preset_name, agent.overrides].append(agent_id)
-        return [pair for members in groups.values() for pair in pbt.pairs(members, quantile, rng)]
+            groups[group_of(agent_id)].append(agent_id)
+        return [pair for members in groups.values() for pair in pbt.pairs(members, scores, settings, rng)]
 
     def apply_exploits(self) -> None:
         """Put each recorded exploit's copy in place that is not yet (`pbt.copy_checkpoint`), and

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from cockpit.contract.checkpoint_files import MODEL_FILE, VECNORMALIZE_FILE, recorded_sums, unverified
-from cockpit.contract.fleetplan import FleetPlan, PlanError, parse_plan
+from cockpit.contract.fleetplan import FleetPlan, PlanError, parse_plan, pbt_notes
 from cockpit.contract.model_manifest import MODELS_DIR, ModelEntry, copy_atomic, read_manifest, write_manifest
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.states import JobState
@@ -116,6 +116,8 @@ class FleetRun:
         if fleet.rate is not None:
             store.set_meta("rate_usd_per_h", repr(fleet.rate))
         fleet._load()
+        for note in pbt_notes(plan):  # once, as the fleet starts (a resume does not say it again)
+            fleet.roster.notice(note)
         return fleet
 
     @classmethod

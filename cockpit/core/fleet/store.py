@@ -18,7 +18,7 @@ Tables:
   there, no promotion from it, and the tier can promote no more;
 - `lineage` (promotion = "pbt", `cockpit.core.fleet.pbt`): an agent that, at the end of `tier`,
   copied `source`'s checkpoint (`checkpoint`, the directory name, at `source_steps`) and changed its
-  searched values (`changes`, JSON `{key: [old, new]}`); `applied` once the copy is in place (a
+  searched values (`changes`, JSON `{key: [source's, new]}`); `applied` once the copy is in place (a
   resumed fleet redoes the file work of a decision recorded but not applied).
 - `draws`: with `[agents.search]`, each draw made: its Optuna trial number and its values
   (`cockpit.core.fleet.search`), recorded with its agents' overrides and preset in one transaction.
@@ -111,7 +111,7 @@ class Result:
 class Exploit:
     """A PBT decision (the `lineage` table): at the end of `tier`, `agent` copied `source`'s
     checkpoint directory `checkpoint` (taken at `source_steps`) and changed its searched values,
-    `changes` {key: (old, new)}; `score` and `source_score` are theirs in that tier."""
+    `changes` {key: (the source's value, the new one)}; `score` and `source_score` are theirs in that tier."""
 
     agent: str
     tier: int
