@@ -655,15 +655,19 @@ def test_the_tmp_fallback_for_a_long_pipe_path_must_be_ours_and_0700(standin: St
         calls = len(standin.calls())
         with pytest.raises(MpsError) as raised:
             open_daemons(run_dir, [VOLTA_GPU])
-        me = os.getuid()
-        assert str(raised.value) == (f"--mps: no pipe directory for GPU 0's daemon: {fallback}: not a private "
-                                     f"directory of uid {me} (owner {me}, mode 755); remove it")  # fmt: skip
+        assert str(raised.value) == pipe_refusal(fallback, os.getuid(), "755")
         assert len(standin.calls()) == calls  # no daemon started on pipes another user could reach
     finally:
         shutil.rmtree(fallback, ignore_errors=True)
 
 
 NOBODY = 65534  # the uid of `nobody` on Linux
+
+
+def pipe_refusal(pipe_dir: Path, owner: int, mode: str) -> str:
+    """The one line that refuses GPU 0's pipe directory `pipe_dir`, owned by `owner` with `mode`."""
+    return (f"--mps: no pipe directory for GPU 0's daemon: {pipe_dir}: not a private directory of uid "
+            f"{os.getuid()} (owner {owner}, mode {mode}); remove it")  # fmt: skip
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a directory owned by another uid needs root to make")
@@ -680,9 +684,7 @@ def test_a_0777_pipe_directory_another_user_made_first_is_refused_in_one_line(st
         calls = len(standin.calls())
         with pytest.raises(MpsError) as raised:
             open_daemons(run_dir, [VOLTA_GPU])
-        me = os.getuid()
-        assert str(raised.value) == (f"--mps: no pipe directory for GPU 0's daemon: {fallback}: not a private "
-                                     f"directory of uid {me} (owner {NOBODY}, mode 777); remove it")  # fmt: skip
+        assert str(raised.value) == pipe_refusal(fallback, NOBODY, "777")
         # Inside a run directory too: the pipes of a run whose --run-dir someone else prepared.
         planted = RunDir(short.resolve()).mps_gpu_pipe(0)
         planted.mkdir(parents=True)
@@ -690,9 +692,7 @@ def test_a_0777_pipe_directory_another_user_made_first_is_refused_in_one_line(st
         os.chown(planted, NOBODY, -1)
         with pytest.raises(MpsError) as raised:
             open_daemons(short, [VOLTA_GPU])
-        me = os.getuid()
-        assert str(raised.value) == (f"--mps: no pipe directory for GPU 0's daemon: {planted}: not a private "
-                                     f"directory of uid {me} (owner {NOBODY}, mode 777); remove it")  # fmt: skip
+        assert str(raised.value) == pipe_refusal(planted, NOBODY, "777")
         assert len(standin.calls()) == calls  # no daemon started on pipes another user could reach
     finally:
         shutil.rmtree(fallback, ignore_errors=True)

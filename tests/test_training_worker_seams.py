@@ -198,15 +198,21 @@ def _wait_for_exit(pid: int, timeout: float = 10.0) -> bool:
     return False
 
 
-def test_a_training_worker_whose_cockpit_is_killed_9_is_asked_to_stop(tmp_path: Path) -> None:
-    out = tmp_path / "follower.out"
+def _cockpit_of(follower: str, out: Path) -> tuple[subprocess.Popen[str], int]:
+    """A stand-in cockpit (`COCKPIT`) running `follower`'s code as its worker, writing to `out`;
+    the cockpit's process and the worker's pid, once it has started."""
     repo = Path(__file__).resolve().parents[1]
     cockpit = subprocess.Popen(
-        [sys.executable, "-c", COCKPIT, PARENT_PID_ENV, FOLLOWER, str(out)], cwd=repo, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", COCKPIT, PARENT_PID_ENV, follower, str(out)], cwd=repo, stdout=subprocess.PIPE, text=True
     )
+    assert cockpit.stdout is not None
+    return cockpit, int(cockpit.stdout.readline())
+
+
+def test_a_training_worker_whose_cockpit_is_killed_9_is_asked_to_stop(tmp_path: Path) -> None:
+    out = tmp_path / "follower.out"
+    cockpit, follower = _cockpit_of(FOLLOWER, out)
     try:
-        assert cockpit.stdout is not None
-        follower = int(cockpit.stdout.readline())
         assert _wait_for_lines(out, 2) == ["importing", "training"]
         cockpit.kill()
         cockpit.wait()
@@ -253,13 +259,8 @@ while True:
 
 def test_a_worker_whose_save_hangs_after_its_cockpit_died_is_killed(tmp_path: Path) -> None:
     out = tmp_path / "follower.out"
-    repo = Path(__file__).resolve().parents[1]
-    cockpit = subprocess.Popen(
-        [sys.executable, "-c", COCKPIT, PARENT_PID_ENV, HANGING, str(out)], cwd=repo, stdout=subprocess.PIPE, text=True
-    )
+    cockpit, follower = _cockpit_of(HANGING, out)
     try:
-        assert cockpit.stdout is not None
-        follower = int(cockpit.stdout.readline())
         assert _wait_for_lines(out, 1) == ["training"]
     finally:
         cockpit.kill()
