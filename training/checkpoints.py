@@ -21,11 +21,15 @@ from pathlib import Path
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.vec_env import VecNormalize
 
+from cockpit.contract.checkpoint_files import (
+    META_FILE,
+    MODEL_FILE,
+    VECNORMALIZE_FILE,
+    mismatch,
+    read_meta,
+    recorded_sums,
+)
 from cockpit.contract.files import fsync_path, sha256_of
-
-MODEL_FILE = "model.zip"
-VECNORM_FILE = "vecnormalize.pkl"
-META_FILE = "meta.json"
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ class Checkpoint:
     @property
     def vecnormalize_path(self) -> Path | None:
         """The VecNormalize statistics, or None when the run does not normalize."""
-        p = self.path / VECNORM_FILE
+        p = self.path / VECNORMALIZE_FILE
         return p if p.exists() else None
 
 
@@ -95,7 +99,7 @@ class CheckpointStore:
             tmp.mkdir()
             model.save(tmp / MODEL_FILE)
             if vecnormalize is not None:
-                vecnormalize.save(tmp / VECNORM_FILE)
+                vecnormalize.save(tmp / VECNORMALIZE_FILE)
             files = {p.name: sha256_of(p) for p in sorted(tmp.iterdir())}
             meta: dict[str, object] = {"step": step, "files": files}
             if episodes is not None:
@@ -126,20 +130,15 @@ class CheckpointStore:
 
         Raises ValueError saying what is wrong otherwise.
         """
+        meta = read_meta(path)
         try:
-            meta = json.loads((path / META_FILE).read_text())
-            step, files = int(meta["step"]), dict(meta["files"])
+            step = int(meta["step"])
             episodes = None if meta.get("episodes") is None else int(meta["episodes"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"unreadable {META_FILE}: {exc}") from exc
-        if MODEL_FILE not in files:
-            raise ValueError(f"{META_FILE} lists no {MODEL_FILE}")
-        for fname, digest in files.items():
-            f = path / fname
-            if not f.is_file():
-                raise ValueError(f"{fname} is missing")
-            if sha256_of(f) != digest:
-                raise ValueError(f"{fname} does not match its recorded SHA-256")
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"unreadable {META_FILE} ({exc!r})") from exc
+        problem = mismatch(path, recorded_sums(path, meta))
+        if problem is not None:
+            raise ValueError(problem)
         return Checkpoint(path, step, episodes)
 
     def quarantine(self, path: Path, reason: str) -> CorruptCheckpoint:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from cockpit.contract.files import sha256_of
 
@@ -24,17 +25,42 @@ VECNORMALIZE_FILE = "vecnormalize.pkl"
 META_FILE = "meta.json"
 
 
-def recorded_sums(checkpoint: Path) -> dict[str, str]:
-    """The SHA-256 of each file the worker wrote in `checkpoint`, by file name, as its meta.json
-    records them; ValueError (one line) when meta.json is missing, not JSON, or lists no model."""
+def read_meta(checkpoint: Path) -> dict[str, Any]:
+    """`checkpoint`'s meta.json as written; ValueError (one line) when it is missing or not a JSON
+    object."""
     try:
-        files = json.loads((checkpoint / META_FILE).read_text(encoding="utf-8"))["files"]
-        sums = {str(name): str(digest) for name, digest in dict(files).items()}
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        meta = json.loads((checkpoint / META_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
         raise ValueError(f"unreadable {META_FILE} ({exc})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"unreadable {META_FILE} (not a JSON object)")
+    return meta
+
+
+def recorded_sums(checkpoint: Path, meta: dict[str, Any] | None = None) -> dict[str, str]:
+    """The SHA-256 of each file the worker wrote in `checkpoint`, by file name, as its meta.json
+    records them (`meta`, when already read); ValueError (one line) when meta.json is missing, not
+    JSON, or lists no model."""
+    meta = read_meta(checkpoint) if meta is None else meta
+    try:
+        sums = {str(name): str(digest) for name, digest in dict(meta["files"]).items()}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"unreadable {META_FILE} ({exc!r})") from None
     if MODEL_FILE not in sums:
         raise ValueError(f"{META_FILE} lists no {MODEL_FILE}")
     return sums
+
+
+def mismatch(checkpoint: Path, sums: dict[str, str]) -> str | None:
+    """The first file of `sums` that is missing from `checkpoint` or does not match its sum, said
+    in a few words (`model.zip is missing`); None when every one matches."""
+    for name, digest in sums.items():
+        path = checkpoint / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if sha256_of(path) != digest:
+            return f"{name} does not match the SHA-256 its worker recorded"
+    return None
 
 
 def unverified(checkpoint: Path, shown: str | None = None) -> str | None:
@@ -49,10 +75,5 @@ def unverified(checkpoint: Path, shown: str | None = None) -> str | None:
     unlisted = [name for name in (MODEL_FILE, VECNORMALIZE_FILE) if name not in sums and (checkpoint / name).exists()]
     if unlisted:
         return f"{shown}: {unlisted[0]} has no SHA-256 in {META_FILE}"
-    for name, digest in sums.items():
-        path = checkpoint / name
-        if not path.is_file():
-            return f"{shown}: {name} is missing"
-        if sha256_of(path) != digest:
-            return f"{shown}: {name} does not match the SHA-256 its worker recorded"
-    return None
+    problem = mismatch(checkpoint, sums)
+    return None if problem is None else f"{shown}: {problem}"
