@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from cockpit.contract import fleetplan
+from cockpit.contract.checkpoint_files import newest_checkpoint
 from cockpit.contract.costs import Costs
 from cockpit.contract.files import sha256_of
 from cockpit.contract.fleetplan import PbtSettings, PlanError, load_plan, parse_plan
@@ -249,7 +250,7 @@ def test_the_copy_becomes_the_only_checkpoint_and_a_rerun_is_harmless(tmp_path: 
     _checkpoint(mine, 512, 3, b"older")
     (mine / f".tmp-{source.name}").mkdir()  # a copy a kill cut short
     copied = pbt.copy_checkpoint(source, mine)
-    assert pbt.newest_checkpoint(mine) == copied and (copied / "model.zip").read_bytes() == b"top"
+    assert newest_checkpoint(mine) == copied and (copied / "model.zip").read_bytes() == b"top"
     assert sorted(p.name for p in (mine / pbt.REPLACED_DIR).iterdir()) == [
         "step-000000000512-3", "step-000000001024-9"]  # fmt: skip
     assert not list(mine.glob(".tmp-*"))

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cockpit.contract.checkpoint_files import newest_checkpoint
 from cockpit.contract.events import EventWriter
 from cockpit.contract.files import sha256_of
 from cockpit.contract.model_manifest import MODELS_DIR, read_manifest
@@ -293,11 +294,11 @@ def test_a_corrupt_checkpoint_is_neither_exploited_nor_collected_and_the_rest_ar
     collected = {entry.agent: entry for entry in read_manifest(run_dir)}
     assert sorted(collected) == ["a0000", "a0001", "a0003"]
     assert not (run_dir / MODELS_DIR / "a0002.zip").exists()
-    newest = pbt.newest_checkpoint(jobs / "a0002" / "checkpoints")
+    newest = newest_checkpoint(jobs / "a0002" / "checkpoints")
     assert [n for n in fleet.fleet.notices if n.startswith("a0002: ")] == [
         f"a0002: its model is not collected: checkpoint {newest}: model.zip does not match the SHA-256 its worker "
         "recorded"]  # fmt: skip
     for agent, entry in collected.items():
-        checkpoint = pbt.newest_checkpoint(jobs / agent / "checkpoints")
+        checkpoint = newest_checkpoint(jobs / agent / "checkpoints")
         assert checkpoint is not None
         assert entry.sha256 == json.loads((checkpoint / "meta.json").read_text())["files"]["model.zip"]

@@ -25,6 +25,7 @@ from cockpit.contract.checkpoint_files import (
     META_FILE,
     MODEL_FILE,
     VECNORMALIZE_FILE,
+    checkpoints_in,
     mismatch,
     read_meta,
     recorded_sums,
@@ -61,11 +62,6 @@ class CorruptCheckpoint:
     reason: str
 
 
-def _sort_key(path: Path) -> tuple[int, int]:
-    _, step, stamp = path.name.split("-")
-    return int(step), int(stamp)
-
-
 class CheckpointStore:
     """The checkpoints of one job; `save` is atomic and prunes to the newest `keep`."""
 
@@ -75,12 +71,7 @@ class CheckpointStore:
 
     def list(self) -> list[Path]:
         """Complete checkpoint directories, oldest first (by step, then by write time)."""
-        if not self.directory.is_dir():
-            return []
-        found = [
-            p for p in self.directory.iterdir() if p.is_dir() and p.name.startswith("step-") and p.name.count("-") == 2
-        ]
-        return sorted(found, key=_sort_key)
+        return checkpoints_in(self.directory)
 
     def save(
         self, model: BaseAlgorithm, step: int, vecnormalize: VecNormalize | None = None, *, episodes: int | None = None

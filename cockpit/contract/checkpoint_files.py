@@ -25,6 +25,35 @@ VECNORMALIZE_FILE = "vecnormalize.pkl"
 META_FILE = "meta.json"
 
 
+def checkpoints_in(directory: Path) -> list[Path]:
+    """The checkpoints (`step-<step>-<ns>/` directories) in a job's `directory`, oldest first, by
+    step, then time, as the worker orders them; [] when it has none or does not exist. A copy
+    being written (`.tmp-step-...`) and the quarantined ones (`corrupt/`) are not among them."""
+    try:
+        entries = list(directory.iterdir())
+    except OSError:
+        return []
+    found = [(order, p) for p in entries if (order := _order(p.name)) is not None and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def newest_checkpoint(directory: Path) -> Path | None:
+    """The newest of `checkpoints_in(directory)`; None when there is none."""
+    found = checkpoints_in(directory)
+    return found[-1] if found else None
+
+
+def _order(name: str) -> tuple[int, int] | None:
+    """`step-<step>-<ns>` as (step, ns); None for any other name."""
+    parts = name.split("-")
+    if len(parts) != 3 or parts[0] != "step":
+        return None
+    try:
+        return int(parts[1]), int(parts[2])
+    except ValueError:
+        return None
+
+
 def read_meta(checkpoint: Path) -> dict[str, Any]:
     """`checkpoint`'s meta.json as written; ValueError (one line) when it is missing or not a JSON
     object."""

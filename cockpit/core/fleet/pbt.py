@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cockpit.contract.checkpoint_files import unverified
+from cockpit.contract.checkpoint_files import checkpoints_in, unverified
 from cockpit.contract.files import fsync_path
 from cockpit.contract.fleetplan import PbtSettings
 from cockpit.contract.presets import Preset
@@ -137,17 +137,6 @@ def _as_choice(distribution: Distribution, value: Any) -> Any:
     return next(choice for choice in distribution.choices if _same(value, choice))
 
 
-def newest_checkpoint(checkpoints: Path) -> Path | None:
-    """The newest `step-<step>-<time_ns>` directory in a job's `checkpoints` (by step, then time),
-    as the worker orders them; None when there is none."""
-    if not checkpoints.is_dir():
-        return None
-    found = [p for p in checkpoints.glob("step-*-*") if p.is_dir() and p.name.count("-") == 2]
-    if not found:
-        return None
-    return max(found, key=lambda p: tuple(int(x) for x in p.name.split("-")[1:]))
-
-
 def copy_checkpoint(source: Path, checkpoints: Path) -> Path:
     """Make a copy of the checkpoint directory `source` the only checkpoint in `checkpoints` (a
     job's), under the same name; return it. Idempotent, and safe to kill at any point: the copy is
@@ -176,8 +165,8 @@ def copy_checkpoint(source: Path, checkpoints: Path) -> Path:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     replaced = checkpoints / REPLACED_DIR
-    for other in checkpoints.glob("step-*-*"):
-        if other.is_dir() and other != final:
+    for other in checkpoints_in(checkpoints):
+        if other != final:
             replaced.mkdir(exist_ok=True)
             shutil.rmtree(replaced / other.name, ignore_errors=True)
             os.rename(other, replaced / other.name)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from cockpit.contract.checkpoint_files import unverified
+from cockpit.contract.checkpoint_files import newest_checkpoint, unverified
 from cockpit.contract.fleetplan import FleetPlan, with_values
 from cockpit.contract.presets import PresetError
 from cockpit.contract.rundir import RunDir
@@ -55,7 +55,7 @@ class PbtBoundary:
         exploits: list[Exploit] = []
         for agent_id, source_id in self._pairs([r.agent for r in order], scores, rng):
             source_row, row = roster.agents[source_id].row, roster.agents[agent_id].row
-            newest = pbt.newest_checkpoint(checkpoints.job(source_id).checkpoints)
+            newest = newest_checkpoint(checkpoints.job(source_id).checkpoints)
             if newest is None:  # cannot happen for a scored agent (its worker saves before it scores)
                 roster.notice(f"{agent_id} cannot exploit {source_id}: it has no checkpoint")
                 continue

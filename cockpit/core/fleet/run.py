@@ -37,7 +37,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cockpit.contract.checkpoint_files import MODEL_FILE, VECNORMALIZE_FILE, recorded_sums, unverified
+from cockpit.contract.checkpoint_files import (
+    MODEL_FILE,
+    VECNORMALIZE_FILE,
+    newest_checkpoint,
+    recorded_sums,
+    unverified,
+)
 from cockpit.contract.fleetplan import FleetPlan, PlanError, parse_plan, pbt_notes
 from cockpit.contract.model_manifest import MODELS_DIR, ModelEntry, copy_atomic, read_manifest, write_manifest
 from cockpit.contract.rundir import RunDir
@@ -360,14 +366,10 @@ class FleetRun:
     def _collect(self, agent: Tracked, result: Result) -> None:
         """Copy the agent's final model into models/ and rewrite models.toml."""
         checkpoints = RunDir(self.run_dir).job(agent.row.id).checkpoints
-        found = sorted(
-            (p for p in checkpoints.glob("step-*-*") if p.is_dir()),
-            key=lambda p: tuple(int(x) for x in p.name.split("-")[1:]),
-        )
-        if not found:
+        newest = newest_checkpoint(checkpoints)
+        if newest is None:
             self.roster.notice(f"{agent.row.id}: no checkpoint to collect its model from")
             return
-        newest = found[-1]
         directory = self.run_dir / MODELS_DIR
         directory.mkdir(exist_ok=True)
         vn_name = vn_digest = None

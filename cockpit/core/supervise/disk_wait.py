@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cockpit.contract.checkpoint_files import newest_checkpoint
 from cockpit.contract.files import free_bytes
 from cockpit.contract.rundir import JobDir
 from cockpit.contract.states import JobState
@@ -36,14 +37,9 @@ MIB = 2**20
 def checkpoint_bytes(job_dir: Path) -> int:
     """The size of the newest checkpoint in `job_dir` (its `step-*` directory of the highest step;
     0 when there is none yet): what the job's next checkpoint will need, about."""
-    root = JobDir(job_dir).checkpoints
-    try:
-        steps = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-")]
-    except OSError:
+    newest = newest_checkpoint(JobDir(job_dir).checkpoints)
+    if newest is None:
         return 0
-    if not steps:
-        return 0
-    newest = max(steps, key=lambda p: _step_of(p.name))
     total = 0
     for path in newest.rglob("*"):
         try:
@@ -51,15 +47,6 @@ def checkpoint_bytes(job_dir: Path) -> int:
         except OSError:  # a file removed as the worker rotates its checkpoints
             continue
     return total
-
-
-def _step_of(name: str) -> tuple[int, int]:
-    """`step-<step>-<ns>` as numbers, for ordering (an unreadable name sorts first)."""
-    parts = name.split("-")
-    try:
-        return int(parts[1]), int(parts[2]) if len(parts) > 2 else 0
-    except (IndexError, ValueError):
-        return -1, -1
 
 
 @dataclass
