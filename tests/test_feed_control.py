@@ -35,6 +35,7 @@ from cockpit.core.session.startup import start_session
 from cockpit.core.telemetry.phases import phases_since
 from cockpit.core.telemetry.sampler import Sample, Sampler
 from tests.fakeclock import FakeClock
+from tests.specs import cartpole_spec
 
 T0 = 1_800_000_000.0
 
@@ -554,17 +555,7 @@ class QuietView:
 
 def test_a_running_session_serves_frames_and_takes_commands(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    spec = build_spec(
-        RunSettings(
-            jobs=2,
-            agents=2,
-            preset="cartpole",
-            timesteps=None,
-            run_dir=run_dir,
-            max_restarts=0,
-        ),
-        command_line=("cockpit", "run"),
-    )
+    spec = cartpole_spec(run_dir)
     session = start_session(spec, Sampler(gpu=None, gpu_status="no GPU telemetry: test", hz=20), launcher=FakeWorkers())
     seen: list[Frame] = []
     failures: list[BaseException] = []

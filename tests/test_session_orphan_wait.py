@@ -18,14 +18,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cockpit.contract.runspec import build_spec
-from cockpit.contract.settings import RunSettings
 from cockpit.contract.workerargs import SERVE_FLAG, WORKER_MODULE
 from cockpit.core.launch.local import LocalLauncher, wait_for_previous_workers
 from cockpit.core.session import startup
 from cockpit.core.session.run_session import RunSession
 from cockpit.core.session.startup import start_session
 from cockpit.core.telemetry.sampler import Sampler
+from tests.specs import cartpole_spec
 from tests.test_feed_control import scripted_session
 
 ORPHAN = """
@@ -105,18 +104,7 @@ def previous_run(run_dir: Path) -> None:
 
 def resume_locally(run_dir: Path) -> RunSession:
     """`cockpit run --resume run_dir` on local workers, up to where it would start them."""
-    spec = build_spec(
-        RunSettings(
-            jobs=2,
-            agents=2,
-            preset="cartpole",
-            timesteps=None,
-            run_dir=run_dir,
-            max_restarts=0,
-        ),
-        command_line=("cockpit", "run"),
-        resuming=True,
-    )
+    spec = cartpole_spec(run_dir, resuming=True)
     session = start_session(spec, Sampler(gpu=None, gpu_status="test"), launcher=LocalLauncher(), serve=False,
                          resume=True)  # fmt: skip
     session.recorder.close()

@@ -22,8 +22,6 @@ from cockpit.commands.report import print_report
 from cockpit.contract.advice import AdviceSetting
 from cockpit.contract.controls import ApplyAdvice
 from cockpit.contract.runrecord import read
-from cockpit.contract.runspec import build_spec
-from cockpit.contract.settings import RunSettings
 from cockpit.contract.states import RunStatus
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.machine.host import HostInfo
@@ -38,6 +36,7 @@ from cockpit.views.headless import HeadlessView
 from cockpit.views.tui.app import make_app
 from cockpit.views.tui.detail_screen import JobDetailScreen
 from cockpit.views.tui.jobs_table import JobsTable
+from tests.specs import cartpole_spec
 from tests.test_commands_report_json import validate
 from tests.test_feed_control import FakeWorkers, scripted_session
 from tests.test_views_headless import T0, job, state
@@ -146,18 +145,7 @@ def test_a_resumed_run_shows_the_recorded_verdict_until_it_judges_anew(
     watched_run: tuple[Path, RunState],
 ) -> None:
     run_dir, _ = watched_run
-    spec = build_spec(
-        RunSettings(
-            jobs=2,
-            agents=2,
-            preset="cartpole",
-            timesteps=None,
-            run_dir=run_dir,
-            max_restarts=0,
-        ),
-        command_line=("cockpit", "run"),
-        resuming=True,
-    )
+    spec = cartpole_spec(run_dir, resuming=True)
     resumed = start_session(
         spec, Sampler(gpu=None, gpu_status="test"), launcher=FakeWorkers(), serve=False, resume=True
     )
