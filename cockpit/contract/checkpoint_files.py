@@ -33,7 +33,7 @@ def checkpoints_in(directory: Path) -> list[Path]:
         entries = list(directory.iterdir())
     except OSError:
         return []
-    found = [(order, p) for p in entries if (order := _order(p.name)) is not None and p.is_dir()]
+    found = [(order, p) for p in entries if (order := checkpoint_order(p.name)) is not None and p.is_dir()]
     return [p for _, p in sorted(found)]
 
 
@@ -43,8 +43,8 @@ def newest_checkpoint(directory: Path) -> Path | None:
     return found[-1] if found else None
 
 
-def _order(name: str) -> tuple[int, int] | None:
-    """`step-<step>-<ns>` as (step, ns); None for any other name."""
+def checkpoint_order(name: str) -> tuple[int, int] | None:
+    """A checkpoint directory's name `step-<step>-<ns>` as (step, ns); None for any other name."""
     parts = name.split("-")
     if len(parts) != 3 or parts[0] != "step":
         return None

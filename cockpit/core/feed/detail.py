@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from cockpit.contract.checkpoint_files import checkpoint_order, checkpoints_in
 from cockpit.contract.events import (
     CheckpointEvent,
     ErrorEvent,
@@ -31,31 +32,12 @@ MAX_POINTS = 500
 STDERR_LINES = 20
 
 
-def _checkpoint_step(name: str) -> tuple[int, int] | None:
-    """(step, write time ns) of a `step-<step>-<ns>` directory name; None for anything else."""
-    parts = name.split("-")
-    if len(parts) != 3 or parts[0] != "step":
-        return None
-    try:
-        return int(parts[1]), int(parts[2])
-    except ValueError:
-        return None
-
-
 def _checkpoints_on_disk(job_dir: Path, event_times: Mapping[str, float]) -> tuple[Checkpoint, ...]:
     """Complete checkpoints in the job's directory (`.tmp-*` and `corrupt/` are not), oldest first."""
-    directory = JobDir(job_dir).checkpoints
-    try:
-        entries = list(directory.iterdir())
-    except OSError:
-        return ()
-    found = []
-    for path in entries:
-        key = _checkpoint_step(path.name)
-        if key is not None and path.is_dir():
-            found.append((key, path))
-    found.sort(key=lambda item: item[0])
-    return tuple(Checkpoint(step=key[0], path=str(path), t=event_times.get(path.name)) for key, path in found)
+    found = checkpoints_in(JobDir(job_dir).checkpoints)
+    return tuple(
+        Checkpoint(step=(checkpoint_order(p.name) or (0, 0))[0], path=str(p), t=event_times.get(p.name)) for p in found
+    )
 
 
 class JobDetailReader:
