@@ -723,8 +723,10 @@ def reading_checks(kit: Kit, sec: Section, record: RunRecord, samples: Sequence[
     kit.figure("run", "util", "sample_spacing_median", round(spacing * 1000, 1) if spacing else None, "ms")
     kit.figure("run", "util", "sample_period_recorded", gpu.util_sample_period_ms if gpu else None, "ms")
     kit.figure("run", "util", "util_read", gpu.util_read if gpu else None, "")
-    polled = poll_share(gpu.util_read, gpu.util_read_shares) if gpu else None
-    kit.figure("run", "util", "util_read_poll_share", round(polled, 4) if polled is not None else None, "")
+    share = poll_share(gpu.util_read, gpu.util_read_shares) if gpu else None
+    # Rounded once, so the report's line and figures.csv show the same share.
+    polled = round(share, 4) if share is not None else None
+    kit.figure("run", "util", "util_read_poll_share", polled, "")
     newest = max((t for t, _ in samples), default=None)
     kit.figure("run", "util", "newest_sample_to_stop", round(stopped - newest, 3) if newest else None, "s")
     if kit.s.smoke:
