@@ -40,7 +40,9 @@ def front_title(analysis: SearchAnalysis) -> str:
         price = "no rate, so cost in steps"
     else:
         price = f"$ at ${analysis.rate_usd_per_h:g}/h: {usd(analysis.usd_per_step * 1e6)} per million steps trained"
-    return f"score against cost (* the Pareto front: no other draw scored as much for as little; {price})"
+    return (
+        f"score against cost (* the Pareto front: no other draw scored as much or more for as little or less; {price})"
+    )
 
 
 def listed(analysis: SearchAnalysis, limit: int) -> list[DrawPoint]:

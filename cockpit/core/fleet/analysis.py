@@ -24,10 +24,11 @@ Everything comes from fleet.db as `cockpit.core.fleet.report` reads it, never fr
   search space's Optuna distributions, `search.to_optuna`): how much each key's values in the best
   draws differ from its values over all of them, as shares that sum to 1. PED-ANOVA, not fANOVA:
   fANOVA fits a random forest (scikit-learn, another dependency) to the scores, which a search of a
-  few dozen draws does not feed, while PED-ANOVA compares the top draws' values with the others' in
-  closed form, and its paper targets exactly this question (which keys set the best apart). The top
-  is Optuna's default 10 % of the draws, and at least `TOP_DRAWS`; it needs `MIN_DRAWS` scored draws
-  and a top that does not tie with the rest, else one line says why there is none (no number).
+  few dozen draws does not feed, while PED-ANOVA fits a density of each key's values among the top
+  draws and one among all of them and measures how far apart they are (a Pearson divergence, in
+  closed form): exactly which keys set the best apart. The top is Optuna's default 10 % of the
+  draws, and at least `TOP_DRAWS`; it needs `MIN_DRAWS` scored draws and a top that does not tie
+  with the rest, else one line says why there is none (no number).
 
 Optuna is imported here lazily, in `importance` only (the module docstring of `search` says where
 else); a fleet without Optuna installed gets the front and a line saying how to install it.
