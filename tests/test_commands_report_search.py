@@ -69,6 +69,17 @@ def test_too_few_draws_print_one_line_and_no_importance(tmp_path: Path, capsys: 
     assert "importance (Optuna's" not in out
 
 
+def test_draws_over_several_envs_say_their_scores_mix_raw_returns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run_dir = search_fleet(tmp_path / "run", draws=8, envs=("CartPole-v1", "Acrobot-v1"))
+    assert main(["report", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    first = "search: 8 draws, 8 scored (a draw's score: its agents' mean in the last tier they scored in"
+    assert f"{first}, over 2 envs' raw returns)\n" in out
+    assert "no importance: the draws train 2 envs, whose returns are on different scales\n" in out
+
+
 def test_report_json_has_the_analysis_as_its_schema_says(fleet_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["report", str(fleet_dir), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)

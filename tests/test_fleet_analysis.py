@@ -8,6 +8,7 @@ back through `fleet_summary`, as `cockpit report` reads them.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import shutil
@@ -32,7 +33,7 @@ jobs = 2
 promotion = "{promotion}"
 rate_usd_per_h = 3.6
 [agents]
-env = "CartPole-v1"
+env = {envs}
 preset = "cartpole"
 seeds = {seeds}
 [agents.search]
@@ -63,13 +64,14 @@ def search_fleet(
     seeds: int = 1,
     promotion: str = "sync",
     scored: int | None = None,
+    envs: tuple[str, ...] = ("CartPole-v1",),
 ) -> Path:
     """A search fleet of `draws` draws x `seeds` seeds in `run_dir` (the golden run's run.toml):
     every draw made with seeded random values, its agents scored `score` in tier 0 (the first
     `scored` draws' only, when given), half of them promoted (sync) and scored in tier 1."""
     shutil.copytree(GOLDEN_RUN, run_dir)
     promote = "promote = 0.5" if promotion == "sync" else ""
-    text = SEARCH_PLAN.format(promotion=promotion, seeds=seeds, draws=draws, promote=promote)
+    text = SEARCH_PLAN.format(promotion=promotion, seeds=seeds, draws=draws, promote=promote, envs=json.dumps(envs))
     plan = parse_plan(tomllib.loads(text), "search.toml")
     store = FleetStore.in_run_dir(run_dir)
     store.create(text, "search.toml", [(a.id, a.index, a.env, a.preset_name, dict(a.overrides), a.seed)
@@ -200,3 +202,10 @@ def test_the_dollars_are_at_the_rate_the_fleet_ran_at(tmp_path: Path) -> None:
     assert analysis.usd_per_step == pytest.approx(
         (record.duration_s or 0) / 3600 * 1.8 / sum(j.steps for j in record.jobs)
     )
+
+
+def test_draws_over_several_envs_give_no_importance_and_say_their_scores_mix_them(tmp_path: Path) -> None:
+    analysis = analysed(search_fleet(tmp_path / "run", draws=8, envs=("CartPole-v1", "Acrobot-v1")))
+    assert analysis.envs == 2 and len(analysis.scored) == 8 and analysis.importance == ()
+    assert analysis.importance_note == "no importance: the draws train 2 envs, whose returns are on different scales"
+    assert all(len(p.agents) == 2 for p in analysis.draws) and any(p.pareto for p in analysis.draws)

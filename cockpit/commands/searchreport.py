@@ -20,9 +20,10 @@ def usd(value: float | None) -> str:
 
 def summary(analysis: SearchAnalysis) -> str:
     """The analysis's first line: its draws, and what a draw's score is."""
+    envs = f", over {analysis.envs} envs' raw returns" if analysis.envs > 1 else ""
     return (
         f"search: {len(analysis.draws):,} draws, {len(analysis.scored):,} scored (a draw's score: its agents' "
-        "mean in the last tier they scored in)"
+        f"mean in the last tier they scored in{envs})"
     )
 
 

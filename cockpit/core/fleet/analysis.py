@@ -8,7 +8,8 @@ Everything comes from fleet.db as `cockpit.core.fleet.report` reads it, never fr
   after its first exploit are not the draw's (it trains another agent's checkpoint with perturbed
   values), so its last tier there is the one it exploited at, at the latest. A draw none of whose
   agents scored (a refused draw, one still in its first tier) has no score and is left out of both
-  analyses;
+  analyses. With several envs that mean mixes their raw returns, which are on different scales: the
+  front is still drawn (say so), and no importance is computed;
 - **its cost** is the steps its agents trained, every agent and tier (each agent's latest result:
   a promoted agent resumes, so its steps include the tiers below), and those steps in dollars at the
   fleet's measured cost per step: the run's recorded duration at the fleet's rate (`--rate`, else
@@ -90,6 +91,7 @@ class SearchAnalysis:
     draws: tuple[DrawPoint, ...]
     rate_usd_per_h: float | None
     usd_per_step: float | None
+    envs: int = 1  # the envs the draws' agents train: with several, a score is a mean of their raw returns
 
     @property
     def scored(self) -> tuple[DrawPoint, ...]:
@@ -134,8 +136,9 @@ def analyse(fleet: FleetSummary, cost_per_step: float | None) -> SearchAnalysis 
         score = math.fsum(at_last) / len(at_last) if at_last else None
         points.append(DrawPoint(draw, values, agents, tier, score, trained, cost))
     marked = _pareto(points)
-    shares, note, top = importance(search.space, [p for p in marked if p.score is not None])
-    return SearchAnalysis(EVALUATOR, shares, note, top, tuple(marked), fleet.rate_usd_per_h, cost_per_step)
+    envs = len({agent.env for agent in fleet.agents})
+    shares, note, top = importance(search.space, [p for p in marked if p.score is not None], envs)
+    return SearchAnalysis(EVALUATOR, shares, note, top, tuple(marked), fleet.rate_usd_per_h, cost_per_step, envs)
 
 
 def _own_results(fleet: FleetSummary) -> dict[str, Result]:
@@ -179,10 +182,13 @@ def top_count(n: int) -> int:
 
 
 def importance(
-    space: SearchSpace | None, scored: Sequence[DrawPoint]
+    space: SearchSpace | None, scored: Sequence[DrawPoint], envs: int = 1
 ) -> tuple[tuple[tuple[str, float], ...], str | None, int]:
     """(each key's importance share, the largest first; None or the line saying why there is none;
-    the draws in the top) for the `scored` draws over `space` (module docstring)."""
+    the draws in the top) for the `scored` draws over `space`, whose agents train `envs` envs
+    (module docstring)."""
+    if envs > 1:  # raw returns of different envs are on different scales: their mean ranks nothing
+        return (), f"no importance: the draws train {envs} envs, whose returns are on different scales", 0
     if space is None:
         return (), "no importance: the recorded plan's [agents.search] no longer parses", 0
     n = len(scored)

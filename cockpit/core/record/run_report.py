@@ -260,6 +260,7 @@ def analysis_json(analysis: SearchAnalysis | None) -> dict[str, Any] | None:
         return None
     return {
         "evaluator": analysis.evaluator,
+        "envs": analysis.envs,
         "importance": [{"key": key, "importance": share} for key, share in analysis.importance],
         "importance_note": analysis.importance_note,
         "top": analysis.top,
