@@ -3,8 +3,10 @@
 
 A fleet's run dir (`cockpit fleet`) also has its fleet reported from `fleet.db` and
 `models/models.toml` (`cockpit.core.fleet.report`): the tiers, the leaderboard, every agent and the
-collected models, whose checksums are verified. When one fails, the whole report is still printed,
-and the command exits 1 with one line on stderr naming the files.
+collected models, whose checksums are verified; a search fleet's draws are analysed too
+(`cockpit.core.fleet.analysis`: each key's importance, and score against cost with the Pareto
+front). When a model fails its check, the whole report is still printed, and the command exits 1
+with one line on stderr naming the files.
 
 What is read and assembled, the JSON object included, is `cockpit.core.record.run_report`'s; this
 command prints it.
@@ -234,11 +236,12 @@ def print_fleet(fleet: FleetSummary, console: Console) -> None:
 def print_search(analysis: SearchAnalysis, console: Console) -> None:
     """A search fleet's analysis (`searchreport`): each key's importance, or the line saying why
     there is none, and its scored draws' score against cost, the Pareto front marked."""
-    console.print(searchreport.summary(analysis), highlight=False)
+    # No markup: a note may name `[agents.search]` or `cockpit[search]`, which rich would take for tags.
+    console.print(searchreport.summary(analysis), highlight=False, markup=False)
     if analysis.importance_note is not None:
-        console.print(analysis.importance_note, highlight=False)
+        console.print(analysis.importance_note, highlight=False, markup=False)
     else:
-        console.print(searchreport.importance_title(analysis), highlight=False)
+        console.print(searchreport.importance_title(analysis), highlight=False, markup=False)
         table = Table()
         for col in ("key", "importance", ""):
             table.add_column(col, justify="right" if col == "importance" else "left")
@@ -248,7 +251,7 @@ def print_search(analysis: SearchAnalysis, console: Console) -> None:
     shown = searchreport.listed(analysis, DRAWS_LISTED)
     if not shown:
         return
-    console.print(searchreport.front_title(analysis), highlight=False)
+    console.print(searchreport.front_title(analysis), highlight=False, markup=False)
     table = Table()
     for col in searchreport.COLUMNS:
         table.add_column(col, justify="left" if col in searchreport.LEFT else "right")
