@@ -38,7 +38,8 @@ are seeded per draw from the plan's seed and the draw's number: a sampler seeded
 replay its first draws after a resume, and one seeded by the trial count would draw what the
 timing of the tiers told before it (each later tier adds a trial).
 
-Optuna is imported here only, and only for a plan that searches (`missing`, before anything).
+Optuna is imported here, only for a plan that searches (`missing`, before anything), and in
+`cockpit.core.fleet.analysis`, only to report a search fleet's importance.
 """
 
 from __future__ import annotations
