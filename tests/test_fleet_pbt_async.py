@@ -264,3 +264,29 @@ def test_fleet_help_teaches_replay(capsys: pytest.CaptureFixture[str]) -> None:
     out = " ".join(capsys.readouterr().out.split())
     assert "--replay AGENT RUN_DIR" in out and "PopulationBasedTrainingReplay" in out
     assert "cockpit fleet --replay a0003 runs/" in out
+
+
+def test_an_async_source_that_exploited_on_arriving_is_copied_with_the_values_it_trained_with(tmp_path: Path) -> None:
+    # All four start at once and reach boundary 0 in the order a0003, a0002, a0000, a0001. a0002
+    # arrives second, is the bottom of two and copies a0003; a0001 arrives last, is the bottom of
+    # four with a0000 (quantile 0.5: two and two) and copies a0002 (this seed's draw): its own tier-0
+    # checkpoint, trained with its draw's values, not with those it took from a0003 since.
+    def duration(agent: str, tier: int) -> float:
+        return {"a0003": 1.0, "a0002": 2.0, "a0000": 3.0, "a0001": 4.0}[agent] if tier == 0 else 1.0
+
+    text = plan(4, "synch = false").replace("quantile = 0.25", "quantile = 0.5").replace("seed = 3", "seed = 0")
+    run_dir = tmp_path / "run"
+    fleet = CheckpointingFleet(run_dir, text, duration, score)
+    fleet.run()
+    exploits = {(e.agent, e.tier): e for e in fleet.fleet.store.lineage()}
+    assert exploits["a0002", 0].source == "a0003"
+    late = exploits["a0001", 0]
+    assert late.source == "a0002"
+    drawn = {draw: values["learning_rate"] for draw, (_trial, values) in fleet.fleet.store.draws().items()}
+    took = exploits["a0002", 0].changes["learning_rate"][1]
+    assert late.changes["learning_rate"][0] == drawn[2] != took
+    assert late.checkpoint.startswith("step-000000001000-")
+    replaced = run_dir / "jobs" / "a0001" / "checkpoints" / pbt.REPLACED_DIR
+    assert replaced.is_dir()
+    first = launches(fleet, "a0001")[1]  # its tier-1 worker: a0002's draw's rate, explored
+    assert load(first.request.args.preset).learning_rate == late.changes["learning_rate"][1]

@@ -147,7 +147,7 @@ class PbtBoundary:
         the source's explored; None (a notice says why) when that checkpoint is missing or corrupt."""
         search, settings, roster = self.plan.search, self.plan.pbt, self.roster
         assert search is not None and settings is not None  # parse_plan requires both for pbt
-        source_row, row = roster.agents[source_id].row, roster.agents[agent_id].row
+        row = roster.agents[agent_id].row
         if newest is None:  # cannot happen for a scored agent (its worker saves before it scores)
             roster.notice(f"{agent_id} cannot exploit {source_id}: it has no checkpoint")
             return None
@@ -157,7 +157,7 @@ class PbtBoundary:
             return None
         planned = self.plan.agents[row.index]
         base = planned.unsearched or planned.preset  # the grid's preset: a batch size rounds from its own
-        old = pbt.current_values(search, source_row.overrides, self.plan.agents[source_row.index].preset)
+        old = self._values_at(source_id, tier)
         try:
             preset = with_values(base, pbt.explore(old, search, rng, settings.resample_probability))
         except PresetError as exc:  # keys checked one at a time up front; together a preset may refuse them
@@ -179,6 +179,24 @@ class PbtBoundary:
             preset=preset_file(preset, self.run_dir),
             overrides=overrides,
         )
+
+    def _values_at(self, agent_id: str, tier: int) -> dict[str, Any]:
+        """The searched values `agent_id` trained with in `tier`, what its checkpoint from the tier's
+        end was trained with: its latest exploit's before that tier, else its draw's. Its values now,
+        unless it exploited at that boundary or later (possible only with `synch = false`, where a
+        source may have gone on, or have exploited on arriving there, before it is copied)."""
+        search = self.plan.search
+        assert search is not None
+        row = self.roster.agents[agent_id].row
+        exploits = self.roster.lineage.get(agent_id, [])
+        earlier = [e for e in exploits if e.tier < tier]
+        if earlier:
+            return {key: new for key, (_old, new) in earlier[-1].changes.items()}
+        planned = self.plan.agents[row.index]
+        if not exploits or planned.draw is None:
+            return pbt.current_values(search, row.overrides, planned.preset)
+        _trial, drawn = self.store.draws()[planned.draw]
+        return pbt.current_values(search, drawn, planned.preset)
 
     def _commit(
         self,
