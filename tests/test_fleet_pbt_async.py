@@ -137,8 +137,7 @@ def test_no_agent_exploits_before_the_burn_in(tmp_path: Path, synch: str) -> Non
     exploits = fleet.fleet.store.lineage()
     assert exploits and {e.tier for e in exploits} == {1}
     assert all(e.source_steps >= 1500 for e in exploits)
-    if synch == "true":
-        assert any("no exploit before step 1,500: the burn-in" in n for n in fleet.fleet.notices)
+    assert any("no exploit before step 1,500: the burn-in" in n for n in fleet.fleet.notices)
 
 
 @pytest.mark.parametrize(("more", "says"), [

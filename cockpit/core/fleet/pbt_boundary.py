@@ -89,6 +89,7 @@ class PbtBoundary:
         settings = self.plan.pbt
         assert settings is not None
         roster = self.roster
+        self.pin(agent_id, tier)  # pinned at its harvest, unless a kill came between: it has not trained on since
         mine = self._group_of(agent_id)
         order = [r for r in ranked(roster.results[tier]) if self._group_of(r.agent) == mine]
         scores = {r.agent: r.score for r in order}
@@ -105,7 +106,12 @@ class PbtBoundary:
         self._commit(tier, [agent_id], exploits, decided=False)
         if not exploits:
             place = [r.agent for r in order].index(agent_id) + 1
-            roster.notice(f"{agent_id} goes on to tier {tier + 1} ({place} of {len(order)} scored there so far)")
+            burn = (
+                f"; no exploit before step {settings.burn_in_period:,}: the burn-in"
+                if source_id and own.steps < settings.burn_in_period
+                else ""
+            )
+            roster.notice(f"{agent_id} goes on to tier {tier + 1} ({place} of {len(order)} scored there so far{burn})")
         self._unpin(tier)
 
     def pin(self, agent_id: str, tier: int) -> None:
