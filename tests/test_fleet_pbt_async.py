@@ -227,6 +227,10 @@ def test_a_replay_trains_the_schedule_from_scratch_with_each_tiers_values(tmp_pa
     presets = [load(p.request.args.preset) for p in launches(fleet, "a0000")]
     assert [p.learning_rate for p in presets] == [s.values["learning_rate"] for s in wanted]
     assert fleet.fleet.store.lineage() == []
+    old, new = wanted[1].values["learning_rate"], wanted[2].values["learning_rate"]
+    said = [n for n in fleet.fleet.notices if " as its schedule says: " in n]
+    assert said == ["a0000 trains tier 1 as its schedule says: the same values",
+                    f"a0000 trains tier 2 as its schedule says: learning_rate {old:.3g} -> {new:.3g}"]  # fmt: skip
     assert not (replay_dir / "jobs" / "a0000" / "checkpoints" / pbt.REPLACED_DIR).exists()
     again = fleet_summary(replay_dir)
     assert again is not None

@@ -254,8 +254,9 @@ class PbtBoundary:
             preset = with_values(planned.unsearched or planned.preset, values)  # checked up front, per tier
             overrides = {**dict(planned.overrides), **values}
             retuned.append((agent_id, preset_file(preset, self.run_dir), overrides))
-            changes = {key: (row.overrides.get(key), value) for key, value in values.items()}
-            self.roster.notice(f"{agent_id} trains tier {tier + 1} as its schedule says: {pbt.changes_text(changes)}")
+            changes = {key: (row.overrides.get(key), v) for key, v in values.items() if row.overrides.get(key) != v}
+            said = pbt.changes_text(changes) or "the same values"
+            self.roster.notice(f"{agent_id} trains tier {tier + 1} as its schedule says: {said}")
         self._commit(tier, everyone, [], decided=True, retuned=retuned)
         self.roster.notice(f"tier {tier} done: {len(everyone)} scored, all go on with tier {tier + 1}'s values")
 
