@@ -320,7 +320,8 @@ def _add_fleet_command(commands: Commands) -> None:
         epilog="Examples:\n  cockpit fleet screen.toml --dry-run --rate 1.99\n"
         "  cockpit fleet screen.toml --dry-run --from runs/20261120T090000Z-cartpole-CartPole-v1  (an A100's run)\n"
         "  cockpit fleet screen.toml --jobs 4\n"
-        "  cockpit fleet --resume runs/20261123T140000Z-fleet-screen",
+        "  cockpit fleet --resume runs/20261123T140000Z-fleet-screen\n"
+        "  cockpit fleet --replay a0003 runs/20261123T140000Z-fleet-pbt  (a pbt agent's schedule, from scratch)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     # Optional: --resume RUN_DIR reads the plan from the fleet's own record (commands.fleet checks one of the two).
@@ -339,6 +340,14 @@ def _add_fleet_command(commands: Commands) -> None:
         "its run.toml's SPS per job and jobs at once) instead of this machine's probe",
     )
     _add_resume_flag(fleet, "continue the fleet in RUN_DIR")
+    fleet.add_argument(
+        "--replay",
+        nargs=2,
+        metavar=("AGENT", "RUN_DIR"),
+        help="train the schedule of AGENT, an agent of the pbt fleet in RUN_DIR, again from scratch as a one-agent "
+        "fleet: its seed, env and preset, each tier with the values its weights were trained with there (report "
+        "--json's `schedule`), no exploit (Ray Tune's PopulationBasedTrainingReplay); instead of a PLAN.toml",
+    )
     add_flags(fleet, "fleet", "end")
     _add_headless_flag(fleet)
     add_flags(fleet, "fleet", "machine")

@@ -68,7 +68,8 @@ def test_a_pbt_plan_takes_its_settings_and_defaults() -> None:
     ("", "[pbt]\nquantile = 0", "'pbt.quantile' must be a fraction in (0, 0.5]"),
     ("", "[pbt]\nresample_probability = 1.5", "'pbt.resample_probability' must be a probability in [0, 1]"),
     ("", "[pbt]\nseed = -1", "'pbt.seed' must be an integer in [0, 2^32)"),
-    ("", "[pbt]\nfraction = 0.2", "unknown key 'pbt.fraction' (valid: quantile, resample_probability, seed)"),
+    ("", "[pbt]\nfraction = 0.2",
+     "unknown key 'pbt.fraction' (valid: quantile, resample_probability, seed, synch, burn_in_period, schedule)"),
 ])  # fmt: skip
 def test_a_bad_pbt_plan_is_one_line_naming_the_key(promote: str, table: str, says: str) -> None:
     assert says in error_of(promote, table)

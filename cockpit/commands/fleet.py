@@ -36,6 +36,7 @@ from cockpit.core.session.start import (
     check_plan,
     fleet_of,
     recorded_plan,
+    replay_plan,
     search_missing,
     start_fleet,
 )
@@ -56,6 +57,10 @@ def _main(args: argparse.Namespace, front: FrontEnds) -> int:
     problem = untrusted(args.resume) if args.resume is not None else None
     if problem is not None:  # before fleet.db or run.toml is read: a run directory is code (contract.trust)
         print(f"cockpit fleet: error: --resume {problem}", file=sys.stderr)
+        return 2
+    problem = untrusted(Path(args.replay[1])) if args.replay is not None else None
+    if problem is not None:  # its recorded plan names the preset files the replay trains with
+        print(f"cockpit fleet: error: --replay {problem}", file=sys.stderr)
         return 2
     try:
         plan, plan_text = _plan(args)
@@ -94,9 +99,16 @@ def _main(args: argparse.Namespace, front: FrontEnds) -> int:
 
 
 def _plan(args: argparse.Namespace) -> tuple[FleetPlan, str]:
-    """The plan to run and its TOML text: the file given, or the one a resumed fleet recorded."""
-    if (args.plan is None) == (args.resume is None):
-        raise ConfigError("give a PLAN.toml, or --resume RUN_DIR to continue a fleet (not both)")
+    """The plan to run and its TOML text: the file given, the one a resumed fleet recorded, or the
+    one that replays a pbt agent's schedule (`--replay AGENT RUN_DIR`)."""
+    replay = args.replay
+    if sum(given is not None for given in (args.plan, args.resume, replay)) != 1:
+        raise ConfigError(
+            "give a PLAN.toml, or --resume RUN_DIR to continue a fleet, or --replay AGENT RUN_DIR to train a pbt "
+            "agent's schedule again (one of the three)"
+        )
+    if replay is not None:
+        return replay_plan(replay[0], Path(replay[1]))
     if args.resume is None:
         plan = load_plan(args.plan)
         return plan, args.plan.read_text(encoding="utf-8")
@@ -195,7 +207,9 @@ def _run(args: argparse.Namespace, plan: FleetPlan, plan_text: str, front: Front
 def _background_args(args: argparse.Namespace, spec: RunSpec) -> list[str]:
     """What a background `cockpit fleet` takes besides the spec: the plan (or the fleet's own
     record, with `--resume`) and the machine's rate."""
+    replay = args.replay
     where = [str(args.plan)] if args.resume is None else ["--resume", str(spec.run_dir)]
+    where = ["--replay", *replay] if replay is not None else where
     return [*where, *(["--rate", repr(args.rate)] if args.rate is not None else [])]
 
 
@@ -247,7 +261,12 @@ def dry_run(
         )
     console.print(projection_table(projection, rate))
     unit = "episodes" if projection.unit == "episodes" else "steps"
-    if plan.promotion == "pbt":  # nobody is culled: the tiers are where the bottom share copies the top
+    if plan.pbt is not None and plan.pbt.schedule:  # a replay: nobody copies anybody
+        console.print(
+            f"a replayed pbt schedule: {projection.total.amount:,} {unit}, each tier with its schedule's values",
+            highlight=False,
+        )
+    elif plan.promotion == "pbt":  # nobody is culled: the tiers are where the bottom share copies the top
         console.print(
             f"pbt trains every agent through every tier: {projection.total.amount:,} {unit}, the bottom "
             "share copying the top share's checkpoints at each tier's end",

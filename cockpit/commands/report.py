@@ -212,6 +212,15 @@ def print_fleet(fleet: FleetSummary, console: Console) -> None:
         for leader in shown:
             board.add_row(*map(escape, leaderboard.cells(leader, pbt, every_copy=False)))
         console.print(board)
+        winner = next((a for a in fleet.agents if a.id == shown[0].agent and a.schedule), None)
+        if winner is not None:  # pbt: the values the best weights were trained with (report --json: everyone's)
+            console.print(f"schedule of {winner.id} (--replay {winner.id} trains it again):", highlight=False)
+            for step in winner.schedule:
+                copied = f", resumed {step.copied_from}'s checkpoint" if step.copied_from else ""
+                values = ", ".join(
+                    f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in step.values.items()
+                )
+                console.print(f"  tier {step.tier}: {step.trained_by}{copied}: {escape(values)}", highlight=False)
     failed = [agent for agent in fleet.agents if agent.status == "failed"]
     for agent in failed[:FAILED_LISTED]:
         console.print(

@@ -30,6 +30,8 @@ episodes = 10                     # deterministic evaluation episodes when an ag
 quantile = 0.25                   # the bottom share copies an agent of the top share, in (0, 0.5]
 resample_probability = 0.25       # each searched key resampled instead of x0.8 / x1.2
 seed = 0                          # the exploit and explore draws' seed
+synch = true                      # false: an agent exploits as it reaches a boundary (Ray's synch=False)
+burn_in_period = 0                # steps before which no agent exploits (Ray's burn_in_period)
 ```
 
 With `promotion = "pbt"` nobody is culled: every agent trains through every tier, so no tier may
@@ -75,7 +77,7 @@ MAX_SEED = 2**31 - 1
 MAX_AGENTS = 10_000
 NAME_PATTERN = RUN_NAME_PATTERN  # the plan's name is the fleet's run name: one rule for both
 TOP_KEYS = ("name", "jobs", "rate_usd_per_h", "promotion", "mps", "agents", "tiers", "score", "pbt")
-PBT_KEYS = ("quantile", "resample_probability", "seed")
+PBT_KEYS = ("quantile", "resample_probability", "seed", "synch", "burn_in_period", "schedule")
 AGENT_KEYS = ("env", "preset", "seeds", "overrides", "search")
 TIER_KEYS = ("timesteps", "episodes", "promote")
 SCORE_KEYS = ("episodes",)
@@ -120,11 +122,18 @@ class PbtSettings:
     """`[pbt]`: at each tier boundary the bottom `share` of each group's ranked agents each copy a
     better agent of the top `share` and perturb its searched values, each key resampled with
     `resample_probability` (else x0.8 or x1.2, a choice to a neighbour); `seed` seeds those draws, so
-    a fleet is reproducible (`cockpit.core.fleet.pbt`)."""
+    a fleet is reproducible (`cockpit.core.fleet.pbt`). `synch` and `burn_in_period`: when an agent
+    exploits; `schedule`, for a replay: each tier's values instead of any exploit."""
 
     quantile: float = 0.25
     resample_probability: float = 0.25
     seed: int = 0
+    # False: an agent exploits as soon as it reaches a boundary, against its group's agents already
+    # scored there (Ray Tune's `synch=False`); True: once the whole tier is scored.
+    synch: bool = True
+    burn_in_period: int = 0  # steps: an agent whose score is from fewer steps never exploits
+    # A replay (`cockpit fleet --replay`): each tier's values, set at its start; no exploit at all.
+    schedule: tuple[tuple[tuple[str, Any], ...], ...] = ()
 
     def share(self, agents: int) -> int:
         """How many of a group of `agents` are the bottom share, and the top: `ceil(agents ×
@@ -149,7 +158,7 @@ class Agent:
     seed: int
     preset: Preset
     draw: int | None = None
-    unsearched: Preset | None = None  # with a search: the preset before any searched key is set
+    unsearched: Preset | None = None  # with a search or a schedule: the preset before any of its keys is set
 
     @property
     def id(self) -> str:
@@ -322,7 +331,67 @@ def _pbt(value: Any, wanted: bool) -> tuple[PbtSettings | None, list[str]]:
     if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32):
         problems.append(f"'pbt.seed' must be an integer in [0, 2^32), got {seed!r}")
         seed = default.seed
-    return PbtSettings(float(quantile), float(resample), seed), problems
+    synch = value.get("synch", default.synch)
+    if not isinstance(synch, bool):
+        problems.append(
+            f"'pbt.synch' must be true (exploit once a tier is scored) or false (as each agent ends it), got {synch!r}"
+        )
+        synch = default.synch
+    burn_in = value.get("burn_in_period", default.burn_in_period)
+    if not (isinstance(burn_in, int) and not isinstance(burn_in, bool) and burn_in >= 0):
+        problems.append(f"'pbt.burn_in_period' must be a whole number of steps >= 0, got {burn_in!r}")
+        burn_in = default.burn_in_period
+    schedule, more = _schedule(value.get("schedule"))
+    return PbtSettings(float(quantile), float(resample), seed, synch, burn_in, schedule), problems + more
+
+
+def _schedule(value: Any) -> tuple[tuple[tuple[tuple[str, Any], ...], ...], list[str]]:
+    """`[pbt] schedule` as each tier's (key, value) pairs in key order, and its problems: a list of
+    tables of preset keys (but env and env_kwargs), every table the same keys."""
+    if value is None:
+        return (), []
+    rule = "a list of tables, one per tier, each the same preset keys"
+    if not isinstance(value, list) or not value or not all(isinstance(t, dict) and t for t in value):
+        return (), [f"'pbt.schedule' must be {rule}, got {value!r}"]
+    keys = sorted(value[0])
+    bad = sorted({k for t in value for k in t if k not in PRESET_KEYS or k in ("env", "env_kwargs")})
+    if bad:
+        return (), [f"unknown key 'pbt.schedule.{bad[0]}' (valid: any preset key but env and env_kwargs)"]
+    if any(sorted(t) != keys for t in value):
+        return (), [f"'pbt.schedule' must be {rule}: its tables set {', '.join(sorted({k for t in value for k in t}))}"]
+    return tuple(tuple((k, t[k]) for k in keys) for t in value), []
+
+
+def _schedule_problems(
+    schedule: tuple[tuple[tuple[str, Any], ...], ...],
+    tiers: list[Tier],
+    search: SearchSpace | None,
+    grid_keys: tuple[str, ...],
+    bases: Mapping[tuple[str, str, tuple[tuple[str, Any], ...]], Preset],
+) -> list[str]:
+    """A replay's schedule against the plan: one table per tier, no search beside it, no key of the
+    grid, an architecture key the same in every tier (a checkpoint resumes only under its network),
+    and each tier's values taken by every base preset."""
+    if len(schedule) != len(tiers):
+        return [f"'pbt.schedule' has {len(schedule)} table(s) for {len(tiers)} tier(s): give one per tier"]
+    if search is not None:
+        return ["'pbt.schedule' replays fixed values: drop [agents.search] (or the schedule)"]
+    problems = [
+        f"'pbt.schedule.{k}' is also in [agents.overrides]: set it in one" for k, _ in schedule[0] if k in grid_keys
+    ]
+    for key in (k for k, _ in schedule[0] if k in ARCHITECTURE_KEYS):
+        if len({repr(dict(t)[key]) for t in schedule}) > 1:
+            problems.append(
+                f"'pbt.schedule.{key}' changes between tiers: a checkpoint resumes only under its own {key}"
+            )
+    for i, values in enumerate(schedule):
+        for (env, spec, _combo), base in bases.items():
+            try:
+                with_values(base, dict(values))
+            except PresetError as exc:
+                problems.append(f"'pbt.schedule' tier {i} on {spec}/{env}: {exc}")
+                break
+    return problems
 
 
 def _overrides(value: Any) -> tuple[list[tuple[tuple[str, Any], ...]], list[str]]:
@@ -479,7 +548,17 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
                 problems.append(f"'agents.overrides' ({where}) on {spec}/{env}: {exc}")
     if not problems and search is not None:
         problems += _search_problems(search, resolved)
-    if promotion == "pbt" and search is None and not search_problems and isinstance(agents_raw, dict):
+    schedule = pbt.schedule if pbt is not None else ()
+    if schedule and not problems:
+        grid = agents_raw.get("overrides") if isinstance(agents_raw, dict) else None
+        problems += _schedule_problems(schedule, tiers, search, tuple(grid) if isinstance(grid, dict) else (), resolved)
+    boundary = tiers[-2].timesteps if len(tiers) > 1 else None  # in steps: a plan in episodes is not checked
+    if pbt is not None and pbt.burn_in_period and boundary is not None and pbt.burn_in_period >= boundary:
+        problems.append(
+            f"'pbt.burn_in_period' {pbt.burn_in_period:,} is at or past the last tier boundary "
+            f"({boundary:,} steps): no agent would ever exploit; lower it below that"
+        )
+    if promotion == "pbt" and search is None and not schedule and not search_problems and isinstance(agents_raw, dict):
         problems.append(
             "'promotion' = \"pbt\" perturbs the searched keys: add an [agents.search] table, such as "
             "learning_rate = { loguniform = [1e-5, 1e-3] } with samples = the population size"
@@ -502,7 +581,22 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
                     problems.append(str(exc))
     if problems:
         raise PlanError(f"{source}: " + "; ".join(dict.fromkeys(problems)))
-    if search is None:
+    if search is None and schedule:  # a replay: tier 0's values are each agent's overrides, as a draw's are
+        first = dict(schedule[0])
+        agents = tuple(
+            Agent(
+                i,
+                env,
+                spec,
+                tuple(sorted({**dict(combo), **first}.items())),
+                seed,
+                with_values(resolved[env, spec, combo], first),
+                None,
+                resolved[env, spec, combo],
+            )
+            for i, (env, spec, combo, seed) in enumerate(itertools.product(envs, presets, combos, seeds))
+        )
+    elif search is None:
         agents = tuple(
             Agent(i, env, spec, combo, seed, resolved[env, spec, combo])
             for i, (env, spec, combo, seed) in enumerate(itertools.product(envs, presets, combos, seeds))
@@ -569,7 +663,7 @@ def pbt_notes(plan: FleetPlan) -> list[str]:
     overrides: a checkpoint resumes only under its own env and network) too small for anyone to
     exploit, and the searched architecture keys, whose agents pair only with agents that drew the
     same values. Empty for any other plan, or a pbt plan whose every group exploits."""
-    if plan.pbt is None or plan.search is None:
+    if plan.pbt is None or plan.search is None:  # a replay's schedule exploits nothing: nothing to say
         return []
     groups: dict[tuple[str, str, tuple[tuple[str, Any], ...]], int] = {}
     for agent in plan.agents:

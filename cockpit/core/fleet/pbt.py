@@ -70,6 +70,50 @@ def pairs(
     return out
 
 
+def source_for(
+    agent: str, ranked: Sequence[str], scores: Mapping[str, float], settings: PbtSettings, rng: random.Random
+) -> str | None:
+    """The asynchronous rule (`synch = false`, Ray Tune's `synch=False`): the agent `agent` just
+    scored exploits, among `ranked` (its group's agents scored at its boundary so far, itself among
+    them, best first), when it is in the bottom `settings.share(n)`: a top agent that scored
+    strictly more, drawn uniformly; None otherwise (the first to arrive, alone, never exploits)."""
+    count = settings.share(len(ranked))
+    if count == 0 or agent not in ranked[-count:]:
+        return None
+    better = [source for source in ranked[:count] if scores[source] > scores[agent]]
+    return rng.choice(better) if better else None
+
+
+def pinned_dir(checkpoints: Path, tier: int) -> Path:
+    """Where a job's checkpoint from the end of `tier` is kept for asynchronous exploits (a
+    subdirectory of its checkpoints/, which the worker neither lists nor prunes)."""
+    return checkpoints / f"boundary-{tier}"
+
+
+def pin(checkpoint: Path, tier: int) -> Path:
+    """Keep `checkpoint` (a job's, at the end of `tier`) as `pinned_dir`'s copy, hard-linked (the
+    worker writes a checkpoint's files once, so a link shares them safely and costs no space until
+    the worker prunes its own), a copy where links are refused. Idempotent; built under a `.tmp-`
+    name and renamed, so a half pin is never one. Asynchronous exploiters copy it after its agent
+    has trained on and the worker has pruned the original."""
+    final = pinned_dir(checkpoint.parent, tier) / checkpoint.name
+    if final.is_dir():
+        return final
+    tmp = final.parent / f".tmp-{checkpoint.name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for item in sorted(checkpoint.iterdir()):
+        if item.is_file():
+            try:
+                os.link(item, tmp / item.name)
+            except OSError:
+                shutil.copyfile(item, tmp / item.name)
+    fsync_path(tmp)
+    os.rename(tmp, final)
+    fsync_path(final.parent)
+    return final
+
+
 def current_values(search: SearchSpace, overrides: Mapping[str, Any], preset: Preset) -> dict[str, Any]:
     """An agent's searched values now: each from its stored `overrides` when there (a drawn or
     perturbed value), else as its plan `preset` has it (the midpoint before anything is drawn).

@@ -26,11 +26,13 @@ Each agent's status, read from fleet.db:
 
 A pbt fleet (`promotion = "pbt"`) culls no one: each tier's decision moves every scored agent on,
 and each agent's `lineage` lists the exploits it made (whose checkpoint it copied at the end of which
-tier, and how its searched values changed), oldest first.
+tier, and how its searched values changed), oldest first; its `schedule`, the values its weights were
+trained with in each tier through that lineage (`cockpit.core.fleet.schedule`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import sqlite3
@@ -45,6 +47,7 @@ from cockpit.contract.presets import PRESET_KEYS
 from cockpit.contract.searchspace import SearchSpace, parse_search
 from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.promotion import async_promotions, rank_key
+from cockpit.core.fleet.schedule import ScheduleStep, schedules
 from cockpit.core.fleet.store import FLEET_DB, AgentRow, Exploit, FleetStore, FleetStoreError, Result
 
 Status = Literal["waiting", "training", "scored", "culled", "failed", "done"]
@@ -97,6 +100,7 @@ class AgentSummary:
     error: str | None  # why it failed, for a failed agent
     lineage: tuple[Exploit, ...] = ()  # pbt: its exploits, oldest first
     draw: int | None = None  # with [agents.search]: the draw it trains
+    schedule: tuple[ScheduleStep, ...] = ()  # pbt: its values per tier through its lineage (`schedule`)
 
 
 @dataclass(frozen=True)
@@ -205,7 +209,8 @@ def fleet_summary(run_dir: Path) -> FleetSummary | None:
         results = store.results()
         lineage = store.lineage()
         rows = store.agents()
-        search = _search(text, store.draws())
+        draws = store.draws()
+        search = _search(text, draws)
         ran_at = store.meta("rate_usd_per_h")  # the fleet's --rate, else the plan's (FleetRun records it)
     except FleetStoreError as exc:
         raise FleetReportError(str(exc)) from None
@@ -225,6 +230,8 @@ def fleet_summary(run_dir: Path) -> FleetSummary | None:
     for exploit in lineage:
         exploits.setdefault(exploit.agent, []).append(exploit)
     agents = tuple(_agent(row, latest.get(row.id), plan, last, closed, tuple(exploits.get(row.id, ()))) for row in rows)
+    plans = schedules(text, rows, results, lineage, draws)
+    agents = tuple(dataclasses.replace(a, schedule=plans.get(a.id, ())) for a in agents)
     return FleetSummary(
         name=plan.name,
         source=source,

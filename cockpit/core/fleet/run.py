@@ -10,9 +10,9 @@ and before free slots are filled (`Supervisor.before_launch`), `update`:
 2. **promotes** as the plan says (`cockpit.core.fleet.promotion`): sync when a tier is complete, async
    as soon as an agent is in its tier's top share; pbt (`cockpit.core.fleet.pbt`) when a tier is
    complete, as sync, everyone, the bottom share first copying a top agent's checkpoint and
-   perturbing its searched values. A promoted agent's job is queued again with the
-   next tier's total as its target: its worker resumes from the job's newest checkpoint and trains
-   only the difference;
+   perturbing its searched values (with `synch = false`, each agent as soon as it is scored). A
+   promoted agent's job is queued again with the next tier's total as its target: its worker
+   resumes from the job's newest checkpoint and trains only the difference;
 3. **feeds** the supervisor's queue up to its free slots, promoted agents first (the highest tier
    first, the best first), then agents that have not started, in matrix order. The supervisor's
    queue never holds more than its free slots, so a promotion never waits behind 500 new agents.
@@ -258,12 +258,21 @@ class FleetRun:
             self.clock.time(),
         )
         self.roster.results[tier].append(result)
+        self.boundary.pin(job.id, tier)  # pbt with synch = false: its checkpoint here, for later arrivals
         if tier == len(self.plan.tiers) - 1:
             self._collect(agent, result)
 
     def _decide(self) -> None:
         roster = self.roster
         last = len(self.plan.tiers) - 1
+        settings = self.plan.pbt
+        if settings is not None and not settings.synch and not settings.schedule:
+            for tier in range(last):  # each agent's boundary its own, in the order they were scored
+                for result in sorted(roster.results[tier], key=lambda r: (r.t, r.agent)):
+                    agent = roster.agents[result.agent]
+                    if result.agent not in roster.promoted[tier] and agent.tier == tier and agent.status == "scored":
+                        self.boundary.arrive(tier, result.agent)
+            return
         if self.plan.promotion in ("sync", "pbt"):
             for tier in range(last):
                 if tier in roster.decided:

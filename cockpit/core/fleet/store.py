@@ -31,7 +31,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,9 +219,19 @@ class FleetStore:
                 [(from_tier + 1, a, from_tier) for a in agents],
             )
 
-    def pbt_boundary(self, tier: int, everyone: list[str], exploits: list[Exploit]) -> None:
+    def pbt_boundary(
+        self,
+        tier: int,
+        everyone: list[str],
+        exploits: list[Exploit],
+        *,
+        decided: bool = True,
+        retuned: Sequence[tuple[str, str, dict[str, Any]]] = (),
+    ) -> None:
         """A PBT tier boundary in one transaction: each exploit's lineage row with its agent's new
-        preset argument and overrides, and every agent in `everyone` on to the next tier (decided)."""
+        preset argument and overrides, each `retuned` (agent, preset argument, overrides: a replay's
+        next values), and every agent in `everyone` on to the next tier; `decided` (sync) also
+        records that the tier is done, where an asynchronous boundary moves its agents one by one."""
         now = time.time()
         with self._transaction() as db:
             db.executemany(
@@ -245,7 +255,12 @@ class FleetStore:
                 "UPDATE agents SET preset = ?, overrides = ? WHERE id = ?",
                 [(e.preset, json.dumps(e.overrides or {}, sort_keys=True), e.agent) for e in exploits],
             )
-            db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"decided:{tier}", str(len(everyone))))
+            db.executemany(
+                "UPDATE agents SET preset = ?, overrides = ? WHERE id = ?",
+                [(preset, json.dumps(overrides, sort_keys=True), agent) for agent, preset, overrides in retuned],
+            )
+            if decided:
+                db.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"decided:{tier}", str(len(everyone))))
             db.executemany("INSERT OR IGNORE INTO promotions VALUES (?, ?, ?)", [(a, tier, now) for a in everyone])
             db.executemany(
                 "UPDATE agents SET tier = ?, status = 'training' WHERE id = ? AND tier = ?",

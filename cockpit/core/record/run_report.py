@@ -22,6 +22,7 @@ from cockpit.core.feed.snapshot import RunState
 from cockpit.core.feed.source import Replay, SourceError
 from cockpit.core.fleet.analysis import SearchAnalysis, analyse, usd_per_step
 from cockpit.core.fleet.report import STATUSES, FleetReportError, FleetSummary, fleet_summary
+from cockpit.core.fleet.schedule import ScheduleStep
 from cockpit.core.fleet.store import Exploit
 from cockpit.core.record.find_runs import open_run
 from cockpit.core.record.series import RunSeries, read_series
@@ -176,6 +177,20 @@ def lineage_json(lineage: tuple[Exploit, ...]) -> list[dict[str, Any]]:
     ]
 
 
+def schedule_json(schedule: tuple[ScheduleStep, ...]) -> list[dict[str, Any]]:
+    """A pbt agent's schedule as report --json lists it, tier by tier ([] outside pbt)."""
+    return [
+        {
+            "tier": s.tier,
+            "trained_by": s.trained_by,
+            "copied_from": s.copied_from,
+            "steps": s.steps,
+            "values": s.values,
+        }
+        for s in schedule
+    ]
+
+
 def fleet_json(fleet: FleetSummary | None, run_dir: Path, record: RunRecord | None = None) -> dict[str, Any] | None:
     """`fleet` as report --json's `fleet` object (None for an ordinary run); a search's `analysis`
     prices its draws at the cost per step `record` measured (unknown without one)."""
@@ -221,6 +236,7 @@ def fleet_json(fleet: FleetSummary | None, run_dir: Path, record: RunRecord | No
                 "seed": agent.seed,
                 "error": agent.error,
                 "lineage": lineage_json(agent.lineage),
+                **({"schedule": schedule_json(agent.schedule)} if fleet.promotion == "pbt" else {}),
             }
             for agent in fleet.agents
         ],

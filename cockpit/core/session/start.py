@@ -197,6 +197,18 @@ def recorded_plan(run_dir: Path) -> tuple[FleetPlan, str]:
     return parse_plan(raw, source), text
 
 
+def replay_plan(agent: str, run_dir: Path) -> tuple[FleetPlan, str]:
+    """The one-agent plan that trains `agent`'s schedule in the pbt fleet in `run_dir` again from
+    scratch, and its TOML text (`cockpit.core.fleet.schedule.replay_text`); ConfigError (one line,
+    naming `--replay`) when there is no such fleet, agent or schedule."""
+    from cockpit.core.fleet.schedule import ReplayError, replay_text
+
+    try:
+        return replay_text(run_dir, agent)
+    except ReplayError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 def check_plan(plan: FleetPlan) -> None:
     """PlanError naming the plan and `agents.env` for an env of it stable-baselines3's PPO cannot
     train (`preflight.unfit_envs`: one check for all the plan's envs, each with its env_kwargs)."""
