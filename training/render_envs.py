@@ -123,12 +123,13 @@ class FireOnStart(gym.Wrapper):  # type: ignore[type-arg]
         self._lives = 0
 
     def reset(self, **kwargs: Any) -> Any:
-        """Reset, then FIRE (reset again should that end the game)."""
-        self.env.reset(**kwargs)
-        obs, _, terminated, truncated, info = self.env.step(FIRE)
+        """Reset, then FIRE (reset again should that end the game); the observation is the reset's,
+        as envpool's is."""
+        obs, info = self.env.reset(**kwargs)
+        _, _, terminated, truncated, fired = self.env.step(FIRE)
         if terminated or truncated:
             obs, info = self.env.reset(**kwargs)
-        self._lives = int(info.get("lives", 0))
+        self._lives = int(fired.get("lives", info.get("lives", 0)))
         return obs, info
 
     def step(self, action: Any) -> Any:
