@@ -105,3 +105,13 @@ def test_a_model_that_does_not_load_is_bad_input(tmp_path: Path) -> None:
     result, code = play(PlayRequest(model=tmp_path / "model.zip", env="CartPole-v1", result=tmp_path / "r.json"))
     assert code == 2 and result.returns == ()
     assert result.error is not None and result.error.startswith(f"--model {tmp_path / 'model.zip'}: does not load")
+
+
+def test_a_clip_stops_at_its_seconds_and_says_so_while_the_episodes_play_on(tmp_path: Path) -> None:
+    model_path, _ = save_model(tmp_path / "m", "CartPole-v1")
+    request = PlayRequest(model=model_path, env="CartPole-v1", result=tmp_path / "r.json", episodes=3,
+                          video=tmp_path / "clip.gif", max_seconds=0.4)  # fmt: skip
+    result, code = play(request)
+    assert code == 0 and result.clip is not None and len(result.returns) == 3
+    assert (result.clip.frames, result.clip.fps, result.clip.seconds) == (10, 25.0, 0.4)
+    assert result.clip.note == "cut at 0.4 s (--max-seconds)"
