@@ -8,6 +8,8 @@
 - `pooled`: `PooledLauncher`, served workers that run job after job (what `cockpit fleet` uses);
 - `ray_launcher`, `ray_actors`: `RayLauncher` (`--ray`), one Ray actor per job attempt and a
   sampler actor per node; `ray` is imported only when one is made.
+- `player`: a player (`python -m cockpit_training.play`: a trained model played, and recorded, in a
+  process of its own, niced) started and its result read, and a job's model found for it;
 - `preflight`: the pre-flight that asks `cockpit_training.trainable`, in a process of its own,
   whether stable-baselines3's PPO can train the run's gymnasium envs.
 
