@@ -94,7 +94,7 @@ def _mp4_frames(clip: Path) -> tuple[list[Any], float]:
         reader = imageio.get_reader(str(clip), format="FFMPEG")
         try:
             fps = float(reader.get_meta_data().get("fps") or 0.0)
-            frames = [Image.fromarray(frame) for frame in reader]
+            frames = [Image.fromarray(frame) for frame in reader.iter_data()]
         finally:
             reader.close()
     except (OSError, RuntimeError, ValueError) as exc:
