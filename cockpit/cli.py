@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cockpit.contract.arguments import ArgumentParser, positive_float, positive_int
+from cockpit.contract.arguments import ArgumentParser, non_negative_int, positive_float, positive_int
 from cockpit.contract.settings import add_flags
 
 if TYPE_CHECKING:
@@ -89,6 +89,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from cockpit.commands.report import main as report
 
     return report(args.run_dir, as_json=args.json, html=args.html, png_dir=args.png)
+
+
+def _cmd_play(args: argparse.Namespace) -> int:
+    """`cockpit play`: returns its exit code."""
+    from cockpit.commands.play import main as play
+
+    return play(args)
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
@@ -381,6 +388,76 @@ def _add_report_command(commands: Commands) -> None:
     report.set_defaults(func=_cmd_report)
 
 
+def _add_play_command(commands: Commands) -> None:
+    """`cockpit play RUN_DIR [--job ID | --best] [--checkpoint PATH] [--episodes N] [--video OUT] ...`."""
+    from cockpit.contract import play as defaults
+
+    play = commands.add_parser(
+        "play",
+        help="watch a trained agent play: returns over N episodes, and a video of them",
+        description="Play a run's job (its final model, else its newest checkpoint), a fleet's agent or its collected\n"
+        "model (checked against its SHA-256 first) on the env and preprocessing it trained on, with its\n"
+        "VecNormalize statistics frozen, in a niced process of its own; print the mean +/- std of the return and\n"
+        "the episode length. --video records the episodes: MP4 (H.264) with the ffmpeg 'cockpit[video]'\n"
+        "installs, else GIF; Atari plays through gymnasium's ALE env with the job's preprocessing.\n"
+        "Exit codes: 0, 1 when the player fails, 2 on bad input (no such job, a model failing its checksum, an\n"
+        "env that cannot render: the returns still print).",
+        epilog="Examples:\n  cockpit play runs/20261121T230000Z-heavy-LunarLander-v3 --video lander.mp4\n"
+        "  cockpit play runs/20261123T140000Z-fleet-screen --best --episodes 10 --video best.gif\n"
+        "  cockpit play runs/20261121T230000Z-pong --job 2 --stochastic --seed 3",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    play.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the run's directory (or one job's directory)")
+    which = play.add_mutually_exclusive_group()
+    which.add_argument("--job", metavar="ID", help="the job (a fleet's agent) to play; needed when the run has several")
+    which.add_argument("--best", action="store_true", help="a fleet: its leaderboard's first agent")
+    play.add_argument(
+        "--checkpoint",
+        type=Path,
+        metavar="PATH",
+        help="a checkpoint directory (jobs/<id>/checkpoints/step-...) or a fleet's models/<agent>.zip instead of "
+        "the final model",
+    )
+    play.add_argument("--episodes", type=positive_int, default=defaults.DEFAULT_EPISODES, metavar="N")
+    mode = play.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--deterministic",
+        dest="deterministic",
+        action="store_true",
+        default=True,
+        help="the likeliest action (default)",
+    )
+    mode.add_argument(
+        "--stochastic", dest="deterministic", action="store_false", help="actions sampled from the policy"
+    )
+    play.add_argument("--video", type=Path, metavar="OUT.mp4|OUT.gif", help="record the episodes to this file")
+    play.add_argument(
+        "--seed", type=non_negative_int, default=defaults.DEFAULT_SEED, metavar="S", help="the env's seed"
+    )
+    play.add_argument(
+        "--max-seconds",
+        type=positive_float,
+        default=defaults.DEFAULT_MAX_SECONDS,
+        metavar="S",
+        help="the clip's length cap; later frames are not recorded (default: %(default)g)",
+    )
+    play.add_argument(
+        "--max-mb",
+        type=positive_float,
+        default=defaults.DEFAULT_MAX_MB,
+        metavar="MB",
+        help="the clip's file size cap; a larger clip is scaled down to fit (default: %(default)g)",
+    )
+    play.add_argument(
+        "--max-width",
+        type=positive_int,
+        default=defaults.DEFAULT_MAX_WIDTH,
+        metavar="PX",
+        help="wider frames are scaled down to it (default: %(default)d)",
+    )
+    play.set_defaults(func=_cmd_play)
+
+
 def _add_export_command(commands: Commands) -> None:
     """`cockpit export TARGET ...`, one nested subcommand per target tool."""
     export = commands.add_parser(
@@ -458,6 +535,7 @@ def build_parser() -> ArgumentParser:
     _add_attach_command(commands)
     _add_fleet_command(commands)
     _add_report_command(commands)
+    _add_play_command(commands)
     _add_export_command(commands)
     return parser
 
