@@ -290,7 +290,7 @@ def fleet_model_tasks(run_dir: Path, fleet: str, top: int) -> list[ClipTask]:
     return tasks
 
 
-FLEET_CLIPS_WAIT_S = 900.0  # a fleet's end waits this long at most for its top agents' clips
+END_WAIT_S = 900.0  # a run's end waits this long at most for its clips (a fleet's top agents')
 
 
 @dataclass
@@ -316,14 +316,15 @@ class SessionClips:
         self._report()
 
     def close(self, *, ended: bool) -> None:
-        """Once the run is over: when it `ended` (not stopped, not lost) and is a fleet with `[video]
-        top = K`, record its top agents' clips and wait for them; then stop the recorder (a
-        --video-every clip still recording is dropped: its checkpoint stays to play later)."""
-        if ended and self.fleet_top > 0:
-            for task in fleet_model_tasks(self.run_dir, self.fleet_name, self.fleet_top):
+        """Once the run is over: when it `ended` (not stopped, not lost), finish the clips queued (a
+        short run ends before its last checkpoints' clips are made) and, for a fleet with `[video]
+        top = K`, record its top agents' clips, waiting `END_WAIT_S` at most; then stop the recorder
+        (a clip of a stopped run still recording is dropped: its checkpoint stays to play later)."""
+        if ended:
+            for task in fleet_model_tasks(self.run_dir, self.fleet_name, self.fleet_top) if self.fleet_top else ():
                 self.recorder.submit(task)
-            if not self.recorder.wait(FLEET_CLIPS_WAIT_S):
-                self.warnings.append(f"clips of the top agents not all recorded within {FLEET_CLIPS_WAIT_S:.0f} s")
+            if not self.recorder.wait(END_WAIT_S):
+                self.warnings.append(f"clips not all recorded within {END_WAIT_S:.0f} s of the run's end")
         self.recorder.close()
         self._report()
 
