@@ -21,8 +21,7 @@ from cockpit.contract.runrecord import RunRecord
 from cockpit.core.feed.snapshot import preset_label
 from cockpit.core.fleet.report import STATUSES, FleetSummary
 from cockpit.core.machine.util_reading import BUSY_LEGEND, gpu_read_lines
-from cockpit.core.record.clips import Clip
-from cockpit.core.record.series import RunSeries
+from cockpit.core.record.series import Clip, RunSeries
 from cockpit.core.telemetry.memwatch import NO_GROWTH
 
 LEADERS_LISTED = 20  # leaderboard rows in the page's table

@@ -39,11 +39,11 @@ from cockpit.contract.runrecord import RunRecord, read, unix
 from cockpit.core.feed.source import Transition
 from cockpit.core.fleet.report import FleetSummary, fleet_summary
 from cockpit.core.fleet.store import Result
-from cockpit.core.record.clips import RunClips, run_clips
+from cockpit.core.record.clips import Clip, RunClips, run_clips
 from cockpit.core.record.replay import csv_rows, gpu_util_readings
 from cockpit.core.telemetry.throughput import Throughput
 
-__all__ = ["FleetSeries", "JobSeries", "RunSeries", "Telemetry", "read_series"]
+__all__ = ["Clip", "FleetSeries", "JobSeries", "RunSeries", "Telemetry", "read_series"]
 
 
 @dataclass(frozen=True)
