@@ -78,7 +78,7 @@ def _sections(html: str) -> dict[str, str]:
 
 
 def _leaderboard_rows(html: str) -> list[str]:
-    board = html.split("<h2>Leaderboard", 1)[1].split("</table>", 1)[0]
+    board = html.split(">Leaderboard (top", 1)[1].split("</table>", 1)[0]
     return re.findall(r"<tr>(.*?)</tr>", board.split("<tbody>", 1)[1])
 
 

@@ -236,7 +236,7 @@ def _fleet(fleet: FleetSummary, plots: Sequence[Plot], series: RunSeries) -> str
     parts += [_figure(plot) for plot in plots]
     leaders = fleet.leaderboard[:LEADERS_LISTED]
     if leaders:
-        parts.append(f"<h2>Leaderboard (top {len(leaders)} of {len(fleet.leaderboard):,} scored)</h2>")
+        parts.append(f'<h2 id="leaderboard">Leaderboard (top {len(leaders)} of {len(fleet.leaderboard):,} scored)</h2>')
         # pbt: every checkpoint the agent copied, oldest first ("a0006@t0, a0008@t4": whose, at which tier's end).
         pbt = fleet.promotion == "pbt"
         rows = [leaderboard.cells(a, pbt, every_copy=True) for a in leaders]
