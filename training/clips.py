@@ -18,6 +18,7 @@ import contextlib
 import math
 import os
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -103,12 +104,18 @@ class ClipWriter:
 
     def add(self, frame: np.ndarray) -> None:
         """Take one RGB frame (dropped when the clip is full, or skipped by a GIF's frame step)."""
+        self.offer(lambda: frame)
+
+    def offer(self, render: Callable[[], np.ndarray]) -> None:
+        """`add(render())`, calling `render` only for a frame the clip keeps: a frame past the cap or
+        between a GIF's kept ones costs no drawing."""
         self.offered += 1
         if (self.offered - 1) % self.step:
             return
         if self.full:
             self.cut = True
             return
+        frame = render()
         if self.size is None:
             self.size = _even_size(frame.shape[1], frame.shape[0], self.max_width)
         image = Image.fromarray(np.ascontiguousarray(frame[..., :3], dtype=np.uint8))

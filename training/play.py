@@ -112,34 +112,34 @@ def play_job_env(request: PlayRequest, model: Any, vecnorm: Any) -> tuple[list[f
 def play_rendered(
     request: PlayRequest, model: Any, vecnorm: Any, env: Any, writer: Any
 ) -> tuple[list[float], list[int]]:
-    """Play the episodes on the rendering twin `env`, giving `writer` each frame: the reset's, then
-    one after every step, until the writer is full (the episodes play on for their returns)."""
+    """Play the episodes on the rendering twin `env`, offering `writer` each frame: the reset's, then
+    one after every step (it draws only those it keeps; the episodes play on past its cap for their
+    returns)."""
     returns: list[float] = []
     lengths: list[int] = []
     obs, _ = env.reset(seed=request.seed)
-    writer.add(env.render())
+    writer.offer(env.render)
     ret, length = 0.0, 0
     while len(returns) < request.episodes:
         action, _ = model.predict(_normalized(vecnorm, obs), deterministic=request.deterministic)
         obs, reward, terminated, truncated, _ = env.step(action)
         ret, length = ret + float(reward), length + 1
-        if not writer.full:
-            writer.add(env.render())
+        writer.offer(env.render)
         if terminated or truncated:
             _report(returns, lengths, request.episodes, ret, length)
             ret, length = 0.0, 0
             if len(returns) < request.episodes:
                 obs, _ = env.reset()
-                if not writer.full:
-                    writer.add(env.render())
+                writer.offer(env.render)
     return returns, lengths
 
 
-def record(request: PlayRequest, model: Any, vecnorm: Any) -> tuple[list[float], list[int], Clip]:
+def record(request: PlayRequest, model: Any, vecnorm: Any) -> tuple[list[float], list[int], Clip | str]:
     """Play on the env's rendering twin and write the clip to `request.video` (a `.gif` beside it
-    where an MP4 was asked for and ffmpeg is absent). CannotRender before any episode is played
-    when the env has no twin."""
-    from cockpit_training.clips import ClipWriter, ffmpeg_exe
+    where an MP4 was asked for and ffmpeg is absent); the returns, lengths, and the clip or the one
+    line why none fits its size cap. CannotRender before any episode is played when the env has no
+    twin."""
+    from cockpit_training.clips import ClipTooLarge, ClipWriter, ffmpeg_exe
     from cockpit_training.render_envs import render_twin
 
     assert request.video is not None
@@ -163,7 +163,10 @@ def record(request: PlayRequest, model: Any, vecnorm: Any) -> tuple[list[float],
         returns, lengths = play_rendered(request, model, vecnorm, env, writer)
     finally:
         env.close()
-    written = writer.close()
+    try:
+        written = writer.close()
+    except ClipTooLarge as exc:
+        return returns, lengths, str(exc)
     clip = Clip(
         path=written.path,
         format=written.format,
@@ -182,7 +185,6 @@ def record(request: PlayRequest, model: Any, vecnorm: Any) -> tuple[list[float],
 
 def play(request: PlayRequest) -> tuple[PlayResult, int]:
     """Play `request`; the result and the exit code (see `cockpit.contract.play`)."""
-    from cockpit_training.clips import ClipTooLarge
     from cockpit_training.render_envs import CannotRender
 
     returns: list[float] = []
@@ -198,12 +200,16 @@ def play(request: PlayRequest) -> tuple[PlayResult, int]:
             returns, lengths = play_job_env(request, model, vecnorm)
         else:
             try:
-                returns, lengths, clip = record(request, model, vecnorm)
+                returns, lengths, made = record(request, model, vecnorm)
+                if isinstance(made, Clip):
+                    clip = made
+                else:
+                    error, code = made, BAD_INPUT_EXIT
             except CannotRender as exc:
                 # The evaluation still plays, on the job's own env: only the clip is refused.
                 error, code = str(exc), BAD_INPUT_EXIT
                 returns, lengths = play_job_env(request, model, vecnorm)
-    except (PlayInputError, EnvError, ClipTooLarge) as exc:
+    except (PlayInputError, EnvError) as exc:
         error, code = str(exc), BAD_INPUT_EXIT
     except Exception as exc:
         error, code = _line(exc), 1

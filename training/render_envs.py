@@ -39,34 +39,58 @@ class CannotRender(ValueError):
 
 def render_twin(env_id: str, env_kwargs: Mapping[str, Any], observation_space: Any) -> tuple[gym.Env, float]:
     """The env to play and render `env_id` with, and its frame rate (its `render_fps`; 30 when it
-    says none); CannotRender when there is none, or its observations are not the model's
+    says none); CannotRender when there is none, when what drawing its frames needs is not installed
+    (pygame, Box2D: `cockpit[video]`), or when its observations are not the model's
     (`observation_space`)."""
+    try:
+        env = _twin(env_id, env_kwargs)
+    except gym.error.DependencyNotInstalled as exc:
+        raise CannotRender(f"{env_id} cannot render here: {_first_line(exc)} (pip install '{VIDEO_EXTRA}')") from None
+    try:
+        _check(env_id, env, observation_space)
+    except BaseException:
+        env.close()
+        raise
+    return env, float(env.metadata.get("render_fps") or 30)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _twin(env_id: str, env_kwargs: Mapping[str, Any]) -> gym.Env:
     if backend_for(env_id) == "envpool":
         from cockpit_training.envpool_vec import is_atari
 
         if is_atari(env_id):
-            env = atari_twin(env_id, env_kwargs)
-        elif env_id in gym.registry:
-            env = gym.make(env_id, render_mode="rgb_array")
-        else:
-            raise CannotRender(f"{env_id} cannot render: envpool renders no frames, and gymnasium has no {env_id}")
-    else:
-        with warnings.catch_warnings():
-            # gymnasium warns when the render mode is not the env's; the check below says it in one line.
-            warnings.filterwarnings("ignore", message=".*not in the possible render_modes.*")
-            env = gym.make(env_id, render_mode="rgb_array", **dict(env_kwargs))
-        modes = list(env.metadata.get("render_modes", []))
-        if "rgb_array" not in modes:
-            env.close()
-            raise CannotRender(f"{env_id} cannot render: its render modes are {modes}, and a clip needs 'rgb_array'")
+            return atari_twin(env_id, env_kwargs)
+        if env_id in gym.registry:
+            return gym.make(env_id, render_mode="rgb_array")
+        raise CannotRender(f"{env_id} cannot render: envpool renders no frames, and gymnasium has no {env_id}")
+    with warnings.catch_warnings():
+        # gymnasium warns when the render mode is not the env's; `_check` says it in one line.
+        warnings.filterwarnings("ignore", message=".*not in the possible render_modes.*")
+        return gym.make(env_id, render_mode="rgb_array", **dict(env_kwargs))
+
+
+def _check(env_id: str, env: gym.Env, observation_space: Any) -> None:
+    """CannotRender unless `env` draws RGB frames and gives the model's observations."""
+    modes = list(env.metadata.get("render_modes", []))
+    if "rgb_array" not in modes:
+        raise CannotRender(f"{env_id} cannot render: its render modes are {modes}, and a clip needs 'rgb_array'")
     shape = getattr(env.observation_space, "shape", None)
     if shape != getattr(observation_space, "shape", None):
-        env.close()
         raise CannotRender(
             f"{env_id} cannot render: its rendering env gives observations of shape {shape}, the model "
             f"takes {getattr(observation_space, 'shape', None)}"
         )
-    return env, float(env.metadata.get("render_fps") or 30)
+    try:
+        env.reset(seed=0)  # the player resets it again, with its own seed
+        frame = env.render()
+    except gym.error.DependencyNotInstalled as exc:
+        raise CannotRender(f"{env_id} cannot render here: {_first_line(exc)} (pip install '{VIDEO_EXTRA}')") from None
+    if not (isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[2] in (3, 4)):
+        raise CannotRender(f"{env_id} cannot render: its rgb_array render gave {type(frame).__name__}, not an image")
 
 
 def atari_twin(env_id: str, env_kwargs: Mapping[str, Any]) -> gym.Env:
@@ -123,12 +147,13 @@ class FireOnStart(gym.Wrapper):  # type: ignore[type-arg]
         self._lives = 0
 
     def reset(self, **kwargs: Any) -> Any:
-        """Reset, then FIRE (reset again should that end the game)."""
-        self.env.reset(**kwargs)
-        obs, _, terminated, truncated, info = self.env.step(FIRE)
+        """Reset, then FIRE (reset again should that end the game); the observation is the reset's,
+        as envpool's is."""
+        obs, info = self.env.reset(**kwargs)
+        _, _, terminated, truncated, fired = self.env.step(FIRE)
         if terminated or truncated:
             obs, info = self.env.reset(**kwargs)
-        self._lives = int(info.get("lives", 0))
+        self._lives = int(fired.get("lives", info.get("lives", 0)))
         return obs, info
 
     def step(self, action: Any) -> Any:
