@@ -372,7 +372,9 @@ class CockpitScreen(Screen[None]):
     def _clips_done(self) -> None:
         """Say where each clip recorded since the last look went (or why it was not made)."""
         for done in self._clips.take_done() if self._clips is not None else ():
-            self.notify(done.line(), title="clip", severity="information" if done.clip else "error", markup=False)
+            self.notify(
+                done.line(), title="clip", severity="information" if done.clip else "error", markup=False, timeout=15
+            )  # where it went: longer than the default few seconds
 
     def action_stop_all(self) -> None:
         """Checkpoint and stop every job; the run ends (resumable)."""
