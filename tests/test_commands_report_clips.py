@@ -34,6 +34,7 @@ from cockpit.contract.model_manifest import (
     write_manifest,
 )
 from cockpit.contract.rundir import RunDir
+from cockpit.core.record.run_report import json_report
 from cockpit.core.record.series import read_series
 from tests.clipfiles import write_gif, write_mp4
 from tests.cockpitproc import required_tool
@@ -168,3 +169,11 @@ def test_every_clip_in_the_report_plays_in_headless_chromium(clip_fleet: ClipFle
     control = media_states(chromium, torn, tmp_path / "profile")
     assert all(int(str(video["ready"])) < 2 for video in control["videos"]), control
     assert all(image["width"] == 0 for image in control["images"]), control
+
+
+def test_report_json_lists_each_models_clip_with_its_sha256(clip_fleet: ClipFleet) -> None:
+    collected = {m["agent"]: m for m in json_report(clip_fleet.run_dir)["fleet"]["models"]["collected"]}
+    models = clip_fleet.run_dir / MODELS_DIR
+    assert collected[clip_fleet.first]["video"] == f"{clip_fleet.first}.mp4"
+    assert collected[clip_fleet.first]["video_sha256"] == sha256_of(models / f"{clip_fleet.first}.mp4")
+    assert collected[clip_fleet.second]["video"] == f"{clip_fleet.second}.gif"
