@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from cockpit_training.envpool_vec import ATARI_TRAINING_KWARGS
+from cockpit_training.envpool_vec import ATARI_TRAINING_KWARGS, EnvpoolVecEnv
 from cockpit_training.render_envs import CannotRender, render_twin
 from tests.test_training_custom_env import workdir  # noqa: F401  (a fixture)
 
@@ -19,23 +19,32 @@ def _pool(env_kwargs: dict[str, object]) -> object:
     return envpool.make("Pong-v5", env_type="gymnasium", num_envs=1, seed=0, **{**ATARI_TRAINING_KWARGS, **env_kwargs})
 
 
-def test_the_atari_twin_sees_what_envpool_gave_the_job() -> None:
-    # One no-op at most: envpool and ALE draw their no-op counts from their own generators, so only
-    # without them do the two games start in the same state. Pong's serve then comes at step 15 and
-    # its direction is the two emulators' own; the frames before it are the preprocessing's alone.
+@pytest.mark.parametrize("game", ["Breakout-v5", "Pong-v5"])
+def test_the_atari_twin_sees_what_envpool_gave_the_job(game: str) -> None:
+    # One no-op at most: envpool and the twin draw their no-op counts from their own generators, so
+    # only without them do the two games start alike. Breakout waits for FIRE at the start of each
+    # life: 300 random steps go through every life, a game over and a new game.
     kwargs = {"noop_max": 1}
-    pool = _pool(kwargs)
-    twin, fps = render_twin("Pong-v5", kwargs, pool.observation_space)  # type: ignore[attr-defined]
-    assert fps == 30.0 and twin.observation_space.shape == (4, 84, 84)
-    ours, _ = pool.reset()  # type: ignore[attr-defined]
+    venv = EnvpoolVecEnv.make(game, 1, seed=0, **kwargs)  # the job's own VecEnv
+    twin, fps = render_twin(game, kwargs, venv.observation_space)
+    assert fps == 30.0 and twin.observation_space.shape == venv.observation_space.shape == (4, 84, 84)
+    ours = venv.reset()
     theirs, _ = twin.reset(seed=0)
     assert np.array_equal(ours[0], theirs)
-    for step in range(12):
-        action = step % 6
-        ours, *_ = pool.step(np.array([action]))  # type: ignore[attr-defined]
-        theirs, *_ = twin.step(action)
+    rng, games, score = np.random.default_rng(1), [], 0.0
+    for step in range(300):
+        action = int(rng.integers(0, venv.action_space.n))  # type: ignore[attr-defined]
+        ours, _, _, infos = venv.step(np.array([action]))
+        theirs, reward, terminated, truncated, _ = twin.step(action)
+        score += reward
+        if terminated or truncated:
+            games.append(score)
+            assert infos[0]["episode"]["r"] == score  # the game's own score, as the worker counts it
+            theirs, score = twin.reset()[0], 0.0
         assert np.array_equal(ours[0], theirs), f"step {step}"
     assert twin.render().shape == (210, 160, 3)  # the full-colour screen, for the clip
+    if game == "Breakout-v5":
+        assert len(games) == 1  # a whole game of five lives went by
     twin.close()
 
 

@@ -4,13 +4,13 @@ the model the observations it trained on and the clip the frames a user would se
 - classic control, Box2D and a user's env: the gymnasium env itself, `render_mode="rgb_array"`;
 - an envpool id gymnasium also has (CartPole-v1): gymnasium's (envpool's `env_kwargs` are envpool's
   config keys, which gymnasium's env does not take);
-- an envpool Atari id (envpool renders nothing): gymnasium's ALE env (ale-py) under the preprocessing
-  the job trained with, read from envpool's own config with the worker's training keys and the
-  preset's `env_kwargs`: frame skip with the max of the last two frames, up to `noop_max` no-ops at
-  a start, the resize with OpenCV's area filter (envpool's `use_inter_area_resize`), grayscale from
-  ALE's own palette, the frame stack, FIRE at each start and after a lost life (`use_fire_reset`
-  with episodic life), ALE's sticky actions at envpool's `repeat_action_probability` and envpool's
-  `max_episode_steps`. Whole games: a lost life ends no episode, as the worker's scoring counts them.
+- an envpool Atari id (envpool renders nothing): gymnasium's ALE env (ale-py) played as envpool
+  plays it (`EnvpoolAtari`), from envpool's own config with the worker's training keys and the
+  preset's `env_kwargs`: the frame skip with the max of the last two frames, the no-ops and the FIRE
+  that start a game and each life, the resize with OpenCV's area filter, ALE's grayscale, the frame
+  stack, sticky actions and the step limit. From the same game state the model sees, pixel for pixel,
+  what envpool gave it; the clip shows the game's full-colour screen. Whole games: the worker's
+  scoring counts them so.
 
 An env with none (render modes without `rgb_array`, an envpool id gymnasium lacks, ale-py missing)
 raises `CannotRender`, one line.
@@ -30,7 +30,6 @@ from cockpit.contract.envids import backend_for
 from cockpit.contract.play import VIDEO_EXTRA
 
 ATARI_ID_PREFIX = "ALE/"  # envpool's Pong-v5 is gymnasium's ALE/Pong-v5
-FIRE = 1  # ALE's minimal action sets put FIRE second wherever the game has it
 
 
 class CannotRender(ValueError):
@@ -95,24 +94,23 @@ def _check(env_id: str, env: gym.Env, observation_space: Any) -> None:
 
 def atari_twin(env_id: str, env_kwargs: Mapping[str, Any]) -> gym.Env:
     """gymnasium's ALE env for envpool's Atari `env_id`, preprocessed as envpool preprocessed the job's
-    (see the module's docstring); CannotRender where ale-py or OpenCV is not installed."""
+    (`EnvpoolAtari`), with envpool's own config: its defaults, the worker's training keys and the
+    preset's `env_kwargs`; CannotRender where ale-py or OpenCV is not installed."""
     import envpool
 
     from cockpit_training.envpool_vec import ATARI_TRAINING_KWARGS
 
     try:
         import ale_py
-        import cv2  # noqa: F401  (AtariPreprocessing resizes with it)
+        import cv2  # noqa: F401  (the area resize, as envpool's)
     except ImportError as exc:
         raise CannotRender(
             f"{env_id} cannot render: envpool renders no frames, and {exc.name} is missing "
             f"(pip install '{VIDEO_EXTRA}')"
         ) from None
-    from gymnasium.wrappers import AtariPreprocessing, FrameStackObservation, TimeLimit
-
     config = envpool.make_spec(env_id, **{**ATARI_TRAINING_KWARGS, **env_kwargs}).config
     gym.register_envs(ale_py)
-    env: gym.Env = gym.make(
+    env = gym.make(
         ATARI_ID_PREFIX + env_id,
         frameskip=1,
         repeat_action_probability=float(config.repeat_action_probability),
@@ -120,73 +118,95 @@ def atari_twin(env_id: str, env_kwargs: Mapping[str, Any]) -> gym.Env:
         render_mode="rgb_array",
         max_episode_steps=None,
     )
-    env = AtariPreprocessing(
-        env,
-        noop_max=int(config.noop_max),
-        frame_skip=int(config.frame_skip),
-        screen_size=(int(config.img_width), int(config.img_height)),
-        terminal_on_life_loss=False,
-        grayscale_obs=bool(config.gray_scale),
-    )
-    if bool(config.use_fire_reset) and "FIRE" in env.unwrapped.get_action_meanings():  # type: ignore[attr-defined]
-        env = FireOnStart(env)
-    if not config.gray_scale:
-        env = ChannelsFirst(env)
-    env = FrameStackObservation(env, int(config.stack_num))
-    if not config.gray_scale:
-        env = StackedChannels(env)
-    return TimeLimit(env, max_episode_steps=int(config.max_episode_steps))
+    return EnvpoolAtari(env, config)
 
 
-class FireOnStart(gym.Wrapper):  # type: ignore[type-arg]
-    """FIRE after a reset and after each lost life, as envpool's `use_fire_reset` pressed it at each
-    start of the episodic-life episodes the job trained on: games such as Breakout wait for it."""
+class EnvpoolAtari(gym.Wrapper):  # type: ignore[type-arg]
+    """An ALE env (one emulator frame a step) played as envpool's Atari env plays, from its config
+    (`envpool.make_spec(...).config`), so that from the same game state a model sees exactly what it
+    saw in training (sail-sg/envpool, `envpool/atari/atari_env.h`):
 
-    def __init__(self, env: gym.Env) -> None:
+    - a start (a new game, and with episodic life each lost life, as the job trained): up to
+      `noop_max - 1` no-op frames, then one FIRE frame where the game has FIRE (`use_fire_reset`),
+      the observation being that last screen, the whole stack filled with it at a new game;
+    - a step: the action for `frame_skip` frames, stopping at game over; the max of the last two
+      screens (the last one alone when the game ended early), resized with OpenCV's area filter
+      (`use_inter_area_resize`; bilinear otherwise) to `img_height` × `img_width`, grayscale from
+      ALE's palette or RGB channels first, pushed on a stack of `stack_num`;
+    - a lost life while the game goes on starts again as above, as envpool's reset of an
+      episodic-life episode did (its frames' points uncounted, as envpool counted none); the
+      episode here is the whole game, as the worker's scoring counts it; truncated at
+      `max_episode_steps` steps.
+    """
+
+    def __init__(self, env: gym.Env, config: Any) -> None:
         super().__init__(env)
-        self._lives = 0
+        self.frame_skip, self.noop_max = int(config.frame_skip), int(config.noop_max)
+        self.size = (int(config.img_width), int(config.img_height))
+        self.gray, self.stack_num = bool(config.gray_scale), int(config.stack_num)
+        self.max_steps, self.area = int(config.max_episode_steps), bool(config.use_inter_area_resize)
+        self.ale = env.unwrapped.ale  # type: ignore[attr-defined]
+        self.actions = list(env.unwrapped._action_set)  # type: ignore[attr-defined]
+        self.fire = bool(config.use_fire_reset) and ale_action(1) in self.actions
+        channels = 1 if self.gray else 3
+        shape = (self.stack_num * channels, self.size[1], self.size[0])
+        self.observation_space = spaces.Box(0, 255, shape, np.uint8)
+        self._stack: list[np.ndarray] = []
+        self._pool: list[np.ndarray] = [self._screen(), self._screen()]
+        self._lives, self._steps = 0, 0
+
+    def _screen(self) -> np.ndarray:
+        return self.ale.getScreenGrayscale() if self.gray else self.ale.getScreenRGB()  # type: ignore[no-any-return]
+
+    def _push(self, screen: np.ndarray, fill: bool) -> np.ndarray:
+        import cv2
+
+        method = cv2.INTER_AREA if self.area else cv2.INTER_LINEAR
+        frame = cv2.resize(screen, self.size, interpolation=method)
+        frame = frame[None] if self.gray else np.transpose(frame, (2, 0, 1))
+        self._stack = [frame] * self.stack_num if fill else [*self._stack[1:], frame]
+        return np.concatenate(self._stack, axis=0)
+
+    def _start(self, new_game: bool) -> np.ndarray:
+        """envpool's reset: no-ops, FIRE, the screen pushed (filling the stack at a new game)."""
+        noops = int(self.np_random.integers(0, self.noop_max)) + 1 - int(self.fire)
+        for _ in range(noops):
+            self.ale.act(ale_action(0))
+            if self.ale.game_over():
+                self.ale.reset_game()
+                new_game = True
+        if self.fire:
+            self.ale.act(ale_action(1))
+        self._lives = int(self.ale.lives())
+        return self._push(self._screen(), fill=new_game)
 
     def reset(self, **kwargs: Any) -> Any:
-        """Reset, then FIRE (reset again should that end the game); the observation is the reset's,
-        as envpool's is."""
-        obs, info = self.env.reset(**kwargs)
-        _, _, terminated, truncated, fired = self.env.step(FIRE)
-        if terminated or truncated:
-            obs, info = self.env.reset(**kwargs)
-        self._lives = int(fired.get("lives", info.get("lives", 0)))
-        return obs, info
+        """A new game (seeded as gymnasium seeds ALE), started as envpool starts one."""
+        _, info = self.env.reset(**kwargs)
+        self._steps = 0
+        return self._start(new_game=True), info
 
     def step(self, action: Any) -> Any:
-        """Step; FIRE once more when the step lost a life and the game goes on."""
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        if int(info.get("lives", 0)) < self._lives and not (terminated or truncated):
-            obs, more, terminated, truncated, info = self.env.step(FIRE)
-            reward = float(reward) + float(more)
-        self._lives = int(info.get("lives", 0))
-        return obs, reward, terminated, truncated, info
+        """`frame_skip` frames of `action`, max-pooled, resized and stacked; a lost life starts again."""
+        reward, left = 0.0, self.frame_skip
+        while left > 0 and not self.ale.game_over():
+            reward += float(self.ale.act(self.actions[int(action)]))
+            if left <= 2:
+                self._pool[2 - left] = self._screen()
+            left -= 1
+        screen = np.maximum(self._pool[0], self._pool[1]) if left == 0 else self._pool[0]
+        obs = self._push(screen, fill=False)
+        self._steps += 1
+        terminated = bool(self.ale.game_over())
+        truncated = self._steps >= self.max_steps and not terminated
+        if not (terminated or truncated) and 0 < self.ale.lives() < self._lives:
+            obs = self._start(new_game=False)
+        self._lives = int(self.ale.lives())
+        return obs, reward, terminated, truncated, {"lives": self._lives}
 
 
-class ChannelsFirst(gym.ObservationWrapper):  # type: ignore[type-arg]
-    """An RGB frame (H, W, 3), channels first (3, H, W), as envpool gives a colour frame."""
+def ale_action(number: int) -> Any:
+    """ALE's action `number` (0 NOOP, 1 FIRE) as ale-py's enum."""
+    import ale_py
 
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        h, w, c = env.observation_space.shape  # type: ignore[misc]
-        self.observation_space = spaces.Box(0, 255, (c, h, w), np.uint8)
-
-    def observation(self, observation: Any) -> Any:
-        """The frame, channels first."""
-        return np.transpose(observation, (2, 0, 1))
-
-
-class StackedChannels(gym.ObservationWrapper):  # type: ignore[type-arg]
-    """A stack of colour frames (stack, 3, H, W) as envpool stacks them: (stack × 3, H, W)."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        n, c, h, w = env.observation_space.shape  # type: ignore[misc]
-        self.observation_space = spaces.Box(0, 255, (n * c, h, w), np.uint8)
-
-    def observation(self, observation: Any) -> Any:
-        """The stack with its frames' channels side by side."""
-        return np.reshape(observation, self.observation_space.shape)
+    return ale_py.Action(number)
