@@ -5,7 +5,9 @@
 - `replay`: a finished or killed run played back as the same `RunSource` a live one is;
 - `series`: a recorded run as the series `report --html` plots;
 - `find_runs`: the runs under a directory, newest first, and a run by its name;
-- `run_report`: a run read back for `cockpit report`, and the object `report --json` prints.
+- `run_report`: a run read back for `cockpit report`, and the object `report --json` prints;
+- `playable`: the model `cockpit play` plays (a job's, a fleet's best, a collected model), checked
+  against its SHA-256.
 
 Imports `fleet` and everything below it.
 """
