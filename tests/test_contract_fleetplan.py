@@ -105,6 +105,9 @@ def test_a_plan_expands_its_matrix_and_funnel(tmp_path: Path) -> None:
         (("promote = 3\n", ""), "'tiers[1].promote' is missing"),
         (("[score]\nepisodes = 5", "[score]\nepisodes = 0"), "'score.episodes'"),
         (("[agents]", "[agent]"), "unknown key 'agent'"),
+        (("episodes = 5\n", "episodes = 5\n[video]\ntop = -1\n"), "'[video]' takes top = K"),
+        (("episodes = 5\n", 'episodes = 5\n[video]\ntop = "3"\n'), "'[video]' takes top = K"),
+        (("episodes = 5\n", "episodes = 5\n[video]\nbest = 3\n"), "'[video]' takes top = K"),
     ],
 )
 def test_every_bad_input_is_one_line_naming_the_file_and_key(tmp_path: Path, change: tuple[str, str],
@@ -357,3 +360,8 @@ def test_from_needs_a_run_directory(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["fleet", str(plan_file(tmp_path)), "--dry-run", "--from", str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
     assert "--from" in err and "not a run directory" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_plans_video_table_asks_for_clips_of_its_top_agents(tmp_path: Path) -> None:
+    assert load_plan(plan_file(tmp_path)).video_top == 0  # no [video]: no clips
+    assert load_plan(plan_file(tmp_path, GOOD + "\n[video]\ntop = 3\n")).video_top == 3

@@ -18,7 +18,7 @@ def test_run_toml_records_each_recorded_setting_under_its_own_name_and_reads_it_
     # Every recorded setting off its default: each is written under its field's name and reads back.
     off_default = {"agents": 3, "episodes": 7, "seed": 4, "pin": True, "gpus": (0, 1), "devices": ("cuda", "cpu"),
                    "mps": True, "eval_episodes": 2, "max_restarts": 1, "healthy_uptime_s": 9.0,
-                   "stall_timeout_s": 70.0, "disk_wait_s": 600.0, "on_done": "true",
+                   "stall_timeout_s": 70.0, "disk_wait_s": 600.0, "on_done": "true", "video_every": 4096,
                    "script": ("python", "t.py")}  # fmt: skip
     recorded = {name for name, each in declared() if each.recorded}
     assert recorded - {"jobs", "preset", "env", "timesteps"} == set(off_default)  # a new one: give it a value here
@@ -35,7 +35,7 @@ def test_each_flag_parses_into_its_setting_and_the_spec_data_round_trips(tmp_pat
     words = ["run", "--jobs", "2", "--agents", "3", "--preset", "cartpole", "--timesteps", "1_000", "--seed", "4",
              "--eval-episodes", "2", "--run-dir", str(tmp_path / "r"), "--name", "n", "--pin", "--mps",
              "--no-tensorboard", "--max-restarts", "1", "--healthy-uptime", "9", "--stall-timeout", "70",
-             "--disk-wait", "600", "--on-done", "true"]  # fmt: skip
+             "--disk-wait", "600", "--on-done", "true", "--video-every", "4096"]  # fmt: skip
     settings = RunSettings.from_args(build_parser().parse_args(words))
     # Every setting that is a flag of `run` moved off its default: one left out of the list shows here.
     off_default = {name for name, _ in declared() if getattr(settings, name) != getattr(RunSettings(), name)}

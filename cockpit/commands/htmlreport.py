@@ -1,8 +1,10 @@
 """The plotted report as one self-contained HTML page (`cockpit report RUN_DIR --html OUT.html`).
 
 The page opens offline and references nothing outside itself: the figures are PNGs inlined as
-`data:` URIs, the style is one inline `<style>` block in the browser's own fonts, and there is no
-script. Every text taken from the run (a command line, a warning, an agent's overrides) is escaped.
+`data:` URIs, and so are the run's clips (an MP4 in a `<video>`, a GIF in an `<img>`: in the
+leaderboard, and in a section per job), the style is one inline `<style>` block in the browser's own
+fonts, and there is no script. Every text taken from the run (a command line, a warning, an agent's
+overrides) is escaped.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from cockpit.contract.runrecord import RunRecord
 from cockpit.core.feed.snapshot import preset_label
 from cockpit.core.fleet.report import STATUSES, FleetSummary
 from cockpit.core.machine.util_reading import BUSY_LEGEND, gpu_read_lines
-from cockpit.core.record.series import RunSeries
+from cockpit.core.record.series import Clip, RunSeries
 from cockpit.core.telemetry.memwatch import NO_GROWTH
 
 LEADERS_LISTED = 20  # leaderboard rows in the page's table
@@ -37,6 +39,8 @@ table { border-collapse: collapse; font-size: 13px; margin: 6px 0 12px; }
 th, td { border-bottom: 1px solid #e3e3e3; padding: 3px 10px 3px 0; text-align: right; vertical-align: top; }
 th { color: #555; font-weight: 600; } td.l, th.l { text-align: left; }
 ul.warnings li { color: #8a5a00; } .bad { color: #b00020; }
+video.clip, img.clip { max-width: 100%; height: auto; border: 1px solid #ddd; background: #000; }
+td video.clip, td img.clip { width: 160px; }
 """
 
 
@@ -49,13 +53,20 @@ def _cell(value: Any, spec: str = "{:,.1f}") -> str:
     return str(value)
 
 
-def _table(headers: Sequence[str], rows: Iterable[Sequence[str]], left: Iterable[str] = ()) -> str:
-    """An HTML table of already formatted cells (escaped here); columns in `left` align left."""
-    lefts = set(left)
+def _table(
+    headers: Sequence[str], rows: Iterable[Sequence[str]], left: Iterable[str] = (), html: Iterable[str] = ()
+) -> str:
+    """An HTML table of already formatted cells (escaped here, but for the columns in `html`, whose
+    cells are markup made here); columns in `left` align left."""
+    lefts, markup = set(left), set(html)
     cls = [' class="l"' if h in lefts else "" for h in headers]
+    raw = [h in markup for h in headers]
     head = "".join(f"<th{c}>{escape(h)}</th>" for h, c in zip(headers, cls, strict=True))
     body = "".join(
-        "<tr>" + "".join(f"<td{c}>{escape(v)}</td>" for v, c in zip(row, cls, strict=True)) + "</tr>" for row in rows
+        "<tr>"
+        + "".join(f"<td{c}>{v if r else escape(v)}</td>" for v, c, r in zip(row, cls, raw, strict=True))
+        + "</tr>"
+        for row in rows
     )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
@@ -74,6 +85,38 @@ def _figure(plot: Plot) -> str:
         f'<img alt="{escape(plot.title)}" src="data:image/png;base64,{data}">'
         f"<figcaption>{escape(plot.caption)}</figcaption></figure>"
     )
+
+
+def _clip(clip: Clip) -> str:
+    """`clip` inline: an MP4 as a `<video>` that loops muted, a GIF as an `<img>`; one too large to
+    embed (or gone since it was found) is named by its path instead."""
+    uri = clip.data_uri() if clip.embeddable else None
+    title = escape(clip.label)
+    if uri is None:
+        why = f"{clip.size / 2**20:,.1f} MiB, too large to embed" if not clip.embeddable else "unreadable"
+        return f'<span class="meta">clip {escape(str(clip.path))} ({why})</span>'
+    if clip.is_video:
+        controls = "controls muted loop autoplay playsinline"  # muted: browsers autoplay only a silent video
+        return f'<video class="clip" title="{title}" src="{uri}" {controls} preload="auto"></video>'
+    return f'<img class="clip" alt="{title}" title="{title}" src="{uri}">'
+
+
+def _clips(series: RunSeries) -> str:
+    """The clips section: each job's newest clip (and a fleet agent's model clip), under its id,
+    named for the checkpoint or model it was recorded from."""
+    clips = series.clips
+    parts = []
+    for job in series.record.jobs:
+        shown = [c for c in (clips.models.get(job.id), clips.newest(job.id)) if c is not None]
+        if not shown:
+            continue
+        count = len(clips.jobs.get(job.id, ()))
+        more = f"; {count} clip(s) in {escape(str(clips.jobs[job.id][-1].path.parent))}" if count > 1 else ""
+        figures = "".join(
+            f"<figure>{_clip(c)}<figcaption>recorded from {escape(c.label)}{more}</figcaption></figure>" for c in shown
+        )
+        parts.append(f'<section id="clip-{escape(job.id)}"><h3>job {escape(job.id)}</h3>{figures}</section>')
+    return "<h2>Clips</h2>" + "".join(parts) if parts else ""
 
 
 def _summary(record: RunRecord) -> str:
@@ -167,7 +210,7 @@ def _jobs(record: RunRecord) -> str:
     return "<h2>Jobs</h2>" + _table(headers, rows, left=("job", "preset", "status", "memory", "reason"))
 
 
-def _fleet(fleet: FleetSummary, plots: Sequence[Plot]) -> str:
+def _fleet(fleet: FleetSummary, plots: Sequence[Plot], series: RunSeries) -> str:
     rate = f", ${fleet.rate_usd_per_h:g}/h" if fleet.rate_usd_per_h is not None else ""
     by_status = ", ".join(f"{n:,} {status}" for status in STATUSES if (n := fleet.count(status)))
     counts = f"{len(fleet.agents):,} agents, {fleet.promotion} promotion, {len(fleet.tiers)} tier(s){rate}"
@@ -195,11 +238,15 @@ def _fleet(fleet: FleetSummary, plots: Sequence[Plot]) -> str:
     parts += [_figure(plot) for plot in plots]
     leaders = fleet.leaderboard[:LEADERS_LISTED]
     if leaders:
-        parts.append(f"<h2>Leaderboard (top {len(leaders)} of {len(fleet.leaderboard):,} scored)</h2>")
+        parts.append(f'<h2 id="leaderboard">Leaderboard (top {len(leaders)} of {len(fleet.leaderboard):,} scored)</h2>')
         # pbt: every checkpoint the agent copied, oldest first ("a0006@t0, a0008@t4": whose, at which tier's end).
         pbt = fleet.promotion == "pbt"
-        rows = (leaderboard.cells(a, pbt, every_copy=True) for a in leaders)
-        parts.append(_table(leaderboard.columns(pbt), rows, left=tuple(leaderboard.LEFT)))
+        rows = [leaderboard.cells(a, pbt, every_copy=True) for a in leaders]
+        clips = [series.clips.of_agent(a.agent) for a in leaders]
+        if any(clips):
+            rows = [(*row, _clip(clip) if clip else "-") for row, clip in zip(rows, clips, strict=True)]
+        columns = (*leaderboard.columns(pbt), *(("clip",) if any(clips) else ()))
+        parts.append(_table(columns, rows, left=tuple(leaderboard.LEFT), html=("clip",)))
     failed = [agent for agent in fleet.agents if agent.status == "failed"]
     parts += [
         f'<p class="bad">failed: {escape(a.id)} in tier {a.tier}: {escape(a.error or "no error recorded")}</p>'
@@ -292,8 +339,8 @@ def _advice(record: RunRecord) -> str:
 
 def page(series: RunSeries, plots: Sequence[Plot]) -> str:
     """The whole report page for `series` with its rendered `plots` (`cockpit.commands.plots.plots`):
-    the header, warnings, the run's figures, the jobs, a fleet's section with its figures, a search
-    fleet's analysis with its own, then the settings and the advice the run applied."""
+    the header, warnings, the run's figures, the jobs and their clips, a fleet's section with its
+    figures, a search fleet's analysis with its own, then the settings and the advice the run applied."""
     record = series.record
     title = f"cockpit report: {record.name or series.run_dir.name}"
     run_plots = [plot for plot in plots if not plot.fleet]
@@ -313,9 +360,9 @@ def page(series: RunSeries, plots: Sequence[Plot]) -> str:
         parts += [f"<li>{escape(warning)}</li>" for warning in record.warnings]
         parts.append("</ul>")
     parts += [_figure(plot) for plot in run_plots]
-    parts.append(_jobs(record))
+    parts += [_jobs(record), _clips(series)]
     if series.fleet is not None:
-        parts.append(_fleet(series.fleet.summary, fleet_plots))
+        parts.append(_fleet(series.fleet.summary, fleet_plots, series))
         if series.fleet.analysis is not None:
             parts.append(_search(series.fleet.analysis, search_plots))
     parts += [_settings(record), _advice(record), "</body></html>", ""]

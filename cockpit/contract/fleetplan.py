@@ -26,6 +26,9 @@ timesteps = 2_000_000
 [score]
 episodes = 10                     # deterministic evaluation episodes when an agent ends a tier
 
+[video]                           # optional: when the fleet ends, a clip of each of the top K agents
+top = 3                           # of the last tier, beside its model in models/ (model_manifest)
+
 [pbt]                             # optional, with promotion = "pbt" (cockpit.core.fleet.pbt)
 quantile = 0.25                   # the bottom share copies an agent of the top share, in (0, 0.5]
 resample_probability = 0.25       # each searched key resampled instead of x0.8 / x1.2
@@ -76,7 +79,7 @@ MAX_SEED = 2**31 - 1
 # seeds is refused in one line instead of filling memory.
 MAX_AGENTS = 10_000
 NAME_PATTERN = RUN_NAME_PATTERN  # the plan's name is the fleet's run name: one rule for both
-TOP_KEYS = ("name", "jobs", "rate_usd_per_h", "promotion", "mps", "agents", "tiers", "score", "pbt")
+TOP_KEYS = ("name", "jobs", "rate_usd_per_h", "promotion", "mps", "agents", "tiers", "score", "pbt", "video")
 PBT_KEYS = ("quantile", "resample_probability", "seed", "synch", "burn_in_period", "schedule")
 AGENT_KEYS = ("env", "preset", "seeds", "overrides", "search")
 TIER_KEYS = ("timesteps", "episodes", "promote")
@@ -181,6 +184,7 @@ class FleetPlan:
     mps: bool = False  # `mps = true`: the jobs on each GPU are MPS clients, as `--mps` makes them
     search: SearchSpace | None = None  # `[agents.search]`, None for a grid alone
     pbt: PbtSettings | None = None  # `[pbt]` settings, for `promotion = "pbt"` only
+    video_top: int = 0  # `[video] top = K`: clips of the last tier's top K agents when the fleet ends
 
     @property
     def unit(self) -> Unit:
@@ -487,6 +491,12 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
         episodes = score.get("episodes", 10)
         if not _positive_int(episodes):
             problems.append(f"'score.episodes' must be a positive integer, got {episodes!r}")
+    video = raw.get("video", {})
+    video_top = video.get("top", 0) if isinstance(video, dict) and set(video) <= {"top"} else None
+    if video_top is None or isinstance(video_top, bool) or not isinstance(video_top, int) or video_top < 0:
+        problems.append(
+            f"'[video]' takes top = K, the top agents of the last tier to record a clip of (K >= 0), got {video!r}"
+        )
     tiers, tier_problems = _tiers(raw.get("tiers"), pbt=promotion == "pbt")
     problems += tier_problems
 
@@ -628,6 +638,7 @@ def parse_plan(raw: Mapping[str, Any], source: str) -> FleetPlan:
         mps=mps,
         search=search,
         pbt=pbt,
+        video_top=int(video_top or 0),
     )
     zero = [i for i, count in enumerate(plan.funnel()) if count == 0]
     if zero:

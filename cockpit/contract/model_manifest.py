@@ -18,7 +18,13 @@ score = 500.0
 steps = 8192
 vecnormalize = "a0003.vecnormalize.pkl"      # only when the agent normalized
 vecnormalize_sha256 = "..."
+video = "a0003.mp4"                          # only when the plan's [video] top K included it
+video_sha256 = "..."
 ```
+
+A fleet whose plan says `[video] top = K` records a clip of each of its top K agents playing
+(their final model) into `models/<agent>.mp4` (`.gif` where ffmpeg is absent) when the fleet ends,
+and lists it as the entry's `video` with its SHA-256 (`with_video`).
 
 Every file is copied under a temporary name, fsynced and renamed, and the manifest is rewritten
 atomically, so a kill leaves whole files. Each file's SHA-256 is the one its checkpoint's worker
@@ -31,7 +37,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +65,25 @@ class ModelEntry:
     overrides: dict[str, Any] = field(default_factory=dict)
     vecnormalize: str | None = None
     vecnormalize_sha256: str | None = None
+    video: str | None = None
+    video_sha256: str | None = None
+
+
+def with_video(run_dir: Path, fleet: str, agent: str, video: Path) -> ModelEntry:
+    """Record `video` (a clip in `models/`, already whole) as `agent`'s in models.toml, with its
+    SHA-256, rewriting the manifest atomically; returns the updated entry. ValueError (one line) when
+    the manifest lists no such agent or `video` is not a file directly in `models/`."""
+    directory = run_dir / MODELS_DIR
+    if video.parent != directory or not plain_name(video.name):
+        raise ValueError(f"{video}: a model's clip is a file directly in {directory}")
+    entries = read_manifest(run_dir)
+    found = [i for i, entry in enumerate(entries) if entry.agent == agent]
+    if not found:
+        raise ValueError(f"{directory / MANIFEST}: no model of agent {agent!r} to give a clip")
+    entry = replace(entries[found[0]], video=video.name, video_sha256=sha256_of(video))
+    entries[found[0]] = entry
+    write_manifest(run_dir, fleet, entries)
+    return entry
 
 
 def copy_atomic(source: Path, target: Path, expected: str | None = None) -> str:
@@ -101,7 +126,7 @@ def read_manifest(run_dir: Path) -> list[ModelEntry]:
     except (tomllib.TOMLDecodeError, TypeError, UnicodeDecodeError) as exc:
         raise ValueError(f"{path}: not a models manifest ({exc})") from None
     for entry in entries:
-        for key, name in (("file", entry.file), ("vecnormalize", entry.vecnormalize)):
+        for key, name in (("file", entry.file), ("vecnormalize", entry.vecnormalize), ("video", entry.video)):
             if name is not None and not plain_name(name):
                 raise ValueError(
                     f"{path}: model {entry.agent!r}: {key} = {name!r} is not a plain file name in {MODELS_DIR}/ "
@@ -131,6 +156,8 @@ def verify(run_dir: Path, entries: list[ModelEntry]) -> list[str]:
         pairs = [(entry.file, entry.sha256)]
         if entry.vecnormalize is not None:
             pairs.append((entry.vecnormalize, entry.vecnormalize_sha256 or ""))
+        if entry.video is not None:
+            pairs.append((entry.video, entry.video_sha256 or ""))
         for name, digest in pairs:
             path = directory / name
             if not path.is_file():

@@ -31,7 +31,9 @@ run directory, so `JobDir` stands alone:
   stderr.log
   .lock             held (flock) by the worker using the directory
   tb/               TensorBoard's logdir: PPO_0/ (SB3's own scalars, the worker's) and cockpit/
-                    (the cockpit's scalars for the job), unless --no-tensorboard
+                    (the cockpit's scalars for the job, and its clips), unless --no-tensorboard
+  videos/           clips of the job playing: step-<step>-<ns>.mp4 (or .gif), named for the
+                    checkpoint each was recorded from (`--video-every`, the cockpit's clip key)
 ```
 
 Every process (the cockpit run, its viewers, `report`, `recommend`, replay, the worker) names these
@@ -69,6 +71,7 @@ TB_LOG_NAME = "PPO"  # the worker's `tb_log_name`
 # `PPO_0` again at every resume, as the newest id it finds is then 0.
 TB_SB3_RUN = f"{TB_LOG_NAME}_0"
 TB_COCKPIT_RUN = "cockpit"  # the cockpit's own scalars: a run of its own, apart from SB3's event files
+VIDEOS = "videos"
 
 RUNS = Path("runs")  # where runs go by default, relative to the working directory
 STAMP_FORMAT = "%Y%m%dT%H%M%SZ"  # the UTC time that starts a default run directory's name
@@ -154,6 +157,16 @@ class JobDir:
     def tensorboard_cockpit(self) -> Path:
         """`tb/cockpit/`: the cockpit's scalars for the job (`cockpit.core.export.tensorboard`)."""
         return self.tensorboard / TB_COCKPIT_RUN
+
+    @property
+    def videos(self) -> Path:
+        """`videos/`: the job's clips, each named for its checkpoint (`clip_for`)."""
+        return self.path / VIDEOS
+
+    def clip_for(self, checkpoint: Path, suffix: str = ".mp4") -> Path:
+        """`videos/<checkpoint's name><suffix>`: the clip recorded from `checkpoint` (a
+        `checkpoints/step-<step>-<ns>/` directory), so the clip names where it came from."""
+        return self.videos / f"{checkpoint.name}{suffix}"
 
 
 @dataclass(frozen=True)

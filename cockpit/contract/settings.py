@@ -154,6 +154,12 @@ class RunSettings:
         fleet_help="no TensorBoard logs (default, with the tensorboard package: each agent's SB3 scalars and the "
         "cockpit's in RUN_DIR/jobs/<id>/tb)", commands=BOTH, negated=True, resume="fresh",
         recorded=False, section="machine"))
+    video_every: int | None = _setting(None, Setting(
+        "--video-every", "record a short clip of each job playing once its checkpoint passes each multiple of STEPS "
+        "steps: from that checkpoint, in a process of its own at low priority (never in the worker), into "
+        "RUN_DIR/jobs/<id>/videos/<checkpoint>.mp4 and the job's TensorBoard (cockpit/video); needs "
+        "cockpit[video] (default: no clips); a resumed run keeps it", positive_int, "STEPS", commands=BOTH,
+        resume="kept", section="machine"))
     max_restarts: int = _setting(3, Setting(
         "--max-restarts", "restarts in a row of a crashed job before it is marked failed (default: 3; back-off 1 s, "
         "2 s, 4 s... up to 60 s); see --healthy-uptime", non_negative_int, "K",

@@ -7,7 +7,8 @@
 - `find_runs`: the runs under a directory, newest first, and a run by its name;
 - `run_report`: a run read back for `cockpit report`, and the object `report --json` prints;
 - `playable`: the model `cockpit play` plays (a job's, a fleet's best, a collected model), checked
-  against its SHA-256.
+  against its SHA-256;
+- `clips`: the clips a run holds (each job's `videos/`, a fleet's model clips), for the report.
 
 Imports `fleet` and everything below it.
 """

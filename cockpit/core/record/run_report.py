@@ -251,6 +251,8 @@ def fleet_json(fleet: FleetSummary | None, run_dir: Path, record: RunRecord | No
                     "sha256": m.sha256,
                     "vecnormalize": m.vecnormalize,
                     "vecnormalize_sha256": m.vecnormalize_sha256,
+                    "video": m.video,
+                    "video_sha256": m.video_sha256,
                     "score": m.score,
                     "steps": m.steps,
                 }

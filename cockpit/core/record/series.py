@@ -12,7 +12,8 @@ job's events through `cockpit.contract.events`, and a fleet through `cockpit.cor
   the run's end; its throughput at each rollout start, by the cockpit's one definition of SPS over
   whole rollout + train cycles (`cockpit.core.telemetry.throughput.Throughput`, what the jobs table showed);
   and its `ep_rew_mean` from each `progress` event, both against its steps;
-- a fleet's summary and every result it recorded (an agent's score at the end of each tier).
+- a fleet's summary and every result it recorded (an agent's score at the end of each tier);
+- the clips of its jobs and of a fleet's models (`cockpit.core.record.clips`), which the page embeds.
 
 Nothing here decimates or draws: the figures (`cockpit.commands.plots`) bin the series to their
 pixel width. Reading a 1-hour run of 4 jobs (18,000 ticks, 37,500 events per job) takes about a
@@ -22,7 +23,7 @@ second on the 2-core dev box (`benchmarks/report_render.py`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cockpit.contract.events import (
@@ -39,10 +40,11 @@ from cockpit.core.feed.source import Transition
 from cockpit.core.fleet.analysis import SearchAnalysis, analyse, usd_per_step
 from cockpit.core.fleet.report import FleetSummary, fleet_summary
 from cockpit.core.fleet.store import Result
+from cockpit.core.record.clips import Clip, RunClips, run_clips
 from cockpit.core.record.replay import csv_rows, gpu_util_readings
 from cockpit.core.telemetry.throughput import Throughput
 
-__all__ = ["FleetSeries", "JobSeries", "RunSeries", "Telemetry", "read_series"]
+__all__ = ["Clip", "FleetSeries", "JobSeries", "RunSeries", "Telemetry", "read_series"]
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,8 @@ class FleetSeries:
 @dataclass(frozen=True)
 class RunSeries:
     """A recorded run for the plotted report: its run record, its span (first to last moment
-    recorded, Unix times), its telemetry, every job's series, and its fleet (None for a plain run)."""
+    recorded, Unix times), its telemetry, every job's series, its fleet (None for a plain run),
+    and its clips."""
 
     run_dir: Path
     record: RunRecord
@@ -97,6 +100,7 @@ class RunSeries:
     telemetry: Telemetry
     jobs: tuple[JobSeries, ...]
     fleet: FleetSeries | None
+    clips: RunClips = field(default_factory=RunClips)
 
     @property
     def has_gpu(self) -> bool:
@@ -198,4 +202,5 @@ def read_series(run_dir: Path) -> RunSeries:
     jobs = tuple(_job(job.id, job.seed, files.job(job.id).events, end) for job in record.jobs)
     if not starts:  # neither run.toml nor the sampler has a time: the jobs' first events do
         start = min((job.phases[0][0] for job in jobs if job.phases), default=end)
-    return RunSeries(run_dir, record, start, max(end, start), telemetry, jobs, _fleet(run_dir, record))
+    clips = run_clips(run_dir, tuple(job.id for job in record.jobs))
+    return RunSeries(run_dir, record, start, max(end, start), telemetry, jobs, _fleet(run_dir, record), clips)

@@ -11,7 +11,9 @@ in the background.
 - `background`: `cockpit run --headless` detached from the terminal, and the wait for its socket;
 - `mps_session`: `--mps` around a run's or a fleet's session: the refusal, the daemon opened and stopped;
 - `compute_modes`: how the GPUs' compute modes bound a run's jobs, before it starts;
-- `on_done`: `--on-done CMD`, run once when the run ends.
+- `on_done`: `--on-done CMD`, run once when the run ends;
+- `clips`: clips recorded beside a run by niced players, one at a time from a thread:
+  `--video-every`, a fleet's `[video] top = K`, and the cockpit's clip key.
 
 The top of `cockpit.core`: it may import every package below it, and none imports it.
 """

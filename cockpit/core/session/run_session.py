@@ -52,6 +52,7 @@ from cockpit.core.machine.host import HostInfo
 from cockpit.core.machine.nvml import GpuReader, close_gpus, keep_gpus
 from cockpit.core.machine.visibility import with_slices
 from cockpit.core.record.runlog import Recorder, phase_accounting, record
+from cockpit.core.session.clips import SessionClips
 from cockpit.core.session.on_done import run_on_done
 from cockpit.core.sizing.advisor import (
     CHEAP_ENVS_PER_CORE,
@@ -186,6 +187,7 @@ class RunSession:
     # Under --mps: where the jobs of each GPU meet their MPS daemon (`cockpit.core.machine.mps_daemon`); a
     # daemon found running, with or without --mps (`MpsServers.external`).
     mps: MpsServers | None = None
+    clips: SessionClips | None = None  # --video-every's and a fleet's [video] clips (session/clips.py)
 
     def __post_init__(self) -> None:
         # The preset the jobs train now (applied advice changes it); None for a script run.
@@ -411,6 +413,8 @@ class RunSession:
                 raise
             finally:
                 self.sampler.stop()
+                if self.clips is not None:  # a fleet that ended records its top agents' clips first
+                    self.clips.close(ended=self.lost is None and not self.supervisor.interrupted)
                 state = self._latest = self.snapshot(all_jobs=True)
                 if self.lost is None:  # else there is no run dir to write into (or a stranger's)
                     warned = len(self.supervisor.warnings)
@@ -489,6 +493,8 @@ class RunSession:
             self._keep_mps_gain()
         self._show(view.update, state)
         self._write_scalars(state)
+        if self.clips is not None:
+            self.clips.tick(state)
         if on_tick is not None:
             on_tick(state)
 

@@ -26,6 +26,7 @@ from cockpit.core.machine.clock import Clock, SystemClock
 from cockpit.core.machine.host import HostInfo, host_info, thread_budget
 from cockpit.core.machine.placement import GpuRef
 from cockpit.core.record.runlog import Recorder
+from cockpit.core.session.clips import session_clips
 from cockpit.core.session.run_session import RunSession
 from cockpit.core.sizing.autotune import AutoTuner
 from cockpit.core.supervise.supervisor import Supervisor
@@ -118,6 +119,7 @@ def start_session(
         session.fleet = fleet(supervisor)
     elif resume:
         _restore_jobs(session)
+    session.clips = session_clips(spec, supervisor.warnings, session.fleet)
     return session
 
 

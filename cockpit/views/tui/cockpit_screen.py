@@ -19,10 +19,12 @@ from textual.widget import Widget
 from textual.widgets import Static
 
 from cockpit.contract.controls import AddJob, ApplyAdvice, Control, KillJob, RestartJob, StopAll, StopJob
+from cockpit.contract.rundir import RunDir
 from cockpit.contract.runspec import ConfigError
 from cockpit.contract.states import JobState
 from cockpit.core.feed.source import Frame, Replay, RunSource, SourceError
 from cockpit.core.record.replay import open_replay
+from cockpit.core.session.clips import ClipRecorder, checkpoint_task
 from cockpit.formatting import eta, si
 from cockpit.views.tui import cpu_panel, gpu_panel
 from cockpit.views.tui.advice_panel import AdvicePanel
@@ -167,6 +169,8 @@ class CockpitScreen(Screen[None]):
         Binding("r", "report", "Report"),
         Binding("p", "replay", "Replay"),
         Binding("k", "kill", "Kill"),
+        # Off the footer, which is full: the help screen and docs/tui.md list it.
+        Binding("c", "clip", "Clip", show=False),
         Binding("S", "stop_all", "Stop all"),
         Binding("A", "apply_advice", "Apply advice"),
         Binding("v", "next_advice", "Next advice", show=False),
@@ -197,6 +201,7 @@ class CockpitScreen(Screen[None]):
         # of a key press on a busy machine.
         self._detail = JobDetailScreen(source, "")
         self._names = {"help": f"help-{id(self)}", "detail": f"detail-{id(self)}", "fleet": f"fleet-{id(self)}"}
+        self._clips: ClipRecorder | None = None  # made at the first clip key
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="run-header")
@@ -283,6 +288,8 @@ class CockpitScreen(Screen[None]):
         return frame.link_error is not None or not frame.state.status.live
 
     def on_unmount(self) -> None:
+        if self._clips is not None:
+            self._clips.close()
         for name in self._names.values():
             with contextlib.suppress(ScreenStackError):  # the app is exiting with it still shown
                 self.app.uninstall_screen(name)
@@ -342,6 +349,32 @@ class CockpitScreen(Screen[None]):
         """SIGKILL the selected job."""
         if (job := self._selected()) is not None:
             self._send(KillJob(job), f"job {job}: killed")
+
+    def action_clip(self) -> None:
+        """Record a clip of the selected job's newest checkpoint in the background (a niced player
+        process, never the worker), into its videos/ and TensorBoard; say where it goes, then where
+        it went."""
+        if self.frame is None or (job := self._selected()) is None:
+            return
+        job_dir = RunDir(Path(self.frame.state.run_dir)).job(job)
+        try:
+            task = checkpoint_task(job_dir.path, f"job {job}", tensorboard=job_dir.tensorboard.is_dir())
+        except ValueError as exc:
+            self.notify(str(exc), title="no clip", severity="warning", markup=False)
+            return
+        if self._clips is None:
+            self._clips = ClipRecorder()
+            self.set_interval(1.0, self._clips_done)
+        self._clips.submit(task)
+        self.notify(f"job {job}: recording a clip of {task.model.source.name} in the background, to {task.video}",
+                    markup=False)  # fmt: skip
+
+    def _clips_done(self) -> None:
+        """Say where each clip recorded since the last look went (or why it was not made)."""
+        for done in self._clips.take_done() if self._clips is not None else ():
+            self.notify(
+                done.line(), title="clip", severity="information" if done.clip else "error", markup=False, timeout=15
+            )  # where it went: longer than the default few seconds
 
     def action_stop_all(self) -> None:
         """Checkpoint and stop every job; the run ends (resumable)."""

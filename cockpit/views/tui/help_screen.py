@@ -49,6 +49,7 @@ KEYS = (
     ("r", "restart the selected job (from its checkpoint)"),
     ("k", "kill the selected job now (SIGKILL; it resumes from its last checkpoint)"),
     ("S", "stop all jobs: the run ends, resumable with cockpit run --resume RUN_DIR"),
+    ("c", "clip: record the selected job's newest checkpoint playing, in the background, into its videos/"),
     ("enter", "job detail"),
     ("f", "fleet screen (a fleet's tiers, leaderboard, ETA and cost)"),
     ("q", "quit: stop all jobs, or leave them running and cockpit attach RUN_DIR later"),
