@@ -8,7 +8,9 @@ import dataclasses
 import json
 import math
 import sys
+import warnings
 from pathlib import Path
+from typing import Any
 
 import optuna
 import pytest
@@ -141,12 +143,12 @@ def test_a_scripted_fleet_draws_lazily_puts_the_values_in_overrides_and_tells_ea
 
 
 def assert_one_trial_per_draw(run_dir: Path, name: str, results: list[Result], rows: list[AgentRow],
-                              steps: tuple[int, ...], env: str | None = None) -> None:  # fmt: skip
+                              steps: tuple[int, ...], env: str | None = None, per_draw: int = 2) -> None:  # fmt: skip
     """`name`'s study holds one trial per draw of the fleet (its agents on `env`, every env for
-    None), each told, with the mean of its agents' scores at each tier's `steps` as intermediate
-    values and its last one as its value."""
+    None; `per_draw` agents in a draw), each told, with the mean of its agents' scores at each
+    tier's `steps` as intermediate values and its last one as its value."""
     study = trials(run_dir, name)
-    members = {row.id: row.index // 2 for row in rows if env is None or row.env == env}
+    members = {row.id: row.index // per_draw for row in rows if env is None or row.env == env}
     draws = sorted(set(members.values()))
     assert [t.user_attrs["draw"] for t in study] == draws
     for t in study:
@@ -505,3 +507,50 @@ def test_tpe_learns_from_the_draws_scores_while_their_trials_still_run(tmp_path:
     # The last four, TPE's after 11 scores (past its random start of 4), all in the box's top
     # quarter in log space; drawn at random, as TPE draws with no score told, they are not.
     assert all(math.log10(lr) > -3.5 for lr in drawn[-4:]), drawn
+
+
+class Killed(BaseException):
+    """What a kill -9 leaves of a process: nothing after the write it came before."""
+
+
+@pytest.mark.slow  # about 20 fleets and their studies per sampler
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_a_kill_before_any_write_to_optuna_db_then_a_resume_asks_reports_and_tells_each_draw_once(
+    tmp_path: Path, sampler: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from optuna.storages import RDBStorage
+
+    # Every method through which Optuna's SQLite storage writes: a kill before each one, in turn.
+    writes = ("create_new_trial", "set_trial_state_values", "set_trial_intermediate_value", "_set_trial_param",
+              "set_trial_user_attr", "set_trial_system_attr", "set_study_system_attr")  # fmt: skip
+    count = {"n": 0, "kill_at": 0}
+
+    def killing(real: Any) -> Any:
+        def write(self: RDBStorage, *args: object, **kwargs: object) -> Any:
+            count["n"] += 1
+            if count["n"] == count["kill_at"]:
+                raise Killed
+            return real(self, *args, **kwargs)
+
+        return write
+
+    for name in writes:
+        monkeypatch.setattr(RDBStorage, name, killing(getattr(RDBStorage, name)))
+    plan = searched_plan("async").replace("seeds = 2", "seeds = 1").replace('"tpe"', f'"{sampler}"')
+    ScriptedFleet(tmp_path / "whole", plan, lambda a, t: 10.0, by_index).run()
+    total = count["n"]
+    assert total > 12  # 4 draws: each created, asked, its 1 param set, 2 tiers reported, told
+    for kill_at in range(1, total + 1):
+        run_dir = tmp_path / str(kill_at)
+        count.update(n=0, kill_at=kill_at)
+        with pytest.raises(Killed):
+            ScriptedFleet(run_dir, plan, lambda a, t: 10.0, by_index).run()
+        count["kill_at"] = 0
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*already reported")  # Optuna's word for a step reported twice
+            resumed = ScriptedFleet(run_dir, plan, lambda a, t: 10.0, by_index, resume=True)
+            resumed.step()  # a resumed session ticks at least once, even with every agent done
+            resumed.run()
+        store = resumed.fleet.store
+        assert_one_trial_per_draw(run_dir, "scripted", store.results(), store.agents(), (1000, 2000), per_draw=1)
+        store.close()
