@@ -279,10 +279,6 @@ class FleetSearch:
                                         state=state, intermediate_values=means))  # fmt: skip
         return view
 
-    def number(self, draw: int) -> int | None:
-        """`draw`'s trial number in the lead study, None before it is asked."""
-        return self._numbers.get((self.lead, draw))
-
     def reported(self, draw: int, env: str) -> dict[int, float]:
         """The intermediate values `draw`'s trial in `env`'s study holds, by step."""
         return dict(self._values.get((env, draw), {}))
@@ -300,9 +296,9 @@ class FleetSearch:
         optuna.trial.Trial(study, trial_id).report(value, step)
         self._values[key][step] = value
 
-    def told(self, draw: int, env: str | None = None) -> bool:
-        """True when `draw`'s trial in `env`'s study (every env's, for None) was told."""
-        return all((e, draw) in self._told for e in ((env,) if env is not None else self.envs))
+    def told(self, draw: int) -> bool:
+        """True when `draw`'s trial in every env's study was told (by this session or an earlier one)."""
+        return all((env, draw) in self._told for env in self.envs)
 
     def finish(self, draw: int, env: str, *, complete: bool) -> None:
         """Tell `draw`'s trial in `env`'s study, once: COMPLETE with its last reported value when it
