@@ -13,8 +13,9 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
-from cockpit.commands import leaderboard
-from cockpit.commands.plots import Plot
+from cockpit.commands import leaderboard, searchreport
+from cockpit.commands.plots import SEARCH_FIGURES, Plot
+from cockpit.commands.searchreport import SearchAnalysis
 from cockpit.contract.runrecord import RunRecord
 from cockpit.core.feed.snapshot import preset_label
 from cockpit.core.fleet.report import STATUSES, FleetSummary
@@ -23,6 +24,7 @@ from cockpit.core.record.series import RunSeries
 from cockpit.core.telemetry.memwatch import NO_GROWTH
 
 LEADERS_LISTED = 20  # leaderboard rows in the page's table
+DRAWS_LISTED = 50  # rows of a search's score-against-cost table
 FAILED_LISTED = 20  # failed agents named with their errors
 
 STYLE = """
@@ -221,6 +223,29 @@ def _fleet(fleet: FleetSummary, plots: Sequence[Plot]) -> str:
     return "".join(parts)
 
 
+def _search(analysis: SearchAnalysis, plots: Sequence[Plot]) -> str:
+    """A search fleet's analysis (`searchreport`): the importance table (or why there is none), the
+    parallel coordinates and the Pareto front's figures, and the score-against-cost table."""
+    parts = ['<section id="search"><h2>Search</h2>', f'<p class="meta">{escape(searchreport.summary(analysis))}</p>']
+    if analysis.importance_note is not None:
+        parts.append(f'<p class="meta">{escape(analysis.importance_note)}</p>')
+    else:
+        parts.append(f'<p class="meta">{escape(searchreport.importance_title(analysis))}</p>')
+        parts.append(
+            _table(("key", "importance"), ((key, f"{share:.2f}") for key, share in analysis.importance), left=("key",))
+        )
+    parts += [_figure(plot) for plot in plots]
+    shown = searchreport.listed(analysis, DRAWS_LISTED)
+    if shown:
+        parts.append(f'<p class="meta">{escape(searchreport.front_title(analysis))}</p>')
+        parts.append(_table(searchreport.COLUMNS, map(searchreport.cells, shown), left=tuple(searchreport.LEFT)))
+    if len(analysis.scored) > len(shown):
+        parts.append(
+            f'<p class="meta">{len(analysis.scored) - len(shown):,} more scored draws (report --json lists them)</p>'
+        )
+    return "".join([*parts, "</section>"])
+
+
 def _settings(record: RunRecord) -> str:
     cfg, host, gpu = record.config, record.host, record.gpu
     parts = ["<h2>Settings</h2>", _pairs((f.name, getattr(cfg, f.name)) for f in dataclasses.fields(cfg))]
@@ -267,12 +292,13 @@ def _advice(record: RunRecord) -> str:
 
 def page(series: RunSeries, plots: Sequence[Plot]) -> str:
     """The whole report page for `series` with its rendered `plots` (`cockpit.commands.plots.plots`):
-    the header, warnings, the run's figures, the jobs, a fleet's section with its figures, then the
-    settings and the advice the run applied."""
+    the header, warnings, the run's figures, the jobs, a fleet's section with its figures, a search
+    fleet's analysis with its own, then the settings and the advice the run applied."""
     record = series.record
     title = f"cockpit report: {record.name or series.run_dir.name}"
     run_plots = [plot for plot in plots if not plot.fleet]
-    fleet_plots = [plot for plot in plots if plot.fleet]
+    fleet_plots = [plot for plot in plots if plot.fleet and plot.name not in SEARCH_FIGURES]
+    search_plots = [plot for plot in plots if plot.name in SEARCH_FIGURES]
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
@@ -290,5 +316,7 @@ def page(series: RunSeries, plots: Sequence[Plot]) -> str:
     parts.append(_jobs(record))
     if series.fleet is not None:
         parts.append(_fleet(series.fleet.summary, fleet_plots))
+        if series.fleet.analysis is not None:
+            parts.append(_search(series.fleet.analysis, search_plots))
     parts += [_settings(record), _advice(record), "</body></html>", ""]
     return "\n".join(parts)

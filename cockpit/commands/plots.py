@@ -17,20 +17,25 @@ Without a GPU the GPU plots say so (`NO_GPU`) instead of drawing zeros.
 from __future__ import annotations
 
 import io
+import json
 import math
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from matplotlib import colormaps
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.colors import to_rgb
+from matplotlib.cm import ScalarMappable
+from matplotlib.colors import Normalize, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from cockpit.contract.runrecord import JobRecord
+from cockpit.contract.searchspace import Distribution
 from cockpit.core.feed.source import Transition
 from cockpit.core.fleet.report import search_progress
 from cockpit.core.record.series import FleetSeries, RunSeries
@@ -46,6 +51,7 @@ GPU_COLOR = "#2b2b2b"
 LABELLED_JOBS = 12  # more jobs than this: no legend, thinner lines
 LEADERS_DRAWN = 20  # leaderboard bars
 HIGHLIGHTED = 5  # agents of the leaderboard's top drawn in colour in score vs steps
+SEARCH_FIGURES = ("fleet_parallel", "fleet_pareto")  # a search fleet's: the page shows them with its analysis
 
 
 @dataclass(frozen=True)
@@ -490,6 +496,115 @@ def best_so_far(fleet: FleetSeries) -> Figure:
     return fig
 
 
+def _axis_position(
+    distribution: Distribution | None, values: Sequence[Any]
+) -> tuple[list[float], list[tuple[float, str]]]:
+    """Each of `values` placed on a parallel-coordinates axis from 0 to 1, and the axis's labelled
+    ticks: a range's two ends (a loguniform one on a log scale), a choice's every value, evenly
+    spaced; with no distribution (a plan that no longer parses), the values' own span."""
+    if distribution is not None and not distribution.numeric:
+        choices = [json.dumps(c) if not isinstance(c, str) else c for c in distribution.choices]
+        at = {text: i / max(1, len(choices) - 1) for i, text in enumerate(choices)}
+        keys = [json.dumps(v) if not isinstance(v, str) else v for v in values]
+        return [at.get(k, 0.5) for k in keys], [(at[c], c) for c in choices]
+    numbers = [float(v) for v in values]
+    low = distribution.low if distribution is not None else min(numbers, default=0.0)
+    high = distribution.high if distribution is not None else max(numbers, default=1.0)
+    log = distribution is not None and distribution.kind == "loguniform"
+
+    def scale(x: float) -> float:
+        return math.log10(x) if log else x
+
+    span = scale(high) - scale(low) or 1.0
+    return [(scale(x) - scale(low)) / span for x in numbers], [(0.0, f"{low:.3g}"), (1.0, f"{high:.3g}")]
+
+
+def parallel_coordinates(fleet: FleetSeries) -> Figure:
+    """Each scored draw as a line across one axis per searched key and a last one for its score,
+    coloured by the score (dark: best); the Pareto front's draws drawn thicker. A range's axis runs
+    from its low end (bottom) to its high end, a loguniform one on a log scale, a choice's values
+    evenly spaced."""
+    analysis = fleet.analysis
+    fig = _figure(4.4)
+    ax = fig.add_subplot()
+    ax.set_title("the draws in parallel coordinates: each searched value and the score")
+    scored = analysis.scored if analysis is not None else ()
+    search = fleet.summary.search
+    if analysis is None or search is None or len(scored) < 2:
+        _say(ax, "fewer than 2 scored draws to draw")
+        return fig
+    keys = list(search.keys)
+    space = search.space
+    columns: list[list[float]] = []
+    for i, key in enumerate(keys):
+        positions, ticks = _axis_position(space.get(key) if space else None, [p.values.get(key) for p in scored])
+        columns.append(positions)
+        for at, label in ticks:
+            ax.annotate(label, (i, at), xytext=(-4, 0), textcoords="offset points", ha="right", va="center", fontsize=8)
+    scores = [p.score or 0.0 for p in scored]
+    low, high = min(scores), max(scores)
+    columns.append([(x - low) / ((high - low) or 1.0) for x in scores])
+    for at, label in ((0.0, f"{low:,.1f}"), (1.0, f"{high:,.1f}")):
+        ax.annotate(
+            label, (len(keys), at), xytext=(4, 0), textcoords="offset points", ha="left", va="center", fontsize=8
+        )
+    cmap = colormaps["viridis_r"]
+    x = list(range(len(keys) + 1))
+    order = sorted(range(len(scored)), key=lambda i: scores[i])  # the best drawn last, on top
+    for i in order:
+        colour = cmap((scores[i] - low) / ((high - low) or 1.0))
+        front = scored[i].pareto
+        ax.plot(x, [column[i] for column in columns], color=colour, linewidth=2.4 if front else 1.2, alpha=0.9)
+    for i in x:
+        ax.axvline(i, color="#444444", linewidth=0.8)
+    ax.set_xticks(x, [*keys, "score"])
+    ax.set_xlim(-0.45, len(keys) + 0.45)
+    ax.set_ylim(-0.05, 1.05)
+    ax.tick_params(left=False, labelleft=False)
+    for side in ("left", "right", "top"):
+        ax.spines[side].set_visible(False)
+    image = ScalarMappable(norm=Normalize(low, high), cmap=cmap)
+    fig.colorbar(image, ax=ax, label="score", pad=0.01)
+    return fig
+
+
+def pareto_front(fleet: FleetSeries) -> Figure:
+    """Each scored draw's score against its cost (dollars at the fleet's measured cost per step, or
+    its steps without a rate), every draw a dot numbered by its draw; the Pareto front in colour and
+    joined as a step: the best score each cost bought."""
+    analysis = fleet.analysis
+    fig = _figure(4.0)
+    ax = fig.add_subplot()
+    ax.set_title("best score against cost: the Pareto front")
+    scored = analysis.scored if analysis is not None else ()
+    if analysis is None or not scored:
+        _say(ax, "no draw scored yet")
+        return fig
+    dollars = all(p.cost_usd is not None for p in scored)
+
+    def cost(p: Any) -> float:
+        return float(p.cost_usd) if dollars else float(p.steps)
+
+    rest = [p for p in scored if not p.pareto]
+    front = list(analysis.front)
+    ax.scatter([cost(p) for p in rest], [p.score for p in rest], s=28, color="#999999", label="a draw")
+    ax.step([cost(p) for p in front], [p.score for p in front], where="post", color=TRAIN_COLOR, linewidth=1.4)
+    ax.scatter(
+        [cost(p) for p in front], [p.score for p in front], s=44, color=TRAIN_COLOR, label="on the front", zorder=3
+    )
+    for p in front:  # the others share costs with each other (same tiers): their numbers would overlap
+        ax.annotate(f"draw {p.draw}", (cost(p), p.score or 0.0), xytext=(6, 2), textcoords="offset points", fontsize=8)
+    ax.set_xlabel(
+        r"cost: \$ at the fleet's rate (its steps at its measured \$ per step)" if dollars else "cost: steps trained"
+    )
+    ax.set_ylabel("score (the draw's last tier)")
+    if not dollars:
+        ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
+    ax.margins(x=0.08, y=0.1)
+    ax.legend(fontsize=8, loc="best")
+    return fig
+
+
 # ----- rendering -----
 
 
@@ -572,5 +687,23 @@ def plots(series: RunSeries) -> list[Plot]:
                     score_by_value,
                 )
             )
+        if fleet.analysis is not None:
+            drawn += [
+                (
+                    "fleet_parallel",
+                    "The draws in parallel coordinates",
+                    "Each scored draw as a line through its value of each searched key and its score, coloured by "
+                    "the score (dark: best); the Pareto front's draws thicker.",
+                    parallel_coordinates,
+                ),
+                (
+                    "fleet_pareto",
+                    "Best score against cost",
+                    "Each scored draw's score (its agents' mean in its last tier) against what its agents trained, "
+                    "in dollars at the fleet's measured cost per step (in steps without a rate); red: the Pareto "
+                    "front, the draws no other beat on both.",
+                    pareto_front,
+                ),
+            ]
         out += [Plot(name, title, caption, png(draw(fleet)), fleet=True) for name, title, caption, draw in drawn]
     return out

@@ -3,8 +3,10 @@
 
 A fleet's run dir (`cockpit fleet`) also has its fleet reported from `fleet.db` and
 `models/models.toml` (`cockpit.core.fleet.report`): the tiers, the leaderboard, every agent and the
-collected models, whose checksums are verified. When one fails, the whole report is still printed,
-and the command exits 1 with one line on stderr naming the files.
+collected models, whose checksums are verified; a search fleet's draws are analysed too
+(`cockpit.core.fleet.analysis`: each key's importance, and score against cost with the Pareto
+front). When a model fails its check, the whole report is still printed, and the command exits 1
+with one line on stderr naming the files.
 
 What is read and assembled, the JSON object included, is `cockpit.core.record.run_report`'s; this
 command prints it.
@@ -25,14 +27,22 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from cockpit.commands import leaderboard
+from cockpit.commands import leaderboard, searchreport
 from cockpit.commands.console import output_console
+from cockpit.commands.searchreport import SearchAnalysis
 from cockpit.contract.files import write_atomic
 from cockpit.contract.runspec import ConfigError
 from cockpit.core.feed.snapshot import preset_label
 from cockpit.core.fleet.report import STATUSES, FleetSummary
 from cockpit.core.machine.util_reading import BUSY_LEGEND, gpu_read_lines
-from cockpit.core.record.run_report import json_report, live_steps, plot_series, read_fleet, read_record
+from cockpit.core.record.run_report import (
+    json_report,
+    live_steps,
+    plot_series,
+    read_fleet,
+    read_record,
+    search_analysis,
+)
 from cockpit.core.telemetry.memwatch import NO_GROWTH
 
 
@@ -146,11 +156,15 @@ def print_report(run_dir: Path, console: Console | None = None) -> FleetSummary 
         console.print(f"[yellow]warning:[/] {warning}")
     if fleet is not None:
         print_fleet(fleet, console)
+        analysis = search_analysis(fleet, log)
+        if analysis is not None:
+            print_search(analysis, console)
     return fleet
 
 
 LEADERS = 10  # leaderboard rows in the text report (--json lists every agent with a score)
 FAILED_LISTED = 10  # failed agents named with their errors in the text report
+DRAWS_LISTED = 20  # draws in the score-against-cost table (--json lists every one)
 
 
 def print_fleet(fleet: FleetSummary, console: Console) -> None:
@@ -217,6 +231,35 @@ def print_fleet(fleet: FleetSummary, console: Console) -> None:
         )
         for problem in models.problems:
             console.print(f"  {problem}", style="red", highlight=False, markup=False)
+
+
+def print_search(analysis: SearchAnalysis, console: Console) -> None:
+    """A search fleet's analysis (`searchreport`): each key's importance, or the line saying why
+    there is none, and its scored draws' score against cost, the Pareto front marked."""
+    # No markup: a note may name `[agents.search]` or `cockpit[search]`, which rich would take for tags.
+    console.print(searchreport.summary(analysis), highlight=False, markup=False)
+    if analysis.importance_note is not None:
+        console.print(analysis.importance_note, highlight=False, markup=False)
+    else:
+        console.print(searchreport.importance_title(analysis), highlight=False, markup=False)
+        table = Table()
+        for col in ("key", "importance", ""):
+            table.add_column(col, justify="right" if col == "importance" else "left")
+        for key, share in analysis.importance:
+            table.add_row(escape(key), f"{share:.2f}", "█" * round(share * searchreport.BAR))
+        console.print(table)
+    shown = searchreport.listed(analysis, DRAWS_LISTED)
+    if not shown:
+        return
+    console.print(searchreport.front_title(analysis), highlight=False, markup=False)
+    table = Table()
+    for col in searchreport.COLUMNS:
+        table.add_column(col, justify="left" if col in searchreport.LEFT else "right")
+    for point in shown:
+        table.add_row(*map(escape, searchreport.cells(point)))
+    console.print(table)
+    if len(analysis.scored) > len(shown):
+        console.print(f"{len(analysis.scored) - len(shown):,} more scored draws (report --json lists them)")
 
 
 def check_outputs(html: Path | None, png_dir: Path | None, *, as_json: bool = False) -> None:

@@ -35,14 +35,14 @@ import math
 import re
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from cockpit.contract.fleetplan import PlanError, Tier, Unit, parse_plan
 from cockpit.contract.model_manifest import ModelEntry, read_manifest, verify
 from cockpit.contract.presets import PRESET_KEYS
-from cockpit.contract.searchspace import parse_search
+from cockpit.contract.searchspace import SearchSpace, parse_search
 from cockpit.contract.toml import tomllib
 from cockpit.core.fleet.promotion import async_promotions, rank_key
 from cockpit.core.fleet.store import FLEET_DB, AgentRow, Exploit, FleetStore, FleetStoreError, Result
@@ -96,6 +96,7 @@ class AgentSummary:
     score_tier: int | None
     error: str | None  # why it failed, for a failed agent
     lineage: tuple[Exploit, ...] = ()  # pbt: its exploits, oldest first
+    draw: int | None = None  # with [agents.search]: the draw it trains
 
 
 @dataclass(frozen=True)
@@ -133,13 +134,15 @@ class ModelsSummary:
 @dataclass(frozen=True)
 class SearchSummary:
     """A searched fleet's `[agents.search]` and the draws made so far (fleet.db's `draws`), each
-    (draw, Optuna trial number, values). Read from fleet.db alone: the report opens no study."""
+    (draw, Optuna trial number, values). Read from fleet.db alone: the report opens no study.
+    `space` is the parsed `[agents.search]` (what `cockpit.core.fleet.analysis` needs of it)."""
 
     sampler: str
     samples: int
     seed: int
     keys: tuple[str, ...]
     draws: tuple[tuple[int, int, dict[str, Any]], ...]
+    space: SearchSpace | None = None
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,7 @@ class _Plan:
     tiers: tuple[Tier, ...]
     funnel: list[int]
     presets: dict[int, str]  # agent index -> the plan's preset name ({} when the plan no longer resolves)
+    draws: dict[int, int] = field(default_factory=dict)  # agent index -> its draw ({} without a search)
 
 
 def fleet_summary(run_dir: Path) -> FleetSummary | None:
@@ -202,6 +206,7 @@ def fleet_summary(run_dir: Path) -> FleetSummary | None:
         lineage = store.lineage()
         rows = store.agents()
         search = _search(text, store.draws())
+        ran_at = store.meta("rate_usd_per_h")  # the fleet's --rate, else the plan's (FleetRun records it)
     except FleetStoreError as exc:
         raise FleetReportError(str(exc)) from None
     except sqlite3.Error as exc:
@@ -224,7 +229,7 @@ def fleet_summary(run_dir: Path) -> FleetSummary | None:
         name=plan.name,
         source=source,
         promotion=plan.promotion,
-        rate_usd_per_h=plan.rate,
+        rate_usd_per_h=float(ran_at) if ran_at is not None else plan.rate,
         tiers=_tiers(plan, rows, by_tier, promotions, closed),
         leaderboard=_leaderboard(latest, agents),
         agents=agents,
@@ -245,7 +250,7 @@ def _search(text: str, draws: dict[int, tuple[int, dict[str, Any]]]) -> SearchSu
     if space is None:
         return None
     made = tuple((draw, trial, values) for draw, (trial, values) in sorted(draws.items()))
-    return SearchSummary(space.sampler, space.samples, space.seed, space.keys, made)
+    return SearchSummary(space.sampler, space.samples, space.seed, space.keys, made, space)
 
 
 def _read_plan(text: str, source: str, store: FleetStore) -> _Plan:
@@ -259,7 +264,8 @@ def _read_plan(text: str, source: str, store: FleetStore) -> _Plan:
     try:
         plan = parse_plan(raw, source)
         presets = {agent.index: agent.preset_name for agent in plan.agents}
-        return _Plan(plan.name, plan.promotion, plan.rate_usd_per_h, plan.tiers, plan.funnel(), presets)
+        draws = {agent.index: agent.draw for agent in plan.agents if agent.draw is not None}
+        return _Plan(plan.name, plan.promotion, plan.rate_usd_per_h, plan.tiers, plan.funnel(), presets, draws)
     except PlanError:
         pass
     try:
@@ -270,7 +276,11 @@ def _read_plan(text: str, source: str, store: FleetStore) -> _Plan:
             funnel.append(funnel[-1] if raw.get("promotion") == "pbt" else tier.promoted(funnel[-1]))
         rate = raw.get("rate_usd_per_h")
         name = str(raw.get("name", Path(source).stem))
-        return _Plan(name, str(raw.get("promotion", "sync")), float(rate) if rate else None, tiers, funnel, {})
+        samples = raw.get("agents", {}).get("search", {}).get("samples")
+        per = funnel[0] // samples if isinstance(samples, int) and samples > 0 and funnel[0] % samples == 0 else 0
+        draws = {index: index // per for index in range(funnel[0])} if per else {}  # the matrix is draw-major
+        promotion = str(raw.get("promotion", "sync"))
+        return _Plan(name, promotion, float(rate) if rate else None, tiers, funnel, {}, draws)
     except (KeyError, TypeError, ValueError, AttributeError):
         raise FleetReportError(f"{store.path}: its recorded plan has no readable tiers") from None
 
@@ -362,6 +372,7 @@ def _agent(
         score_tier=result.tier if result else None,
         error=row.error if row.status == "failed" else None,
         lineage=lineage,
+        draw=plan.draws.get(row.index),
     )
 
 

@@ -41,7 +41,8 @@ pruned trial: by the tier reached, then the score), one that has not scored yet 
 from the plan's seed and the draw's number: a sampler seeded once would replay its first draws
 after a resume.
 
-Optuna is imported here only, and only for a plan that searches (`missing`, before anything).
+Optuna is imported here, only for a plan that searches (`missing`, before anything), and in
+`cockpit.core.fleet.analysis`, only to report a search fleet's importance.
 """
 
 from __future__ import annotations

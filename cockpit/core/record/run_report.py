@@ -20,6 +20,7 @@ from cockpit.contract.runrecord import RunRecord, RunRecordError, iso, read
 from cockpit.contract.runspec import ConfigError
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.feed.source import Replay, SourceError
+from cockpit.core.fleet.analysis import SearchAnalysis, analyse, usd_per_step
 from cockpit.core.fleet.report import STATUSES, FleetReportError, FleetSummary, fleet_summary
 from cockpit.core.fleet.store import Exploit
 from cockpit.core.record.find_runs import open_run
@@ -53,6 +54,12 @@ def read_fleet(run_dir: Path) -> FleetSummary | None:
         return fleet_summary(run_dir)
     except FleetReportError as exc:
         raise ConfigError(str(exc)) from exc
+
+
+def search_analysis(fleet: FleetSummary, record: RunRecord | None) -> SearchAnalysis | None:
+    """A search fleet's analysis (`cockpit.core.fleet.analysis`), its dollars at the cost per step
+    `record` measured (unknown without one); None for a fleet without `[agents.search]`."""
+    return analyse(fleet, usd_per_step(record, fleet.rate_usd_per_h))
 
 
 def plot_series(run_dir: Path) -> RunSeries:
@@ -90,10 +97,11 @@ def json_report(run_dir: Path) -> dict[str, Any]:
     finally:
         source.close()
     try:
-        command = read(run_dir).command
+        record: RunRecord | None = read(run_dir)
     except RunRecordError:
-        command = ""  # a live run that has not written its first run.toml yet
-    return {**state_json(frame.state, live=live, command=command), "fleet": fleet_json(fleet, run_dir)}
+        record = None  # a live run that has not written its first run.toml yet
+    command = record.command if record is not None else ""
+    return {**state_json(frame.state, live=live, command=command), "fleet": fleet_json(fleet, run_dir, record)}
 
 
 def state_json(state: RunState, *, live: bool, command: str) -> dict[str, Any]:
@@ -168,8 +176,9 @@ def lineage_json(lineage: tuple[Exploit, ...]) -> list[dict[str, Any]]:
     ]
 
 
-def fleet_json(fleet: FleetSummary | None, run_dir: Path) -> dict[str, Any] | None:
-    """`fleet` as report --json's `fleet` object (None for an ordinary run)."""
+def fleet_json(fleet: FleetSummary | None, run_dir: Path, record: RunRecord | None = None) -> dict[str, Any] | None:
+    """`fleet` as report --json's `fleet` object (None for an ordinary run); a search's `analysis`
+    prices its draws at the cost per step `record` measured (unknown without one)."""
     if fleet is None:
         return None
     counts = {status: n for status in STATUSES if (n := fleet.count(status))}
@@ -241,6 +250,35 @@ def fleet_json(fleet: FleetSummary | None, run_dir: Path) -> dict[str, Any] | No
             "keys": list(fleet.search.keys),
             "draws": [{"draw": draw, "trial": trial, "values": values} for draw, trial, values in fleet.search.draws],
         },
+        "analysis": analysis_json(search_analysis(fleet, record)),
+    }
+
+
+def analysis_json(analysis: SearchAnalysis | None) -> dict[str, Any] | None:
+    """A search fleet's analysis as report --json's `fleet.analysis` (docs/report-json.md)."""
+    if analysis is None:
+        return None
+    return {
+        "evaluator": analysis.evaluator,
+        "envs": analysis.envs,
+        "importance": [{"key": key, "importance": share} for key, share in analysis.importance],
+        "importance_note": analysis.importance_note,
+        "top": analysis.top,
+        "rate_usd_per_h": analysis.rate_usd_per_h,
+        "usd_per_step": analysis.usd_per_step,
+        "draws": [
+            {
+                "draw": p.draw,
+                "values": p.values,
+                "agents": list(p.agents),
+                "tier": p.tier,
+                "score": p.score,
+                "steps": p.steps,
+                "cost_usd": p.cost_usd,
+                "pareto": p.pareto,
+            }
+            for p in analysis.draws
+        ],
     }
 
 

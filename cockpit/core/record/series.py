@@ -36,6 +36,7 @@ from cockpit.contract.events import (
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, read, unix
 from cockpit.core.feed.source import Transition
+from cockpit.core.fleet.analysis import SearchAnalysis, analyse, usd_per_step
 from cockpit.core.fleet.report import FleetSummary, fleet_summary
 from cockpit.core.fleet.store import Result
 from cockpit.core.record.replay import csv_rows, gpu_util_readings
@@ -81,6 +82,7 @@ class FleetSeries:
 
     summary: FleetSummary
     results: tuple[Result, ...]
+    analysis: SearchAnalysis | None = None  # a search fleet's (`cockpit.core.fleet.analysis`)
 
 
 @dataclass(frozen=True)
@@ -171,11 +173,14 @@ def _job(job_id: str, seed: int, events: Path, end: float) -> JobSeries:
     return JobSeries(job_id, seed, tuple(phases), tuple(sps), tuple(returns))
 
 
-def _fleet(run_dir: Path) -> FleetSeries | None:
-    """The fleet in `run_dir` with every recorded score; None for a plain run. FleetReportError
-    (one line naming the file) when fleet.db cannot be read."""
+def _fleet(run_dir: Path, record: RunRecord) -> FleetSeries | None:
+    """The fleet in `run_dir` with every recorded score and, for a search, its analysis (dollars
+    at the cost per step `record` measured); None for a plain run. FleetReportError (one line naming
+    the file) when fleet.db cannot be read."""
     summary = fleet_summary(run_dir)
-    return None if summary is None else FleetSeries(summary, summary.results)
+    if summary is None:
+        return None
+    return FleetSeries(summary, summary.results, analyse(summary, usd_per_step(record, summary.rate_usd_per_h)))
 
 
 def read_series(run_dir: Path) -> RunSeries:
@@ -193,4 +198,4 @@ def read_series(run_dir: Path) -> RunSeries:
     jobs = tuple(_job(job.id, job.seed, files.job(job.id).events, end) for job in record.jobs)
     if not starts:  # neither run.toml nor the sampler has a time: the jobs' first events do
         start = min((job.phases[0][0] for job in jobs if job.phases), default=end)
-    return RunSeries(run_dir, record, start, max(end, start), telemetry, jobs, _fleet(run_dir))
+    return RunSeries(run_dir, record, start, max(end, start), telemetry, jobs, _fleet(run_dir, record))
