@@ -554,3 +554,32 @@ def test_a_kill_before_any_write_to_optuna_db_then_a_resume_asks_reports_and_tel
         store = resumed.fleet.store
         assert_one_trial_per_draw(run_dir, "scripted", store.results(), store.agents(), (1000, 2000), per_draw=1)
         store.close()
+
+
+def test_a_pbt_draw_leaves_at_its_first_exploit_and_the_rest_are_told_their_whole_curve(tmp_path: Path) -> None:
+    from tests.test_fleet_run_pbt import PLAN, CheckpointingFleet, score
+
+    # One agent a draw: an agent that copied another's checkpoint trains other values than its
+    # draw's, so its draw's curve ends at the tier it exploited at, PRUNED there.
+    fleet = CheckpointingFleet(tmp_path, PLAN, lambda a, t: 1.0, score)
+    while not fleet.fleet.lineage:
+        fleet.step()
+    fleet.step()
+    # Told at once, at the boundary: the draw has left, though its agent trains on.
+    (first,) = [e for exploits in fleet.fleet.lineage.values() for e in exploits]
+    draw = int(first.agent[1:])
+    states = {t.user_attrs["draw"]: t.state for t in trials(tmp_path, "scripted-pbt")}
+    assert states == {d: TrialState.PRUNED if d == draw else TrialState.RUNNING for d in range(4)}
+    fleet.run()
+    store = fleet.fleet.store
+    exploited = {e.agent: e.tier for e in store.lineage()}
+    # What TPE would learn from it: its tier-0 score alone, not its tier-1 one on the source's values.
+    assert fleet.fleet.draws._standings()[draw].means == {0: score(first.agent, 0)}
+    targets = [t.target for t in fleet.plan.tiers]
+    for t in trials(tmp_path, "scripted-pbt"):
+        agent = f"a{t.user_attrs['draw']:04d}"
+        last = exploited.get(agent, len(targets) - 1)
+        curve = {targets[tier]: score(agent, tier) for tier in range(last + 1)}
+        state = TrialState.PRUNED if agent in exploited else TrialState.COMPLETE
+        assert (t.state, t.intermediate_values, t.value) == (state, curve, curve[targets[last]]), agent
+    assert len(trials(tmp_path, "scripted-pbt")) == len(store.draws()) == 4
