@@ -1,17 +1,28 @@
-"""A searching fleet's draws (`[agents.search]`): asked of the study as agents start, told as they rest.
+"""A searching fleet's draws (`[agents.search]`): asked of the studies as agents start, told as they leave.
 
-`cockpit.core.fleet.search` holds the Optuna study; this module is what a running fleet does with
-it. `SearchDraws.drawn` makes a draw when the fleet feeds the draw's first agent: it asks the
-study, records the values in fleet.db with every agent of the draw (each with its grid pairs and
-the drawn ones as overrides, and a preset file with them), and fails the draw's agents in tier 0
-when a preset refuses the values together. `SearchDraws.tell` tells the study each tier a draw's
-agents are done with, once none of them waits or trains in it or below; `stir` marks the draws
-of promoted agents as having a tier to tell again.
+`cockpit.core.fleet.search` holds the Optuna studies (one per env, one trial per draw in each);
+this module is what a running fleet does with them. `SearchDraws.drawn` makes a draw when the fleet
+feeds the draw's first agent: it asks the studies, records the values in fleet.db with every agent
+of the draw (each with its grid pairs and the drawn ones as overrides, and a preset file with
+them), and fails the draw's agents in tier 0 when a preset refuses the values together.
+`SearchDraws.tell` reports each tier of a draw on an env once no agent of it there can score in
+that tier any more, and tells the trial once none can score in any tier:
+
+- an agent waiting, or training in a tier, can still score in that tier and every later one;
+- an agent at rest (scored) in tier t can still be promoted, and score in the tiers after t, while
+  tier t is open: while any agent of the fleet waits or trains in t or below. The fleet's
+  promotions are made before its draws are told in each tick, so once tier t has no agent left
+  waiting or training there or below, the promotions out of it are all made: sync's at once (its
+  tier complete), async's (ASHA's top share of every result the tier will ever have, including the
+  late promotions of agents that rested there while it filled) and pbt's (everyone goes on);
+- a pbt agent that copied another's checkpoint at the end of tier t trains other values than its
+  draw's from then on: its scores after t are not the draw's, and it can score nothing more for it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,7 +30,7 @@ from typing import Any
 from cockpit.contract.fleetplan import FleetPlan, with_values
 from cockpit.contract.presets import PresetError
 from cockpit.core.fleet.roster import Roster, Tracked, overrides_text, preset_arg
-from cockpit.core.fleet.search import FleetSearch, verdict
+from cockpit.core.fleet.search import FleetSearch, Standing
 from cockpit.core.fleet.store import FleetStore
 
 
@@ -40,14 +51,17 @@ class SearchDraws:
         self.run_dir = run_dir
         self.search: FleetSearch | None = None
         self.agents_of: dict[int, list[str]] = {}  # each draw's agents
-        self.made: dict[int, int] = {}  # the draws made: draw -> trial number
-        self._untold: set[int] = set()  # draws made that may have a tier still to tell (`tell`)
+        self.envs: list[str] = list(dict.fromkeys(agent.env for agent in plan.agents))  # the plan's order
+        self.made: dict[int, int] = {}  # the draws made: draw -> the lead study's trial number
+        self._untold: set[int] = set()  # draws made whose trials are not all told (`tell`)
+        self._moves = 0  # promotions and exploits so far (`stir`): with the results, what `tell` waits on
+        self._seen: tuple[int, ...] | None = None  # the fleet as the last `tell` saw it
 
     def load(self) -> None:
         """Open the study (a resumed fleet's own) and read the draws fleet.db holds."""
         if self.plan.search is None:
             return
-        self.search = FleetSearch(self.plan.search, self.run_dir, self.plan.name)
+        self.search = FleetSearch(self.plan.search, self.run_dir, self.plan.name, self.envs)
         for agent in self.plan.agents:
             if agent.draw is not None:
                 self.agents_of.setdefault(agent.draw, []).append(agent.id)
@@ -61,11 +75,13 @@ class SearchDraws:
         refuses its values together (each value alone was checked at its extremes up front, not
         every combination: n_envs x n_steps with no divisor >= 2 at or below the batch size, say):
         the draw's agents then fail in tier 0 with the preset's message, and its trial is told PRUNED
-        (`FleetSearch.refuse`)."""
+        (`FleetSearch.refuse`). TPE learns from the draws made so far as the fleet stands
+        (`_standings`)."""
         draw = self.plan.agents[agent.row.index].draw
         if self.search is None or draw is None or draw in self.made:
             return agent.status != "failed"
-        trial, values = self.search.draw(draw)
+        standings = self._standings() if self.plan.search is not None and self.plan.search.sampler == "tpe" else None
+        trial, values = self.search.draw(draw, standings)
         changed: list[tuple[str, str, dict[str, Any]]] = []
         refused: str | None = None
         roster = self.roster
@@ -97,43 +113,94 @@ class SearchDraws:
             if agent_id in roster.waiting:
                 roster.waiting.remove(agent_id)
         roster.notice(refused)
-        self.search.refuse(draw, trial)
+        self.search.refuse(draw)
         return False
 
     def tell(self) -> None:
-        """Tell the study each tier a draw's agents are done with (`cockpit.core.fleet.search`): once
-        none of them waits or trains in it or below. A draw at rest is not looked at again until
-        one of its agents is promoted again (`stir`)."""
+        """Report and tell what the draws' agents can no longer change (module docstring): each tier
+        of a draw on an env once none of its agents there can score in it, at the tier's target, the
+        mean of what they scored there; the trial once none can score anywhere. Looked at again only
+        when a result, a failure, a draw, a promotion or an exploit came since."""
         if self.search is None:
             return
-        last = len(self.plan.tiers) - 1
+        roster = self.roster
+        seen = (len(roster.all_results()), sum(a.status == "failed" for a in roster.agents.values()),
+                len(self.made), self._moves)  # fmt: skip
+        if seen == self._seen:
+            return
+        self._seen = seen
+        training = [a.tier for a in roster.agents.values() if a.status == "training"]
+        open_from = 0 if roster.waiting else min(training, default=len(self.plan.tiers))  # the tiers below are closed
+        scores = self._scores()
         for draw in sorted(self._untold):
-            members = [self.roster.agents[agent_id] for agent_id in self.agents_of[draw]]
-            if any(a.status == "waiting" for a in members):
-                continue
-            training = [a.tier for a in members if a.status == "training"]
-            below = min(training, default=max(a.tier for a in members) + 1)  # the tiers before it are done
+            members = [roster.agents[agent_id] for agent_id in self.agents_of[draw]]
             if all((a.row.error or "").startswith(_refusal(draw)) for a in members):
-                self.search.refuse(draw, self.made[draw])  # a kill came between the record and `drawn`'s refuse
-                self._untold.discard(draw)
-                continue
-            ids = {a.row.id for a in members}
-            for tier in range(below):
-                if self.search.observed(draw, tier) or (tier and self._exploited(members, tier)):
-                    continue
-                scores = {t: [r.score for r in self.roster.results[t] if r.agent in ids] for t in range(tier + 1)}
-                self.search.tell(draw, self.made[draw], verdict(tier, scores, last))
-            if not training:
+                self.search.refuse(draw)  # a kill came between the record and `drawn`'s refuse
+            for env in self.envs:
+                self._tell_env(draw, env, [a for a in members if a.row.env == env], scores, open_from)
+            if self.search.told(draw):
                 self._untold.discard(draw)
 
-    def _exploited(self, members: list[Tracked], tier: int) -> bool:
-        """True when one of `members` copied another agent's checkpoint (pbt) before `tier`: from
-        then on its values are not its draw's."""
-        return any(e.tier < tier for a in members for e in self.roster.lineage.get(a.row.id, ()))
+    def _tell_env(
+        self, draw: int, env: str, members: list[Tracked], scores: dict[str, dict[int, float]], open_from: int
+    ) -> None:
+        """`tell` for `draw`'s agents on `env`: its tiers that none of them can score in any more (a
+        prefix of the tiers: whoever can score in a tier can score in the next), then its trial."""
+        assert self.search is not None
+        tiers = self.plan.tiers
+        for tier, planned in enumerate(tiers):
+            if any(self._can_score(a, tier, open_from) for a in members):
+                return
+            values = [scores[a.row.id][tier] for a in members if tier in scores.get(a.row.id, {})]
+            if values:
+                self.search.report(draw, env, planned.target, math.fsum(values) / len(values))
+        reported = self.search.reported(draw, env)
+        self.search.finish(draw, env, complete=tiers[-1].target in reported)
+
+    def _can_score(self, agent: Tracked, tier: int, open_from: int) -> bool:
+        """True while `agent` may still score in `tier` for its draw (module docstring)."""
+        exploits = self.roster.lineage.get(agent.row.id)
+        if exploits and tier > exploits[0].tier:
+            return False  # from its first exploit on it trains another agent's values
+        if agent.status == "waiting":
+            return True
+        if agent.status == "training":
+            return agent.tier <= tier
+        return agent.status == "scored" and agent.tier < tier and agent.tier >= open_from
+
+    def _scores(self) -> dict[str, dict[int, float]]:
+        """Each agent's scores by tier, those it made for its draw only (none after its first exploit)."""
+        out: dict[str, dict[int, float]] = {}
+        for tier, results in self.roster.results.items():
+            for result in results:
+                exploits = self.roster.lineage.get(result.agent)
+                if not exploits or tier <= exploits[0].tier:
+                    out.setdefault(result.agent, {})[tier] = result.score
+        return out
+
+    def _standings(self) -> dict[int, Standing]:
+        """Each draw made as the fleet stands, on the lead env (what TPE learns from): its agents'
+        mean score so far at each tier they scored in for it."""
+        scores, last = self._scores(), len(self.plan.tiers) - 1
+        out: dict[int, Standing] = {}
+        for draw in self.made:
+            members = [self.roster.agents[a] for a in self.agents_of[draw]]
+            if all((a.row.error or "").startswith(_refusal(draw)) for a in members):
+                out[draw] = Standing({}, refused=True)
+                continue
+            lead = [a for a in members if a.row.env == self.envs[0]]
+            by_tier: dict[int, list[float]] = {}
+            for agent in lead:
+                for tier, score in scores.get(agent.row.id, {}).items():
+                    by_tier.setdefault(tier, []).append(score)
+            means = {tier: math.fsum(values) / len(values) for tier, values in sorted(by_tier.items())}
+            failed = not means and all(a.status == "failed" for a in lead)
+            out[draw] = Standing(means, last=last in means, failed=failed)
+        return out
 
     def stir(self, agent_ids: Iterable[str]) -> None:
-        """The draws of agents promoted to a new tier have a tier to tell again (`tell`)."""
+        """Agents were promoted, or moved on at a pbt boundary (some of them exploiting): `tell`
+        looks at the draws again."""
         if self.search is None:
             return
-        draws = (self.plan.agents[self.roster.agents[agent_id].row.index].draw for agent_id in agent_ids)
-        self._untold |= {draw for draw in draws if draw is not None}
+        self._moves += 1
