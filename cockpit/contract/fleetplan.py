@@ -30,6 +30,7 @@ episodes = 10                     # deterministic evaluation episodes when an ag
 quantile = 0.25                   # the bottom share copies an agent of the top share, in (0, 0.5]
 resample_probability = 0.25       # each searched key resampled instead of x0.8 / x1.2
 seed = 0                          # the exploit and explore draws' seed
+exploit = true                    # false: the no-exploit control (everyone trains and is scored, none copies)
 ```
 
 With `promotion = "pbt"` nobody is culled: every agent trains through every tier, so no tier may
@@ -75,7 +76,7 @@ MAX_SEED = 2**31 - 1
 MAX_AGENTS = 10_000
 NAME_PATTERN = RUN_NAME_PATTERN  # the plan's name is the fleet's run name: one rule for both
 TOP_KEYS = ("name", "jobs", "rate_usd_per_h", "promotion", "mps", "agents", "tiers", "score", "pbt")
-PBT_KEYS = ("quantile", "resample_probability", "seed")
+PBT_KEYS = ("quantile", "resample_probability", "seed", "exploit")
 AGENT_KEYS = ("env", "preset", "seeds", "overrides", "search")
 TIER_KEYS = ("timesteps", "episodes", "promote")
 SCORE_KEYS = ("episodes",)
@@ -120,16 +121,21 @@ class PbtSettings:
     """`[pbt]`: at each tier boundary the bottom `share` of each group's ranked agents each copy a
     better agent of the top `share` and perturb its searched values, each key resampled with
     `resample_probability` (else x0.8 or x1.2, a choice to a neighbour); `seed` seeds those draws, so
-    a fleet is reproducible (`cockpit.core.fleet.pbt`)."""
+    a fleet is reproducible (`cockpit.core.fleet.pbt`). `exploit = false` is PBT's control: the
+    same agents, tiers and scoring, and nobody copies or perturbs (`share` is 0)."""
 
     quantile: float = 0.25
     resample_probability: float = 0.25
     seed: int = 0
+    exploit: bool = True
 
     def share(self, agents: int) -> int:
         """How many of a group of `agents` are the bottom share, and the top: `ceil(agents ×
         quantile)` capped at half the group (Ray Tune's PopulationBasedTraining `_quantiles`), so a
-        group of two or three exploits once a boundary at the default quantile, and one of one never."""
+        group of two or three exploits once a boundary at the default quantile, and one of one never;
+        0 for every group with `exploit` off."""
+        if not self.exploit:
+            return 0
         # The epsilon keeps 0.3 x 10 at 3, not 4 (its float is 3.0000000000000004).
         return min(math.ceil(agents * self.quantile - 1e-9), agents // 2)
 
@@ -322,7 +328,11 @@ def _pbt(value: Any, wanted: bool) -> tuple[PbtSettings | None, list[str]]:
     if not (isinstance(seed, int) and not isinstance(seed, bool) and 0 <= seed < 2**32):
         problems.append(f"'pbt.seed' must be an integer in [0, 2^32), got {seed!r}")
         seed = default.seed
-    return PbtSettings(float(quantile), float(resample), seed), problems
+    exploit = value.get("exploit", default.exploit)
+    if not isinstance(exploit, bool):
+        problems.append(f"'pbt.exploit' must be true or false (false: nobody copies or perturbs), got {exploit!r}")
+        exploit = default.exploit
+    return PbtSettings(float(quantile), float(resample), seed, exploit), problems
 
 
 def _overrides(value: Any) -> tuple[list[tuple[tuple[str, Any], ...]], list[str]]:
@@ -568,9 +578,12 @@ def pbt_notes(plan: FleetPlan) -> list[str]:
     these lines, a fleet's first notices are these): each group of agents (env, preset and grid
     overrides: a checkpoint resumes only under its own env and network) too small for anyone to
     exploit, and the searched architecture keys, whose agents pair only with agents that drew the
-    same values. Empty for any other plan, or a pbt plan whose every group exploits."""
+    same values; with `exploit = false`, only that nobody exploits. Empty for any other plan, or a
+    pbt plan whose every group exploits."""
     if plan.pbt is None or plan.search is None:
         return []
+    if not plan.pbt.exploit:
+        return ["pbt: exploit = false: every agent trains through every tier and is scored; nobody copies or perturbs"]
     groups: dict[tuple[str, str, tuple[tuple[str, Any], ...]], int] = {}
     for agent in plan.agents:
         key = (agent.env, agent.preset_name, agent.overrides)
