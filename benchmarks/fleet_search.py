@@ -41,7 +41,7 @@ percentile in brackets; then the same for the ratios of each fleet to the grid o
 (and of pbt to pbt-control), with in how many runs the fleet reached the grid's best in at most
 half the grid's steps.
 
-Run from the repo root (about 35 minutes for grid, pbt and pbt-control 10 times on 2 cores):
+Run from the repo root (45 minutes for grid, pbt and pbt-control 10 times on a busy 2-core machine):
     .venv/bin/python -m benchmarks.fleet_search --fleets grid,pbt,pbt-control --repeat 10
     .venv/bin/python -m benchmarks.fleet_search --fleets grid,tpe
 """
