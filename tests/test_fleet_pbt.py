@@ -69,7 +69,9 @@ def test_a_pbt_plan_takes_its_settings_and_defaults() -> None:
     ("", "[pbt]\nresample_probability = 1.5", "'pbt.resample_probability' must be a probability in [0, 1]"),
     ("", "[pbt]\nseed = -1", "'pbt.seed' must be an integer in [0, 2^32)"),
     ("", "[pbt]\nfraction = 0.2",
-     "unknown key 'pbt.fraction' (valid: quantile, resample_probability, seed, synch, burn_in_period, schedule)"),
+     "unknown key 'pbt.fraction' (valid: quantile, resample_probability, seed, synch, burn_in_period, schedule, "
+     "exploit)"),
+    ("", "[pbt]\nexploit = 0", "'pbt.exploit' must be true or false (false: nobody copies or perturbs), got 0"),
 ])  # fmt: skip
 def test_a_bad_pbt_plan_is_one_line_naming_the_key(promote: str, table: str, says: str) -> None:
     assert says in error_of(promote, table)
@@ -212,6 +214,20 @@ def test_no_architecture_key_is_ever_perturbed_even_when_resampled_always() -> N
         out = pbt.explore(values, space, random.Random(seed), 1.0)
         assert (out["activation"], out["net_arch"], out["normalize"]) == ("relu", [64, 64], True)
         assert out["learning_rate"] != 1e-3
+
+
+def test_exploit_false_is_the_control_nobody_copies_and_the_plan_says_so_once() -> None:
+    plan = plan_of(table="[pbt]\nexploit = false")
+    assert plan.pbt == PbtSettings(0.25, 0.25, 0, exploit=False)  # type: ignore[attr-defined]
+    assert plan.funnel() == [8, 8]  # type: ignore[attr-defined]  # everyone still trains through every tier
+    ranked = [f"a{i:04d}" for i in range(8)]
+    scores = {agent: float(100 - i) for i, agent in enumerate(ranked)}  # the bottom are far worse: no ties
+    assert plan.pbt.share(8) == 0 and pbt.pairs(ranked, scores, plan.pbt, random.Random(0)) == []  # type: ignore[attr-defined]
+    assert PbtSettings(0.25).share(8) == 2 and pbt.pairs(ranked, scores, PbtSettings(0.25), random.Random(0))
+    small = plan_of(table="[pbt]\nexploit = false", text=SMALL)  # its groups of one are not news: nobody exploits
+    assert fleetplan.pbt_notes(small) == [  # type: ignore[arg-type]
+        "pbt: exploit = false: every agent trains through every tier and is scored; nobody copies or perturbs"
+    ]
 
 
 SMALL = PLAN.replace("samples = 8", "samples = 1").replace(

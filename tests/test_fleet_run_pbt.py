@@ -116,6 +116,30 @@ def test_a_pbt_boundary_moves_everyone_on_and_the_worst_copies_the_best(tmp_path
     assert {leader.agent: leader.lineage for leader in leaders}["a0000"] == "a0003@t0"
 
 
+def test_the_no_exploit_control_trains_and_scores_everyone_through_every_tier_and_copies_nothing(
+    tmp_path: Path,
+) -> None:
+    fleet = CheckpointingFleet(tmp_path / "run", PLAN + "exploit = false\n", lambda a, t: 1.0, score)
+    fleet.run()
+    store = FleetStore(fleet.fleet.store.path, read_only=True)
+    try:
+        lineage, promotions, rows = store.lineage(), store.promotions(), {row.id: row for row in store.agents()}
+        drawn = {draw: values["learning_rate"] for draw, (_trial, values) in store.draws().items()}
+    finally:
+        store.close()
+    assert lineage == [] and promotions == {0: {"a0000", "a0001", "a0002", "a0003"}}
+    assert sorted((r.agent, r.tier) for r in fleet.fleet.store.results()) == [
+        (f"a000{i}", t) for i in range(4) for t in (0, 1)]  # fmt: skip
+    # The same draws as the exploiting fleet's, each kept: a0000 is worst, and still trains its own.
+    assert all(rows[f"a000{i}"].overrides == {"learning_rate": drawn[i]} for i in range(4))
+    for agent in ("a0000", "a0003"):
+        first, second = launches(fleet, agent)
+        assert first.request.args.preset == second.request.args.preset
+        assert not (tmp_path / "run" / "jobs" / agent / "checkpoints" / pbt.REPLACED_DIR).exists()
+    assert not any("exploits" in notice for notice in fleet.fleet.notices)
+    assert "tier 0 done: 4 scored, all go on, 0 exploited a top agent, best a0003 40.0" in fleet.fleet.notices
+
+
 def test_a_kill_between_the_decision_and_the_copy_is_repaired_on_resume(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     fleet = CheckpointingFleet(run_dir, PLAN, lambda a, t: 1.0, score)

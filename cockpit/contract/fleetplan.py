@@ -35,6 +35,7 @@ resample_probability = 0.25       # each searched key resampled instead of x0.8 
 seed = 0                          # the exploit and explore draws' seed
 synch = true                      # false: an agent exploits as it reaches a boundary (Ray's synch=False)
 burn_in_period = 0                # steps before which no agent exploits (Ray's burn_in_period)
+exploit = true                    # false: the no-exploit control (everyone trains and is scored, none copies)
 ```
 
 With `promotion = "pbt"` nobody is culled: every agent trains through every tier, so no tier may
@@ -80,7 +81,7 @@ MAX_SEED = 2**31 - 1
 MAX_AGENTS = 10_000
 NAME_PATTERN = RUN_NAME_PATTERN  # the plan's name is the fleet's run name: one rule for both
 TOP_KEYS = ("name", "jobs", "rate_usd_per_h", "promotion", "mps", "agents", "tiers", "score", "pbt", "video")
-PBT_KEYS = ("quantile", "resample_probability", "seed", "synch", "burn_in_period", "schedule")
+PBT_KEYS = ("quantile", "resample_probability", "seed", "synch", "burn_in_period", "schedule", "exploit")
 AGENT_KEYS = ("env", "preset", "seeds", "overrides", "search")
 TIER_KEYS = ("timesteps", "episodes", "promote")
 SCORE_KEYS = ("episodes",)
@@ -126,7 +127,8 @@ class PbtSettings:
     better agent of the top `share` and perturb its searched values, each key resampled with
     `resample_probability` (else x0.8 or x1.2, a choice to a neighbour); `seed` seeds those draws, so
     a fleet is reproducible (`cockpit.core.fleet.pbt`). `synch` and `burn_in_period`: when an agent
-    exploits; `schedule`, for a replay: each tier's values instead of any exploit."""
+    exploits; `schedule`, for a replay: each tier's values instead of any exploit. `exploit = false` is PBT's
+    control: the same agents, tiers and scoring, and nobody copies or perturbs (`share` is 0)."""
 
     quantile: float = 0.25
     resample_probability: float = 0.25
@@ -137,11 +139,15 @@ class PbtSettings:
     burn_in_period: int = 0  # steps: an agent whose score is from fewer steps never exploits
     # A replay (`cockpit fleet --replay`): each tier's values, set at its start; no exploit at all.
     schedule: tuple[tuple[tuple[str, Any], ...], ...] = ()
+    exploit: bool = True  # false: the no-exploit control (`share` is 0)
 
     def share(self, agents: int) -> int:
         """How many of a group of `agents` are the bottom share, and the top: `ceil(agents ×
         quantile)` capped at half the group (Ray Tune's PopulationBasedTraining `_quantiles`), so a
-        group of two or three exploits once a boundary at the default quantile, and one of one never."""
+        group of two or three exploits once a boundary at the default quantile, and one of one never;
+        0 for every group with `exploit` off."""
+        if not self.exploit:
+            return 0
         # The epsilon keeps 0.3 x 10 at 3, not 4 (its float is 3.0000000000000004).
         return min(math.ceil(agents * self.quantile - 1e-9), agents // 2)
 
@@ -345,8 +351,13 @@ def _pbt(value: Any, wanted: bool) -> tuple[PbtSettings | None, list[str]]:
     if not (isinstance(burn_in, int) and not isinstance(burn_in, bool) and burn_in >= 0):
         problems.append(f"'pbt.burn_in_period' must be a whole number of steps >= 0, got {burn_in!r}")
         burn_in = default.burn_in_period
+    exploit = value.get("exploit", default.exploit)
+    if not isinstance(exploit, bool):
+        problems.append(f"'pbt.exploit' must be true or false (false: nobody copies or perturbs), got {exploit!r}")
+        exploit = default.exploit
     schedule, more = _schedule(value.get("schedule"))
-    return PbtSettings(float(quantile), float(resample), seed, synch, burn_in, schedule), problems + more
+    settings = PbtSettings(float(quantile), float(resample), seed, synch, burn_in, schedule, exploit)
+    return settings, problems + more
 
 
 def _schedule(value: Any) -> tuple[tuple[tuple[tuple[str, Any], ...], ...], list[str]]:
@@ -673,9 +684,12 @@ def pbt_notes(plan: FleetPlan) -> list[str]:
     these lines, a fleet's first notices are these): each group of agents (env, preset and grid
     overrides: a checkpoint resumes only under its own env and network) too small for anyone to
     exploit, and the searched architecture keys, whose agents pair only with agents that drew the
-    same values. Empty for any other plan, or a pbt plan whose every group exploits."""
+    same values; with `exploit = false`, only that nobody exploits. Empty for any other plan, or a
+    pbt plan whose every group exploits."""
     if plan.pbt is None or plan.search is None:  # a replay's schedule exploits nothing: nothing to say
         return []
+    if not plan.pbt.exploit:
+        return ["pbt: exploit = false: every agent trains through every tier and is scored; nobody copies or perturbs"]
     groups: dict[tuple[str, str, tuple[tuple[str, Any], ...]], int] = {}
     for agent in plan.agents:
         key = (agent.env, agent.preset_name, agent.overrides)
