@@ -1,6 +1,6 @@
 """Starting a player (`python -m cockpit_training.play`) and reading what it left.
 
-A player is a worker's kin: its own session (process group), `nice` steps nicer than the cockpit,
+A player is a worker's kin: its own session (process group), at the lowest priority (nice 19),
 following the cockpit's death like a worker, one-thread native pools unless `threads` says more, and
 the CPU for its policy (`PlayRequest.device`). Recording then takes no GPU memory and only the
 cycles training leaves, so a clip made beside running jobs costs them little.
@@ -22,9 +22,12 @@ from cockpit.contract.events import StartedEvent, iter_events
 from cockpit.contract.play import PlayRequest, PlayResult
 from cockpit.contract.rundir import JobDir
 from cockpit.contract.workerargs import THREAD_ENV_VARS
-from cockpit.core.launch.local import WORKER_NICE, worker_env
+from cockpit.core.launch.local import worker_env
 
-PLAYER_NICE = WORKER_NICE  # as nice as a worker: a clip never outranks training
+# The lowest priority Linux has (nice 19): beside workers at WORKER_NICE, a player gets about an
+# eighth of a shared core's time under CFS's weights, so a clip takes the cycles training leaves
+# rather than an equal share of them, which is what a player as nice as a worker took.
+PLAYER_NICE = 19
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,8 @@ def start_player(
     stderr: int | IO[bytes] | None = subprocess.PIPE,
     threads: int = 1,
 ) -> subprocess.Popen[bytes]:
-    """Start the player for `request` in its own session, `nice` steps nicer than this process, with
+    """Start the player for `request` in its own session, `nice` steps nicer than this process (at
+    most nice 19, the lowest priority), with
     `threads` threads for numpy and torch; stdout carries its progress lines
     (`cockpit.contract.play.parse_episode_line`). The caller waits for it (or kills its process group:
     `os.killpg(proc.pid, SIGKILL)`) and then reads `request.result` with `read_result`."""
@@ -116,7 +120,7 @@ def start_player(
     # As the launcher does: from here, not a preexec_fn (unsafe in a threaded parent such as the TUI).
     with contextlib.suppress(ProcessLookupError, PermissionError):
         if nice:
-            os.setpriority(os.PRIO_PROCESS, proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + nice)
+            os.setpriority(os.PRIO_PROCESS, proc.pid, min(19, os.getpriority(os.PRIO_PROCESS, 0) + nice))
     return proc
 
 

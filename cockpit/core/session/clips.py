@@ -2,7 +2,7 @@
 `[video] top = K`, and the cockpit's clip key.
 
 Every clip is played by a player process (`cockpit.core.launch.player`: `python -m
-cockpit_training.play`, niced as a worker is, its own session, the policy on the CPU) from a
+cockpit_training.play`, at nice 19 (below the workers), its own session, the policy on the CPU) from a
 checkpoint or a collected model, never by the worker, whose training goes on untouched. A
 `ClipRecorder` runs one player at a time from a thread of its own, so the session's 5 Hz loop never
 waits on one, and a queue of at most one pending clip per job (a newer checkpoint replaces the
