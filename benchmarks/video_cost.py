@@ -3,7 +3,7 @@
 What it measures: the real `cockpit run` on the cartpole preset, one job, run to the same steps with
 the same seed, two ways:
 - with `--video-every STEPS`: at each checkpoint past a multiple of STEPS the cockpit starts a
-  player (`python -m cockpit_training.play`, niced as a worker, its policy on the CPU) that loads the
+  player (`python -m cockpit_training.play`, at nice 19, its policy on the CPU) that loads the
   checkpoint, plays an episode and writes the clip (MP4) and its GIF into TensorBoard, while the job
   trains on;
 - without: the same run with no clips.
