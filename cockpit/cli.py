@@ -459,7 +459,7 @@ def _add_play_command(commands: Commands) -> None:
     )
     play.add_argument(
         "--max-width",
-        type=positive_int,
+        type=defaults.max_width_px,
         default=defaults.DEFAULT_MAX_WIDTH,
         metavar="PX",
         help="wider frames are scaled down to it (default: %(default)d)",

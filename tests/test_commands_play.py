@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from cockpit.cli import main
+from cockpit.commands.play import play
 from cockpit.contract.checkpoint_files import META_FILE, MODEL_FILE
 from cockpit.contract.events import EventWriter
 from cockpit.contract.files import sha256_of
 from cockpit.contract.rundir import RUN_TOML, RunDir
+from tests.test_record_playable import write_job
 from tests.test_training_custom_env import workdir  # noqa: F401  (a fixture)
 from tests.test_training_play import save_model
 
@@ -94,3 +96,19 @@ def test_a_model_failing_its_checksum_is_one_line(tmp_path: Path, capsys: pytest
 def test_a_video_that_is_neither_mp4_nor_gif_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["play", str(tmp_path), "--video", str(tmp_path / "a.webm")]) == 2
     assert capsys.readouterr().err.startswith(f"cockpit play: --video {tmp_path / 'a.webm'}: must end in .mp4 or .gif")
+
+
+def test_a_max_width_below_the_players_minimum_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_job(tmp_path / "job")  # a model to find, so that only the width is wrong
+    with pytest.raises(SystemExit) as exit_:
+        main(["play", str(tmp_path / "job"), "--max-width", "8"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--max-width: expected a width in pixels, at least 16, got '8'" in err
+
+
+def test_options_no_request_takes_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_job(tmp_path / "job")
+    assert play(tmp_path / "job", options={"max_width": 8}) == 2
+    out, err = capsys.readouterr()
+    assert (out, err) == ("", "cockpit play: --max-width 8: must be at least 16 pixels\n")

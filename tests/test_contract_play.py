@@ -103,3 +103,27 @@ def test_video_format_is_read_from_the_suffix() -> None:
     assert video_format(Path("a.MP4")) == "mp4"
     assert video_format(Path("a.gif")) == "gif"
     assert video_format(Path("a.webm")) is None
+
+
+@pytest.mark.parametrize(
+    ("flag", "field", "lowest", "below"),
+    [
+        ("--max-width", "max_width", "16", "15"),
+        ("--episodes", "episodes", "1", "0"),
+        ("--seed", "seed", "0", "-1"),
+        ("--max-seconds", "max_seconds", "1e-9", "0"),
+        ("--max-mb", "max_mb", "1e-9", "0"),
+    ],
+)
+def test_cockpit_plays_flags_take_what_a_request_takes(flag: str, field: str, lowest: str, below: str) -> None:
+    """`cockpit play`'s argparse types and `PlayRequest`'s checks draw the same line: a value the
+    flag takes builds a request, and one the request refuses is refused by the flag."""
+    from cockpit.cli import build_parser
+
+    parser = build_parser()
+    taken = getattr(parser.parse_args(["play", "run", flag, lowest]), field)
+    assert getattr(_request(**{field: taken}), field) == taken
+    with pytest.raises(ValueError, match=f"^{flag} "):
+        _request(**{field: type(taken)(below)})
+    with pytest.raises(SystemExit):
+        parser.parse_args(["play", "run", flag, below])

@@ -114,6 +114,35 @@ def test_an_async_exploit_copies_the_sources_boundary_checkpoint_after_its_worke
     assert not list(run_dir.glob("jobs/*/checkpoints/boundary-*"))
 
 
+class FailingFleet(CheckpointingFleet):
+    """a0000's tier-0 worker ends without an evaluation (a crash after its checkpoint): it fails there."""
+
+    def finish(self, events: EventWriter, proc: FakeProcess, agent: str, tier: int) -> None:
+        if (agent, tier) != ("a0000", 0):
+            super().finish(events, proc, agent, tier)
+            return
+        events.started(pid=proc.pid, device="cpu", target_steps=self.plan.tiers[0].timesteps)
+        events.finished(status="done", steps=self.plan.tiers[0].timesteps or 0)
+
+
+def test_async_kept_checkpoints_are_dropped_when_the_last_agent_short_of_their_boundary_fails(tmp_path: Path) -> None:
+    # a0000, the slowest in tier 0, fails there after the three others have passed boundary 0 and
+    # boundary 1: nobody arrives at either again, and its failure alone says no one can.
+    def duration(agent: str, tier: int) -> float:
+        return 100.0 if (agent, tier) == ("a0000", 0) else 1.0
+
+    run_dir = tmp_path / "run"
+    fleet = FailingFleet(run_dir, plan(2, "synch = false"), duration, score)
+    while not list(run_dir.glob("jobs/*/checkpoints/boundary-1")):
+        fleet.step()
+    assert list(run_dir.glob("jobs/*/checkpoints/boundary-0"))  # kept while a0000 may still reach it
+    fleet.run()
+    rows = {row.id: row for row in fleet.fleet.store.agents()}
+    assert (rows["a0000"].status, rows["a0000"].tier) == ("failed", 0)
+    assert sorted(r.agent for r in fleet.fleet.store.results(2)) == ["a0001", "a0002", "a0003"]
+    assert not list(run_dir.glob("jobs/*/checkpoints/boundary-*"))
+
+
 def test_an_async_exploit_resumes_the_copy_it_recorded(tmp_path: Path) -> None:
     def duration(agent: str, tier: int) -> float:
         return 100.0 if (agent, tier) == ("a0000", 0) else 1.0

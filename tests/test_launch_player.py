@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cockpit.contract.play import PlayRequest
 from cockpit.core.launch.local import WORKER_NICE
-from cockpit.core.launch.player import start_player
+from cockpit.core.launch.player import PLAYER_NICE, start_player
 
 
 def test_a_player_runs_at_the_lowest_priority_below_the_workers(tmp_path: Path) -> None:
@@ -28,3 +28,14 @@ def test_a_player_runs_at_the_lowest_priority_below_the_workers(tmp_path: Path) 
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def test_the_docs_give_the_players_priority_as_it_is() -> None:
+    """Each page that says where a clip's player runs says nice PLAYER_NICE, below the workers at
+    WORKER_NICE; none says a worker's priority (what the player ran at before it was lowered)."""
+    docs = Path(__file__).resolve().parent.parent / "docs"
+    for page in ("run.md", "fleets.md", "tui.md", "play.md"):
+        text = " ".join((docs / page).read_text().split())  # sentences wrap across lines
+        assert f"nice {PLAYER_NICE}, below the workers" in text, page
+    for page in docs.glob("*.md"):
+        assert "a worker's priority" not in " ".join(page.read_text().split()), page.name

@@ -6,6 +6,7 @@ and fleets are written straight to disk: no training."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -80,6 +81,7 @@ def test_best_is_the_leaderboards_first_and_its_collected_model_is_checked_first
     run = tmp_path / "fleet"
     _sync_fleet(run)  # a0007 leads with 500, a0004 follows; both collected
     write_job(RunDir(run).job("a0007").path, env_kwargs={"max_episode_steps": 300})
+    write_job(RunDir(run).job("a0004").path, env_kwargs={"max_episode_steps": 300})
     best = playable(run, best=True)
     assert best.model == run / MODELS_DIR / "a0007.zip"
     assert (best.env, dict(best.env_kwargs)) == ("CartPole-v1", {"max_episode_steps": 300})
@@ -87,3 +89,29 @@ def test_best_is_the_leaderboards_first_and_its_collected_model_is_checked_first
     (run / MODELS_DIR / "a0007.zip").write_bytes(b"tampered")
     with pytest.raises(PlayableError, match=r"a0007\.zip: does not match its SHA-256 in models\.toml: not played"):
         playable(run, best=True)
+
+
+def test_a_collected_model_plays_on_its_jobs_env_settings_when_its_checkpoints_are_gone_or_bad(tmp_path: Path) -> None:
+    run = tmp_path / "fleet"
+    _sync_fleet(run)
+    a7 = write_job(RunDir(run).job("a0007").path, env_kwargs={"max_episode_steps": 300})
+    a4 = write_job(RunDir(run).job("a0004").path, env_kwargs={"max_episode_steps": 400})
+    for checkpoint in a7:  # pruned
+        shutil.rmtree(checkpoint)
+    (a4[-1] / MODEL_FILE).write_bytes(b"flipped")  # fails its sums; the collected copy does not
+    assert dict(playable(run, best=True).env_kwargs) == {"max_episode_steps": 300}
+    collected = playable(run, checkpoint=run / MODELS_DIR / "a0004.zip")
+    assert (collected.model, dict(collected.env_kwargs)) == (run / MODELS_DIR / "a0004.zip", {"max_episode_steps": 400})
+
+
+def test_a_collected_model_whose_jobs_env_is_unknown_is_one_line_not_a_guess(tmp_path: Path) -> None:
+    run = tmp_path / "fleet"
+    _sync_fleet(run)  # its jobs' directories are not there: nothing records their env_kwargs
+    with pytest.raises(PlayableError, match=r"a0007\.zip: not played: the env settings it trained with are unknown "
+                       r"\(.*a0007: not a job directory \(no events\.jsonl\)\)$"):  # fmt: skip
+        playable(run, best=True)
+    job_dir = RunDir(run).job("a0004").path
+    job_dir.mkdir(parents=True)
+    EventWriter(job_dir / "events.jsonl").started(pid=1, device="cpu", config={"command": ["python", "mine.py"]})
+    with pytest.raises(PlayableError, match=r"a0004\.zip: not played: .*its events record no env"):
+        playable(run, job="a0004")

@@ -10,8 +10,9 @@ the return and the episode length, as rl-zoo3's enjoy does, and the clip it reco
 frames, seconds, frame rate, size and SHA-256.
 
 Exit codes: 0 played (and recorded); 1 the player failed (its last stderr lines are shown); 2 bad
-input, one line: no such run or job, a model failing its checksum, an env that cannot render (the
-returns are printed first: only the clip is refused).
+input, one line: no such run or job, a model failing its checksum, an option out of the player's
+bounds (`PlayRequest`'s), an env that cannot render (the returns are printed first: only the clip is
+refused).
 """
 
 from __future__ import annotations
@@ -80,9 +81,12 @@ def play(
         model = playable(run_dir, job=job, best=best, checkpoint=checkpoint)
     except PlayableError as exc:
         return _bad(str(exc))
-    _say(console, _heading(model, options))
     with tempfile.TemporaryDirectory(prefix="cockpit-play-") as scratch:
-        request = model.request(Path(scratch) / "result.json", **options)  # type: ignore[arg-type]
+        try:
+            request = model.request(Path(scratch) / "result.json", **options)  # type: ignore[arg-type]
+        except ValueError as exc:  # options `play` was called with that no request takes
+            return _bad(str(exc))
+        _say(console, _heading(model, options))
         stderr_path = Path(scratch) / "stderr.log"
         with stderr_path.open("wb") as stderr:
             code = _follow(request, stderr, console)

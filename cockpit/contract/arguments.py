@@ -21,7 +21,11 @@ class ArgumentParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def _int_at_least(minimum: int, wanted: str) -> Callable[[str], int]:
+def int_at_least(minimum: int, wanted: str) -> Callable[[str], int]:
+    """argparse type: an integer >= `minimum`, underscores allowed; a bad one is refused as
+    "expected `wanted`". The type for a flag whose consumer checks the same minimum, so that the
+    two share one constant rather than drift."""
+
     def parse(text: str) -> int:
         try:
             value = int(text.replace("_", ""))
@@ -34,10 +38,10 @@ def _int_at_least(minimum: int, wanted: str) -> Callable[[str], int]:
     return parse
 
 
-positive_int = _int_at_least(1, "a positive integer")
+positive_int = int_at_least(1, "a positive integer")
 """argparse type: an integer > 0, underscores allowed (`1_000_000`)."""
 
-non_negative_int = _int_at_least(0, "an integer >= 0")
+non_negative_int = int_at_least(0, "an integer >= 0")
 """argparse type: an integer >= 0."""
 
 

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from cockpit.contract.arguments import ArgumentParser, non_negative_int, positive_float, positive_int
+from cockpit.contract.arguments import ArgumentParser, int_at_least, non_negative_int, positive_float, positive_int
 from cockpit.contract.files import write_atomic
 
 PLAY_MODULE = "cockpit_training.play"
@@ -47,6 +47,9 @@ DEFAULT_SEED = 0
 DEFAULT_MAX_SECONDS = 30.0  # of video: a clip to watch, not a recording of a whole Atari game
 DEFAULT_MAX_MB = 20.0  # of file: small enough to embed in a page or a TensorBoard event file
 DEFAULT_MAX_WIDTH = 640  # pixels: LunarLander's 600 as it is; wider renders scaled down
+MIN_MAX_WIDTH = 16  # pixels: H.264 codes 16x16 macroblocks, and a narrower clip shows nothing
+max_width_px = int_at_least(MIN_MAX_WIDTH, f"a width in pixels, at least {MIN_MAX_WIDTH}")
+"""argparse type of `--max-width`, `cockpit play`'s and the player's: `PlayRequest`'s own minimum."""
 EPISODE_PREFIX = "play-episode "
 VIDEO_EXTRA = "cockpit[video]"  # the extra that installs what recording needs, named in errors
 
@@ -83,12 +86,19 @@ class PlayRequest:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
+        # The same bounds as the flags' argparse types (build_parser, cockpit.cli): a value the
+        # flags take must build a request, or `cockpit play` would fail past its argument checks.
         if self.episodes < 1:
-            raise ValueError(f"episodes {self.episodes}: must be at least 1")
+            raise ValueError(f"--episodes {self.episodes}: must be at least 1")
+        if self.seed < 0:
+            raise ValueError(f"--seed {self.seed}: must be an integer >= 0")
         if self.video is not None and video_format(self.video) is None:
-            raise ValueError(f"video {self.video}: must end in .mp4 or .gif")
-        if not (self.max_seconds > 0 and self.max_mb > 0 and self.max_width >= 16):
-            raise ValueError("max_seconds and max_mb must be positive, max_width at least 16")
+            raise ValueError(f"--video {self.video}: must end in .mp4 or .gif")
+        for flag, value in (("--max-seconds", self.max_seconds), ("--max-mb", self.max_mb)):
+            if not 0 < value < math.inf:  # also refuses nan, as positive_float does
+                raise ValueError(f"{flag} {value}: must be a positive number")
+        if self.max_width < MIN_MAX_WIDTH:
+            raise ValueError(f"--max-width {self.max_width}: must be at least {MIN_MAX_WIDTH} pixels")
 
     def to_argv(self) -> tuple[str, ...]:
         """The flags after `python -m cockpit_training.play`; `parse(to_argv())` gives this back."""
@@ -162,7 +172,7 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--video", type=Path, help="record the episodes to this .mp4 or .gif")
     parser.add_argument("--max-seconds", type=positive_float, default=DEFAULT_MAX_SECONDS)
     parser.add_argument("--max-mb", type=positive_float, default=DEFAULT_MAX_MB)
-    parser.add_argument("--max-width", type=positive_int, default=DEFAULT_MAX_WIDTH)
+    parser.add_argument("--max-width", type=max_width_px, default=DEFAULT_MAX_WIDTH)
     parser.add_argument("--source", default="", help="what the model came from, for the clip's record")
     parser.add_argument("--device", default="cpu", help="torch's device for the policy (default: cpu)")
     return parser

@@ -48,6 +48,7 @@ class PbtBoundary:
         self.roster = roster
         self.run_dir = run_dir
         self.stir = stir
+        self._unpinned: set[int] = set()  # boundaries whose kept checkpoints are dropped for good
 
     def cross(self, tier: int) -> None:
         """The end of the complete pbt tier `tier` (`cockpit.core.fleet.pbt`): the exploits decided
@@ -112,7 +113,7 @@ class PbtBoundary:
                 else ""
             )
             roster.notice(f"{agent_id} goes on to tier {tier + 1} ({place} of {len(order)} scored there so far{burn})")
-        self._unpin(tier)
+        self.drop_unreachable_pins()
 
     def pin(self, agent_id: str, tier: int) -> None:
         """Keep `agent_id`'s checkpoint from the end of `tier` for the asynchronous exploits of the
@@ -128,17 +129,32 @@ class PbtBoundary:
             except OSError as exc:  # it is then no source at this boundary; its own training goes on
                 self.roster.notice(f"{agent_id}: its tier {tier} checkpoint is not kept for exploits: {exc}")
 
-    def _unpin(self, tier: int) -> None:
+    def drop_unreachable_pins(self) -> None:
+        """Drop the checkpoints `pin` kept at each boundary no agent can reach any more. Called on
+        each arrival and on each of the fleet's updates, so a boundary whose last agent short of it
+        failed instead (in its tier, in its exploit's copy, or with its draw refused), which no
+        arrival follows, is dropped too, by the fleet's end at the latest. A resumed fleet drops
+        again what a kill left (the removal is idempotent). A no-op but for `synch = false`."""
+        settings = self.plan.pbt
+        if settings is None or settings.synch or settings.schedule:
+            return
+        for tier in range(len(self.plan.tiers) - 1):
+            if tier not in self._unpinned and self._unpin(tier):
+                self._unpinned.add(tier)
+
+    def _unpin(self, tier: int) -> bool:
         """Drop every agent's kept tier-`tier` checkpoint once no agent can still reach that boundary
-        (each went past it or failed), and every exploit of it is copied."""
+        (each went past it or failed: neither comes back), and every exploit of it is copied; True
+        when dropped."""
         agents = self.roster.agents.values()
         if not all(a.tier > tier or a.status == "failed" for a in agents):
-            return
+            return False
         if any(not e.applied for exploits in self.roster.lineage.values() for e in exploits):
-            return
+            return False
         jobs = RunDir(self.run_dir)
         for agent in agents:
             shutil.rmtree(pbt.pinned_dir(jobs.job(agent.row.id).checkpoints, tier), ignore_errors=True)
+        return True
 
     def _exploit(
         self,

@@ -56,12 +56,11 @@ class JobModel:
         )
 
 
-def job_model(job_dir: Path, checkpoint: Path | None = None) -> JobModel:
-    """The model of the job in `job_dir`: `checkpoint` (a checkpoint directory) when given, else the
-    job's newest (the final model of a finished job: the worker checkpoints at its end), its files
-    checked against the SHA-256 sums its worker recorded; the env and env_kwargs from the job's
-    newest `started` event. ValueError (one line naming the directory) when there is no such job,
-    no checkpoint, or a checkpoint that fails its sums."""
+def trained_env(job_dir: Path) -> tuple[str, dict[str, Any]]:
+    """The env id and the preset's `env_kwargs` the job in `job_dir` trained on, from its newest
+    `started` event that names an env (a resumed job's config is its last start's). ValueError (one
+    line naming the directory) when there is no such job or no started event names an env: then
+    nothing says which settings the model needs, and none are guessed."""
     files = JobDir(job_dir)
     if not files.events.is_file():
         raise ValueError(f"{job_dir}: not a job directory (no {files.events.name})")
@@ -71,7 +70,19 @@ def job_model(job_dir: Path, checkpoint: Path | None = None) -> JobModel:
             config = event.config
     if not config:
         raise ValueError(f"{job_dir}: its events record no env (a user's script's job has no model to play)")
-    chosen = checkpoint if checkpoint is not None else newest_checkpoint(files.checkpoints)
+    preset = config.get("preset")
+    kwargs = preset.get("env_kwargs", {}) if isinstance(preset, Mapping) else {}
+    return str(config["env"]), dict(kwargs or {})
+
+
+def job_model(job_dir: Path, checkpoint: Path | None = None) -> JobModel:
+    """The model of the job in `job_dir`: `checkpoint` (a checkpoint directory) when given, else the
+    job's newest (the final model of a finished job: the worker checkpoints at its end), its files
+    checked against the SHA-256 sums its worker recorded; the env and env_kwargs from the job's
+    newest `started` event (`trained_env`). ValueError (one line naming the directory) when there is
+    no such job, no checkpoint, or a checkpoint that fails its sums."""
+    env, env_kwargs = trained_env(job_dir)
+    chosen = checkpoint if checkpoint is not None else newest_checkpoint(JobDir(job_dir).checkpoints)
     if chosen is None:
         raise ValueError(
             f"{job_dir}: no checkpoint yet (a job checkpoints every checkpoint_every steps and at its end)"
@@ -81,15 +92,13 @@ def job_model(job_dir: Path, checkpoint: Path | None = None) -> JobModel:
     problem = unverified(chosen)
     if problem is not None:
         raise ValueError(problem)
-    preset = config.get("preset")
-    kwargs = preset.get("env_kwargs", {}) if isinstance(preset, Mapping) else {}
     vecnormalize = chosen / VECNORMALIZE_FILE
     return JobModel(
         source=chosen,
         model=chosen / MODEL_FILE,
         vecnormalize=vecnormalize if vecnormalize.is_file() else None,
-        env=str(config["env"]),
-        env_kwargs=dict(kwargs or {}),
+        env=env,
+        env_kwargs=env_kwargs,
     )
 
 

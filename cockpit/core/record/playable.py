@@ -14,8 +14,10 @@ what they came from, or a `PlayableError` (one line naming the flag or file and 
 
 Every model is checked against its SHA-256 before anything loads it: a checkpoint against its
 meta.json (`checkpoint_files.unverified`), a collected model against models.toml
-(`model_manifest.verify`). The env is the one the job's worker recorded in its `started` event
-(a collected model's models.toml entry when its job directory is gone).
+(`model_manifest.verify`). The env and its `env_kwargs` are the ones the job's worker recorded in
+its newest `started` event (`trained_env`), a collected model's too, whether or not its job's
+checkpoints are still there; a collected model whose job's events are gone is not played (nothing
+says which env settings it needs).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from cockpit.contract.events import EVENTS_FILE
 from cockpit.contract.model_manifest import MANIFEST, MODELS_DIR, ModelEntry, read_manifest, verify
 from cockpit.contract.rundir import RUN_TOML, RunDir
 from cockpit.core.fleet.report import FleetReportError, fleet_summary
-from cockpit.core.launch.player import JobModel, job_model
+from cockpit.core.launch.player import JobModel, job_model, trained_env
 
 
 class PlayableError(ValueError):
@@ -103,18 +105,19 @@ def _from_collected(run_dir: Path, entry: ModelEntry) -> JobModel:
     if problems:
         raise PlayableError(f"{problems[0]}: not played (a model must match its checksum)")
     directory = run_dir / MODELS_DIR
-    env_kwargs = {}
-    job_dir = RunDir(run_dir).job(entry.agent).path
-    if (job_dir / EVENTS_FILE).is_file():
-        try:
-            env_kwargs = dict(job_model(job_dir).env_kwargs)
-        except ValueError:
-            env_kwargs = {}  # its checkpoints may be pruned; the env's settings are what is wanted
+    try:
+        # The env's settings (an Atari frame stack) are the job's, whether or not its checkpoints
+        # survive: a model played on other settings would be scored on a game it never saw.
+        env, env_kwargs = trained_env(RunDir(run_dir).job(entry.agent).path)
+    except ValueError as exc:
+        raise PlayableError(
+            f"{directory / entry.file}: not played: the env settings it trained with are unknown ({exc})"
+        ) from None
     return JobModel(
         source=directory / entry.file,
         model=directory / entry.file,
         vecnormalize=None if entry.vecnormalize is None else directory / entry.vecnormalize,
-        env=entry.env,
+        env=env,
         env_kwargs=env_kwargs,
     )
 
