@@ -46,7 +46,8 @@ def test_each_job_gets_a_clip_each_time_its_checkpoint_passes_a_multiple(tmp_pat
     first = checkpoint(tmp_path, "000", 2048)
     assert every.due(run_state(tmp_path, T0 + 1, at(jobs[0], 2048), at(jobs[1], None))) == []  # below STEPS
     passed = checkpoint(tmp_path, "000", 4608)
-    (task,) = every.due(run_state(tmp_path, T0 + 2, at(jobs[0], 4608), jobs[1]))
+    (queued,) = every.due(run_state(tmp_path, T0 + 2, at(jobs[0], 4608), jobs[1]))
+    task = queued.resolve()  # on the recorder's thread, in a run
     files = RunDir(tmp_path).job("000")
     assert task.model.source == passed and task.model.model == passed / MODEL_FILE and task.model.env == "CartPole-v1"
     assert task.video == files.videos / f"{passed.name}.mp4" and task.step == 4608
@@ -57,7 +58,7 @@ def test_each_job_gets_a_clip_each_time_its_checkpoint_passes_a_multiple(tmp_pat
     newest = checkpoint(tmp_path, "000", 12800)  # past two more: one clip, of the newest
     other = checkpoint(tmp_path, "001", 8192)
     tasks = every.due(run_state(tmp_path, T0 + 5, at(jobs[0], 12800), at(jobs[1], 8192)))
-    assert [(t.what, t.model.source) for t in tasks] == [("job 000", newest), ("job 001", other)]
+    assert [(t.what, t.resolve().model.source) for t in tasks] == [("job 000", newest), ("job 001", other)]
 
 
 def test_a_resumed_run_does_not_record_again_what_its_videos_hold(tmp_path: Path) -> None:
@@ -70,5 +71,6 @@ def test_a_resumed_run_does_not_record_again_what_its_videos_hold(tmp_path: Path
     every = VideoEvery(tmp_path, 4096, tensorboard=False)
     assert every.due(run_state(tmp_path, T0 + 1, at(job, 8192))) == []
     new = checkpoint(tmp_path, "000", 12288)
-    (task,) = every.due(run_state(tmp_path, T0 + 2, at(job, 12288)))
+    (queued,) = every.due(run_state(tmp_path, T0 + 2, at(job, 12288)))
+    task = queued.resolve()
     assert task.model.source == new and task.tensorboard is None
