@@ -8,14 +8,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import shutil
 from pathlib import Path
+
+import pytest
 
 from cockpit.contract.checkpoint_files import META_FILE, MODEL_FILE
 from cockpit.contract.events import EventWriter
 from cockpit.contract.files import sha256_of
 from cockpit.contract.rundir import RunDir
 from cockpit.core.feed.snapshot import JobView
-from cockpit.core.session.clips import VideoEvery
+from cockpit.core.session import clips as clips_module
+from cockpit.core.session.clips import ClipRecorder, JobClip, SessionClips, VideoEvery
 from tests.test_export_tensorboard import T0, run_state, view
 
 
@@ -74,3 +79,95 @@ def test_a_resumed_run_does_not_record_again_what_its_videos_hold(tmp_path: Path
     (queued,) = every.due(run_state(tmp_path, T0 + 2, at(job, 12288)))
     task = queued.resolve()
     assert task.model.source == new and task.tensorboard is None
+
+
+def hanging_player(tmp_path: Path) -> tuple[Path, Path]:
+    """A player that never finishes (as one stuck in its env would): run as the recorder's `python`,
+    it writes its pid and sleeps; the pid file says it has started."""
+    pid_file = tmp_path / "player.pid"
+    script = tmp_path / "hanging-python"
+    script.write_text(f"#!/bin/sh\necho $$ > {pid_file}\nexec sleep 600\n")
+    script.chmod(0o755)
+    return script, pid_file
+
+
+def test_an_interrupt_ends_the_wait_for_clips_at_the_runs_end_and_kills_the_player(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(clips_module, "END_WAIT_S", 5.0)  # with the interrupt ignored, the wait ends here
+    started_job(tmp_path, "000")
+    newest = checkpoint(tmp_path, "000", 4096)
+    script, pid_file = hanging_player(tmp_path)
+    warnings: list[str] = []
+    clips = SessionClips(tmp_path, ClipRecorder(python=str(script)), warnings)
+    clips.recorder.submit(JobClip(RunDir(tmp_path).job("000").path, "job 000", newest))
+    clips.close(ended=True, stop=pid_file.is_file)  # Ctrl-C comes once the player is recording
+    assert warnings == [
+        "clips not all recorded: interrupted at the run's end",
+        f"clip of job 000 from {newest.name} not recorded: the run ended first: its player was stopped",
+    ]
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+
+
+def test_a_checkpoint_pruned_before_its_clip_is_made_gives_way_to_the_jobs_newest(tmp_path: Path) -> None:
+    started_job(tmp_path, "000")
+    asked = checkpoint(tmp_path, "000", 4096)
+    newest = checkpoint(tmp_path, "000", 8192)
+    queued = JobClip(RunDir(tmp_path).job("000").path, "job 000", asked)
+    shutil.rmtree(asked)  # the worker keeps its newest two
+    task = queued.resolve()
+    assert task.model.source == newest and task.step == 8192
+    assert task.video == RunDir(tmp_path).job("000").clip_for(newest)
+
+
+def test_due_only_lists_the_checkpoint_its_files_are_read_on_the_recorders_thread(tmp_path: Path) -> None:
+    started_job(tmp_path, "000")
+    corrupt = checkpoint(tmp_path, "000", 4096)
+    (corrupt / MODEL_FILE).write_bytes(b"not what the worker wrote")
+    every = VideoEvery(tmp_path, 4096)
+    (queued,) = every.due(run_state(tmp_path, T0 + 1, at(view("000", T0 + 1), 4096)))
+    assert isinstance(queued, JobClip) and queued.checkpoint == corrupt and queued.step == 4096
+    with pytest.raises(ValueError, match=r"model\.zip does not match"):
+        queued.resolve()
+
+
+def test_a_failed_clip_is_asked_for_again_from_the_jobs_next_checkpoint(tmp_path: Path) -> None:
+    started_job(tmp_path, "000")
+    corrupt = checkpoint(tmp_path, "000", 4608)
+    (corrupt / MODEL_FILE).write_bytes(b"not what the worker wrote")
+    every = VideoEvery(tmp_path, 4096)
+    warnings: list[str] = []
+    clips = SessionClips(tmp_path, ClipRecorder(), warnings, every)
+    job = view("000", T0 + 1)
+    clips.tick(run_state(tmp_path, T0 + 1, at(job, 4608)))
+    assert clips.recorder.wait(60)
+    clips.tick(run_state(tmp_path, T0 + 2, at(job, 4608)))  # takes the failure
+    clips.recorder.close()
+    assert len(warnings) == 1 and "model.zip does not match" in warnings[0], warnings
+    assert every.due(run_state(tmp_path, T0 + 3, at(job, 4608))) == []  # not that checkpoint again
+    newer = checkpoint(tmp_path, "000", 7680)  # the same multiple of 4096
+    (queued,) = every.due(run_state(tmp_path, T0 + 4, at(job, 7680)))
+    assert queued.checkpoint == newer
+
+
+def test_failed_clips_warn_once_per_kind_of_reason_and_at_most_so_many_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(clips_module, "MAX_CLIP_WARNINGS", 1)
+    run = RunDir(tmp_path)
+    for job_id in ("000", "001"):  # no events: not job directories, each reason naming its own
+        run.job(job_id).path.mkdir(parents=True)
+    started_job(tmp_path, "002")  # no checkpoint yet
+    started_job(tmp_path, "003")
+    warnings: list[str] = []
+    clips = SessionClips(tmp_path, ClipRecorder(), warnings)
+    for job_id in ("000", "001", "002", "003"):
+        clips.recorder.submit(JobClip(run.job(job_id).path, f"job {job_id}"))
+    assert clips.recorder.wait(60)
+    clips.close(ended=False)
+    assert warnings == [
+        f"clip of job 000 from its newest checkpoint not recorded: {run.job('000').path}: not a job directory "
+        "(no events.jsonl)",
+        "more clips not recorded, for other reasons: past 1, their reasons are not listed",
+    ]

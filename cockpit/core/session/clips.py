@@ -236,6 +236,9 @@ class ClipRecorder:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             return ClipDone(task, None, f"the player ran past {self.timeout_s:.0f} s and was stopped")
+        with self._lock:
+            if self._closed:  # `close` killed it
+                return ClipDone(task, None, "the run ended first: its player was stopped")
         try:
             result = read_result(result_path)
         except ValueError as exc:
