@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 
 import pytest
@@ -91,17 +92,18 @@ def hanging_player(tmp_path: Path) -> tuple[Path, Path]:
     return script, pid_file
 
 
-def test_an_interrupt_ends_the_wait_for_clips_at_the_runs_end_and_kills_the_player(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(clips_module, "END_WAIT_S", 5.0)  # with the interrupt ignored, the wait ends here
+def test_an_interrupt_ends_the_wait_for_clips_at_the_runs_end_and_kills_the_player(tmp_path: Path) -> None:
     started_job(tmp_path, "000")
     newest = checkpoint(tmp_path, "000", 4096)
     script, pid_file = hanging_player(tmp_path)
     warnings: list[str] = []
     clips = SessionClips(tmp_path, ClipRecorder(python=str(script)), warnings)
     clips.recorder.submit(JobClip(RunDir(tmp_path).job("000").path, "job 000", newest))
-    clips.close(ended=True, stop=pid_file.is_file)  # Ctrl-C comes once the player is recording
+    # Ctrl-C comes once the player is recording; the wait would otherwise last END_WAIT_S (15 min).
+    closing = threading.Thread(target=clips.close, kwargs={"ended": True, "stop": pid_file.is_file}, daemon=True)
+    closing.start()
+    closing.join(timeout=120)  # a guard against a hang, far from both outcomes
+    assert not closing.is_alive(), "the interrupt did not end the wait"
     assert warnings == [
         "clips not all recorded: interrupted at the run's end",
         f"clip of job 000 from {newest.name} not recorded: the run ended first: its player was stopped",
@@ -154,20 +156,23 @@ def test_a_failed_clip_is_asked_for_again_from_the_jobs_next_checkpoint(tmp_path
 def test_failed_clips_warn_once_per_kind_of_reason_and_at_most_so_many_times(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(clips_module, "MAX_CLIP_WARNINGS", 1)
+    monkeypatch.setattr(clips_module, "MAX_CLIP_WARNINGS", 2)
     run = RunDir(tmp_path)
     for job_id in ("000", "001"):  # no events: not job directories, each reason naming its own
         run.job(job_id).path.mkdir(parents=True)
     started_job(tmp_path, "002")  # no checkpoint yet
-    started_job(tmp_path, "003")
+    run.job("003").path.mkdir(parents=True)  # a user's script's job: no env to play
+    EventWriter(run.job("003").events).started(pid=1, device="cpu", config={"preset": {}}, t=T0)
     warnings: list[str] = []
     clips = SessionClips(tmp_path, ClipRecorder(), warnings)
     for job_id in ("000", "001", "002", "003"):
         clips.recorder.submit(JobClip(run.job(job_id).path, f"job {job_id}"))
     assert clips.recorder.wait(60)
     clips.close(ended=False)
+    newest = "clip of job {} from its newest checkpoint not recorded: {}: "
     assert warnings == [
-        f"clip of job 000 from its newest checkpoint not recorded: {run.job('000').path}: not a job directory "
-        "(no events.jsonl)",
-        "more clips not recorded, for other reasons: past 1, their reasons are not listed",
+        newest.format("000", run.job("000").path) + "not a job directory (no events.jsonl)",
+        newest.format("002", run.job("002").path) + "no checkpoint yet (a job checkpoints every checkpoint_every "
+        "steps and at its end)",
+        "more clips not recorded, for other reasons: past 2, their reasons are not listed",
     ]
