@@ -326,7 +326,7 @@ class VideoEvery:
 
 def _clip_paths(files: JobDir) -> Sequence[Path]:
     try:
-        return [p for p in files.videos.iterdir() if p.suffix in (".mp4", ".gif") and not p.name.startswith(".")]
+        return [p for p in files.videos.iterdir() if p.suffix in (".mp4", ".gif")]
     except OSError:
         return []
 
