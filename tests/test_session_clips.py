@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cockpit.contract.checkpoint_files import META_FILE, MODEL_FILE
+from cockpit.contract.checkpoint_files import META_FILE, MODEL_FILE, VECNORMALIZE_FILE
 from cockpit.contract.events import EventWriter
 from cockpit.contract.files import sha256_of
 from cockpit.contract.rundir import RunDir
@@ -176,3 +176,19 @@ def test_failed_clips_warn_once_per_kind_of_reason_and_at_most_so_many_times(
         "steps and at its end)",
         "more clips not recorded, for other reasons: past 2, their reasons are not listed",
     ]
+
+
+def test_a_checkpoint_that_cannot_be_read_costs_a_line_never_the_recorder(tmp_path: Path) -> None:
+    started_job(tmp_path, "000")
+    unreadable = checkpoint(tmp_path, "000", 4096)
+    # A file that opens and then fails to read (EIO), as one the worker prunes mid-read fails.
+    (unreadable / VECNORMALIZE_FILE).symlink_to("/proc/self/mem")
+    meta = json.loads((unreadable / META_FILE).read_text())
+    (unreadable / META_FILE).write_text(json.dumps({**meta, "files": {**meta["files"], VECNORMALIZE_FILE: "0" * 64}}))
+    recorder = ClipRecorder()
+    recorder.submit(JobClip(RunDir(tmp_path).job("000").path, "job 000", unreadable))
+    assert recorder.wait(60)
+    (done,) = recorder.take_done()
+    recorder.close()
+    assert done.clip is None
+    assert done.line() == f"clip of job 000 from {unreadable.name} not recorded: {unreadable}: Input/output error"

@@ -102,7 +102,7 @@ class JobClip:
                                    max_seconds=self.max_seconds)  # fmt: skip
         except OSError as exc:  # pruned between the look and the reading of its sums
             if checkpoint is None or (checkpoint / MODEL_FILE).is_file():
-                raise ValueError(f"{exc.filename or self.job_dir}: {exc.strerror or exc}") from None
+                raise ValueError(f"{exc.filename or checkpoint or self.job_dir}: {exc.strerror or exc}") from None
         try:
             return checkpoint_task(self.job_dir, self.what, tensorboard=self.tensorboard, max_seconds=self.max_seconds)
         except OSError as exc:
