@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import threading
 from pathlib import Path
 
@@ -19,10 +20,17 @@ from cockpit.contract.checkpoint_files import META_FILE, MODEL_FILE, VECNORMALIZ
 from cockpit.contract.events import EventWriter
 from cockpit.contract.files import sha256_of
 from cockpit.contract.rundir import RunDir
-from cockpit.core.feed.snapshot import JobView
+from cockpit.contract.runrecord import read
+from cockpit.contract.runspec import build_spec
+from cockpit.contract.settings import RunSettings
+from cockpit.contract.states import RunStatus
+from cockpit.core.feed.snapshot import JobView, RunState
 from cockpit.core.session import clips as clips_module
 from cockpit.core.session.clips import ClipRecorder, JobClip, SessionClips, VideoEvery
+from cockpit.core.session.startup import start_session
+from cockpit.core.telemetry.sampler import Sampler
 from tests.test_export_tensorboard import T0, run_state, view
+from tests.test_feed_control import FakeWorkers, QuietView
 
 
 def checkpoint(run_dir: Path, job_id: str, step: int) -> Path:
@@ -192,3 +200,41 @@ def test_a_checkpoint_that_cannot_be_read_costs_a_line_never_the_recorder(tmp_pa
     recorder.close()
     assert done.clip is None
     assert done.line() == f"clip of job 000 from {unreadable.name} not recorded: {unreadable}: Input/output error"
+
+
+def test_a_run_writes_its_record_before_waiting_for_clips_and_an_interrupt_ends_that_wait(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    workers = FakeWorkers()
+    spec = build_spec(RunSettings(jobs=1, agents=1, preset="cartpole", timesteps=None, run_dir=run_dir, max_restarts=0),
+                      command_line=("cockpit", "run"))  # fmt: skip
+    run_dir.mkdir(parents=True)
+    session = start_session(spec, Sampler(gpu=None, gpu_status="test", hz=5), launcher=workers, serve=False)
+    other = tmp_path / "other"  # a job of another run: a checkpoint to play
+    started_job(other, "000")
+    played = checkpoint(other, "000", 4096)
+    script, pid_file = hanging_player(tmp_path)
+    session.clips = SessionClips(run_dir, ClipRecorder(python=str(script)), session.supervisor.warnings)
+    session.clips.recorder.submit(JobClip(RunDir(other).job("000").path, "job 000", played))
+
+    def finish_workers(_state: object) -> None:  # each fake worker ends its job, done
+        for pid, code in workers.exit_codes.items():
+            if code is None:
+                workers.writers[pid].finished(status="done", steps=0, duration=1.0)
+                workers.exit_codes[pid] = 0
+
+    final: list[RunState] = []
+    runner = threading.Thread(target=lambda: final.append(session.run(QuietView(), on_tick=finish_workers,
+                                                                      handle_signals=False)), daemon=True)  # fmt: skip
+    runner.start()
+    for _ in range(1200):  # the run's end: its final record is written while the player still records
+        if run_dir.joinpath("run.toml").is_file() and read(run_dir).status is RunStatus.DONE:
+            break
+        runner.join(timeout=0.1)
+    assert read(run_dir).status is RunStatus.DONE and pid_file.is_file() and runner.is_alive()
+    session.supervisor.interrupt(signal.SIGINT)  # as Ctrl-C during the wait
+    runner.join(timeout=120)  # a guard against a hang, far from both outcomes
+    assert not runner.is_alive(), "the interrupt did not end the wait"
+    interrupted = "clips not all recorded: interrupted at the run's end"
+    assert interrupted in final[0].warnings and interrupted in read(run_dir).warnings
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
