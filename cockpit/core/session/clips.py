@@ -393,17 +393,17 @@ class SessionClips:
                 self.recorder.submit(task)
         self._report()
 
-    def finish(self, session: EndingSession, state: RunState) -> RunState:
+    def finish(self, session: EndingSession) -> RunState:
         """At a session's end, after its final run log: `close` (`ended` when the run was neither
         lost nor interrupted; an interrupt during the wait ends it); when that warned, the run log
-        is written again with the warnings. Returns the final state (a new one when it warned)."""
+        is written again with the warnings. Returns the final state, taken again: it holds the clips'
+        notices and warnings."""
         warned = len(self.warnings)
         self.close(ended=session.lost is None and not session.supervisor.interrupted,
                    stop=lambda: session.supervisor.interrupted)  # fmt: skip
-        if len(self.warnings) == warned or session.lost is not None:
-            return state
         state = session.snapshot(all_jobs=True)
-        session.write_run_log(state, final=True)
+        if len(self.warnings) > warned and session.lost is None:
+            session.write_run_log(state, final=True)
         return state
 
     def close(self, *, ended: bool, stop: Callable[[], bool] | None = None) -> None:

@@ -424,7 +424,7 @@ class RunSession:
                 if self.tensorboard is not None:
                     self.tensorboard.close()
                 if self.clips is not None:  # after the run's record: Ctrl-C or SIGTERM ends their wait
-                    state = self._latest = self.clips.finish(self, state)
+                    state = self._latest = self.clips.finish(self)
                 if self.fleet is not None:
                     self.fleet.close()
             if self.lost is not None:
