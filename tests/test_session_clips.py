@@ -1,8 +1,12 @@
 """Which clips `--video-every STEPS` asks for (`cockpit.core.session.clips.VideoEvery`): one per job
 each time its newest checkpoint passes a multiple of STEPS, played from that checkpoint into the job's
 `videos/<checkpoint>.mp4` and TensorBoard at the checkpoint's step; a resumed run's clips already in
-`videos/` count as made. The job directories are written through the contract's writers: the
-worker's `started` event (`EventWriter`) and checkpoints with their recorded sums (meta.json)."""
+`videos/` count as made, and a failed clip is asked for again from the next checkpoint. A clip is
+queued as a `JobClip` and read on the recorder's thread, a pruned checkpoint giving way to the
+newest; failures warn once per kind of reason, capped; a run's end writes its record before it waits
+for clips, and an interrupt ends the wait. The job directories are written through the contract's
+writers: the worker's `started` event (`EventWriter`) and checkpoints with their recorded sums
+(meta.json). A player that hangs is a shell script standing in for the recorder's `python`."""
 
 from __future__ import annotations
 
