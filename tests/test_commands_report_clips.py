@@ -34,6 +34,7 @@ from cockpit.contract.model_manifest import (
     write_manifest,
 )
 from cockpit.contract.rundir import RunDir
+from cockpit.core.record.clips import job_clips, run_clips
 from cockpit.core.record.run_report import json_report
 from cockpit.core.record.series import read_series
 from tests.clipfiles import write_gif, write_mp4
@@ -177,3 +178,14 @@ def test_report_json_lists_each_models_clip_with_its_sha256(clip_fleet: ClipFlee
     assert collected[clip_fleet.first]["video"] == f"{clip_fleet.first}.mp4"
     assert collected[clip_fleet.first]["video_sha256"] == sha256_of(models / f"{clip_fleet.first}.mp4")
     assert collected[clip_fleet.second]["video"] == f"{clip_fleet.second}.gif"
+
+
+def test_a_players_half_written_temp_file_is_no_clip(tmp_path: Path) -> None:
+    videos = RunDir(tmp_path).job("000").videos
+    videos.mkdir(parents=True)
+    name = "step-000000004096-1800000000000004096"
+    clip = write_gif(videos / f"{name}.gif")
+    write_gif(videos / f".{name}.mp4.4242.tmp.gif")  # left by a player that was killed mid-clip
+    (videos / f".{name}.mp4.4243.tmp.mp4").write_bytes(b"\0" * 1024)
+    assert [c.path for c in job_clips(videos)] == [clip]
+    assert [c.path for c in run_clips(tmp_path, ("000",)).jobs["000"]] == [clip]

@@ -115,3 +115,14 @@ def test_a_clip_stops_at_its_seconds_and_says_so_while_the_episodes_play_on(tmp_
     assert code == 0 and result.clip is not None and len(result.returns) == 3
     assert (result.clip.frames, result.clip.fps, result.clip.seconds) == (10, 25.0, 0.4)
     assert result.clip.note == "cut at 0.4 s (--max-seconds)"
+
+
+def test_a_clip_whose_playing_fails_leaves_no_half_written_file(tmp_path: Path) -> None:
+    model_path, _ = save_model(tmp_path / "m", "CartPole-v1")
+    _, stats = save_model(tmp_path / "p", "Pendulum-v1", normalize=True)  # statistics of 3 observations, not 4
+    videos = tmp_path / "videos"
+    request = PlayRequest(model=model_path, env="CartPole-v1", result=tmp_path / "r.json", vecnormalize=stats,
+                          episodes=1, video=videos / "clip.mp4")  # fmt: skip
+    result, code = play(request)  # the reset's frame is written, then the policy's first step fails
+    assert code == 1 and result.clip is None and result.error is not None
+    assert list(videos.iterdir()) == []

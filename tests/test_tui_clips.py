@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.common import small_preset_text
-from cockpit.contract.checkpoint_files import newest_checkpoint
+from cockpit.contract.checkpoint_files import META_FILE, MODEL_FILE, newest_checkpoint
 from cockpit.contract.events import EventWriter
 from cockpit.contract.rundir import RunDir
 from cockpit.views.tui.app import make_app
@@ -40,6 +41,31 @@ async def test_the_clip_key_on_a_job_without_a_checkpoint_says_so(tmp_path: Path
         await pilot.pause()
         (notice,) = [n.message for n in app._notifications]
         assert notice.startswith(f"{files.path}: no checkpoint yet"), notice
+    assert not files.videos.exists()
+
+
+async def test_the_clip_key_checks_the_checkpoint_in_the_background_and_says_why_no_clip_came(tmp_path: Path) -> None:
+    files = RunDir(tmp_path).job("000")
+    files.path.mkdir(parents=True)
+    EventWriter(files.events).started(pid=1, device="cpu", config={"env": "CartPole-v1"})
+    corrupt = files.checkpoints / "step-000000004096-1800000000000004096"
+    corrupt.mkdir(parents=True)
+    (corrupt / MODEL_FILE).write_bytes(b"not what the worker wrote")
+    (corrupt / META_FILE).write_text(json.dumps({"step": 4096, "files": {MODEL_FILE: "0" * 64}}))
+    app = make_app(frame_of(tmp_path))
+    async with app.run_test(size=SIZE, notifications=True) as pilot:
+        await pilot.pause()
+        await pilot.press("c")  # reads no more than the checkpoints' listing here
+        await pilot.pause()
+        seen = [n.message for n in app._notifications]
+        assert seen == [f"job 000: recording a clip of {corrupt.name} in the background, to {files.clip_for(corrupt)}"]
+        for _ in range(600):  # the recorder's thread checks the sums; the screen looks each second
+            await asyncio.sleep(0.1)
+            seen += [n.message for n in app._notifications if n.message not in seen]
+            if len(seen) > 1:
+                break
+        assert seen[1] == (f"clip of job 000 from {corrupt.name} not recorded: checkpoint {corrupt}: model.zip does "
+                           "not match the SHA-256 its worker recorded")  # fmt: skip
     assert not files.videos.exists()
 
 

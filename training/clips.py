@@ -160,6 +160,15 @@ class ClipWriter:
             self._tmp.unlink(missing_ok=True)
         return WrittenClip(self.path, self.format, self.written, self.fps, width, height, notes)
 
+    def discard(self) -> None:
+        """Drop the clip (playing failed): close the MP4 writer and remove its temp file, which would
+        otherwise stay beside the clips, half written."""
+        if self._mp4 is not None:
+            with contextlib.suppress(Exception):  # the failure that matters is the caller's
+                self._mp4.close()
+            self._mp4 = None
+        self._tmp.unlink(missing_ok=True)
+
     def _write_gif(self, frames: list[Image.Image]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         duration = round(1000 / self.fps)

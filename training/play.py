@@ -161,6 +161,9 @@ def record(request: PlayRequest, model: Any, vecnorm: Any) -> tuple[list[float],
     )
     try:
         returns, lengths = play_rendered(request, model, vecnorm, env, writer)
+    except BaseException:
+        writer.discard()
+        raise
     finally:
         env.close()
     try:

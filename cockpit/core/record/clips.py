@@ -3,8 +3,10 @@
 A job's clips are `jobs/<id>/videos/<checkpoint>.mp4` (or `.gif`), each named for the checkpoint it
 was recorded from (`JobDir.clip_for`): `--video-every` leaves one per interval, the cockpit's clip
 key one more. A fleet's are the clips models.toml lists beside its top agents' models (`[video]
-top = K`). Reading only: a clip that is missing or unreadable is simply not there, and a model's
-clip that fails its SHA-256 is the models check's problem (`model_manifest.verify`), not a clip.
+top = K`). A dot-file is a player's temp file, a clip still being written (or left half written by
+a player that was killed), never a clip. Reading only: a clip that is missing or unreadable is
+simply not there, and a model's clip that fails its SHA-256 is the models check's problem
+(`model_manifest.verify`), not a clip.
 
 `cockpit report --html` embeds each one in the page as a `data:` URI (`data_uri`), an MP4 in a
 `<video>`, a GIF in an `<img>`, so the page stays one offline file; a clip larger than
@@ -81,7 +83,7 @@ class RunClips:
 
 
 def _clip(path: Path, label: str) -> Clip | None:
-    if path.suffix.lower() not in MEDIA_TYPES:
+    if path.suffix.lower() not in MEDIA_TYPES or path.name.startswith("."):  # a player's temp file, half written
         return None
     try:
         stat = path.stat()

@@ -6,7 +6,11 @@ cockpit_training.play`, at nice 19 (below the workers), its own session, the pol
 checkpoint or a collected model, never by the worker, whose training goes on untouched. A
 `ClipRecorder` runs one player at a time from a thread of its own, so the session's 5 Hz loop never
 waits on one, and a queue of at most one pending clip per job (a newer checkpoint replaces the
-older clip not started yet) keeps a slow recorder from falling ever further behind.
+older clip not started yet) keeps a slow recorder from falling ever further behind. A job's
+checkpoint clip is queued as a `JobClip` (its job directory and checkpoint), resolved into a
+`ClipTask` on the recorder's thread: reading the job's events and checking the checkpoint's SHA-256
+sums takes long enough to stall the loop or the cockpit's screen. A checkpoint the worker pruned
+before then (it keeps its newest few) is replaced by the job's newest, which the clip is named for.
 
 When a clip is made, the recorder writes it into the job's TensorBoard (`cockpit.core.export.tb_video`,
 at the checkpoint's step, naming it) when it has a logdir, calls the task's `after` (a fleet's
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -30,8 +35,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Protocol
 
-from cockpit.contract.checkpoint_files import checkpoint_order, newest_checkpoint
+from cockpit.contract.checkpoint_files import MODEL_FILE, checkpoint_order, newest_checkpoint
 from cockpit.contract.model_manifest import MODELS_DIR, read_manifest, with_video
 from cockpit.contract.play import Clip
 from cockpit.contract.rundir import JobDir, RunDir
@@ -41,11 +47,13 @@ from cockpit.core.export.tensorboard import tensorboard_api
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.fleet.run import FleetRun
 from cockpit.core.launch.player import JobModel, job_model, read_result, start_player
+from cockpit.core.supervise.supervisor import Supervisor
 
 EVERY_CLIP_S = 10.0  # of video for --video-every and the clip key: enough to see how it plays
 MODEL_CLIP_S = 20.0  # of video for a fleet's top agents, each played one whole episode at most
 EPISODES = 1
 PLAYER_TIMEOUT_S = 600.0  # a player past this is killed: a clip must never hold the run's end forever
+MAX_CLIP_WARNINGS = 5  # a run's warnings about clips: past these, one line says the rest are not listed
 
 
 @dataclass(frozen=True)
@@ -65,17 +73,59 @@ class ClipTask:
 
 
 @dataclass(frozen=True)
-class ClipDone:
-    """A task's outcome: its clip, or the one-line error that kept it from being made."""
+class JobClip:
+    """A clip of the job in `job_dir` from its `checkpoint` (None: its newest), queued as is and made
+    a `ClipTask` by `resolve` on the recorder's thread. `job` and `step` name the job and the
+    checkpoint's step for whoever queued it (`VideoEvery.failed`)."""
 
-    task: ClipTask
+    job_dir: Path
+    what: str
+    checkpoint: Path | None = None
+    tensorboard: bool = True
+    max_seconds: float = EVERY_CLIP_S
+    job: str = ""
+    step: int | None = None
+
+    @property
+    def key(self) -> str:
+        """One pending clip per job: a newer one replaces it."""
+        return str(self.job_dir)
+
+    def resolve(self) -> ClipTask:
+        """The task recording the checkpoint, or the job's newest when the worker has pruned it since
+        (the clip then named for the newest). ValueError (one line) when there is none to play."""
+        checkpoint = self.checkpoint
+        if checkpoint is not None and not (checkpoint / MODEL_FILE).is_file():
+            checkpoint = None
+        try:
+            return checkpoint_task(self.job_dir, self.what, checkpoint, tensorboard=self.tensorboard,
+                                   max_seconds=self.max_seconds)  # fmt: skip
+        except OSError as exc:  # pruned between the look and the reading of its sums
+            if checkpoint is None or (checkpoint / MODEL_FILE).is_file():
+                raise ValueError(f"{exc.filename or checkpoint or self.job_dir}: {exc.strerror or exc}") from None
+        try:
+            return checkpoint_task(self.job_dir, self.what, tensorboard=self.tensorboard, max_seconds=self.max_seconds)
+        except OSError as exc:
+            raise ValueError(f"{exc.filename or self.job_dir}: {exc.strerror or exc}") from None
+
+
+@dataclass(frozen=True)
+class ClipDone:
+    """A task's outcome: its clip, or the one-line error that kept it from being made (a `JobClip`
+    that could not be resolved stays one)."""
+
+    task: ClipTask | JobClip
     clip: Clip | None
     error: str | None = None
 
     def line(self) -> str:
         """Where the clip went ("clip of job 003 from step-4096-...: PATH, 240 frames, 10.0 s, 512 KB"),
         or why there is none."""
-        source = Path(self.task.model.source).name
+        task = self.task
+        if isinstance(task, JobClip):
+            source = task.checkpoint.name if task.checkpoint is not None else "its newest checkpoint"
+        else:
+            source = Path(task.model.source).name
         if self.clip is None:
             return f"clip of {self.task.what} from {source} not recorded: {self.error}"
         clip = self.clip
@@ -92,7 +142,7 @@ class ClipRecorder:
 
     python: str = sys.executable
     timeout_s: float = PLAYER_TIMEOUT_S
-    _pending: list[ClipTask] = field(default_factory=list)
+    _pending: list[ClipTask | JobClip] = field(default_factory=list)
     _done: list[ClipDone] = field(default_factory=list)
     _busy: bool = False
     _closed: bool = False
@@ -100,7 +150,7 @@ class ClipRecorder:
     _lock: threading.Condition = field(default_factory=threading.Condition)
     _thread: threading.Thread | None = None
 
-    def submit(self, task: ClipTask) -> None:
+    def submit(self, task: ClipTask | JobClip) -> None:
         """Queue `task`, replacing a pending one of the same key; starts the recording thread."""
         with self._lock:
             if self._closed:
@@ -123,13 +173,14 @@ class ClipRecorder:
             done, self._done = self._done, []
             return done
 
-    def wait(self, timeout_s: float) -> bool:
-        """Wait until every queued clip is made (True) or `timeout_s` passed (False)."""
+    def wait(self, timeout_s: float, stop: Callable[[], bool] | None = None) -> bool:
+        """Wait until every queued clip is made (True), or `timeout_s` passed or `stop` (looked at
+        twice a second: a run's interrupt) said True (False)."""
         deadline = time.monotonic() + timeout_s
         with self._lock:
             while self._pending or self._busy:
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or (stop is not None and stop()):
                     return False
                 self._lock.wait(min(left, 0.5))
             return True
@@ -166,7 +217,11 @@ class ClipRecorder:
                 self._proc = None
                 self._lock.notify_all()
 
-    def _record(self, task: ClipTask) -> ClipDone:
+    def _record(self, queued: ClipTask | JobClip) -> ClipDone:
+        try:
+            task = queued.resolve() if isinstance(queued, JobClip) else queued
+        except ValueError as exc:  # replaced, quarantined or pruned: a line, never the run
+            return ClipDone(queued, None, str(exc))
         task.video.parent.mkdir(parents=True, exist_ok=True)
         result_path = task.video.with_suffix(".json")
         request = task.model.request(result_path, episodes=EPISODES, video=task.video, max_seconds=task.max_seconds)
@@ -181,6 +236,9 @@ class ClipRecorder:
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             return ClipDone(task, None, f"the player ran past {self.timeout_s:.0f} s and was stopped")
+        with self._lock:
+            if self._closed:  # `close` killed it
+                return ClipDone(task, None, "the run ended first: its player was stopped")
         try:
             result = read_result(result_path)
         except ValueError as exc:
@@ -214,7 +272,7 @@ def checkpoint_task(job_dir: Path, what: str, checkpoint: Path | None = None, *,
     """The task recording the job's `checkpoint` (default: its newest) into its `videos/` and, with
     `tensorboard`, its `tb/cockpit/` at the checkpoint's step. ValueError (one line) when the job has
     no checkpoint to play (`job_model`)."""
-    model = job_model(job_dir, checkpoint)
+    model = job_model(job_dir, checkpoint)  # reads every event and hashes the model: not on the 5 Hz loop
     files = JobDir(job_dir)
     order = checkpoint_order(model.source.name)
     return ClipTask(what=what, key=str(job_dir), model=model, video=files.clip_for(model.source),
@@ -225,16 +283,19 @@ def checkpoint_task(job_dir: Path, what: str, checkpoint: Path | None = None, *,
 @dataclass
 class VideoEvery:
     """`--video-every STEPS`: which jobs' checkpoints have passed a multiple of STEPS they have no
-    clip of yet. A job's clips already in `videos/` (a resumed run's) count as recorded."""
+    clip of yet. A job's clips already in `videos/` (a resumed run's) count as recorded; a clip that
+    failed (`failed`) is asked for again from the job's next checkpoint."""
 
     run_dir: Path
     every: int
     tensorboard: bool = True
     _recorded: dict[str, int] = field(default_factory=dict)  # job -> the last multiple it has a clip of
+    _failed: dict[str, int] = field(default_factory=dict)  # job -> the step of its checkpoint whose clip failed
 
-    def due(self, state: RunState) -> list[ClipTask]:
+    def due(self, state: RunState) -> list[JobClip]:
         """The clips to record now: one per job whose newest checkpoint passed a multiple of `every`
-        that it has no clip of, from that checkpoint."""
+        that it has no clip of, or is newer than one whose clip failed, from that checkpoint. Only
+        directory listings: the clip is resolved on the recorder's thread (`JobClip`)."""
         tasks = []
         for job in state.jobs:
             step = job.last_checkpoint_step
@@ -245,17 +306,22 @@ class VideoEvery:
                 self._recorded[job.id] = max((o[0] for p in _clip_paths(files) if (o := checkpoint_order(p.stem))),
                                              default=0) // self.every  # fmt: skip
             multiple = step // self.every
-            if multiple <= self._recorded[job.id]:
+            retry = step > self._failed.get(job.id, step)
+            if multiple <= self._recorded[job.id] and not retry:
                 continue
             checkpoint = newest_checkpoint(files.checkpoints)
             if checkpoint is None:
-                continue
-            self._recorded[job.id] = multiple
-            try:
-                tasks.append(checkpoint_task(files.path, f"job {job.id}", checkpoint, tensorboard=self.tensorboard))
-            except ValueError:
                 continue  # replaced or quarantined since its event: the next checkpoint gets the clip
+            tasks.append(JobClip(files.path, f"job {job.id}", checkpoint, tensorboard=self.tensorboard, job=job.id,
+                                 step=step))  # fmt: skip
+            self._recorded[job.id] = max(multiple, self._recorded[job.id])
+            self._failed.pop(job.id, None)
         return tasks
+
+    def failed(self, clip: JobClip) -> None:
+        """`clip`, one of `due`'s, was not made: the job's next checkpoint gets the clip."""
+        if clip.job and clip.step is not None:
+            self._failed[clip.job] = clip.step
 
 
 def _clip_paths(files: JobDir) -> Sequence[Path]:
@@ -276,7 +342,7 @@ def fleet_model_tasks(run_dir: Path, fleet: str, top: int) -> list[ClipTask]:
             continue
         try:
             trained = job_model(RunDir(run_dir).job(entry.agent).path)
-        except ValueError:
+        except (OSError, ValueError):
             continue
         model = replace(trained, source=directory / entry.file, model=directory / entry.file,
                         vecnormalize=directory / entry.vecnormalize if entry.vecnormalize else None)  # fmt: skip
@@ -290,6 +356,17 @@ def fleet_model_tasks(run_dir: Path, fleet: str, top: int) -> list[ClipTask]:
     return tasks
 
 
+class EndingSession(Protocol):
+    """What `SessionClips.finish` needs of the session that is ending (a `RunSession`)."""
+
+    lost: str | None
+    supervisor: Supervisor
+
+    def snapshot(self, *, all_jobs: bool = False) -> RunState: ...
+
+    def write_run_log(self, state: RunState, *, final: bool = False) -> None: ...
+
+
 END_WAIT_S = 900.0  # a run's end waits this long at most for its clips (a fleet's top agents')
 
 
@@ -297,7 +374,8 @@ END_WAIT_S = 900.0  # a run's end waits this long at most for its clips (a fleet
 class SessionClips:
     """A session's clips (`RunSession.clips`): `--video-every`'s at each tick, and a fleet's top
     `fleet_top` agents' once it has ended. Lines go to `say` (a fleet's notices) or, for a failure,
-    to `warnings` once per distinct reason."""
+    to `warnings` once per kind of reason (the reason less the paths and checkpoints it names), at
+    most `MAX_CLIP_WARNINGS` of them and then one line saying later failures go unlisted."""
 
     run_dir: Path
     recorder: ClipRecorder
@@ -315,16 +393,31 @@ class SessionClips:
                 self.recorder.submit(task)
         self._report()
 
-    def close(self, *, ended: bool) -> None:
+    def finish(self, session: EndingSession) -> RunState:
+        """At a session's end, after its final run log: `close` (`ended` when the run was neither
+        lost nor interrupted; an interrupt during the wait ends it); when that warned, the run log
+        is written again with the warnings. Returns the final state, taken again: it holds the clips'
+        notices and warnings."""
+        warned = len(self.warnings)
+        self.close(ended=session.lost is None and not session.supervisor.interrupted,
+                   stop=lambda: session.supervisor.interrupted)  # fmt: skip
+        state = session.snapshot(all_jobs=True)
+        if len(self.warnings) > warned and session.lost is None:
+            session.write_run_log(state, final=True)
+        return state
+
+    def close(self, *, ended: bool, stop: Callable[[], bool] | None = None) -> None:
         """Once the run is over: when it `ended` (not stopped, not lost), finish the clips queued (a
         short run ends before its last checkpoints' clips are made) and, for a fleet with `[video]
-        top = K`, record its top agents' clips, waiting `END_WAIT_S` at most; then stop the recorder
-        (a clip of a stopped run still recording is dropped: its checkpoint stays to play later)."""
+        top = K`, record its top agents' clips, waiting `END_WAIT_S` at most, or until `stop` (the
+        run's interrupt: Ctrl-C, SIGTERM) says True; then stop the recorder, killing a player still
+        recording (its clip is dropped: its checkpoint stays to play later)."""
         if ended:
             for task in fleet_model_tasks(self.run_dir, self.fleet_name, self.fleet_top) if self.fleet_top else ():
                 self.recorder.submit(task)
-            if not self.recorder.wait(END_WAIT_S):
-                self.warnings.append(f"clips not all recorded within {END_WAIT_S:.0f} s of the run's end")
+            if not self.recorder.wait(END_WAIT_S, stop):
+                self.warnings.append("clips not all recorded: interrupted at the run's end" if stop and stop() else
+                                     f"clips not all recorded within {END_WAIT_S:.0f} s of the run's end")  # fmt: skip
         self.recorder.close()
         self._report()
 
@@ -332,10 +425,26 @@ class SessionClips:
         for done in self.recorder.take_done():
             if done.clip is not None and self.say is not None:
                 self.say(done.line())
-            reason = done.error if done.clip is None else None
-            if reason is not None and reason not in self._reasons:
-                self._reasons.add(reason)
+            if done.clip is None and isinstance(done.task, JobClip) and self.every is not None:
+                self.every.failed(done.task)
+            kind = _reason_kind(done.error) if done.clip is None and done.error else None
+            if kind is None or kind in self._reasons:
+                continue
+            self._reasons.add(kind)
+            if len(self._reasons) <= MAX_CLIP_WARNINGS:
                 self.warnings.append(done.line())
+            elif len(self._reasons) == MAX_CLIP_WARNINGS + 1:
+                self.warnings.append(f"more clips not recorded, for other reasons: past {MAX_CLIP_WARNINGS}, "
+                                     "their reasons are not listed")  # fmt: skip
+
+
+_NAMED = re.compile(r"\S*/\S*|step-\d+-\d+")  # a path, or a checkpoint's name
+
+
+def _reason_kind(reason: str) -> str:
+    """`reason` less the paths and checkpoints it names: each clip's reason names its own, and one
+    warning per kind is enough."""
+    return _NAMED.sub("…", reason)
 
 
 def session_clips(spec: RunSpec, warnings: list[str], fleet: FleetRun | None) -> SessionClips | None:

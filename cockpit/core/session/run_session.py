@@ -413,8 +413,6 @@ class RunSession:
                 raise
             finally:
                 self.sampler.stop()
-                if self.clips is not None:  # a fleet that ended records its top agents' clips first
-                    self.clips.close(ended=self.lost is None and not self.supervisor.interrupted)
                 state = self._latest = self.snapshot(all_jobs=True)
                 if self.lost is None:  # else there is no run dir to write into (or a stranger's)
                     warned = len(self.supervisor.warnings)
@@ -425,6 +423,8 @@ class RunSession:
                 self.recorder.close()
                 if self.tensorboard is not None:
                     self.tensorboard.close()
+                if self.clips is not None:  # after the run's record: Ctrl-C or SIGTERM ends their wait
+                    state = self._latest = self.clips.finish(self)
                 if self.fleet is not None:
                     self.fleet.close()
             if self.lost is not None:

@@ -18,13 +18,14 @@ from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Static
 
+from cockpit.contract.checkpoint_files import newest_checkpoint
 from cockpit.contract.controls import AddJob, ApplyAdvice, Control, KillJob, RestartJob, StopAll, StopJob
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runspec import ConfigError
 from cockpit.contract.states import JobState
 from cockpit.core.feed.source import Frame, Replay, RunSource, SourceError
 from cockpit.core.record.replay import open_replay
-from cockpit.core.session.clips import ClipRecorder, checkpoint_task
+from cockpit.core.session.clips import ClipRecorder, JobClip
 from cockpit.formatting import eta, si
 from cockpit.views.tui import cpu_panel, gpu_panel
 from cockpit.views.tui.advice_panel import AdvicePanel
@@ -357,17 +358,17 @@ class CockpitScreen(Screen[None]):
         if self.frame is None or (job := self._selected()) is None:
             return
         job_dir = RunDir(Path(self.frame.state.run_dir)).job(job)
-        try:
-            task = checkpoint_task(job_dir.path, f"job {job}", tensorboard=job_dir.tensorboard.is_dir())
-        except ValueError as exc:
-            self.notify(str(exc), title="no clip", severity="warning", markup=False)
+        checkpoint = newest_checkpoint(job_dir.checkpoints)  # a listing; the rest is read on the recorder's thread
+        if checkpoint is None:
+            self.notify(f"{job_dir.path}: no checkpoint yet (a job checkpoints every checkpoint_every steps and at "
+                        "its end)", title="no clip", severity="warning", markup=False)  # fmt: skip
             return
         if self._clips is None:
             self._clips = ClipRecorder()
             self.set_interval(1.0, self._clips_done)
-        self._clips.submit(task)
-        self.notify(f"job {job}: recording a clip of {task.model.source.name} in the background, to {task.video}",
-                    markup=False)  # fmt: skip
+        self._clips.submit(JobClip(job_dir.path, f"job {job}", checkpoint, tensorboard=job_dir.tensorboard.is_dir()))
+        self.notify(f"job {job}: recording a clip of {checkpoint.name} in the background, to "
+                    f"{job_dir.clip_for(checkpoint)}", markup=False)  # fmt: skip
 
     def _clips_done(self) -> None:
         """Say where each clip recorded since the last look went (or why it was not made)."""
