@@ -68,12 +68,21 @@ def test_a_deleted_run_dir_ends_the_run_in_one_line_and_kills_the_workers(
 
 def _rm_rf(path: Path) -> None:
     """`rm -rf path`, as a user deletes a run directory: a file that the workers rename or remove
-    while the walk is under way (a checkpoint's temporary file) is gone already, not an error."""
+    while the walk is under way (a checkpoint's temporary file) is gone already, not an error, and a
+    directory a worker wrote into after the walk listed it (a new checkpoint: "Directory not
+    empty") is deleted by walking again, as a user runs `rm -rf` again."""
 
     def gone_already(function: object, name: str, exc: tuple[type[BaseException], BaseException, object]) -> None:
         if not isinstance(exc[1], FileNotFoundError):
             raise exc[1]
 
+    for _ in range(4):
+        try:
+            shutil.rmtree(path, onerror=gone_already)
+            return
+        except OSError as exc:
+            if exc.errno != errno.ENOTEMPTY:
+                raise
     shutil.rmtree(path, onerror=gone_already)
 
 
