@@ -360,12 +360,15 @@ def print_table(
     output_console().print(table)
 
 
-def add_common_args(parser: argparse.ArgumentParser, *, repeats: int) -> None:
-    """Add --repeats, --seed and --threads, which every benchmark takes."""
+def add_common_args(parser: argparse.ArgumentParser, *, repeats: int, threads: bool = True) -> None:
+    """Add --repeats and --seed, which every benchmark takes, and --threads unless `threads` is
+    False (a benchmark that runs `cockpit run`, which leaves the envpool threads to the worker)."""
     parser.add_argument(
         "--repeats", type=int, default=repeats, metavar="N", help=f"measurements per figure (default: {repeats})"
     )
     parser.add_argument("--seed", type=int, default=0, metavar="S", help="random seed for every run (default: 0)")
+    if not threads:
+        return
     parser.add_argument(
         "--threads",
         type=int,

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m benchmarks.video_cost",
         description="A running CartPole job's SPS with and without --video-every clips, side by side.",
     )
-    add_common_args(parser, repeats=1)
+    add_common_args(parser, repeats=1, threads=False)
     parser.add_argument("--timesteps", type=int, default=40_000, metavar="T", help="steps per run (default: 40000)")
     parser.add_argument("--video-every", type=int, default=10_000, metavar="STEPS",
                         help="--video-every of the runs with clips (default: 10000, every checkpoint)")  # fmt: skip
