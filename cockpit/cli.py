@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from cockpit.contract.arguments import ArgumentParser, non_negative_int, positive_float, positive_int
+from cockpit.contract.arguments import ArgumentParser, positive_float, positive_int
 from cockpit.contract.settings import add_flags
 
 if TYPE_CHECKING:
@@ -427,43 +427,7 @@ def _add_play_command(commands: Commands) -> None:
         help="a checkpoint directory (jobs/<id>/checkpoints/step-...) or a fleet's models/<agent>.zip instead of "
         "the final model",
     )
-    play.add_argument("--episodes", type=positive_int, default=defaults.DEFAULT_EPISODES, metavar="N")
-    mode = play.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--deterministic",
-        dest="deterministic",
-        action="store_true",
-        default=True,
-        help="the likeliest action (default)",
-    )
-    mode.add_argument(
-        "--stochastic", dest="deterministic", action="store_false", help="actions sampled from the policy"
-    )
-    play.add_argument("--video", type=Path, metavar="OUT.mp4|OUT.gif", help="record the episodes to this file")
-    play.add_argument(
-        "--seed", type=non_negative_int, default=defaults.DEFAULT_SEED, metavar="S", help="the env's seed"
-    )
-    play.add_argument(
-        "--max-seconds",
-        type=positive_float,
-        default=defaults.DEFAULT_MAX_SECONDS,
-        metavar="S",
-        help="the clip's length cap; later frames are not recorded (default: %(default)g)",
-    )
-    play.add_argument(
-        "--max-mb",
-        type=positive_float,
-        default=defaults.DEFAULT_MAX_MB,
-        metavar="MB",
-        help="the clip's file size cap; a larger clip is scaled down to fit (default: %(default)g)",
-    )
-    play.add_argument(
-        "--max-width",
-        type=defaults.max_width_px,
-        default=defaults.DEFAULT_MAX_WIDTH,
-        metavar="PX",
-        help="wider frames are scaled down to it (default: %(default)d)",
-    )
+    defaults.add_play_options(play)
     play.set_defaults(func=_cmd_play)
 
 

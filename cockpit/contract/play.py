@@ -164,18 +164,50 @@ def build_parser() -> ArgumentParser:
     parser.add_argument("--result", type=Path, required=True, help="where the result's JSON goes (written atomically)")
     parser.add_argument("--vecnormalize", type=Path, help="the model's VecNormalize statistics (.pkl)")
     parser.add_argument("--env-kwargs", default="{}", help="the preset's env_kwargs, as a JSON object")
-    parser.add_argument("--episodes", type=positive_int, default=DEFAULT_EPISODES)
-    parser.add_argument("--seed", type=non_negative_int, default=DEFAULT_SEED)
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--deterministic", dest="deterministic", action="store_true", default=True)
-    group.add_argument("--stochastic", dest="deterministic", action="store_false")
-    parser.add_argument("--video", type=Path, help="record the episodes to this .mp4 or .gif")
-    parser.add_argument("--max-seconds", type=positive_float, default=DEFAULT_MAX_SECONDS)
-    parser.add_argument("--max-mb", type=positive_float, default=DEFAULT_MAX_MB)
-    parser.add_argument("--max-width", type=max_width_px, default=DEFAULT_MAX_WIDTH)
+    add_play_options(parser)
     parser.add_argument("--source", default="", help="what the model came from, for the clip's record")
     parser.add_argument("--device", default="cpu", help="torch's device for the policy (default: cpu)")
     return parser
+
+
+def add_play_options(parser: ArgumentParser) -> None:
+    """The options `cockpit play` and the player both take (episodes, actions, seed, the clip and
+    its caps), declared once so their types and defaults are `PlayRequest`'s on both sides."""
+    parser.add_argument("--episodes", type=positive_int, default=DEFAULT_EPISODES, metavar="N")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--deterministic",
+        dest="deterministic",
+        action="store_true",
+        default=True,
+        help="the likeliest action (default)",
+    )
+    mode.add_argument(
+        "--stochastic", dest="deterministic", action="store_false", help="actions sampled from the policy"
+    )
+    parser.add_argument("--video", type=Path, metavar="OUT.mp4|OUT.gif", help="record the episodes to this file")
+    parser.add_argument("--seed", type=non_negative_int, default=DEFAULT_SEED, metavar="S", help="the env's seed")
+    parser.add_argument(
+        "--max-seconds",
+        type=positive_float,
+        default=DEFAULT_MAX_SECONDS,
+        metavar="S",
+        help="the clip's length cap; later frames are not recorded (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--max-mb",
+        type=positive_float,
+        default=DEFAULT_MAX_MB,
+        metavar="MB",
+        help="the clip's file size cap; a larger clip is scaled down to fit (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--max-width",
+        type=max_width_px,
+        default=DEFAULT_MAX_WIDTH,
+        metavar="PX",
+        help="wider frames are scaled down to it (default: %(default)d)",
+    )
 
 
 @dataclass(frozen=True)
