@@ -92,11 +92,7 @@ def _best(run_dir: Path) -> str:
 
 
 def _collected_entry(run_dir: Path, agent: str) -> ModelEntry | None:
-    try:
-        entries = read_manifest(run_dir)
-    except ValueError as exc:
-        raise PlayableError(str(exc)) from None
-    return next((entry for entry in entries if entry.agent == agent), None)
+    return next((entry for entry in _entries(run_dir) if entry.agent == agent), None)
 
 
 def _from_collected(run_dir: Path, entry: ModelEntry) -> JobModel:

@@ -32,8 +32,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -46,7 +46,8 @@ from cockpit.core.export.tb_video import gif_of, write_clip
 from cockpit.core.export.tensorboard import tensorboard_api
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.fleet.run import FleetRun
-from cockpit.core.launch.player import JobModel, job_model, read_result, start_player
+from cockpit.core.launch.player import JobModel, job_model, read_result, start_player, trained_env
+from cockpit.core.record.clips import job_clips
 from cockpit.core.supervise.supervisor import Supervisor
 
 EVERY_CLIP_S = 10.0  # of video for --video-every and the clip key: enough to see how it plays
@@ -303,8 +304,9 @@ class VideoEvery:
                 continue
             files = RunDir(self.run_dir).job(job.id)
             if job.id not in self._recorded:
-                self._recorded[job.id] = max((o[0] for p in _clip_paths(files) if (o := checkpoint_order(p.stem))),
-                                             default=0) // self.every  # fmt: skip
+                clips = job_clips(files.videos)  # oldest checkpoint first
+                newest = checkpoint_order(clips[-1].path.stem) if clips else None
+                self._recorded[job.id] = (newest[0] if newest else 0) // self.every
             multiple = step // self.every
             retry = step > self._failed.get(job.id, step)
             if multiple <= self._recorded[job.id] and not retry:
@@ -324,13 +326,6 @@ class VideoEvery:
             self._failed[clip.job] = clip.step
 
 
-def _clip_paths(files: JobDir) -> Sequence[Path]:
-    try:
-        return [p for p in files.videos.iterdir() if p.suffix in (".mp4", ".gif")]
-    except OSError:
-        return []
-
-
 def fleet_model_tasks(run_dir: Path, fleet: str, top: int) -> list[ClipTask]:
     """The clips of the first `top` models in models.toml (the last tier's best first) that have none
     yet: each played from its collected model, with the env its job trained on, into
@@ -341,11 +336,12 @@ def fleet_model_tasks(run_dir: Path, fleet: str, top: int) -> list[ClipTask]:
         if entry.video is not None:
             continue
         try:
-            trained = job_model(RunDir(run_dir).job(entry.agent).path)
+            env, env_kwargs = trained_env(RunDir(run_dir).job(entry.agent).path)
         except (OSError, ValueError):
             continue
-        model = replace(trained, source=directory / entry.file, model=directory / entry.file,
-                        vecnormalize=directory / entry.vecnormalize if entry.vecnormalize else None)  # fmt: skip
+        model = JobModel(source=directory / entry.file, model=directory / entry.file,
+                         vecnormalize=directory / entry.vecnormalize if entry.vecnormalize else None, env=env,
+                         env_kwargs=env_kwargs)  # fmt: skip
         video = directory / f"{entry.agent}.mp4"
 
         def after(clip: Clip, agent: str = entry.agent) -> None:
