@@ -33,6 +33,7 @@ from cockpit.contract.searchspace import ARCHITECTURE_KEYS
 from cockpit.core.fleet import pbt
 from cockpit.core.fleet.promotion import ranked
 from cockpit.core.fleet.roster import Roster, preset_file
+from cockpit.core.fleet.schedule import exploited_values
 from cockpit.core.fleet.store import Exploit, FleetStore
 
 
@@ -113,7 +114,6 @@ class PbtBoundary:
                 else ""
             )
             roster.notice(f"{agent_id} goes on to tier {tier + 1} ({place} of {len(order)} scored there so far{burn})")
-        self.drop_unreachable_pins()
 
     def pin(self, agent_id: str, tier: int) -> None:
         """Keep `agent_id`'s checkpoint from the end of `tier` for the asynchronous exploits of the
@@ -130,9 +130,9 @@ class PbtBoundary:
                 self.roster.notice(f"{agent_id}: its tier {tier} checkpoint is not kept for exploits: {exc}")
 
     def drop_unreachable_pins(self) -> None:
-        """Drop the checkpoints `pin` kept at each boundary no agent can reach any more. Called on
-        each arrival and on each of the fleet's updates, so a boundary whose last agent short of it
-        failed instead (in its tier, in its exploit's copy, or with its draw refused), which no
+        """Drop the checkpoints `pin` kept at each boundary no agent can reach any more. Called once
+        at the end of each of the fleet's updates (after its arrivals), so a boundary whose last
+        agent short of it failed instead (in its tier, in its exploit's copy, or with its draw refused), which no
         arrival follows, is dropped too, by the fleet's end at the latest. A resumed fleet drops
         again what a kill left (the removal is idempotent). A no-op but for `synch = false`."""
         settings = self.plan.pbt
@@ -211,9 +211,9 @@ class PbtBoundary:
         assert search is not None
         row = self.roster.agents[agent_id].row
         exploits = self.roster.lineage.get(agent_id, [])
-        earlier = [e for e in exploits if e.tier < tier]
-        if earlier:
-            return {key: new for key, (_old, new) in earlier[-1].changes.items()}
+        taken = exploited_values(exploits, tier)
+        if taken is not None:
+            return taken
         planned = self.plan.agents[row.index]
         if not exploits or planned.draw is None:
             return pbt.current_values(search, row.overrides, planned.preset)

@@ -230,7 +230,7 @@ def fleet_summary(run_dir: Path) -> FleetSummary | None:
     for exploit in lineage:
         exploits.setdefault(exploit.agent, []).append(exploit)
     agents = tuple(_agent(row, latest.get(row.id), plan, last, closed, tuple(exploits.get(row.id, ()))) for row in rows)
-    plans = schedules(text, rows, results, lineage, draws)
+    plans = schedules(text, rows, results, lineage, draws, plan.draws)
     agents = tuple(dataclasses.replace(a, schedule=plans.get(a.id, ())) for a in agents)
     return FleetSummary(
         name=plan.name,

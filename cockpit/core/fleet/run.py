@@ -207,7 +207,7 @@ class FleetRun:
             self._decide()
             self._fill_slots()
             self.draws.tell()
-            self.boundary.drop_unreachable_pins()  # an agent failed short of a boundary: no arrival says so
+            self.boundary.drop_unreachable_pins()  # after this tick's arrivals, and a failure short of a boundary
         except sqlite3.OperationalError as exc:
             if not disk_full(exc):
                 raise

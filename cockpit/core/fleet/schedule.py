@@ -44,6 +44,14 @@ class ScheduleStep:
     copied_from: str | None = None
 
 
+def exploited_values(exploits: Sequence[Exploit], tier: int) -> dict[str, Any] | None:
+    """The values an agent trained with in `tier` by its `exploits` (oldest first): those its latest
+    exploit before that tier (taken at an earlier tier's end) set; None when it had not exploited
+    by then, so it trained with its draw's."""
+    before = [e for e in exploits if e.tier < tier]
+    return {key: new for key, (_old, new) in before[-1].changes.items()} if before else None
+
+
 def schedule(
     agent: str,
     reached: Mapping[str, int],
@@ -57,8 +65,8 @@ def schedule(
     steps = {(r.agent, r.tier): r.steps for r in results}
 
     def values(who: str, tier: int) -> dict[str, Any]:
-        before = [e for e in exploits.get(who, ()) if e.tier < tier]  # taken at the end of an earlier tier
-        return {key: new for key, (_old, new) in before[-1].changes.items()} if before else dict(first.get(who, {}))
+        taken = exploited_values(exploits.get(who, ()), tier)
+        return taken if taken is not None else dict(first.get(who, {}))
 
     out: list[ScheduleStep] = []
     trainer, copied = agent, None
@@ -76,10 +84,12 @@ def schedules(
     results: Sequence[Result],
     lineage: Sequence[Exploit],
     draws: Mapping[int, tuple[int, dict[str, Any]]],
+    draw_of: Mapping[int, int],
 ) -> dict[str, tuple[ScheduleStep, ...]]:
     """Every agent's schedule in a pbt fleet as fleet.db records it (its plan's text, agents,
-    results, lineage and draws): a searched fleet's from its draws and exploits, a replay's from its
-    `[pbt] schedule`; {} for any other fleet (or a plan that no longer reads as TOML)."""
+    results, lineage and draws; `draw_of`: each agent's index to its draw, as the plan made them): a
+    searched fleet's from its draws and exploits, a replay's from its `[pbt] schedule`; {} for any
+    other fleet (or a plan that no longer reads as TOML)."""
     try:
         raw = tomllib.loads(plan_text)
     except tomllib.TOMLDecodeError:
@@ -100,12 +110,9 @@ def schedules(
             )
             for row in rows
         }
-    search = raw.get("agents", {}).get("search", {}) if isinstance(raw.get("agents"), dict) else {}
-    samples = search.get("samples") if isinstance(search, dict) else None
-    if not isinstance(samples, int) or samples < 1:
+    if not draw_of:
         return {}
-    per_draw = max(len(rows) // samples, 1)  # the matrix is draw-major: a draw's agents are consecutive
-    first = {row.id: dict(draws[row.index // per_draw][1]) for row in rows if row.index // per_draw in draws}
+    first = {row.id: dict(draws[draw_of[row.index]][1]) for row in rows if draw_of.get(row.index, -1) in draws}
     by_agent: dict[str, list[Exploit]] = {}
     for exploit in sorted(lineage, key=lambda e: e.tier):
         by_agent.setdefault(exploit.agent, []).append(exploit)
@@ -150,7 +157,8 @@ def replay_text(run_dir: Path, agent: str) -> tuple[FleetPlan, str]:
             f"--replay {agent}: it has not reached the last tier ({last}) of {run_dir}, so its later values "
             "are not known: pick an agent that has (cockpit report lists them)"
         )
-    steps = schedules(text, rows, results, lineage, draws)[agent]
+    draw_of = {planned.index: planned.draw for planned in plan.agents if planned.draw is not None}
+    steps = schedules(text, rows, results, lineage, draws, draw_of)[agent]
     root = next(r for r in rows if r.id == steps[0].trained_by)  # the weights began with its seed
     planned = plan.agents[row.index]
     data: dict[str, Any] = {
