@@ -8,6 +8,7 @@ fleet's dry-run table), and they sit below the views.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -114,3 +115,9 @@ def scoring_of(scored: int, to_score: int, *, since: float | None = None, now: f
     spent = max(0.0, now - since)
     expected = f" of about {eta(spent / scored * to_score)}" if 0 < scored < to_score else ""
     return f"{text}, {eta(spent)}{expected}"
+
+
+def short(value: Any) -> str:
+    """A searched value as the notices, the fleet screen and the report print it: a float to 3
+    significant figures, anything else as it is."""
+    return f"{value:.3g}" if isinstance(value, float) else str(value)

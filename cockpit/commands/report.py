@@ -44,6 +44,7 @@ from cockpit.core.record.run_report import (
     search_analysis,
 )
 from cockpit.core.telemetry.memwatch import NO_GROWTH
+from cockpit.formatting import short
 
 
 def _fmt(value: Any, spec: str = "{:,.1f}") -> str:
@@ -217,9 +218,7 @@ def print_fleet(fleet: FleetSummary, console: Console) -> None:
             console.print(f"schedule of {winner.id} (--replay {winner.id} trains it again):", highlight=False)
             for step in winner.schedule:
                 copied = f", resumed {step.copied_from}'s checkpoint" if step.copied_from else ""
-                values = ", ".join(
-                    f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in step.values.items()
-                )
+                values = ", ".join(f"{k}={short(v)}" for k, v in step.values.items())
                 console.print(f"  tier {step.tier}: {step.trained_by}{copied}: {escape(values)}", highlight=False)
     failed = [agent for agent in fleet.agents if agent.status == "failed"]
     for agent in failed[:FAILED_LISTED]:

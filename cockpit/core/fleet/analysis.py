@@ -104,6 +104,12 @@ class SearchAnalysis:
         return tuple(sorted((p for p in self.draws if p.pareto), key=lambda p: (p.steps, p.draw)))
 
 
+def search_analysis(fleet: FleetSummary, record: RunRecord | None) -> SearchAnalysis | None:
+    """A search fleet's analysis (`analyse`), its dollars at the cost per step `record` measured
+    (unknown without one); None for a fleet without `[agents.search]`."""
+    return analyse(fleet, usd_per_step(record, fleet.rate_usd_per_h))
+
+
 def usd_per_step(record: RunRecord | None, rate_usd_per_h: float | None) -> float | None:
     """The fleet's measured dollars per step: the run's duration at `rate_usd_per_h` over the steps
     its jobs trained (run.toml); None without a rate, a duration or a step."""

@@ -14,13 +14,13 @@ from typing import Any
 from cockpit.contract.fleetplan import FleetPlan
 from cockpit.contract.searchspace import SearchSpace
 from cockpit.core.feed.snapshot import FleetView, LeaderView, SearchView, TierView
-from cockpit.core.fleet import pbt
 from cockpit.core.fleet.draws import SearchDraws
 from cockpit.core.fleet.promotion import rank_key
 from cockpit.core.fleet.report import search_progress
 from cockpit.core.fleet.roster import Roster, lineage_text, overrides_text
 from cockpit.core.fleet.store import Result
 from cockpit.core.supervise.supervisor import Supervisor
+from cockpit.formatting import short
 
 SEARCH_TOP = 5  # the best agents whose values the fleet screen's search lines place in each range
 LEADERS = 10
@@ -204,7 +204,7 @@ def _range_line(key: str, drawn: list[Any], top: list[Any]) -> str:
 
     def span(values: list[Any]) -> str:
         if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            return f"{pbt.short(min(values))}..{pbt.short(max(values))}"
+            return f"{short(min(values))}..{short(max(values))}"
         return ", ".join(dict.fromkeys(str(v) for v in values))
 
     if not drawn:

@@ -40,6 +40,7 @@ from cockpit.contract.files import fsync_path
 from cockpit.contract.fleetplan import PbtSettings
 from cockpit.contract.presets import Preset
 from cockpit.contract.searchspace import ARCHITECTURE_KEYS, Distribution, SearchSpace
+from cockpit.formatting import short
 
 FACTORS = (0.8, 1.2)
 REPLACED_DIR = "replaced"  # in a job's checkpoints/: the checkpoints an exploit set aside
@@ -221,8 +222,3 @@ def copy_checkpoint(source: Path, checkpoints: Path) -> Path:
 def changes_text(changes: Mapping[str, tuple[Any, Any]]) -> str:
     """`key old -> new, ...` in key order, numbers to 3 significant figures."""
     return ", ".join(f"{key} {short(old)} -> {short(new)}" for key, (old, new) in sorted(changes.items()))
-
-
-def short(value: Any) -> str:
-    """A searched value as the notices and the fleet screen print it: a float to 3 significant figures."""
-    return f"{value:.3g}" if isinstance(value, float) else str(value)

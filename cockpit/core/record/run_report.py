@@ -20,7 +20,7 @@ from cockpit.contract.runrecord import RunRecord, RunRecordError, iso, read
 from cockpit.contract.runspec import ConfigError
 from cockpit.core.feed.snapshot import RunState
 from cockpit.core.feed.source import Replay, SourceError
-from cockpit.core.fleet.analysis import SearchAnalysis, analyse, usd_per_step
+from cockpit.core.fleet.analysis import SearchAnalysis, search_analysis
 from cockpit.core.fleet.report import STATUSES, FleetReportError, FleetSummary, fleet_summary
 from cockpit.core.fleet.schedule import ScheduleStep
 from cockpit.core.fleet.store import Exploit
@@ -55,12 +55,6 @@ def read_fleet(run_dir: Path) -> FleetSummary | None:
         return fleet_summary(run_dir)
     except FleetReportError as exc:
         raise ConfigError(str(exc)) from exc
-
-
-def search_analysis(fleet: FleetSummary, record: RunRecord | None) -> SearchAnalysis | None:
-    """A search fleet's analysis (`cockpit.core.fleet.analysis`), its dollars at the cost per step
-    `record` measured (unknown without one); None for a fleet without `[agents.search]`."""
-    return analyse(fleet, usd_per_step(record, fleet.rate_usd_per_h))
 
 
 def plot_series(run_dir: Path) -> RunSeries:

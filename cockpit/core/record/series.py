@@ -37,7 +37,7 @@ from cockpit.contract.events import (
 from cockpit.contract.rundir import RunDir
 from cockpit.contract.runrecord import RunRecord, read, unix
 from cockpit.core.feed.source import Transition
-from cockpit.core.fleet.analysis import SearchAnalysis, analyse, usd_per_step
+from cockpit.core.fleet.analysis import SearchAnalysis, search_analysis
 from cockpit.core.fleet.report import FleetSummary, fleet_summary
 from cockpit.core.fleet.store import Result
 from cockpit.core.record.clips import Clip, RunClips, run_clips
@@ -184,7 +184,7 @@ def _fleet(run_dir: Path, record: RunRecord) -> FleetSeries | None:
     summary = fleet_summary(run_dir)
     if summary is None:
         return None
-    return FleetSeries(summary, summary.results, analyse(summary, usd_per_step(record, summary.rate_usd_per_h)))
+    return FleetSeries(summary, summary.results, search_analysis(summary, record))
 
 
 def read_series(run_dir: Path) -> RunSeries:
